@@ -1,0 +1,246 @@
+"""Fixed-size budgets for padded batches.
+
+A :class:`Budget` fixes the shape of every batch: ``nodes`` node rows,
+``edges`` edge columns and ``graphs`` graph slots.  **The reserved padding
+node and padding graph slot are part of the budget**: a batch holds at most
+``nodes - 1`` real nodes and at most ``graphs - 1`` real graphs, because every
+batch keeps at least one padding node (which the padding edges point at) and
+one padding graph slot (the last one, ``graphs - 1``, which owns the padding
+nodes).  Edges need no reservation: a batch may hold exactly ``edges`` real
+edges, in which case it carries no padding edge.
+
+Budgets can be written by hand, or learned from data:
+
+* :meth:`Budget.tight` -- every batch of ``graphs_per_batch`` graphs fits, whatever
+  graphs it holds (sum of the largest sizes);
+* :meth:`Budget.fit` -- the tightest budget that holds ``success_ratio`` of random
+  batches of ``graphs_per_batch`` graphs (TF-GNN's fit-or-skip idea), except that
+  nothing is skipped: the packer moves what does not fit to a later batch.  The
+  graph count becomes a cap so the packer can fill the node and edge slots.
+
+Budgets are serialised as JSON (:meth:`to_json` / :meth:`from_json`), never
+pickled.
+
+Heterogeneous budgets give ``nodes`` per node type and ``edges`` per edge type
+(edge types written ``"src__rel__dst"``, as in the flat-dict keys).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+__all__ = ["Budget"]
+
+Count = Union[int, Mapping[str, int]]
+
+
+def _norm_count(name: str, value: Any) -> Any:
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if isinstance(k, tuple):
+                k = "__".join(k)
+            if not isinstance(k, str) or "/" in k:
+                raise ValueError(f"Budget.{name}: bad type name {k!r}")
+            out[k] = _norm_count(f"{name}[{k!r}]", v)
+        return dict(sorted(out.items()))
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"Budget.{name} must be an int (or a dict of ints), got {value!r}")
+    value = int(value)
+    if value < 0:
+        raise ValueError(f"Budget.{name} must be >= 0, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Shape of every padded batch.
+
+    Args:
+        nodes: node rows per batch (int), or a dict ``{node_type: rows}`` for
+            hetero graphs.  Includes one reserved padding node (per node
+            type), so at most ``nodes - 1`` real nodes fit.
+        edges: edge columns per batch (int), or ``{"src__rel__dst": cols}``.
+            No reservation: up to ``edges`` real edges fit; when a batch is
+            exactly full it has no padding edge.
+        graphs: graph slots per batch, including the reserved padding graph
+            slot ``graphs - 1``: at most ``graphs - 1`` real graphs fit.
+        report: optional information about how the budget was learned
+            (expected efficiency, ...); not part of equality.
+    """
+
+    nodes: Count
+    edges: Count
+    graphs: int
+    report: Optional[Dict[str, Any]] = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        nodes = _norm_count("nodes", self.nodes)
+        edges = _norm_count("edges", self.edges)
+        graphs = _norm_count("graphs", self.graphs)
+        if isinstance(nodes, dict) != isinstance(edges, dict):
+            raise ValueError("Budget: nodes and edges must both be ints (homogeneous) "
+                             "or both be dicts (heterogeneous)")
+        if graphs < 2:
+            raise ValueError(f"Budget.graphs must be >= 2 (one real graph slot plus the "
+                             f"reserved padding slot), got {graphs}")
+        for t, n in (nodes.items() if isinstance(nodes, dict) else [(None, nodes)]):
+            if n < 1:
+                where = "" if t is None else f"[{t!r}]"
+                raise ValueError(f"Budget.nodes{where} must be >= 1 (the reserved padding "
+                                 f"node), got {n}")
+        object.__setattr__(self, "nodes", nodes)
+        object.__setattr__(self, "edges", edges)
+        object.__setattr__(self, "graphs", graphs)
+
+    # ------------------------------------------------------------------ info
+    @property
+    def is_hetero(self) -> bool:
+        return isinstance(self.nodes, dict)
+
+    @property
+    def max_real_nodes(self) -> Count:
+        if self.is_hetero:
+            return {k: v - 1 for k, v in self.nodes.items()}
+        return self.nodes - 1
+
+    @property
+    def max_real_graphs(self) -> int:
+        return self.graphs - 1
+
+    def capacity(self) -> Tuple[np.ndarray, int]:
+        """Real-slot capacity as a vector (node dims, then edge dims) and the
+        real graph cap.  Used by the packers."""
+        if self.is_hetero:
+            cap = [v - 1 for v in self.nodes.values()] + list(self.edges.values())
+        else:
+            cap = [self.nodes - 1, self.edges]
+        return np.asarray(cap, dtype=np.int64), self.graphs - 1
+
+    def dims(self) -> Tuple[str, ...]:
+        """Names of the capacity dims (matching :meth:`capacity`)."""
+        if self.is_hetero:
+            return tuple(self.nodes) + tuple(self.edges)
+        return ("nodes", "edges")
+
+    # ------------------------------------------------------------------ json
+    def to_dict(self) -> Dict[str, Any]:
+        d: Dict[str, Any] = {"nodes": self.nodes, "edges": self.edges, "graphs": self.graphs}
+        if self.report is not None:
+            d["report"] = self.report
+        return d
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Budget":
+        unknown = set(d) - {"nodes", "edges", "graphs", "report"}
+        if unknown:
+            raise ValueError(f"Budget.from_dict: unknown keys {sorted(unknown)}")
+        return cls(nodes=d["nodes"], edges=d["edges"], graphs=d["graphs"],
+                   report=d.get("report"))
+
+    @classmethod
+    def from_json(cls, s: str) -> "Budget":
+        return cls.from_dict(json.loads(s))
+
+    # ------------------------------------------------------------ from data
+    @classmethod
+    def tight(cls, dataset, graphs_per_batch: int) -> "Budget":
+        """The smallest budget in which *every* batch of ``graphs_per_batch``
+        graphs of ``dataset`` fits: the sums of the ``graphs_per_batch``
+        largest node and edge counts, plus the reserved padding node and graph
+        slot.  With this budget any batching (fixed count, any order) fits."""
+        from .packing import graph_sizes
+
+        k = _check_k(graphs_per_batch)
+        sizes = graph_sizes(dataset)
+        if sizes.num_graphs == 0:
+            raise ValueError("Budget.tight: empty dataset")
+        k = min(k, sizes.num_graphs)
+        top = -np.sort(-sizes.matrix, axis=0)[:k].sum(axis=0)
+        return cls._from_vector(sizes, top, graphs=k + 1,
+                                report={"method": "tight", "graphs_per_batch": k})
+
+    @classmethod
+    def fit(cls, dataset, graphs_per_batch: int, success_ratio: float = 0.99, *,
+            num_samples: int = 2000, seed: int = 0, packer: str = "greedy",
+            round_to: int = 1, graph_cap: Optional[int] = None) -> "Budget":
+        """The tightest budget that holds ``success_ratio`` of random batches
+        of ``graphs_per_batch`` graphs.
+
+        Node and edge budgets are the ``success_ratio`` quantiles of the sums
+        of ``num_samples`` random batches of ``graphs_per_batch`` graphs (never
+        smaller than the largest single graph, so every graph fits).  Unlike
+        TF-GNN's fit-or-skip, nothing is dropped: the packer carries what does
+        not fit to a later batch.  The graph count is a cap (``graph_cap`` real
+        graphs, default: the most graphs the packer put in one batch when run
+        without a cap in random order, plus one reserved slot), so the packer fills batches by
+        nodes and edges.
+
+        The expected padding efficiency (one epoch packed with ``packer``) is
+        in ``budget.report``: ``node_efficiency``, ``edge_efficiency``,
+        ``graph_efficiency``, ``batches``, ``mean_graphs_per_batch``.
+        ``round_to`` rounds node and edge budgets up to a multiple.
+        """
+        from .packing import graph_sizes, plan_epoch, plan_efficiency
+
+        k = _check_k(graphs_per_batch)
+        if not 0.0 < success_ratio <= 1.0:
+            raise ValueError(f"success_ratio must be in (0, 1], got {success_ratio}")
+        sizes = graph_sizes(dataset)
+        n = sizes.num_graphs
+        if n == 0:
+            raise ValueError("Budget.fit: empty dataset")
+        k = min(k, n)
+        rng = np.random.default_rng(seed)
+        # random batches of k distinct graphs
+        idx = np.stack([rng.choice(n, size=k, replace=False) for _ in range(num_samples)])
+        sums = sizes.matrix[idx].sum(axis=1)  # [samples, D]
+        q = np.ceil(np.quantile(sums, success_ratio, axis=0, method="higher")).astype(np.int64)
+        q = np.maximum(q, sizes.matrix.max(axis=0))
+        if round_to > 1:
+            q = _round_vec(q, sizes, round_to)
+        if graph_cap is None:
+            probe = cls._from_vector(sizes, q, graphs=n + 1)
+            # the greedy packer in random order: the histogram packer without a
+            # cap would pile the smallest graphs into one batch
+            plan = plan_epoch(sizes, probe, packer="greedy", shuffle=True, seed=seed)
+            graph_cap = max(k, max(len(b) for b in plan))
+        budget = cls._from_vector(sizes, q, graphs=int(graph_cap) + 1)
+        plan = plan_epoch(sizes, budget, packer=packer, shuffle=True, seed=seed)
+        eff = plan_efficiency(plan, sizes, budget)
+        sample_fit = float(np.mean(np.all(sums <= q, axis=1)))
+        report = {"method": "fit", "graphs_per_batch": k, "success_ratio": success_ratio,
+                  "sampled_fit_ratio": sample_fit, "packer": packer, "seed": seed, **eff}
+        return cls(nodes=budget.nodes, edges=budget.edges, graphs=budget.graphs, report=report)
+
+    @classmethod
+    def _from_vector(cls, sizes, vec, graphs: int, report=None) -> "Budget":
+        """Budget whose real-slot capacity is ``vec`` (node dims + 1 reserved)."""
+        vec = [int(v) for v in vec]
+        if sizes.node_types is None:
+            return cls(nodes=vec[0] + 1, edges=vec[1], graphs=graphs, report=report)
+        nt = len(sizes.node_types)
+        return cls(nodes={t: v + 1 for t, v in zip(sizes.node_types, vec[:nt])},
+                   edges={t: v for t, v in zip(sizes.edge_types, vec[nt:])},
+                   graphs=graphs, report=report)
+
+
+def _round_vec(q: np.ndarray, sizes, m: int) -> np.ndarray:
+    # node dims are stored +1 later: round (q + 1) up to a multiple of m
+    nt = 1 if sizes.node_types is None else len(sizes.node_types)
+    out = q.copy()
+    out[:nt] = (-(-(q[:nt] + 1) // m)) * m - 1
+    out[nt:] = (-(-q[nt:] // m)) * m
+    return out
+
+
+def _check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"graphs_per_batch must be a positive int, got {k!r}")
+    return int(k)

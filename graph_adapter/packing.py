@@ -1,0 +1,295 @@
+"""Packing graphs into fixed-size budgets.
+
+A *packing plan* is a list of batches, each a list of dataset indices (plain
+Python ints, so a plan is JSON-serialisable).  Every index given to a packer
+appears in exactly one batch; a packer never drops a graph (graphs that do not
+fit a budget at all are the loader's business: see ``oversize``).
+
+Two packers:
+
+* ``"greedy"`` (:func:`pack_greedy`) -- streaming: graphs arrive in (shuffled)
+  order, each goes into the first of at most ``open_batches`` open batches where
+  it fits, otherwise a new batch opens and, if too many are open, the oldest
+  is emitted.  ``open_batches=1`` is plain next-fit (jraph's
+  ``dynamically_batch``).  Memory is bounded; the order is random.
+* ``"histogram"`` (:func:`pack_histogram`) -- offline: the (nodes, edges)
+  histogram of the dataset is packed longest-first, in the spirit of
+  Graphcore's longest-pack-first histogram packing (LPFHP), into the fewest
+  batches the totals allow, each graph going to the least loaded batch where
+  it fits.  Highest fill and evenly filled batches; the batch structure
+  follows the size histogram, the epoch seed shuffles which graphs of equal
+  size go where and the batch order.
+
+Sizes are a matrix ``[num_graphs, D]`` (node counts per node type, then edge
+counts per edge type; ``D = 2`` for homogeneous graphs), capacities a vector
+``[D]`` of real slots (``Budget.capacity()``), plus a cap on real graphs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+__all__ = ["GraphSizes", "graph_sizes", "pack_greedy", "pack_histogram", "plan_epoch",
+           "plan_efficiency", "find_oversize", "PACKERS"]
+
+Plan = List[List[int]]
+
+
+@dataclass
+class GraphSizes:
+    """Per-graph sizes: ``matrix[i] = (nodes..., edges...)`` of graph ``i``."""
+
+    matrix: np.ndarray
+    node_types: Optional[Tuple[str, ...]] = None  # None: homogeneous
+    edge_types: Optional[Tuple[str, ...]] = None
+
+    @property
+    def num_graphs(self) -> int:
+        return int(self.matrix.shape[0])
+
+    @property
+    def dims(self) -> Tuple[str, ...]:
+        if self.node_types is None:
+            return ("nodes", "edges")
+        return tuple(self.node_types) + tuple(self.edge_types)
+
+    @property
+    def num_node_dims(self) -> int:
+        return 1 if self.node_types is None else len(self.node_types)
+
+
+def _edge_type_name(et) -> str:
+    return "__".join(et) if isinstance(et, tuple) else str(et)
+
+
+def graph_sizes(dataset) -> GraphSizes:
+    """Node/edge counts of every graph of ``dataset`` (one pass).
+
+    Accepts a :class:`GraphSizes` (returned as is), an int array ``[n, 2]`` of
+    (nodes, edges), a PyG dataset or a list of ``Data`` / ``HeteroData``.
+    """
+    if isinstance(dataset, GraphSizes):
+        return dataset
+    if isinstance(dataset, np.ndarray):
+        m = np.asarray(dataset, dtype=np.int64)
+        if m.ndim != 2 or m.shape[1] != 2:
+            raise ValueError("graph_sizes: an array must have shape [num_graphs, 2]")
+        return GraphSizes(m)
+    n = len(dataset)
+    if n == 0:
+        return GraphSizes(np.zeros((0, 2), dtype=np.int64))
+    first = dataset[0]
+    if _is_hetero(first):
+        nts = tuple(first.node_types)
+        ets = tuple(first.edge_types)
+        m = np.zeros((n, len(nts) + len(ets)), dtype=np.int64)
+        for i in range(n):
+            d = first if i == 0 else dataset[i]
+            for j, t in enumerate(nts):
+                m[i, j] = d[t].num_nodes or 0
+            for j, t in enumerate(ets):
+                m[i, len(nts) + j] = d[t].num_edges
+        return GraphSizes(m, nts, tuple(_edge_type_name(e) for e in ets))
+    m = np.zeros((n, 2), dtype=np.int64)
+    for i in range(n):
+        d = first if i == 0 else dataset[i]
+        m[i, 0] = d.num_nodes or 0
+        m[i, 1] = d.num_edges
+    return GraphSizes(m)
+
+
+def _is_hetero(d) -> bool:
+    try:
+        from torch_geometric.data import HeteroData
+    except Exception:  # pragma: no cover
+        return False
+    return isinstance(d, HeteroData)
+
+
+def find_oversize(sizes: GraphSizes, budget) -> np.ndarray:
+    """Indices of graphs that fit no batch of ``budget`` (sorted)."""
+    cap, gcap = budget.capacity()
+    if sizes.matrix.shape[1] != cap.shape[0]:
+        raise ValueError(f"budget has dims {budget.dims()} but the data has {sizes.dims}")
+    if gcap < 1:
+        return np.arange(sizes.num_graphs)
+    return np.nonzero(np.any(sizes.matrix > cap[None, :], axis=1))[0]
+
+
+# --------------------------------------------------------------------- greedy
+def pack_greedy(matrix: np.ndarray, order: Sequence[int], cap: np.ndarray, graph_cap: int,
+                open_batches: int = 8) -> Plan:
+    """Streaming first-fit over a window of ``open_batches`` open batches.
+
+    ``order`` gives the dataset indices in arrival order; every one of them
+    must fit an empty batch.  Returns the plan in emission order.
+    """
+    if open_batches < 1:
+        raise ValueError("open_batches must be >= 1")
+    cap_t = tuple(int(c) for c in cap)
+    rows = matrix.tolist()
+    plan: Plan = []
+    # open bins: [remaining tuple as list, members]
+    bins: List[List[Any]] = []
+    D = len(cap_t)
+    for i in order:
+        i = int(i)
+        s = rows[i]
+        placed = False
+        for b in bins:
+            rem = b[0]
+            if D == 2:
+                ok = s[0] <= rem[0] and s[1] <= rem[1]
+            else:
+                ok = all(x <= r for x, r in zip(s, rem))
+            if ok:
+                for d in range(D):
+                    rem[d] -= s[d]
+                b[1].append(i)
+                if len(b[1]) >= graph_cap:
+                    bins.remove(b)
+                    plan.append(b[1])
+                placed = True
+                break
+        if placed:
+            continue
+        if any(x > c for x, c in zip(s, cap_t)):
+            raise ValueError(f"graph {i} with sizes {s} does not fit capacity {list(cap_t)}")
+        b = [[c - x for c, x in zip(cap_t, s)], [i]]
+        if graph_cap <= 1:
+            plan.append(b[1])
+            continue
+        if len(bins) >= open_batches:
+            plan.append(bins.pop(0)[1])
+        bins.append(b)
+    plan.extend(b[1] for b in bins)
+    return plan
+
+
+# ------------------------------------------------------------------ histogram
+def pack_histogram(matrix: np.ndarray, indices: Sequence[int], cap: np.ndarray, graph_cap: int,
+                   rng: Optional[np.random.Generator] = None, max_tries: int = 64) -> Plan:
+    """Offline longest-first packing over the size histogram, for the fewest
+    batches.
+
+    Graphs are grouped by their size vector (the histogram over (nodes,
+    edges) for homogeneous graphs); groups are taken largest first (largest
+    relative size), and each graph goes to the batch that stays least loaded
+    after taking it (its largest relative load over nodes, edges and graph
+    slots) among those where it fits.  The number of batches starts at the
+    lower bound ``max(total / capacity)`` over all dims and grows only when a
+    graph finds no room, so the fill is as high as the data allow.  ``rng``
+    shuffles which graph of a size group lands where; without it the
+    assignment follows ``indices``.
+    """
+    indices = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices,
+                         dtype=np.int64)
+    if indices.size == 0:
+        return []
+    if graph_cap < 1:
+        raise ValueError("graph_cap must be >= 1")
+    if rng is not None:
+        indices = indices[rng.permutation(indices.size)]
+    sub = matrix[indices]
+    if np.any(sub > cap[None, :]):
+        bad = indices[np.any(sub > cap[None, :], axis=1)][0]
+        raise ValueError(f"graph {int(bad)} does not fit capacity {cap.tolist()}")
+    # the graph slot is one more dim
+    cap2 = np.concatenate([cap, [graph_cap]]).astype(np.int64)
+    sub2 = np.concatenate([sub, np.ones((sub.shape[0], 1), np.int64)], axis=1)
+    keys, inverse, counts = np.unique(sub2, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    by_group = np.argsort(inverse, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    capf = np.maximum(cap2.astype(np.float64), 1.0)
+    rel = keys / capf
+    gorder = np.lexsort((-rel.sum(axis=1), -rel.max(axis=1)))
+    total = sub2.sum(axis=0)
+    nb = int(max(1, np.max(np.ceil(total / capf))))
+    for _ in range(max_tries):
+        plan = _lpt(keys, counts, gorder, by_group, starts, indices, cap2, capf, nb)
+        if plan is not None:
+            return plan
+        nb = nb + max(1, nb // 100)
+    # cannot happen with graphs that fit an empty batch, but stay safe:
+    return pack_greedy(matrix, indices, cap, graph_cap, open_batches=16)
+
+
+def _lpt(keys, counts, gorder, by_group, starts, indices, cap2, capf, nb) -> Optional[Plan]:
+    used = np.zeros((nb, cap2.shape[0]), dtype=np.int64)
+    load = np.zeros(nb, dtype=np.float64)  # max relative load of each batch
+    members: List[List[int]] = [[] for _ in range(nb)]
+    for g in gorder:
+        s = keys[g]
+        grp = indices[by_group[starts[g]:starts[g + 1]]].tolist()
+        for i in grp:
+            new = used + s[None, :]
+            fits = np.all(new <= cap2[None, :], axis=1)
+            if not fits.any():
+                return None
+            after = np.max(new / capf[None, :], axis=1)
+            after[~fits] = np.inf
+            j = int(np.argmin(after))
+            used[j] += s
+            load[j] = after[j]
+            members[j].append(i)
+    return [m for m in members if m]
+
+
+PACKERS = ("greedy", "histogram")
+
+
+def plan_epoch(sizes: GraphSizes, budget, *, packer: str = "greedy", shuffle: bool = True,
+               seed: int = 0, epoch: int = 0, indices: Optional[Sequence[int]] = None,
+               open_batches: int = 8) -> Plan:
+    """Packing plan of one epoch: a list of batches of dataset indices.
+
+    Deterministic in ``(seed, epoch)``.  ``indices`` restricts the plan to
+    those graphs (default: all); each appears exactly once.
+    """
+    sizes = graph_sizes(sizes)
+    cap, gcap = budget.capacity()
+    if indices is None:
+        indices = np.arange(sizes.num_graphs)
+    indices = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices,
+                         dtype=np.int64)
+    rng = np.random.default_rng([int(seed), int(epoch)]) if shuffle else None
+    if packer == "greedy":
+        order = indices[rng.permutation(indices.size)] if rng is not None else indices
+        return pack_greedy(sizes.matrix, order, cap, gcap, open_batches=open_batches)
+    if packer == "histogram":
+        plan = pack_histogram(sizes.matrix, indices, cap, gcap, rng=rng)
+        if rng is not None:
+            plan = [plan[i] for i in rng.permutation(len(plan))]
+            plan = [[b[i] for i in rng.permutation(len(b))] for b in plan]
+        return plan
+    raise ValueError(f"unknown packer {packer!r}; choose one of {PACKERS}")
+
+
+def plan_efficiency(plan: Plan, sizes: GraphSizes, budget, extra_batches: int = 0) -> Dict[str, Any]:
+    """Real slots / budget slots over a plan (plus ``extra_batches`` fully
+    padded batches).  Budget slots include the reserved padding node/graph."""
+    sizes = graph_sizes(sizes)
+    nb = len(plan) + int(extra_batches)
+    nd = sizes.num_node_dims
+    flat = [i for b in plan for i in b]
+    tot = sizes.matrix[flat].sum(axis=0) if flat else np.zeros(sizes.matrix.shape[1], np.int64)
+    if budget.is_hetero:
+        node_slots = sum(budget.nodes.values())
+        edge_slots = sum(budget.edges.values())
+    else:
+        node_slots, edge_slots = budget.nodes, budget.edges
+    real_nodes = int(tot[:nd].sum())
+    real_edges = int(tot[nd:].sum())
+    return {
+        "batches": nb,
+        "graphs": len(flat),
+        "real_nodes": real_nodes,
+        "real_edges": real_edges,
+        "node_efficiency": real_nodes / max(1, nb * node_slots),
+        "edge_efficiency": real_edges / max(1, nb * edge_slots) if edge_slots else 1.0,
+        "graph_efficiency": len(flat) / max(1, nb * budget.graphs),
+        "mean_graphs_per_batch": len(flat) / max(1, nb),
+    }
