@@ -1,0 +1,610 @@
+"""Stage 1 of the data path: PyG objects <-> a flat dict of tensors with fixed keys.
+
+``flatten(obj)`` turns a ``Data``, a ``Batch`` made by ``Batch.from_data_list``,
+a ``HeteroData`` or a batch of ``HeteroData`` into ``(flat, spec)``:
+
+* ``flat`` is a ``dict[str, Tensor]`` holding every tensor attribute, under a
+  key that depends only on where the attribute lives (see :func:`key_of`);
+* ``spec`` is a :class:`Spec`, an immutable, hashable, JSON-serialisable
+  description of everything else: the class, every key with its dtype,
+  shape (``None`` on the dimension PyG concatenates along) and level
+  (node, edge, graph or other), the non-tensor attributes, and what
+  ``to_data_list()`` needs (``_slice_dict``, ``_inc_dict``, ``num_graphs``).
+
+``unflatten(flat, spec)`` is the exact inverse: same concrete class, keys,
+tensors (the very same objects), non-tensor attributes and batch metadata.
+
+``unflatten(flat, spec.static())`` rebuilds only what a model's forward needs
+and is written so that ``torch.compile(fullgraph=True)`` and strict
+``torch.export`` trace it: the class is resolved eagerly, the instance is
+created empty and filled by item assignment (see ``shared/FACTS.md``).
+
+Key naming (documented in ``docs/flat_dict.md``):
+
+* homogeneous graphs: the attribute name (``x``, ``edge_index``, ``batch``);
+* heterogeneous graphs: ``"<store>/<attr>"`` with the node type
+  (``paper/x``) or PyG's edge-type string (``author__writes__paper/edge_index``);
+  attributes of the global store keep a bare name (``y``).
+* keys are sorted: node stores, then edge stores, then the global store, each
+  by name, attributes by name. One schema always gives one key order.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import json
+import math
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch_geometric.data import Batch, Data, HeteroData
+from torch_geometric.data.data import BaseData
+
+__all__ = [
+    "SEP",
+    "EDGE_TYPE_SEP",
+    "LEVELS",
+    "Field",
+    "Spec",
+    "SpecError",
+    "MissingKeyError",
+    "UnexpectedKeyError",
+    "DtypeMismatchError",
+    "ShapeMismatchError",
+    "UnsupportedAttributeError",
+    "flatten",
+    "unflatten",
+    "key_of",
+    "parse_key",
+]
+
+#: Separator between store and attribute in hetero keys (``paper/x``).
+SEP = "/"
+#: PyG's own separator inside an edge type string (``author__writes__paper``).
+EDGE_TYPE_SEP = "__"
+#: The levels a key can have.
+LEVELS = ("node", "edge", "graph", "other")
+
+StoreKey = Tuple[str, ...]  # () global, (node_type,), (src, rel, dst)
+
+
+# --------------------------------------------------------------------------
+# Errors. Each names the key it is about and says what to do.
+# --------------------------------------------------------------------------
+class SpecError(Exception):
+    """Base class: a flat dict, a spec or an attribute that does not fit."""
+
+
+class _KeyErrorMessage(KeyError):
+    # KeyError repr()s its message; show it as written instead.
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class MissingKeyError(SpecError, _KeyErrorMessage):
+    """The flat dict lacks a key that the spec names."""
+
+
+class UnexpectedKeyError(SpecError, _KeyErrorMessage):
+    """The flat dict has a key that the spec does not name."""
+
+
+class DtypeMismatchError(SpecError, TypeError):
+    """A tensor's dtype differs from the spec's."""
+
+
+class ShapeMismatchError(SpecError, ValueError):
+    """A tensor's shape differs from the spec's (other than on its cat dim)."""
+
+
+class UnsupportedAttributeError(SpecError, TypeError):
+    """An attribute is neither a dense tensor nor a JSON value."""
+
+
+# --------------------------------------------------------------------------
+# Key naming
+# --------------------------------------------------------------------------
+def key_of(store: StoreKey, attr: str) -> str:
+    """The flat key of attribute ``attr`` of store ``store``.
+
+    ``store`` is ``()`` for a homogeneous graph or the global store of a hetero
+    graph, ``(node_type,)`` or ``(src, rel, dst)``.
+    """
+    if not store:
+        return attr
+    return EDGE_TYPE_SEP.join(store) + SEP + attr
+
+
+def parse_key(key: str) -> Tuple[StoreKey, str]:
+    """Inverse of :func:`key_of`: ``"a__r__b/edge_index"`` -> ``(("a","r","b"), "edge_index")``."""
+    if SEP not in key:
+        return (), key
+    store, attr = key.rsplit(SEP, 1)
+    return tuple(store.split(EDGE_TYPE_SEP)), attr
+
+
+def _check_name(name: str, what: str) -> None:
+    if SEP in name:
+        raise UnsupportedAttributeError(
+            f"{what} {name!r} contains {SEP!r}, which graph_adapter uses to join store and "
+            f"attribute in flat keys; rename it."
+        )
+
+
+# --------------------------------------------------------------------------
+# JSON encoding of non-tensor values (never pickle)
+# --------------------------------------------------------------------------
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _encode(value: Any, where: str) -> Any:
+    """Encode ``value`` as plain JSON, keeping tuples, tensors and non-str dict keys exact."""
+    if isinstance(value, _JSON_SCALARS):
+        if isinstance(value, float) and not math.isfinite(value):
+            return {"__float__": repr(value)}
+        return value
+    if isinstance(value, Tensor):
+        if value.layout != torch.strided:
+            raise UnsupportedAttributeError(f"{where}: sparse tensors are not supported; use .to_dense().")
+        return {
+            "__tensor__": str(value.dtype).replace("torch.", ""),
+            "shape": list(value.shape),
+            "data": value.detach().cpu().reshape(-1).tolist(),
+        }
+    if isinstance(value, list):
+        return [_encode(v, where) for v in value]
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v, where) for v in value]}
+    if isinstance(value, dict):
+        return {"__dict__": [[_encode(k, where), _encode(v, where)] for k, v in value.items()]}
+    raise UnsupportedAttributeError(
+        f"{where} has type {type(value).__module__}.{type(value).__qualname__}, which has no exact "
+        f"JSON form: only dense tensors, str, int, float, bool, None and lists/tuples/dicts of them "
+        f"can be flattened. Convert it to a tensor (e.g. torch.as_tensor) or delete the attribute "
+        f"before flattening."
+    )
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "__float__" in value:
+        return float(value["__float__"])
+    if "__tuple__" in value:
+        return tuple(_decode(v) for v in value["__tuple__"])
+    if "__dict__" in value:
+        return {_decode(k): _decode(v) for k, v in value["__dict__"]}
+    if "__tensor__" in value:
+        dtype = getattr(torch, value["__tensor__"])
+        return torch.tensor(value["data"], dtype=dtype).reshape(value["shape"])
+    raise ValueError(f"not a graph_adapter JSON value: {value!r}")
+
+
+def _dumps(value: Any, where: str) -> str:
+    # Non-strict torch.export flattens inputs inside its fake mode, where
+    # reading a real tensor's values would give symbolic ints: step out of it.
+    with unset_fake_temporarily():
+        return json.dumps(_encode(value, where), sort_keys=True, separators=(",", ":"))
+
+
+# --------------------------------------------------------------------------
+# The spec
+# --------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One tensor attribute.
+
+    Attributes:
+        key: its flat key.
+        store: ``()``, ``(node_type,)`` or ``(src, rel, dst)``.
+        attr: the attribute name inside the store.
+        dtype: e.g. ``"float32"``.
+        shape: the full shape with ``None`` on the dimension PyG concatenates
+            along (the one that changes from batch to batch).
+        level: ``"node"``, ``"edge"``, ``"graph"`` or ``"other"``.
+    """
+
+    key: str
+    store: StoreKey
+    attr: str
+    dtype: str
+    shape: Tuple[Optional[int], ...]
+    level: str
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """Static description of a flattened PyG object (hashable, JSON-serialisable).
+
+    Attributes:
+        data_cls: ``"module:qualname"`` of the data class (for a batch, the
+            class it batches, e.g. ``torch_geometric.data.data:Data``).
+        is_batch: whether the object is a ``Batch`` subclass (``DataBatch``...).
+        fields: one :class:`Field` per tensor attribute, in key order.
+        node_types / edge_types: hetero store order (empty for homogeneous).
+        constants: ``(store, attr, json)`` for every non-tensor attribute.
+        batch_info: JSON of ``num_graphs``, ``_slice_dict`` and ``_inc_dict``
+            (``None`` for non-batches and for :meth:`static` specs).
+    """
+
+    data_cls: str
+    is_batch: bool
+    fields: Tuple[Field, ...]
+    node_types: Tuple[str, ...] = ()
+    edge_types: Tuple[Tuple[str, str, str], ...] = ()
+    constants: Tuple[Tuple[StoreKey, str, str], ...] = ()
+    batch_info: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        # Decode the JSON parts once, eagerly: unflatten() may run inside a
+        # compiled region (strict export), where json.loads cannot be traced.
+        with unset_fake_temporarily():
+            constants = tuple((s, a, _decode(json.loads(j))) for s, a, j in self.constants)
+            info = None if self.batch_info is None else _decode(json.loads(self.batch_info))
+        object.__setattr__(self, "_constant_values", constants)
+        object.__setattr__(self, "_batch_values", info)
+
+    # ---- views -----------------------------------------------------------
+    @property
+    def keys(self) -> Tuple[str, ...]:
+        """The flat keys, in order."""
+        return tuple(f.key for f in self.fields)
+
+    @property
+    def is_hetero(self) -> bool:
+        return bool(self.node_types or self.edge_types)
+
+    def field(self, key: str) -> Field:
+        for f in self.fields:
+            if f.key == key:
+                return f
+        raise MissingKeyError(f"key {key!r} is not in the spec; its keys are {list(self.keys)}")
+
+    def static(self) -> "Spec":
+        """The part a compiler bakes in: class and fields, no per-batch values.
+
+        Two batches of one schema have equal ``static()`` specs.
+        ``unflatten(flat, spec.static())`` traces under ``fullgraph=True``.
+        """
+        return dataclasses.replace(self, constants=(), batch_info=None)
+
+    @property
+    def num_graphs(self) -> Optional[int]:
+        return None if self._batch_values is None else self._batch_values["num_graphs"]
+
+    # ---- JSON ------------------------------------------------------------
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "format": "graph_adapter.spec/1",
+            "data_cls": self.data_cls,
+            "is_batch": self.is_batch,
+            "fields": [
+                {
+                    "key": f.key,
+                    "store": list(f.store),
+                    "attr": f.attr,
+                    "dtype": f.dtype,
+                    "shape": list(f.shape),
+                    "level": f.level,
+                }
+                for f in self.fields
+            ],
+            "node_types": list(self.node_types),
+            "edge_types": [list(t) for t in self.edge_types],
+            "constants": [[list(s), a, j] for s, a, j in self.constants],
+            "batch_info": self.batch_info,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Spec":
+        if d.get("format") != "graph_adapter.spec/1":
+            raise SpecError(f"not a graph_adapter spec (format={d.get('format')!r})")
+        return cls(
+            data_cls=d["data_cls"],
+            is_batch=bool(d["is_batch"]),
+            fields=tuple(
+                Field(
+                    key=f["key"],
+                    store=tuple(f["store"]),
+                    attr=f["attr"],
+                    dtype=f["dtype"],
+                    shape=tuple(f["shape"]),
+                    level=f["level"],
+                )
+                for f in d["fields"]
+            ),
+            node_types=tuple(d["node_types"]),
+            edge_types=tuple(tuple(t) for t in d["edge_types"]),
+            constants=tuple((tuple(s), a, j) for s, a, j in d["constants"]),
+            batch_info=d["batch_info"],
+        )
+
+    def to_json(self, **kwargs: Any) -> str:
+        """JSON text of this spec (``json.dumps`` keyword arguments pass through)."""
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Spec":
+        return cls.from_dict(json.loads(text))
+
+    # ---- checks ----------------------------------------------------------
+    def validate(self, flat: Mapping[str, Tensor]) -> None:
+        """Raise a :class:`SpecError` naming the first key of ``flat`` that does not fit."""
+        missing = [k for k in self.keys if k not in flat]
+        if missing:
+            raise MissingKeyError(
+                f"flat dict is missing key(s) {missing} named by the spec; pass every key that "
+                f"flatten() produced (spec keys: {list(self.keys)})"
+            )
+        extra = [k for k in flat if k not in set(self.keys)]
+        if extra:
+            raise UnexpectedKeyError(
+                f"flat dict has unexpected key(s) {extra}; the spec names only {list(self.keys)}. "
+                f"Remove them or flatten the object again."
+            )
+        for f in self.fields:
+            t = flat[f.key]
+            if not isinstance(t, Tensor):
+                raise DtypeMismatchError(f"key {f.key!r}: expected a tensor, got {type(t).__name__}")
+            if t.dtype != f.torch_dtype:
+                raise DtypeMismatchError(
+                    f"key {f.key!r}: dtype {str(t.dtype).replace('torch.', '')}, spec says {f.dtype}; "
+                    f"cast it with .to(torch.{f.dtype})"
+                )
+            if t.dim() != len(f.shape) or any(
+                s is not None and s != n for s, n in zip(f.shape, t.shape)
+            ):
+                raise ShapeMismatchError(
+                    f"key {f.key!r}: shape {tuple(t.shape)} does not match the spec's "
+                    f"{_show_shape(f.shape)} (* = any size)"
+                )
+
+
+def _show_shape(shape: Iterable[Optional[int]]) -> str:
+    return "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+
+
+# --------------------------------------------------------------------------
+# Classes: resolved eagerly, once, outside any compiled region.
+# --------------------------------------------------------------------------
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+_CLASSES: Dict[Tuple[str, bool], type] = {}
+
+
+def _resolve(data_cls: str, is_batch: bool) -> type:
+    """The concrete class a spec names; cached so that compiled code only reads a dict."""
+    cached = _CLASSES.get((data_cls, is_batch))
+    if cached is not None:
+        return cached
+    module, _, qualname = data_cls.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if is_batch:
+        # PyG makes ``DataBatch`` & co. on demand (``DynamicInheritance``).
+        obj = type(Batch(_base_cls=obj))
+    _CLASSES[(data_cls, is_batch)] = obj
+    return obj
+
+
+def _new(cls: type) -> BaseData:
+    """An empty instance of ``cls``.
+
+    A concrete batch class must be passed itself as ``_base_cls``: its
+    metaclass would otherwise derive yet another class (``DataDataBatch``).
+    """
+    if issubclass(cls, Batch):
+        return cls(_base_cls=cls)
+    return cls()
+
+
+def _base_class(obj: BaseData) -> type:
+    if isinstance(obj, Batch):
+        return type(obj).__bases__[-1]
+    return type(obj)
+
+
+# --------------------------------------------------------------------------
+# flatten
+# --------------------------------------------------------------------------
+def _stores(obj: BaseData):
+    """Yield ``(store_key, store)`` in key order."""
+    if isinstance(obj, HeteroData):
+        for nt in sorted(obj.node_types):
+            _check_name(nt, "node type")
+            yield (nt,), obj[nt]
+        for et in sorted(obj.edge_types):
+            for part in et:
+                _check_name(part, "edge type part")
+            yield tuple(et), obj[et]
+        yield (), obj._global_store
+    else:
+        yield (), obj._store
+
+
+def _level(obj: BaseData, store, attr: str, value: Tensor, num_graphs: int) -> str:
+    if attr in ("batch", "node_mask"):
+        return "node"
+    if attr in ("ptr",):
+        return "other"
+    if attr == "edge_mask":
+        return "edge"
+    if attr == "graph_mask":
+        return "graph"
+    # Global store of a hetero graph: never node/edge.
+    if not (isinstance(obj, HeteroData) and store is obj._global_store):
+        if store.is_node_attr(attr):
+            return "node"
+        if store.is_edge_attr(attr):
+            return "edge"
+    if value.dim() == 0:
+        return "graph"
+    cat = obj.__cat_dim__(attr, value, store)
+    if cat is not None and value.size(cat) == num_graphs:
+        return "graph"
+    return "other"
+
+
+def flatten(
+    obj: BaseData, levels: Optional[Mapping[str, str]] = None
+) -> Tuple[Dict[str, Tensor], Spec]:
+    """Flatten a PyG object into ``(flat, spec)``.
+
+    Args:
+        obj: a ``Data``, ``HeteroData`` (or subclass), or a ``Batch`` of them
+            made by ``Batch.from_data_list``.
+        levels: optional ``{key: level}`` overrides where PyG's own node/edge
+            heuristics are ambiguous (e.g. a one-node graph's ``y``).
+
+    Returns:
+        ``flat``: ``{key: tensor}`` in key order; the tensors are the
+        object's own (no copy). ``spec``: a :class:`Spec`.
+
+    Raises:
+        UnsupportedAttributeError: an attribute that is neither a dense tensor
+            nor a JSON value (names the key and its type).
+    """
+    if not isinstance(obj, BaseData):
+        raise UnsupportedAttributeError(
+            f"flatten() takes a PyG Data/HeteroData/Batch, got {type(obj).__qualname__}"
+        )
+    levels = dict(levels or {})
+    for k, lv in levels.items():
+        if lv not in LEVELS:
+            raise ValueError(f"levels[{k!r}] = {lv!r}; choose one of {LEVELS}")
+    is_batch = isinstance(obj, Batch)
+    num_graphs = obj.num_graphs if is_batch else 1
+
+    flat: Dict[str, Tensor] = {}
+    fields = []
+    constants = []
+    for skey, store in _stores(obj):
+        for attr in sorted(store.keys()):
+            _check_name(attr, "attribute")
+            key = key_of(skey, attr)
+            value = store[attr]
+            if isinstance(value, Tensor) and value.layout == torch.strided:
+                level = levels.pop(key, None) or _level(obj, store, attr, value, num_graphs)
+                cat = obj.__cat_dim__(attr, value, store) if value.dim() else None
+                shape = list(value.shape)
+                if cat is not None:
+                    shape[cat] = None
+                flat[key] = value
+                fields.append(
+                    Field(key, skey, attr, str(value.dtype).replace("torch.", ""), tuple(shape), level)
+                )
+            else:
+                where = f"attribute {key!r}"
+                constants.append((skey, attr, _dumps(value, where)))
+    if levels:
+        raise MissingKeyError(f"levels names key(s) {sorted(levels)} that are not tensor attributes")
+
+    batch_info = None
+    if is_batch:
+        if getattr(obj, "_slice_dict", None) is None:
+            raise UnsupportedAttributeError(
+                "this Batch has no _slice_dict (it was not made by Batch.from_data_list); "
+                "flatten the Data objects and batch them with Batch.from_data_list"
+            )
+        batch_info = _dumps(
+            {
+                "num_graphs": num_graphs,
+                "slice_dict": obj._slice_dict,
+                "inc_dict": obj._inc_dict,
+            },
+            "batch metadata",
+        )
+
+    spec = Spec(
+        data_cls=_class_path(_base_class(obj)),
+        is_batch=is_batch,
+        fields=tuple(fields),
+        node_types=tuple(obj.node_types) if isinstance(obj, HeteroData) else (),
+        edge_types=tuple(tuple(t) for t in obj.edge_types) if isinstance(obj, HeteroData) else (),
+        constants=tuple(constants),
+        batch_info=batch_info,
+    )
+    _resolve(spec.data_cls, spec.is_batch)  # fail now, not inside a compiled forward
+    return flat, spec
+
+
+# --------------------------------------------------------------------------
+# unflatten
+# --------------------------------------------------------------------------
+def _store_of(out: BaseData, skey: StoreKey):
+    if not skey:
+        return out._global_store if isinstance(out, HeteroData) else out._store
+    return out[skey[0]] if len(skey) == 1 else out[skey]
+
+
+def unflatten(flat: Mapping[str, Tensor], spec: Spec, validate: bool = True) -> BaseData:
+    """Rebuild the PyG object that :func:`flatten` described.
+
+    With the full spec the result equals the original: same concrete class,
+    keys, tensors, non-tensor attributes, and (for batches) ``num_graphs``,
+    ``to_data_list()`` and ``get_example(i)``.
+
+    With ``spec.static()`` only the tensors are set; this path is what runs
+    inside a compiled forward. There, ``num_graphs`` is static when the flat
+    dict carries ``ptr`` (``ptr.numel() - 1``).
+
+    Raises:
+        MissingKeyError, UnexpectedKeyError, DtypeMismatchError,
+        ShapeMismatchError: ``flat`` does not fit ``spec`` (the message names
+        the key). Pass ``validate=False`` to skip the checks.
+    """
+    if validate and not torch.compiler.is_compiling():
+        spec.validate(flat)
+    out = _new(_resolve(spec.data_cls, spec.is_batch))
+    # Create hetero stores in the original order (also the empty ones).
+    for nt in spec.node_types:
+        out[nt]
+    for et in spec.edge_types:
+        out[et]
+    for f in spec.fields:
+        _store_of(out, f.store)[f.attr] = flat[f.key]
+    compiling = torch.compiler.is_compiling()
+    for skey, attr, value in spec._constant_values:
+        _store_of(out, skey)[attr] = value if compiling else _copy(value)
+    if spec.batch_info is not None:
+        info = spec._batch_values if compiling else _copy(spec._batch_values)
+        # PyG keeps these in the (global) store's __dict__ (Storage.__setattr__).
+        out._num_graphs = info["num_graphs"]
+        out._slice_dict = info["slice_dict"]
+        out._inc_dict = info["inc_dict"]
+    elif spec.is_batch:
+        # Make ``num_graphs`` a static int from a static shape, never
+        # ``int(batch.max()) + 1`` (a data-dependent read).
+        num_graphs = _static_num_graphs(flat, spec)
+        if num_graphs is not None:
+            out._num_graphs = num_graphs
+    return out
+
+
+def _copy(value: Any) -> Any:
+    # A private copy, so that editing the result never edits the spec; made
+    # outside any fake mode (non-strict export runs forward in one).
+    with unset_fake_temporarily():
+        return copy.deepcopy(value)
+
+
+def _static_num_graphs(flat: Mapping[str, Tensor], spec: Spec) -> Optional[int]:
+    for f in spec.fields:
+        if f.attr == "graph_mask" and not f.store:
+            return flat[f.key].size(-1)
+    for f in spec.fields:
+        if f.attr == "ptr":
+            return flat[f.key].size(-1) - 1
+    return None
