@@ -57,6 +57,7 @@ __all__ = [
     "UnsupportedAttributeError",
     "flatten",
     "unflatten",
+    "infer_spec",
     "key_of",
     "parse_key",
 ]
@@ -247,9 +248,11 @@ class Spec:
     def __post_init__(self) -> None:
         # Decode the JSON parts once, eagerly: unflatten() may run inside a
         # compiled region (strict export), where json.loads cannot be traced.
-        with unset_fake_temporarily():
-            constants = tuple((s, a, _decode(json.loads(j))) for s, a, j in self.constants)
-            info = None if self.batch_info is None else _decode(json.loads(self.batch_info))
+        constants, info = (), None
+        if self.constants or self.batch_info is not None:
+            with unset_fake_temporarily():
+                constants = tuple((s, a, _decode(json.loads(j))) for s, a, j in self.constants)
+                info = None if self.batch_info is None else _decode(json.loads(self.batch_info))
         object.__setattr__(self, "_constant_values", constants)
         object.__setattr__(self, "_batch_values", info)
 
@@ -399,6 +402,11 @@ def _resolve(data_cls: str, is_batch: bool) -> type:
     return obj
 
 
+for _cls in (Data, HeteroData):  # the classes infer_spec() names, resolved up front
+    for _is_batch in (False, True):
+        _resolve(_class_path(_cls), _is_batch)
+
+
 def _new(cls: type) -> BaseData:
     """An empty instance of ``cls``.
 
@@ -538,6 +546,60 @@ def flatten(
     )
     _resolve(spec.data_cls, spec.is_batch)  # fail now, not inside a compiled forward
     return flat, spec
+
+
+def infer_spec(
+    flat: Mapping[str, Tensor], data_cls: Optional[type] = None, is_batch: bool = True
+) -> Spec:
+    """A static spec for a flat dict that :func:`flatten` did not make.
+
+    This is how a fixed-size batch from ``FixedSizeLoader`` (keys per
+    ``docs/flat_dict.md``, masks included) is rebuilt without a stored spec:
+    keys with ``/`` are hetero stores, the class defaults to ``Data`` or
+    ``HeteroData`` (batched). Shapes are taken as they are (all static).
+    Levels follow the masks: a key whose size along PyG's cat dim equals its
+    store's ``node_mask`` (``edge_mask``, the global ``graph_mask``) length is
+    a node (edge, graph) key; ``ptr`` and the rest are ``other``.
+
+    Pure Python over keys and static shapes, so it traces.
+    """
+    parsed = {k: parse_key(k) for k in flat}
+    hetero = any(store for store, _ in parsed.values())
+    if data_cls is None:
+        data_cls = HeteroData if hetero else Data
+    sizes: Dict[Tuple[StoreKey, str], int] = {}
+    for key, (store, attr) in parsed.items():
+        if attr in ("node_mask", "edge_mask", "graph_mask"):
+            sizes[(store, attr)] = flat[key].size(0)
+    fields = []
+    for key in sorted(flat, key=lambda k: _order(parsed[k])):
+        store, attr = parsed[key]
+        t = flat[key]
+        cat = -1 if attr in ("edge_index", "edge_mask") or attr.endswith("index") else 0
+        level = {"node_mask": "node", "edge_mask": "edge", "graph_mask": "graph"}.get(attr, "other")
+        if level == "other" and t.dim() and attr != "ptr":
+            # Like PyG's is_edge_attr: a size match counts as edge-level only
+            # for names with "edge" in them, unless nothing else matches.
+            n = t.size(cat)
+            is_node = len(store) != 3 and n == sizes.get((store, "node_mask"), -1)
+            is_edge = len(store) != 1 and n == sizes.get((store, "edge_mask"), -1)
+            is_graph = not store and n == sizes.get(((), "graph_mask"), -1)
+            if is_edge and ("edge" in attr or not (is_node or is_graph)):
+                level = "edge"
+            elif is_node:
+                level = "node"
+            elif is_graph:
+                level = "graph"
+        fields.append(Field(key, store, attr, str(t.dtype).replace("torch.", ""), tuple(t.shape), level))
+    node_types = sorted({s[0] for s, _ in parsed.values() if len(s) == 1})
+    edge_types = sorted({s for s, _ in parsed.values() if len(s) == 3})
+    return Spec(_class_path(data_cls), is_batch, tuple(fields), tuple(node_types), tuple(edge_types))
+
+
+def _order(parsed: Tuple[StoreKey, str]) -> Tuple[int, StoreKey, str]:
+    store, attr = parsed
+    kind = {1: 0, 3: 1}.get(len(store), 2)
+    return kind, store, attr
 
 
 # --------------------------------------------------------------------------
