@@ -1,0 +1,304 @@
+"""FixedSizeLoader: packed, padded batches whose shapes never change.
+
+Wraps :class:`torch.utils.data.DataLoader`: a batch sampler yields the packed
+batches of an epoch (lists of dataset indices, planned up front so that
+``len(loader)`` is known), and the collate function is the padded collate of
+:mod:`graph_adapter.collate`.  ``num_workers``, ``pin_memory`` and the other
+DataLoader arguments pass through.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field, asdict
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from .budget import Budget
+from .collate import Collator, KeySpec, _Scan
+from .packing import PACKERS, find_oversize, plan_efficiency, plan_epoch
+
+__all__ = ["FixedSizeLoader", "LoaderStats"]
+
+
+@dataclass
+class LoaderStats:
+    """Padding efficiency of one epoch (of this rank).
+
+    Efficiencies are real slots / budget slots over every batch the loader
+    yields (fully padded fill batches included; budget slots include the
+    reserved padding node and graph slot).
+    """
+
+    epoch: int
+    batches: int  # fixed-size batches of this rank (micro-batches counted singly)
+    items: int  # yielded items (= len(loader); batches / micro_batches)
+    padded_batches: int  # fully padded fill batches (distributed / micro-batch tail)
+    graphs: int  # real graphs of this rank this epoch
+    total_graphs: int  # graphs of the dataset
+    skipped_graphs: int
+    skipped_indices: List[int]
+    node_efficiency: float
+    edge_efficiency: float
+    graph_efficiency: float
+    mean_graphs_per_batch: float
+    excluded_keys: Dict[str, str]
+    rank: int = 0
+    world_size: int = 1
+
+    def as_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+class _Fetch(Dataset):
+    """DataLoader dataset: maps one micro-batch (a list of dataset indices)
+    to what the collate function needs."""
+
+    def __init__(self, dataset, columnar: bool):
+        self.dataset = None if columnar else dataset
+        self.n = len(dataset)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, micro: List[int]):
+        if self.dataset is None or len(micro) == 0:
+            return list(micro)
+        return [self.dataset[i] for i in micro]
+
+
+class _Collate:
+    def __init__(self, collator: Collator, micro_batches: int):
+        self.collator = collator
+        self.micro_batches = micro_batches
+
+    def __call__(self, groups):
+        if self.micro_batches == 1:
+            return self.collator._one(groups[0])
+        return self.collator.collate_micro(groups)
+
+
+class _PlanSampler(Sampler):
+    def __init__(self, loader: "FixedSizeLoader"):
+        self.loader = loader
+
+    def __len__(self):
+        return len(self.loader._items())
+
+    def __iter__(self):
+        return iter(self.loader._items())
+
+
+class FixedSizeLoader:
+    """Yields padded flat dicts of fixed shapes, every graph exactly once per epoch.
+
+    Args:
+        dataset: a PyG dataset or a list of ``Data``.
+        budget: the :class:`~graph_adapter.budget.Budget` (or its dict/JSON).
+        shuffle: shuffle the graphs (greedy packer) or the batches (histogram
+            packer) every epoch.
+        seed: base seed; the plan of epoch ``e`` is a function of
+            ``(seed, e)`` only, so every rank computes the same one.
+        micro_batches: ``F`` stacks F fixed-size batches on a new leading dim
+            (poptorch splits dim 0 by deviceIterations x replicationFactor x
+            gradientAccumulation); every tensor gets it.  The epoch's tail is
+            filled with fully padded batches.
+        oversize: ``"error"`` (default) raises naming the dataset index and
+            sizes of each graph that fits no batch; ``"skip"`` leaves them
+            out, warns and reports them in ``stats``.
+        packer: ``"greedy"`` (streaming, shuffled order) or ``"histogram"``
+            (offline, highest fill); see :mod:`graph_adapter.packing`.
+        open_batches: batches the greedy packer keeps open.
+        index_dtype: ``torch.int64`` or ``torch.int32`` for index tensors
+            (``edge_index``, ``batch``, ``ptr``) on the host.
+        columnar: build a columnar copy of the dataset once (fastest
+            collate); ``False`` collates ``Data`` objects fetched per batch
+            (in the workers with ``num_workers > 0``).
+        rank, world_size: distributed sharding; default: from
+            ``torch.distributed`` when it is initialised, else 0 and 1.  Every
+            rank gets the same number of batches (fully padded fill batches
+            where needed), the same shapes, and disjoint graphs.  All ranks
+            must use the same dataset, budget, seed and packer.
+        **dataloader_kwargs: passed to ``torch.utils.data.DataLoader``
+            (``num_workers``, ``pin_memory``, ``persistent_workers``,
+            ``prefetch_factor``, ...).
+
+    ``len(loader)`` is the number of items the next epoch yields (planned up
+    front from the per-graph sizes).  Call :meth:`set_epoch` to pick the
+    epoch, as with ``DistributedSampler``; without it each new iteration
+    advances the epoch by one.
+    """
+
+    def __init__(self, dataset, budget: Union[Budget, dict, str], *, shuffle: bool = False,
+                 seed: int = 0, micro_batches: int = 1, oversize: str = "error",
+                 packer: str = "greedy", open_batches: int = 8,
+                 index_dtype: torch.dtype = torch.int64, columnar: bool = True,
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 **dataloader_kwargs):
+        if isinstance(budget, str):
+            budget = Budget.from_json(budget)
+        elif isinstance(budget, dict):
+            budget = Budget.from_dict(budget)
+        if not isinstance(budget, Budget):
+            raise TypeError(f"budget must be a Budget, got {type(budget).__name__}")
+        if oversize not in ("error", "skip"):
+            raise ValueError(f"oversize must be 'error' or 'skip', got {oversize!r}")
+        if packer not in PACKERS:
+            raise ValueError(f"packer must be one of {PACKERS}, got {packer!r}")
+        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) \
+                or micro_batches < 1:
+            raise ValueError(f"micro_batches must be a positive int, got {micro_batches!r}")
+        for k in ("batch_size", "shuffle", "sampler", "batch_sampler", "collate_fn",
+                  "drop_last"):
+            if k in dataloader_kwargs:
+                raise TypeError(f"FixedSizeLoader sets {k!r} itself; it cannot be passed")
+        if rank is None and world_size is None and torch.distributed.is_available() \
+                and torch.distributed.is_initialized():
+            rank = torch.distributed.get_rank()
+            world_size = torch.distributed.get_world_size()
+        rank = 0 if rank is None else int(rank)
+        world_size = 1 if world_size is None else int(world_size)
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        self.dataset = dataset
+        self.budget = budget
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.micro_batches = micro_batches
+        self.oversize = oversize
+        self.packer = packer
+        self.open_batches = int(open_batches)
+        self.rank = rank
+        self.world_size = world_size
+        self.collator = Collator(dataset, budget, columnar=columnar, index_dtype=index_dtype)
+        self.sizes = self.collator.sizes
+        bad = find_oversize(self.sizes, budget)
+        self.skipped_indices: List[int] = [int(i) for i in bad]
+        if len(bad):
+            msg = self._oversize_message(bad)
+            if oversize == "error":
+                raise ValueError(msg + " Pass oversize='skip' to leave them out, or use a "
+                                       "larger budget (Budget.tight / Budget.fit).")
+            warnings.warn(msg + " They are skipped (oversize='skip'); see loader.stats.",
+                          stacklevel=2)
+        keep = np.ones(self.sizes.num_graphs, dtype=bool)
+        keep[bad] = False
+        self._keep = np.nonzero(keep)[0]
+        self._epoch = 0
+        self._epoch_set = False
+        self._started = False
+        self._cache: Optional[Tuple[int, List[List[int]], List[List[List[int]]]]] = None
+        self._dl = DataLoader(_Fetch(dataset, self.collator.columnar),
+                              batch_sampler=_PlanSampler(self),
+                              collate_fn=_Collate(self.collator, micro_batches),
+                              **dataloader_kwargs)
+
+    # ------------------------------------------------------------ messages
+    def _oversize_message(self, bad) -> str:
+        b = self.budget
+        parts = []
+        for i in bad[:5]:
+            n, e = (int(x) for x in self.sizes.matrix[i])
+            parts.append(f"dataset index {int(i)} has {n} nodes and {e} edges")
+        more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
+        return (f"{len(bad)} graph(s) do not fit the budget "
+                f"Budget(nodes={b.nodes}, edges={b.edges}, graphs={b.graphs}), which holds "
+                f"at most {b.nodes - 1} real nodes (1 padding node reserved) and "
+                f"{b.edges} edges: " + "; ".join(parts) + more + ".")
+
+    # ------------------------------------------------------------ planning
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch = int(epoch)
+        self._epoch_set = True
+
+    def plan(self, epoch: Optional[int] = None) -> List[List[int]]:
+        """The global packing plan of an epoch (all ranks): a JSON-serialisable
+        list of batches of dataset indices."""
+        e = self._epoch if epoch is None else int(epoch)
+        if self._cache is not None and self._cache[0] == e:
+            return self._cache[1]
+        return plan_epoch(self.sizes, self.budget, packer=self.packer, shuffle=self.shuffle,
+                          seed=self.seed, epoch=e, indices=self._keep,
+                          open_batches=self.open_batches)
+
+    def _items(self) -> List[List[List[int]]]:
+        e = self._epoch
+        if self._cache is not None and self._cache[0] == e:
+            return self._cache[2]
+        plan = self.plan(e)
+        per_rank = -(-len(plan) // self.world_size)
+        mine = plan[self.rank::self.world_size]
+        mine = mine + [[] for _ in range(per_rank - len(mine))]
+        F = self.micro_batches
+        n_items = -(-len(mine) // F)
+        mine = mine + [[] for _ in range(n_items * F - len(mine))]
+        items = [mine[j * F:(j + 1) * F] for j in range(n_items)]
+        self._cache = (e, plan, items)
+        return items
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
+        if self._started and not self._epoch_set:
+            self._epoch += 1
+        self._started = True
+        self._epoch_set = False
+        return iter(self._dl)
+
+    # ---------------------------------------------------------------- info
+    @property
+    def keys(self) -> List[str]:
+        return list(self.collator.keys)
+
+    @property
+    def schema(self) -> List[KeySpec]:
+        return list(self.collator.schema)
+
+    @property
+    def excluded_keys(self) -> Dict[str, str]:
+        return dict(self.collator.excluded_keys)
+
+    def shapes(self) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
+        """Shape and dtype of every key of every yielded item."""
+        s = self.collator.shapes()
+        if self.micro_batches > 1:
+            s = {k: ((self.micro_batches,) + sh, dt) for k, (sh, dt) in s.items()}
+        return s
+
+    def empty_batch(self) -> Dict[str, torch.Tensor]:
+        """A fully padded item (handy to compile or trace ahead of time)."""
+        if self.micro_batches > 1:
+            return self.collator.collate_micro([[]] * self.micro_batches)
+        return self.collator.empty()
+
+    @property
+    def stats(self) -> LoaderStats:
+        items = self._items()
+        plan = self._cache[1]
+        batches = [b for it in items for b in it]
+        real = [b for b in batches if b]
+        eff = plan_efficiency(real, self.sizes, self.budget,
+                              extra_batches=len(batches) - len(real))
+        return LoaderStats(
+            epoch=self._epoch, batches=len(batches), items=len(items),
+            padded_batches=len(batches) - len(real), graphs=eff["graphs"],
+            total_graphs=self.sizes.num_graphs, skipped_graphs=len(self.skipped_indices),
+            skipped_indices=list(self.skipped_indices),
+            node_efficiency=eff["node_efficiency"], edge_efficiency=eff["edge_efficiency"],
+            graph_efficiency=eff["graph_efficiency"],
+            mean_graphs_per_batch=eff["graphs"] / max(1, len(batches)),
+            excluded_keys=self.excluded_keys, rank=self.rank, world_size=self.world_size)
+
+    def __repr__(self) -> str:
+        b = self.budget
+        return (f"FixedSizeLoader(graphs={self.sizes.num_graphs}, budget=Budget(nodes={b.nodes}, "
+                f"edges={b.edges}, graphs={b.graphs}), packer={self.packer!r}, "
+                f"micro_batches={self.micro_batches}, rank={self.rank}/{self.world_size})")
