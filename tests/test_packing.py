@@ -1,0 +1,87 @@
+"""Packers: exactly once, capacity, reproducibility, JSON plans."""
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from graph_adapter.budget import Budget
+from graph_adapter.packing import (GraphSizes, find_oversize, pack_greedy, pack_histogram,
+                                   plan_efficiency, plan_epoch)
+
+SETTINGS = settings(max_examples=40, deadline=None)
+
+pairs_st = st.lists(st.tuples(st.integers(0, 20), st.integers(0, 40)), min_size=0, max_size=80)
+
+
+def check_plan(plan, m, budget, indices):
+    cap, gcap = budget.capacity()
+    flat = [i for b in plan for i in b]
+    assert sorted(flat) == sorted(int(i) for i in indices)  # exactly once
+    for b in plan:
+        assert 1 <= len(b) <= gcap
+        assert np.all(m[b].sum(axis=0) <= cap)
+    json.dumps(plan)  # plain ints
+
+
+@SETTINGS
+@given(pairs=pairs_st, nodes=st.integers(21, 60), edges=st.integers(40, 100),
+       graphs=st.integers(2, 12), packer=st.sampled_from(["greedy", "histogram"]),
+       shuffle=st.booleans(), seed=st.integers(0, 5), ob=st.integers(1, 4))
+def test_exactly_once_and_capacity(pairs, nodes, edges, graphs, packer, shuffle, seed, ob):
+    m = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    budget = Budget(nodes=nodes, edges=edges, graphs=graphs)
+    plan = plan_epoch(m, budget, packer=packer, shuffle=shuffle, seed=seed, open_batches=ob)
+    check_plan(plan, m, budget, range(len(pairs)))
+    again = plan_epoch(m, budget, packer=packer, shuffle=shuffle, seed=seed, open_batches=ob)
+    assert plan == again  # reproducible
+
+
+def test_epochs_differ_and_indices_subset():
+    rng = np.random.default_rng(0)
+    m = np.stack([rng.integers(1, 20, 300), rng.integers(0, 40, 300)], axis=1)
+    b = Budget(nodes=200, edges=400, graphs=30)
+    for packer in ("greedy", "histogram"):
+        p0 = plan_epoch(m, b, packer=packer, shuffle=True, seed=1, epoch=0)
+        p1 = plan_epoch(m, b, packer=packer, shuffle=True, seed=1, epoch=1)
+        assert p0 != p1
+        sub = np.arange(0, 300, 3)
+        ps = plan_epoch(m, b, packer=packer, shuffle=True, seed=1, indices=sub)
+        check_plan(ps, m, b, sub)
+    # no shuffle: the greedy plan keeps dataset order
+    p = plan_epoch(m, b, packer="greedy", shuffle=False, open_batches=1)
+    assert [i for bb in p for i in bb] == list(range(300))
+
+
+def test_histogram_reaches_lower_bound_on_small_items():
+    rng = np.random.default_rng(0)
+    m = np.stack([rng.integers(1, 10, 2000), rng.integers(0, 10, 2000)], axis=1)
+    b = Budget(nodes=501, edges=2000, graphs=1000)
+    plan = plan_epoch(m, b, packer="histogram", shuffle=True)
+    lower = int(np.ceil(m[:, 0].sum() / 500))
+    assert len(plan) == lower
+    eff = plan_efficiency(plan, m, b)
+    assert eff["node_efficiency"] > 0.95 and eff["graphs"] == 2000
+
+
+def test_oversize_and_errors():
+    m = np.array([[5, 5], [50, 1], [1, 80]])
+    b = Budget(nodes=11, edges=20, graphs=4)
+    assert find_oversize(GraphSizes(m), b).tolist() == [1, 2]
+    with pytest.raises(ValueError, match="does not fit"):
+        pack_greedy(m, [0, 1], *b.capacity())
+    with pytest.raises(ValueError, match="does not fit"):
+        pack_histogram(m, [0, 1], *b.capacity())
+    with pytest.raises(ValueError, match="packer"):
+        plan_epoch(m[:1], b, packer="nope")
+
+
+def test_multi_dim_sizes():
+    # hetero: 2 node types + 1 edge type
+    rng = np.random.default_rng(0)
+    m = rng.integers(0, 6, (100, 3))
+    sizes = GraphSizes(m, ("a", "b"), ("a__r__b",))
+    b = Budget(nodes={"a": 31, "b": 31}, edges={"a__r__b": 30}, graphs=12)
+    for packer in ("greedy", "histogram"):
+        plan = plan_epoch(sizes, b, packer=packer, shuffle=True)
+        check_plan(plan, m, b, range(100))
