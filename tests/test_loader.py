@@ -1,0 +1,217 @@
+"""FixedSizeLoader: exactly once, fixed shapes, masks, stats, oversize, micro-batches."""
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+from torch_geometric.data import Batch, Data
+
+from graph_adapter.budget import Budget
+from graph_adapter.collate import unpad_batch
+from graph_adapter.loader import FixedSizeLoader
+
+SETTINGS = settings(max_examples=25, deadline=None)
+
+
+def make_graphs(sizes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i, (n, e) in enumerate(sizes):
+        e = e if n > 0 else 0
+        d = Data(x=torch.randn(n, 3, generator=g),
+                 edge_index=torch.randint(0, max(n, 1), (2, e), generator=g),
+                 edge_attr=torch.randn(e, 2, generator=g),
+                 y=torch.randn(1, 1, generator=g), idx=torch.tensor([i]))
+        d.num_nodes = n
+        out.append(d)
+    return out
+
+
+sizes_st = st.lists(st.tuples(st.integers(0, 12), st.integers(0, 20)), min_size=1, max_size=50)
+
+
+def epoch_ids(loader):
+    """Dataset indices of the real graphs of every yielded item, checking
+    shapes, masks and padding on the way."""
+    ids = []
+    sig = None
+    for item in loader:
+        s = {k: (tuple(v.shape), v.dtype) for k, v in item.items()}
+        sig = sig or s
+        assert s == sig, "shapes/dtypes changed within an epoch"
+        assert list(item) == loader.keys
+        F = loader.micro_batches
+        subs = [item] if F == 1 else [{k: v[f] for k, v in item.items()} for f in range(F)]
+        if F > 1:
+            assert all(v.shape[0] == F for v in item.values())
+        for b in subs:
+            g = int(b["graph_mask"].sum())
+            n = int(b["node_mask"].sum())
+            e = int(b["edge_mask"].sum())
+            assert n == int(b["ptr"][g]) and int(b["batch"].max()) == loader.budget.graphs - 1
+            assert bool((b["edge_index"][:, e:] >= n).all())
+            assert bool(b["graph_mask"][:g].all()) and not bool(b["graph_mask"][g:].any())
+            ids.extend(b["idx"][:g].tolist())
+    if sig is not None:
+        assert sig == {k: (sh, dt) for k, (sh, dt) in loader.shapes().items()}
+    return ids
+
+
+@SETTINGS
+@given(sizes=sizes_st, shuffle=st.booleans(), F=st.integers(1, 3),
+       packer=st.sampled_from(["greedy", "histogram"]), seed=st.integers(0, 3))
+def test_every_graph_exactly_once(sizes, shuffle, F, packer, seed):
+    graphs = make_graphs(sizes, seed)
+    budget = Budget(nodes=30, edges=45, graphs=6)
+    loader = FixedSizeLoader(graphs, budget, shuffle=shuffle, seed=seed, micro_batches=F,
+                             packer=packer)
+    n_items = len(loader)  # known before iterating
+    ids = epoch_ids(loader)
+    assert sorted(ids) == list(range(len(graphs)))
+    st_ = loader.stats
+    assert st_.items == n_items and st_.batches == n_items * F
+    assert st_.graphs == len(graphs) and st_.skipped_graphs == 0
+    real_nodes = sum(d.num_nodes for d in graphs)
+    assert st_.node_efficiency == pytest.approx(real_nodes / (st_.batches * budget.nodes))
+    ids2 = epoch_ids(loader)  # next epoch: still exactly once
+    assert sorted(ids2) == list(range(len(graphs)))
+
+
+@SETTINGS
+@given(sizes=sizes_st, world=st.integers(1, 3), F=st.integers(1, 2), seed=st.integers(0, 3))
+def test_ranks_disjoint_same_length(sizes, world, F, seed):
+    graphs = make_graphs(sizes, seed)
+    budget = Budget(nodes=30, edges=45, graphs=6)
+    loaders = [FixedSizeLoader(graphs, budget, shuffle=True, seed=seed, micro_batches=F,
+                               rank=r, world_size=world) for r in range(world)]
+    lens = {len(ld) for ld in loaders}
+    assert len(lens) == 1
+    all_ids = []
+    shapes = set()
+    for ld in loaders:
+        ids = epoch_ids(ld)
+        all_ids.extend(ids)
+        shapes.add(tuple(sorted((k, sh) for k, (sh, dt) in ld.shapes().items())))
+    assert sorted(all_ids) == list(range(len(graphs)))
+    assert len(shapes) == 1
+
+
+def test_unpad_gives_back_originals():
+    graphs = make_graphs([(5, 7), (0, 0), (3, 2), (8, 12), (1, 0), (4, 4)] * 3)
+    loader = FixedSizeLoader(graphs, Budget(nodes=20, edges=30, graphs=5), shuffle=True,
+                             micro_batches=2)
+    seen = {}
+    for item in loader:
+        for d in unpad_batch(item, loader.schema):
+            seen[int(d.idx)] = d
+    assert sorted(seen) == list(range(len(graphs)))
+    for i, d in seen.items():
+        o = graphs[i]
+        for k in ("x", "edge_index", "edge_attr", "y", "idx"):
+            assert torch.equal(d[k], o[k]), k
+        assert d.num_nodes == o.num_nodes
+
+
+def test_len_seed_and_set_epoch():
+    graphs = make_graphs([(i % 7 + 1, i % 5) for i in range(60)])
+    b = Budget(nodes=25, edges=25, graphs=8)
+    a = FixedSizeLoader(graphs, b, shuffle=True, seed=3)
+    c = FixedSizeLoader(graphs, b, shuffle=True, seed=3)
+    pa = a.plan()
+    assert pa == c.plan() and json.loads(json.dumps(pa)) == pa
+    assert len(a) == len(pa)
+    ids0 = epoch_ids(a)
+    ids1 = epoch_ids(a)  # iterating again advances the epoch
+    assert ids0 != ids1 and a.epoch == 1
+    a.set_epoch(0)
+    assert epoch_ids(a) == ids0
+    c.set_epoch(1)
+    assert epoch_ids(c) == ids1
+    plain = FixedSizeLoader(graphs, b)
+    ids = epoch_ids(plain)
+    assert sorted(ids) == list(range(60)) and ids == epoch_ids(plain)  # no shuffle: fixed
+    nf = FixedSizeLoader(graphs, b, open_batches=1)
+    assert epoch_ids(nf) == list(range(60))  # next-fit without shuffle: dataset order
+
+
+def test_oversize_error_and_skip():
+    graphs = make_graphs([(3, 3), (40, 5), (2, 2), (4, 90)])
+    b = Budget(nodes=20, edges=30, graphs=4)
+    with pytest.raises(ValueError) as ei:
+        FixedSizeLoader(graphs, b)
+    msg = str(ei.value)
+    assert "dataset index 1 has 40 nodes and 5 edges" in msg
+    assert "dataset index 3 has 4 nodes and 90 edges" in msg and "19 real nodes" in msg
+    with pytest.warns(UserWarning, match="dataset index 1"):
+        ld = FixedSizeLoader(graphs, b, oversize="skip")
+    assert sorted(epoch_ids(ld)) == [0, 2]
+    s = ld.stats
+    assert s.skipped_graphs == 2 and s.skipped_indices == [1, 3] and s.total_graphs == 4
+    with pytest.raises(ValueError):
+        FixedSizeLoader(graphs, b, oversize="drop")
+
+
+def test_int32_micro_batches_and_padded_tail():
+    graphs = make_graphs([(4, 6)] * 10)
+    b = Budget(nodes=13, edges=20, graphs=4)  # 3 graphs a batch -> 4 batches
+    ld = FixedSizeLoader(graphs, b, micro_batches=3, index_dtype=torch.int32)
+    assert len(ld) == 2 and ld.stats.padded_batches == 2
+    items = list(ld)
+    assert len(items) == 2
+    for it in items:
+        for k in ("edge_index", "batch", "ptr"):
+            assert it[k].dtype == torch.int32
+        assert it["graph_mask"].dim() == 2 and it["y"].shape == (3, 4, 1)
+    assert not items[-1]["graph_mask"][1:].any()  # fully padded fill
+    e = ld.empty_batch()
+    assert {k: v.shape for k, v in e.items()} == {k: v.shape for k, v in items[0].items()}
+
+
+def test_excluded_keys_in_stats_and_lazy_path_with_workers():
+    graphs = make_graphs([(3, 2), (5, 4), (2, 1), (6, 6)] * 4)
+    for d in graphs:
+        d.smiles = "C"
+    with pytest.warns(UserWarning, match="smiles"):
+        ld = FixedSizeLoader(graphs, Budget(nodes=20, edges=20, graphs=5), columnar=False,
+                             num_workers=1, shuffle=True)
+    assert "smiles" in ld.stats.excluded_keys
+    assert sorted(epoch_ids(ld)) == list(range(16))
+
+
+def test_pyg_dataset_and_model_output_matches():
+    from torch_geometric.datasets import FakeDataset
+    from torch_geometric.nn import GIN, global_mean_pool
+
+    ds = FakeDataset(num_graphs=20, avg_num_nodes=10, num_channels=4, edge_dim=2, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        b = Budget.tight(ds, 4)
+        ld = FixedSizeLoader(ds, b)
+    torch.manual_seed(0)
+    model = GIN(4, 8, num_layers=2).eval()
+    seen = 0
+    for item in ld:
+        g = int(item["graph_mask"].sum())
+        ref = Batch.from_data_list([ds[i] for i in range(seen, seen + g)])
+        seen += g
+        out = model(item["x"], item["edge_index"])
+        want = model(ref.x, ref.edge_index)
+        torch.testing.assert_close(out[:ref.num_nodes], want)
+        pooled = global_mean_pool(out, item["batch"], size=b.graphs)[:g]
+        torch.testing.assert_close(pooled, global_mean_pool(want, ref.batch))
+    assert seen == 20
+
+
+def test_bad_arguments():
+    graphs = make_graphs([(3, 3)])
+    b = Budget(nodes=20, edges=30, graphs=4)
+    with pytest.raises(TypeError):
+        FixedSizeLoader(graphs, b, batch_size=3)
+    with pytest.raises(ValueError):
+        FixedSizeLoader(graphs, b, micro_batches=0)
+    with pytest.raises(ValueError):
+        FixedSizeLoader(graphs, b, rank=2, world_size=2)
+    ld = FixedSizeLoader(graphs, b.to_json())  # a budget as JSON
+    assert ld.budget == b
