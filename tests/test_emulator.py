@@ -1,0 +1,232 @@
+"""The CPU emulation of poptorch's execution (backend "ipu-emulator")."""
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+from torch import nn
+
+from graph_adapter.ipu import EmulatorError, IPUOptions, collect_outputs, compile_ipu
+
+
+class FlatModel(nn.Module):
+    """Takes a flat dict whose tensors have a leading micro-batch dim of 1 (or none)."""
+
+    def __init__(self, squeeze=True):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+        self.squeeze = squeeze
+        self.seen = []
+
+    def forward(self, batch):
+        self.seen.append({k: (v.dtype, tuple(v.shape)) for k, v in batch.items()})
+        x, y = batch["x"], batch["y"]
+        if self.squeeze:
+            x, y = x.squeeze(0), y.squeeze(0)
+        out = self.lin(x).squeeze(-1)
+        return {"output": out, "loss": ((out - y) ** 2).mean()}
+
+
+def host_batch(F, n=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(F, n, 4, generator=g), "y": torch.randn(F, n, generator=g)}
+
+
+@settings(deadline=None, max_examples=12)
+@given(d=st.integers(1, 3), r=st.integers(1, 2), a=st.integers(1, 3), calls=st.integers(1, 2),
+       momentum=st.sampled_from([0.0, 0.9]))
+def test_training_equals_plain_pytorch_loop(d, r, a, calls, momentum):
+    options = IPUOptions(d, r, a)
+    emu_model, ref_model = FlatModel(), FlatModel()
+    ref_model.load_state_dict(emu_model.state_dict())
+    opt = torch.optim.SGD(emu_model.parameters(), lr=0.05, momentum=momentum)
+    emu = compile_ipu(emu_model, "ipu-emulator", options, optimizer=opt)
+    batches = [host_batch(options.micro_batches, seed=s) for s in range(calls)]
+    out_losses = []
+    for b in batches:
+        out = emu(b)
+        assert out["loss"].shape == ((options.micro_batches,) if options.micro_batches > 1 else ())
+        out_losses.append(out["loss"].reshape(-1))
+    # reference with the same optimizer
+    ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.05, momentum=momentum)
+    per_step = r * a
+    ref_losses = []
+    for host in batches:
+        micro = [{k: v[i:i + 1] for k, v in host.items()} for i in range(options.micro_batches)]
+        for s in range(d):
+            ref_opt.zero_grad()
+            step = [ref_model(mb)["loss"] for mb in micro[s * per_step:(s + 1) * per_step]]
+            torch.stack(step).mean().backward()
+            ref_opt.step()
+            ref_losses += [l.detach() for l in step]
+    for (name, p), q in zip(emu_model.named_parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+    torch.testing.assert_close(torch.cat(out_losses), torch.stack(ref_losses), rtol=1e-5, atol=1e-6)
+    assert emu.steps == d * calls
+
+
+def test_accumulation_with_mean_equals_one_big_batch():
+    # poptorch's own test (batching_test.test_gradient_accumulation): with Mean
+    # reduction, A=2 over two halves equals A=1 over the whole batch.
+    torch.manual_seed(0)
+    m1, m2 = FlatModel(squeeze=False), FlatModel(squeeze=False)
+    m2.load_state_dict(m1.state_dict())
+    x, y = torch.randn(4, 4), torch.randn(4)
+    e1 = compile_ipu(m1, "ipu-emulator", IPUOptions(), optimizer=torch.optim.SGD(m1.parameters(), lr=0.1))
+    e2 = compile_ipu(m2, "ipu-emulator", IPUOptions(gradient_accumulation=2),
+                     optimizer=torch.optim.SGD(m2.parameters(), lr=0.1))
+    for _ in range(5):
+        e1({"x": x, "y": y})
+        e2({"x": x, "y": y})
+    for p, q in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(p, q)
+
+
+def test_model_sees_leading_dim_one_and_narrowed_dtypes():
+    model = FlatModel()
+    emu = compile_ipu(model, "ipu-emulator", IPUOptions(device_iterations=3))
+    b = host_batch(3)
+    b["x"] = b["x"].double()
+    b["idx"] = torch.arange(6).reshape(3, 2)
+    emu(b)
+    assert len(model.seen) == 3
+    assert model.seen[0]["x"] == (torch.float32, (1, 5, 4))
+    assert model.seen[0]["idx"] == (torch.int32, (1, 2))
+
+
+def test_int64_out_of_range_warns():
+    model = FlatModel()
+    emu = compile_ipu(model, "ipu-emulator", IPUOptions())
+    b = host_batch(1)
+    b["big"] = torch.tensor([2**40])
+    with pytest.warns(RuntimeWarning, match="int32"):
+        emu(b)
+
+
+def test_inference_output_modes_values():
+    class Ident(nn.Module):
+        def forward(self, batch):
+            return {"output": batch["x"] * 1.0, "scalar": batch["x"].sum()}
+
+    x = torch.arange(4 * 2 * 3, dtype=torch.float32).reshape(4, 2, 3)
+    per_mb = [x[i:i + 1] for i in range(4)]
+
+    out = compile_ipu(Ident(), "ipu-emulator", IPUOptions(4))({"x": x})
+    torch.testing.assert_close(out["output"], x)  # [4*1, 2, 3]
+    assert out["scalar"].shape == (4,)
+
+    out = compile_ipu(Ident(), "ipu-emulator", IPUOptions(4, output_mode="final"))({"x": x})
+    torch.testing.assert_close(out["output"], per_mb[-1])
+    assert out["scalar"].shape == ()
+
+    out = compile_ipu(Ident(), "ipu-emulator", IPUOptions(4, output_mode="sum"))({"x": x})
+    torch.testing.assert_close(out["output"], x.sum(0, keepdim=True))
+    torch.testing.assert_close(out["scalar"], x.sum())
+
+    out = compile_ipu(Ident(), "ipu-emulator",
+                      IPUOptions(4, output_mode="every_n", output_return_period=2))({"x": x})
+    torch.testing.assert_close(out["output"], torch.cat([per_mb[1], per_mb[3]]))
+    assert out["scalar"].shape == (2,)
+
+
+def test_replicas_final_and_sum_return_one_row_per_replica():
+    class Ident(nn.Module):
+        def forward(self, batch):
+            return {"output": batch["x"] * 1.0, "loss": batch["x"].sum() * 0.0 + self.w.sum()}
+
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(1))
+
+    D, A, R = 2, 3, 2
+    F = D * A * R
+    x = torch.arange(F, dtype=torch.float32).reshape(F, 1)
+    o = dict(device_iterations=D, gradient_accumulation=A, replication_factor=R)
+    final = compile_ipu(Ident(), "ipu-emulator", IPUOptions(**o, output_mode="final"), training=True)({"x": x})
+    # layout [D, A, R]: the final (d=1, a=2) micro-batch of replica r is index 10 + r
+    torch.testing.assert_close(final["output"], torch.tensor([[10.0], [11.0]]))
+    assert final["loss"].shape == (R,)
+    summed = compile_ipu(Ident(), "ipu-emulator", IPUOptions(**o, output_mode="sum"), training=True)({"x": x})
+    torch.testing.assert_close(summed["output"], torch.tensor([[0.0 + 2 + 4 + 6 + 8 + 10], [1.0 + 3 + 5 + 7 + 9 + 11]]))
+    everyn = compile_ipu(Ident(), "ipu-emulator",
+                         IPUOptions(**o, output_mode="every_n", output_return_period=2), training=True)({"x": x})
+    # (D / N) * A * R rows: every 2nd device iteration, all its accumulation steps and replicas
+    torch.testing.assert_close(everyn["output"], x[6:])
+
+
+@settings(deadline=None, max_examples=40)
+@given(d=st.integers(1, 4), r=st.integers(1, 3), a=st.integers(1, 3),
+       mode=st.sampled_from(["all", "final", "sum", "every_n"]), rows=st.integers(1, 3))
+def test_output_shapes(d, r, a, mode, rows):
+    period = d if mode == "every_n" else 1
+    o = IPUOptions(d, r, a, output_mode=mode, output_return_period=period)
+    F = o.micro_batches
+    outs = [{"v": torch.full((rows, 2), float(i)), "s": torch.tensor(float(i))} for i in range(F)]
+    got = collect_outputs(outs, o)
+    k = {"all": F, "every_n": (d // period) * a * r, "final": r, "sum": r}[mode]
+    assert got["v"].shape == (k * rows, 2)
+    assert got["s"].shape == (() if k == 1 else (k,))
+    if mode == "all":
+        assert got["s"].tolist() == (list(map(float, range(F))) if F > 1 else 0.0)
+    if mode == "sum":
+        total = got["s"].sum() if k > 1 else got["s"]
+        assert float(total) == sum(range(F))
+
+
+def test_input_checks_with_poptorch_messages():
+    emu = compile_ipu(FlatModel(), "ipu-emulator", IPUOptions(2))
+    emu(host_batch(2))
+    assert emu.isCompiled()
+    b = host_batch(2)
+    del b["y"]
+    with pytest.raises(EmulatorError, match=r"Missing arguments: y\."):
+        emu(b)
+    b = host_batch(2)
+    b["z"] = torch.zeros(2)
+    with pytest.raises(EmulatorError, match=r"Unexpected arguments: z\."):
+        emu(b)
+    b = host_batch(2)
+    b["x"] = b["x"].double()
+    with pytest.raises(EmulatorError, match="Data type mismatch for batch\\[x\\]"):
+        emu(b)
+    with pytest.raises(EmulatorError, match="Shape mismatch for batch\\[x\\]"):
+        emu(host_batch(2, n=6))
+    emu.destroy()
+    emu(host_batch(2, n=6))  # recompiled for the new shapes
+
+
+def test_dim0_must_divide_by_F():
+    emu = compile_ipu(FlatModel(), "ipu-emulator", IPUOptions(2, 1, 2), training=True)
+    with pytest.raises(EmulatorError, match=r"batch\[x\].*not a multiple of.*= 4"):
+        emu(host_batch(6))
+    b = host_batch(4)
+    b["t"] = torch.tensor(1.0)
+    with pytest.raises(EmulatorError, match="0-d"):
+        compile_ipu(FlatModel(), "ipu-emulator", IPUOptions(4))(b)
+
+
+def test_training_requires_scalar_loss_and_default_optimizer():
+    class NoLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 1)
+
+        def forward(self, batch):
+            return {"output": self.lin(batch["x"])}
+
+    with pytest.raises(TypeError, match="loss"):
+        compile_ipu(NoLoss(), "ipu-emulator", IPUOptions(), training=True)(host_batch(1))
+    emu = compile_ipu(FlatModel(), "ipu-emulator", IPUOptions(), training=True)
+    assert isinstance(emu.optimizer, torch.optim.SGD) and emu.optimizer.defaults["lr"] == 0.01
+    with pytest.raises(ValueError, match="gradient_accumulation"):
+        compile_ipu(FlatModel(), "ipu-emulator", IPUOptions(gradient_accumulation=2))
+
+
+def test_inference_does_not_touch_parameters():
+    model = FlatModel()
+    before = copy.deepcopy(model.state_dict())
+    out = compile_ipu(model, "ipu-emulator", IPUOptions(3))(host_batch(3))
+    assert not out["output"].requires_grad
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])
