@@ -1,0 +1,367 @@
+"""Static sizes for PyG ops, active only inside an ``ipu_wrap``-ped forward.
+
+PyG computes ``int(index.max()) + 1`` whenever a size argument is missing
+(``global_*_pool``, ``utils.scatter``, ``utils.softmax``, ``to_dense_batch``,
+aggregation modules, ``maybe_num_nodes``), and drops self-loops with a boolean
+mask (``remove_self_loops``, ``add_remaining_self_loops``). Both give
+data-dependent shapes. Inside the wrapped forward the sizes are known and
+static (the padded budget): ``N`` nodes, ``E`` edges, ``G`` graph slots.
+
+How it works:
+
+* :func:`install` swaps each of those PyG functions, *at every module
+  attribute where code looks it up* (the ``torch_geometric`` modules that
+  imported it by name, and the modules of the user's model classes), for a
+  replacement that behaves exactly like the original **unless a frame is
+  active**. It also patches ``Aggregation.__call__``. Installation is done once
+  by ``ipu_wrap`` (and again for newly imported modules) and stays in place:
+  patching module dictionaries inside a traced forward is not something
+  Dynamo or ``torch.export`` can trace, while reading a module-level list is.
+  :func:`uninstall` restores every original.
+* The wrapped forward pushes a *frame* (a dict with the static sizes, the
+  batch vector and the masks) on :data:`_FRAMES` for the duration of the
+  model call (``try/finally``), so the substitution is active only there.
+
+Rules the replacements follow when a size is missing (and a frame is active):
+
+* the index *is* the batch vector -> ``G``;
+* otherwise by its length: ``E`` (an edge -> node index) -> ``N``;
+  ``N`` (a node -> graph index) -> ``G``; anything else, or ``N == E`` for an
+  index that is not the batch vector, raises :class:`StaticSizeError` naming
+  the op and the user's source line. Pass the size explicitly there.
+* ``remove_self_loops`` keeps the shape and redirects self-loops to the last
+  node (always a padding node in the padded format), so no real node sees them.
+* ``add_remaining_self_loops`` redirects existing self-loops the same way
+  (the loop weight of a node with a self-loop is taken from it, as PyG does)
+  and appends ``N`` self-loops: ``E + N`` edges, static.
+* ``to_dense_batch`` without ``batch_size`` uses ``G``; without
+  ``max_num_nodes`` it uses ``N`` (every graph fits; the dense output is
+  ``[G, N, F]`` instead of PyG's ``[B, max_nodes, F]``).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+import torch_geometric
+import torch_geometric.utils as pyg_utils
+from torch_geometric import EdgeIndex
+from torch_geometric.nn.aggr.base import Aggregation
+from torch_geometric.utils import num_nodes as _num_nodes_mod
+
+__all__ = [
+    "StaticSizeError",
+    "install",
+    "uninstall",
+    "installed",
+    "current_frame",
+    "push_frame",
+    "pop_frame",
+    "make_frame",
+]
+
+
+class StaticSizeError(RuntimeError):
+    """An op inside the wrapped forward needs a size that cannot be made static."""
+
+
+#: Stack of active frames; the wrapped forward pushes one around the model call.
+_FRAMES: List[Dict[str, Any]] = []
+
+
+def current_frame() -> Optional[Dict[str, Any]]:
+    return _FRAMES[-1] if _FRAMES else None
+
+
+def push_frame(frame: Dict[str, Any]) -> None:
+    _FRAMES.append(frame)
+
+
+def pop_frame() -> None:
+    _FRAMES.pop()
+
+
+def make_frame(flat: Dict[str, Tensor]) -> Dict[str, Any]:
+    """The frame for a (micro-batch-free) padded flat dict.
+
+    Homogeneous: ``N``/``E``/``G`` from the mask lengths (``x``/``edge_index``
+    /``ptr`` when a mask is missing). Hetero: ``G`` and per-store masks; the
+    node-level rules then apply only to the batch vectors.
+    """
+    frame: Dict[str, Any] = {"hetero": any("/" in k for k in flat)}
+    g = None
+    if "graph_mask" in flat:
+        g = flat["graph_mask"].size(-1)
+    elif "ptr" in flat:
+        g = flat["ptr"].size(-1) - 1
+    frame["G"] = g
+    frame["graph_mask"] = flat.get("graph_mask")
+    if not frame["hetero"]:
+        n = e = None
+        if "node_mask" in flat:
+            n = flat["node_mask"].size(0)
+        elif "x" in flat:
+            n = flat["x"].size(0)
+        elif "batch" in flat:
+            n = flat["batch"].size(0)
+        if "edge_mask" in flat:
+            e = flat["edge_mask"].size(0)
+        elif "edge_index" in flat:
+            e = flat["edge_index"].size(-1)
+        frame["N"] = n
+        frame["E"] = e
+        frame["batch"] = flat.get("batch")
+        frame["node_mask"] = flat.get("node_mask")
+        frame["edge_mask"] = flat.get("edge_mask")
+        frame["batches"] = [flat["batch"]] if "batch" in flat else []
+        frame["row_masks"] = [m for m in (flat.get("node_mask"), flat.get("graph_mask"),
+                                          flat.get("edge_mask")) if m is not None]
+    else:
+        frame["N"] = frame["E"] = None
+        frame["batch"] = None
+        frame["batches"] = [v for k, v in flat.items() if k.endswith("/batch")]
+        frame["row_masks"] = [v for k, v in flat.items() if k.endswith("node_mask")] + (
+            [flat["graph_mask"]] if "graph_mask" in flat else []
+        ) + [v for k, v in flat.items() if k.endswith("edge_mask")]
+    return frame
+
+
+# --------------------------------------------------------------------------
+# Error messages that name the user's line
+# --------------------------------------------------------------------------
+_SKIP = (
+    os.path.dirname(torch.__file__),
+    os.path.dirname(torch_geometric.__file__),
+    os.path.dirname(os.path.abspath(__file__)),
+    os.path.dirname(os.__file__),
+)
+
+
+def _user_line() -> str:
+    if torch.compiler.is_compiling():
+        return "<inside a compiled region; run the wrapped model eagerly to see the line>"
+    for fr in reversed(traceback.extract_stack()):
+        path = os.path.abspath(fr.filename)
+        if not path.startswith(_SKIP):
+            return f"{fr.filename}:{fr.lineno} ({(fr.line or '').strip()})"
+    return "<unknown>"
+
+
+def _fail(op: str, why: str, fix: str) -> None:
+    raise StaticSizeError(f"{op} called at {_user_line()}: {why}. {fix}")
+
+
+def _is_batch_vector(frame: Dict[str, Any], index: Tensor) -> bool:
+    for b in frame["batches"]:
+        if index is b:
+            return True
+    return False
+
+
+def _index_size(frame: Dict[str, Any], index: Tensor, op: str, arg: str) -> int:
+    """Static output size for an index whose size argument is missing."""
+    if _is_batch_vector(frame, index):
+        return frame["G"]
+    n, e, g = frame["N"], frame["E"], frame["G"]
+    length = index.size(-1) if index.dim() else 1
+    if n is None:
+        _fail(op, f"{arg} is missing and the index is not a batch vector of this hetero batch",
+              f"pass {arg}= explicitly")
+    if length == e and length != n:
+        return n
+    if length == n and length != e:
+        return g
+    if length == n == e:
+        _fail(op, f"{arg} is missing and the index (length {length}) is not the batch vector; "
+                  f"the budget has as many nodes as edges, so it cannot tell a node->graph "
+                  f"index from an edge->node one", f"pass {arg}= explicitly")
+    _fail(op, f"{arg} is missing and the index has length {length}, neither the node count "
+              f"{n} nor the edge count {e} of the budget, so the output size would be "
+              f"int(index.max()) + 1 (data-dependent)", f"pass {arg}= explicitly")
+    raise AssertionError  # unreachable
+
+
+# --------------------------------------------------------------------------
+# Replacements
+# --------------------------------------------------------------------------
+_ORIG: Dict[str, Callable] = {
+    "scatter": pyg_utils.scatter,
+    "softmax": pyg_utils.softmax,
+    "to_dense_batch": pyg_utils.to_dense_batch,
+    "maybe_num_nodes": _num_nodes_mod.maybe_num_nodes,
+    "add_remaining_self_loops": pyg_utils.add_remaining_self_loops,
+    "remove_self_loops": pyg_utils.remove_self_loops,
+}
+_ORIG_AGGR_CALL = Aggregation.__call__
+
+
+def _plain(t: Any) -> bool:
+    """A plain dense tensor (no EdgeIndex, no sparse layout)."""
+    return isinstance(t, Tensor) and not isinstance(t, EdgeIndex) and t.layout == torch.strided
+
+
+def scatter(src: Tensor, index: Tensor, dim: int = 0, dim_size: Optional[int] = None,
+            reduce: str = "sum") -> Tensor:
+    if dim_size is None and _FRAMES:
+        dim_size = _index_size(_FRAMES[-1], index, "torch_geometric.utils.scatter "
+                               "(or a global_*_pool)", "dim_size/size")
+    return _ORIG["scatter"](src, index, dim, dim_size, reduce)
+
+
+def softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
+            num_nodes: Optional[int] = None, dim: int = 0) -> Tensor:
+    if num_nodes is None and ptr is None and index is not None and _FRAMES:
+        num_nodes = _index_size(_FRAMES[-1], index, "torch_geometric.utils.softmax", "num_nodes")
+    return _ORIG["softmax"](src, index, ptr, num_nodes, dim)
+
+
+def to_dense_batch(x: Tensor, batch: Optional[Tensor] = None, fill_value: float = 0.0,
+                   max_num_nodes: Optional[int] = None, batch_size: Optional[int] = None):
+    if batch is not None and _FRAMES:
+        frame = _FRAMES[-1]
+        if batch_size is None:
+            batch_size = _index_size(frame, batch, "torch_geometric.utils.to_dense_batch",
+                                     "batch_size")
+        if max_num_nodes is None:
+            max_num_nodes = x.size(0)
+    return _ORIG["to_dense_batch"](x, batch, fill_value, max_num_nodes, batch_size)
+
+
+def maybe_num_nodes(edge_index: Any, num_nodes: Optional[int] = None) -> int:
+    if num_nodes is None and _FRAMES and isinstance(edge_index, Tensor):
+        n = _FRAMES[-1]["N"]
+        if n is not None and not edge_index.is_sparse:
+            return n
+    return _ORIG["maybe_num_nodes"](edge_index, num_nodes)
+
+
+def _static_loops_ok(edge_index: Any, num_nodes: Optional[int]) -> bool:
+    if not _FRAMES or not _plain(edge_index) or edge_index.dim() != 2:
+        return False
+    n = _FRAMES[-1]["N"]
+    return n is not None and (num_nodes is None or num_nodes == n)
+
+
+def remove_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = None):
+    if not _static_loops_ok(edge_index, None):
+        return _ORIG["remove_self_loops"](edge_index, edge_attr)
+    trash = _FRAMES[-1]["N"] - 1  # the last node is always a padding node
+    is_loop = edge_index[0] == edge_index[1]
+    edge_index = torch.where(is_loop.unsqueeze(0), torch.full_like(edge_index, trash), edge_index)
+    return edge_index, edge_attr
+
+
+def add_remaining_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = None,
+                             fill_value: Any = None, num_nodes: Optional[int] = None):
+    if not _static_loops_ok(edge_index, num_nodes):
+        return _ORIG["add_remaining_self_loops"](edge_index, edge_attr, fill_value, num_nodes)
+    n = _FRAMES[-1]["N"]
+    trash = n - 1
+    row, col = edge_index[0], edge_index[1]
+    is_loop = row == col
+    loop_index = torch.arange(n, device=edge_index.device, dtype=edge_index.dtype)
+    loop_index = loop_index.view(1, -1).repeat(2, 1)
+    if edge_attr is not None:
+        from torch_geometric.utils.loop import compute_loop_attr
+
+        loop_attr = compute_loop_attr(edge_index, edge_attr, n, False, fill_value)
+        # PyG: loop_attr[row[is_loop]] = edge_attr[is_loop]; static: scatter
+        # the loops' attributes into an extra trash row for non-loops.
+        target = torch.where(is_loop, row, torch.full_like(row, n))
+        buf = torch.cat([loop_attr, loop_attr[:1]], dim=0)
+        shape = (-1,) + (1,) * (edge_attr.dim() - 1)
+        idx = target.view(shape).expand_as(edge_attr)
+        buf = buf.scatter(0, idx, edge_attr)
+        loop_attr = buf[:n]
+        edge_attr = torch.cat([edge_attr, loop_attr], dim=0)
+    edge_index = torch.where(is_loop.unsqueeze(0), torch.full_like(edge_index, trash), edge_index)
+    edge_index = torch.cat([edge_index, loop_index], dim=1)
+    return edge_index, edge_attr
+
+
+def _aggr_call(self, x: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
+               dim_size: Optional[int] = None, dim: int = -2, **kwargs):
+    if dim_size is None and ptr is None and index is not None and _FRAMES:
+        dim_size = _index_size(_FRAMES[-1], index, f"{type(self).__name__} (aggregation module)",
+                               "dim_size")
+    return _ORIG_AGGR_CALL(self, x, index=index, ptr=ptr, dim_size=dim_size, dim=dim, **kwargs)
+
+
+_REPLACEMENTS: Dict[str, Callable] = {
+    "scatter": scatter,
+    "softmax": softmax,
+    "to_dense_batch": to_dense_batch,
+    "maybe_num_nodes": maybe_num_nodes,
+    "add_remaining_self_loops": add_remaining_self_loops,
+    "remove_self_loops": remove_self_loops,
+}
+for _name, _fn in _REPLACEMENTS.items():
+    _fn.__wrapped__ = _ORIG[_name]  # type: ignore[attr-defined]
+
+# --------------------------------------------------------------------------
+# Installation
+# --------------------------------------------------------------------------
+#: (module dict, name, original) for every patched global.
+_PATCHED: List[Tuple[Dict[str, Any], str, Any]] = []
+_SCANNED: set = set()
+_BY_ID = {id(fn): name for name, fn in _ORIG.items()}
+
+
+def _patch_namespace(ns: Dict[str, Any]) -> None:
+    for name, value in list(ns.items()):
+        key = _BY_ID.get(id(value))
+        if key is not None and value is _ORIG[key]:
+            ns[name] = _REPLACEMENTS[key]
+            _PATCHED.append((ns, name, value))
+
+
+def install(*objects: Any) -> None:
+    """Install the substitutions (idempotent; new modules are scanned).
+
+    Scans every loaded ``torch_geometric`` module, plus the modules that
+    define ``objects`` (models, modules, functions: e.g. your model whose
+    file did ``from torch_geometric.utils import scatter``) and the classes
+    of their submodules.
+    """
+    if Aggregation.__call__ is _ORIG_AGGR_CALL:
+        Aggregation.__call__ = _aggr_call
+    names = [m for m in list(sys.modules) if m == "torch_geometric" or m.startswith("torch_geometric.")]
+    for obj in objects:
+        mods = obj.modules() if isinstance(obj, torch.nn.Module) else [obj]
+        for m in mods:
+            for cls in type(m).__mro__ if isinstance(m, torch.nn.Module) else [m]:
+                mod = getattr(cls, "__module__", None)
+                if mod:
+                    names.append(mod)
+            fwd = getattr(type(m), "forward", None) if isinstance(m, torch.nn.Module) else None
+            if fwd is not None and getattr(fwd, "__module__", None):
+                names.append(fwd.__module__)
+    for name in names:
+        if name in _SCANNED or name.startswith("graph_adapter"):
+            continue
+        mod = sys.modules.get(name)
+        if mod is None:
+            continue
+        _SCANNED.add(name)
+        ns = getattr(mod, "__dict__", None)
+        if isinstance(ns, dict):
+            _patch_namespace(ns)
+
+
+def uninstall() -> None:
+    """Put every original PyG function back."""
+    while _PATCHED:
+        ns, name, value = _PATCHED.pop()
+        if ns.get(name) is _REPLACEMENTS.get(_BY_ID.get(id(value), ""), None):
+            ns[name] = value
+    _SCANNED.clear()
+    Aggregation.__call__ = _ORIG_AGGR_CALL
+
+
+def installed() -> bool:
+    return Aggregation.__call__ is _aggr_call

@@ -1,0 +1,58 @@
+"""Hand-made padded flat dicts (docs/dev/FORMAT.md), independent of the loader."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch, Data
+
+
+def pad_batch(data_list: List[Data], num_nodes: int, num_edges: int, num_graphs: int,
+              micro_batch: bool = False) -> Dict[str, Tensor]:
+    """Pad ``Batch.from_data_list(data_list)`` to N nodes, E edges, G graph slots."""
+    b = Batch.from_data_list(data_list)
+    n, e, g = b.num_nodes, b.edge_index.size(1), b.num_graphs
+    N, E, G = num_nodes, num_edges, num_graphs
+    assert N > n and E >= e and G > g, (N, n, E, e, G, g)
+    flat: Dict[str, Tensor] = {}
+    for key in b.keys():
+        v = b[key]
+        if key in ("batch", "ptr") or not isinstance(v, Tensor):
+            continue
+        if key == "edge_index":
+            pad = torch.full((2, E - e), N - 1, dtype=v.dtype)
+            flat[key] = torch.cat([v, pad], dim=1)
+        elif b.is_node_attr(key):
+            flat[key] = torch.cat([v, v.new_zeros((N - n,) + v.shape[1:])])
+        elif b.is_edge_attr(key):
+            flat[key] = torch.cat([v, v.new_zeros((E - e,) + v.shape[1:])])
+        else:  # graph-level
+            fill = float("nan") if v.is_floating_point() else 0
+            flat[key] = torch.cat([v, v.new_full((G - g,) + v.shape[1:], fill)])
+    flat["batch"] = torch.cat([b.batch, torch.full((N - n,), G - 1, dtype=torch.long)])
+    flat["ptr"] = torch.cat([b.ptr, torch.full((G - g - 1,), n, dtype=torch.long), torch.tensor([N])])
+    flat["node_mask"] = torch.arange(N) < n
+    flat["edge_mask"] = torch.arange(E) < e
+    flat["graph_mask"] = torch.arange(G) < g
+    flat = dict(sorted(flat.items()))
+    if micro_batch:
+        flat = {k: v.unsqueeze(0) for k, v in flat.items()}
+    return flat
+
+
+def random_graphs(gen: torch.Generator, num: int, features: int = 4, max_nodes: int = 6,
+                  self_loops: bool = True, edge_dim: Optional[int] = None) -> List[Data]:
+    out = []
+    for _ in range(num):
+        n = int(torch.randint(1, max_nodes + 1, (1,), generator=gen))
+        m = int(torch.randint(0, 2 * n + 1, (1,), generator=gen))
+        ei = torch.randint(0, n, (2, m), generator=gen)
+        if not self_loops:
+            ei = ei[:, ei[0] != ei[1]]
+        d = Data(x=torch.randn(n, features, generator=gen), edge_index=ei,
+                 y=torch.randn(1, generator=gen))
+        if edge_dim is not None:
+            d.edge_attr = torch.randn(ei.size(1), edge_dim, generator=gen)
+        out.append(d)
+    return out
