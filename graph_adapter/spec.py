@@ -442,23 +442,45 @@ def _stores(obj: BaseData):
         yield (), obj._store
 
 
-def _level(obj: BaseData, store, attr: str, value: Tensor, num_graphs: int) -> str:
-    if attr in ("batch", "node_mask"):
-        return "node"
-    if attr in ("ptr",):
-        return "other"
-    if attr == "edge_mask":
-        return "edge"
-    if attr == "graph_mask":
+def _level(obj: BaseData, skey: StoreKey, store, attr: str, value: Tensor) -> str:
+    """Node, edge, graph or other: by name for our own keys, else from the data.
+
+    In a batch, the per-graph slices decide (one row per graph -> graph, as
+    many rows as the graph has nodes -> node); PyG's own ``is_node_attr`` /
+    ``is_edge_attr`` break the remaining ties. Genuinely ambiguous cases
+    (every graph has one node) follow PyG; ``flatten(levels=...)`` overrides.
+    """
+    named = {"batch": "node", "node_mask": "node", "edge_mask": "edge", "graph_mask": "graph", "ptr": "other"}
+    if attr in named:
+        return named[attr]
+    if value.dim() == 0:
         return "graph"
-    # Global store of a hetero graph: never node/edge.
-    if not (isinstance(obj, HeteroData) and store is obj._global_store):
+    is_global = isinstance(obj, HeteroData) and not skey
+    if isinstance(obj, Batch):
+        slices = obj._slice_dict.get(skey[0] if len(skey) == 1 else skey, {}) if skey else obj._slice_dict
+        if attr in slices:
+            counts = torch.diff(slices[attr])
+            candidates = []
+            if bool((counts == 1).all()):
+                candidates.append("graph")
+            if not is_global and len(skey) != 3 and torch.equal(counts, torch.diff(store.ptr)):
+                candidates.append("node")
+            if not is_global and len(skey) != 1 and "edge_index" in slices:
+                if torch.equal(counts, torch.diff(slices["edge_index"])):
+                    candidates.append("edge")
+            if not candidates:
+                return "other"
+            # Ties, as PyG breaks them: "edge" in the name wins edge-level,
+            # else node-level before graph-level.
+            if "edge" in candidates and ("edge" in attr or len(candidates) == 1):
+                return "edge"
+            return "node" if "node" in candidates else "graph"
+    if not is_global:
         if store.is_node_attr(attr):
             return "node"
         if store.is_edge_attr(attr):
             return "edge"
-    if value.dim() == 0:
-        return "graph"
+    num_graphs = obj.num_graphs if isinstance(obj, Batch) else 1
     cat = obj.__cat_dim__(attr, value, store)
     if cat is not None and value.size(cat) == num_graphs:
         return "graph"
@@ -493,18 +515,29 @@ def flatten(
         if lv not in LEVELS:
             raise ValueError(f"levels[{k!r}] = {lv!r}; choose one of {LEVELS}")
     is_batch = isinstance(obj, Batch)
-    num_graphs = obj.num_graphs if is_batch else 1
+    if is_batch and getattr(obj, "_slice_dict", None) is None:
+        raise UnsupportedAttributeError(
+            "this Batch has no _slice_dict (it was not made by Batch.from_data_list); "
+            "flatten the Data objects and batch them with Batch.from_data_list"
+        )
 
+    # An object that unflatten() made knows its levels: no data reads, which
+    # matters when its tensors are fake (torch.export flattens inputs again).
+    made_from = obj.__dict__.get("_graph_adapter_spec")
+    known = {f.key: f.level for f in made_from.fields} if made_from is not None else {}
     flat: Dict[str, Tensor] = {}
     fields = []
     constants = []
+    num_nodes_lists = []  # PyG's per-graph ``num_nodes`` (``store._num_nodes``) of a batch
     for skey, store in _stores(obj):
+        if is_batch and "_num_nodes" in store.__dict__:
+            num_nodes_lists.append([list(skey), store._num_nodes])
         for attr in sorted(store.keys()):
             _check_name(attr, "attribute")
             key = key_of(skey, attr)
             value = store[attr]
             if isinstance(value, Tensor) and value.layout == torch.strided:
-                level = levels.pop(key, None) or _level(obj, store, attr, value, num_graphs)
+                level = levels.pop(key, None) or known.get(key) or _level(obj, skey, store, attr, value)
                 cat = obj.__cat_dim__(attr, value, store) if value.dim() else None
                 shape = list(value.shape)
                 if cat is not None:
@@ -521,16 +554,12 @@ def flatten(
 
     batch_info = None
     if is_batch:
-        if getattr(obj, "_slice_dict", None) is None:
-            raise UnsupportedAttributeError(
-                "this Batch has no _slice_dict (it was not made by Batch.from_data_list); "
-                "flatten the Data objects and batch them with Batch.from_data_list"
-            )
         batch_info = _dumps(
             {
-                "num_graphs": num_graphs,
+                "num_graphs": obj.num_graphs,
                 "slice_dict": obj._slice_dict,
                 "inc_dict": obj._inc_dict,
+                "num_nodes": num_nodes_lists,
             },
             "batch metadata",
         )
@@ -646,6 +675,9 @@ def unflatten(flat: Mapping[str, Tensor], spec: Spec, validate: bool = True) -> 
         out._num_graphs = info["num_graphs"]
         out._slice_dict = info["slice_dict"]
         out._inc_dict = info["inc_dict"]
+        for skey, values in info["num_nodes"]:
+            _store_of(out, tuple(skey))._num_nodes = values
+        out.__dict__["_graph_adapter_spec"] = spec
     elif spec.is_batch:
         # Make ``num_graphs`` a static int from a static shape, never
         # ``int(batch.max()) + 1`` (a data-dependent read).
