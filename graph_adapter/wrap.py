@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 from torch_geometric.data.data import BaseData
-from torch_geometric.data import HeteroData
+from torch_geometric.data import Data, HeteroData
 
 from . import static
 from .norm import mask_norms
@@ -36,6 +36,27 @@ __all__ = ["ipu_wrap", "IPUWrapped", "unpad", "strip_micro_batch", "has_micro_ba
 OUTPUT_KEY = "output"
 LOSS_KEY = "loss"
 _MASKS = ("node_mask", "edge_mask", "graph_mask")
+
+
+class StaticData(Data):
+    """``Data`` whose ``num_nodes`` is the static ``node_mask`` length.
+
+    PyG's ``Data.num_nodes`` calls ``super().num_nodes``, which Dynamo cannot
+    trace; the batch rebuilt inside the wrapped forward is a ``Batch`` of this
+    class (still an instance of ``Data`` and ``Batch``), so ``data.num_nodes``
+    works under ``torch.compile(fullgraph=True)`` and strict export.
+    """
+
+    @property
+    def num_nodes(self) -> Optional[int]:
+        mask = self._store._mapping.get("node_mask")
+        if mask is not None:
+            return mask.size(0)
+        return Data.num_nodes.fget(self)
+
+    @num_nodes.setter
+    def num_nodes(self, num_nodes: Optional[int]) -> None:
+        self._store.num_nodes = num_nodes
 
 
 class MissingInputError(TypeError):
@@ -149,7 +170,9 @@ class IPUWrapped(nn.Module):
 
     def forward(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
         flat = strip_micro_batch(flat)
-        batch = unflatten(flat, infer_spec(flat), validate=False)
+        hetero = any("/" in k for k in flat)
+        batch = unflatten(flat, infer_spec(flat, data_cls=None if hetero else StaticData),
+                          validate=False)
         frame = static.make_frame(flat)
         static.push_frame(frame)
         try:
