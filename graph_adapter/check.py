@@ -1,0 +1,509 @@
+"""What poptorch's dispatcher would reject, found on CPU.
+
+``check(wrapped, flat, training=...)`` runs two passes over one micro-batch
+and returns a :class:`CheckReport`:
+
+1. **fake pass**: forward (and, for training, backward) under
+   ``FakeTensorMode()`` with no shape environment, on fake copies of the
+   parameters, buffers and inputs. Like the dispatcher, fake tensors hold no
+   data, so data-dependent output shapes (``nonzero``, one-argument
+   ``where``, boolean-mask reads, ``unique``, ``repeat_interleave`` with tensor
+   repeats, ``masked_select``) and host reads of values (``.item()``,
+   ``int(t)``, ``bool(t)``, ``float(t)``) raise there. The first one stops
+   this pass; it becomes a finding.
+2. **real pass**: forward on the real CPU tensors (a deep copy of the model),
+   watched by a ``TorchFunctionMode`` and a ``TorchDispatchMode``. It records
+   every occurrence of the above (not just the first) and what fake mode
+   misses: ``.cpu()`` / ``.numpy()`` / ``.tolist()`` / ``.to("cpu")`` in
+   forward (poptorch: "Illegal move to CPU"), ops poptorch has no handler for
+   (:data:`graph_adapter._poptorch_ops.NO_HANDLER`), float64 computed in
+   forward.
+
+Plus static checks of the inputs and parameters: float64 that will be
+narrowed to float32, int64 values that do not fit int32, and (given
+``options``) inputs whose dim 0 does not split into ``F`` micro-batches.
+
+Every finding names the op and the user's source ``file:line`` (the innermost
+frame outside torch, PyG and this module); when the op ran inside PyG, the
+message names the PyG function too.
+
+CLI: ``graph-adapter check package.module:factory`` -> :func:`check_main`.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import os
+import sys
+import traceback
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode, resolve_name
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._poptorch_ops import NO_HANDLER
+from .ipu import IPUOptions, _map_tensors, _named_tensors, _split_problems
+
+__all__ = ["KINDS", "Finding", "CheckReport", "check", "check_main"]
+
+#: Every kind of finding, with what it means.
+KINDS: Dict[str, str] = {
+    "data-dependent-shape": "an output shape depends on tensor values; the dispatcher infers "
+    "shapes without data",
+    "data-dependent-value": "a tensor value is read on the host (.item(), int(), bool(), float()); "
+    "the dispatcher's tensors hold no data",
+    "host-transfer": "a tensor is moved to the CPU in forward (poptorch: 'Illegal move to CPU')",
+    "unsupported-op": "poptorch has no handler for this op",
+    "narrowed-dtype": "poptorch narrows float64 to float32 and int64 to int32",
+    "batch-split": "an input's dim 0 does not split into the F micro-batches",
+    "error": "forward (or backward) raised",
+}
+
+_DYNAMIC_SHAPE_OPS = {
+    "nonzero", "argwhere", "_unique", "_unique2", "unique_dim", "unique_consecutive",
+    "unique_dim_consecutive", "masked_select", "repeat_interleave",
+}
+_VALUE_FUNCS = {"item", "__bool__", "__int__", "__float__", "__index__", "__complex__"}
+_HOST_FUNCS = {"cpu", "numpy", "tolist"}
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_THIS_DIR = os.path.dirname(os.path.abspath(__file__))
+_SKIP_FILES = {os.path.join(_THIS_DIR, f) for f in ("check.py", "ipu.py")}
+
+
+# --------------------------------------------------------------------------
+# The report
+# --------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One problem.
+
+    Attributes:
+        kind: one of :data:`KINDS`.
+        op: the op, e.g. ``torch.Tensor.item``, ``torch.nonzero (aten.nonzero)``.
+        location: the user's ``file:line`` (``"<input>"`` for input checks).
+        message: what is wrong and what to do.
+        severity: ``"error"`` (poptorch would fail) or ``"warning"``
+            (poptorch runs it, differently from CPU).
+    """
+
+    kind: str
+    op: str
+    location: str
+    message: str
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        return f"{self.kind}  {self.op}  {self.location}  {self.message}"
+
+
+@dataclasses.dataclass
+class CheckReport:
+    """``ok`` is True when no finding is an error. ``str(report)``: one line a finding."""
+
+    ok: bool
+    findings: List[Finding]
+
+    @classmethod
+    def of(cls, findings: Iterable[Finding]) -> "CheckReport":
+        seen, unique = set(), []
+        for f in findings:
+            key = (f.kind, f.op.split(" (")[0], f.location)
+            if key not in seen:
+                seen.add(key)
+                unique.append(f)
+        return cls(ok=not any(f.severity == "error" for f in unique), findings=unique)
+
+    @property
+    def errors(self) -> List[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> List[Finding]:
+        return [f for f in self.findings if f.severity != "error"]
+
+    @property
+    def kinds(self) -> List[str]:
+        return sorted({f.kind for f in self.findings})
+
+    def by_kind(self, kind: str) -> List[Finding]:
+        return [f for f in self.findings if f.kind == kind]
+
+    def __str__(self) -> str:
+        head = "ok: nothing poptorch's dispatcher would reject" if self.ok else (
+            f"NOT OK: {len(self.errors)} error(s)")
+        if self.warnings:
+            head += f", {len(self.warnings)} warning(s)"
+        return "\n".join([head] + [
+            ("" if f.severity == "error" else "warning: ") + str(f) for f in self.findings
+        ])
+
+
+# --------------------------------------------------------------------------
+# Where: the user's frame
+# --------------------------------------------------------------------------
+def _is_torch(filename: str) -> bool:
+    return filename.startswith(_TORCH_DIR) or "<frozen" in filename
+
+
+def _is_pyg(filename: str) -> bool:
+    return "torch_geometric" in filename
+
+
+def _is_internal(filename: str) -> bool:
+    return (
+        _is_torch(filename)
+        or _is_pyg(filename)
+        or os.path.abspath(filename) in _SKIP_FILES
+        or filename.endswith(os.sep + "contextlib.py")
+    )
+
+
+def _where(frames: Sequence[traceback.FrameSummary]) -> Tuple[str, str]:
+    """``(location, via)`` from frames, outermost first.
+
+    ``location`` is the innermost frame outside torch, PyG and graph_adapter's
+    checker; ``via`` names the innermost PyG function when the op ran in PyG.
+    """
+    location, via = "<unknown>", ""
+    for fr in reversed(frames):
+        if _is_pyg(fr.filename) and not via and not _is_torch(fr.filename):
+            via = f"{fr.name} ({_short(fr.filename)}:{fr.lineno})"
+        if not _is_internal(fr.filename):
+            location = f"{fr.filename}:{fr.lineno}"
+            break
+    return location, via
+
+
+def _short(filename: str) -> str:
+    i = filename.rfind("torch_geometric")
+    return filename[i:] if i >= 0 else os.path.basename(filename)
+
+
+def _with_via(message: str, via: str) -> str:
+    return f"{message} (inside PyG's {via})" if via else message
+
+
+def _fn_name(func: Callable) -> str:
+    name = None
+    try:
+        name = resolve_name(func)
+    except Exception:  # noqa: BLE001
+        name = None
+    if name:
+        return name
+    qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    if qual.startswith("TensorBase."):
+        qual = "Tensor." + qual[len("TensorBase."):]
+    mod = "torch." if not qual.startswith("torch.") else ""
+    return mod + qual
+
+
+def _short_fn(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+_ADVICE = {
+    "data-dependent-shape": "pad to a fixed size and use masks (e.g. torch.where(mask, a, b), "
+    "masked sums) instead of selecting rows; pass static sizes (size=, dim_size=, num_nodes=)",
+    "data-dependent-value": "keep it a tensor (no Python number); take sizes from shapes "
+    "(x.size(0), ptr.numel() - 1), not from values",
+    "host-transfer": "keep the computation on tensors in forward; move results to the CPU "
+    "after the poptorch call",
+}
+
+
+# --------------------------------------------------------------------------
+# The passes
+# --------------------------------------------------------------------------
+class _FunctionWatch(TorchFunctionMode):
+    """Records host transfers and value reads; keeps the torch-function stack for names."""
+
+    def __init__(self, findings: Optional[List[Finding]] = None) -> None:
+        super().__init__()
+        self.findings = findings
+        self.stack: List[str] = []
+        self.failed: Optional[str] = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = _fn_name(func)
+        if self.findings is not None:
+            self._inspect(func, name, args, kwargs)
+        self.stack.append(name)
+        try:
+            return func(*args, **kwargs)
+        except Exception:
+            if self.failed is None:
+                self.failed = name
+            raise
+        finally:
+            self.stack.pop()
+
+    def _inspect(self, func, name: str, args, kwargs) -> None:
+        short = _short_fn(name)
+        if self.stack:  # only calls made by user code / PyG, not torch's own inner calls
+            return
+        kind = None
+        if short in _HOST_FUNCS and name.startswith("torch.Tensor"):
+            kind = "host-transfer"
+        elif short == "to" and name.startswith("torch.Tensor") and _targets_cpu(args[1:], kwargs):
+            kind = "host-transfer"
+        elif short in _VALUE_FUNCS and name.startswith("torch.Tensor"):
+            kind = "data-dependent-value"
+        if kind is None:
+            return
+        location, via = _where(traceback.extract_stack()[:-2])
+        self.findings.append(Finding(kind, name, location, _with_via(_ADVICE[kind], via)))
+
+
+def _targets_cpu(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    for a in list(args) + [kwargs.get("device")]:
+        if isinstance(a, str) and a.split(":")[0] == "cpu":
+            return True
+        if isinstance(a, torch.device) and a.type == "cpu":
+            return True
+    return False
+
+
+class _DispatchWatch(TorchDispatchMode):
+    """Records aten ops with data-dependent shapes, ops without a poptorch handler, float64."""
+
+    def __init__(self, findings: List[Finding], fwatch: _FunctionWatch) -> None:
+        super().__init__()
+        self.findings = findings
+        self.fwatch = fwatch
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        packet = func._overloadpacket.__name__
+        aten = f"aten.{func._overloadpacket.__name__}"
+        caller = self.fwatch.stack[0] if self.fwatch.stack else ""
+        op = f"{caller} ({aten})" if caller else aten
+        kind, message, severity = None, "", "error"
+        if packet in _DYNAMIC_SHAPE_OPS and not (
+            packet == "repeat_interleave" and func.__name__ != "repeat_interleave.Tensor"
+            and not _has_tensor(args[1:], kwargs)
+        ):
+            kind, message = "data-dependent-shape", _ADVICE["data-dependent-shape"]
+        elif packet in ("index", "index_put", "index_put_") and _bool_index(args):
+            kind, message = "data-dependent-shape", (
+                "boolean-mask indexing; " + _ADVICE["data-dependent-shape"])
+            if packet != "index":
+                kind = None  # masked writes keep static shapes (poptorch: masked_fill)
+        elif packet in NO_HANDLER:
+            row = NO_HANDLER[packet]
+            kind, message = "unsupported-op", f"poptorch has no handler for {aten}; use {row.instead}"
+        elif _makes_float64(args, kwargs, out):
+            kind, severity = "narrowed-dtype", "warning"
+            message = "float64 computed in forward: poptorch computes it in float32"
+        if kind is not None:
+            location, via = _where(traceback.extract_stack()[:-2])
+            self.findings.append(Finding(kind, op, location, _with_via(message, via), severity))
+        return out
+
+
+def _has_tensor(args, kwargs) -> bool:
+    return any(isinstance(a, Tensor) for a in list(args) + list(kwargs.values()))
+
+
+def _bool_index(args) -> bool:
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, Tensor) and i.dtype in (torch.bool, torch.uint8) for i in (indices or ()))
+
+
+def _makes_float64(args, kwargs, out) -> bool:
+    outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
+    if not any(o.dtype == torch.float64 for o in outs):
+        return False
+    ins = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
+    return not any(a.dtype == torch.float64 for a in ins)
+
+
+def _loss_of(out: Any, loss_key: str) -> Optional[Tensor]:
+    if isinstance(out, Tensor):
+        return out
+    if isinstance(out, Mapping):
+        return out.get(loss_key)
+    return None
+
+
+def _fake_pass(model: nn.Module, sample: Any, training: bool, loss_key: str) -> List[Finding]:
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        FakeTensorMode,
+    )
+    from torch.func import functional_call
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    state = {}
+    for n, p in model.named_parameters():
+        state[n] = mode.from_tensor(p.detach()).requires_grad_(p.requires_grad)
+    for n, b in model.named_buffers():
+        state[n] = mode.from_tensor(b)
+    fake = _map_tensors(sample, mode.from_tensor)
+    watch = _FunctionWatch()
+    try:
+        with mode, watch:
+            out = functional_call(model, state, (fake,))
+            if training:
+                loss = _loss_of(out, loss_key)
+                if loss is None:
+                    return [Finding("error", "forward", "<output>",
+                                    f"training needs the loss: a tensor or a dict with key {loss_key!r}")]
+                params = [t for t in state.values() if isinstance(t, Tensor) and t.requires_grad]
+                if params and loss.requires_grad:
+                    torch.autograd.grad(loss, params, allow_unused=True)
+    except (DynamicOutputShapeException, DataDependentOutputException) as exc:
+        location, via = _where(traceback.extract_tb(exc.__traceback__))
+        aten = str(getattr(exc, "func", "") or "")
+        name = watch.failed or aten
+        op = f"{name} ({aten})" if aten and aten not in name else name
+        kind = ("data-dependent-shape" if isinstance(exc, DynamicOutputShapeException)
+                else "data-dependent-value")
+        return [Finding(kind, op, location, _with_via(_ADVICE[kind], via))]
+    except Exception as exc:  # noqa: BLE001 - every other failure is a finding too
+        location, via = _where(traceback.extract_tb(exc.__traceback__))
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return [Finding("error", watch.failed or "forward", location,
+                        _with_via(f"under fake tensors (as on the dispatcher): {text}", via))]
+    return []
+
+
+def _real_pass(model: nn.Module, sample: Any) -> List[Finding]:
+    findings: List[Finding] = []
+    fwatch = _FunctionWatch(findings)
+    dwatch = _DispatchWatch(findings, fwatch)
+    try:
+        with torch.no_grad(), fwatch, dwatch:
+            model(sample)
+    except Exception as exc:  # noqa: BLE001
+        location, via = _where(traceback.extract_tb(exc.__traceback__))
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        findings.append(Finding("error", fwatch.failed or "forward", location,
+                                _with_via(f"on CPU: {text}", via)))
+    return findings
+
+
+def _input_findings(flat: Any, model: nn.Module, options: Optional[IPUOptions]) -> List[Finding]:
+    findings = []
+    for name, t in _named_tensors(flat, "batch"):
+        if options is not None:
+            for problem in _split_problems(name, t, options):
+                findings.append(Finding("batch-split", name, "<input>", problem))
+        if t.dtype == torch.float64:
+            findings.append(Finding("narrowed-dtype", name, "<input>",
+                                    "float64 input: poptorch feeds it as float32", "warning"))
+        elif t.dtype == torch.int64 and t.numel():
+            lo, hi = int(t.min()), int(t.max())
+            if lo < torch.iinfo(torch.int32).min or hi > torch.iinfo(torch.int32).max:
+                findings.append(Finding("narrowed-dtype", name, "<input>",
+                                        f"int64 values in [{lo}, {hi}] do not fit int32, which "
+                                        f"poptorch narrows them to"))
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if t.dtype == torch.float64:
+            findings.append(Finding("narrowed-dtype", name, "<parameters>",
+                                    "float64 parameter/buffer: the IPU computes in float32",
+                                    "warning"))
+    return findings
+
+
+def _micro_batch(flat: Any, options: Optional[IPUOptions]) -> Any:
+    """What the model sees on the device: micro-batch 0 (leading dim 1 for F > 1)."""
+    if options is None or options.micro_batches == 1:
+        return flat
+    F = options.micro_batches
+    return _map_tensors(
+        flat, lambda t: t.reshape(F, -1, *t.shape[1:])[0] if t.dim() and t.size(0) % F == 0 else t
+    )
+
+
+def check(
+    wrapped: nn.Module,
+    flat: Any,
+    training: bool = False,
+    options: Optional[IPUOptions] = None,
+    loss_key: str = "loss",
+) -> CheckReport:
+    """What poptorch's dispatcher would reject in ``wrapped(flat)``, found on CPU.
+
+    Args:
+        wrapped: a module whose forward takes ``flat`` (e.g. ``ipu_wrap(model, loss_fn)``).
+        flat: one batch as the model gets it; with ``options`` (F > 1), a host
+            batch with the leading micro-batch dim, of which micro-batch 0 is run.
+        training: also run backward in the fake pass (needs a loss).
+        options: an :class:`~graph_adapter.ipu.IPUOptions`: check that every
+            input's dim 0 divides by ``F``.
+        loss_key: where the loss is in a dict output.
+
+    Returns:
+        a :class:`CheckReport`; the model itself is not modified.
+    """
+    findings = _input_findings(flat, wrapped, options)
+    sample = _micro_batch(flat, options)
+    model = copy.deepcopy(wrapped)
+    model.train(training)
+    findings += _fake_pass(model, sample, training, loss_key)
+    findings += _real_pass(model, sample)
+    order = {k: i for i, k in enumerate(KINDS)}
+    findings.sort(key=lambda f: (f.severity != "error", order.get(f.kind, 99)))
+    return CheckReport.of(findings)
+
+
+# --------------------------------------------------------------------------
+# CLI: graph-adapter check package.module:factory
+# --------------------------------------------------------------------------
+def _load_factory(target: str) -> Callable[[], Any]:
+    module, sep, attr = target.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"expected package.module:factory, got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"{target} is not callable")
+    return obj
+
+
+def check_main(argv: Optional[Sequence[str]] = None) -> int:
+    """``graph-adapter check package.module:factory [--training]``.
+
+    The factory takes no arguments and returns ``(wrapped_model, flat)`` or
+    ``(wrapped_model, flat, options)``. Prints the report; returns 0 if it is
+    ok, 1 if not, 2 on a usage error.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="graph-adapter check",
+        description="Report what poptorch's dispatcher would reject in a model, on CPU.",
+    )
+    parser.add_argument("factory", help="package.module:factory returning (model, flat[, options])")
+    parser.add_argument("--training", action="store_true", help="also check backward (needs a loss)")
+    parser.add_argument("--loss-key", default="loss")
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:
+        return int(exc.code or 0) and 2
+    try:
+        made = _load_factory(args.factory)()
+    except Exception as exc:  # noqa: BLE001
+        print(f"graph-adapter check: cannot load {args.factory}: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 2
+    if not isinstance(made, tuple) or len(made) not in (2, 3):
+        print(f"graph-adapter check: {args.factory} must return (model, flat) or "
+              f"(model, flat, options), got {type(made).__name__}", file=sys.stderr)
+        return 2
+    model, flat = made[0], made[1]
+    options = made[2] if len(made) == 3 else None
+    report = check(model, flat, training=args.training, options=options, loss_key=args.loss_key)
+    print(report)
+    return 0 if report.ok else 1

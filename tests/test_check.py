@@ -1,0 +1,231 @@
+"""graph_adapter.check: what poptorch's dispatcher would reject, found on CPU."""
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+from torch_geometric.nn import GIN, global_add_pool
+
+from graph_adapter.check import KINDS, CheckReport, Finding, check, check_main
+from graph_adapter.ipu import IPUOptions
+
+HERE = __file__
+
+
+def flat_batch(micro=None):
+    b = {
+        "x": torch.randn(6, 4),
+        "edge_index": torch.tensor([[0, 1, 2, 3, 4], [1, 0, 3, 2, 4]]),
+        "batch": torch.tensor([0, 0, 1, 1, 2, 2]),
+        "ptr": torch.tensor([0, 2, 4, 6]),
+        "node_mask": torch.tensor([1, 1, 1, 1, 0, 0], dtype=torch.bool),
+        "graph_mask": torch.tensor([1, 1, 0], dtype=torch.bool),
+        "y": torch.tensor([1.0, 2.0, float("nan")]),
+    }
+    if micro:
+        b = {k: torch.stack([v] * micro) for k, v in b.items()}
+    return b
+
+
+class CleanGIN(nn.Module):
+    """A GIN on a padded flat dict, written the static way."""
+
+    def __init__(self, squeeze=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.gin = GIN(4, 16, 2, out_channels=1)
+        self.squeeze = squeeze
+
+    def forward(self, b):
+        if self.squeeze:
+            b = {k: v.squeeze(0) for k, v in b.items()}
+        x = self.gin(b["x"], b["edge_index"])
+        out = global_add_pool(x, b["batch"], size=b["ptr"].numel() - 1).squeeze(-1)
+        err = torch.where(b["graph_mask"], out - torch.nan_to_num(b["y"]), torch.zeros_like(out))
+        return {"output": out, "loss": err.pow(2).sum() / b["graph_mask"].sum().clamp(min=1)}
+
+
+class Bad(CleanGIN):
+    def __init__(self, problem):
+        super().__init__()
+        self.problem = problem
+
+    def forward(self, b):
+        x, p = b["x"], self.problem
+        if p == "item":
+            x = x * b["y"][0].item()
+        elif p == "int":
+            x = x[: int(b["ptr"][-1])]
+        elif p == "bool":
+            if b["node_mask"].any():
+                x = x + 1
+        elif p == "nonzero":
+            x = x[torch.nonzero(b["node_mask"]).squeeze(-1)].sum(0, keepdim=True).expand(6, -1)
+        elif p == "where1":
+            x = x[torch.where(b["node_mask"])[0]].sum(0, keepdim=True).expand(6, -1)
+        elif p == "mask":
+            x = x[b["node_mask"]].sum(0, keepdim=True).expand(6, -1)
+        elif p == "unique":
+            x = x * torch.unique(b["batch"]).sum()
+        elif p == "repeat_interleave":
+            x = x + torch.repeat_interleave(torch.ones(3, 4), b["ptr"].diff(), dim=0)
+        elif p == "cpu":
+            x = x.cpu() * 2
+        elif p == "numpy":
+            x = x * float(b["x"].numpy().mean())
+        elif p == "index_add":
+            x = torch.zeros_like(x).index_add(0, b["batch"], x)
+        elif p == "float64":
+            x = (x.double() * 2).float()
+        elif p == "pyg_pool":
+            out = global_add_pool(self.gin(x, b["edge_index"]), b["batch"]).squeeze(-1)
+            return {"output": out, "loss": out.sum()}
+        b = dict(b, x=x)
+        return super().forward(b)
+
+
+def test_clean_gin_passes_inference_and_training():
+    for training in (False, True):
+        report = check(CleanGIN(), flat_batch(), training=training)
+        assert report.ok, str(report)
+        assert report.findings == []
+        assert str(report).startswith("ok")
+
+
+def test_clean_gin_with_micro_batches_and_options():
+    report = check(CleanGIN(squeeze=True), flat_batch(micro=4), training=True,
+                   options=IPUOptions(2, 1, 2))
+    assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("problem, kind, op", [
+    ("item", "data-dependent-value", "item"),
+    ("int", "data-dependent-value", "__int__"),
+    ("bool", "data-dependent-value", "__bool__"),
+    ("nonzero", "data-dependent-shape", "nonzero"),
+    ("where1", "data-dependent-shape", "where"),
+    ("mask", "data-dependent-shape", "__getitem__"),
+    ("unique", "data-dependent-shape", "unique"),
+    ("repeat_interleave", "data-dependent-shape", "repeat_interleave"),
+    ("cpu", "host-transfer", "cpu"),
+    ("numpy", "host-transfer", "numpy"),
+    ("index_add", "unsupported-op", "index_add"),
+])
+def test_each_problem_is_caught_and_named(problem, kind, op):
+    report = check(Bad(problem), flat_batch(), training=False)
+    assert not report.ok
+    hits = report.by_kind(kind)
+    assert hits, str(report)
+    f = hits[0]
+    assert op in f.op
+    # the user's own file and line
+    assert f.location.startswith(HERE + ":"), f.location
+    line = int(f.location.rsplit(":", 1)[1])
+    src = open(HERE).read().splitlines()[line - 1]
+    assert any(w in src for w in (op.strip("_"), "if ", "int(", "[b[")), src
+    assert kind in str(report) and f.location in str(report)
+
+
+def test_problem_inside_pyg_names_pyg_and_user_line():
+    report = check(Bad("pyg_pool"), flat_batch())
+    f = report.by_kind("data-dependent-value")[0]
+    assert f.location.startswith(HERE + ":")
+    assert "inside PyG's" in f.message and "scatter" in f.message
+
+
+def test_float64_is_a_warning_not_an_error():
+    report = check(Bad("float64"), flat_batch())
+    assert report.ok, str(report)
+    assert report.by_kind("narrowed-dtype")
+    assert all(f.severity == "warning" for f in report.findings)
+    b = flat_batch()
+    b["x"] = b["x"].double()
+    report = check(CleanGIN().double(), b)
+    assert report.ok and any(f.op == "batch[x]" for f in report.by_kind("narrowed-dtype"))
+    assert any(f.location == "<parameters>" for f in report.warnings)
+
+
+def test_int64_out_of_int32_range_is_an_error():
+    b = flat_batch()
+    b["big"] = torch.tensor([2**40])
+    report = check(CleanGIN(), b)
+    assert not report.ok
+    assert report.by_kind("narrowed-dtype")[0].op == "batch[big]"
+
+
+def test_inputs_that_do_not_split():
+    report = check(CleanGIN(squeeze=True), flat_batch(micro=3), options=IPUOptions(2))
+    assert not report.ok
+    ops = {f.op for f in report.by_kind("batch-split")}
+    assert "batch[x]" in ops and "batch[ptr]" in ops
+
+
+def test_keeps_collecting_after_the_first_problem():
+    class Two(CleanGIN):
+        def forward(self, b):
+            x = b["x"].cpu()
+            n = int(b["ptr"][-1])
+            x = torch.zeros_like(x).index_add(0, b["batch"], x[:n])
+            return super().forward(dict(b, x=x))
+
+    report = check(Two(), flat_batch())
+    assert {"host-transfer", "data-dependent-value", "unsupported-op"} <= set(report.kinds)
+
+
+def test_training_without_loss_is_reported():
+    class NoLoss(CleanGIN):
+        def forward(self, b):
+            return {"output": super().forward(b)["output"]}
+
+    report = check(NoLoss(), flat_batch(), training=True)
+    assert not report.ok and report.by_kind("error")
+
+
+def test_check_does_not_modify_the_model():
+    m = CleanGIN()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    check(m, flat_batch(), training=True)
+    assert all(torch.equal(v, before[k]) for k, v in m.state_dict().items())
+    assert m.training  # untouched
+
+
+def test_report_shape():
+    f = Finding("host-transfer", "torch.Tensor.cpu", "m.py:3", "msg")
+    assert str(f) == "host-transfer  torch.Tensor.cpu  m.py:3  msg"
+    r = CheckReport.of([f, f, Finding("narrowed-dtype", "x", "<input>", "m", "warning")])
+    assert not r.ok and len(r.findings) == 2 and len(r.errors) == 1 and len(r.warnings) == 1
+    assert set(KINDS) >= {f.kind for f in r.findings}
+
+
+def test_check_main(tmp_path, monkeypatch, capsys):
+    (tmp_path / "ga_factories.py").write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path.parent)!r})
+        import torch
+        from graph_adapter.ipu import IPUOptions
+        sys.path.insert(0, {str(__import__('os').path.dirname(HERE))!r})
+        from test_check import CleanGIN, Bad, flat_batch
+
+        def good():
+            return CleanGIN(), flat_batch()
+
+        def good_with_options():
+            return CleanGIN(squeeze=True), flat_batch(micro=2), IPUOptions(2)
+
+        def bad():
+            return Bad("cpu"), flat_batch()
+
+        def wrong():
+            return 3
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert check_main(["ga_factories:good"]) == 0
+    assert check_main(["ga_factories:good_with_options", "--training"]) == 0
+    assert check_main(["ga_factories:bad"]) == 1
+    out = capsys.readouterr().out
+    assert "host-transfer" in out and "torch.Tensor.cpu" in out
+    assert check_main(["ga_factories:wrong"]) == 2
+    assert check_main(["ga_factories:missing"]) == 2
+    assert check_main(["no_colon"]) == 2
+    sys.modules.pop("ga_factories", None)
