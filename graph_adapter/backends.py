@@ -291,8 +291,9 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
     if backend in ("poptorch", "ipu-emulator"):
         from .ipu import compile_ipu
 
-        return compile_ipu(wrapped, backend, options=options, optimizer=optimizer,
-                           allow_new_shapes=allow_new_shapes, **kwargs)
+        if allow_new_shapes:
+            kwargs["allow_new_shapes"] = True
+        return compile_ipu(wrapped, backend, options=options, optimizer=optimizer, **kwargs)
     if kwargs:
         raise TypeError(f"unexpected keyword arguments for backend {backend!r}: {sorted(kwargs)}")
     return Compiled(wrapped, backend, allow_new_shapes=allow_new_shapes, options=options, strict=strict)

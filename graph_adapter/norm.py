@@ -11,7 +11,8 @@ place, the class of every ``torch.nn.BatchNorm1d`` of a model (PyG's
 Inside an ``ipu_wrap``-ped forward (a frame of :mod:`graph_adapter.static` is
 active) and in ``train()`` mode, :class:`MaskedBatchNorm1d` takes the mask
 whose length equals the row count (``node_mask`` for ``N`` rows,
-``graph_mask`` for ``G``, ``edge_mask`` for ``E``) and computes the batch
+``graph_mask`` for ``G``, ``edge_mask`` for ``E``; when ``E`` equals ``N`` or ``G``
+the node or graph mask wins) and computes the batch
 statistics over the real rows only; the running statistics are updated as
 torch does (momentum, or a cumulative average when ``momentum=None``;
 unbiased variance). Outside a frame, or in ``eval()``, it is exactly
@@ -46,12 +47,15 @@ def _row_mask(rows: int, op: str) -> Optional[Tensor]:
             f"Normalise node-, graph- or edge-level tensors only, or use eval()."
         )
     first = found[0]
-    for m in found[1:]:
-        if m is not first:
-            raise static.StaticSizeError(
-                f"{op}: input has {rows} rows and the padded batch has several masks of that "
-                f"length (e.g. as many nodes as graph slots); choose a budget where they differ."
-            )
+    # row_masks is ordered node, graph, edge: an edge-level tie loses (node-
+    # and graph-level norms are the common ones); a node/graph tie is an error.
+    if len(found) > 1 and found[1] is not first and frame["graph_mask"] is not None \
+            and found[1] is frame["graph_mask"]:
+        raise static.StaticSizeError(
+            f"{op}: input has {rows} rows and the padded batch has as many nodes as graph "
+            f"slots, so it cannot tell node rows from graph rows; choose a budget where "
+            f"they differ."
+        )
     return first
 
 

@@ -9,7 +9,8 @@ from torch_geometric.data import Batch, Data
 
 
 def pad_batch(data_list: List[Data], num_nodes: int, num_edges: int, num_graphs: int,
-              micro_batch: bool = False) -> Dict[str, Tensor]:
+              micro_batch: bool = False, node_keys=("x", "pos", "node_y"),
+              edge_keys=("edge_attr", "edge_weight")) -> Dict[str, Tensor]:
     """Pad ``Batch.from_data_list(data_list)`` to N nodes, E edges, G graph slots."""
     b = Batch.from_data_list(data_list)
     n, e, g = b.num_nodes, b.edge_index.size(1), b.num_graphs
@@ -23,9 +24,9 @@ def pad_batch(data_list: List[Data], num_nodes: int, num_edges: int, num_graphs:
         if key == "edge_index":
             pad = torch.full((2, E - e), N - 1, dtype=v.dtype)
             flat[key] = torch.cat([v, pad], dim=1)
-        elif b.is_node_attr(key):
+        elif key in node_keys:
             flat[key] = torch.cat([v, v.new_zeros((N - n,) + v.shape[1:])])
-        elif b.is_edge_attr(key):
+        elif key in edge_keys:
             flat[key] = torch.cat([v, v.new_zeros((E - e,) + v.shape[1:])])
         else:  # graph-level
             fill = float("nan") if v.is_floating_point() else 0
