@@ -42,6 +42,9 @@ from torch import Tensor
 from .budget import Budget
 from .packing import GraphSizes
 
+# PyG wraps torch.index_select (hash_tensor); the ATen op itself is cheaper
+_index_select = getattr(torch._C._VariableFunctions, "index_select", torch.index_select)
+
 __all__ = ["KeySpec", "Collator", "collate_padded", "unpad_batch", "RESERVED_KEYS"]
 
 RESERVED_KEYS = ("batch", "ptr", "node_mask", "edge_mask", "graph_mask")
@@ -269,6 +272,7 @@ class Collator:
         self._graph_rows = sorted({s.rows for s in self.schema if s.level == "graph"})
         self._arange = np.arange(max(budget.nodes, budget.edges,
                                      budget.graphs * max(self._graph_rows + [1])) + 1)
+        self._alloc_cache: Dict[Any, Any] = {}
         self._np_idt = np.int64 if index_dtype == torch.int64 else np.int32
         self.keys: List[str] = sorted([s.key for s in self.schema] + list(RESERVED_KEYS))
         if warn and self.excluded_keys:
@@ -412,7 +416,7 @@ class Collator:
             if s.inc == "none":
                 o = self._alloc(s)
                 if c == 0:
-                    torch.index_select(col, 0, gi, out=o[:m])
+                    _index_select(col, 0, gi, out=o[:m])
                 else:
                     o.narrow(c, 0, m).copy_(col.index_select(c, gi))
             else:
@@ -461,6 +465,10 @@ class Collator:
         return {k: out[k] for k in self.keys}
 
     def _alloc(self, s: KeySpec, index: bool = False) -> Tensor:
+        a = self._alloc_cache.get((s.key, index))
+        if a is not None:
+            fn, shape, kw = a
+            return fn(*shape, **kw)
         shape = list(s.trail)
         R = self._out_rows(s)
         if s.scalar:
@@ -468,10 +476,13 @@ class Collator:
         else:
             shape.insert(s.cat_dim, R)
         if index:
-            return torch.empty(shape, dtype=self.index_dtype)
-        if s.level == "graph" and _is_float(s.dtype):
-            return torch.full(shape, float("nan"), dtype=s.dtype)
-        return torch.zeros(shape, dtype=s.dtype)
+            a = (torch.empty, (shape,), {"dtype": self.index_dtype})
+        elif s.level == "graph" and _is_float(s.dtype):
+            a = (torch.full, (shape, float("nan")), {"dtype": s.dtype})
+        else:
+            a = (torch.zeros, (shape,), {"dtype": s.dtype})
+        self._alloc_cache[(s.key, index)] = a
+        return a[0](*a[1], **a[2])
 
     def collate(self, data_list: Sequence[Any]) -> Dict[str, Tensor]:
         """Padded batch of ``Data`` objects with this collator's schema."""
