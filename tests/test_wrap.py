@@ -1,0 +1,218 @@
+"""ipu_wrap: inputs, output keys, micro-batch dim, masks, unpad, losses, norms."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Batch, Data
+from torch_geometric.nn import GCN, GIN, global_add_pool
+from torch_geometric.nn.norm import BatchNorm
+
+from graph_adapter.losses import (masked_bce_with_logits, masked_cross_entropy, masked_l1_loss,
+                                  masked_loss, masked_mean, masked_mse_loss)
+from graph_adapter.norm import MaskedBatchNorm1d, mask_norms
+from graph_adapter.wrap import MissingInputError, ipu_wrap, unpad
+
+from _padding import pad_batch, random_graphs
+
+
+@pytest.fixture
+def data():
+    graphs = random_graphs(torch.Generator().manual_seed(0), 3)
+    b = Batch.from_data_list(graphs)
+    flat = pad_batch(graphs, b.num_nodes + 2, b.edge_index.size(1) + 3, b.num_graphs + 2)
+    return b, flat
+
+
+class Multi(torch.nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.lin = torch.nn.Linear(4, 2)
+
+    def forward(self, data):
+        h = self.lin(data.x)
+        g = global_add_pool(h, data.batch)
+        if self.kind == "tuple":
+            return h, (g, None)
+        if self.kind == "dict":
+            return {"node": h, "graph": g}
+        if self.kind == "data":
+            return Data(x=h, edge_index=data.edge_index)
+        return g
+
+
+@pytest.mark.parametrize("kind,keys", [
+    ("tensor", ["output"]),
+    ("tuple", ["output/0", "output/1/0"]),
+    ("dict", ["output/node", "output/graph"]),
+    ("data", ["output/edge_index", "output/x"]),
+])
+def test_output_keys(data, kind, keys):
+    _, flat = data
+    assert sorted(ipu_wrap(Multi(kind))(flat)) == sorted(keys)
+
+
+def test_bad_output_type(data):
+    class M(torch.nn.Module):
+        def forward(self, data):
+            return "nope"
+
+    with pytest.raises(TypeError, match="only tensors"):
+        ipu_wrap(M())(data[1])
+
+
+def test_micro_batch_dim(data):
+    _, flat = data
+    w = ipu_wrap(Multi("tensor"))
+    mb = {k: v.unsqueeze(0) for k, v in flat.items()}
+    torch.testing.assert_close(w(mb)["output"], w(flat)["output"])
+    two = {k: torch.stack([v, v]) for k, v in flat.items()}
+    with pytest.raises(ValueError, match="micro-batch dim of size 2"):
+        w(two)
+
+
+def test_named_tensor_models(data):
+    b, flat = data
+    torch.manual_seed(0)
+    gcn = GCN(4, 8, 2, 3)
+    out = ipu_wrap(copy.deepcopy(gcn))(flat)["output"]
+    torch.testing.assert_close(out[flat["node_mask"]], gcn(b.x, b.edge_index), atol=1e-5, rtol=1e-4)
+
+
+def test_missing_parameter_is_named(data):
+    _, flat = data
+
+    class M(torch.nn.Module):
+        def forward(self, x, edge_index, edge_weight):
+            return x
+
+    with pytest.raises(MissingInputError, match="'edge_weight'.*bind="):
+        ipu_wrap(M())(flat)
+    # bind maps it to a key
+    out = ipu_wrap(M(), bind={"edge_weight": "edge_mask"})(flat)
+    assert out["output"].shape == flat["x"].shape
+
+
+def test_masks_on_batch(data):
+    _, flat = data
+    seen = {}
+
+    class M(torch.nn.Module):
+        def forward(self, batch):
+            seen.update(n=batch.node_mask, e=batch.edge_mask, g=batch.graph_mask)
+            return batch.x
+
+    ipu_wrap(M())(flat)
+    assert seen["n"] is flat["node_mask"] and seen["e"] is flat["edge_mask"]
+    assert seen["g"] is flat["graph_mask"]
+
+
+def test_unpad(data):
+    b, flat = data
+    w = ipu_wrap(Multi("tuple"), loss_fn=lambda out, batch: out[0].sum())
+    out = w(flat)
+    real = unpad(out, flat)
+    assert real["output/0"].shape[0] == b.num_nodes
+    assert real["output/1/0"].shape[0] == b.num_graphs
+    assert real["loss"].dim() == 0
+    mb = {k: torch.stack([v, v]) for k, v in flat.items()}
+    stacked = {k: torch.stack([v, v]) for k, v in out.items()}
+    per = unpad(stacked, mb)
+    assert isinstance(per, list) and len(per) == 2
+    torch.testing.assert_close(per[1]["output/0"], real["output/0"])
+    # poptorch-style concatenated outputs [F * R, ...]
+    cat = {k: torch.cat([v, v]) if v.dim() else torch.stack([v, v]) for k, v in out.items()}
+    per = unpad(cat, mb)
+    torch.testing.assert_close(per[0]["output/1/0"], real["output/1/0"])
+
+
+def test_losses_match_torch_and_ignore_nan():
+    torch.manual_seed(0)
+    pred, target = torch.randn(6), torch.randn(6)
+    mask = torch.tensor([True] * 4 + [False] * 2)
+    padded_t = torch.where(mask, target, torch.full_like(target, float("nan")))
+    torch.testing.assert_close(masked_mse_loss(pred, padded_t, mask), F.mse_loss(pred[:4], target[:4]))
+    torch.testing.assert_close(masked_l1_loss(pred, padded_t, mask), F.l1_loss(pred[:4], target[:4]))
+    t01 = (target > 0).float()
+    torch.testing.assert_close(masked_bce_with_logits(pred, t01, mask),
+                               F.binary_cross_entropy_with_logits(pred[:4], t01[:4]))
+    logits, cls = torch.randn(6, 3), torch.tensor([0, 2, 1, 1, 0, 0])
+    torch.testing.assert_close(masked_cross_entropy(logits, cls, mask), F.cross_entropy(logits[:4], cls[:4]))
+    # NaN targets inside real rows are ignored, shapes untouched, gradients finite
+    t2 = target.clone()
+    t2[1] = float("nan")
+    p = pred.clone().requires_grad_()
+    loss = masked_mse_loss(p, t2, mask)
+    loss.backward()
+    keep = torch.tensor([0, 2, 3])
+    torch.testing.assert_close(loss, F.mse_loss(pred[keep], target[keep]))
+    assert torch.isfinite(p.grad).all() and p.grad[1] == 0 and p.grad[4:].abs().sum() == 0
+    # multi-target rows
+    P, T = torch.randn(6, 2), torch.randn(6, 2)
+    torch.testing.assert_close(masked_mse_loss(P, T, mask), F.mse_loss(P[:4], T[:4]))
+    torch.testing.assert_close(masked_mean(P, mask), P[:4].mean())
+
+
+def test_loss_fn_in_wrapper(data):
+    b, flat = data
+    torch.manual_seed(0)
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 1)
+
+        def forward(self, data):
+            return global_add_pool(self.lin(data.x), data.batch).squeeze(-1)
+
+    m = M()
+    out = ipu_wrap(copy.deepcopy(m), loss_fn=masked_loss("mse"))(flat)
+    torch.testing.assert_close(out["loss"], F.mse_loss(m(b), b.y))
+    with pytest.raises(TypeError, match="scalar"):
+        ipu_wrap(M(), loss_fn=lambda o, b: o)(flat)
+
+
+def test_mask_norms_keeps_state_dict_keys():
+    torch.manual_seed(0)
+    model = GIN(4, 8, 2, 8, norm="batch_norm")
+    pyg_bn = BatchNorm(8)
+    model.extra = pyg_bn
+    keys = list(model.state_dict())
+    sd = copy.deepcopy(model.state_dict())
+    n = mask_norms(model)
+    assert n >= 3 and isinstance(pyg_bn.module, MaskedBatchNorm1d)
+    assert list(model.state_dict()) == keys
+    model.load_state_dict(sd)
+    # outside a wrapped forward: exactly BatchNorm1d
+    x = torch.randn(10, 8)
+    ref = torch.nn.BatchNorm1d(8)
+    torch.testing.assert_close(pyg_bn(x), ref(x))
+    torch.testing.assert_close(pyg_bn.module.running_var, ref.running_var)
+
+
+def test_masked_batchnorm_momentum_none_and_graph_level(data):
+    """Cumulative averages (momentum=None) and a graph-level BatchNorm."""
+    b, flat = data
+    torch.manual_seed(0)
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 3)
+            self.bn_n = torch.nn.BatchNorm1d(3, momentum=None)
+            self.bn_g = torch.nn.BatchNorm1d(3)
+
+        def forward(self, data):
+            h = self.bn_n(self.lin(data.x))
+            return self.bn_g(global_add_pool(h, data.batch))
+
+    ref = M()
+    mine = copy.deepcopy(ref)
+    w = ipu_wrap(mine)
+    for _ in range(2):
+        out = w(flat)["output"]
+        r = ref(b)
+    torch.testing.assert_close(out[flat["graph_mask"]], r, atol=1e-5, rtol=1e-4)
+    for (k, v), (_, u) in zip(ref.state_dict().items(), mine.state_dict().items()):
+        torch.testing.assert_close(u.float(), v.float(), atol=1e-6, rtol=1e-5, msg=lambda m: f"{k}: {m}")
