@@ -24,7 +24,7 @@ narrowed to float32, int64 values that do not fit int32, and (given
 ``options``) inputs whose dim 0 does not split into ``F`` micro-batches.
 
 Every finding names the op and the user's source ``file:line`` (the innermost
-frame outside torch, PyG and this module); when the op ran inside PyG, the
+frame outside torch, PyG and graph_adapter itself); when the op ran inside PyG, the
 message names the PyG function too.
 
 CLI: ``graph-adapter check package.module:factory`` -> :func:`check_main`.
@@ -71,7 +71,7 @@ _HOST_FUNCS = {"cpu", "numpy", "tolist"}
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _THIS_DIR = os.path.dirname(os.path.abspath(__file__))
-_SKIP_FILES = {os.path.join(_THIS_DIR, f) for f in ("check.py", "ipu.py")}
+_THIS_PACKAGE = _THIS_DIR + os.sep  # graph_adapter's own wrappers (wrap, static) are not user code
 
 
 # --------------------------------------------------------------------------
@@ -157,7 +157,7 @@ def _is_internal(filename: str) -> bool:
     return (
         _is_torch(filename)
         or _is_pyg(filename)
-        or os.path.abspath(filename) in _SKIP_FILES
+        or os.path.abspath(filename).startswith(_THIS_PACKAGE)
         or filename.endswith(os.sep + "contextlib.py")
     )
 
@@ -165,8 +165,7 @@ def _is_internal(filename: str) -> bool:
 def _where(frames: Sequence[traceback.FrameSummary]) -> Tuple[str, str]:
     """``(location, via)`` from frames, outermost first.
 
-    ``location`` is the innermost frame outside torch, PyG and graph_adapter's
-    checker; ``via`` names the innermost PyG function when the op ran in PyG.
+    ``location`` is the innermost frame outside torch, PyG and graph_adapter; ``via`` names the innermost PyG function when the op ran in PyG.
     """
     location, via = "<unknown>", ""
     for fr in reversed(frames):

@@ -238,6 +238,7 @@ def _build_poptorch(
     poptorch: Any = None,
     poptorch_options: Any = None,
     pyg_arg_parser: bool = True,
+    allow_new_shapes: bool = False,
     **kwargs: Any,
 ) -> Any:
     pt = poptorch if poptorch is not None else import_poptorch()
@@ -246,12 +247,13 @@ def _build_poptorch(
     opts = options.to_poptorch(pt, base=poptorch_options)
     if training:
         model = _MarkLoss(wrapped, pt)
-        return PoptorchRunner(pt.trainingModel(model, options=opts, optimizer=optimizer, **kwargs))
+        return PoptorchRunner(pt.trainingModel(model, options=opts, optimizer=optimizer, **kwargs),
+                              allow_new_shapes)
     if options.gradient_accumulation != 1:
         raise ValueError(
             "gradient_accumulation > 1 is for training; poptorch's inferenceModel needs 1"
         )
-    return PoptorchRunner(pt.inferenceModel(wrapped, options=opts, **kwargs))
+    return PoptorchRunner(pt.inferenceModel(wrapped, options=opts, **kwargs), allow_new_shapes)
 
 
 class _MarkLoss(nn.Module):
@@ -287,11 +289,18 @@ class PoptorchRunner:
     poptorch model's.
     """
 
-    def __init__(self, poptorch_model: Any) -> None:
+    def __init__(self, poptorch_model: Any, allow_new_shapes: bool = False) -> None:
         self.poptorch_model = poptorch_model
+        self.allow_new_shapes = allow_new_shapes
+        self._signature: Optional[_Sig] = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args, kwargs = _map_tensors((tuple(args), dict(kwargs)), narrow)
+        sig = _signature((args, kwargs))
+        if self.allow_new_shapes and self._signature is not None and sig != self._signature:
+            # poptorch's own advice for new inputs: destroy() and call again (recompiles).
+            self.poptorch_model.destroy()
+        self._signature = sig
         return self.poptorch_model(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -325,22 +334,29 @@ def _map_tensors(obj: Any, fn: Callable[[Tensor], Any]) -> Any:
     return obj
 
 
-def narrow(t: Tensor, name: str = "input") -> Tensor:
+def narrow(t: Tensor, name: str = "input", ints: bool = True) -> Tensor:
     """What poptorch does to an input's dtype: int64 -> int32, float64 -> float32.
 
     Warns when int64 values do not fit in int32 (the IPU would wrap them).
+    With ``ints=False`` int64 values are range-checked but kept int64.
     """
     if t.dtype == torch.int64:
-        if t.numel() and (int(t.min()) < _INT32.min or int(t.max()) > _INT32.max):
-            warnings.warn(
-                f"{name}: int64 values outside the int32 range are narrowed to int32 "
-                f"(as poptorch does) and wrap around",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        return t.to(torch.int32)
+        if not ints:
+            return _check_int32(t, name)
+        return _check_int32(t, name).to(torch.int32)
     if t.dtype == torch.float64:
         return t.to(torch.float32)
+    return t
+
+
+def _check_int32(t: Tensor, name: str) -> Tensor:
+    if t.numel() and (int(t.min()) < _INT32.min or int(t.max()) > _INT32.max):
+        warnings.warn(
+            f"{name}: int64 values outside the int32 range are narrowed to int32 "
+            f"(as poptorch does) and wrap around",
+            RuntimeWarning,
+            stacklevel=4,
+        )
     return t
 
 
@@ -442,7 +458,11 @@ class IPUEmulator:
        ``Unexpected arguments: ...``, dtype and shape mismatches; poptorch's
        messages, as :class:`EmulatorError`);
     2. every tensor's dim 0 must divide by ``F`` (0-d tensors fail for F > 1);
-    3. int64 inputs become int32, float64 become float32 (poptorch's narrowing);
+    3. float64 inputs become float32, as poptorch narrows them; int64 inputs
+       are checked to fit int32 (a ``RuntimeWarning`` if not) but stay int64
+       on CPU unless ``narrow_ints=True``: some CPU kernels need int64 indices
+       (``scatter_add_`` with an expanded index raised "expected scalar type
+       Long but found Int" for a [56, 16] source here; the IPU takes int32);
     4. dim 0 is split into ``F`` micro-batches, in poptorch's order
        (``[D, A, R]``, device iteration outermost); a host batch from
        ``FixedSizeLoader(micro_batches=F)`` gives the model a leading dim 1;
@@ -464,8 +484,12 @@ class IPUEmulator:
         training: Optional[bool] = None,
         loss_key: str = "loss",
         narrow_inputs: bool = True,
+        narrow_ints: bool = False,
+        allow_new_shapes: bool = False,
     ) -> None:
         self.model = model
+        self.allow_new_shapes = allow_new_shapes
+        self.compiles = 0  # signatures recorded (poptorch: compilations)
         self.options = options if options is not None else IPUOptions()
         self.training = (optimizer is not None) if training is None else bool(training)
         if self.training and optimizer is None:
@@ -478,6 +502,7 @@ class IPUEmulator:
         self.optimizer = optimizer
         self.loss_key = loss_key
         self.narrow_inputs = narrow_inputs
+        self.narrow_ints = narrow_ints
         self._sig: Optional[Tuple[Tuple[str, ...], Dict[str, _Sig]]] = None
         try:
             self._forward_sig = inspect.signature(model.forward)
@@ -497,7 +522,7 @@ class IPUEmulator:
             raise EmulatorError("Invalid batch dimension: " + "; ".join(problems))
         inputs = (tuple(args), dict(kwargs))
         if self.narrow_inputs:
-            inputs = _map_tensors(inputs, narrow)
+            inputs = _map_tensors(inputs, lambda t: narrow(t, ints=self.narrow_ints))
         micro = self._split(inputs)
         outs = self._train(micro) if self.training else self._infer(micro)
         return collect_outputs(outs, self.options)
@@ -531,7 +556,19 @@ class IPUEmulator:
     def _check_signature(self, named: Dict[str, Any]) -> None:
         if self._sig is None:
             self._sig = (tuple(named), {n: _signature(v) for n, v in named.items()})
+            self.compiles += 1
             return
+        if self.allow_new_shapes:
+            try:
+                self._validate_all(named)
+            except EmulatorError:
+                # What poptorch's message advises: destroy() and run again (recompiles).
+                self._sig = None
+                self._check_signature(named)
+            return
+        self._validate_all(named)
+
+    def _validate_all(self, named: Dict[str, Any]) -> None:
         names, sigs = self._sig
         if tuple(named) != names:
             extra = [n for n in named if n not in sigs]
@@ -672,7 +709,8 @@ def compile_ipu(
         wrapped: e.g. ``ipu_wrap(model, loss_fn)``; its forward takes a flat
             dict and returns a dict (``"loss"`` when training).
         backend: ``"poptorch"`` or ``"ipu-emulator"``.
-        options: an :class:`IPUOptions` (default: all ones, output mode all).
+        options: an :class:`IPUOptions` or a dict of its fields (default: all
+            ones, output mode all).
         optimizer: a ``torch.optim`` optimizer (or a ``poptorch.optim`` one for
             the poptorch backend); training when given.
         training: keyword; force training (poptorch's default SGD lr=0.01) or
@@ -680,9 +718,10 @@ def compile_ipu(
         kwargs: for ``"poptorch"``: ``poptorch`` (a module to use instead of
             importing it), ``poptorch_options`` (a ``poptorch.Options`` to fill
             in), ``pyg_arg_parser`` (register the PyG arg parser, default
-            True); the rest go to ``poptorch.trainingModel`` /
+            True), ``allow_new_shapes`` (on a new input signature, ``destroy()``
+            and recompile, as poptorch's error message advises); the rest go to ``poptorch.trainingModel`` /
             ``inferenceModel``. For ``"ipu-emulator"``: ``loss_key``,
-            ``narrow_inputs``.
+            ``narrow_inputs``, ``narrow_ints``, ``allow_new_shapes`` (re-record the signature).
 
     Returns:
         the poptorch model, or an :class:`IPUEmulator`. Both are called with
@@ -690,6 +729,8 @@ def compile_ipu(
     """
     if options is None:
         options = IPUOptions()
+    elif isinstance(options, Mapping):
+        options = IPUOptions(**options)
     if not isinstance(options, IPUOptions):
         raise TypeError(f"options must be a graph_adapter.IPUOptions, got {type(options).__name__}")
     training = kwargs.pop("training", None)

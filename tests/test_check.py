@@ -229,3 +229,30 @@ def test_check_main(tmp_path, monkeypatch, capsys):
     assert check_main(["ga_factories:missing"]) == 2
     assert check_main(["no_colon"]) == 2
     sys.modules.pop("ga_factories", None)
+
+
+def test_ipu_wrapped_gin_from_the_loader_passes():
+    wrap = pytest.importorskip("graph_adapter.wrap")
+    loader_mod = pytest.importorskip("graph_adapter.loader")
+    from torch_geometric.data import Data
+    from graph_adapter.budget import Budget
+    from graph_adapter.losses import masked_loss
+
+    g = torch.Generator().manual_seed(0)
+    ds = [Data(x=torch.randn(k, 4, generator=g), edge_index=torch.randint(0, k, (2, 2 * k), generator=g),
+               y=torch.randn(1, generator=g)) for k in (3, 5, 4, 6, 7, 3, 4, 5)]
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gin = GIN(4, 16, 2, out_channels=1, norm="batch_norm")
+
+        def forward(self, data):
+            x = self.gin(data.x, data.edge_index)
+            return global_add_pool(x, data.batch, size=data.num_graphs).squeeze(-1)
+
+    opts = IPUOptions(2, 1, 2)
+    host = next(iter(loader_mod.FixedSizeLoader(ds, Budget.tight(ds, 2), micro_batches=opts.micro_batches)))
+    w = wrap.ipu_wrap(Net(), loss_fn=masked_loss("mse"))
+    report = check(w, host, training=True, options=opts)
+    assert report.ok, str(report)

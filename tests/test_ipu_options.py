@@ -203,4 +203,5 @@ def test_unknown_backend():
     with pytest.raises(ValueError, match="ipu-emulator"):
         compile_ipu(_Flat(), "ipu", IPUOptions())
     with pytest.raises(TypeError, match="IPUOptions"):
-        compile_ipu(_Flat(), "ipu-emulator", {"device_iterations": 2})
+        compile_ipu(_Flat(), "ipu-emulator", "device_iterations=2")
+    assert compile_ipu(_Flat(), "ipu-emulator", {"device_iterations": 2}).options.micro_batches == 2
