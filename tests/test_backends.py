@@ -1,0 +1,211 @@
+"""graph_adapter.compile: one compile per budget and mode, clear errors on changed shapes."""
+import copy
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Batch
+from torch_geometric.nn import GIN, global_mean_pool
+
+from graph_adapter.backends import ShapeChangedError, compile, load
+from graph_adapter.losses import masked_loss
+from graph_adapter.wrap import ipu_wrap
+
+from _padding import pad_batch, random_graphs
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gin = GIN(4, 8, 2, 8, norm="batch_norm")
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, data):
+        return self.head(global_mean_pool(self.gin(data.x, data.edge_index), data.batch)).squeeze(-1)
+
+
+def batches(n, nodes=30, edges=60, graphs=6, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [pad_batch(random_graphs(gen, 4), nodes, edges, graphs) for _ in range(n)]
+
+
+@pytest.fixture(autouse=True)
+def _reset_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def epoch(c, flats, opt=None):
+    c.train()
+    for f in flats:
+        out = c(f)
+        out["loss"].backward()
+        if opt is not None:
+            opt.step()
+            opt.zero_grad()
+    c.eval()
+    with torch.no_grad():
+        return [c(f) for f in flats]
+
+
+def test_aot_eager_compiles_once_per_mode():
+    torch.manual_seed(0)
+    w = ipu_wrap(Net(), loss_fn=masked_loss("mse"))
+    c = compile(w, "aot_eager")
+    assert c.backend == "aot_eager" and c.compile_count == 0
+    flats = batches(4)
+    epoch(c, flats, torch.optim.SGD(w.parameters(), lr=0.01))
+    assert c.compile_count == 2  # train + eval
+    epoch(c, flats)
+    assert c.compile_count == 2
+
+
+def test_compiled_matches_eager():
+    torch.manual_seed(0)
+    ref = ipu_wrap(Net(), loss_fn=masked_loss("mse"))
+    w = copy.deepcopy(ref)
+    c = compile(w, "aot_eager")
+    f = batches(1)[0]
+    out_c, out_e = c(f), ref(f)
+    out_c["loss"].backward()
+    out_e["loss"].backward()
+    torch.testing.assert_close(out_c["output"], out_e["output"])
+    for p, q in zip(ref.parameters(), w.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-6, rtol=1e-5)
+    for p, q in zip(ref.buffers(), w.buffers()):
+        torch.testing.assert_close(q, p)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "export"])
+def test_changed_shape_raises(backend):
+    w = ipu_wrap(Net(), loss_fn=masked_loss("mse")).eval()
+    c = compile(w, backend)
+    with torch.no_grad():
+        c(batches(1)[0])
+        with pytest.raises(ShapeChangedError, match=r"key 'batch' has shape \(31,\), the compiled program takes \(30,\)"):
+            c(batches(1, nodes=31)[0])
+        bad = dict(batches(1)[0])
+        bad["x"] = bad["x"].double()
+        with pytest.raises(ShapeChangedError, match="key 'x' has dtype float64"):
+            c(bad)
+        del bad["x"]
+        with pytest.raises(ShapeChangedError, match="key 'x' is missing"):
+            c(bad)
+    assert c.compile_count == 1
+
+
+def test_allow_new_shapes_compiles_once_more():
+    w = ipu_wrap(Net(), loss_fn=masked_loss("mse")).eval()
+    c = compile(w, "aot_eager", allow_new_shapes=True)
+    with torch.no_grad():
+        for f in batches(2) + batches(2, nodes=40, edges=70, graphs=7) + batches(1):
+            c(f)
+    assert c.compile_count == 2 and len(c.signatures) == 2
+
+
+def test_micro_batches_split_and_stacked():
+    w = ipu_wrap(Net(), loss_fn=masked_loss("mse")).eval()
+    c = compile(w, "eager")
+    fl = batches(3)
+    stacked = {k: torch.stack([f[k] for f in fl]) for k in fl[0]}
+    with torch.no_grad():
+        out = c(stacked)
+        assert out["loss"].shape == (3,)
+        torch.testing.assert_close(out["output"][2], w(fl[2])["output"])
+        one = c({k: v[:1] for k, v in stacked.items()})
+    assert one["output"].shape == w(fl[0])["output"].shape
+    assert c.compile_count == 1
+
+
+def test_export_save_load(tmp_path):
+    torch.manual_seed(0)
+    w = ipu_wrap(Net(), loss_fn=masked_loss("mse")).eval()
+    c = compile(w, "export")
+    f = batches(1)[0]
+    with torch.no_grad():
+        ref = w(f)
+        out = c(f)
+    torch.testing.assert_close(out["output"], ref["output"])
+    path = os.path.join(tmp_path, "model.pt2")
+    c.save(path)
+    loaded = load(path)
+    assert loaded.training is False
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(f)["output"], ref["output"])
+        with pytest.raises(ShapeChangedError):
+            loaded(batches(1, nodes=31)[0])
+
+
+def test_export_trains_shared_parameters():
+    torch.manual_seed(0)
+    ref = ipu_wrap(Net(), loss_fn=masked_loss("mse"))
+    w = copy.deepcopy(ref)
+    c = compile(w, "export")
+    f = batches(1)[0]
+    c(f)["loss"].backward()
+    ref(f)["loss"].backward()
+    for p, q in zip(ref.parameters(), w.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_auto_and_ipu_dispatch(monkeypatch):
+    w = ipu_wrap(Net())
+    try:
+        import poptorch  # noqa: F401
+    except ImportError:
+        assert compile(w, "auto").backend == "inductor"
+    import graph_adapter.ipu as ipu
+
+    called = {}
+
+    def fake(wrapped, backend, options=None, optimizer=None, **kw):
+        called.update(backend=backend, kw=kw)
+        return "ipu-model"
+
+    monkeypatch.setattr(ipu, "compile_ipu", fake)
+    assert compile(w, "ipu-emulator", allow_new_shapes=True) == "ipu-model"
+    assert called == {"backend": "ipu-emulator", "kw": {"allow_new_shapes": True}}
+    with pytest.raises(ValueError, match="backend="):
+        compile(w, "tpu")
+
+
+def test_epoch_from_fixed_size_loader_compiles_once_per_mode():
+    loader_mod = pytest.importorskip("graph_adapter.loader")
+    from graph_adapter.budget import Budget
+
+    gen = torch.Generator().manual_seed(0)
+    dataset = random_graphs(gen, 60)
+    budget = Budget.tight(dataset, 8)
+    loader = loader_mod.FixedSizeLoader(dataset, budget, shuffle=True)
+    torch.manual_seed(0)
+    w = ipu_wrap(Net(), loss_fn=masked_loss("mse"))
+    c = compile(w, "aot_eager")
+    opt = torch.optim.SGD(w.parameters(), lr=0.01)
+    for _ in range(2):
+        c.train()
+        n = 0
+        for flat in loader:
+            c(flat)["loss"].backward()
+            opt.step()
+            opt.zero_grad()
+            n += 1
+        assert n == len(loader) > 1
+        c.eval()
+        with torch.no_grad():
+            for flat in loader:
+                c(flat)
+    assert c.compile_count == 2
+
+
+@pytest.mark.slow
+def test_inductor_inference_matches_eager():
+    torch.manual_seed(0)
+    w = ipu_wrap(Net(), loss_fn=masked_loss("mse")).eval()
+    c = compile(w, "inductor")
+    fl = batches(3)
+    with torch.no_grad():
+        for f in fl:
+            torch.testing.assert_close(c(f)["output"], w(f)["output"], atol=1e-5, rtol=1e-4)
+    assert c.compile_count == 1
