@@ -1,0 +1,69 @@
+"""Lightning on flat-dict batches (optional extra): a few CPU steps, the loss falls."""
+import pytest
+import torch
+from torch import nn
+
+pl = pytest.importorskip("lightning.pytorch", reason="the 'lightning' extra is not installed")
+
+from graph_adapter.lightning import FlatDictModule, move_flat  # noqa: E402
+
+
+def _graphs(n=32):
+    from torch_geometric.data import Data
+
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(n):
+        k = int(torch.randint(3, 7, (1,), generator=g))
+        x = torch.randn(k, 4, generator=g)
+        out.append(Data(x=x, edge_index=torch.randint(0, k, (2, 2 * k), generator=g),
+                        y=x.sum().reshape(1) / 4))
+    return out
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn import GIN
+
+        torch.manual_seed(0)
+        self.gin = GIN(4, 16, 2, out_channels=1)
+
+    def forward(self, data):
+        from torch_geometric.nn import global_add_pool
+
+        return global_add_pool(self.gin(data.x, data.edge_index), data.batch,
+                               size=data.num_graphs).squeeze(-1)
+
+
+def test_move_flat_refuses_pyg_objects():
+    from torch_geometric.data import Data
+
+    with pytest.raises(TypeError, match="no active dispatch"):
+        move_flat(Data(x=torch.zeros(2, 1)), torch.device("cpu"))
+    moved = move_flat({"x": torch.zeros(2)}, torch.device("cpu"))
+    assert set(moved) == {"x"}
+
+
+def test_trainer_fit_on_cpu_loss_falls():
+    wrap = pytest.importorskip("graph_adapter.wrap")
+    loader_mod = pytest.importorskip("graph_adapter.loader")
+    from graph_adapter.budget import Budget
+    from graph_adapter.losses import masked_loss
+
+    ds = _graphs()
+    loader = loader_mod.FixedSizeLoader(ds, Budget.tight(ds, 8), shuffle=True)
+    module = FlatDictModule(wrap.ipu_wrap(_Net(), loss_fn=masked_loss("mse")), lr=1e-2)
+    losses = []
+
+    class Record(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            losses.append(float(outputs["loss"]))
+
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=12, accumulate_grad_batches=2,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[Record()])
+    trainer.fit(module, train_dataloaders=loader)
+    assert trainer.global_step == 12
+    k = 4
+    assert sum(losses[-k:]) / k < sum(losses[:k]) / k, losses
