@@ -4,6 +4,10 @@ The data path, one module a stage:
 
 * :mod:`graph_adapter.spec`: PyG object <-> flat dict of tensors + a static spec
 * :mod:`graph_adapter.pytree`: PyG classes as ``torch.utils._pytree`` nodes
+* :mod:`graph_adapter.budget`: fixed budgets of nodes, edges and graphs, learned from data
+* :mod:`graph_adapter.packing`: which graphs go into which fixed-size batch
+* :mod:`graph_adapter.collate`: a list of graphs -> a padded flat dict (masks included)
+* :mod:`graph_adapter.loader`: ``FixedSizeLoader``, whose batches never change shape
 
 Importing this package never imports poptorch.
 """
@@ -20,6 +24,10 @@ from .spec import (
     unflatten,
 )
 from .pytree import register_pytree
+from .budget import Budget
+from .packing import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
+from .collate import Collator, collate_padded, unpad_batch
+from .loader import FixedSizeLoader, LoaderStats
 
 __version__ = "0.1.0"
 
@@ -35,4 +43,14 @@ __all__ = [
     "flatten",
     "unflatten",
     "register_pytree",
+    "Budget",
+    "GraphSizes",
+    "graph_sizes",
+    "plan_efficiency",
+    "plan_epoch",
+    "Collator",
+    "collate_padded",
+    "unpad_batch",
+    "FixedSizeLoader",
+    "LoaderStats",
 ]
