@@ -41,6 +41,7 @@ __all__ = [
     "collect_outputs",
     "PoptorchRunner",
     "register_pyg_arg_parser",
+    "make_pyg_arg_parser",
 ]
 
 #: The output modes, with the poptorch ``OutputMode`` member each maps to.
@@ -184,27 +185,19 @@ def import_poptorch() -> Any:
     return poptorch
 
 
-_REGISTERED_PARSER = False
+_REGISTERED_WITH: set = set()  # id() of the poptorch modules registered with
 
 
-def register_pyg_arg_parser(poptorch: Any = None) -> bool:
-    """Let a PyG ``Data``/``Batch`` be passed straight to a poptorch model.
+def make_pyg_arg_parser(poptorch: Any) -> Any:
+    """A ``poptorch.ICustomArgParser`` for PyG ``Data``/``Batch``, built on the core round trip.
 
-    Registers a ``poptorch.ICustomArgParser`` for PyG's ``BaseData`` built on
-    the core round trip (``flatten`` / ``unflatten``): ``yieldTensors`` gives
-    the flat tensors in key order, ``reconstruct`` rebuilds the same class
-    from the original's static spec. Idempotent; returns True when registered
-    now, False when it already was.
+    ``yieldTensors`` gives ``flatten(obj)``'s tensors in key order;
+    ``reconstruct`` rebuilds the same class from the original's static spec
+    (``unflatten(..., spec.static())``, the traceable path).
     """
-    global _REGISTERED_PARSER
-    if _REGISTERED_PARSER:
-        return False
-    pt = poptorch if poptorch is not None else import_poptorch()
-    from torch_geometric.data.data import BaseData
-
     from .spec import flatten, unflatten
 
-    class PyGArgParser(pt.ICustomArgParser):  # type: ignore[misc,name-defined]
+    class PyGArgParser(poptorch.ICustomArgParser):  # type: ignore[misc,name-defined]
         def yieldTensors(self, struct):  # noqa: N802 (poptorch's name)
             flat, _ = flatten(struct)
             yield from flat.values()
@@ -214,14 +207,28 @@ def register_pyg_arg_parser(poptorch: Any = None) -> bool:
             new = {k: next(tensor_iterator) for k in flat}
             return unflatten(new, spec.static(), validate=False)
 
-    parser = PyGArgParser()
-    for cls in _pyg_classes(BaseData):
+    return PyGArgParser()
+
+
+def register_pyg_arg_parser(poptorch: Any = None) -> bool:
+    """Let a PyG ``Data``/``Batch`` be passed straight to a poptorch model.
+
+    Registers :func:`make_pyg_arg_parser`'s parser for ``Data``,
+    ``HeteroData`` and their batch classes (what graphium and
+    poptorch_geometric relied on). Idempotent; returns True when registered
+    now, False when it already was.
+    """
+    pt = poptorch if poptorch is not None else import_poptorch()
+    if id(pt) in _REGISTERED_WITH:
+        return False
+    parser = make_pyg_arg_parser(pt)
+    for cls in _pyg_classes():
         pt.registerCustomArgParser(cls, parser)
-    _REGISTERED_PARSER = True
+    _REGISTERED_WITH.add(id(pt))
     return True
 
 
-def _pyg_classes(base: type) -> List[type]:
+def _pyg_classes() -> List[type]:
     from torch_geometric.data import Batch, Data, HeteroData
 
     classes = [Data, HeteroData, Batch]

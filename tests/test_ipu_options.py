@@ -15,6 +15,8 @@ from graph_adapter.ipu import (
     PoptorchRunner,
     compile_ipu,
     import_poptorch,
+    make_pyg_arg_parser,
+    register_pyg_arg_parser,
 )
 
 
@@ -205,3 +207,24 @@ def test_unknown_backend():
     with pytest.raises(TypeError, match="IPUOptions"):
         compile_ipu(_Flat(), "ipu-emulator", "device_iterations=2")
     assert compile_ipu(_Flat(), "ipu-emulator", {"device_iterations": 2}).options.micro_batches == 2
+
+
+def test_pyg_arg_parser_round_trip():
+    from torch_geometric.data import Batch, Data
+
+    pt = make_fake_poptorch()
+    parser = make_pyg_arg_parser(pt)
+    assert isinstance(parser, pt.ICustomArgParser)
+    b = Batch.from_data_list([Data(x=torch.randn(3, 2), edge_index=torch.tensor([[0, 1], [1, 2]])),
+                              Data(x=torch.randn(2, 2), edge_index=torch.tensor([[0], [1]]))])
+    tensors = list(parser.yieldTensors(b))
+    assert all(isinstance(t, torch.Tensor) for t in tensors)
+    doubled = [t * 2 for t in tensors]
+    rebuilt = parser.reconstruct(b, iter(doubled))
+    assert type(rebuilt) is type(b)
+    torch.testing.assert_close(rebuilt.x, b.x * 2)
+    torch.testing.assert_close(rebuilt.edge_index, b.edge_index * 2)
+    assert register_pyg_arg_parser(pt) is True
+    assert register_pyg_arg_parser(pt) is False
+    registered = [a[0] for n, a, _ in pt.log if n == "registerCustomArgParser"]
+    assert Data in registered and type(b) in registered
