@@ -8,6 +8,8 @@ The data path, one module a stage:
 * :mod:`graph_adapter.packing`: which graphs go into which fixed-size batch
 * :mod:`graph_adapter.collate`: a list of graphs -> a padded flat dict (masks included)
 * :mod:`graph_adapter.loader`: ``FixedSizeLoader``, whose batches never change shape
+* :mod:`graph_adapter.ipu`: ``IPUOptions``, the poptorch backend and its CPU emulator
+* :mod:`graph_adapter.check`: what poptorch's dispatcher would reject, found on CPU
 
 Importing this package never imports poptorch.
 """
@@ -28,6 +30,8 @@ from .budget import Budget
 from .packing import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
 from .collate import Collator, collate_padded, unpad_batch
 from .loader import FixedSizeLoader, LoaderStats
+from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
+from .check import CheckReport, Finding, check
 
 __version__ = "0.1.0"
 
@@ -53,4 +57,11 @@ __all__ = [
     "unpad_batch",
     "FixedSizeLoader",
     "LoaderStats",
+    "IPUOptions",
+    "IPUEmulator",
+    "EmulatorError",
+    "compile_ipu",
+    "check",
+    "CheckReport",
+    "Finding",
 ]
