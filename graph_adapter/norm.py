@@ -61,18 +61,28 @@ def _row_mask(rows: int, op: str) -> Optional[Tensor]:
 
 def masked_batch_norm(x: Tensor, mask: Tensor, bn: nn.modules.batchnorm._BatchNorm) -> Tensor:
     """Training-mode batch norm of ``x`` ([R, C] or [R, C, L]) over rows where ``mask``."""
-    reduce_dims = [0] + list(range(2, x.dim()))
-    shape = [-1] + [1] * (x.dim() - 1)
-    m = mask.to(x.dtype).view(shape)
-    per_row = 1
-    for d in range(2, x.dim()):
-        per_row *= x.size(d)
-    count = m.sum() * per_row
-    count_c = count.clamp(min=1.0)
-    mean = (x * m).sum(dim=reduce_dims) / count_c
-    cshape = [1, -1] + [1] * (x.dim() - 2)
-    centered = x - mean.view(cshape)
-    var = (centered * centered * m).sum(dim=reduce_dims) / count_c
+    if x.dim() == 2:
+        # Reductions over rows as [1, R] @ [R, C] products: one pass each.
+        m = mask.to(x.dtype).view(1, -1)
+        count = m.sum()
+        count_c = count.clamp(min=1.0)
+        mean = (m @ x).view(-1) / count_c
+        centered = x - mean
+        var = (m @ (centered * centered)).view(-1) / count_c
+        cshape = [1, -1]
+    else:
+        reduce_dims = [0] + list(range(2, x.dim()))
+        shape = [-1] + [1] * (x.dim() - 1)
+        m = mask.to(x.dtype).view(shape)
+        per_row = 1
+        for d in range(2, x.dim()):
+            per_row *= x.size(d)
+        count = m.sum() * per_row
+        count_c = count.clamp(min=1.0)
+        mean = (x * m).sum(dim=reduce_dims) / count_c
+        cshape = [1, -1] + [1] * (x.dim() - 2)
+        centered = x - mean.view(cshape)
+        var = (centered * centered * m).sum(dim=reduce_dims) / count_c
     if bn.track_running_stats and bn.running_mean is not None:
         if bn.num_batches_tracked is not None:
             bn.num_batches_tracked.add_(1)
@@ -84,10 +94,11 @@ def masked_batch_norm(x: Tensor, mask: Tensor, bn: nn.modules.batchnorm._BatchNo
             unbiased = var.detach() * count / (count - 1).clamp(min=1.0)
             bn.running_mean.mul_(1 - factor).add_(mean.detach() * factor)
             bn.running_var.mul_(1 - factor).add_(unbiased * factor)
-    out = centered * torch.rsqrt(var + bn.eps).view(cshape)
+    scale = torch.rsqrt(var + bn.eps)
     if bn.affine:
-        out = out * bn.weight.view(cshape) + bn.bias.view(cshape)
-    return out
+        scale = scale * bn.weight
+        return torch.addcmul(bn.bias.view(cshape), centered, scale.view(cshape))
+    return centered * scale.view(cshape)
 
 
 class MaskedBatchNorm1d(nn.BatchNorm1d):

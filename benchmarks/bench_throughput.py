@@ -1,0 +1,200 @@
+"""Throughput of a GIN on rdkit's NCI-5k molecules: PyG eager vs ipu_wrap eager/compiled.
+
+Measured side by side in one run (same model, data, loss, optimizer):
+
+* inference and training step, on pre-collated batches: eager PyG on
+  unpadded ``Batch``es vs ``ipu_wrap(model)`` eager and ``graph_adapter.compile``
+  (inductor) on padded flat dicts from ``FixedSizeLoader``: graphs/s;
+* compile time (first call, train and eval);
+* end-to-end training epoch including data loading: PyG ``DataLoader`` +
+  eager vs ``FixedSizeLoader`` + the compiled wrapped model (and + eager).
+
+Usage: ``python benchmarks/bench_throughput.py [--limit 5000] [--batch 64]
+[--threads N] [--repeats 2]``. Prints a table and the ratios; figures for this
+machine are in ``docs/wrapping.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import platform
+import tempfile
+import time
+
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "graph_adapter_bench_inductor"))
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Batch
+from torch_geometric.loader import DataLoader
+from torch_geometric.nn import GIN, global_add_pool
+
+import graph_adapter.backends as backends
+from graph_adapter.budget import Budget
+from graph_adapter.datasets import load_nci5k
+from graph_adapter.loader import FixedSizeLoader
+from graph_adapter.losses import masked_mse_loss
+from graph_adapter.wrap import ipu_wrap
+
+SCALE = 100.0  # TPSA / 100 as the regression target
+
+
+class MolNet(torch.nn.Module):
+    def __init__(self, hidden: int = 128, layers: int = 4):
+        super().__init__()
+        self.emb = torch.nn.Linear(9, hidden)
+        self.gin = GIN(hidden, hidden, layers, hidden, norm="batch_norm")
+        self.head = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                                        torch.nn.Linear(hidden, 1))
+
+    def forward(self, data):
+        h = self.gin(self.emb(data.x.float()), data.edge_index)
+        return self.head(global_add_pool(h, data.batch))
+
+
+def pyg_loss(out, batch):
+    return F.mse_loss(out, batch.y / SCALE)
+
+
+def wrapped_loss(out, batch):
+    return masked_mse_loss(out, batch.y / SCALE, batch.graph_mask)
+
+
+def timed(fn, repeats):
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=128)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    data, bad = load_nci5k(limit=args.limit)
+    for d in data:  # strings cannot live in a tensor dict; drop for both sides
+        del d.smiles
+    n_graphs = len(data)
+    budget = Budget.fit(data, args.batch)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"torch {torch.__version__}, threads {torch.get_num_threads()}, no GPU")
+    print(f"data: {n_graphs} molecules (NCI-5k), batch {args.batch} graphs; budget {budget}")
+
+    torch.manual_seed(0)
+    base = MolNet(args.hidden)
+
+    # ---- pre-collated batches --------------------------------------------
+    pyg_batches = [Batch.from_data_list(data[i:i + args.batch]) for i in range(0, n_graphs, args.batch)]
+    loader = FixedSizeLoader(data, budget, shuffle=False)
+    flats = list(loader)
+    real = sum(int(f["graph_mask"].sum()) for f in flats)
+    print(f"padded batches: {len(flats)} (PyG: {len(pyg_batches)}), real graphs {real}, "
+          f"node fill {sum(int(f['node_mask'].sum()) for f in flats) / sum(f['node_mask'].numel() for f in flats):.2f}")
+
+    res = {}
+
+    # inference ----------------------------------------------------------
+    m_pyg = copy.deepcopy(base).eval()
+    w_eager = ipu_wrap(copy.deepcopy(base), loss_fn=wrapped_loss).eval()
+    w_comp = ipu_wrap(copy.deepcopy(base), loss_fn=wrapped_loss).eval()
+    c_inf = backends.compile(w_comp, "inductor")
+
+    def inf_pyg():
+        with torch.no_grad():
+            for b in pyg_batches:
+                m_pyg(b)
+
+    def inf_wrapped(fn):
+        def run():
+            with torch.no_grad():
+                for f in flats:
+                    fn(f)
+        return run
+
+    t = time.perf_counter()
+    with torch.no_grad():
+        c_inf(flats[0])
+    res["compile_eval_s"] = time.perf_counter() - t
+    res["inf_pyg"] = n_graphs / timed(inf_pyg, args.repeats)
+    res["inf_wrapped_eager"] = n_graphs / timed(inf_wrapped(w_eager), args.repeats)
+    res["inf_compiled"] = n_graphs / timed(inf_wrapped(c_inf), args.repeats)
+
+    # training step --------------------------------------------------------
+    def trainer(model, call, batches):
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+        def run():
+            for b in batches:
+                loss = call(b)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        return run
+
+    m_pyg_t = copy.deepcopy(base).train()
+    w_eager_t = ipu_wrap(copy.deepcopy(base), loss_fn=wrapped_loss).train()
+    w_comp_t = ipu_wrap(copy.deepcopy(base), loss_fn=wrapped_loss).train()
+    c_train = backends.compile(w_comp_t, "inductor")
+    t = time.perf_counter()
+    c_train(flats[0])["loss"].backward()
+    res["compile_train_s"] = time.perf_counter() - t
+    for p in w_comp_t.parameters():
+        p.grad = None
+    res["train_pyg"] = n_graphs / timed(trainer(m_pyg_t, lambda b: pyg_loss(m_pyg_t(b), b), pyg_batches), args.repeats)
+    res["train_wrapped_eager"] = n_graphs / timed(trainer(w_eager_t, lambda f: w_eager_t(f)["loss"], flats), args.repeats)
+    res["train_compiled"] = n_graphs / timed(trainer(w_comp_t, lambda f: c_train(f)["loss"], flats), args.repeats)
+
+    # end-to-end epoch, data loading included --------------------------------
+    def epoch_pyg():
+        dl = DataLoader(data, batch_size=args.batch, shuffle=True)
+        trainer(m_pyg_t, lambda b: pyg_loss(m_pyg_t(b), b), dl)()
+
+    fsl = FixedSizeLoader(data, budget, shuffle=True)
+
+    def epoch_fsl(model, call):
+        def run():
+            trainer(model, call, fsl)()
+        return run
+
+    res["epoch_pyg_s"] = timed(epoch_pyg, args.repeats)
+    res["epoch_fsl_eager_s"] = timed(epoch_fsl(w_eager_t, lambda f: w_eager_t(f)["loss"]), args.repeats)
+    res["epoch_fsl_compiled_s"] = timed(epoch_fsl(w_comp_t, lambda f: c_train(f)["loss"]), args.repeats)
+    res["compiles"] = c_inf.compile_count + c_train.compile_count
+
+    print()
+    print(f"{'':34s}{'graphs/s':>12s}")
+    for k, label in [("inf_pyg", "inference  PyG eager (unpadded)"),
+                     ("inf_wrapped_eager", "inference  ipu_wrap eager"),
+                     ("inf_compiled", "inference  ipu_wrap inductor"),
+                     ("train_pyg", "train step PyG eager (unpadded)"),
+                     ("train_wrapped_eager", "train step ipu_wrap eager"),
+                     ("train_compiled", "train step ipu_wrap inductor")]:
+        print(f"{label:34s}{res[k]:12.0f}")
+    print(f"compile time: eval {res['compile_eval_s']:.1f} s, train {res['compile_train_s']:.1f} s; "
+          f"compiles in total: {res['compiles']}")
+    print(f"epoch incl. loading: PyG DataLoader + eager {res['epoch_pyg_s']:.2f} s, "
+          f"FixedSizeLoader + ipu_wrap eager {res['epoch_fsl_eager_s']:.2f} s, "
+          f"FixedSizeLoader + inductor {res['epoch_fsl_compiled_s']:.2f} s")
+    print()
+    print(f"ratio inference compiled / PyG eager: {res['inf_compiled'] / res['inf_pyg']:.2f}x (goal >= 1.5x)")
+    print(f"ratio train step compiled / PyG eager: {res['train_compiled'] / res['train_pyg']:.2f}x")
+    print(f"ratio epoch PyG+eager / FixedSizeLoader+compiled: "
+          f"{res['epoch_pyg_s'] / res['epoch_fsl_compiled_s']:.2f}x (goal >= 1.2x)")
+    print(f"ratio epoch PyG+eager / FixedSizeLoader+ipu_wrap eager: "
+          f"{res['epoch_pyg_s'] / res['epoch_fsl_eager_s']:.2f}x")
+    return res
+
+
+if __name__ == "__main__":
+    main()
