@@ -146,12 +146,12 @@ def build_model(name: str = "gine", hidden: int = 128, layers: int = 4, y_mean: 
 class DemoConfig:
     """Settings of :func:`run_demo` (the CLI flags of ``graph-adapter demo``)."""
 
-    epochs: int = 15
+    epochs: int = 10
     batch_graphs: int = 64
     seed: int = 0
     model: str = "gine"
     backend: str = "auto"
-    hidden: int = 128
+    hidden: int = 64
     layers: int = 4
     lr: float = 1e-3
     test_fraction: float = 0.1
