@@ -45,7 +45,8 @@ from .packing import GraphSizes
 # PyG wraps torch.index_select (hash_tensor); the ATen op itself is cheaper
 _index_select = getattr(torch._C._VariableFunctions, "index_select", torch.index_select)
 
-__all__ = ["KeySpec", "Collator", "collate_padded", "unpad_batch", "RESERVED_KEYS"]
+__all__ = ["KeySpec", "Collator", "HeteroCollator", "make_collator", "collate_padded",
+           "unpad_batch", "unpad_hetero", "RESERVED_KEYS"]
 
 RESERVED_KEYS = ("batch", "ptr", "node_mask", "edge_mask", "graph_mask")
 _META_KEYS = ("num_nodes",)
@@ -291,7 +292,9 @@ class _Gather:
         # output axes, cat dim first (a view of the output in the column's layout)
         self.perm = (cat,) + tuple(j for j in range(nd) if j != cat) if nd else ()
         self.kind = kind  # "plain" | "inc" (numpy add) | "torch_inc"
-        if fill is None or fill == 0:
+        if isinstance(fill, np.ndarray):
+            self.fill = fill  # per trailing row (hetero edge_index: src, dst)
+        elif fill is None or fill == 0:
             self.fill = None  # zeros
         elif isinstance(fill, float) and fill != fill:  # NaN, as the storage bits
             self.fill = _to_np(torch.full((1,), float("nan"), dtype=dtype))[0]
@@ -749,3 +752,392 @@ def unpad_batch(flat: Mapping[str, Tensor], schema: Optional[Sequence[KeySpec]] 
             d.num_nodes = int(n_i[j])
         res.append(d)
     return res
+
+
+# ====================================================================== hetero
+def _et_name(et) -> str:
+    return "__".join(et)
+
+
+class _HeteroScan:
+    """One pass over a ``HeteroData`` dataset: sizes, schema, columns.
+
+    Node-store attributes must be node-level (one row per node of the type on
+    the cat dim), edge-store attributes edge-level (``*index*`` keys are
+    ``[2, E]`` and get ``(source, destination)`` node offsets, as in PyG),
+    attributes of the global store graph-level (the same number of rows for
+    every graph, or 0-d).
+    """
+
+    def __init__(self, dataset, budget: Budget):
+        from torch_geometric.data import HeteroData
+
+        n = len(dataset)
+        if n == 0:
+            raise ValueError("cannot collate an empty dataset")
+        first = dataset[0]
+        if not isinstance(first, HeteroData):
+            raise TypeError("a hetero Budget needs a HeteroData dataset")
+        self.num_graphs = n
+        self.node_types = list(first.node_types)
+        self.edge_types = [tuple(et) for et in first.edge_types]
+        for nt in self.node_types:
+            if "/" in nt or "__" in nt:
+                raise ValueError(f"node type {nt!r} may not contain '/' or '__'")
+        for et in self.edge_types:
+            if any("/" in p or "__" in p for p in et):
+                raise ValueError(f"edge type {et!r} may not contain '/' or '__'")
+        if set(budget.nodes) != set(self.node_types) or \
+                set(budget.edges) != {_et_name(et) for et in self.edge_types}:
+            raise ValueError(f"budget types do not match the data: budget nodes "
+                             f"{sorted(budget.nodes)}, edges {sorted(budget.edges)}; data node "
+                             f"types {sorted(self.node_types)}, edge types "
+                             f"{sorted(_et_name(et) for et in self.edge_types)}")
+        self.excluded: Dict[str, str] = {}
+        # stores: (prefix, kind, store key, reserved names)
+        stores = [(nt, "node", nt) for nt in self.node_types] + \
+            [(_et_name(et), "edge", et) for et in self.edge_types] + [("", "graph", None)]
+        self.stores = stores
+        specs: List[KeySpec] = []
+        for prefix, kind, sk in stores:
+            st = first[sk] if sk is not None else first._global_store
+            reserved = {"node": ("batch", "ptr", "node_mask"), "edge": ("edge_mask",),
+                        "graph": ("graph_mask",)}[kind]
+            for k in sorted(st.keys()):
+                v = st[k]
+                full = f"{prefix}/{k}" if prefix else k
+                if k in _META_KEYS:
+                    continue
+                if k in reserved or (kind == "graph" and k in RESERVED_KEYS):
+                    raise ValueError(f"graph at dataset index 0: attribute {full!r} uses a "
+                                     f"name the padded format reserves")
+                if not isinstance(v, Tensor):
+                    self.excluded[full] = f"not a tensor ({type(v).__name__})"
+                    continue
+                if v.layout != torch.strided:
+                    self.excluded[full] = f"sparse tensor ({v.layout})"
+                    continue
+                if "batch" in k:
+                    raise NotImplementedError(f"key {full!r}: PyG increments '*batch*' keys "
+                                              f"by their max; not supported")
+                if kind == "edge" and "index" in k:
+                    if v.dim() != 2 or v.shape[0] != 2:
+                        raise ValueError(f"key {full!r}: index keys of edge stores must be "
+                                         f"[2, num_edges], got {tuple(v.shape)}")
+                    specs.append(KeySpec(full, f"edge:{prefix}", v.dtype, (2,), 1, "nodes"))
+                    continue
+                if v.dim() == 0:
+                    if kind != "graph":
+                        raise ValueError(f"key {full!r}: 0-d tensors are only supported on "
+                                         f"the global store")
+                    specs.append(KeySpec(full, "graph", v.dtype, (), 0, "none", 1, True))
+                    continue
+                lv = "graph" if kind == "graph" else f"{kind}:{prefix}"
+                specs.append(KeySpec(full, lv, v.dtype, tuple(v.shape[1:]), 0, "none",
+                                     rows=int(v.shape[0]) if kind == "graph" else 1))
+        self.specs = specs
+        nt_cols = list(budget.nodes)  # budget order (sorted), as Budget.capacity()
+        et_cols = list(budget.edges)
+        et_of = {_et_name(et): et for et in self.edge_types}
+        sizes = np.zeros((n, len(nt_cols) + len(et_cols)), dtype=np.int64)
+        cols: Dict[str, List[Tensor]] = {s.key: [] for s in specs}
+        by_key = {s.key: s for s in specs}
+        for i in range(n):
+            d = first if i == 0 else dataset[i]
+            if not isinstance(d, HeteroData):
+                raise TypeError(f"graph at dataset index {i} is not HeteroData")
+            if list(d.node_types) != self.node_types or \
+                    [tuple(et) for et in d.edge_types] != self.edge_types:
+                raise ValueError(f"graph at dataset index {i} has node/edge types "
+                                 f"{d.node_types}/{d.edge_types}, graph 0 has "
+                                 f"{self.node_types}/{self.edge_types}")
+            for j, nt in enumerate(nt_cols):
+                sizes[i, j] = d[nt].num_nodes or 0
+            for j, en in enumerate(et_cols):
+                sizes[i, len(nt_cols) + j] = d[et_of[en]].num_edges
+            cnt = {nt: int(sizes[i, j]) for j, nt in enumerate(nt_cols)}
+            cnt.update({en: int(sizes[i, len(nt_cols) + j]) for j, en in enumerate(et_cols)})
+            for prefix, kind, sk in stores:
+                st = d[sk] if sk is not None else d._global_store
+                have = {k for k, v in st.items() if isinstance(v, Tensor) and
+                        k not in _META_KEYS}
+                want = {s.key.split("/")[-1] if prefix else s.key for s in specs
+                        if (s.key.rsplit("/", 1)[0] if "/" in s.key else "") == prefix}
+                if have != want:
+                    raise ValueError(f"graph at dataset index {i}: store {prefix or 'global'!r}"
+                                     f" has tensor keys {sorted(have)}, graph 0 has "
+                                     f"{sorted(want)}")
+                for k in want:
+                    full = f"{prefix}/{k}" if prefix else k
+                    s = by_key[full]
+                    v = st[k]
+                    if v.dtype != s.dtype:
+                        raise ValueError(f"graph at dataset index {i}: key {full!r} has dtype "
+                                         f"{v.dtype}, graph 0 has {s.dtype}")
+                    if s.scalar:
+                        ok = v.dim() == 0
+                        v = v.reshape(1)
+                    elif s.inc == "nodes":
+                        ok = v.dim() == 2 and v.shape[0] == 2 and v.shape[1] == cnt[prefix]
+                        v = v.t()
+                    else:
+                        want_rows = s.rows if kind == "graph" else cnt[prefix]
+                        ok = v.dim() == len(s.trail) + 1 and tuple(v.shape[1:]) == s.trail \
+                            and v.shape[0] == want_rows
+                    if not ok:
+                        raise ValueError(
+                            f"graph at dataset index {i}: key {full!r} has shape "
+                            f"{tuple(st[k].shape)}, expected {s.level} rows "
+                            f"({cnt.get(prefix, s.rows)}) and trailing shape {s.trail}")
+                    cols[full].append(v)
+        self.sizes = GraphSizes(sizes, tuple(nt_cols), tuple(et_cols))
+        self.columns = {k: torch.cat(v, 0).contiguous() for k, v in cols.items()}
+        self.incs: Dict[str, np.ndarray] = {}
+
+
+class HeteroCollator:
+    """Padded collate of ``HeteroData`` graphs for a hetero :class:`Budget`.
+
+    Keys follow ``docs/dev/FORMAT.md``: ``<node_type>/<attr>`` plus
+    ``<node_type>/batch``, ``/ptr``, ``/node_mask`` for every node type,
+    ``<src>__<rel>__<dst>/<attr>`` plus ``/edge_mask`` for every edge type,
+    bare graph-level attributes and ``graph_mask``.  Every node type keeps at
+    least one padding node (the last row, in graph slot ``G - 1``); padding
+    edges of ``(s, r, d)`` run from the last node of ``s`` to the last node of
+    ``d``, both padding nodes.  Key order: stores in PyG order (node types,
+    edge types, global store), names sorted within a store.
+    """
+
+    is_hetero = True
+
+    def __init__(self, dataset, budget: Budget, *, columnar: bool = True,
+                 index_dtype: torch.dtype = torch.int64, warn: bool = True):
+        if not budget.is_hetero:
+            raise ValueError("HeteroCollator needs a hetero Budget (dicts of nodes/edges)")
+        if index_dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"index_dtype must be torch.int64 or torch.int32, got {index_dtype}")
+        self.budget = budget
+        self.index_dtype = index_dtype
+        self._np_idt = np.int64 if index_dtype == torch.int64 else np.int32
+        self.scan = _HeteroScan(dataset, budget)
+        self.columnar = True  # HeteroData batches are always gathered from columns
+        self.schema: List[KeySpec] = self.scan.specs
+        self.excluded_keys: Dict[str, str] = dict(self.scan.excluded)
+        self.sizes: GraphSizes = self.scan.sizes
+        sc = self.scan
+        m = sc.sizes.matrix
+        nt_cols = list(budget.nodes)
+        et_cols = list(budget.edges)
+        self._ncol = {nt: j for j, nt in enumerate(nt_cols)}
+        self._ecol = {en: len(nt_cols) + j for j, en in enumerate(et_cols)}
+        starts = np.zeros_like(m)
+        starts[1:] = np.cumsum(m, axis=0)[:-1]
+        self._meta = m
+        self._starts = starts
+        G = budget.graphs
+        self._ar_G = np.arange(G, dtype=self._np_idt)
+        self._ar = np.arange(max(list(budget.nodes.values()) + list(budget.edges.values()) +
+                                 [1]))
+        self._graph_rows = sorted({s.rows for s in self.schema if s.level == "graph"})
+        self._gathers: List[_Gather] = []
+        for s in self.schema:
+            col = sc.columns[s.key]
+            if s.level == "graph":
+                R, lv = G * s.rows, s.rows
+            else:
+                kind, name = s.level.split(":", 1)
+                R = budget.nodes[name] if kind == "node" else budget.edges[name]
+                lv = s.level
+            if s.inc == "nodes":
+                src, _, dst = s.level.split(":", 1)[1].split("__")
+                fill = np.array([budget.nodes[src] - 1, budget.nodes[dst] - 1])
+                fast = s.dtype == torch.int64 or s.dtype == index_dtype
+                g = _Gather(s.key, lv, col, [2, R], 1, index_dtype, fill,
+                            "inc" if fast else "torch_inc", s)
+                if not fast:
+                    g.view_dtype = None
+                self._gathers.append(g)
+            else:
+                shape = [R] if s.scalar else [R] + list(s.trail)
+                fill = float("nan") if s.level == "graph" and _is_float(s.dtype) else None
+                self._gathers.append(_Gather(s.key, lv, col, shape, 0, s.dtype, fill,
+                                             "plain", s))
+        keys = []
+        for prefix, kind, _ in sc.stores:
+            names = [s.key for s in self.schema
+                     if (s.key.rsplit("/", 1)[0] if "/" in s.key else "") == prefix]
+            extra = {"node": ["batch", "ptr", "node_mask"], "edge": ["edge_mask"],
+                     "graph": ["graph_mask"]}[kind]
+            names += [f"{prefix}/{r}" if prefix else r for r in extra]
+            keys += sorted(names)
+        self.keys: List[str] = keys
+        self._template = dict.fromkeys(keys)
+        if warn and self.excluded_keys:
+            warnings.warn(
+                "graph_adapter: these attributes are not tensors and are left out of the "
+                "padded batches: " + ", ".join(f"{k!r} ({why})" for k, why in
+                                               self.excluded_keys.items()), stacklevel=3)
+
+    @property
+    def levels(self) -> Dict[str, str]:
+        return {s.key: s.level for s in self.schema}
+
+    def collate_indices(self, indices: Sequence[int]) -> Dict[str, Tensor]:
+        """Padded batch of the dataset graphs ``indices`` (columnar gather)."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        g = idx.size
+        if g and idx.min() < 0:
+            raise IndexError(f"negative dataset indices: {idx[idx < 0][:8].tolist()}")
+        b = self.budget
+        G = b.graphs
+        meta = self._meta[idx]
+        starts = self._starts[idx]
+        cum = meta.cumsum(axis=0)
+        tot = cum[-1] if g else np.zeros(meta.shape[1], np.int64)
+        off = cum - meta  # per graph, per dim: offset inside the batch
+        if g > G - 1 or any(int(tot[self._ncol[nt]]) > N - 1 for nt, N in b.nodes.items()) or \
+                any(int(tot[self._ecol[en]]) > E for en, E in b.edges.items()):
+            raise ValueError(
+                f"batch of dataset indices {idx[:8].tolist()}... does not fit {b!r}: {g} graphs "
+                f"(max {G - 1}), nodes " +
+                ", ".join(f"{nt}: {int(tot[self._ncol[nt]])} (max {N - 1})"
+                          for nt, N in b.nodes.items()) + "; edges " +
+                ", ".join(f"{en}: {int(tot[self._ecol[en]])} (max {E})"
+                          for en, E in b.edges.items()))
+        ar = self._ar
+        gidx: Dict[Any, np.ndarray] = {}
+        for nt, j in self._ncol.items():
+            gidx["node:" + nt] = (starts[:, j] - off[:, j]).repeat(meta[:, j]) + \
+                ar[:int(tot[j])]
+        for en, j in self._ecol.items():
+            gidx["edge:" + en] = (starts[:, j] - off[:, j]).repeat(meta[:, j]) + \
+                ar[:int(tot[j])]
+        for r in self._graph_rows:
+            gidx[r] = idx if r == 1 else (idx[:, None] * r + np.arange(r)[None, :]).reshape(-1)
+        out = self._template.copy()
+        for gt in self._gathers:
+            gi = gidx[gt.level]
+            if gt.kind == "plain":
+                out[gt.key] = gt.run(gi)
+                continue
+            en = gt.level.split(":", 1)[1]
+            src, _, dst = en.split("__")
+            e = meta[:, self._ecol[en]]
+            o = np.empty((gi.shape[0], 2), dtype=np.int64)
+            o[:, 0] = off[:, self._ncol[src]].repeat(e)
+            o[:, 1] = off[:, self._ncol[dst]].repeat(e)
+            out[gt.key] = gt.run(gi, o)
+        for nt, j in self._ncol.items():
+            N = b.nodes[nt]
+            n_real = int(tot[j])
+            cnt = np.zeros(G, dtype=self._np_idt)
+            cnt[:g] = meta[:, j]
+            cnt[G - 1] = N - n_real
+            ptr = np.empty(G + 1, dtype=self._np_idt)
+            ptr[0] = 0
+            cnt.cumsum(out=ptr[1:])
+            out[nt + "/batch"] = torch.from_numpy(self._ar_G.repeat(cnt))
+            out[nt + "/ptr"] = torch.from_numpy(ptr)
+            out[nt + "/node_mask"] = torch.from_numpy(ar[:N] < n_real)
+        for en, j in self._ecol.items():
+            out[en + "/edge_mask"] = torch.from_numpy(ar[:b.edges[en]] < int(tot[j]))
+        out["graph_mask"] = torch.from_numpy(self._ar_G < g)
+        return out
+
+    def empty(self) -> Dict[str, Tensor]:
+        """A fully padded batch (no real graph)."""
+        return self.collate_indices([])
+
+    def collate(self, data_list: Sequence[Any]) -> Dict[str, Tensor]:
+        """Padded batch of ``HeteroData`` objects (scanned into columns first)."""
+        if len(data_list) == 0:
+            return self.empty()
+        tmp = HeteroCollator(list(data_list), self.budget, index_dtype=self.index_dtype,
+                             warn=False)
+        if [(s.key, s.dtype, s.trail) for s in tmp.schema] != \
+                [(s.key, s.dtype, s.trail) for s in self.schema]:
+            raise ValueError("these graphs have a different schema than the dataset")
+        return tmp.collate_indices(range(len(data_list)))
+
+    def collate_micro(self, groups: Sequence[Sequence[Any]]) -> Dict[str, Tensor]:
+        outs = [self._one(g) for g in groups]
+        return {k: torch.stack([o[k] for o in outs]) for k in self.keys}
+
+    def _one(self, items) -> Dict[str, Tensor]:
+        if len(items) == 0:
+            return self.empty()
+        if isinstance(items[0], (int, np.integer)):
+            return self.collate_indices(items)
+        return self.collate(items)
+
+    def shapes(self) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
+        e = self.empty()
+        return {k: (tuple(v.shape), v.dtype) for k, v in e.items()}
+
+    def unpad(self, flat: Mapping[str, Tensor]) -> List[Any]:
+        """The real graphs of a padded hetero flat dict, as ``HeteroData``."""
+        return unpad_hetero(flat, self.schema, self.scan.node_types, self.scan.edge_types)
+
+
+def unpad_hetero(flat: Mapping[str, Tensor], schema: Sequence[KeySpec],
+                 node_types: Sequence[str], edge_types: Sequence[Tuple[str, str, str]]
+                 ) -> List[Any]:
+    """Give back the real ``HeteroData`` graphs of a padded hetero flat dict
+    (``schema``, ``node_types``, ``edge_types`` from :class:`HeteroCollator`)."""
+    from torch_geometric.data import HeteroData
+
+    if flat["graph_mask"].dim() == 2:
+        out = []
+        for f in range(flat["graph_mask"].shape[0]):
+            out.extend(unpad_hetero({k: v[f] for k, v in flat.items()}, schema, node_types,
+                                    edge_types))
+        return out
+    g = int(flat["graph_mask"].sum())
+    G = flat["graph_mask"].numel()
+    n_i, n_off = {}, {}
+    for nt in node_types:
+        ptr = flat[nt + "/ptr"].long()
+        n_i[nt] = ptr[1:g + 1] - ptr[:g]
+        n_off[nt] = ptr[:g]
+    e_i = {}
+    for et in edge_types:
+        en = _et_name(et)
+        e_real = int(flat[en + "/edge_mask"].sum())
+        src = flat[en + "/edge_index"][0, :e_real].long()
+        e_i[en] = torch.bincount(flat[et[0] + "/batch"].long()[src], minlength=g)[:g] \
+            if e_real else torch.zeros(g, dtype=torch.long)
+    graphs = [HeteroData() for _ in range(g)]
+    for nt in node_types:
+        for j in range(g):
+            graphs[j][nt].num_nodes = int(n_i[nt][j])
+    for s in schema:
+        v = flat[s.key]
+        if s.level == "graph":
+            cnt = [s.rows] * g
+            store, attr = None, s.key
+        else:
+            prefix, attr = s.key.rsplit("/", 1)
+            kind, name = s.level.split(":", 1)
+            cnt = (n_i[name] if kind == "node" else e_i[name]).tolist()
+            store = name if kind == "node" else tuple(name.split("__"))
+        vv = v.t() if s.inc == "nodes" else v
+        parts = torch.split(vv[:sum(cnt)], cnt) if g else []
+        for j, p in enumerate(parts):
+            if s.inc == "nodes":
+                src, _, dst = store
+                p = (p - torch.stack([n_off[src][j], n_off[dst][j]]).to(p.dtype)).t()
+            if s.scalar:
+                p = p.reshape(())
+            p = p.contiguous()
+            if store is None:
+                graphs[j][attr] = p
+            else:
+                graphs[j][store][attr] = p
+    return graphs
+
+
+def make_collator(dataset, budget: Budget, **kw):
+    """:class:`Collator` or :class:`HeteroCollator`, following the budget."""
+    if budget.is_hetero:
+        return HeteroCollator(dataset, budget, **kw)
+    return Collator(dataset, budget, **kw)

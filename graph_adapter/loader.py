@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .budget import Budget
-from .collate import Collator, KeySpec, _Scan
+from .collate import Collator, KeySpec, _Scan, make_collator
 from .packing import PACKERS, find_oversize, plan_efficiency, plan_epoch
 
 __all__ = ["FixedSizeLoader", "LoaderStats"]
@@ -173,7 +173,7 @@ class FixedSizeLoader:
         self.open_batches = int(open_batches)
         self.rank = rank
         self.world_size = world_size
-        self.collator = Collator(dataset, budget, columnar=columnar, index_dtype=index_dtype)
+        self.collator = make_collator(dataset, budget, columnar=columnar, index_dtype=index_dtype)
         self.sizes = self.collator.sizes
         bad = find_oversize(self.sizes, budget)
         self.skipped_indices: List[int] = [int(i) for i in bad]

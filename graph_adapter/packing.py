@@ -82,8 +82,9 @@ def graph_sizes(dataset) -> GraphSizes:
         return GraphSizes(np.zeros((0, 2), dtype=np.int64))
     first = dataset[0]
     if _is_hetero(first):
-        nts = tuple(first.node_types)
-        ets = tuple(first.edge_types)
+        # sorted by name, the order of a hetero Budget's dicts and capacity()
+        nts = tuple(sorted(first.node_types))
+        ets = tuple(sorted(first.edge_types, key=_edge_type_name))
         m = np.zeros((n, len(nts) + len(ets)), dtype=np.int64)
         for i in range(n):
             d = first if i == 0 else dataset[i]
@@ -108,11 +109,19 @@ def _is_hetero(d) -> bool:
     return isinstance(d, HeteroData)
 
 
+def _capacity(sizes: GraphSizes, budget):
+    """``budget.capacity()``, checked against the dims of ``sizes`` (by name for
+    hetero sizes: the columns must be the budget's types in the budget's order)."""
+    cap, gcap = budget.capacity()
+    if sizes.matrix.shape[1] != cap.shape[0] or \
+            (sizes.node_types is not None and tuple(sizes.dims) != tuple(budget.dims())):
+        raise ValueError(f"budget has dims {budget.dims()} but the data has {sizes.dims}")
+    return cap, gcap
+
+
 def find_oversize(sizes: GraphSizes, budget) -> np.ndarray:
     """Indices of graphs that fit no batch of ``budget`` (sorted)."""
-    cap, gcap = budget.capacity()
-    if sizes.matrix.shape[1] != cap.shape[0]:
-        raise ValueError(f"budget has dims {budget.dims()} but the data has {sizes.dims}")
+    cap, gcap = _capacity(sizes, budget)
     if gcap < 1:
         return np.arange(sizes.num_graphs)
     return np.nonzero(np.any(sizes.matrix > cap[None, :], axis=1))[0]
@@ -250,7 +259,7 @@ def plan_epoch(sizes: GraphSizes, budget, *, packer: str = "greedy", shuffle: bo
     those graphs (default: all); each appears exactly once.
     """
     sizes = graph_sizes(sizes)
-    cap, gcap = budget.capacity()
+    cap, gcap = _capacity(sizes, budget)
     if indices is None:
         indices = np.arange(sizes.num_graphs)
     indices = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices,
