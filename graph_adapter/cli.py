@@ -134,7 +134,7 @@ def _run_demo(args) -> int:
 BENCHMARKS = {
     "collate": ("bench_collate.py", [], ["--repeats", "30"]),
     "efficiency": ("bench_efficiency.py", [], ["--epochs", "1"]),
-    "throughput": ("bench_throughput.py", [], []),
+    "throughput": ("bench_throughput.py", [], ["--limit", "1000", "--repeats", "1"]),
 }
 
 
@@ -157,6 +157,24 @@ def _load_script(path: str, name: str):
         sys.path.insert(0, d)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _call_main(main, script: str, argv: List[str]):
+    """Call a script's ``main(argv)``, or ``main()`` with ``sys.argv`` set."""
+    import inspect
+
+    try:
+        takes_argv = len(inspect.signature(main).parameters) > 0
+    except (TypeError, ValueError):
+        takes_argv = False
+    if takes_argv:
+        return main(argv)
+    saved = sys.argv
+    sys.argv = [script, *argv]
+    try:
+        return main()
+    finally:
+        sys.argv = saved
 
 
 def _run_bench(args) -> int:
@@ -189,9 +207,10 @@ def _run_bench(args) -> int:
         try:
             mod = _load_script(path, name)
             main = getattr(mod, "main")
+            script_argv = list(quick if args.quick else argv)
             buf = io.StringIO()
             with contextlib.redirect_stdout(buf):
-                ret = main(list(quick if args.quick else argv))
+                ret = _call_main(main, script, script_argv)
             out = buf.getvalue()
         except SystemExit as e:  # argparse in a script
             summary.append((name, "failed", f"exit {e.code}"))
