@@ -204,3 +204,81 @@ def test_message_passing_sees_real_graphs_unchanged():
     torch.testing.assert_close(got[:n], want)
     pooled = global_add_pool(got, flat["batch"], size=budget.graphs)
     torch.testing.assert_close(pooled[:4], global_add_pool(want, ref.batch))
+
+
+class _Custom(Data):
+    """A Data subclass with a custom increment and a key concatenated on dim 1."""
+
+    def __inc__(self, key, value, *args, **kwargs):
+        if key == "ring":
+            return 3
+        return super().__inc__(key, value, *args, **kwargs)
+
+    def __cat_dim__(self, key, value, *args, **kwargs):
+        if key == "wide":
+            return 1
+        return super().__cat_dim__(key, value, *args, **kwargs)
+
+
+@SETTINGS
+@given(sizes=sizes_st, seed=st.integers(0, 5), int32=st.booleans())
+def test_numpy_gather_dtypes_layouts_bit_identical(sizes, seed, int32):
+    # the columnar (numpy) path against the list (torch) path, on dtypes numpy
+    # lacks (bfloat16), bool, float16, a dim-1 key, a custom increment and an
+    # int32 edge_index
+    g = torch.Generator().manual_seed(seed)
+    graphs = []
+    for i, (n, e) in enumerate(sizes):
+        e = e if n else 0
+        d = _Custom(x=torch.randn(n, 2, generator=g).to(torch.bfloat16),
+                    edge_index=torch.randint(0, max(n, 1), (2, e), generator=g).int(),
+                    h=torch.randn(n, generator=g).half(), flag=torch.rand(e, 2, generator=g) > .5,
+                    wide=torch.randn(3, n, generator=g).double(),
+                    ring=torch.randint(0, 5, (1, 2), generator=g),
+                    yb=torch.randn(1, 2, generator=g).to(torch.bfloat16))
+        d.num_nodes = n
+        graphs.append(d)
+    budget = budget_for(graphs, 2)
+    idt = torch.int32 if int32 else torch.int64
+    col = Collator(graphs, budget, index_dtype=idt)
+    lst = Collator(graphs, budget, columnar=False, index_dtype=idt)
+    order = list(np.random.default_rng(seed).permutation(len(graphs)))
+    a = col.collate_indices(order)
+    b = lst.collate([graphs[i] for i in order])
+    assert list(a) == list(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+        assert a[k].is_contiguous(), k
+        assert torch.equal(a[k].view(torch.uint8) if a[k].dtype != torch.bool else a[k],
+                           b[k].view(torch.uint8) if b[k].dtype != torch.bool else b[k]), k
+    if col.levels["yb"] == "graph":  # (single-node datasets: node-level, as PyG)
+        assert torch.isnan(a["yb"][len(graphs):].float()).all()
+
+
+def test_batches_never_share_memory():
+    graphs = make_graphs([(3, 4), (2, 2), (4, 1)])
+    c = Collator(graphs, Budget(nodes=12, edges=12, graphs=5))
+    a = c.collate_indices([0, 1])
+    b = c.collate_indices([2])
+    ptrs = {v.untyped_storage().data_ptr() for v in a.values()}
+    assert not ptrs & {v.untyped_storage().data_ptr() for v in b.values()}
+    with pytest.raises(IndexError):
+        c.collate_indices([0, -1])
+    with pytest.raises(IndexError):
+        c.collate_indices([3])
+
+
+def test_columnar_loader_with_worker_and_pin_memory():
+    from graph_adapter.loader import FixedSizeLoader
+
+    graphs = make_graphs([(3, 2), (5, 4), (2, 1), (6, 6)] * 3)
+    b = Budget(nodes=20, edges=20, graphs=5)
+    ref = [dict(x) for x in FixedSizeLoader(graphs, b)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pin_memory without an accelerator
+        ld = FixedSizeLoader(graphs, b, num_workers=1, pin_memory=True)
+        got = list(ld)
+    assert len(got) == len(ref)
+    for r, o in zip(ref, got):
+        for k in r:
+            assert torch.equal(r[k].nan_to_num(), o[k].nan_to_num()), k
