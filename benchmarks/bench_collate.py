@@ -53,6 +53,10 @@ def main(argv=None):
     ap.add_argument("--graphs", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=300)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=1,
+                    help="repeat the whole round robin; the table shows the median of the "
+                         "per-run medians and their range")
+    ap.add_argument("--budgets", default="fit,tight")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     with warnings.catch_warnings():
@@ -60,7 +64,8 @@ def main(argv=None):
         ds = load_nci5k()
         budgets = {"fit": Budget.fit(ds, args.graphs), "tight": Budget.tight(ds, args.graphs)}
     for label, budget in budgets.items():
-        run(ds, budget, label, args)
+        if label in args.budgets.split(","):
+            run(ds, budget, label, args)
 
 
 def run(ds, budget, label, args):
@@ -85,25 +90,32 @@ def run(ds, budget, label, args):
         "Collator.collate (list of Data)": lambda idx: lst.collate([ds[i] for i in idx]),
         "Collator.collate_indices (columnar)": lambda idx: col.collate_indices(idx),
     }
-    times = {name: [] for name in fns}
-    for idx in batches[:20]:  # warm up
-        for f in fns.values():
-            f(idx)
-    for idx in batches:
-        for name, f in fns.items():  # round robin: same conditions for all
-            t0 = time.perf_counter()
-            f(idx)
-            times[name].append(time.perf_counter() - t0)
-    base = statistics.median(times["Batch.from_data_list + pad"])
+    meds = {name: [] for name in fns}
+    for _ in range(args.runs):
+        times = {name: [] for name in fns}
+        for idx in batches[:20]:  # warm up
+            for f in fns.values():
+                f(idx)
+        for idx in batches:
+            for name, f in fns.items():  # round robin: same conditions for all
+                t0 = time.perf_counter()
+                f(idx)
+                times[name].append(time.perf_counter() - t0)
+        for name in fns:
+            meds[name].append(statistics.median(times[name]))
+    base = statistics.median(meds["Batch.from_data_list + pad"])
     print(f"\n# padded collate, {k} NCI molecules a batch, Budget.{label}: {budget.nodes} "
           f"nodes / {budget.edges} edges / {budget.graphs} graphs")
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"torch {torch.__version__}, {args.threads} thread(s), median of {args.repeats}")
-    print("| collate | median ms | speed-up vs PyG + pad |")
-    print("|---|---:|---:|")
-    for name, ts in times.items():
-        m = statistics.median(ts)
-        print(f"| {name} | {m * 1e3:.3f} | {base / m:.1f}x |")
+          f"torch {torch.__version__}, {args.threads} thread(s), median of {args.repeats} "
+          f"batches a run, {args.runs} run(s)")
+    print("| collate | median ms | speed-up vs PyG + pad | per-run speed-ups |")
+    print("|---|---:|---:|---|")
+    base_runs = meds["Batch.from_data_list + pad"]
+    for name, ms in meds.items():
+        m = statistics.median(ms)
+        per = ", ".join(f"{b / x:.1f}" for b, x in zip(base_runs, ms))
+        print(f"| {name} | {m * 1e3:.3f} | {base / m:.1f}x | {per} |")
 
 
 if __name__ == "__main__":
