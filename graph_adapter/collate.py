@@ -85,9 +85,9 @@ class _Scan:
             raise ValueError("cannot collate an empty dataset")
         first = dataset[0]
         if isinstance(first, HeteroData):
-            raise NotImplementedError(
-                "fixed-size collate of HeteroData is not implemented yet; "
-                "homogeneous Data only (hetero Budgets and packing are supported)")
+            raise TypeError(
+                "HeteroData needs a hetero Budget (dicts of node/edge types) and "
+                "HeteroCollator (FixedSizeLoader picks it from the budget)")
         self.num_graphs = n
         nodes = np.zeros(n, dtype=np.int64)
         edges = np.zeros(n, dtype=np.int64)
@@ -369,8 +369,7 @@ class Collator:
     def __init__(self, dataset, budget: Budget, *, columnar: bool = True,
                  index_dtype: torch.dtype = torch.int64, warn: bool = True, _scan=None):
         if budget.is_hetero:
-            raise NotImplementedError("hetero budgets: fixed-size collate of HeteroData is "
-                                      "not implemented yet")
+            raise TypeError("a hetero Budget needs HeteroCollator (or make_collator)")
         if index_dtype not in (torch.int64, torch.int32):
             raise ValueError(f"index_dtype must be torch.int64 or torch.int32, got {index_dtype}")
         self.budget = budget
