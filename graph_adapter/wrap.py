@@ -28,7 +28,7 @@ from torch_geometric.data import Data, HeteroData
 
 from . import static
 from .norm import mask_norms
-from .spec import infer_spec, key_of, unflatten
+from .spec import _class_path, _resolve, infer_spec, key_of, unflatten
 
 __all__ = ["ipu_wrap", "IPUWrapped", "unpad", "strip_micro_batch", "has_micro_batch_dim",
            "MissingInputError", "OUTPUT_KEY", "LOSS_KEY"]
@@ -57,6 +57,10 @@ class StaticData(Data):
     @num_nodes.setter
     def num_nodes(self, num_nodes: Optional[int]) -> None:
         self._store.num_nodes = num_nodes
+
+
+# Resolve the batch class once, eagerly: compiled code may only read the cache.
+_resolve(_class_path(StaticData), True)
 
 
 class MissingInputError(TypeError):
