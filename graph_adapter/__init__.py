@@ -8,6 +8,11 @@ The data path, one module a stage:
 * :mod:`graph_adapter.packing`: which graphs go into which fixed-size batch
 * :mod:`graph_adapter.collate`: a list of graphs -> a padded flat dict (masks included)
 * :mod:`graph_adapter.loader`: ``FixedSizeLoader``, whose batches never change shape
+* :mod:`graph_adapter.wrap`: ``ipu_wrap(model)``, the model behind a fixed-key dict; ``unpad``
+* :mod:`graph_adapter.static`: static sizes for PyG ops, active only inside a wrapped forward
+* :mod:`graph_adapter.norm`: BatchNorm & co. over real rows only
+* :mod:`graph_adapter.losses`: masked losses
+* :mod:`graph_adapter.backends`: ``compile(wrapped, backend=...)``, one compile per budget
 * :mod:`graph_adapter.ipu`: ``IPUOptions``, the poptorch backend and its CPU emulator
 * :mod:`graph_adapter.check`: what poptorch's dispatcher would reject, found on CPU
 
@@ -30,6 +35,11 @@ from .budget import Budget
 from .packing import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
 from .collate import Collator, collate_padded, unpad_batch
 from .loader import FixedSizeLoader, LoaderStats
+from . import losses
+from .wrap import IPUWrapped, MissingInputError, ipu_wrap, unpad
+from .static import StaticSizeError
+from .losses import masked_loss
+from .backends import Compiled, ShapeChangedError, compile
 from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
 from .check import CheckReport, Finding, check
 
@@ -57,6 +67,16 @@ __all__ = [
     "unpad_batch",
     "FixedSizeLoader",
     "LoaderStats",
+    "ipu_wrap",
+    "unpad",
+    "IPUWrapped",
+    "MissingInputError",
+    "StaticSizeError",
+    "losses",
+    "masked_loss",
+    "compile",
+    "Compiled",
+    "ShapeChangedError",
     "IPUOptions",
     "IPUEmulator",
     "EmulatorError",
