@@ -5,8 +5,9 @@ Subcommands:
 * ``graph-adapter demo``: train a stock PyG GNN on rdkit's NCI-5k molecules
   through the adapter, next to eager PyG, and print a report
   (:mod:`graph_adapter.demo`).
-* ``graph-adapter bench``: run the benchmark scripts of ``benchmarks/`` (a
-  source checkout) and print their tables.
+* ``graph-adapter bench``: run the benchmarks of ``benchmarks/`` (a source
+  checkout: collate, padding efficiency, compiles, throughput) and print one
+  table.
 * ``graph-adapter check package.module:factory``: what poptorch's dispatcher
   would reject, found on CPU (:func:`graph_adapter.check.check_main`).
 
@@ -82,14 +83,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench", help="run the benchmarks (collate, padding efficiency, throughput)",
-        description="Run the benchmark scripts of a source checkout's benchmarks/ directory "
-                    "and print their tables.")
+        description="Run the benchmarks of a source checkout's benchmarks/ directory (collate "
+                    "speed, padding efficiency against pad-to-max and PyG's DynamicBatchSampler, "
+                    "compiles per epoch, step and epoch throughput against eager PyG) and print "
+                    "one table.")
     bench.add_argument("--only", nargs="*", default=None, metavar="NAME",
                        help="benchmarks to run (default: all): " + ", ".join(BENCHMARKS))
     bench.add_argument("--dir", default=None, help="the benchmarks directory "
                                                    "(default: next to the package)")
     bench.add_argument("--quick", action="store_true",
-                       help="fewer repeats (a smoke run; figures are noisier)")
+                       help="fewer repeats and molecules (a smoke run; figures are noisier)")
+    bench.add_argument("--verbose", action="store_true",
+                       help="also print the throughput script's own output")
 
     sub.add_parser("check", add_help=False,
                    help="report what poptorch's dispatcher would reject (graph-adapter check -h)")
@@ -130,11 +135,11 @@ def _run_demo(args) -> int:
 # --------------------------------------------------------------------------
 # bench
 # --------------------------------------------------------------------------
-#: name -> (script, argv for a normal run, argv for --quick)
+#: the benchmark scripts ``graph-adapter bench`` runs (in ``benchmarks/``)
 BENCHMARKS = {
-    "collate": ("bench_collate.py", [], ["--repeats", "30"]),
-    "efficiency": ("bench_efficiency.py", [], ["--epochs", "1"]),
-    "throughput": ("bench_throughput.py", [], ["--limit", "1000", "--repeats", "1"]),
+    "collate": "bench_collate.py",
+    "efficiency": "bench_efficiency.py",
+    "throughput": "bench_throughput.py",
 }
 
 
@@ -152,8 +157,7 @@ def _load_script(path: str, name: str):
     spec = importlib.util.spec_from_file_location(f"_graph_adapter_bench_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     d = os.path.dirname(path)
-    added = d not in sys.path
-    if added:
+    if d not in sys.path:
         sys.path.insert(0, d)
     spec.loader.exec_module(mod)
     return mod
@@ -177,9 +181,44 @@ def _call_main(main, script: str, argv: List[str]):
         sys.argv = saved
 
 
+def _bench_collate(mod, ds, budget, repeats: int):
+    """Median ms of the loader's columnar collate vs ``Batch.from_data_list`` + pad."""
+    import statistics
+    import time
+
+    import torch
+
+    from .collate import Collator
+
+    col = Collator(ds, budget)
+    sizes = col.sizes.matrix
+    g = torch.Generator().manual_seed(0)
+    k = budget.graphs - 1
+    batches = []
+    while len(batches) < repeats:
+        idx = torch.randperm(len(ds), generator=g)[:min(k, 64)].tolist()
+        n, e = sizes[idx].sum(axis=0)
+        if n <= budget.nodes - 1 and e <= budget.edges:
+            batches.append(idx)
+    ours, base = [], []
+    for idx in batches[:5]:
+        col.collate_indices(idx)
+        mod.pyg_collate_and_pad([ds[i] for i in idx], budget)
+    for idx in batches:
+        t0 = time.perf_counter()
+        mod.pyg_collate_and_pad([ds[i] for i in idx], budget)
+        t1 = time.perf_counter()
+        col.collate_indices(idx)
+        t2 = time.perf_counter()
+        base.append(t1 - t0)
+        ours.append(t2 - t1)
+    return statistics.median(ours) * 1e3, statistics.median(base) * 1e3
+
+
 def _run_bench(args) -> int:
     import platform
     import time
+    import warnings
 
     import torch
 
@@ -193,43 +232,107 @@ def _run_bench(args) -> int:
     if unknown:
         _err("bench", f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
         return 2
-    print(f"# graph_adapter benchmarks\n\nmachine: {platform.machine()}, "
-          f"{os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads\n")
-    summary = []
+    mods, failed = {}, []
     for name in names:
-        script, argv, quick = BENCHMARKS[name]
-        path = os.path.join(bdir, script)
+        path = os.path.join(bdir, BENCHMARKS[name])
         if not os.path.isfile(path):
-            summary.append((name, "missing", f"{script} not found in {bdir}"))
+            failed.append((name, f"{BENCHMARKS[name]} missing in {bdir}"))
             continue
-        t0 = time.perf_counter()
         try:
-            mod = _load_script(path, name)
-            main = getattr(mod, "main")
-            script_argv = list(quick if args.quick else argv)
-            buf = io.StringIO()
+            mods[name] = _load_script(path, name)
+        except Exception as e:  # noqa: BLE001
+            failed.append((name, f"cannot import {BENCHMARKS[name]}: {type(e).__name__}: {e}"))
+    rows = []  # (benchmark, measure, graph_adapter, baseline, baseline name, ratio)
+    quick = args.quick
+    if "collate" in mods or "efficiency" in mods:
+        from .budget import Budget
+        from .datasets import load_nci5k
+        from .packing import graph_sizes
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds, _ = load_nci5k()
+        for d in ds:
+            del d.smiles
+        sizes = graph_sizes(ds)
+        budget = Budget.fit(ds, 64)
+    if "collate" in mods:
+        _log_bench("collate")
+        try:
+            torch.set_num_threads(1)
+            ours, base = _bench_collate(mods["collate"], ds, budget, 30 if quick else 300)
+            rows.append(("collate", "ms per batch of 64 molecules (median, 1 thread)",
+                         f"{ours:.2f}", f"{base:.2f}", "Batch.from_data_list + pad",
+                         f"{base / ours:.1f}x faster"))
+        except Exception as e:  # noqa: BLE001
+            failed.append(("collate", f"{type(e).__name__}: {e}"))
+        finally:
+            torch.set_num_threads(os.cpu_count() or 1)
+    if "efficiency" in mods:
+        _log_bench("efficiency")
+        m = mods["efficiency"]
+        epochs = 1 if quick else 3
+        try:
+            ours, _ = m.ours(sizes, budget, "greedy", epochs)
+            ptm, ptm_budget, _ = m.fixed_count(sizes, 64, epochs)
+            dyn, dyn_shapes = m.dynamic_sampler(ds, sizes, budget.nodes - 1, epochs)
+            rows.append(("padding", "node slots holding real nodes (64 graphs a batch)",
+                         f"{ours['node_efficiency']:.1%}", f"{ptm['node_efficiency']:.1%}",
+                         "pad-to-max, 64 graphs", f"{ours['node_efficiency'] / ptm['node_efficiency']:.1f}x"))
+            rows.append(("padding", "edge slots holding real edges",
+                         f"{ours['edge_efficiency']:.1%}", f"{ptm['edge_efficiency']:.1%}",
+                         "pad-to-max, 64 graphs", f"{ours['edge_efficiency'] / ptm['edge_efficiency']:.1f}x"))
+            rows.append(("padding", "node slots holding real nodes",
+                         f"{ours['node_efficiency']:.1%}", f"{dyn['node_efficiency']:.1%}",
+                         "PyG DynamicBatchSampler", ""))
+            rows.append(("compiles", "distinct batch shapes per epoch (= compiles)", "1",
+                         f"{dyn_shapes:.0f}", "PyG DynamicBatchSampler", ""))
+        except Exception as e:  # noqa: BLE001
+            failed.append(("efficiency", f"{type(e).__name__}: {e}"))
+    if "throughput" in mods:
+        _log_bench("throughput (inductor compiles: a few minutes)")
+        argv = ["--limit", "1000", "--repeats", "1"] if quick else []
+        buf = io.StringIO()
+        try:
             with contextlib.redirect_stdout(buf):
-                ret = _call_main(main, script, script_argv)
-            out = buf.getvalue()
-        except SystemExit as e:  # argparse in a script
-            summary.append((name, "failed", f"exit {e.code}"))
-            continue
-        except Exception as e:  # noqa: BLE001 - report and go on with the others
-            summary.append((name, "failed", f"{type(e).__name__}: {e}"))
-            continue
-        dt = time.perf_counter() - t0
-        print(f"## {name} ({script}, {dt:.0f} s)\n")
-        print(out.rstrip() + "\n")
-        if isinstance(ret, int) and ret not in (0,):
-            summary.append((name, "failed", f"returned {ret}"))
-        else:
-            summary.append((name, "ok", f"{dt:.0f} s"))
-    print("## summary\n")
-    print("| benchmark | status | note |\n|---|---|---|")
-    for row in summary:
-        print("| " + " | ".join(row) + " |")
-    return 0 if all(s[1] == "ok" for s in summary) else 1
+                res = _call_main(mods["throughput"].main, BENCHMARKS["throughput"], argv)
+            if not isinstance(res, dict):
+                raise TypeError("bench_throughput.main() returned no results dict")
+            rows.append(("throughput", "training step, graphs/s (inductor, padded)",
+                         f"{res['train_compiled']:,.0f}", f"{res['train_pyg']:,.0f}",
+                         "eager PyG, unpadded", f"{res['train_compiled'] / res['train_pyg']:.2f}x"))
+            rows.append(("throughput", "inference, graphs/s (inductor, padded)",
+                         f"{res['inf_compiled']:,.0f}", f"{res['inf_pyg']:,.0f}",
+                         "eager PyG, unpadded", f"{res['inf_compiled'] / res['inf_pyg']:.2f}x"))
+            rows.append(("throughput", "training epoch incl. loading, s",
+                         f"{res['epoch_fsl_compiled_s']:.2f}", f"{res['epoch_pyg_s']:.2f}",
+                         "PyG DataLoader + eager",
+                         f"{res['epoch_pyg_s'] / res['epoch_fsl_compiled_s']:.2f}x"))
+            rows.append(("compiles", "compiles, train + eval (inductor)", str(res["compiles"]),
+                         "", "", ""))
+            rows.append(("compiles", "compile time train / eval, s",
+                         f"{res['compile_train_s']:.0f} / {res['compile_eval_s']:.0f}", "", "", ""))
+        except Exception as e:  # noqa: BLE001
+            failed.append(("throughput", f"{type(e).__name__}: {e}"))
+        if args.verbose:
+            print(buf.getvalue())
+    print(f"\ngraph_adapter benchmarks{' (--quick)' if quick else ''}: {platform.machine()}, "
+          f"{os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
+          f"data: rdkit's NCI first_5k molecules\n")
+    head = ("benchmark", "measure", "graph_adapter", "baseline", "baseline is", "ratio")
+    table = [head] + rows
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+    for name, why in failed:
+        print(f"\n{name}: not run: {why}")
+    return 1 if failed else 0
+
+
+def _log_bench(name: str) -> None:
+    print(f"running {name} ...", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------
