@@ -157,3 +157,19 @@ def test_quickstart_example_runs(tmp_path, capsys, monkeypatch):
     importlib.import_module("quickstart_example")
     out = capsys.readouterr().out
     assert "compiles: 1" in out
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_bench_prints_one_table(capsys):
+    """`graph-adapter bench` (quick, without the inductor throughput run)."""
+    pytest.importorskip("rdkit")
+    if cli._bench_dir(None) is None:
+        pytest.skip("no benchmarks/ directory (not a source checkout)")
+    rc = cli.main(["bench", "--quick", "--only", "collate", "efficiency"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    table = [line for line in out.splitlines() if line.startswith("|")]
+    assert table[0].split("|")[1].strip() == "benchmark"
+    text = "\n".join(table)
+    for needle in ("collate", "pad-to-max", "DynamicBatchSampler", "distinct batch shapes"):
+        assert needle in text
