@@ -54,8 +54,8 @@ def parse_nci5k_rows(lines, limit: Optional[int] = None) -> Tuple[List["Data"], 
     is not a number is skipped and counted.
 
     Returns:
-        ``(graphs, n_bad, bad_rows)``: ``bad_rows`` holds the first few
-        offending rows (for messages).
+        ``(graphs, n_bad, bad_rows)``: ``bad_rows`` holds the offending rows
+        as text (``n_bad == len(bad_rows)``).
     """
     import torch
     from rdkit import RDLogger
@@ -70,8 +70,7 @@ def parse_nci5k_rows(lines, limit: Optional[int] = None) -> Tuple[List["Data"], 
         def bad(row):
             nonlocal n_bad
             n_bad += 1
-            if len(bad_rows) < 5:
-                bad_rows.append(",".join(row))
+            bad_rows.append(",".join(row))
 
         for row in csv.reader(lines):
             if not row or not row[0].strip() or row[0].lstrip().startswith("#"):
