@@ -260,7 +260,7 @@ class DemoResult:
         rows.append(("padding efficiency nodes / edges / graphs",
                      f"{pct(self.node_efficiency)} / {pct(self.edge_efficiency)} / "
                      f"{pct(self.graph_efficiency)}", "no padding"))
-        rows.append(("  pad-to-max nodes (largest graph x count)",
+        rows.append(("  pad-to-max nodes (largest graph x graph count)",
                      pct(self.pad_to_max_node_efficiency), ""))
         both("batches per epoch / mean graphs per batch",
              lambda r: f"{r.batches_per_epoch} / {r.mean_graphs_per_batch:.1f}",
@@ -609,8 +609,11 @@ def run_demo(cfg: Optional[DemoConfig] = None, **overrides: Any) -> DemoResult:
     # The budget sees graph sizes only (no targets): fit on every molecule so
     # that no test graph is too big for it.
     budget = Budget.fit(graphs, min(cfg.batch_graphs, len(graphs)), seed=cfg.seed)
-    sizes = np.array([[d.num_nodes, d.num_edges] for d in train])
-    pad_to_max = float(sizes[:, 0].mean() / sizes[:, 0].max())
+    # pad-to-max with a fixed graph count (graphium / poptorch_geometric default sizing:
+    # largest graph x k real graphs + 1 padding node)
+    n_nodes = np.array([d.num_nodes for d in graphs], dtype=np.float64)
+    k = min(cfg.batch_graphs, len(graphs))
+    pad_to_max = float(n_nodes.mean() * k / (n_nodes.max() * k + 1))
 
     backend, note = _resolve_backend(cfg.backend)
     torch.manual_seed(cfg.seed)
