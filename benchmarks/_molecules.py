@@ -1,51 +1,27 @@
 """The 5000 molecules that ship with rdkit (``rdkit/Data/NCI/first_5k.tpsa.csv``)
-as PyG graphs, with their TPSA as a graph-level regression target."""
+as PyG graphs, with their TPSA as a graph-level regression target.
+
+A thin shim over :mod:`graph_adapter.datasets` (the source of truth), kept for
+the benchmark scripts: ``load_nci5k(limit)`` returns the list of graphs,
+warns about skipped rows and keeps them in ``load_nci5k.bad_smiles``.
+"""
 from __future__ import annotations
 
-import csv
-import os
 import warnings
 from typing import List, Optional
 
+from graph_adapter.datasets import nci5k_path, parse_nci5k_rows
 
-def nci5k_path() -> str:
-    import rdkit.RDConfig
-
-    return os.path.join(rdkit.RDConfig.RDDataDir, "NCI", "first_5k.tpsa.csv")
+__all__ = ["nci5k_path", "load_nci5k"]
 
 
 def load_nci5k(limit: Optional[int] = None) -> List["Data"]:
-    """Parse rdkit's NCI first-5k TPSA file into ``Data`` objects.
-
-    Each graph comes from ``torch_geometric.utils.from_smiles`` (x: int64
-    [n, 9], edge_index [2, e], edge_attr int64 [e, 3], smiles: str) with
-    ``y`` = TPSA as float32 [1, 1].  Rows whose SMILES rdkit cannot parse are
-    skipped, counted and reported with a warning (never silently).
-    """
-    import torch
-    from rdkit import RDLogger
-    from torch_geometric.utils import from_smiles
-
-    RDLogger.DisableLog("rdApp.*")
-    out = []
-    bad = []
+    """Parse rdkit's NCI first-5k TPSA file into ``Data`` objects (see
+    :func:`graph_adapter.datasets.load_nci5k`). Rows rdkit cannot parse are
+    skipped, counted and reported with a warning (never silently)."""
     with open(nci5k_path(), newline="") as f:
-        for row in csv.reader(f):
-            if not row or row[0].startswith("#"):
-                continue
-            if limit is not None and len(out) >= limit:
-                break
-            smiles, tpsa = row[0].strip(), float(row[1])
-            try:
-                d = from_smiles(smiles)
-            except Exception:
-                bad.append(smiles)
-                continue
-            if d.num_nodes == 0:
-                bad.append(smiles)
-                continue
-            d.y = torch.tensor([[tpsa]], dtype=torch.float32)
-            out.append(d)
+        out, n_bad, bad_rows = parse_nci5k_rows(f, limit=limit)
+    bad = [row.split(",")[0] for row in bad_rows]
     if bad:
         warnings.warn(f"load_nci5k: skipped {len(bad)} SMILES that rdkit could not parse "
                       f"(first: {bad[0]!r})")
