@@ -154,12 +154,21 @@ def _bench_dir(explicit: Optional[str]) -> Optional[str]:
 def _load_script(path: str, name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(f"_graph_adapter_bench_{name}", path)
+    # imported under its own name (bench_throughput, ...) and registered, as
+    # `python benchmarks/<script>` would have it importable: Dynamo imports the
+    # module of every class it traces
+    modname = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(modname, path)
     mod = importlib.util.module_from_spec(spec)
     d = os.path.dirname(path)
     if d not in sys.path:
         sys.path.insert(0, d)
-    spec.loader.exec_module(mod)
+    sys.modules[modname] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(modname, None)
+        raise
     return mod
 
 

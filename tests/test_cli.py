@@ -173,3 +173,14 @@ def test_bench_prints_one_table(capsys):
     text = "\n".join(table)
     for needle in ("collate", "pad-to-max", "DynamicBatchSampler", "distinct batch shapes"):
         assert needle in text
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_demo_plot(tmp_path):
+    pytest.importorskip("rdkit")
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "demo.png"
+    r = run_demo(limit=60, epochs=2, backend="eager", hidden=8, layers=1, progress=False,
+                 plot=str(png))
+    assert png.stat().st_size > 1000
+    assert len(r.batch_node_fill) == r.adapter.batches_per_epoch
