@@ -2,7 +2,10 @@
 
 Backends:
 
-* ``"inductor"``: ``torch.compile(wrapped, fullgraph=True, dynamic=False)``.
+* ``"inductor"``: ``torch.compile(wrapped, fullgraph=True, dynamic=False)``;
+  with more than one CPU thread, ``aten.index_add`` (the gradient of PyG's
+  gathers) is kept as ATen's kernel instead of generated atomic adds
+  (``index_add_fallback``).
 * ``"aot_eager"``: the same through Dynamo + AOTAutograd without code
   generation (cheap; what the tests use to count compiles).
 * ``"eager"``: no compiler, same checks and bookkeeping.
@@ -76,25 +79,54 @@ def _describe_change(old: Signature, new: Signature) -> str:
     return "signatures differ"
 
 
+def _use_index_add_fallback(setting: Optional[bool]) -> bool:
+    if setting is not None:
+        return bool(setting)
+    # inductor's own policy for scatter_reduce(sum) on CPU
+    # (config.cpp.fallback_scatter_reduce_sum): atomic adds lose to ATen's
+    # kernel when more than one thread runs the generated loop.
+    return torch.get_num_threads() != 1
+
+
+def _inductor_decompositions(index_add_fallback: bool) -> Optional[Dict[Any, Callable]]:
+    """Inductor's decomposition table, without ``aten.index_add`` when asked.
+
+    The gradient of ``index_select`` (every PyG gather ``x[edge_index[j]]``) is
+    an ``index_add``; inductor decomposes it into an ``index_put`` with
+    ``accumulate=True``, generated as a loop of atomic adds. Without the
+    decomposition ``aten::index_add`` (in inductor's fallback allow list) runs
+    ATen's kernel instead.
+    """
+    if not index_add_fallback:
+        return None
+    from torch._inductor.decomposition import select_decomp_table
+
+    table = dict(select_decomp_table())
+    for op in list(table):
+        if getattr(op, "overloadpacket", None) is torch.ops.aten.index_add:
+            del table[op]
+    return table
+
+
 class _CountingBackend:
     """A Dynamo backend that counts how often it is asked to compile a graph."""
 
-    def __init__(self, name: str, options: Optional[Dict[str, Any]] = None):
+    def __init__(self, name: str, options: Optional[Dict[str, Any]] = None,
+                 index_add_fallback: Optional[bool] = None):
         self.name = name
         self.options = options
+        self.index_add_fallback = index_add_fallback
         self.count = 0
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[Any]):
         self.count += 1
         if self.name == "inductor":
+            from torch._inductor import config
             from torch._inductor.compile_fx import compile_fx
 
-            if self.options:
-                from torch._inductor import config
-
-                with config.patch(self.options):
-                    return compile_fx(gm, example_inputs)
-            return compile_fx(gm, example_inputs)
+            decomps = _inductor_decompositions(_use_index_add_fallback(self.index_add_fallback))
+            with config.patch(self.options or {}):
+                return compile_fx(gm, example_inputs, decompositions=decomps)
         return torch._dynamo.lookup_backend(self.name)(gm, example_inputs)
 
 
@@ -109,7 +141,8 @@ class Compiled:
     """
 
     def __init__(self, wrapped: nn.Module, backend: str, allow_new_shapes: bool = False,
-                 options: Optional[Dict[str, Any]] = None, strict: bool = False):
+                 options: Optional[Dict[str, Any]] = None, strict: bool = False,
+                 index_add_fallback: Optional[bool] = None):
         self.wrapped = wrapped
         self.backend = backend
         self.allow_new_shapes = allow_new_shapes
@@ -124,7 +157,7 @@ class Compiled:
         model = getattr(wrapped, "model", wrapped)
         static.install(model)
         if backend in ("inductor", "aot_eager"):
-            self._counter = _CountingBackend(backend, options)
+            self._counter = _CountingBackend(backend, options, index_add_fallback)
             self._fn = torch.compile(wrapped, backend=self._counter, fullgraph=True, dynamic=False)
 
     # ------------------------------------------------------------------
@@ -262,7 +295,8 @@ def load(path: str) -> LoadedProgram:
 
 def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool = False,
             options: Optional[Dict[str, Any]] = None, optimizer: Any = None,
-            strict: bool = False, **kwargs: Any) -> Any:
+            strict: bool = False, index_add_fallback: Optional[bool] = None,
+            **kwargs: Any) -> Any:
     """Compile an ``ipu_wrap``-ped model for fixed-size batches.
 
     Args:
@@ -274,6 +308,11 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             options (``"poptorch"``/``"ipu-emulator"``).
         optimizer: for the poptorch backends (training).
         strict: strict ``torch.export`` (``"export"``).
+        index_add_fallback: ``"inductor"`` on CPU: run the gradient of
+            ``index_select`` (PyG's gathers) with ATen's ``index_add`` kernel
+            instead of generated atomic adds. ``None`` (default): when torch
+            uses more than one thread at compile time (inductor's own rule
+            for ``scatter_reduce``).
 
     Returns:
         A :class:`Compiled` (or, for the IPU backends, what
@@ -296,4 +335,5 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
         return compile_ipu(wrapped, backend, options=options, optimizer=optimizer, **kwargs)
     if kwargs:
         raise TypeError(f"unexpected keyword arguments for backend {backend!r}: {sorted(kwargs)}")
-    return Compiled(wrapped, backend, allow_new_shapes=allow_new_shapes, options=options, strict=strict)
+    return Compiled(wrapped, backend, allow_new_shapes=allow_new_shapes, options=options, strict=strict,
+                    index_add_fallback=index_add_fallback)

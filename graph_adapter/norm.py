@@ -15,7 +15,10 @@ whose length equals the row count (``node_mask`` for ``N`` rows,
 the node or graph mask wins) and computes the batch
 statistics over the real rows only; the running statistics are updated as
 torch does (momentum, or a cumulative average when ``momentum=None``;
-unbiased variance). Outside a frame, or in ``eval()``, it is exactly
+unbiased variance). Padding rows come out as zeros (zero gradient). In eager
+mode, when the mask is a prefix (``FixedSizeLoader`` puts real rows first),
+it runs torch's fused batch norm on the real rows (see
+:func:`masked_batch_norm`). Outside a frame, or in ``eval()``, it is exactly
 ``BatchNorm1d``.
 
 PyG norms that compute a per-graph size themselves (``GraphNorm``,
@@ -29,10 +32,11 @@ from typing import Optional
 
 import torch
 from torch import Tensor, nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import static
 
-__all__ = ["MaskedBatchNorm1d", "mask_norms", "masked_batch_norm"]
+__all__ = ["MaskedBatchNorm1d", "mask_norms", "masked_batch_norm", "real_prefix"]
 
 
 def _row_mask(rows: int, op: str) -> Optional[Tensor]:
@@ -59,46 +63,98 @@ def _row_mask(rows: int, op: str) -> Optional[Tensor]:
     return first
 
 
-def masked_batch_norm(x: Tensor, mask: Tensor, bn: nn.modules.batchnorm._BatchNorm) -> Tensor:
-    """Training-mode batch norm of ``x`` ([R, C] or [R, C, L]) over rows where ``mask``."""
-    if x.dim() == 2:
-        # Reductions over rows as [1, R] @ [R, C] products: one pass each.
-        m = mask.to(x.dtype).view(1, -1)
-        count = m.sum()
-        count_c = count.clamp(min=1.0)
-        mean = (m @ x).view(-1) / count_c
-        centered = x - mean
-        var = (m @ (centered * centered)).view(-1) / count_c
-        cshape = [1, -1]
+def _eager_ok(x: Tensor) -> bool:
+    """Plain eager execution on real data: a host sync is allowed and means something."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting():
+        return False
+    if type(x) not in (Tensor, nn.Parameter) or x.device.type not in ("cpu", "cuda"):
+        return False  # FakeTensor, FunctionalTensor, meta, IPU, ... (tracing)
+    return _get_current_dispatch_mode() is None  # no make_fx / fake mode active
+
+
+def real_prefix(mask: Tensor, frame: Optional[dict] = None) -> Optional[int]:
+    """``n`` if ``mask`` is ``n`` True values followed by False ones, else ``None``.
+
+    FixedSizeLoader puts real rows first, so its masks are prefixes. Two host
+    syncs; cached in ``frame`` (one look per mask and wrapped forward).
+    """
+    cache = frame.setdefault("_prefix", {}) if frame is not None else None
+    if cache is not None:
+        hit = cache.get(id(mask))
+        if hit is not None and hit[0] is mask:
+            return hit[1]
+    n = int(mask.sum())
+    ok: Optional[int] = n if n == 0 or bool(mask[:n].all()) else None
+    if cache is not None:
+        cache[id(mask)] = (mask, ok)
+    return ok
+
+
+def _update_running_stats(bn: nn.modules.batchnorm._BatchNorm, mean: Tensor, var: Tensor,
+                          count: Tensor) -> None:
+    """Running statistics as torch updates them (momentum or cumulative average, unbiased)."""
+    if not (bn.track_running_stats and bn.running_mean is not None):
+        return
+    if bn.num_batches_tracked is not None:
+        bn.num_batches_tracked.add_(1)
+    if bn.momentum is None:
+        factor = 1.0 / bn.num_batches_tracked.to(mean.dtype)
     else:
-        reduce_dims = [0] + list(range(2, x.dim()))
-        shape = [-1] + [1] * (x.dim() - 1)
-        m = mask.to(x.dtype).view(shape)
-        per_row = 1
-        for d in range(2, x.dim()):
-            per_row *= x.size(d)
-        count = m.sum() * per_row
-        count_c = count.clamp(min=1.0)
+        factor = bn.momentum
+    with torch.no_grad():
+        unbiased = var.detach() * count / (count - 1).clamp(min=1.0)
+        bn.running_mean.mul_(1 - factor).add_(mean.detach() * factor)
+        bn.running_var.mul_(1 - factor).add_(unbiased * factor)
+
+
+def masked_batch_norm(x: Tensor, mask: Tensor, bn: nn.modules.batchnorm._BatchNorm,
+                      frame: Optional[dict] = None) -> Tensor:
+    """Training-mode batch norm of ``x`` ([R, C] or [R, C, L]) over rows where ``mask``.
+
+    Rows where ``mask`` is False (padding) come out as zeros, with zero gradient.
+
+    * Eager, on real tensors, when the mask is a prefix (``FixedSizeLoader``'s
+      layout) of more than one row: torch's fused batch norm on the real rows
+      ``x[:n]`` (``BatchNorm1d.forward`` itself, so outputs, gradients and
+      running statistics are torch's), padded with zero rows.
+    * Otherwise (compiled, exported, traced, fake tensors, a non-prefix mask):
+      the masked math below, two-pass statistics written as masked sums so
+      that inductor fuses each pass into one loop.
+    """
+    if _eager_ok(x) and x.dim() >= 2:
+        n = real_prefix(mask, frame)
+        if n is not None and n > 1:
+            y = nn.modules.batchnorm._BatchNorm.forward(bn, x[:n])
+            if n == x.size(0):
+                return y
+            return torch.cat([y, y.new_zeros((x.size(0) - n,) + tuple(y.shape[1:]))])
+    shape = [-1] + [1] * (x.dim() - 1)
+    m = mask.to(x.dtype).view(shape)
+    mb = mask.view(shape) if mask.dtype == torch.bool else m != 0
+    reduce_dims = [0] + list(range(2, x.dim()))
+    per_row = 1
+    for d in range(2, x.dim()):
+        per_row *= x.size(d)
+    count = m.sum() * per_row
+    count_c = count.clamp(min=1.0)
+    cshape = [1, -1] + [1] * (x.dim() - 2)
+    if x.dim() == 2 and not torch.compiler.is_compiling():
+        # eager: reductions over rows as [1, R] @ [R, C] products (one pass each)
+        mrow = m.view(1, -1)
+        mean = (mrow @ x).view(-1) / count_c
+        centered = x - mean
+        var = (mrow @ (centered * centered)).view(-1) / count_c
+    else:
         mean = (x * m).sum(dim=reduce_dims) / count_c
-        cshape = [1, -1] + [1] * (x.dim() - 2)
         centered = x - mean.view(cshape)
         var = (centered * centered * m).sum(dim=reduce_dims) / count_c
-    if bn.track_running_stats and bn.running_mean is not None:
-        if bn.num_batches_tracked is not None:
-            bn.num_batches_tracked.add_(1)
-        if bn.momentum is None:
-            factor = 1.0 / bn.num_batches_tracked.to(x.dtype)
-        else:
-            factor = bn.momentum
-        with torch.no_grad():
-            unbiased = var.detach() * count / (count - 1).clamp(min=1.0)
-            bn.running_mean.mul_(1 - factor).add_(mean.detach() * factor)
-            bn.running_var.mul_(1 - factor).add_(unbiased * factor)
+    _update_running_stats(bn, mean, var, count)
     scale = torch.rsqrt(var + bn.eps)
     if bn.affine:
-        scale = scale * bn.weight
-        return torch.addcmul(bn.bias.view(cshape), centered, scale.view(cshape))
-    return centered * scale.view(cshape)
+        out = torch.addcmul(bn.bias.view(cshape), centered, (scale * bn.weight).view(cshape))
+    else:
+        out = centered * scale.view(cshape)
+    return torch.where(mb, out, 0.0)
 
 
 class MaskedBatchNorm1d(nn.BatchNorm1d):
@@ -109,7 +165,7 @@ class MaskedBatchNorm1d(nn.BatchNorm1d):
         if use_batch and static.current_frame() is not None:
             mask = _row_mask(x.size(0), "BatchNorm1d")
             if mask is not None:
-                return masked_batch_norm(x, mask, self)
+                return masked_batch_norm(x, mask, self, static.current_frame())
         return super().forward(x)
 
 

@@ -209,3 +209,40 @@ def test_inductor_inference_matches_eager():
         for f in fl:
             torch.testing.assert_close(c(f)["output"], w(f)["output"], atol=1e-5, rtol=1e-4)
     assert c.compile_count == 1
+
+
+def test_index_add_fallback_table(monkeypatch):
+    """With more than one thread, inductor gets its decompositions without index_add."""
+    from graph_adapter import backends as B
+
+    aten = torch.ops.aten
+    assert B._inductor_decompositions(False) is None
+    table = B._inductor_decompositions(True)
+    assert table and not any(getattr(op, "overloadpacket", None) is aten.index_add for op in table)
+    assert len(table) > 100  # the rest of inductor's table
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert B._use_index_add_fallback(None) is True
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert B._use_index_add_fallback(None) is False
+    assert B._use_index_add_fallback(True) is True
+
+
+def test_inductor_index_add_fallback_gradients():
+    """The gradient of a gather through ATen's index_add equals eager's."""
+    from torch.profiler import profile
+
+    from graph_adapter.backends import _CountingBackend
+
+    def f(x, i):
+        return (x.index_select(0, i) * 2.0).sum()
+
+    be = _CountingBackend("inductor", None, index_add_fallback=True)
+    cf = torch.compile(f, backend=be, fullgraph=True)
+    x = torch.randn(20, 4, requires_grad=True)
+    i = torch.randint(0, 20, (60,), generator=torch.Generator().manual_seed(0))
+    f(x, i).backward()
+    ref, x.grad = x.grad, None
+    with profile() as p:
+        cf(x, i).backward()
+    torch.testing.assert_close(x.grad, ref)
+    assert any(e.key == "aten::index_add" for e in p.key_averages())

@@ -216,3 +216,104 @@ def test_masked_batchnorm_momentum_none_and_graph_level(data):
     torch.testing.assert_close(out[flat["graph_mask"]], r, atol=1e-5, rtol=1e-4)
     for (k, v), (_, u) in zip(ref.state_dict().items(), mine.state_dict().items()):
         torch.testing.assert_close(u.float(), v.float(), atol=1e-6, rtol=1e-5, msg=lambda m: f"{k}: {m}")
+
+
+# ---------------------------------------------------------------------------
+# masked BatchNorm: the eager prefix path, the masked math, the fallbacks
+# ---------------------------------------------------------------------------
+def _bn_case(seed=0, rows=11, real=7, channels=5, dim3=False):
+    gen = torch.Generator().manual_seed(seed)
+    shape = (rows, channels, 3) if dim3 else (rows, channels)
+    x = torch.randn(shape, generator=gen) * 3 + 1
+    bn = torch.nn.BatchNorm1d(channels)
+    with torch.no_grad():
+        bn.weight.copy_(torch.rand(channels, generator=gen) + 0.5)
+        bn.bias.copy_(torch.randn(channels, generator=gen))
+    return x, bn, torch.randn(shape, generator=gen)
+
+
+class _MaskedCall(torch.nn.Module):
+    def __init__(self, bn):
+        super().__init__()
+        self.bn = bn
+
+    def forward(self, x, mask):
+        from graph_adapter.norm import masked_batch_norm
+
+        return masked_batch_norm(x, mask, self.bn)
+
+
+def _bn_run(fn, x, bn, g):
+    x = x.clone().requires_grad_()
+    bn = copy.deepcopy(bn)
+    out = fn(x, bn)
+    (out * g).sum().backward()
+    return out.detach(), x.grad, bn.weight.grad, bn.bias.grad, bn.running_mean, bn.running_var
+
+
+@pytest.mark.parametrize("how", ["prefix", "holes", "compiled", "fake"])
+@pytest.mark.parametrize("dim3", [False, True], ids=["2d", "3d"])
+def test_masked_batch_norm_paths_match_batchnorm_on_real_rows(how, dim3):
+    """Every path: real rows, gradients and running stats are BatchNorm1d's on the real rows;
+    padding rows are 0 with zero gradient."""
+    from graph_adapter.norm import masked_batch_norm
+
+    x, bn, g = _bn_case(dim3=dim3)
+    rows, real = x.size(0), 7
+    if how == "holes":
+        perm = torch.randperm(rows, generator=torch.Generator().manual_seed(1))
+        mask = torch.zeros(rows, dtype=torch.bool)
+        mask[perm[:real]] = True
+        assert not bool(mask[:real].all())
+    else:
+        mask = torch.arange(rows) < real
+    idx = mask.nonzero().view(-1)
+    ref = _bn_run(lambda x, bn: bn(x[idx]), x, bn, g[idx])
+    if how == "fake":
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        from torch.func import functional_call
+
+        mode = FakeTensorMode(allow_non_fake_inputs=True)  # no .item() allowed, as on the IPU
+        state = {k: mode.from_tensor(v) for k, v in bn.state_dict().items()}
+        with mode:
+            fx, fm = mode.from_tensor(x), mode.from_tensor(mask)
+            out = functional_call(_MaskedCall(bn), {"bn." + k: v for k, v in state.items()},
+                                  (fx, fm))
+        assert out.shape == x.shape
+        return
+    fn = masked_batch_norm
+    if how == "compiled":
+        torch._dynamo.reset()
+        fn = torch.compile(masked_batch_norm, backend="aot_eager", fullgraph=True)
+    got = _bn_run(lambda x, bn: fn(x, mask, bn), x, bn, g)
+    torch.testing.assert_close(got[0][idx], ref[0], atol=1e-5, rtol=1e-5)
+    assert torch.equal(got[0][~mask], torch.zeros_like(got[0][~mask]))
+    torch.testing.assert_close(got[1], ref[1], atol=1e-5, rtol=1e-5)  # 0 on padding rows
+    assert torch.equal(got[1][~mask], torch.zeros_like(got[1][~mask]))
+    for a, b in zip(got[2:], ref[2:]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_real_prefix_cached_per_frame():
+    from graph_adapter.norm import real_prefix
+
+    m = torch.tensor([True, True, True, False, False])
+    frame = {}
+    assert real_prefix(m, frame) == 3
+    m[4] = True  # a cached mask object is not looked at again within the frame
+    assert real_prefix(m, frame) == 3
+    assert real_prefix(m) is None
+    assert real_prefix(torch.zeros(4, dtype=torch.bool)) == 0
+    assert real_prefix(torch.ones(4, dtype=torch.bool)) == 4
+
+
+def test_masked_batch_norm_single_real_row_falls_back():
+    """One real row: torch's BatchNorm would raise; the masked math gives the bias."""
+    from graph_adapter.norm import masked_batch_norm
+
+    x, bn, _ = _bn_case()
+    mask = torch.arange(x.size(0)) < 1
+    out = masked_batch_norm(x, mask, bn)
+    torch.testing.assert_close(out[0], bn.bias.detach())
+    assert torch.equal(out[1:], torch.zeros_like(out[1:]))
