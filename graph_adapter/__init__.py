@@ -14,7 +14,7 @@ The data path, one module a stage:
 * :mod:`graph_adapter.losses`: masked losses
 * :mod:`graph_adapter.backends`: ``compile(wrapped, backend=...)``, one compile per budget
 * :mod:`graph_adapter.ipu`: ``IPUOptions``, the poptorch backend and its CPU emulator
-* :mod:`graph_adapter.check`: what poptorch's dispatcher would reject, found on CPU
+* :mod:`graph_adapter.checker`: what poptorch's dispatcher would reject, found on CPU
 
 Importing this package never imports poptorch.
 """
@@ -41,7 +41,7 @@ from .static import StaticSizeError
 from .losses import masked_loss
 from .backends import Compiled, ShapeChangedError, compile
 from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
-from .check import CheckReport, Finding, check
+from .checker import CheckReport, Finding, check
 
 __version__ = "0.1.0"
 

@@ -2,7 +2,7 @@
 
 Each row: the aten op (``OpOverloadPacket`` name, as ``torch.ops.aten.<name>``),
 what to use instead, and where the fact comes from. The checker
-(:mod:`graph_adapter.check`) flags these ops when the *forward* runs them
+(:mod:`graph_adapter.checker`) flags these ops when the *forward* runs them
 (backward ops do not matter: poptorch differentiates its own graph).
 
 Add a row only with a source: a poptorch file/line read, or an IPU run.

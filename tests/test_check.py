@@ -1,4 +1,4 @@
-"""graph_adapter.check: what poptorch's dispatcher would reject, found on CPU."""
+"""graph_adapter.checker: what poptorch's dispatcher would reject, found on CPU."""
 import sys
 import textwrap
 
@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch_geometric.nn import GIN, global_add_pool
 
-from graph_adapter.check import KINDS, CheckReport, Finding, check, check_main
+from graph_adapter.checker import KINDS, CheckReport, Finding, check, check_main
 from graph_adapter.ipu import IPUOptions
 
 HERE = __file__

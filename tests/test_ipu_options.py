@@ -148,7 +148,7 @@ def test_importing_graph_adapter_ipu_does_not_import_poptorch():
     import subprocess
     import sys
 
-    code = "import sys, graph_adapter.ipu, graph_adapter.check; print('poptorch' in sys.modules)"
+    code = "import sys, graph_adapter.ipu, graph_adapter.checker; print('poptorch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
