@@ -7,10 +7,15 @@ Measured side by side in one run (same model, data, loss, optimizer):
   (inductor) on padded flat dicts from ``FixedSizeLoader``: graphs/s;
 * compile time (first call, train and eval);
 * end-to-end training epoch including data loading: PyG ``DataLoader`` +
-  eager vs ``FixedSizeLoader`` + the compiled wrapped model (and + eager).
+  eager vs ``FixedSizeLoader`` + the compiled wrapped model (and + eager);
+  and one epoch of data loading alone for each loader.
+
+Each figure is the best of ``--repeats`` rounds; the variants of a table row
+group run in turn within each round, so load from other processes hits them
+alike. The 1-minute load average is printed at the start and the end.
 
 Usage: ``python benchmarks/bench_throughput.py [--limit 5000] [--batch 64]
-[--threads N] [--repeats 2]``. Prints a table and the ratios; figures for this
+[--threads N] [--repeats 3]``. Prints a table and the ratios; figures for this
 machine are in ``docs/wrapping.md``.
 """
 from __future__ import annotations
@@ -62,12 +67,15 @@ def wrapped_loss(out, batch):
     return masked_mse_loss(out, batch.y / SCALE, batch.graph_mask)
 
 
-def timed(fn, repeats):
-    best = float("inf")
+def timed_interleaved(fns, repeats):
+    """Best time of each function over ``repeats`` rounds; every round runs each once,
+    in turn, so a burst of load from other processes hits every variant alike."""
+    best = {k: float("inf") for k in fns}
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            best[k] = min(best[k], time.perf_counter() - t)
     return best
 
 
@@ -76,11 +84,12 @@ def main():
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=128)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    res = {"loadavg_start": os.getloadavg()}
 
     data, bad = load_nci5k(limit=args.limit)
     for d in data:  # strings cannot live in a tensor dict; drop for both sides
@@ -101,8 +110,6 @@ def main():
     real = sum(int(f["graph_mask"].sum()) for f in flats)
     print(f"padded batches: {len(flats)} (PyG: {len(pyg_batches)}), real graphs {real}, "
           f"node fill {sum(int(f['node_mask'].sum()) for f in flats) / sum(f['node_mask'].numel() for f in flats):.2f}")
-
-    res = {}
 
     # inference ----------------------------------------------------------
     m_pyg = copy.deepcopy(base).eval()
@@ -126,9 +133,9 @@ def main():
     with torch.no_grad():
         c_inf(flats[0])
     res["compile_eval_s"] = time.perf_counter() - t
-    res["inf_pyg"] = n_graphs / timed(inf_pyg, args.repeats)
-    res["inf_wrapped_eager"] = n_graphs / timed(inf_wrapped(w_eager), args.repeats)
-    res["inf_compiled"] = n_graphs / timed(inf_wrapped(c_inf), args.repeats)
+    t_inf = timed_interleaved({"inf_pyg": inf_pyg, "inf_wrapped_eager": inf_wrapped(w_eager),
+                               "inf_compiled": inf_wrapped(c_inf)}, args.repeats)
+    res.update({k: n_graphs / v for k, v in t_inf.items()})
 
     # training step --------------------------------------------------------
     def trainer(model, call, batches):
@@ -151,9 +158,11 @@ def main():
     res["compile_train_s"] = time.perf_counter() - t
     for p in w_comp_t.parameters():
         p.grad = None
-    res["train_pyg"] = n_graphs / timed(trainer(m_pyg_t, lambda b: pyg_loss(m_pyg_t(b), b), pyg_batches), args.repeats)
-    res["train_wrapped_eager"] = n_graphs / timed(trainer(w_eager_t, lambda f: w_eager_t(f)["loss"], flats), args.repeats)
-    res["train_compiled"] = n_graphs / timed(trainer(w_comp_t, lambda f: c_train(f)["loss"], flats), args.repeats)
+    t_train = timed_interleaved({
+        "train_pyg": trainer(m_pyg_t, lambda b: pyg_loss(m_pyg_t(b), b), pyg_batches),
+        "train_wrapped_eager": trainer(w_eager_t, lambda f: w_eager_t(f)["loss"], flats),
+        "train_compiled": trainer(w_comp_t, lambda f: c_train(f)["loss"], flats)}, args.repeats)
+    res.update({k: n_graphs / v for k, v in t_train.items()})
 
     # end-to-end epoch, data loading included --------------------------------
     def epoch_pyg():
@@ -167,9 +176,18 @@ def main():
             trainer(model, call, fsl)()
         return run
 
-    res["epoch_pyg_s"] = timed(epoch_pyg, args.repeats)
-    res["epoch_fsl_eager_s"] = timed(epoch_fsl(w_eager_t, lambda f: w_eager_t(f)["loss"]), args.repeats)
-    res["epoch_fsl_compiled_s"] = timed(epoch_fsl(w_comp_t, lambda f: c_train(f)["loss"]), args.repeats)
+    def loading_only(loader_fn):
+        def run():
+            for _ in loader_fn():
+                pass
+        return run
+
+    res.update(timed_interleaved({
+        "epoch_pyg_s": epoch_pyg,
+        "epoch_fsl_eager_s": epoch_fsl(w_eager_t, lambda f: w_eager_t(f)["loss"]),
+        "epoch_fsl_compiled_s": epoch_fsl(w_comp_t, lambda f: c_train(f)["loss"]),
+        "load_pyg_s": loading_only(lambda: DataLoader(data, batch_size=args.batch, shuffle=True)),
+        "load_fsl_s": loading_only(lambda: fsl)}, args.repeats))
     res["compiles"] = c_inf.compile_count + c_train.compile_count
 
     print()
@@ -186,6 +204,11 @@ def main():
     print(f"epoch incl. loading: PyG DataLoader + eager {res['epoch_pyg_s']:.2f} s, "
           f"FixedSizeLoader + ipu_wrap eager {res['epoch_fsl_eager_s']:.2f} s, "
           f"FixedSizeLoader + inductor {res['epoch_fsl_compiled_s']:.2f} s")
+    print(f"data loading alone (one epoch, no model): PyG DataLoader {res['load_pyg_s']:.3f} s, "
+          f"FixedSizeLoader {res['load_fsl_s']:.3f} s")
+    res["loadavg_end"] = os.getloadavg()
+    print(f"load average at start {res['loadavg_start'][0]:.2f}, at end {res['loadavg_end'][0]:.2f} "
+          f"(1 min; {os.cpu_count()} cores)")
     print()
     print(f"ratio inference compiled / PyG eager: {res['inf_compiled'] / res['inf_pyg']:.2f}x (goal >= 1.5x)")
     print(f"ratio train step compiled / PyG eager: {res['train_compiled'] / res['train_pyg']:.2f}x")
