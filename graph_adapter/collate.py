@@ -366,7 +366,7 @@ class Collator:
         warn: warn about excluded (non-tensor) keys.
     """
 
-    def __init__(self, dataset, budget: Budget, *, columnar: bool = True,
+    def __init__(self, dataset: Sequence[Any], budget: Budget, *, columnar: bool = True,
                  index_dtype: torch.dtype = torch.int64, warn: bool = True, _scan=None):
         if budget.is_hetero:
             raise TypeError("a hetero Budget needs HeteroCollator (or make_collator)")

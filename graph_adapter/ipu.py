@@ -720,9 +720,8 @@ def compile_ipu(
             ones, output mode all).
         optimizer: a ``torch.optim`` optimizer (or a ``poptorch.optim`` one for
             the poptorch backend); training when given.
-        training: keyword; force training (poptorch's default SGD lr=0.01) or
-            inference.
-        kwargs: for ``"poptorch"``: ``poptorch`` (a module to use instead of
+        kwargs: ``training`` forces training (poptorch's default SGD
+            lr=0.01) or inference. For ``"poptorch"``: ``poptorch`` (a module to use instead of
             importing it), ``poptorch_options`` (a ``poptorch.Options`` to fill
             in), ``pyg_arg_parser`` (register the PyG arg parser, default
             True), ``allow_new_shapes`` (on a new input signature, ``destroy()``

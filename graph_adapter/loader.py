@@ -117,11 +117,13 @@ class FixedSizeLoader:
         columnar: build a columnar copy of the dataset once (fastest
             collate); ``False`` collates ``Data`` objects fetched per batch
             (in the workers with ``num_workers > 0``).
-        rank, world_size: distributed sharding; default: from
-            ``torch.distributed`` when it is initialised, else 0 and 1.  Every
+        rank: this process's rank for distributed sharding; default: from
+            ``torch.distributed`` when it is initialised, else 0.  Every
             rank gets the same number of batches (fully padded fill batches
             where needed), the same shapes, and disjoint graphs.  All ranks
             must use the same dataset, budget, seed and packer.
+        world_size: the number of ranks; default: from ``torch.distributed``
+            when it is initialised, else 1.
         **dataloader_kwargs: passed to ``torch.utils.data.DataLoader``
             (``num_workers``, ``pin_memory``, ``persistent_workers``,
             ``prefetch_factor``, ...).
@@ -132,12 +134,12 @@ class FixedSizeLoader:
     advances the epoch by one.
     """
 
-    def __init__(self, dataset, budget: Union[Budget, dict, str], *, shuffle: bool = False,
+    def __init__(self, dataset: Sequence[Any], budget: Union[Budget, dict, str], *, shuffle: bool = False,
                  seed: int = 0, micro_batches: int = 1, oversize: str = "error",
                  packer: str = "greedy", open_batches: int = 8,
                  index_dtype: torch.dtype = torch.int64, columnar: bool = True,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
-                 **dataloader_kwargs):
+                 **dataloader_kwargs: Any):
         if isinstance(budget, str):
             budget = Budget.from_json(budget)
         elif isinstance(budget, dict):

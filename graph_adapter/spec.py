@@ -652,9 +652,10 @@ def unflatten(flat: Mapping[str, Tensor], spec: Spec, validate: bool = True) -> 
     dict carries ``ptr`` (``ptr.numel() - 1``).
 
     Raises:
-        MissingKeyError, UnexpectedKeyError, DtypeMismatchError,
-        ShapeMismatchError: ``flat`` does not fit ``spec`` (the message names
-        the key). Pass ``validate=False`` to skip the checks.
+        SpecError: ``flat`` does not fit ``spec``: a ``MissingKeyError``,
+            ``UnexpectedKeyError``, ``DtypeMismatchError`` or
+            ``ShapeMismatchError`` whose message names the key. Pass
+            ``validate=False`` to skip the checks.
     """
     if validate and not torch.compiler.is_compiling():
         spec.validate(flat)
