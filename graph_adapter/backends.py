@@ -33,6 +33,7 @@ time; outputs are stacked on a new dim 0 (``[F, ...]``; the loss becomes
 """
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -130,6 +131,25 @@ class _CountingBackend:
         return torch._dynamo.lookup_backend(self.name)(gm, example_inputs)
 
 
+_entries = itertools.count()
+
+
+def _own_entry(wrapped: nn.Module) -> Callable[[Mapping[str, Tensor]], Dict[str, Tensor]]:
+    """``wrapped.__call__`` behind a function with a code object of its own.
+
+    Dynamo keeps its compiled graphs, and its recompile limit (8), per code
+    object. Compiling the module itself would share ``nn.Module._call_impl``'s
+    code with every other compiled module in the process, so the ninth
+    ``compile()`` of a notebook session would fail under ``fullgraph=True``.
+    A fresh code object gives each :class:`Compiled` its own cache and limit.
+    """
+    def entry(flat):
+        return wrapped(flat)
+
+    entry.__code__ = entry.__code__.replace(co_name=f"graph_adapter_entry_{next(_entries)}")
+    return entry
+
+
 class Compiled:
     """What :func:`compile` returns: call it with flat dicts.
 
@@ -158,7 +178,8 @@ class Compiled:
         static.install(model)
         if backend in ("inductor", "aot_eager"):
             self._counter = _CountingBackend(backend, options, index_add_fallback)
-            self._fn = torch.compile(wrapped, backend=self._counter, fullgraph=True, dynamic=False)
+            self._fn = torch.compile(_own_entry(wrapped), backend=self._counter, fullgraph=True,
+                                     dynamic=False)
 
     # ------------------------------------------------------------------
     @property

@@ -246,3 +246,15 @@ def test_inductor_index_add_fallback_gradients():
         cf(x, i).backward()
     torch.testing.assert_close(x.grad, ref)
     assert any(e.key == "aten::index_add" for e in p.key_averages())
+
+
+def test_many_compiles_in_one_process_each_compile_once():
+    # Dynamo's recompile limit (8) is per code object: every compile() gets an
+    # entry of its own, so a notebook can compile more than 8 models.
+    flat = batches(1)[0]
+    for i in range(10):
+        torch.manual_seed(i)
+        c = compile(ipu_wrap(Net()).eval(), "aot_eager")
+        with torch.no_grad():
+            c(flat)
+        assert c.compile_count == 1, i
