@@ -347,7 +347,28 @@ def _data_inc():
     return Data.__inc__
 
 
-class Collator:
+class _CollatorBase:
+    """What both collators share: micro-batches and shapes, given ``keys``,
+    ``empty()``, ``collate_indices(indices)`` and ``collate(data_list)``."""
+
+    def collate_micro(self, groups: Sequence[Sequence[Any]]) -> Dict[str, Tensor]:
+        """Stack several padded batches on a new leading dim."""
+        outs = [self._one(g) for g in groups]
+        return {k: torch.stack([o[k] for o in outs]) for k in self.keys}
+
+    def _one(self, items) -> Dict[str, Tensor]:
+        if len(items) == 0:
+            return self.empty()
+        if isinstance(items[0], (int, np.integer)):
+            return self.collate_indices(items)
+        return self.collate(items)
+
+    def shapes(self) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
+        e = self.empty()
+        return {k: (tuple(v.shape), v.dtype) for k, v in e.items()}
+
+
+class Collator(_CollatorBase):
     """Padded collate for one dataset and one budget.
 
     Built once (one pass over ``dataset``: sizes, schema checks and, with
@@ -635,21 +656,6 @@ class Collator:
         incs = {k: z for k in self._incs_t}
         return self._finish(blocks, z, z, incs)
 
-    def collate_micro(self, groups: Sequence[Sequence[Any]]) -> Dict[str, Tensor]:
-        """Stack several padded batches on a new leading dim."""
-        outs = [self._one(g) for g in groups]
-        return {k: torch.stack([o[k] for o in outs]) for k in self.keys}
-
-    def _one(self, items) -> Dict[str, Tensor]:
-        if len(items) == 0:
-            return self.empty()
-        if isinstance(items[0], (int, np.integer)):
-            return self.collate_indices(items)
-        return self.collate(items)
-
-    def shapes(self) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
-        e = self.empty()
-        return {k: (tuple(v.shape), v.dtype) for k, v in e.items()}
 
 
 def collate_padded(data_list: Sequence[Any], budget: Budget, *,
@@ -894,7 +900,7 @@ class _HeteroScan:
         self.incs: Dict[str, np.ndarray] = {}
 
 
-class HeteroCollator:
+class HeteroCollator(_CollatorBase):
     """Padded collate of ``HeteroData`` graphs for a hetero :class:`Budget`.
 
     Keys follow ``docs/dev/FORMAT.md``: ``<node_type>/<attr>`` plus
@@ -1057,21 +1063,6 @@ class HeteroCollator:
                 [(s.key, s.dtype, s.trail) for s in self.schema]:
             raise ValueError("these graphs have a different schema than the dataset")
         return tmp.collate_indices(range(len(data_list)))
-
-    def collate_micro(self, groups: Sequence[Sequence[Any]]) -> Dict[str, Tensor]:
-        outs = [self._one(g) for g in groups]
-        return {k: torch.stack([o[k] for o in outs]) for k in self.keys}
-
-    def _one(self, items) -> Dict[str, Tensor]:
-        if len(items) == 0:
-            return self.empty()
-        if isinstance(items[0], (int, np.integer)):
-            return self.collate_indices(items)
-        return self.collate(items)
-
-    def shapes(self) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
-        e = self.empty()
-        return {k: (tuple(v.shape), v.dtype) for k, v in e.items()}
 
     def unpad(self, flat: Mapping[str, Tensor]) -> List[Any]:
         """The real graphs of a padded hetero flat dict, as ``HeteroData``."""
