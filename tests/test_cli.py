@@ -143,7 +143,7 @@ def test_quickstart_example_runs(tmp_path, capsys, monkeypatch):
     text = open(os.path.join(root, "docs", "quickstart.md")).read()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     code = next(b for b in blocks if "class Net" in b)
-    for old, new in [('backend="auto"', 'backend="aot_eager"'), ("limit=2000", "limit=150"),
+    for old, new in [('backend="inductor"', 'backend="aot_eager"'), ("limit=2000", "limit=150"),
                      ("range(3)", "range(1)")]:
         assert old in code
         code = code.replace(old, new)
