@@ -348,8 +348,20 @@ def _data_inc():
 
 
 class _CollatorBase:
-    """What both collators share: micro-batches and shapes, given ``keys``,
+    """What both collators share, given ``schema``, ``keys``, ``excluded_keys``,
     ``empty()``, ``collate_indices(indices)`` and ``collate(data_list)``."""
+
+    @property
+    def levels(self) -> Dict[str, str]:
+        return {s.key: s.level for s in self.schema}
+
+    def _warn_excluded(self) -> None:
+        # Non-tensor attributes cannot live in a tensor dict: say so, never drop silently.
+        if self.excluded_keys:
+            warnings.warn(
+                "graph_adapter: these attributes are not tensors and are left out of the "
+                "padded batches: " + ", ".join(f"{k!r} ({why})" for k, why in
+                                               self.excluded_keys.items()), stacklevel=4)
 
     def collate_micro(self, groups: Sequence[Sequence[Any]]) -> Dict[str, Tensor]:
         """Stack several padded batches on a new leading dim."""
@@ -417,16 +429,8 @@ class Collator(_CollatorBase):
         self.keys: List[str] = sorted([s.key for s in self.schema] + list(RESERVED_KEYS))
         if self.columnar:
             self._build_gathers()
-        if warn and self.excluded_keys:
-            warnings.warn(
-                "graph_adapter: these attributes are not tensors and are left out of the "
-                "padded batches: " + ", ".join(f"{k!r} ({why})" for k, why in
-                                               self.excluded_keys.items()), stacklevel=3)
-
-    # ---------------------------------------------------------------- levels
-    @property
-    def levels(self) -> Dict[str, str]:
-        return {s.key: s.level for s in self.schema}
+        if warn:
+            self._warn_excluded()
 
     def _out_rows(self, s: KeySpec) -> int:
         b = self.budget
@@ -977,15 +981,8 @@ class HeteroCollator(_CollatorBase):
             keys += sorted(names)
         self.keys: List[str] = keys
         self._template = dict.fromkeys(keys)
-        if warn and self.excluded_keys:
-            warnings.warn(
-                "graph_adapter: these attributes are not tensors and are left out of the "
-                "padded batches: " + ", ".join(f"{k!r} ({why})" for k, why in
-                                               self.excluded_keys.items()), stacklevel=3)
-
-    @property
-    def levels(self) -> Dict[str, str]:
-        return {s.key: s.level for s in self.schema}
+        if warn:
+            self._warn_excluded()
 
     def collate_indices(self, indices: Sequence[int]) -> Dict[str, Tensor]:
         """Padded batch of the dataset graphs ``indices`` (columnar gather)."""
