@@ -1,0 +1,205 @@
+"""The padded flat-dict format: the one home of its rules.
+
+Every module that reads or writes a flat dict (``docs/dev/FORMAT.md`` is the
+prose version of this module) asks this one: how keys are named, which keys
+are reserved, which level (node, edge, graph) a row count belongs to, whether
+a dict is heterogeneous, whether it carries a leading micro-batch dim, and
+where the loss is in a wrapped model's outputs.  Pure functions over keys and
+static shapes: everything here traces under ``torch.compile(fullgraph=True)``.
+
+Conventions, in one place:
+
+* homogeneous key: the attribute name (``x``); hetero key:
+  ``"<store>/<attr>"`` where ``<store>`` is a node type or PyG's
+  ``src__rel__dst`` edge-type string; global-store attributes keep a bare name;
+* reserved keys: ``batch`` and ``ptr`` (per node type in hetero dicts) and the
+  masks ``node_mask`` [N], ``edge_mask`` [E], ``graph_mask`` [G] (True = real);
+* a micro-batch dim is a new leading dim ``F`` on every tensor; a dict has one
+  iff ``graph_mask.dim() == 2``;
+* a wrapped model's outputs live under ``"output"`` (``"output/..."`` for
+  nested ones) and its loss under ``"loss"``.
+"""
+from __future__ import annotations
+
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "SEP", "EDGE_TYPE_SEP", "LEVELS", "StoreKey",
+    "BATCH", "PTR", "NODE_MASK", "EDGE_MASK", "GRAPH_MASK", "MASKS", "MASK_OF_LEVEL",
+    "RESERVED_KEYS", "OUTPUT_KEY", "LOSS_KEY",
+    "key_of", "parse_key", "store_name", "is_hetero", "mask_key",
+    "levels_of_rows", "pick_level", "level_of_rows",
+    "has_micro_batch_dim", "num_micro_batches", "split_micro_batches",
+    "stack_micro_batches", "strip_micro_batch", "micro_batch",
+    "loss_of",
+]
+
+#: Separator between store and attribute in hetero keys (``paper/x``).
+SEP = "/"
+#: PyG's own separator inside an edge type string (``author__writes__paper``).
+EDGE_TYPE_SEP = "__"
+#: The levels a key can have.
+LEVELS = ("node", "edge", "graph", "other")
+
+StoreKey = Tuple[str, ...]  # () global, (node_type,), (src, rel, dst)
+
+BATCH = "batch"
+PTR = "ptr"
+NODE_MASK = "node_mask"
+EDGE_MASK = "edge_mask"
+GRAPH_MASK = "graph_mask"
+#: The three masks, True on real rows.
+MASKS = (NODE_MASK, EDGE_MASK, GRAPH_MASK)
+MASK_OF_LEVEL = {"node": NODE_MASK, "edge": EDGE_MASK, "graph": GRAPH_MASK}
+#: Attribute names the padded format owns; a dataset may not use them.
+RESERVED_KEYS = (BATCH, PTR, NODE_MASK, EDGE_MASK, GRAPH_MASK)
+
+#: Where a wrapped model's output and loss live in its output dict.
+OUTPUT_KEY = "output"
+LOSS_KEY = "loss"
+
+
+# --------------------------------------------------------------------------
+# Keys
+# --------------------------------------------------------------------------
+def store_name(store: StoreKey) -> str:
+    """``()`` -> ``""``, ``("paper",)`` -> ``"paper"``, ``("a", "r", "b")`` -> ``"a__r__b"``."""
+    return EDGE_TYPE_SEP.join(store)
+
+
+def key_of(store: StoreKey, attr: str) -> str:
+    """The flat key of attribute ``attr`` of store ``store``.
+
+    ``store`` is ``()`` for a homogeneous graph or the global store of a hetero
+    graph, ``(node_type,)`` or ``(src, rel, dst)``.
+    """
+    if not store:
+        return attr
+    return store_name(store) + SEP + attr
+
+
+def parse_key(key: str) -> Tuple[StoreKey, str]:
+    """Inverse of :func:`key_of`: ``"a__r__b/edge_index"`` -> ``(("a","r","b"), "edge_index")``."""
+    if SEP not in key:
+        return (), key
+    store, attr = key.rsplit(SEP, 1)
+    return tuple(store.split(EDGE_TYPE_SEP)), attr
+
+
+def is_hetero(keys: Collection[str]) -> bool:
+    """Whether the keys of a flat dict (or the dict itself) are those of a hetero graph."""
+    return any(SEP in k for k in keys)
+
+
+def mask_key(store: StoreKey, level: str) -> str:
+    """The key of the mask of ``level`` rows of ``store`` (``graph_mask`` is always global)."""
+    if level == "graph":
+        return GRAPH_MASK
+    return key_of(store, MASK_OF_LEVEL[level])
+
+
+# --------------------------------------------------------------------------
+# The level of a row count
+# --------------------------------------------------------------------------
+def levels_of_rows(rows: int, sizes: Mapping[str, Optional[int]]) -> Tuple[str, ...]:
+    """Every level whose row count is ``rows``, in the order node, edge, graph.
+
+    ``sizes`` maps a level to its row count (``{"node": N, "edge": E,
+    "graph": G}``; missing or ``None`` levels never match).
+    """
+    return tuple(lv for lv in ("node", "edge", "graph") if sizes.get(lv) == rows)
+
+
+def pick_level(candidates: Collection[str], name: str = "") -> Optional[str]:
+    """One level out of several that match, as PyG breaks the tie.
+
+    An attribute whose name contains ``"edge"`` is edge-level when edges
+    match; otherwise node before graph before edge. ``None`` if nothing matches.
+    """
+    if "edge" in candidates and ("edge" in name or len(candidates) == 1):
+        return "edge"
+    for lv in ("node", "graph", "edge"):
+        if lv in candidates:
+            return lv
+    return None
+
+
+def level_of_rows(rows: int, sizes: Mapping[str, Optional[int]], name: str = "") -> Optional[str]:
+    """The level of a tensor with ``rows`` rows: :func:`pick_level` of :func:`levels_of_rows`."""
+    return pick_level(levels_of_rows(rows, sizes), name)
+
+
+# --------------------------------------------------------------------------
+# The micro-batch dim
+# --------------------------------------------------------------------------
+def has_micro_batch_dim(flat: Mapping[str, Tensor]) -> bool:
+    """True iff ``flat`` carries a leading micro-batch dim (``graph_mask.dim() == 2``)."""
+    gm = flat.get(GRAPH_MASK)
+    if gm is None:
+        raise KeyError(f"the flat dict has no {GRAPH_MASK!r} key (its keys: {sorted(flat)[:8]}); "
+                       f"a padded batch from FixedSizeLoader has one (docs/dev/FORMAT.md)")
+    return gm.dim() == 2
+
+
+def num_micro_batches(flat: Mapping[str, Tensor]) -> int:
+    """``F`` of a dict with a micro-batch dim, else 1."""
+    return flat[GRAPH_MASK].size(0) if has_micro_batch_dim(flat) else 1
+
+
+def micro_batch(flat: Mapping[str, Any], i: int) -> Dict[str, Any]:
+    """Micro-batch ``i`` of a dict with a micro-batch dim (that dim removed)."""
+    return {k: v[i] for k, v in flat.items()}
+
+
+def split_micro_batches(flat: Mapping[str, Tensor]) -> List[Dict[str, Tensor]]:
+    """The micro-batches of ``flat``, each without the micro-batch dim (``[flat]`` if it has none)."""
+    if not has_micro_batch_dim(flat):
+        return [dict(flat)]
+    return [micro_batch(flat, i) for i in range(flat[GRAPH_MASK].size(0))]
+
+
+def stack_micro_batches(flats: Sequence[Mapping[str, Tensor]]) -> Dict[str, Tensor]:
+    """Inverse of :func:`split_micro_batches`: a new leading dim ``F = len(flats)``."""
+    if not flats:
+        raise ValueError("stack_micro_batches needs at least one micro-batch")
+    return {k: torch.stack([f[k] for f in flats]) for k in flats[0]}
+
+
+def strip_micro_batch(flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
+    """Remove a leading micro-batch dim of size 1 (error if it is larger)."""
+    if not has_micro_batch_dim(flat):
+        return dict(flat)
+    f = flat[GRAPH_MASK].size(0)
+    if f != 1:
+        raise ValueError(
+            f"the flat dict has a leading micro-batch dim of size {f}; the wrapped model takes "
+            f"one micro-batch at a time. Split it (graph_adapter.compile's poptorch backends do), "
+            f"or index it: {{k: v[i] for k, v in flat.items()}}."
+        )
+    return micro_batch(flat, 0)
+
+
+# --------------------------------------------------------------------------
+# The loss in a wrapped model's outputs
+# --------------------------------------------------------------------------
+def loss_of(out: Any, loss_key: str = LOSS_KEY, required: bool = True) -> Optional[Tensor]:
+    """The loss a model returned: ``out`` itself if it is a tensor, else ``out[loss_key]``.
+
+    Raises ``TypeError`` (or returns ``None`` when ``required=False``) if
+    there is none, saying how to add one.
+    """
+    if isinstance(out, Tensor):
+        return out
+    if isinstance(out, Mapping) and loss_key in out:
+        return out[loss_key]
+    if not required:
+        return None
+    keys = sorted(out) if isinstance(out, Mapping) else None
+    raise TypeError(
+        f"training needs a loss: the model must return a tensor or a dict with key {loss_key!r} "
+        f"(ipu_wrap(model, loss_fn=...) adds one); got {type(out).__name__}"
+        + (f" with keys {keys}" if keys is not None else "")
+    )
