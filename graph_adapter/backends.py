@@ -43,9 +43,33 @@ from torch import Tensor, nn
 from . import static
 from .wrap import has_micro_batch_dim
 
-__all__ = ["compile", "Compiled", "ShapeChangedError", "load", "signature_of", "BACKENDS"]
+__all__ = ["compile", "Compiled", "ShapeChangedError", "load", "signature_of", "BACKENDS",
+           "resolve_backend", "backend_names"]
 
 BACKENDS = ("auto", "inductor", "aot_eager", "eager", "export", "poptorch", "ipu-emulator")
+
+
+def backend_names() -> Tuple[str, ...]:
+    """Every name ``compile(backend=...)`` accepts, ``"auto"`` included."""
+    return BACKENDS
+
+
+def resolve_backend(name: str) -> Tuple[str, str]:
+    """``(concrete backend, note)`` for a backend name; the one place ``"auto"`` is resolved.
+
+    ``"auto"`` -> ``("poptorch", "auto: poptorch found")`` when poptorch is
+    importable, else ``("inductor", "auto: poptorch not installed")``; a
+    concrete name -> ``(name, "")``. Unknown names raise ``ValueError``.
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"backend={name!r}; choose one of {BACKENDS}")
+    if name != "auto":
+        return name, ""
+    try:
+        import poptorch  # noqa: F401
+    except ImportError:
+        return "inductor", "auto: poptorch not installed"
+    return "poptorch", "auto: poptorch found"
 
 Signature = Tuple[Tuple[str, str, Tuple[int, ...]], ...]
 
@@ -339,15 +363,7 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
         A :class:`Compiled` (or, for the IPU backends, what
         ``graph_adapter.ipu.compile_ipu`` returns).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r}; choose one of {BACKENDS}")
-    if backend == "auto":
-        try:
-            import poptorch  # noqa: F401
-        except ImportError:
-            backend = "inductor"
-        else:
-            backend = "poptorch"
+    backend, _ = resolve_backend(backend)
     if backend in ("poptorch", "ipu-emulator"):
         from .ipu import compile_ipu
 
