@@ -43,6 +43,9 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.data.data import BaseData
 
+from .format import (EDGE_TYPE_SEP, GRAPH_MASK, LEVELS, MASK_OF_LEVEL, PTR, SEP, StoreKey,
+                     is_hetero, key_of, levels_of_rows, parse_key, pick_level)
+
 __all__ = [
     "SEP",
     "EDGE_TYPE_SEP",
@@ -61,16 +64,6 @@ __all__ = [
     "key_of",
     "parse_key",
 ]
-
-#: Separator between store and attribute in hetero keys (``paper/x``).
-SEP = "/"
-#: PyG's own separator inside an edge type string (``author__writes__paper``).
-EDGE_TYPE_SEP = "__"
-#: The levels a key can have.
-LEVELS = ("node", "edge", "graph", "other")
-
-StoreKey = Tuple[str, ...]  # () global, (node_type,), (src, rel, dst)
-
 
 # --------------------------------------------------------------------------
 # Errors. Each names the key it is about and says what to do.
@@ -106,27 +99,8 @@ class UnsupportedAttributeError(SpecError, TypeError):
 
 
 # --------------------------------------------------------------------------
-# Key naming
+# Key naming: the rules live in graph_adapter.format (re-exported here)
 # --------------------------------------------------------------------------
-def key_of(store: StoreKey, attr: str) -> str:
-    """The flat key of attribute ``attr`` of store ``store``.
-
-    ``store`` is ``()`` for a homogeneous graph or the global store of a hetero
-    graph, ``(node_type,)`` or ``(src, rel, dst)``.
-    """
-    if not store:
-        return attr
-    return EDGE_TYPE_SEP.join(store) + SEP + attr
-
-
-def parse_key(key: str) -> Tuple[StoreKey, str]:
-    """Inverse of :func:`key_of`: ``"a__r__b/edge_index"`` -> ``(("a","r","b"), "edge_index")``."""
-    if SEP not in key:
-        return (), key
-    store, attr = key.rsplit(SEP, 1)
-    return tuple(store.split(EDGE_TYPE_SEP)), attr
-
-
 def _check_name(name: str, what: str) -> None:
     if SEP in name:
         raise UnsupportedAttributeError(
@@ -208,6 +182,14 @@ class Field:
         shape: the full shape with ``None`` on the dimension PyG concatenates
             along (the one that changes from batch to batch).
         level: ``"node"``, ``"edge"``, ``"graph"`` or ``"other"``.
+        inc: how the padded collate offsets it when batching: ``"none"``,
+            ``"nodes"`` (by the node counts of the graphs before it, as
+            ``edge_index``; in a hetero edge store row 0 by the source type's,
+            row 1 by the destination type's) or ``"custom"`` (the graph's own
+            ``__inc__``).
+        rows: graph-level attributes: rows per graph.
+
+    ``shape`` has ``None`` on the cat dim; a 0-d attribute has ``shape == ()``.
     """
 
     key: str
@@ -216,10 +198,46 @@ class Field:
     dtype: str
     shape: Tuple[Optional[int], ...]
     level: str
+    inc: str = "none"
+    rows: int = 1
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
+
+    @property
+    def scalar(self) -> bool:
+        """A 0-d attribute (one value per graph)."""
+        return not self.shape
+
+    @property
+    def cat_dim(self) -> int:
+        """The dim PyG concatenates along (0 for a 0-d attribute)."""
+        return self.shape.index(None) if None in self.shape else 0
+
+    @property
+    def trail(self) -> Tuple[int, ...]:
+        """The shape without the cat dim."""
+        if self.scalar:
+            return ()
+        c = self.cat_dim
+        return tuple(self.shape[:c]) + tuple(self.shape[c + 1:])
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON form (``inc``/``rows`` only when not the defaults)."""
+        d = {"key": self.key, "store": list(self.store), "attr": self.attr, "dtype": self.dtype,
+             "shape": list(self.shape), "level": self.level}
+        if self.inc != "none":
+            d["inc"] = self.inc
+        if self.rows != 1:
+            d["rows"] = self.rows
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Field":
+        return cls(key=d["key"], store=tuple(d["store"]), attr=d["attr"], dtype=d["dtype"],
+                   shape=tuple(d["shape"]), level=d["level"], inc=d.get("inc", "none"),
+                   rows=int(d.get("rows", 1)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,17 +308,7 @@ class Spec:
             "format": "graph_adapter.spec/1",
             "data_cls": self.data_cls,
             "is_batch": self.is_batch,
-            "fields": [
-                {
-                    "key": f.key,
-                    "store": list(f.store),
-                    "attr": f.attr,
-                    "dtype": f.dtype,
-                    "shape": list(f.shape),
-                    "level": f.level,
-                }
-                for f in self.fields
-            ],
+            "fields": [f.to_dict() for f in self.fields],
             "node_types": list(self.node_types),
             "edge_types": [list(t) for t in self.edge_types],
             "constants": [[list(s), a, j] for s, a, j in self.constants],
@@ -314,17 +322,7 @@ class Spec:
         return cls(
             data_cls=d["data_cls"],
             is_batch=bool(d["is_batch"]),
-            fields=tuple(
-                Field(
-                    key=f["key"],
-                    store=tuple(f["store"]),
-                    attr=f["attr"],
-                    dtype=f["dtype"],
-                    shape=tuple(f["shape"]),
-                    level=f["level"],
-                )
-                for f in d["fields"]
-            ),
+            fields=tuple(Field.from_dict(f) for f in d["fields"]),
             node_types=tuple(d["node_types"]),
             edge_types=tuple(tuple(t) for t in d["edge_types"]),
             constants=tuple((tuple(s), a, j) for s, a, j in d["constants"]),
@@ -442,6 +440,10 @@ def _stores(obj: BaseData):
         yield (), obj._store
 
 
+# Our own keys have a level by name.
+_NAMED_LEVELS = {"batch": "node", PTR: "other", **{m: lv for lv, m in MASK_OF_LEVEL.items()}}
+
+
 def _level(obj: BaseData, skey: StoreKey, store, attr: str, value: Tensor) -> str:
     """Node, edge, graph or other: by name for our own keys, else from the data.
 
@@ -450,9 +452,8 @@ def _level(obj: BaseData, skey: StoreKey, store, attr: str, value: Tensor) -> st
     ``is_edge_attr`` break the remaining ties. Genuinely ambiguous cases
     (every graph has one node) follow PyG; ``flatten(levels=...)`` overrides.
     """
-    named = {"batch": "node", "node_mask": "node", "edge_mask": "edge", "graph_mask": "graph", "ptr": "other"}
-    if attr in named:
-        return named[attr]
+    if attr in _NAMED_LEVELS:
+        return _NAMED_LEVELS[attr]
     if value.dim() == 0:
         return "graph"
     is_global = isinstance(obj, HeteroData) and not skey
@@ -468,13 +469,8 @@ def _level(obj: BaseData, skey: StoreKey, store, attr: str, value: Tensor) -> st
             if not is_global and len(skey) != 1 and "edge_index" in slices:
                 if torch.equal(counts, torch.diff(slices["edge_index"])):
                     candidates.append("edge")
-            if not candidates:
-                return "other"
-            # Ties, as PyG breaks them: "edge" in the name wins edge-level,
-            # else node-level before graph-level.
-            if "edge" in candidates and ("edge" in attr or len(candidates) == 1):
-                return "edge"
-            return "node" if "node" in candidates else "graph"
+            # Ties, as PyG breaks them (format.pick_level).
+            return pick_level(candidates, attr) or "other"
     if not is_global:
         if store.is_node_attr(attr):
             return "node"
@@ -593,36 +589,42 @@ def infer_spec(
     Pure Python over keys and static shapes, so it traces.
     """
     parsed = {k: parse_key(k) for k in flat}
-    hetero = any(store for store, _ in parsed.values())
     if data_cls is None:
-        data_cls = HeteroData if hetero else Data
-    sizes: Dict[Tuple[StoreKey, str], int] = {}
+        data_cls = HeteroData if is_hetero(flat) else Data
+    mask_rows: Dict[Tuple[StoreKey, str], int] = {}
     for key, (store, attr) in parsed.items():
-        if attr in ("node_mask", "edge_mask", "graph_mask"):
-            sizes[(store, attr)] = flat[key].size(0)
+        if attr in _MASK_LEVEL:
+            mask_rows[(store, _MASK_LEVEL[attr])] = flat[key].size(0)
     fields = []
     for key in sorted(flat, key=lambda k: _order(parsed[k])):
         store, attr = parsed[key]
         t = flat[key]
         cat = -1 if attr in ("edge_index", "edge_mask") or attr.endswith("index") else 0
-        level = {"node_mask": "node", "edge_mask": "edge", "graph_mask": "graph"}.get(attr, "other")
-        if level == "other" and t.dim() and attr != "ptr":
-            # Like PyG's is_edge_attr: a size match counts as edge-level only
-            # for names with "edge" in them, unless nothing else matches.
-            n = t.size(cat)
-            is_node = len(store) != 3 and n == sizes.get((store, "node_mask"), -1)
-            is_edge = len(store) != 1 and n == sizes.get((store, "edge_mask"), -1)
-            is_graph = not store and n == sizes.get(((), "graph_mask"), -1)
-            if is_edge and ("edge" in attr or not (is_node or is_graph)):
-                level = "edge"
-            elif is_node:
-                level = "node"
-            elif is_graph:
-                level = "graph"
+        level = _MASK_LEVEL.get(attr, "other")
+        if level == "other" and t.dim() and attr != PTR:
+            level = pick_level(levels_of_rows(t.size(cat), _store_sizes(store, mask_rows)), attr) \
+                or "other"
         fields.append(Field(key, store, attr, str(t.dtype).replace("torch.", ""), tuple(t.shape), level))
     node_types = sorted({s[0] for s, _ in parsed.values() if len(s) == 1})
     edge_types = sorted({s for s, _ in parsed.values() if len(s) == 3})
     return Spec(_class_path(data_cls), is_batch, tuple(fields), tuple(node_types), tuple(edge_types))
+
+
+_MASK_LEVEL = {m: lv for lv, m in MASK_OF_LEVEL.items()}
+
+
+def _store_sizes(store: StoreKey, mask_rows: Mapping[Tuple[StoreKey, str], int]) -> Dict[str, int]:
+    """The row counts a key of ``store`` can match: its node rows (not in an
+    edge store), its edge rows (not in a node store), the graph rows (global
+    store only)."""
+    sizes = {}
+    if len(store) != 3 and (store, "node") in mask_rows:
+        sizes["node"] = mask_rows[(store, "node")]
+    if len(store) != 1 and (store, "edge") in mask_rows:
+        sizes["edge"] = mask_rows[(store, "edge")]
+    if not store and ((), "graph") in mask_rows:
+        sizes["graph"] = mask_rows[((), "graph")]
+    return sizes
 
 
 def _order(parsed: Tuple[StoreKey, str]) -> Tuple[int, StoreKey, str]:
@@ -697,9 +699,9 @@ def _copy(value: Any) -> Any:
 
 def _static_num_graphs(flat: Mapping[str, Tensor], spec: Spec) -> Optional[int]:
     for f in spec.fields:
-        if f.attr == "graph_mask" and not f.store:
+        if f.attr == GRAPH_MASK and not f.store:
             return flat[f.key].size(-1)
     for f in spec.fields:
-        if f.attr == "ptr":
+        if f.attr == PTR:
             return flat[f.key].size(-1) - 1
     return None
