@@ -45,7 +45,8 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._poptorch_ops import NO_HANDLER
-from .ipu import IPUOptions, _map_tensors, _named_tensors, _split_problems
+from .format import LOSS_KEY, loss_of
+from .ipu import IPUOptions, host_micro_batch, map_tensors, named_tensors
 
 __all__ = ["KINDS", "Finding", "CheckReport", "check", "check_main"]
 
@@ -323,14 +324,6 @@ def _makes_float64(args, kwargs, out) -> bool:
     return not any(a.dtype == torch.float64 for a in ins)
 
 
-def _loss_of(out: Any, loss_key: str) -> Optional[Tensor]:
-    if isinstance(out, Tensor):
-        return out
-    if isinstance(out, Mapping):
-        return out.get(loss_key)
-    return None
-
-
 def _fake_pass(model: nn.Module, sample: Any, training: bool, loss_key: str) -> List[Finding]:
     from torch._subclasses.fake_tensor import (
         DataDependentOutputException,
@@ -345,13 +338,13 @@ def _fake_pass(model: nn.Module, sample: Any, training: bool, loss_key: str) -> 
         state[n] = mode.from_tensor(p.detach()).requires_grad_(p.requires_grad)
     for n, b in model.named_buffers():
         state[n] = mode.from_tensor(b)
-    fake = _map_tensors(sample, mode.from_tensor)
+    fake = map_tensors(sample, mode.from_tensor)
     watch = _FunctionWatch()
     try:
         with mode, watch:
             out = functional_call(model, state, (fake,))
             if training:
-                loss = _loss_of(out, loss_key)
+                loss = loss_of(out, loss_key, required=False)
                 if loss is None:
                     return [Finding("error", "forward", "<output>",
                                     f"training needs the loss: a tensor or a dict with key {loss_key!r}")]
@@ -391,9 +384,9 @@ def _real_pass(model: nn.Module, sample: Any) -> List[Finding]:
 
 def _input_findings(flat: Any, model: nn.Module, options: Optional[IPUOptions]) -> List[Finding]:
     findings = []
-    for name, t in _named_tensors(flat, "batch"):
+    for name, t in named_tensors(flat, "batch"):
         if options is not None:
-            for problem in _split_problems(name, t, options):
+            for problem in options.split_problems(name, t):
                 findings.append(Finding("batch-split", name, "<input>", problem))
         if t.dtype == torch.float64:
             findings.append(Finding("narrowed-dtype", name, "<input>",
@@ -412,22 +405,12 @@ def _input_findings(flat: Any, model: nn.Module, options: Optional[IPUOptions]) 
     return findings
 
 
-def _micro_batch(flat: Any, options: Optional[IPUOptions]) -> Any:
-    """What the model sees on the device: micro-batch 0 (leading dim 1 for F > 1)."""
-    if options is None or options.micro_batches == 1:
-        return flat
-    F = options.micro_batches
-    return _map_tensors(
-        flat, lambda t: t.reshape(F, -1, *t.shape[1:])[0] if t.dim() and t.size(0) % F == 0 else t
-    )
-
-
 def check(
     wrapped: nn.Module,
     flat: Any,
     training: bool = False,
     options: Optional[IPUOptions] = None,
-    loss_key: str = "loss",
+    loss_key: str = LOSS_KEY,
 ) -> CheckReport:
     """What poptorch's dispatcher would reject in ``wrapped(flat)``, found on CPU.
 
@@ -444,7 +427,8 @@ def check(
         a :class:`CheckReport`; the model itself is not modified.
     """
     findings = _input_findings(flat, wrapped, options)
-    sample = _micro_batch(flat, options)
+    # What the model sees on the device: micro-batch 0 (a leading dim 1 for F > 1).
+    sample = flat if options is None else host_micro_batch(flat, options.micro_batches, 0)
     model = copy.deepcopy(wrapped)
     model.train(training)
     findings += _fake_pass(model, sample, training, loss_key)

@@ -1,0 +1,51 @@
+"""The IPU path: one description of a run, the poptorch backend, a CPU emulator.
+
+One module a job:
+
+* :mod:`~graph_adapter.ipu.options`: :class:`IPUOptions` describes a run once
+  for every IPU backend (device iterations ``D``, replication ``R``, gradient
+  accumulation ``A``, output mode; ``F = D * R * A`` micro-batches a host batch);
+* :mod:`~graph_adapter.ipu.inputs`: what poptorch does to inputs (names,
+  int64/float64 narrowing, the dim-0 split into ``F`` micro-batches);
+* :mod:`~graph_adapter.ipu.poptorch_backend`: ``"poptorch"``, i.e.
+  ``poptorch.trainingModel`` / ``inferenceModel`` on the dispatcher (never
+  ``Jit.traceModel(True)``), the PyG arg parser, the identity-loss wrapper;
+  poptorch is imported lazily: importing graph_adapter never imports it;
+* :mod:`~graph_adapter.ipu.emulator`: ``"ipu-emulator"``, on CPU what poptorch
+  does with inputs, outputs and optimizer steps (:class:`IPUEmulator`);
+* :mod:`~graph_adapter.ipu.entry`: :func:`compile_ipu`, which
+  ``graph_adapter.compile`` calls for both backends.
+
+What was verified in poptorch's sources, and what is assumed, is written down
+in ``docs/ipu.md``.
+"""
+from .inputs import host_micro_batch, map_tensors, named_tensors, narrow
+from .poptorch_backend import (
+    PoptorchRunner,
+    build_poptorch,
+    import_poptorch,
+    make_pyg_arg_parser,
+    register_pyg_arg_parser,
+)
+from .options import OUTPUT_MODES, IPUOptions
+from .emulator import EmulatorError, IPUEmulator, collect_outputs
+from .entry import IPU_BACKENDS, compile_ipu
+
+__all__ = [
+    "OUTPUT_MODES",
+    "IPUOptions",
+    "IPUEmulator",
+    "EmulatorError",
+    "IPU_BACKENDS",
+    "compile_ipu",
+    "import_poptorch",
+    "narrow",
+    "map_tensors",
+    "named_tensors",
+    "host_micro_batch",
+    "collect_outputs",
+    "PoptorchRunner",
+    "build_poptorch",
+    "register_pyg_arg_parser",
+    "make_pyg_arg_parser",
+]

@@ -1,0 +1,356 @@
+"""``"ipu-emulator"``: on CPU, what poptorch does with a model's inputs and outputs.
+
+:class:`IPUEmulator` lets IPU training code be tested without hardware: input
+checks with poptorch's messages, dim-0 split into ``F`` micro-batches,
+int64/float64 narrowing, gradient accumulation with Mean reduction and one
+optimizer step per accumulated step, outputs stacked per output mode
+(:func:`collect_outputs`). What was verified in poptorch's sources, and what
+is assumed, is written down in ``docs/ipu.md``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+import torch.utils._pytree as pytree
+from torch import Tensor, nn
+
+from ..format import LOSS_KEY, loss_of
+from .inputs import host_micro_batch, map_tensors, named_tensors, narrow
+from .options import IPUOptions
+
+__all__ = ["EmulatorError", "IPUEmulator", "collect_outputs"]
+
+# poptorch's ArgsParser closes every input-mismatch error with this sentence.
+_RECOMPILE_HINT = (
+    "\nThis error occurred because the inputs passed at runtime don't match the inputs used "
+    "to compile the model.\nTo recompile the model for the new inputs create a new "
+    "inferenceModel / trainingModel wrapper or call destroy() on the current one and try again."
+)
+
+
+class EmulatorError(RuntimeError):
+    """What poptorch would raise (``poptorch.Error``) for the same call."""
+
+
+# --------------------------------------------------------------------------
+# Input signatures, checked as poptorch's ArgsParser does
+# --------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class _Sig:
+    """What poptorch keeps from the first call to validate later ones."""
+
+    kind: str  # "tensor", "tuple", "list", "dict", "value"
+    dtype: Optional[torch.dtype] = None
+    shape: Optional[torch.Size] = None
+    children: Tuple[Tuple[Any, "_Sig"], ...] = ()
+    value: Any = None
+
+
+def _signature(obj: Any) -> _Sig:
+    if isinstance(obj, Tensor):
+        return _Sig("tensor", obj.dtype, obj.shape)
+    if isinstance(obj, (tuple, list)):
+        return _Sig(type(obj).__name__, children=tuple((i, _signature(v)) for i, v in enumerate(obj)))
+    if isinstance(obj, Mapping):
+        return _Sig("dict", children=tuple((k, _signature(v)) for k, v in obj.items()))
+    return _Sig("value", value=obj)
+
+
+def _fail(msg: str) -> None:
+    raise EmulatorError(msg + _RECOMPILE_HINT)
+
+
+def _key_details(expected: Sequence[Any], provided: Sequence[Any]) -> str:
+    details = []
+    extra = [k for k in provided if k not in expected]
+    if extra:
+        details.append("Unexpected arguments: " + ", ".join(sorted(map(str, extra))))
+    missing = [k for k in expected if k not in provided]
+    if missing:
+        details.append("Missing arguments: " + ", ".join(sorted(map(str, missing))))
+    return ". ".join(details)
+
+
+def _validate(sig: _Sig, obj: Any, name: str) -> None:
+    got = (
+        "tensor" if isinstance(obj, Tensor)
+        else "dict" if isinstance(obj, Mapping)
+        else type(obj).__name__ if isinstance(obj, (tuple, list)) else "value"
+    )
+    if got != sig.kind:
+        _fail(f"Type mismatch for {name}: expected {sig.kind} but got {type(obj).__name__}.")
+    if sig.kind == "tensor":
+        if obj.dtype != sig.dtype:
+            _fail(f"Data type mismatch for {name}: expected {sig.dtype} but got {obj.dtype}.")
+        if obj.shape != sig.shape:
+            _fail(f"Shape mismatch for {name}: expected {sig.shape} but got {obj.shape}.")
+    elif sig.kind == "dict":
+        expected = [k for k, _ in sig.children]
+        if set(expected) != set(obj.keys()):
+            _fail(f"Keys mismatch for {name}: {_key_details(expected, list(obj.keys()))}.")
+        for k, child in sig.children:
+            _validate(child, obj[k], f"{name}[{k}]")
+    elif sig.kind in ("tuple", "list"):
+        if len(obj) != len(sig.children):
+            _fail(f"Length mismatch for {name}: expected {len(sig.children)} elements but got {len(obj)}.")
+        for i, child in sig.children:
+            _validate(child, obj[i], f"{name}[{i}]")
+    elif sig.value is not obj:
+        try:
+            same = bool(sig.value == obj)
+        except Exception:  # noqa: BLE001 - anything incomparable differs
+            same = False
+        if not same:
+            _fail(f"Value mismatch for {name}: expected {sig.value!r} but got {obj!r}.")
+
+
+# --------------------------------------------------------------------------
+# The emulator
+# --------------------------------------------------------------------------
+class IPUEmulator:
+    """A CPU stand-in for a poptorch ``trainingModel`` / ``inferenceModel``.
+
+    Call it with one host batch (the forward's arguments, every tensor with
+    dim 0 a multiple of ``F``), as you would call the poptorch model. Per call:
+
+    1. the first call (per mode) records every argument's structure, keys,
+       dtypes and shapes; later calls must match (``Missing arguments: ...``,
+       ``Unexpected arguments: ...``, dtype and shape mismatches; poptorch's
+       messages, as :class:`EmulatorError`);
+    2. every tensor's dim 0 must divide by ``F`` (0-d tensors fail for F > 1);
+    3. float64 inputs become float32, as poptorch narrows them; int64 inputs
+       are checked to fit int32 (a ``RuntimeWarning`` if not) but stay int64
+       on CPU unless ``narrow_ints=True``: some CPU kernels need int64 indices
+       (``scatter_add_`` with an expanded index raised "expected scalar type
+       Long but found Int" for a [56, 16] source here; the IPU takes int32);
+    4. dim 0 is split into ``F`` micro-batches, in poptorch's order
+       (``[D, A, R]``, device iteration outermost); a host batch from
+       ``FixedSizeLoader(micro_batches=F)`` gives the model a leading dim 1;
+    5. training: for each of the ``D`` device iterations, the ``R * A``
+       micro-batches' gradients are averaged (Mean, poptorch's default
+       ``accumulationAndReplicationReductionType``), then one optimizer step;
+    6. outputs come back stacked per output mode (see ``docs/ipu.md``).
+
+    ``.train()`` / ``.eval()`` switch between the two poptorch models it
+    stands for (training: forward, backward and the optimizer step in one
+    call, ``steps_optimizer``). Replicas share one set of weights and run one
+    after the other; buffers (BatchNorm statistics) are updated by every
+    micro-batch in that order, while on IPUs each replica keeps its own copy.
+    """
+
+    #: A training call steps the optimizer itself (the caller must not).
+    steps_optimizer = True
+
+    def __init__(
+        self,
+        model: nn.Module,
+        options: Optional[IPUOptions] = None,
+        optimizer: Optional[torch.optim.Optimizer] = None,
+        training: Optional[bool] = None,
+        loss_key: str = LOSS_KEY,
+        narrow_inputs: bool = True,
+        narrow_ints: bool = False,
+        allow_new_shapes: bool = False,
+    ) -> None:
+        self.model = model
+        self.allow_new_shapes = allow_new_shapes
+        self.compiles = 0  # signatures recorded (poptorch: compilations)
+        self.options = options if options is not None else IPUOptions()
+        self.training = (optimizer is not None) if training is None else bool(training)
+        self.optimizer = optimizer
+        self.loss_key = loss_key
+        self.narrow_inputs = narrow_inputs
+        self.narrow_ints = narrow_ints
+        self.steps = 0  # optimizer steps taken
+        self._sigs: Dict[bool, Tuple[Tuple[str, ...], Dict[str, _Sig]]] = {}  # per mode
+        try:
+            self._forward_sig = inspect.signature(model.forward)
+        except (TypeError, ValueError):
+            self._forward_sig = None
+        self._check_mode()
+
+    # ---- the compiled-model interface ------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._check_mode()
+        named = self._bind(args, kwargs)
+        self._check_signature(named)
+        problems = [p for name, value in named.items() for tname, t in named_tensors(value, name)
+                    for p in self.options.split_problems(tname, t)]
+        if problems:
+            raise EmulatorError("Invalid batch dimension: " + "; ".join(problems))
+        inputs = (tuple(args), dict(kwargs))
+        if self.narrow_inputs:
+            inputs = map_tensors(inputs, lambda t: narrow(t, ints=self.narrow_ints))
+        F = self.options.micro_batches
+        micro = [host_micro_batch(inputs, F, i) for i in range(F)]
+        outs = self._train(micro) if self.training else self._infer(micro)
+        return collect_outputs(outs, self.options)
+
+    @property
+    def compile_count(self) -> int:
+        """Signatures recorded, over both modes (poptorch: compilations)."""
+        return self.compiles
+
+    def train(self, mode: bool = True) -> "IPUEmulator":
+        self.training = bool(mode)
+        self.model.train(mode)
+        return self
+
+    def eval(self) -> "IPUEmulator":
+        return self.train(False)
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return self.model.parameters()
+
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Use ``optimizer`` from the next training call (poptorch: ``setOptimizer``)."""
+        self.optimizer = optimizer
+
+    # ---- poptorch's model API ------------------------------------------
+    def isCompiled(self) -> bool:  # noqa: N802 (poptorch's name)
+        return self.training in self._sigs
+
+    def destroy(self) -> None:
+        """Forget the compiled signature (as poptorch's ``destroy()`` would)."""
+        self._sigs.pop(self.training, None)
+
+    # ---- steps ------------------------------------------------------------
+    def _check_mode(self) -> None:
+        if self.training and self.optimizer is None:
+            # poptorch.trainingModel's default optimizer.
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        if not self.training and self.options.gradient_accumulation != 1:
+            raise ValueError(
+                "gradient_accumulation > 1 is for training; poptorch's inferenceModel needs 1"
+            )
+
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+        if self._forward_sig is None:
+            named = {f"args[{i}]": a for i, a in enumerate(args)}
+            named.update(kwargs)
+            return named
+        bound = self._forward_sig.bind(*args, **kwargs)
+        named: Dict[str, Any] = {}
+        for pname, value in bound.arguments.items():
+            kind = self._forward_sig.parameters[pname].kind
+            if kind == inspect.Parameter.VAR_POSITIONAL:
+                for i, v in enumerate(value):
+                    named[f"*{pname}[{i}]"] = v
+            elif kind == inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            else:
+                named[pname] = value
+        return named
+
+    def _check_signature(self, named: Dict[str, Any]) -> None:
+        if self.training not in self._sigs:
+            self._sigs[self.training] = (tuple(named), {n: _signature(v) for n, v in named.items()})
+            self.compiles += 1
+            return
+        try:
+            self._validate_all(named)
+        except EmulatorError:
+            if not self.allow_new_shapes:
+                raise
+            # What poptorch's message advises: destroy() and run again (recompiles).
+            self.destroy()
+            self._check_signature(named)
+
+    def _validate_all(self, named: Dict[str, Any]) -> None:
+        names, sigs = self._sigs[self.training]
+        if tuple(named) != names:
+            details = _key_details(names, list(named)) or f"expected {list(names)}, got {list(named)}"
+            raise EmulatorError(f"Keys mismatch for named arguments: {details}." + _RECOMPILE_HINT)
+        for n in names:
+            _validate(sigs[n], named[n], n)
+
+    def _call_model(self, mb: Any) -> Any:
+        args, kwargs = mb
+        return self.model(*args, **kwargs)
+
+    def _train(self, micro: List[Any]) -> List[Any]:
+        o = self.options
+        per_step = o.replicas_times_accumulation
+        self.model.train()
+        outs = []
+        for d in range(o.device_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            for j in range(per_step):
+                out = self._call_model(micro[d * per_step + j])
+                loss = loss_of(out, self.loss_key)
+                if loss.dim() != 0:
+                    raise ValueError(
+                        f"the loss must be a scalar (0-d) tensor, got shape {tuple(loss.shape)}"
+                    )
+                (loss / per_step).backward()
+                outs.append(map_tensors(out, lambda t: t.detach()))
+            self.optimizer.step()
+            self.steps += 1
+        return outs
+
+    def _infer(self, micro: List[Any]) -> List[Any]:
+        with torch.no_grad():
+            return [self._call_model(mb) for mb in micro]
+
+
+# --------------------------------------------------------------------------
+# Outputs
+# --------------------------------------------------------------------------
+def _selection(options: IPUOptions) -> List[List[int]]:
+    """Micro-batch indices per returned row, in return order (poptorch/PopART layout [D, A, R])."""
+    D, A, R = options.device_iterations, options.gradient_accumulation, options.replication_factor
+
+    def idx(d: int, a: int, r: int) -> int:
+        return (d * A + a) * R + r
+
+    mode = options.output_mode
+    if mode == "all":
+        return [[i] for i in range(D * A * R)]
+    if mode == "every_n":
+        N = options.output_return_period
+        return [[idx(d, a, r)] for d in range(N - 1, D, N) for a in range(A) for r in range(R)]
+    if mode == "final":
+        return [[idx(D - 1, A - 1, r)] for r in range(R)]
+    # sum: one row per replica, summed over every device iteration and accumulation step
+    return [[idx(d, a, r) for d in range(D) for a in range(A)] for r in range(R)]
+
+
+def collect_outputs(outs: List[Any], options: IPUOptions) -> Any:
+    """Stack per-micro-batch outputs as poptorch returns them for ``options.output_mode``.
+
+    ``k`` rows are returned (``F`` for all, ``(D / N) * A * R`` for every_n,
+    ``R`` for final and sum). With ``k == 1`` each output keeps its
+    per-micro-batch shape; otherwise a 0-d output becomes ``[k]`` and an
+    output of shape ``[s0, ...]`` becomes ``[k * s0, ...]`` (concatenated on
+    dim 0).
+    """
+    rows = _selection(options)
+
+    def combine(values: List[Any]) -> Any:
+        first = values[0]
+        if not isinstance(first, Tensor):
+            return first
+        picked = []
+        for group in rows:
+            ts = [values[i] for i in group]
+            picked.append(ts[0] if len(ts) == 1 else torch.stack(ts).sum(0))
+        if len(picked) == 1:
+            return picked[0]
+        if first.dim() == 0:
+            return torch.stack(picked)
+        return torch.cat(picked, dim=0)
+
+    return _zip_map(outs, combine)
+
+
+def _zip_map(items: List[Any], fn: Callable[[List[Any]], Any]) -> Any:
+    """One output of the structure of ``items[0]``: ``fn`` of each leaf's values across ``items``."""
+    # Only tuples, lists and dicts are walked, as on the way in (inputs.map_tensors).
+    flats = [pytree.tree_flatten(it, is_leaf=lambda v: not isinstance(v, (tuple, list, dict)))
+             for it in items]
+    spec = flats[0][1]
+    columns = zip(*(leaves for leaves, _ in flats))
+    return pytree.tree_unflatten([fn(list(col)) for col in columns], spec)

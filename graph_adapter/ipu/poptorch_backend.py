@@ -1,0 +1,242 @@
+"""The ``"poptorch"`` backend: ``poptorch.trainingModel`` / ``inferenceModel`` on the dispatcher.
+
+poptorch is imported lazily (:func:`import_poptorch`): importing this module
+never imports it, and when it is missing the ``ImportError`` says where it
+comes from and chains the original one. The models are built on the
+dispatcher, never with ``Jit.traceModel(True)`` (it raises since SDK 3.1).
+
+:class:`PoptorchRunner` is what ``compile(wrapped, "poptorch")`` returns: one
+object for training and inference (``.train()`` / ``.eval()``), each poptorch
+model built on first use, host batches narrowed before the call.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+
+import torch
+import torch.utils._pytree as pytree
+from torch import Tensor, nn
+
+from ..format import LOSS_KEY, loss_of
+from .inputs import map_tensors, narrow
+
+if TYPE_CHECKING:  # the options module imports this one
+    from .options import IPUOptions
+
+__all__ = [
+    "import_poptorch", "make_pyg_arg_parser", "register_pyg_arg_parser",
+    "build_poptorch", "PoptorchRunner",
+]
+
+
+def import_poptorch() -> Any:
+    """``import poptorch``, or an ``ImportError`` that says where it comes from.
+
+    The original error is chained (``__cause__``) and quoted.
+    """
+    try:
+        import poptorch  # noqa: F401  (ships with the Graphcore Poplar SDK)
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise ImportError(
+            "graph_adapter's 'poptorch' backend needs poptorch, which ships with Graphcore's "
+            "Poplar SDK and is not on PyPI: install the SDK and its poptorch wheel, then "
+            "`source enable.sh`. To test IPU code without hardware use "
+            f"backend='ipu-emulator'. (Original error: {exc!r})"
+        ) from exc
+    return poptorch
+
+
+# --------------------------------------------------------------------------
+# PyG objects as poptorch inputs
+# --------------------------------------------------------------------------
+_REGISTERED_WITH: set = set()  # id() of the poptorch modules registered with
+
+
+def make_pyg_arg_parser(poptorch: Any) -> Any:
+    """A ``poptorch.ICustomArgParser`` for PyG ``Data``/``Batch``, built on the core round trip.
+
+    ``yieldTensors`` gives ``flatten(obj)``'s tensors in key order;
+    ``reconstruct`` rebuilds the same class from the original's static spec
+    (``unflatten(..., spec.static())``, the traceable path).
+    """
+    from ..spec import flatten, unflatten
+
+    class PyGArgParser(poptorch.ICustomArgParser):  # type: ignore[misc,name-defined]
+        def yieldTensors(self, struct):  # noqa: N802 (poptorch's name)
+            flat, _ = flatten(struct)
+            yield from flat.values()
+
+        def reconstruct(self, original, tensor_iterator):
+            flat, spec = flatten(original)
+            new = {k: next(tensor_iterator) for k in flat}
+            return unflatten(new, spec.static(), validate=False)
+
+    return PyGArgParser()
+
+
+def register_pyg_arg_parser(poptorch: Any = None) -> bool:
+    """Let a PyG ``Data``/``Batch`` be passed straight to a poptorch model.
+
+    Registers :func:`make_pyg_arg_parser`'s parser for ``Data``,
+    ``HeteroData`` and their batch classes (what graphium and
+    poptorch_geometric relied on). Idempotent; returns True when registered
+    now, False when it already was.
+    """
+    pt = poptorch if poptorch is not None else import_poptorch()
+    if id(pt) in _REGISTERED_WITH:
+        return False
+    parser = make_pyg_arg_parser(pt)
+    for cls in _pyg_classes():
+        pt.registerCustomArgParser(cls, parser)
+    _REGISTERED_WITH.add(id(pt))
+    return True
+
+
+def _pyg_classes() -> List[type]:
+    from torch_geometric.data import Batch, Data, HeteroData
+
+    classes = [Data, HeteroData, Batch]
+    for c in (Data, HeteroData):
+        classes.append(type(Batch(_base_cls=c)))  # DataBatch, HeteroDataBatch
+    return classes
+
+
+# --------------------------------------------------------------------------
+# The backend
+# --------------------------------------------------------------------------
+class _MarkLoss(nn.Module):
+    """Marks the loss output with ``poptorch.identity_loss`` (poptorch needs one loss)."""
+
+    def __init__(self, model: nn.Module, poptorch: Any, loss_key: str = LOSS_KEY) -> None:
+        super().__init__()
+        self.model = model
+        self._poptorch = poptorch
+        self.loss_key = loss_key
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.model(*args, **kwargs)
+        marked = self._poptorch.identity_loss(loss_of(out, self.loss_key), reduction="none")
+        if isinstance(out, Tensor):
+            return marked
+        return {**out, self.loss_key: marked}
+
+
+def build_poptorch(
+    wrapped: nn.Module,
+    options: "IPUOptions",
+    optimizer: Optional[torch.optim.Optimizer],
+    training: bool,
+    poptorch: Any = None,
+    poptorch_options: Any = None,
+    pyg_arg_parser: bool = True,
+    allow_new_shapes: bool = False,
+    **kwargs: Any,
+) -> "PoptorchRunner":
+    """A :class:`PoptorchRunner` in mode ``training`` (its poptorch model built now).
+
+    ``poptorch``: a module to use instead of importing it (tests pass a
+    stand-in); ``poptorch_options``: a ``poptorch.Options`` to fill in;
+    ``pyg_arg_parser``: register :func:`make_pyg_arg_parser`'s parser; the
+    other ``kwargs`` go to ``poptorch.trainingModel`` / ``inferenceModel``.
+    """
+    pt = poptorch if poptorch is not None else import_poptorch()
+    if pyg_arg_parser:
+        register_pyg_arg_parser(pt)
+    opts = options.to_poptorch(pt, base=poptorch_options)
+
+    def build(train: bool, opt: Optional[torch.optim.Optimizer]) -> Any:
+        if train:
+            return pt.trainingModel(_MarkLoss(wrapped, pt), options=opts, optimizer=opt, **kwargs)
+        if options.gradient_accumulation != 1:
+            raise ValueError(
+                "gradient_accumulation > 1 is for training; poptorch's inferenceModel needs 1"
+            )
+        return pt.inferenceModel(wrapped, options=opts, **kwargs)
+
+    return PoptorchRunner(wrapped, build, training, optimizer, allow_new_shapes)
+
+
+def _signature(inputs: Any) -> Tuple[Any, Tuple[Any, ...]]:
+    """The structure of ``inputs`` and each tensor's dtype and shape (a change recompiles)."""
+    leaves, spec = pytree.tree_flatten(inputs)
+    return spec, tuple((t.dtype, tuple(t.shape)) for t in leaves if isinstance(t, Tensor))
+
+
+class PoptorchRunner:
+    """poptorch's training and inference models behind one compiled-model interface.
+
+    Called with a host batch: int64 inputs (PyG's index tensors) are fed as
+    int32 and float64 as float32, which is what poptorch would do on the
+    device anyway; doing it here checks the int32 range and halves the
+    host-to-IPU traffic. ``.train()`` / ``.eval()`` pick the poptorch model
+    (``trainingModel`` with the optimizer, or ``inferenceModel``), each built
+    on first use over the same module. In training a call runs forward,
+    backward and the optimizer step on the device (``steps_optimizer``).
+    Every other attribute (``destroy``, ``compile``, ``setOptimizer``, ...)
+    is the current poptorch model's.
+    """
+
+    #: A training call steps the optimizer itself (the caller must not).
+    steps_optimizer = True
+
+    def __init__(self, wrapped: nn.Module, build: Any, training: bool,
+                 optimizer: Optional[torch.optim.Optimizer] = None,
+                 allow_new_shapes: bool = False) -> None:
+        self.wrapped = wrapped
+        self.training = bool(training)
+        self.optimizer = optimizer
+        self.allow_new_shapes = allow_new_shapes
+        self.compile_count = 0  # signatures compiled, over both modes
+        self._build = build
+        self._models: Dict[bool, Any] = {}
+        self._signatures: Dict[bool, Any] = {}
+        self._model()  # build the first mode's model now: wiring errors surface at compile()
+
+    @property
+    def poptorch_model(self) -> Any:
+        """The poptorch model of the current mode."""
+        return self._model()
+
+    def _model(self) -> Any:
+        model = self._models.get(self.training)
+        if model is None:
+            model = self._models[self.training] = self._build(self.training, self.optimizer)
+        return model
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = map_tensors((tuple(args), dict(kwargs)), narrow)
+        sig = _signature((args, kwargs))
+        model = self._model()
+        known = self._signatures.get(self.training)
+        new = known is None or (sig != known and self.allow_new_shapes)
+        if known is not None and new:
+            # poptorch's own advice for new inputs: destroy() and call again (recompiles).
+            model.destroy()
+        out = model(*args, **kwargs)
+        if new:
+            self._signatures[self.training] = sig
+            self.compile_count += 1
+        return out
+
+    # ---- the compiled-model interface ------------------------------------
+    def train(self, mode: bool = True) -> "PoptorchRunner":
+        self.training = bool(mode)
+        self.wrapped.train(mode)
+        return self
+
+    def eval(self) -> "PoptorchRunner":
+        return self.train(False)
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return self.wrapped.parameters()
+
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Push the optimizer's state (e.g. a scheduler's new learning rate) to the device."""
+        self.optimizer = optimizer
+        if True in self._models:
+            self._models[True].setOptimizer(optimizer)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._model(), name)
