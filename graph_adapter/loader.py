@@ -18,7 +18,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .budget import Budget
-from .collate import Collator, KeySpec, _Scan, make_collator
+from .collate import Collator
+from .spec import Field
 from .packing import PACKERS, find_oversize, plan_efficiency, plan_epoch
 
 __all__ = ["FixedSizeLoader", "LoaderStats"]
@@ -77,7 +78,7 @@ class _Collate:
 
     def __call__(self, groups):
         if self.micro_batches == 1:
-            return self.collator._one(groups[0])
+            return self.collator.collate_group(groups[0])
         return self.collator.collate_micro(groups)
 
 
@@ -175,7 +176,7 @@ class FixedSizeLoader:
         self.open_batches = int(open_batches)
         self.rank = rank
         self.world_size = world_size
-        self.collator = make_collator(dataset, budget, columnar=columnar, index_dtype=index_dtype)
+        self.collator = Collator(dataset, budget, columnar=columnar, index_dtype=index_dtype)
         self.sizes = self.collator.sizes
         bad = find_oversize(self.sizes, budget)
         self.skipped_indices: List[int] = [int(i) for i in bad]
@@ -261,7 +262,7 @@ class FixedSizeLoader:
         return list(self.collator.keys)
 
     @property
-    def schema(self) -> List[KeySpec]:
+    def schema(self) -> List[Field]:
         return list(self.collator.schema)
 
     @property

@@ -1,0 +1,332 @@
+"""One pass over a dataset of ``Data`` or ``HeteroData``: sizes, schema, columns.
+
+A homogeneous graph is the one-store case: its store ``()`` holds node-, edge-
+and graph-level attributes, whose level is decided as PyG does
+(``is_node_attr`` / ``is_edge_attr`` on the first graph) and checked on every
+graph.  A hetero graph has one store per node type (node-level attributes),
+per edge type (edge-level; ``*index*`` keys are ``[2, E]`` and offset by the
+source/destination node counts) and the global store (graph-level).
+
+The *size dims* are the columns of :class:`~graph_adapter.packing.GraphSizes`:
+``("node", store)`` and ``("edge", store)``, in the budget's order
+(homogeneous: ``("node", ())``, ``("edge", ())``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .budget import Budget
+from .format import (BATCH, EDGE_MASK, EDGE_TYPE_SEP, GRAPH_MASK, NODE_MASK, PTR, RESERVED_KEYS,
+                     SEP, StoreKey, key_of, store_name)
+from .packing import GraphSizes
+from .spec import Field
+
+__all__ = ["Scan", "Store", "Dim", "META_KEYS"]
+
+#: Attributes PyG keeps in a store that are not data.
+META_KEYS = ("num_nodes",)
+
+#: A size dim: ``(level, store)`` with level ``"node"`` or ``"edge"``.
+Dim = Tuple[str, StoreKey]
+
+
+class Store(NamedTuple):
+    """One store of the graphs: its key, what it holds and the keys the format adds to it."""
+
+    key: StoreKey
+    kind: str  # "node" | "edge" | "graph" (hetero stores) or "mixed" (homogeneous)
+    reserved: Tuple[str, ...]
+
+
+def _stores(first: Any, hetero: bool) -> List[Store]:
+    """The stores in PyG order: node types, edge types, global store."""
+    if not hetero:
+        return [Store((), "mixed", RESERVED_KEYS)]
+    return [Store((nt,), "node", (BATCH, PTR, NODE_MASK)) for nt in first.node_types] + \
+        [Store(tuple(et), "edge", (EDGE_MASK,)) for et in first.edge_types] + \
+        [Store((), "graph", (GRAPH_MASK,))]
+
+
+def _store_of(d: Any, store: StoreKey, hetero: bool):
+    if not hetero:
+        return d._store
+    if not store:
+        return d._global_store
+    return d[store[0]] if len(store) == 1 else d[store]
+
+
+def _count(d: Any, dim: Dim, hetero: bool) -> int:
+    """Node or edge count of one graph along one size dim."""
+    level, store = dim
+    if hetero:
+        st = _store_of(d, store, True)
+        return (st.num_nodes or 0) if level == "node" else st.num_edges
+    if level == "node":
+        return d.num_nodes or 0
+    ei = d._store.get("edge_index")
+    return ei.shape[-1] if isinstance(ei, Tensor) else d.num_edges
+
+
+def _data_inc():
+    from torch_geometric.data import Data
+
+    return Data.__inc__
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).replace("torch.", "")
+
+
+class Scan:
+    """Sizes (``sizes``), schema (``fields``, :class:`~graph_adapter.spec.Field`
+    per tensor attribute), excluded attributes (``excluded``), custom
+    increments (``incs``) and, with ``columnar=True``, every attribute's
+    rows of every graph, cat dim first (``columns``).
+
+    With ``schema`` (a collator's fields) the levels are taken from it and the
+    graphs are checked against it: this is how a list of graphs is collated
+    like the dataset it comes from.
+    """
+
+    def __init__(self, dataset: Sequence[Any], budget: Budget, columnar: bool = True,
+                 schema: Optional[Sequence[Field]] = None):
+        from torch_geometric.data import HeteroData
+
+        n = len(dataset)
+        if n == 0:
+            raise ValueError("cannot collate an empty dataset")
+        first = dataset[0]
+        self.hetero = hetero = isinstance(first, HeteroData)
+        if hetero != budget.is_hetero:
+            raise TypeError("HeteroData needs a hetero Budget (dicts of node/edge types)"
+                            if hetero else "a hetero Budget needs a HeteroData dataset")
+        self.num_graphs = n
+        self.node_types: List[str] = list(first.node_types) if hetero else []
+        self.edge_types: List[Tuple[str, str, str]] = \
+            [tuple(et) for et in first.edge_types] if hetero else []
+        if hetero:
+            self._check_types(budget)
+            self.dims: List[Dim] = [("node", (nt,)) for nt in budget.nodes] + \
+                [("edge", tuple(en.split(EDGE_TYPE_SEP))) for en in budget.edges]
+        else:
+            self.dims = [("node", ()), ("edge", ())]
+        self.stores = _stores(first, hetero)
+        self.excluded: Dict[str, str] = {}
+        protos = [f for st in self.stores for f in self._protos(first, st)]
+        rows, cols, incs, sizes = self._read(dataset, protos, columnar)
+        self.sizes = GraphSizes(sizes) if not hetero else GraphSizes(
+            sizes, tuple(budget.nodes), tuple(budget.edges))
+        if schema is not None:
+            self.fields = self._match(protos, schema)
+        else:
+            self.fields = [self._decide(first, f, rows[f.key]) for f in protos]
+        self._check_rows(rows)
+        self.incs: Dict[str, np.ndarray] = incs
+        self.columns: Optional[Dict[str, Tensor]] = None
+        if columnar:
+            self.columns = {k: torch.cat(v, 0).contiguous() for k, v in cols.items()}
+
+    # ------------------------------------------------------------ graph 0
+    def _check_types(self, budget: Budget) -> None:
+        for name in self.node_types + [p for et in self.edge_types for p in et]:
+            if SEP in name or EDGE_TYPE_SEP in name:
+                raise ValueError(f"node/edge type {name!r} may not contain {SEP!r} or "
+                                 f"{EDGE_TYPE_SEP!r}")
+        ets = {store_name(et) for et in self.edge_types}
+        if set(budget.nodes) != set(self.node_types) or set(budget.edges) != ets:
+            raise ValueError(f"budget types do not match the data: budget nodes "
+                             f"{sorted(budget.nodes)}, edges {sorted(budget.edges)}; data node "
+                             f"types {sorted(self.node_types)}, edge types {sorted(ets)}")
+
+    def _protos(self, first: Any, store: Store) -> List[Field]:
+        """The fields of one store of graph 0, sorted by name (level still open
+        for a homogeneous graph: ``"?"``)."""
+        st = _store_of(first, store.key, self.hetero)
+        out = []
+        for attr in sorted(st.keys()):
+            v = st[attr]
+            key = key_of(store.key, attr)
+            if attr in META_KEYS:
+                continue
+            if attr in store.reserved or (store.kind == "graph" and attr in RESERVED_KEYS):
+                raise ValueError(f"graph at dataset index 0 has an attribute {key!r}, a name "
+                                 f"the padded format reserves ({RESERVED_KEYS})")
+            if not isinstance(v, Tensor):
+                self.excluded[key] = f"not a tensor ({type(v).__name__})"
+            elif v.layout != torch.strided:
+                self.excluded[key] = f"sparse tensor ({v.layout})"
+            else:
+                f = self._proto_hetero(store, key, attr, v) if self.hetero else \
+                    self._proto_homo(first, key, v)
+                if f is not None:
+                    out.append(f)
+        return out
+
+    def _proto_homo(self, first: Any, key: str, v: Tensor) -> Optional[Field]:
+        """PyG's collate semantics: ``__cat_dim__`` and ``__inc__`` of graph 0."""
+        cat = first.__cat_dim__(key, v)
+        if not isinstance(cat, int):
+            self.excluded[key] = f"cat dim {cat!r} is not an int"
+            return None
+        dt = _dtype_name(v.dtype)
+        if v.dim() == 0:
+            return Field(key, (), key, dt, (), "graph", _homo_inc(first, key, v))
+        shape: List[Optional[int]] = list(v.shape)
+        shape[cat % v.dim()] = None
+        return Field(key, (), key, dt, tuple(shape), "?", _homo_inc(first, key, v))
+
+    def _proto_hetero(self, store: Store, key: str, attr: str, v: Tensor) -> Field:
+        dt = _dtype_name(v.dtype)
+        if "batch" in attr:
+            raise NotImplementedError(f"key {key!r}: PyG increments '*batch*' keys by their "
+                                      f"max; not supported")
+        if store.kind == "edge" and "index" in attr:
+            if v.dim() != 2 or v.shape[0] != 2:
+                raise ValueError(f"key {key!r}: index keys of edge stores must be "
+                                 f"[2, num_edges], got {tuple(v.shape)}")
+            return Field(key, store.key, attr, dt, (2, None), "edge", "nodes")
+        if v.dim() == 0:
+            if store.kind != "graph":
+                raise ValueError(f"key {key!r}: 0-d tensors are only supported on the "
+                                 f"global store")
+            return Field(key, (), attr, dt, (), "graph")
+        return Field(key, store.key, attr, dt, (None,) + tuple(v.shape[1:]), store.kind)
+
+    # ------------------------------------------------------------ every graph
+    def _read(self, dataset, protos: List[Field], columnar: bool):
+        """Sizes, rows per key and (columnar) the columns, checking every graph
+        against graph 0."""
+        n = self.num_graphs
+        first = dataset[0]
+        sizes = np.zeros((n, len(self.dims)), dtype=np.int64)
+        rows = {f.key: np.zeros(n, dtype=np.int64) for f in protos}
+        cols: Dict[str, List[Tensor]] = {f.key: [] for f in protos}
+        incs = {f.key: np.zeros(n, dtype=np.int64) for f in protos if f.inc == "custom"}
+        per_store = [(st, [(f, f.torch_dtype, f.cat_dim, f.trail) for f in protos
+                           if f.store == st.key]) for st in self.stores]
+        for i in range(n):
+            d = first if i == 0 else dataset[i]
+            self._check_graph(d, i, first)
+            for j, dim in enumerate(self.dims):
+                sizes[i, j] = _count(d, dim, self.hetero)
+            for st, fields in per_store:
+                s = _store_of(d, st.key, self.hetero)
+                self._check_keys(s, st, fields, i)
+                for f, dt, c, trail in fields:
+                    v = s[f.attr]
+                    if v.dtype != dt:
+                        raise ValueError(f"graph at dataset index {i}: key {f.key!r} has dtype "
+                                         f"{v.dtype}, graph 0 has {dt}")
+                    if not f.shape:  # 0-d: one row per graph
+                        if v.dim() != 0:
+                            raise ValueError(f"graph at dataset index {i}: key {f.key!r} has "
+                                             f"shape {tuple(v.shape)}, graph 0 has a 0-d tensor")
+                        r, vv = 1, v.reshape(1)
+                    else:
+                        if v.dim() != len(trail) + 1 or \
+                                tuple(v.shape[:c]) + tuple(v.shape[c + 1:]) != trail:
+                            raise ValueError(
+                                f"graph at dataset index {i}: key {f.key!r} has shape "
+                                f"{tuple(v.shape)}, incompatible with graph 0's "
+                                f"{f.shape} (cat dim {c})")
+                        r, vv = v.shape[c], (v.movedim(c, 0) if c else v)
+                    rows[f.key][i] = r
+                    if columnar:
+                        cols[f.key].append(vv)
+                    if f.key in incs:
+                        incs[f.key][i] = int(d.__inc__(f.attr, v))
+        return rows, cols, incs, sizes
+
+    def _check_graph(self, d: Any, i: int, first: Any) -> None:
+        from torch_geometric.data import HeteroData
+
+        if isinstance(d, HeteroData) != self.hetero:
+            raise TypeError(f"graph at dataset index {i} is "
+                            f"{'not ' if self.hetero else ''}HeteroData, graph 0 is"
+                            f"{'' if self.hetero else ' not'}")
+        if self.hetero and (list(d.node_types) != self.node_types or
+                            [tuple(et) for et in d.edge_types] != self.edge_types):
+            raise ValueError(f"graph at dataset index {i} has node/edge types "
+                             f"{d.node_types}/{d.edge_types}, graph 0 has "
+                             f"{self.node_types}/{self.edge_types}")
+
+    def _check_keys(self, s, st: Store, fields, i: int) -> None:
+        have = {k for k, v in s.items() if isinstance(v, Tensor) and k not in META_KEYS
+                and key_of(st.key, k) not in self.excluded}
+        want = {f.attr for f, *_ in fields}
+        if have != want:
+            where = f" (store {store_name(st.key) or 'global'!r})" if self.hetero else ""
+            raise ValueError(
+                f"graph at dataset index {i}{where} has different tensor keys than graph 0: "
+                f"missing {sorted(want - have)}, extra {sorted(have - want)}")
+
+    # ------------------------------------------------------------ levels
+    def _decide(self, first: Any, f: Field, rows: np.ndarray) -> Field:
+        """The level of a key: fixed by its store (hetero, 0-d), else PyG's
+        decision on graph 0, checked on every graph."""
+        if f.level != "?":
+            return _with_level(f, f.level, rows)
+        nodes, edges = self.sizes.matrix[:, 0], self.sizes.matrix[:, 1]
+        varies = not np.all(rows == rows[0])
+        if first.is_node_attr(f.key) and np.array_equal(rows, nodes):
+            level = "node"
+        elif first.is_edge_attr(f.key) and np.array_equal(rows, edges):
+            level = "edge"
+        elif np.array_equal(rows, nodes) and varies:
+            level = "node"
+        elif np.array_equal(rows, edges) and varies:
+            level = "edge"
+        elif f.cat_dim == 0 and not varies:
+            level = "graph"
+        else:
+            bad = int(np.nonzero(rows != rows[0])[0][0]) if varies else 0
+            raise ValueError(
+                f"key {f.key!r}: cannot tell whether it is node-, edge- or graph-level "
+                f"(graph at dataset index {bad} has {rows[bad]} rows on cat dim "
+                f"{f.cat_dim}, {nodes[bad]} nodes, {edges[bad]} edges)")
+        return _with_level(f, level, rows)
+
+    def _match(self, protos: List[Field], schema: Sequence[Field]) -> List[Field]:
+        """The collator's fields, after checking that these graphs have them."""
+        same = [(f.key, f.dtype, f.cat_dim, f.trail, f.inc) for f in protos] == \
+            [(f.key, f.dtype, f.cat_dim, f.trail, f.inc) for f in schema]
+        if not same:
+            raise ValueError("these graphs have a different schema than the dataset: keys "
+                             f"{[f.key for f in protos]}, dataset {[f.key for f in schema]}")
+        return list(schema)
+
+    def _check_rows(self, rows: Dict[str, np.ndarray]) -> None:
+        """Every graph has the rows its keys' levels say."""
+        col = {dim: j for j, dim in enumerate(self.dims)}
+        m = self.sizes.matrix
+        for f in self.fields:
+            if f.level == "graph":
+                want = np.full(self.num_graphs, f.rows)
+            else:
+                want = m[:, col[(f.level, f.store)]]
+            bad = np.nonzero(rows[f.key] != want)[0]
+            if len(bad):
+                i = int(bad[0])
+                raise ValueError(f"graph at dataset index {i}: key {f.key!r} has "
+                                 f"{rows[f.key][i]} rows on its cat dim, expected {want[i]} "
+                                 f"({f.level} rows)")
+
+
+def _with_level(f: Field, level: str, rows: np.ndarray) -> Field:
+    return dataclasses.replace(f, level=level, rows=int(rows[0]) if level == "graph" else 1)
+
+
+def _homo_inc(first: Any, key: str, v: Tensor) -> str:
+    """``"none"``, ``"nodes"`` (PyG's default ``__inc__`` of an index key) or ``"custom"``."""
+    inc = first.__inc__(key, v)
+    is_index = "index" in key or key == "face"
+    if isinstance(inc, (int, np.integer)) and int(inc) == 0 and not is_index:
+        return "none"
+    if is_index and type(first).__inc__ is _data_inc() and isinstance(inc, int):
+        return "nodes"
+    return "custom"
