@@ -201,16 +201,28 @@ class FixedSizeLoader:
 
     # ------------------------------------------------------------ messages
     def _oversize_message(self, bad) -> str:
+        """Names the first oversize graphs, their sizes per node/edge type and the budget."""
         b = self.budget
-        parts = []
-        for i in bad[:5]:
-            n, e = (int(x) for x in self.sizes.matrix[i])
-            parts.append(f"dataset index {int(i)} has {n} nodes and {e} edges")
+        parts = [f"dataset index {int(i)} has {self._describe_sizes(i)}" for i in bad[:5]]
         more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
-        return (f"{len(bad)} graph(s) do not fit the budget "
-                f"Budget(nodes={b.nodes}, edges={b.edges}, graphs={b.graphs}), which holds "
-                f"at most {b.nodes - 1} real nodes (1 padding node reserved) and "
-                f"{b.edges} edges: " + "; ".join(parts) + more + ".")
+        if b.is_hetero:
+            holds = ("at most " + ", ".join(f"{n - 1} {t} nodes" for t, n in b.nodes.items())
+                     + " (1 padding node per type reserved) and "
+                     + ", ".join(f"{e} {t} edges" for t, e in b.edges.items()))
+        else:
+            holds = (f"at most {b.nodes - 1} real nodes (1 padding node reserved) and "
+                     f"{b.edges} edges")
+        return (f"{len(bad)} graph(s) do not fit the budget {b!r}, which holds {holds}: "
+                + "; ".join(parts) + more + ".")
+
+    def _describe_sizes(self, i: int) -> str:
+        row = [int(x) for x in self.sizes.matrix[i]]
+        if self.sizes.node_types is None:
+            return f"{row[0]} nodes and {row[1]} edges"
+        k = self.sizes.num_node_dims
+        nodes = ", ".join(f"{t}: {n}" for t, n in zip(self.sizes.node_types, row[:k]))
+        edges = ", ".join(f"{t}: {e}" for t, e in zip(self.sizes.edge_types, row[k:]))
+        return f"nodes {{{nodes}}} and edges {{{edges}}}"
 
     # ------------------------------------------------------------ planning
     @property

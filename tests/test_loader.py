@@ -215,3 +215,26 @@ def test_bad_arguments():
         FixedSizeLoader(graphs, b, rank=2, world_size=2)
     ld = FixedSizeLoader(graphs, b.to_json())  # a budget as JSON
     assert ld.budget == b
+
+
+def test_oversize_message_of_a_hetero_budget():
+    from torch_geometric.data import HeteroData
+
+    graphs = []
+    for npap, nau, e in [(2, 1, 1), (9, 1, 1), (2, 1, 7)]:
+        h = HeteroData()
+        h["paper"].x = torch.zeros(npap, 2)
+        h["author"].x = torch.zeros(nau, 2)
+        h["author", "writes", "paper"].edge_index = torch.zeros(2, e, dtype=torch.long)
+        graphs.append(h)
+    b = Budget(nodes={"paper": 5, "author": 3}, edges={"author__writes__paper": 4}, graphs=3)
+    with pytest.raises(ValueError) as ei:
+        FixedSizeLoader(graphs, b)
+    msg = str(ei.value)
+    assert "2 graph(s) do not fit" in msg
+    assert "dataset index 1 has nodes {author: 1, paper: 9}" in msg
+    assert "dataset index 2 has" in msg and "author__writes__paper: 7" in msg
+    assert "4 paper nodes" in msg and "4 author__writes__paper edges" in msg
+    with pytest.warns(UserWarning, match="dataset index 1"):
+        ld = FixedSizeLoader(graphs, b, oversize="skip")
+    assert ld.stats.skipped_indices == [1, 2]
