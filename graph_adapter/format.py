@@ -31,7 +31,7 @@ __all__ = [
     "BATCH", "PTR", "NODE_MASK", "EDGE_MASK", "GRAPH_MASK", "MASKS", "MASK_OF_LEVEL",
     "RESERVED_KEYS", "OUTPUT_KEY", "LOSS_KEY",
     "key_of", "parse_key", "store_name", "is_hetero", "mask_key",
-    "levels_of_rows", "pick_level", "level_of_rows",
+    "levels_of_rows", "pick_level", "level_of_rows", "masks_by_level", "mask_of_rows",
     "has_micro_batch_dim", "num_micro_batches", "split_micro_batches",
     "stack_micro_batches", "strip_micro_batch", "micro_batch",
     "loss_of",
@@ -130,6 +130,37 @@ def pick_level(candidates: Collection[str], name: str = "") -> Optional[str]:
 def level_of_rows(rows: int, sizes: Mapping[str, Optional[int]], name: str = "") -> Optional[str]:
     """The level of a tensor with ``rows`` rows: :func:`pick_level` of :func:`levels_of_rows`."""
     return pick_level(levels_of_rows(rows, sizes), name)
+
+
+def masks_by_level(flat: Mapping[str, Tensor]) -> Dict[str, List[Tensor]]:
+    """The masks of a flat dict by level, in key order:
+    ``{"node": [...], "edge": [...], "graph": [...]}`` (hetero: one per node/edge type)."""
+    level_of_mask = {m: lv for lv, m in MASK_OF_LEVEL.items()}
+    out: Dict[str, List[Tensor]] = {lv: [] for lv in MASK_OF_LEVEL}
+    for k, v in flat.items():
+        lv = level_of_mask.get(parse_key(k)[1])
+        if lv is not None:
+            out[lv].append(v)
+    return out
+
+
+def mask_of_rows(rows: int, masks: Mapping[str, Sequence[Tensor]], name: str = ""
+                 ) -> Tuple[Optional[Tensor], Tuple[str, ...]]:
+    """The mask of a tensor with ``rows`` rows, and every level whose mask matched.
+
+    ``masks`` is :func:`masks_by_level`'s; a mask matches when its last dim is
+    ``rows``; the level is picked as :func:`pick_level` does (``None`` when no
+    mask matches).
+    """
+    found: Dict[str, Tensor] = {}
+    for lv, ms in masks.items():
+        for m in ms:
+            if m.size(-1) == rows:
+                found.setdefault(lv, m)
+                break
+    candidates = tuple(lv for lv in ("node", "edge", "graph") if lv in found)
+    lv = pick_level(candidates, name)
+    return (None if lv is None else found[lv]), candidates
 
 
 # --------------------------------------------------------------------------
