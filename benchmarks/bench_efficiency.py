@@ -3,129 +3,15 @@ pad-to-max with a fixed graph count and PyG's DynamicBatchSampler.
 
     python benchmarks/bench_efficiency.py [--graphs 64 32] [--epochs 3]
 
-Efficiency = real slots / budget slots over one shuffled epoch (mean over
-``--epochs`` epochs); budget slots include the reserved padding node and graph
-slot.  "shapes" counts the distinct batch shapes an epoch gives a compiler.
-Prints a markdown table (copied into docs/batching.md).
+A thin entry point: the benchmark ships with the package
+(:mod:`graph_adapter.app.bench.efficiency`; ``graph-adapter bench`` runs it too).
 """
-from __future__ import annotations
-
-import argparse
 import os
-import platform
 import sys
-import warnings
 
-import numpy as np
-import torch
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from _molecules import load_nci5k  # noqa: E402
-from graph_adapter.budget import Budget  # noqa: E402
-from graph_adapter.packing import graph_sizes, plan_efficiency, plan_epoch  # noqa: E402
-
-
-def ours(sizes, budget, packer, epochs, open_batches=8):
-    effs = [plan_efficiency(plan_epoch(sizes, budget, packer=packer, shuffle=True, seed=0,
-                                       epoch=e, open_batches=open_batches), sizes, budget)
-            for e in range(epochs)]
-    return {k: float(np.mean([e[k] for e in effs])) for k in effs[0]}, 1
-
-
-def fixed_count(sizes, k, epochs):
-    """pad-to-max, k real graphs a batch (graphium / poptorch_geometric default:
-    max size x (B - 1) + 1 with B = k + 1 slots)."""
-    m = sizes.matrix
-    budget = Budget(nodes=int(m[:, 0].max()) * k + 1, edges=int(m[:, 1].max()) * k,
-                    graphs=k + 1)
-    effs = []
-    for e in range(epochs):
-        perm = np.random.default_rng([0, e]).permutation(sizes.num_graphs).tolist()
-        plan = [perm[i:i + k] for i in range(0, len(perm), k)]
-        effs.append(plan_efficiency(plan, sizes, budget))
-    return {kk: float(np.mean([e[kk] for e in effs])) for kk in effs[0]}, budget, 1
-
-
-def dynamic_sampler(ds, sizes, max_num, epochs):
-    """PyG's DynamicBatchSampler (mode='node'): fills a node cap; every batch
-    has its own shape (no padding: the cap is the 'budget')."""
-    from torch_geometric.loader import DynamicBatchSampler
-
-    m = sizes.matrix
-    effs, shapes = [], []
-    for e in range(epochs):
-        torch.manual_seed(e)
-        s = DynamicBatchSampler(ds, max_num=max_num, mode="node", shuffle=True)
-        batches = [b for b in iter(s)]
-        nodes = sum(int(m[b, 0].sum()) for b in batches)
-        edges = sum(int(m[b, 1].sum()) for b in batches)
-        effs.append({"node_efficiency": nodes / (len(batches) * max_num),
-                     "batches": len(batches),
-                     "mean_graphs_per_batch": sum(map(len, batches)) / len(batches),
-                     "edges": edges})
-        shapes.append(len({(int(m[b, 0].sum()), int(m[b, 1].sum()), len(b)) for b in batches}))
-    return {k: float(np.mean([e[k] for e in effs])) for k in effs[0]}, float(np.mean(shapes))
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--graphs", type=int, nargs="+", default=[64, 32])
-    ap.add_argument("--epochs", type=int, default=3)
-    args = ap.parse_args(argv)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ds = load_nci5k()
-    sizes = graph_sizes(ds)
-    m = sizes.matrix
-    print(f"# {len(ds)} NCI molecules (rdkit first_5k.tpsa.csv; "
-          f"{len(load_nci5k.bad_smiles)} SMILES rdkit cannot parse are left out), "
-          f"nodes mean {m[:, 0].mean():.1f} max {m[:, 0].max()}, edges mean "
-          f"{m[:, 1].mean():.1f} max {m[:, 1].max()}; {args.epochs} shuffled epochs; "
-          f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}")
-    for k in args.graphs:
-        print(f"\n## about {k} graphs a batch\n")
-        print("| method | budget (nodes / edges / graph slots) | node eff. | edge eff. | "
-              "graph eff. | batches | graphs/batch | shapes |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|")
-        fit = Budget.fit(sizes, k)
-        half = Budget.fit(sizes, k, success_ratio=0.5)
-        for b, r in ((fit, "0.99"), (half, "0.5")):
-          bstr = f"{b.nodes} / {b.edges} / {b.graphs}"
-          for packer, ob, name in (("greedy", 8, "greedy"), ("greedy", 1, "next-fit"),
-                                   ("histogram", 8, "histogram")):
-            label = f"FixedSizeLoader, Budget.fit(success_ratio={r}), {name}"
-            e, shapes = ours(sizes, b, packer, args.epochs, ob)
-            print(f"| {label} | {bstr} | {e['node_efficiency']:.1%} | "
-                  f"{e['edge_efficiency']:.1%} | {e['graph_efficiency']:.1%} | "
-                  f"{e['batches']:.1f} | {e['mean_graphs_per_batch']:.1f} | {shapes} |")
-        # jraph / flax ogbg recipe: mean x B rounded up to 64, next-fit
-        mean = m.mean(axis=0)
-        jb = Budget(nodes=int(np.ceil(mean[0] * k / 64) * 64) + 1,
-                    edges=int(np.ceil(mean[1] * k / 64) * 64), graphs=k + 1)
-        e, shapes = ours(sizes, jb, "greedy", args.epochs, open_batches=1)
-        print(f"| jraph-style next-fit, budget mean x {k} rounded to 64 | {jb.nodes} / "
-              f"{jb.edges} / {jb.graphs} | {e['node_efficiency']:.1%} | "
-              f"{e['edge_efficiency']:.1%} | {e['graph_efficiency']:.1%} | "
-              f"{e['batches']:.0f} | {e['mean_graphs_per_batch']:.1f} | {shapes} |")
-        tight = Budget.tight(sizes, k)
-        e = plan_efficiency([list(range(i, min(i + k, len(ds)))) for i in
-                             range(0, len(ds), k)], sizes, tight)
-        print(f"| fixed {k} graphs, Budget.tight (sum of the {k} largest) | {tight.nodes} / "
-              f"{tight.edges} / {tight.graphs} | {e['node_efficiency']:.1%} | "
-              f"{e['edge_efficiency']:.1%} | {e['graph_efficiency']:.1%} | {e['batches']} | "
-              f"{e['mean_graphs_per_batch']:.1f} | 1 |")
-        e, fb, shapes = fixed_count(sizes, k, args.epochs)
-        print(f"| pad-to-max, fixed {k} graphs (graphium / poptorch_geometric default) | "
-              f"{fb.nodes} / {fb.edges} / {fb.graphs} | {e['node_efficiency']:.1%} | "
-              f"{e['edge_efficiency']:.1%} | {e['graph_efficiency']:.1%} | "
-              f"{e['batches']:.0f} | {e['mean_graphs_per_batch']:.1f} | {shapes} |")
-        e, shapes = dynamic_sampler(ds, sizes, fit.nodes - 1, args.epochs)
-        print(f"| PyG DynamicBatchSampler(max_num={fit.nodes - 1}, mode='node') | "
-              f"{fit.nodes - 1} / no cap / no cap | {e['node_efficiency']:.1%} | n/a | n/a | "
-              f"{e['batches']:.0f} | {e['mean_graphs_per_batch']:.1f} | {shapes:.0f} |")
-
+from graph_adapter.app.bench.efficiency import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

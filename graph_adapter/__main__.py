@@ -1,7 +1,7 @@
-"""``python -m graph_adapter``: the ``graph-adapter`` command (see :mod:`graph_adapter.cli`)."""
+"""``python -m graph_adapter``: the ``graph-adapter`` command (see :mod:`graph_adapter.app.cli`)."""
 import sys
 
-from .cli import main
+from .app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

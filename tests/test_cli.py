@@ -1,13 +1,18 @@
-"""The graph-adapter command: demo (eager backend, a few molecules), check, bench, errors."""
+"""The graph-adapter command: demo (eager backend, a few molecules), check, bench, errors;
+the application's place (graph_adapter.app imports the library, never the reverse)."""
+import ast
 import json
+import os
 import subprocess
 import sys
 from importlib import metadata
 
 import pytest
 
-from graph_adapter import cli
-from graph_adapter.demo import MODELS, run_demo
+from graph_adapter.app import cli
+from graph_adapter.app.demo import MODELS, run_demo
+
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "graph_adapter")
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +28,7 @@ def _fresh_dynamo():
 
 def test_console_script_is_declared():
     eps = [ep for ep in metadata.entry_points(group="console_scripts") if ep.name == "graph-adapter"]
-    assert eps and eps[0].value == "graph_adapter.cli:main"
+    assert eps and eps[0].value == "graph_adapter.app.cli:main"
 
 
 def test_python_m_graph_adapter():
@@ -126,10 +131,22 @@ def test_demo_rejects_a_bad_backend(capsys):
     assert "nope" in capsys.readouterr().err
 
 
-def test_bench_without_benchmarks_dir(tmp_path, capsys):
-    rc = cli.main(["bench", "--dir", str(tmp_path), "--only", "collate"])
+def test_bench_reports_a_benchmark_that_cannot_run(monkeypatch, capsys):
+    """A benchmark that fails is named under the table, with why; the exit code is 1."""
+    from graph_adapter.app.bench import suite
+
+    def missing(data, quick, verbose):
+        raise FileNotFoundError("NCI-5k molecule file missing")
+
+    monkeypatch.setitem(suite.BENCHMARKS, "collate", ("collate", missing))
+    rc = cli.main(["bench", "--only", "collate"])
     assert rc == 1
     assert "missing" in capsys.readouterr().out
+
+
+def test_bench_rejects_an_unknown_benchmark(capsys):
+    assert cli.main(["bench", "--only", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
 
 
 @pytest.mark.filterwarnings("ignore")
@@ -161,8 +178,6 @@ def test_quickstart_example_runs(tmp_path, capsys, monkeypatch):
 def test_bench_prints_one_table(capsys):
     """`graph-adapter bench` (quick, without the inductor throughput run)."""
     pytest.importorskip("rdkit")
-    if cli._bench_dir(None) is None:
-        pytest.skip("no benchmarks/ directory (not a source checkout)")
     rc = cli.main(["bench", "--quick", "--only", "collate", "efficiency"])
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -182,3 +197,90 @@ def test_demo_plot(tmp_path):
                  plot=str(png))
     assert png.stat().st_size > 1000
     assert len(r.batch_node_fill) == r.adapter.batches_per_epoch
+
+
+# --------------------------------------------------------------------------
+# the application's place in the package
+# --------------------------------------------------------------------------
+def _modules():
+    """``{module name: path}`` of every module of the package (from the source tree)."""
+    out = {}
+    for d, _, files in os.walk(PACKAGE):
+        for f in files:
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(d, f), os.path.dirname(PACKAGE))[:-3]
+                name = rel.replace(os.sep, ".")
+                out[name[: -len(".__init__")] if name.endswith(".__init__") else name] = \
+                    os.path.join(d, f)
+    return out
+
+
+def _imports(name, path):
+    """Every module a module imports, at any depth of its code (lazy imports included)."""
+    is_pkg = path.endswith("__init__.py")
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = name.split(".") if is_pkg else name.split(".")[:-1]
+            base = node.module or ""
+            if node.level:
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def test_the_library_never_imports_the_app():
+    for name, path in _modules().items():
+        if name.startswith("graph_adapter.app") or name == "graph_adapter.__main__":
+            continue
+        bad = {m for m in _imports(name, path) if m.startswith("graph_adapter.app")}
+        assert not bad, f"{name} imports the application: {sorted(bad)}"
+    out = subprocess.run([sys.executable, "-c", "import sys, graph_adapter; "
+                          "print(sorted(m for m in sys.modules if m.startswith('graph_adapter.app')))"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_no_import_cycle():
+    """No module imports (directly or through others) one that imports it back.
+
+    A submodule importing its own package (``from . import x``) is not a cycle.
+    """
+    mods = _modules()
+    graph = {m: {d for d in _imports(m, p) if d in mods and d != m and not m.startswith(d + ".")}
+             for m, p in mods.items()}
+    state, stack, cycles = {}, [], []
+
+    def visit(u):
+        state[u] = "open"
+        stack.append(u)
+        for v in sorted(graph[u]):
+            if state.get(v) == "open":
+                cycles.append(" -> ".join(stack[stack.index(v):] + [v]))
+            elif v not in state:
+                visit(v)
+        stack.pop()
+        state[u] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert not cycles, cycles
+
+
+def test_app_imports_only_public_library_names():
+    """The application uses the library as a user would: no underscore names."""
+    mods = _modules()
+    for name, path in mods.items():
+        if not name.startswith("graph_adapter.app"):
+            continue
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and \
+                    (node.module or "").startswith("graph_adapter") and \
+                    not node.module.startswith("graph_adapter.app"):
+                assert not any(p.startswith("_") for p in node.module.split(".")), (name, node.module)
+                assert not any(a.name.startswith("_") for a in node.names), (name, node.module)

@@ -1,4 +1,4 @@
-"""graph_adapter.datasets: rdkit's NCI-5k molecules as PyG graphs."""
+"""graph_adapter.app.datasets: rdkit's NCI-5k molecules as PyG graphs."""
 import os
 import sys
 
@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("rdkit")
 
-from graph_adapter.datasets import MissingExtraError, load_nci5k, nci5k_path  # noqa: E402
+from graph_adapter.app.datasets import MissingExtraError, load_nci5k, nci5k_path  # noqa: E402
 
 
 def test_rdkit_ships_the_file():

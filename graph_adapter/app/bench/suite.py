@@ -1,0 +1,153 @@
+"""``graph-adapter bench``: every benchmark's headline figures in one markdown table.
+
+Each benchmark module of this subpackage (:mod:`.collate`, :mod:`.efficiency`,
+:mod:`.throughput`) is also a script of a source checkout's ``benchmarks/``
+with a fuller report; here :func:`run_suite` calls their public functions and
+keeps one row per headline figure. A benchmark that fails is reported under
+the table ("not run: why") and the exit code is 1.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import platform
+import sys
+import warnings
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+import graph_adapter as ga
+
+from ..datasets import load_nci5k
+from . import collate, efficiency, throughput
+
+__all__ = ["BENCHMARKS", "Row", "run_suite"]
+
+#: one table row: benchmark, measure, graph_adapter, baseline, what the baseline is, ratio
+Row = Tuple[str, str, str, str, str, str]
+
+
+class _Molecules:
+    """rdkit's NCI-5k molecules (without ``smiles``), a budget for 64 graphs a batch, and
+    their sizes; loaded on first use and shared by the benchmarks that need them."""
+
+    def __init__(self) -> None:
+        self._loaded = None
+
+    def get(self):
+        """``(graphs, sizes, budget)``."""
+        if self._loaded is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ds, _ = load_nci5k()
+            for d in ds:
+                del d.smiles
+            self._loaded = (ds, ga.graph_sizes(ds), ga.Budget.fit(ds, 64))
+        return self._loaded
+
+
+def _collate_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
+    ds, _, budget = data.get()
+    torch.set_num_threads(1)
+    try:
+        ours, base = collate.median_ms(ds, budget, 30 if quick else 300)
+    finally:
+        torch.set_num_threads(os.cpu_count() or 1)
+    return [("collate", "ms per batch of 64 molecules (median, 1 thread)", f"{ours:.2f}",
+             f"{base:.2f}", "Batch.from_data_list + pad", f"{base / ours:.1f}x faster")]
+
+
+def _efficiency_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
+    ds, sizes, budget = data.get()
+    epochs = 1 if quick else 3
+    ours, _ = efficiency.ours(sizes, budget, "greedy", epochs)
+    ptm, _, _ = efficiency.fixed_count(sizes, 64, epochs)
+    dyn, dyn_shapes = efficiency.dynamic_sampler(ds, sizes, budget.nodes - 1, epochs)
+    node, edge = ours["node_efficiency"], ours["edge_efficiency"]
+    return [
+        ("padding", "node slots holding real nodes (64 graphs a batch)", f"{node:.1%}",
+         f"{ptm['node_efficiency']:.1%}", "pad-to-max, 64 graphs",
+         f"{node / ptm['node_efficiency']:.1f}x"),
+        ("padding", "edge slots holding real edges", f"{edge:.1%}",
+         f"{ptm['edge_efficiency']:.1%}", "pad-to-max, 64 graphs",
+         f"{edge / ptm['edge_efficiency']:.1f}x"),
+        ("padding", "node slots holding real nodes", f"{node:.1%}",
+         f"{dyn['node_efficiency']:.1%}", "PyG DynamicBatchSampler", ""),
+        ("compiles", "distinct batch shapes per epoch (= compiles)", "1", f"{dyn_shapes:.0f}",
+         "PyG DynamicBatchSampler", ""),
+    ]
+
+
+def _throughput_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            res = throughput.main(["--limit", "1000", "--repeats", "1"] if quick else [])
+    finally:
+        if verbose:
+            print(buf.getvalue())
+    return [
+        ("throughput", "training step, graphs/s (inductor, padded)",
+         f"{res['train_compiled']:,.0f}", f"{res['train_pyg']:,.0f}", "eager PyG, unpadded",
+         f"{res['train_compiled'] / res['train_pyg']:.2f}x"),
+        ("throughput", "inference, graphs/s (inductor, padded)",
+         f"{res['inf_compiled']:,.0f}", f"{res['inf_pyg']:,.0f}", "eager PyG, unpadded",
+         f"{res['inf_compiled'] / res['inf_pyg']:.2f}x"),
+        ("throughput", "training epoch incl. loading, s", f"{res['epoch_fsl_compiled_s']:.2f}",
+         f"{res['epoch_pyg_s']:.2f}", "PyG DataLoader + eager",
+         f"{res['epoch_pyg_s'] / res['epoch_fsl_compiled_s']:.2f}x"),
+        ("compiles", "compiles, train + eval (inductor)", str(res["compiles"]), "", "", ""),
+        ("compiles", "compile time train / eval, s",
+         f"{res['compile_train_s']:.0f} / {res['compile_eval_s']:.0f}", "", "", ""),
+    ]
+
+
+#: ``graph-adapter bench --only`` names -> (progress message, rows function)
+BENCHMARKS: Dict[str, Tuple[str, Callable[[_Molecules, bool, bool], List[Row]]]] = {
+    "collate": ("collate", _collate_rows),
+    "efficiency": ("efficiency", _efficiency_rows),
+    "throughput": ("throughput (inductor compiles: a few minutes)", _throughput_rows),
+}
+
+
+def _print_table(rows: List[Row], quick: bool) -> None:
+    print(f"\ngraph_adapter benchmarks{' (--quick)' if quick else ''}: {platform.machine()}, "
+          f"{os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
+          f"data: rdkit's NCI first_5k molecules\n")
+    head = ("benchmark", "measure", "graph_adapter", "baseline", "baseline is", "ratio")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+
+
+def run_suite(only: Optional[Sequence[str]] = None, quick: bool = False,
+              verbose: bool = False) -> int:
+    """Run the benchmarks named in ``only`` (default: all of :data:`BENCHMARKS`), print
+    one table; returns the exit code (0, 1 if a benchmark failed).
+
+    ``quick``: fewer repeats and molecules (a smoke run). ``verbose``: also
+    print the throughput benchmark's own report. Raises ``ValueError`` for an
+    unknown name.
+    """
+    names = list(BENCHMARKS) if not only else list(only)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
+    data = _Molecules()
+    rows: List[Row] = []
+    failed: List[Tuple[str, str]] = []
+    for name in names:
+        message, rows_of = BENCHMARKS[name]
+        print(f"running {message} ...", file=sys.stderr, flush=True)
+        try:
+            rows += rows_of(data, quick, verbose)
+        except Exception as e:  # noqa: BLE001  (reported under the table, exit code 1)
+            failed.append((name, f"{type(e).__name__}: {e}"))
+    _print_table(rows, quick)
+    for name, why in failed:
+        print(f"\n{name}: not run: {why}")
+    return 1 if failed else 0

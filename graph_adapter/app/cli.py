@@ -1,0 +1,155 @@
+"""The ``graph-adapter`` command (also ``python -m graph_adapter``).
+
+Subcommands:
+
+* ``graph-adapter demo``: train a stock PyG GNN on rdkit's NCI-5k molecules
+  through the adapter, next to eager PyG, and print a report
+  (:mod:`graph_adapter.app.demo`).
+* ``graph-adapter bench``: run the benchmarks that ship with the package
+  (:mod:`graph_adapter.app.bench`: collate, padding efficiency, compiles,
+  throughput) and print one table.
+* ``graph-adapter check package.module:factory``: what poptorch's dispatcher
+  would reject, found on CPU (:func:`graph_adapter.checker.check_main`).
+
+Exit codes: 0 success, 1 a check failed, 2 a usage error or a missing
+optional dependency / file (the message says what to install or where).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional, Sequence
+
+import graph_adapter as ga
+
+from .bench import BENCHMARKS, run_suite
+from .datasets import MissingExtraError
+from .demo import MODELS, DemoConfig, run_demo
+
+__all__ = ["main", "build_parser"]
+
+PROG = "graph-adapter"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``demo`` and ``bench`` (``check`` has its own: see :func:`main`)."""
+    d = DemoConfig()
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="graph_adapter: run unmodified PyTorch Geometric GNNs under compilers that "
+                    "demand stable input shapes (poptorch/IPU, torch.compile, torch.export).")
+    p.add_argument("--version", action="version", version=f"%(prog)s {ga.__version__}")
+    sub = p.add_subparsers(dest="command", metavar="{demo,bench,check}")
+
+    demo = sub.add_parser(
+        "demo", help="train a stock PyG GNN on rdkit's 5000 molecules through the adapter",
+        description="Load rdkit's NCI first_5k molecules (target TPSA), learn a budget, pack "
+                    "with FixedSizeLoader, wrap a stock PyG model with ipu_wrap, compile it, "
+                    "train, evaluate the test MAE, and compare with eager PyG on the same data "
+                    "in the same run.")
+    demo.add_argument("--epochs", type=int, default=d.epochs, help=f"default {d.epochs}")
+    demo.add_argument("--batch-graphs", type=int, default=d.batch_graphs,
+                      help=f"graphs per batch the budget is fitted for (and the eager "
+                           f"DataLoader's batch_size); default {d.batch_graphs}")
+    demo.add_argument("--seed", type=int, default=d.seed, help=f"default {d.seed}")
+    demo.add_argument("--model", choices=sorted(MODELS), default=d.model,
+                      help="; ".join(f"{k}: {v}" for k, v in MODELS.items()))
+    demo.add_argument("--backend", default=d.backend,
+                      help="auto (poptorch if installed, else inductor), inductor, aot_eager, "
+                           "eager, poptorch, ipu-emulator; default auto")
+    demo.add_argument("--hidden", type=int, default=d.hidden, help=f"default {d.hidden}")
+    demo.add_argument("--layers", type=int, default=d.layers, help=f"default {d.layers}")
+    demo.add_argument("--lr", type=float, default=d.lr, help=f"default {d.lr}")
+    demo.add_argument("--limit", type=int, default=None,
+                      help="use only the first N molecules (a quick run)")
+    demo.add_argument("--data", default=None, metavar="CSV",
+                      help="a SMILES,TPSA file instead of rdkit's first_5k.tpsa.csv")
+    demo.add_argument("--plot", default=None, metavar="FILE.png",
+                      help="write loss curves and the padding histogram (needs the 'plot' extra)")
+    demo.add_argument("--json", default=None, metavar="FILE",
+                      help="also write every measured figure as JSON")
+    demo.add_argument("--no-eager", action="store_true",
+                      help="skip the eager PyG comparison run")
+    demo.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    demo.add_argument("--quiet", action="store_true", help="no progress output")
+
+    bench = sub.add_parser(
+        "bench", help="run the benchmarks (collate, padding efficiency, throughput)",
+        description="Run the benchmarks that ship with graph_adapter (collate "
+                    "speed, padding efficiency against pad-to-max and PyG's DynamicBatchSampler, "
+                    "compiles per epoch, step and epoch throughput against eager PyG) and print "
+                    "one table.")
+    bench.add_argument("--only", nargs="*", default=None, metavar="NAME",
+                       help="benchmarks to run (default: all): " + ", ".join(BENCHMARKS))
+    bench.add_argument("--dir", default=None,
+                       help="ignored (deprecated): the benchmarks ship with the package")
+    bench.add_argument("--quick", action="store_true",
+                       help="fewer repeats and molecules (a smoke run; figures are noisier)")
+    bench.add_argument("--verbose", action="store_true",
+                       help="also print the throughput script's own output")
+
+    sub.add_parser("check", add_help=False,
+                   help="report what poptorch's dispatcher would reject (graph-adapter check -h)")
+    return p
+
+
+def _err(cmd: str, msg: str) -> None:
+    print(f"{PROG} {cmd}: {msg}", file=sys.stderr)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    cfg = DemoConfig(epochs=args.epochs, batch_graphs=args.batch_graphs, seed=args.seed,
+                     model=args.model, backend=args.backend, hidden=args.hidden,
+                     layers=args.layers, lr=args.lr, limit=args.limit, path=args.data,
+                     eager_baseline=not args.no_eager, progress=not args.quiet,
+                     plot=args.plot, threads=args.threads)
+    try:
+        result = run_demo(cfg)
+    except (MissingExtraError, FileNotFoundError, ValueError) as e:
+        # a missing extra or molecule file, or a bad setting: the message says which
+        _err("demo", str(e))
+        return 2
+    print(result.report())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result.as_dict(), f, indent=2, default=str)
+    return 0
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    if args.dir is not None:
+        _err("bench", "--dir is ignored: the benchmarks ship with the package")
+    try:
+        return run_suite(args.only, quick=args.quick, verbose=args.verbose)
+    except ValueError as e:  # an unknown benchmark name
+        _err("bench", str(e))
+        return 2
+
+
+# --------------------------------------------------------------------------
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``graph-adapter`` and ``python -m graph_adapter``; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "check":
+        from graph_adapter.checker import check_main
+
+        return int(check_main(argv[1:]) or 0)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.command == "demo":
+        return _run_demo(args)
+    if args.command == "bench":
+        return _run_bench(args)
+    parser.print_help()  # pragma: no cover
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
