@@ -1,6 +1,8 @@
 """``graph_adapter.compile(wrapped, backend=...)``: one compile per budget and mode.
 
-Backends:
+Backends are one registry (:func:`register_backend`, in the spirit of
+``torch.utils._pytree``'s node registry): a table from a name to how to build
+the compiled model. The built-in ones:
 
 * ``"inductor"``: ``torch.compile(wrapped, fullgraph=True, dynamic=False)``;
   with more than one CPU thread, ``aten.index_add`` (the gradient of PyG's
@@ -12,46 +14,126 @@ Backends:
 * ``"export"``: ``torch.export.export(wrapped, (flat,))`` per signature;
   :meth:`Compiled.save` / :func:`load` keep the program with its input
   signature as JSON (``torch.export.save`` + an extra file).
-* ``"auto"``: ``"poptorch"`` when ``poptorch`` is importable, else
-  ``"inductor"``.
-* ``"poptorch"`` / ``"ipu-emulator"``: delegated to
-  ``graph_adapter.ipu.compile_ipu`` (imported lazily: importing
-  graph_adapter never imports poptorch).
+* ``"poptorch"`` / ``"ipu-emulator"``: :func:`graph_adapter.ipu.compile_ipu`
+  (importing graph_adapter never imports poptorch).
 
-The returned :class:`Compiled` records the *signature* of each batch (keys,
-dtypes, shapes, without a micro-batch dim) and the mode
-(``wrapped.training``). The first batch fixes the signature; a batch whose
-signature differs raises :class:`ShapeChangedError` naming the first key
-that differs, unless ``allow_new_shapes=True`` (then it compiles once for the
-new budget). ``compile_count`` counts real compiles: calls of the Dynamo
-backend (a graph compiled, for each mode/grad mode), programs exported, or,
-for ``"eager"``, new (signature, mode) pairs.
+``"auto"`` is not an entry: :func:`resolve_backend`, the one place it is
+resolved, makes it ``"poptorch"`` when ``poptorch`` is importable, else
+``"inductor"``.
 
-A batch with a leading micro-batch dim ``F`` is run one micro-batch at a
-time; outputs are stacked on a new dim 0 (``[F, ...]``; the loss becomes
-``[F]``).
+Every backend returns an object of one interface (:class:`CompiledModel`):
+call it with a flat dict, get a dict; ``.train()`` / ``.eval()`` /
+``.training``; ``.compile_count``; ``.parameters()``; ``.steps_optimizer``
+(True when a training call runs backward and the optimizer step itself, as
+poptorch's ``trainingModel`` does; otherwise the caller does both) and
+``.set_optimizer(opt)`` (push a changed learning rate where the backend keeps
+its own copy). Callers never branch on the backend's name.
+
+The in-process backends return a :class:`Compiled`, which records the
+*signature* of each batch (keys, dtypes, shapes, without a micro-batch dim)
+and the mode (``wrapped.training``). The first batch fixes the signature; a
+batch whose signature differs raises :class:`ShapeChangedError` naming the
+first key that differs, unless ``allow_new_shapes=True`` (then it compiles
+once for the new budget). ``compile_count`` counts real compiles: calls of the
+Dynamo backend (a graph compiled, for each mode/grad mode), programs exported,
+or, for ``"eager"``, new (signature, mode) pairs. A batch with a leading
+micro-batch dim ``F`` is run one micro-batch at a time; outputs are stacked on
+a new dim 0 (``[F, ...]``; the loss becomes ``[F]``).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from . import static
-from .wrap import has_micro_batch_dim
+from . import ipu, static
+from .format import (
+    GRAPH_MASK,
+    has_micro_batch_dim,
+    num_micro_batches,
+    split_micro_batches,
+    stack_micro_batches,
+)
 
-__all__ = ["compile", "Compiled", "ShapeChangedError", "load", "signature_of", "BACKENDS",
-           "resolve_backend", "backend_names"]
+__all__ = [
+    "compile", "Compiled", "CompiledModel", "ShapeChangedError", "load", "signature_of",
+    "BACKENDS", "Backend", "register_backend", "backend_names", "resolve_backend",
+]
 
-BACKENDS = ("auto", "inductor", "aot_eager", "eager", "export", "poptorch", "ipu-emulator")
+AUTO = "auto"
+
+Signature = Tuple[Tuple[str, str, Tuple[int, ...]], ...]
+
+
+class ShapeChangedError(ValueError):
+    """A batch's keys, dtypes or shapes differ from those the model was compiled for."""
+
+
+class CompiledModel(Protocol):
+    """The one interface of what :func:`compile` returns, for every backend."""
+
+    #: True when a training call runs backward and the optimizer step itself.
+    steps_optimizer: bool
+
+    def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]: ...
+    def train(self, mode: bool = True) -> "CompiledModel": ...
+    def eval(self) -> "CompiledModel": ...
+    @property
+    def training(self) -> bool: ...
+    @property
+    def compile_count(self) -> int: ...
+    def parameters(self) -> Iterator[nn.Parameter]: ...
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+
+# --------------------------------------------------------------------------
+# The registry
+# --------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """One registry entry.
+
+    Attributes:
+        name: what ``compile(backend=...)`` takes.
+        build: ``build(wrapped, name, *, allow_new_shapes, options, optimizer,
+            strict, index_add_fallback, **kwargs) -> CompiledModel``.
+        doc: one line for help texts.
+        engine: for backends that :class:`Compiled` drives in this process:
+            ``engine(wrapped, settings) -> engine`` running one micro-batch
+            (``run(flat, key)``, ``compile_count``); ``build`` is then ``Compiled``.
+    """
+
+    name: str
+    build: Callable[..., Any]
+    doc: str = ""
+    engine: Optional[Callable[..., Any]] = None
+
+
+_REGISTRY: Dict[str, Backend] = {}
+
+
+def register_backend(name: str, build: Optional[Callable[..., Any]] = None, *,
+                     engine: Optional[Callable[..., Any]] = None, doc: str = "") -> None:
+    """Add a backend: give ``build`` (returns a :class:`CompiledModel`) or an ``engine``.
+
+    With ``engine``, :class:`Compiled` does the signature checks and the
+    micro-batch loop and the engine runs one micro-batch (see the built-in
+    engines below). Raises ``ValueError`` for a name already taken.
+    """
+    if name == AUTO or name in _REGISTRY:
+        raise ValueError(f"backend {name!r} is already registered")
+    if (build is None) == (engine is None):
+        raise TypeError("register_backend needs exactly one of build= and engine=")
+    _REGISTRY[name] = Backend(name, build if build is not None else _build_compiled, doc, engine)
 
 
 def backend_names() -> Tuple[str, ...]:
     """Every name ``compile(backend=...)`` accepts, ``"auto"`` included."""
-    return BACKENDS
+    return (AUTO, *_REGISTRY)
 
 
 def resolve_backend(name: str) -> Tuple[str, str]:
@@ -61,26 +143,27 @@ def resolve_backend(name: str) -> Tuple[str, str]:
     importable, else ``("inductor", "auto: poptorch not installed")``; a
     concrete name -> ``(name, "")``. Unknown names raise ``ValueError``.
     """
-    if name not in BACKENDS:
-        raise ValueError(f"backend={name!r}; choose one of {BACKENDS}")
-    if name != "auto":
+    if name != AUTO and name not in _REGISTRY:
+        raise ValueError(f"backend={name!r}; choose one of {backend_names()}")
+    if name != AUTO:
         return name, ""
     try:
-        import poptorch  # noqa: F401
+        import poptorch  # noqa: F401  (only whether it imports)
     except ImportError:
         return "inductor", "auto: poptorch not installed"
     return "poptorch", "auto: poptorch found"
 
-Signature = Tuple[Tuple[str, str, Tuple[int, ...]], ...]
+
+def _backend(name: str) -> Backend:
+    return _REGISTRY[resolve_backend(name)[0]]
 
 
-class ShapeChangedError(ValueError):
-    """A batch's keys, dtypes or shapes differ from those the model was compiled for."""
-
-
+# --------------------------------------------------------------------------
+# Signatures
+# --------------------------------------------------------------------------
 def signature_of(flat: Mapping[str, Tensor]) -> Signature:
     """``((key, dtype, shape), ...)`` in key order (shapes without a micro-batch dim)."""
-    strip = has_micro_batch_dim(flat) if "graph_mask" in flat else False
+    strip = has_micro_batch_dim(flat) if GRAPH_MASK in flat else False
     out = []
     for k in sorted(flat):
         v = flat[k]
@@ -102,6 +185,27 @@ def _describe_change(old: Signature, new: Signature) -> str:
         if o[k][1] != n[k][1]:
             return f"key {k!r} has shape {n[k][1]}, the compiled program takes {o[k][1]}"
     return "signatures differ"
+
+
+def _per_micro_batch(run: Callable[[Dict[str, Tensor]], Dict[str, Tensor]],
+                     flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
+    """``run`` on each micro-batch of ``flat``, outputs stacked on a new dim 0 (``[F, ...]``)."""
+    if GRAPH_MASK in flat and num_micro_batches(flat) > 1:
+        return stack_micro_batches([run(mb) for mb in split_micro_batches(flat)])
+    return run(dict(flat))
+
+
+# --------------------------------------------------------------------------
+# Engines: how an in-process backend runs one micro-batch
+# --------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class EngineSettings:
+    """What ``compile()`` passes to an engine."""
+
+    backend: str
+    options: Optional[Dict[str, Any]] = None
+    strict: bool = False
+    index_add_fallback: Optional[bool] = None
 
 
 def _use_index_add_fallback(setting: Optional[bool]) -> bool:
@@ -174,8 +278,70 @@ def _own_entry(wrapped: nn.Module) -> Callable[[Mapping[str, Tensor]], Dict[str,
     return entry
 
 
+class DynamoEngine:
+    """``"inductor"`` / ``"aot_eager"``: ``torch.compile(fullgraph=True, dynamic=False)``."""
+
+    def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
+        self._counter = _CountingBackend(settings.backend, settings.options,
+                                         settings.index_add_fallback)
+        self._fn = torch.compile(_own_entry(wrapped), backend=self._counter, fullgraph=True,
+                                 dynamic=False)
+
+    @property
+    def compile_count(self) -> int:
+        """Graphs the Dynamo backend was asked to compile."""
+        return self._counter.count
+
+    def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
+        # Dynamo guards on the mode and shapes itself; ``key`` is not needed.
+        return self._fn(flat)
+
+
+class EagerEngine:
+    """``"eager"``: the module itself; a compile is a new (signature, mode, grad mode)."""
+
+    def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
+        self._wrapped = wrapped
+        self._seen: set = set()
+
+    @property
+    def compile_count(self) -> int:
+        return len(self._seen)
+
+    def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
+        self._seen.add((key, torch.is_grad_enabled()))
+        return self._wrapped(flat)
+
+
+class ExportEngine:
+    """``"export"``: one ``torch.export`` program per (signature, mode)."""
+
+    def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
+        self._wrapped = wrapped
+        self._strict = settings.strict
+        self.programs: Dict[Tuple[Signature, bool], Any] = {}
+        self._modules: Dict[Tuple[Signature, bool], Callable] = {}
+
+    @property
+    def compile_count(self) -> int:
+        return len(self.programs)
+
+    def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
+        mod = self._modules.get(key)
+        if mod is None:
+            ep = torch.export.export(self._wrapped, (dict(flat),), strict=self._strict)
+            self.programs[key] = ep
+            mod = self._modules[key] = ep.module()
+        return mod(dict(flat))
+
+
+# --------------------------------------------------------------------------
+# Compiled: what the in-process backends return
+# --------------------------------------------------------------------------
 class Compiled:
-    """What :func:`compile` returns: call it with flat dicts.
+    """What :func:`compile` returns for an in-process backend: call it with flat dicts.
+
+    The caller runs backward and the optimizer step (``steps_optimizer`` is False).
 
     Attributes:
         wrapped: the ``ipu_wrap``-ped module (parameters are shared).
@@ -184,35 +350,27 @@ class Compiled:
         signatures: the admitted input signatures.
     """
 
+    steps_optimizer = False
+
     def __init__(self, wrapped: nn.Module, backend: str, allow_new_shapes: bool = False,
                  options: Optional[Dict[str, Any]] = None, strict: bool = False,
                  index_add_fallback: Optional[bool] = None):
+        entry = _backend(backend)
+        if entry.engine is None:
+            raise ValueError(f"backend {backend!r} does not run in this process; use compile()")
         self.wrapped = wrapped
-        self.backend = backend
+        self.backend = entry.name
         self.allow_new_shapes = allow_new_shapes
         self.strict = strict
         self.signatures: List[Signature] = []
-        self._seen: set = set()
-        self._eager_count = 0
-        self._programs: Dict[Tuple[Signature, bool], Any] = {}
-        self._modules: Dict[Tuple[Signature, bool], Callable] = {}
-        self._counter: Optional[_CountingBackend] = None
-        self._fn: Optional[Callable] = None
-        model = getattr(wrapped, "model", wrapped)
-        static.install(model)
-        if backend in ("inductor", "aot_eager"):
-            self._counter = _CountingBackend(backend, options, index_add_fallback)
-            self._fn = torch.compile(_own_entry(wrapped), backend=self._counter, fullgraph=True,
-                                     dynamic=False)
+        static.install(getattr(wrapped, "model", wrapped))
+        self._engine = entry.engine(wrapped, EngineSettings(entry.name, options, strict,
+                                                             index_add_fallback))
 
-    # ------------------------------------------------------------------
+    # ---- the compiled-model interface ------------------------------------
     @property
     def compile_count(self) -> int:
-        if self._counter is not None:
-            return self._counter.count
-        if self.backend == "export":
-            return len(self._programs)
-        return self._eager_count
+        return self._engine.compile_count
 
     def train(self, mode: bool = True) -> "Compiled":
         self.wrapped.train(mode)
@@ -225,8 +383,17 @@ class Compiled:
     def training(self) -> bool:
         return self.wrapped.training
 
-    def parameters(self):
+    def parameters(self) -> Iterator[nn.Parameter]:
         return self.wrapped.parameters()
+
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Nothing to do: the caller steps its own optimizer."""
+
+    def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
+        sig = signature_of(flat)
+        self._admit(sig)
+        key = (sig, self.wrapped.training)
+        return _per_micro_batch(lambda mb: self._engine.run(mb, key), flat)
 
     def _admit(self, sig: Signature) -> None:
         if sig in self.signatures:
@@ -240,47 +407,19 @@ class Compiled:
             )
         self.signatures.append(sig)
 
-    def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
-        sig = signature_of(flat)
-        self._admit(sig)
-        if has_micro_batch_dim(flat) and flat["graph_mask"].size(0) > 1:
-            outs = [self._run({k: v[i] for k, v in flat.items()}, sig)
-                    for i in range(flat["graph_mask"].size(0))]
-            return {k: torch.stack([o[k] for o in outs]) for k in outs[0]}
-        return self._run(flat, sig)
-
-    def _run(self, flat: Mapping[str, Tensor], sig: Signature) -> Dict[str, Tensor]:
-        key = (sig, self.wrapped.training)
-        if self.backend == "eager":
-            if (key, torch.is_grad_enabled()) not in self._seen:
-                self._seen.add((key, torch.is_grad_enabled()))
-                self._eager_count += 1
-            return self.wrapped(flat)
-        if self._fn is not None:
-            return self._fn(flat)
-        if self.backend == "export":
-            mod = self._modules.get(key)
-            if mod is None:
-                flat = dict(flat)
-                ep = torch.export.export(self.wrapped, (flat,), strict=self.strict)
-                self._programs[key] = ep
-                mod = self._modules[key] = ep.module()
-            return mod(dict(flat))
-        raise ValueError(f"unknown backend {self.backend!r}")
-
-    # ------------------------------------------------------------------
+    # ---- export ------------------------------------------------------------
     @property
     def programs(self) -> Dict[Tuple[Signature, bool], Any]:
         """``{(signature, training): ExportedProgram}`` (export backend)."""
-        return dict(self._programs)
+        return dict(getattr(self._engine, "programs", {}))
 
     def save(self, path: str, which: int = 0) -> None:
         """Save an exported program (the ``which``-th) with its signature (export backend)."""
-        if self.backend != "export":
+        if not isinstance(self._engine, ExportEngine):
             raise ValueError("save() needs backend='export'")
-        if not self._programs:
+        if not self._engine.programs:
             raise ValueError("nothing exported yet: call the compiled model on one batch first")
-        (sig, training), ep = list(self._programs.items())[which]
+        (sig, training), ep = list(self._engine.programs.items())[which]
         save_program(ep, path, sig, training)
 
 
@@ -301,10 +440,15 @@ def save_program(ep: Any, path: str, sig: Signature, training: bool) -> None:
 
 
 class LoadedProgram:
-    """A saved export: call it with flat dicts of the saved signature."""
+    """A saved export: call it with flat dicts of the saved signature.
+
+    Its mode is the one it was exported in: ``.train(mode)`` for the other
+    mode raises ``ValueError``.
+    """
 
     backend = "export"
     compile_count = 0
+    steps_optimizer = False
 
     def __init__(self, ep: Any, meta: Dict[str, Any]):
         self.program = ep
@@ -319,11 +463,22 @@ class LoadedProgram:
                 f"loaded program: {_describe_change(self.signature, sig)}; it was exported for "
                 f"one budget only."
             )
-        if has_micro_batch_dim(flat) and flat["graph_mask"].size(0) > 1:
-            outs = [self._module({k: v[i] for k, v in flat.items()})
-                    for i in range(flat["graph_mask"].size(0))]
-            return {k: torch.stack([o[k] for o in outs]) for k in outs[0]}
-        return self._module(dict(flat))
+        return _per_micro_batch(self._module, flat)
+
+    def train(self, mode: bool = True) -> "LoadedProgram":
+        if bool(mode) != self.training:
+            raise ValueError(f"this program was exported in {'train' if self.training else 'eval'} "
+                             f"mode; export it again in the other mode")
+        return self
+
+    def eval(self) -> "LoadedProgram":
+        return self.train(False)
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return self._module.parameters()
+
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Nothing to do: the caller steps its own optimizer."""
 
 
 def load(path: str) -> LoadedProgram:
@@ -338,6 +493,9 @@ def load(path: str) -> LoadedProgram:
     return LoadedProgram(ep, meta)
 
 
+# --------------------------------------------------------------------------
+# compile()
+# --------------------------------------------------------------------------
 def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool = False,
             options: Optional[Dict[str, Any]] = None, optimizer: Any = None,
             strict: bool = False, index_add_fallback: Optional[bool] = None,
@@ -346,31 +504,64 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
 
     Args:
         wrapped: the module ``ipu_wrap`` returned.
-        backend: one of :data:`BACKENDS`.
+        backend: one of :data:`BACKENDS` (:func:`backend_names`).
         allow_new_shapes: admit batches of a new budget (one more compile each)
             instead of raising :class:`ShapeChangedError`.
         options: inductor config overrides (``"inductor"``), or poptorch
             options (``"poptorch"``/``"ipu-emulator"``).
-        optimizer: for the poptorch backends (training).
+        optimizer: the optimizer of training. Backends that step it
+            themselves (``steps_optimizer``: the IPU ones) take it here and
+            start in training mode; the others leave stepping to the caller.
         strict: strict ``torch.export`` (``"export"``).
         index_add_fallback: ``"inductor"`` on CPU: run the gradient of
             ``index_select`` (PyG's gathers) with ATen's ``index_add`` kernel
             instead of generated atomic adds. ``None`` (default): when torch
             uses more than one thread at compile time (inductor's own rule
             for ``scatter_reduce``).
+        kwargs: backend-specific (see :func:`graph_adapter.ipu.compile_ipu`);
+            the in-process backends take none.
 
     Returns:
-        A :class:`Compiled` (or, for the IPU backends, what
-        ``graph_adapter.ipu.compile_ipu`` returns).
+        A :class:`CompiledModel`: a :class:`Compiled` for the in-process
+        backends, what :func:`graph_adapter.ipu.compile_ipu` returns for the
+        IPU ones.
     """
-    backend, _ = resolve_backend(backend)
-    if backend in ("poptorch", "ipu-emulator"):
-        from .ipu import compile_ipu
+    entry = _backend(backend)
+    return entry.build(wrapped, entry.name, allow_new_shapes=allow_new_shapes, options=options,
+                       optimizer=optimizer, strict=strict,
+                       index_add_fallback=index_add_fallback, **kwargs)
 
-        if allow_new_shapes:
-            kwargs["allow_new_shapes"] = True
-        return compile_ipu(wrapped, backend, options=options, optimizer=optimizer, **kwargs)
+
+def _build_compiled(wrapped: nn.Module, name: str, *, allow_new_shapes: bool = False,
+                    options: Optional[Dict[str, Any]] = None, optimizer: Any = None,
+                    strict: bool = False, index_add_fallback: Optional[bool] = None,
+                    **kwargs: Any) -> Compiled:
+    """The build of every engine backend (``optimizer`` unused: the caller steps it)."""
     if kwargs:
-        raise TypeError(f"unexpected keyword arguments for backend {backend!r}: {sorted(kwargs)}")
-    return Compiled(wrapped, backend, allow_new_shapes=allow_new_shapes, options=options, strict=strict,
-                    index_add_fallback=index_add_fallback)
+        raise TypeError(f"unexpected keyword arguments for backend {name!r}: {sorted(kwargs)}")
+    return Compiled(wrapped, name, allow_new_shapes=allow_new_shapes, options=options,
+                    strict=strict, index_add_fallback=index_add_fallback)
+
+
+def _build_ipu(wrapped: nn.Module, name: str, *, allow_new_shapes: bool = False,
+               options: Any = None, optimizer: Any = None, strict: bool = False,
+               index_add_fallback: Optional[bool] = None, **kwargs: Any) -> Any:
+    """The build of the IPU backends (``strict`` and ``index_add_fallback`` do not apply)."""
+    if allow_new_shapes:
+        kwargs["allow_new_shapes"] = True
+    # Looked up on the package at call time, so that it can be replaced (tests do).
+    return ipu.compile_ipu(wrapped, name, options=options, optimizer=optimizer, **kwargs)
+
+
+register_backend("inductor", engine=DynamoEngine,
+                 doc="torch.compile(fullgraph=True, dynamic=False) with inductor")
+register_backend("aot_eager", engine=DynamoEngine,
+                 doc="Dynamo + AOTAutograd without code generation (cheap; counts compiles)")
+register_backend("eager", engine=EagerEngine, doc="no compiler, same checks and bookkeeping")
+register_backend("export", engine=ExportEngine,
+                 doc="torch.export per signature; save()/load() keep the program")
+for _name, _build in ipu.IPU_BACKENDS.items():
+    register_backend(_name, _build_ipu, doc=(_build.__doc__ or "").strip().splitlines()[0])
+
+#: Every accepted backend name, "auto" included (the registry's names at import).
+BACKENDS = backend_names()
