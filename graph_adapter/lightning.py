@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import torch
 from torch import Tensor, nn
 
+from .format import LOSS_KEY, loss_of
+
 try:  # Lightning 2.x ships as ``lightning``; older installs as ``pytorch_lightning``.
     import lightning.pytorch as pl
 except ImportError:  # pragma: no cover - depends on the machine
@@ -73,7 +75,7 @@ class FlatDictBatchMixin:
 
 
 def _loss(out: Any, key: str) -> Tensor:
-    loss = out if isinstance(out, Tensor) else out[key]
+    loss = loss_of(out, key)
     # poptorch returns one loss per micro-batch (output mode all/every_n) or
     # per replica (final/sum); the Mean reduction makes their mean the step's loss.
     return loss.mean() if loss.dim() else loss
@@ -95,7 +97,7 @@ class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
         wrapped: nn.Module,
         optimizer: Optional[Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]] = None,
         lr: float = 1e-3,
-        loss_key: str = "loss",
+        loss_key: str = LOSS_KEY,
     ) -> None:
         super().__init__()
         self.model = wrapped

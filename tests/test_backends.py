@@ -4,8 +4,6 @@ import os
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch_geometric.data import Batch
 from torch_geometric.nn import GIN, global_mean_pool
 
 from graph_adapter.backends import ShapeChangedError, compile, load
@@ -258,3 +256,91 @@ def test_many_compiles_in_one_process_each_compile_once():
         with torch.no_grad():
             c(flat)
         assert c.compile_count == 1, i
+
+
+# ---- the registry and the one interface --------------------------------------------------
+def test_registry_names_and_auto():
+    from graph_adapter.backends import BACKENDS, backend_names, register_backend, resolve_backend
+
+    assert backend_names() == BACKENDS
+    assert BACKENDS[0] == "auto"
+    assert {"inductor", "aot_eager", "eager", "export", "poptorch", "ipu-emulator"} <= set(BACKENDS)
+    assert resolve_backend("eager") == ("eager", "")
+    name, note = resolve_backend("auto")
+    assert (name, note) in {("poptorch", "auto: poptorch found"),
+                            ("inductor", "auto: poptorch not installed")}
+    with pytest.raises(ValueError, match="ipu-emulator"):
+        resolve_backend("tpu")
+    with pytest.raises(ValueError, match="already registered"):
+        register_backend("eager", engine=lambda w, s: None)
+    with pytest.raises(ValueError, match="already registered"):
+        register_backend("auto", lambda *a, **k: None)
+
+
+def test_register_backend_build_and_engine(monkeypatch):
+    from graph_adapter import backends as B
+
+    monkeypatch.setattr(B, "_REGISTRY", dict(B._REGISTRY))
+    built = {}
+
+    def build(wrapped, name, **settings):
+        built.update(name=name, settings=settings)
+        return "model"
+
+    B.register_backend("mine", build, doc="a test backend")
+    assert "mine" in B.backend_names()
+    assert compile(ipu_wrap(Net()), "mine", foo=1) == "model"
+    assert built["name"] == "mine" and built["settings"]["foo"] == 1
+    # an engine backend: Compiled does the checks, the engine runs one micro-batch
+    B.register_backend("eager2", engine=B.EagerEngine)
+    w = ipu_wrap(Net()).eval()
+    c = compile(w, "eager2")
+    f = batches(1)[0]
+    with torch.no_grad():
+        torch.testing.assert_close(c(f)["output"], w(f)["output"])
+    assert isinstance(c, B.Compiled) and c.backend == "eager2" and c.compile_count == 1
+    with pytest.raises(TypeError, match="exactly one"):
+        B.register_backend("neither")
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "export", "ipu-emulator"])
+def test_one_interface_for_every_backend(backend):
+    """The loop the demo runs, written once: no branch on the backend's name."""
+    torch.manual_seed(0)
+    w = ipu_wrap(Net(), loss_fn=masked_loss("mse"))
+    opt = torch.optim.SGD(w.parameters(), lr=0.01)
+    m = compile(w, backend, optimizer=opt)
+    assert m.steps_optimizer == (backend == "ipu-emulator")
+    flats = batches(2)
+    before = [p.detach().clone() for p in m.parameters()]
+    m.train()
+    assert m.training and w.training
+    for f in flats:
+        out = m(f)
+        loss = out["loss"].float().mean()
+        if not m.steps_optimizer:
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    m.set_optimizer(opt)
+    assert any(not torch.equal(a, p) for a, p in zip(before, m.parameters()))
+    m.eval()
+    assert not m.training and not w.training
+    with torch.no_grad():
+        for f in flats:
+            assert m(f)["output"].shape == f["graph_mask"].shape
+    assert m.compile_count >= 2  # one per mode at least
+
+
+def test_loaded_program_has_the_interface(tmp_path):
+    w = ipu_wrap(Net()).eval()
+    c = compile(w, "export")
+    f = batches(1)[0]
+    c(f)
+    c.save(str(tmp_path / "p.pt2"))
+    p = load(str(tmp_path / "p.pt2"))
+    assert p.steps_optimizer is False and p.compile_count == 0
+    assert p.eval() is p and not p.training
+    assert sum(1 for _ in p.parameters()) > 0
+    with pytest.raises(ValueError, match="eval mode"):
+        p.train()

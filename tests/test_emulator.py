@@ -313,3 +313,41 @@ def test_ipu_wrap_loader_emulator_equals_plain_loop():
             ref_opt.step()
     for (name, p), q in zip(w_emu.named_parameters(), w_ref.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_train_eval_switch_one_object():
+    """One emulator for both modes: per-mode signatures, the default optimizer, A > 1 only in training."""
+    model = FlatModel()
+    emu = compile_ipu(model, "ipu-emulator", IPUOptions(2))
+    assert not emu.training and emu.steps_optimizer
+    emu(host_batch(2))
+    emu.train()
+    assert emu.training and model.training and isinstance(emu.optimizer, torch.optim.SGD)
+    emu(host_batch(2, n=7))  # training has its own signature (poptorch: its own model)
+    assert emu.steps == 2 and emu.compile_count == 2  # D = 2 steps a call
+    emu.eval()
+    assert not model.training
+    with pytest.raises(EmulatorError, match="Shape mismatch"):
+        emu(host_batch(2, n=7))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    emu.set_optimizer(opt)
+    assert emu.optimizer is opt
+    acc = compile_ipu(FlatModel(), "ipu-emulator", IPUOptions(1, 1, 2), training=True)
+    acc.eval()
+    with pytest.raises(ValueError, match="gradient_accumulation"):
+        acc(host_batch(2))
+
+
+def test_input_helpers_walk_containers_only():
+    from torch_geometric.data import Data
+
+    from graph_adapter.ipu import host_micro_batch, map_tensors, named_tensors
+
+    d = Data(x=torch.zeros(2, 3))
+    obj = ({"x": torch.zeros(4, 2), "n": [torch.ones(4), 3]}, d)
+    assert [n for n, _ in named_tensors(obj, "batch")] == ["batch[0][x]", "batch[0][n][0]"]
+    doubled = map_tensors(obj, lambda t: t + 1)
+    assert doubled[1] is d and doubled[0]["n"][1] == 3 and float(doubled[0]["x"].sum()) == 8
+    host = {"x": torch.arange(8.0).reshape(4, 2), "n": [torch.ones(4), 3]}
+    mb = host_micro_batch(host, 2, 1)  # rows [2, 4) of dim 0
+    assert torch.equal(mb["x"], host["x"][2:]) and mb["n"][0].shape == (2,) and mb["n"][1] == 3

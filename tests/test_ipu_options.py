@@ -228,3 +228,39 @@ def test_pyg_arg_parser_round_trip():
     assert register_pyg_arg_parser(pt) is False
     registered = [a[0] for n, a, _ in pt.log if n == "registerCustomArgParser"]
     assert Data in registered and type(b) in registered
+
+
+def test_poptorch_runner_switches_models_lazily():
+    pt = make_fake_poptorch()
+    base = pt.trainingModel
+
+    def training_model(model, **kw):  # the fake's model, with poptorch's setOptimizer
+        m = base(model, **kw)
+        m.setOptimizer = lambda o: pt.log.append(("setOptimizer", (o,), {}))
+        return m
+
+    pt.trainingModel = training_model
+    model = _Flat()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    runner = compile_ipu(model, "poptorch", IPUOptions(2), optimizer=opt, poptorch=pt)
+    assert runner.training and runner.steps_optimizer and runner.compile_count == 0
+    batch = {"x": torch.randn(2, 2, 3), "y": torch.zeros(2, 2)}
+    runner(batch)
+    runner(batch)
+    assert runner.compile_count == 1
+    assert "inferenceModel" not in [n for n, _, _ in pt.log]
+    runner.eval()
+    assert not model.training
+    runner(batch)
+    assert [n for n, _, _ in pt.log].count("inferenceModel") == 1 and runner.compile_count == 2
+    assert list(runner.parameters()) == list(model.parameters())
+    pt.log.clear()
+    runner.set_optimizer(opt)  # reaches the training model, even in eval mode
+    assert runner.optimizer is opt and pt.log == [("setOptimizer", (opt,), {})]
+
+
+def test_ipu_options_split_problems():
+    o = IPUOptions(2)
+    assert o.split_problems("batch[x]", torch.zeros(4, 3)) == []
+    assert "not a multiple" in o.split_problems("batch[x]", torch.zeros(3))[0]
+    assert IPUOptions().split_problems("s", torch.tensor(1.0)) == []

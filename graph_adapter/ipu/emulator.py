@@ -197,6 +197,8 @@ class IPUEmulator:
     def train(self, mode: bool = True) -> "IPUEmulator":
         self.training = bool(mode)
         self.model.train(mode)
+        if self.training:
+            self._check_mode()  # poptorch's default optimizer when none was given
         return self
 
     def eval(self) -> "IPUEmulator":
