@@ -215,11 +215,21 @@ def _modules():
     return out
 
 
+def _runtime_nodes(tree):
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (never run)."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return [n for n in ast.walk(tree) if id(n) not in skip]
+
+
 def _imports(name, path):
-    """Every module a module imports, at any depth of its code (lazy imports included)."""
+    """Every module a module imports when it runs, at any depth of its code (lazy imports
+    included; ``if TYPE_CHECKING:`` imports are not)."""
     is_pkg = path.endswith("__init__.py")
     found = set()
-    for node in ast.walk(ast.parse(open(path).read())):
+    for node in _runtime_nodes(ast.parse(open(path).read())):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -248,7 +258,8 @@ def test_the_library_never_imports_the_app():
 def test_no_import_cycle():
     """No module imports (directly or through others) one that imports it back.
 
-    A submodule importing its own package (``from . import x``) is not a cycle.
+    A submodule importing its own package (``from . import x``) is not a cycle,
+    nor an import for type checkers only.
     """
     mods = _modules()
     graph = {m: {d for d in _imports(m, p) if d in mods and d != m and not m.startswith(d + ".")}

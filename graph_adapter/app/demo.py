@@ -10,7 +10,8 @@ What :func:`run_demo` does, in order:
 3. wraps the model with :func:`~graph_adapter.wrap.ipu_wrap` (masked L1 loss
    inside the compiled region) and compiles it with
    :func:`graph_adapter.backends.compile` (``"auto"``: resolved by
-   :func:`graph_adapter.backends.resolve_backend`);
+   :func:`graph_adapter.backends.resolve_backend`), one compiled model for
+   training and evaluation, whatever the backend;
 4. trains ``epochs`` epochs, evaluates the MAE on the test split;
 5. trains an identical copy of the model (same initial weights, same loss,
    same optimizer) in plain eager PyG, with ``torch_geometric.loader.DataLoader``
@@ -37,6 +38,7 @@ from torch import nn
 
 import graph_adapter as ga
 from graph_adapter.backends import backend_names, resolve_backend
+from graph_adapter.format import loss_of
 
 from .datasets import load_nci5k
 from .models import MODELS, AtomBondEncoder, MolRegressor, build_model
@@ -183,14 +185,9 @@ def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backe
     wrapped = ga.ipu_wrap(model, loss_fn=ga.masked_loss("l1"))
     opt = torch.optim.Adam(wrapped.parameters(), lr=cfg.lr)
     sched = _scheduler(opt, cfg.epochs)
-    # poptorch-style backends step the optimizer inside the compiled program
-    # and compile training and inference separately
-    ipu = backend in ("poptorch", "ipu-emulator")
-    if ipu:
-        train_model = ga.compile(wrapped, backend, optimizer=opt)
-        eval_model = ga.compile(wrapped, backend, training=False)
-    else:
-        train_model = eval_model = ga.compile(wrapped, backend)
+    # one compiled model for training and evaluation (.train() / .eval()); backends that
+    # step the optimizer inside the compiled program (steps_optimizer: the IPU ones) take it
+    compiled = ga.compile(wrapped, backend, optimizer=opt)
 
     stats.batches_per_epoch = len(loader)
     loader.set_epoch(0)
@@ -199,30 +196,27 @@ def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backe
 
     def batches(epoch: int):
         loader.set_epoch(epoch)
-        wrapped.train()
+        compiled.train()
         for flat in loader:
             if epoch == 0:
                 result_fill.append(float(flat["node_mask"].float().mean()))
             yield flat
 
     def step(flat) -> Tuple[float, int]:
-        out = train_model(flat)
-        if ipu:
-            loss = out["loss"].float().mean()  # one loss per micro-batch
-        else:
-            loss = out["loss"]
+        loss = loss_of(compiled(flat))
+        if not compiled.steps_optimizer:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        return float(loss.detach()), int(flat["graph_mask"].sum())
+        # (a backend with micro-batches returns one loss each: their mean)
+        return float(loss.detach().float().mean()), int(flat["graph_mask"].sum())
 
     def end_epoch(epoch: int) -> None:
         sched.step()
-        if ipu and hasattr(train_model, "setOptimizer"):  # poptorch: push the new lr
-            train_model.setOptimizer(opt)
+        compiled.set_optimizer(opt)  # backends holding their own copy get the new lr
 
     def eval_step(flat) -> Tuple[float, int]:
-        pred = eval_model(flat)["output"].reshape(-1).float()
+        pred = compiled(flat)["output"].reshape(-1).float()
         y = flat["y"].reshape(-1).float()
         mask = flat["graph_mask"].reshape(-1).bool()
         return float(torch.where(mask, (pred - y).abs(), torch.zeros_like(pred)).sum()), int(mask.sum())
@@ -230,14 +224,9 @@ def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backe
     train_epochs(stats, step, batches, cfg.epochs, label=f"graph_adapter [{backend}]",
                  end_epoch=end_epoch, progress=cfg.progress,
                  shape_of=lambda flat: tuple(tuple(v.shape) for v in flat.values()))
-    wrapped.eval()
-    if not ipu:
-        eval_model.eval()
+    compiled.eval()
     evaluate(stats, eval_step, test_loader)
-    if ipu:
-        stats.compiles = sum(int(getattr(m, "compile_count", 1)) for m in (train_model, eval_model))
-    else:
-        stats.compiles = int(train_model.compile_count)
+    stats.compiles = int(compiled.compile_count)
     stats.test_mae_eager_eval = _eval_eager(model, test, cfg.batch_graphs)
     return stats, loader_stats
 
