@@ -19,6 +19,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 import torch
 from torch import Tensor
+from torch_geometric.data import HeteroData
 
 from .budget import Budget
 from .format import (BATCH, EDGE_MASK, EDGE_TYPE_SEP, GRAPH_MASK, NODE_MASK, PTR, RESERVED_KEYS,
@@ -95,8 +96,6 @@ class Scan:
 
     def __init__(self, dataset: Sequence[Any], budget: Budget, columnar: bool = True,
                  schema: Optional[Sequence[Field]] = None):
-        from torch_geometric.data import HeteroData
-
         n = len(dataset)
         if n == 0:
             raise ValueError("cannot collate an empty dataset")
@@ -118,7 +117,7 @@ class Scan:
         self.stores = _stores(first, hetero)
         self.excluded: Dict[str, str] = {}
         protos = [f for st in self.stores for f in self._protos(first, st)]
-        rows, cols, incs, sizes = self._read(dataset, protos, columnar)
+        rows, cols, incs, sizes = self._read(dataset, protos, columnar, schema)
         self.sizes = GraphSizes(sizes) if not hetero else GraphSizes(
             sizes, tuple(budget.nodes), tuple(budget.edges))
         if schema is not None:
@@ -198,53 +197,70 @@ class Scan:
         return Field(key, store.key, attr, dt, (None,) + tuple(v.shape[1:]), store.kind)
 
     # ------------------------------------------------------------ every graph
-    def _read(self, dataset, protos: List[Field], columnar: bool):
+    def _read(self, dataset, protos: List[Field], columnar: bool,
+              schema: Optional[Sequence[Field]]):
         """Sizes, rows per key and (columnar) the columns, checking every graph
-        against graph 0."""
+        against graph 0.  (The hot loop of a list collate: plain lists, the key
+        check compares key views first, and with a ``schema`` a size dim is
+        read off the rows of one of its keys rather than PyG's slow
+        ``num_nodes``: :meth:`_check_rows` then holds by construction.)"""
         n = self.num_graphs
         first = dataset[0]
-        sizes = np.zeros((n, len(self.dims)), dtype=np.int64)
-        rows = {f.key: np.zeros(n, dtype=np.int64) for f in protos}
+        by_dim = {(f.level, f.store): f.key for f in reversed(schema or []) if f.shape}
+        counted = [(j, dim) for j, dim in enumerate(self.dims) if dim not in by_dim]
+        sizes: List[List[int]] = []
+        rows: Dict[str, List[int]] = {f.key: [] for f in protos}
         cols: Dict[str, List[Tensor]] = {f.key: [] for f in protos}
-        incs = {f.key: np.zeros(n, dtype=np.int64) for f in protos if f.inc == "custom"}
-        per_store = [(st, [(f, f.torch_dtype, f.cat_dim, f.trail) for f in protos
-                           if f.store == st.key]) for st in self.stores]
+        incs: Dict[str, List[int]] = {f.key: [] for f in protos if f.inc == "custom"}
+        plan = []
+        for st in self.stores:
+            fields = [f for f in protos if f.store == st.key]
+            keys0 = _store_of(first, st.key, self.hetero)._mapping.keys()
+            # per key: field, dtype, cat dim, shape before / after the cat dim
+            checks = [(f, f.torch_dtype, f.cat_dim, f.shape[:f.cat_dim],
+                       f.shape[f.cat_dim + 1:]) for f in fields]
+            plan.append((st, set(keys0), checks))
         for i in range(n):
             d = first if i == 0 else dataset[i]
-            self._check_graph(d, i, first)
-            for j, dim in enumerate(self.dims):
-                sizes[i, j] = _count(d, dim, self.hetero)
-            for st, fields in per_store:
+            self._check_graph(d, i)
+            sizes.append([_count(d, dim, self.hetero) for _, dim in counted])
+            for st, keys0, checks in plan:
                 s = _store_of(d, st.key, self.hetero)
-                self._check_keys(s, st, fields, i)
-                for f, dt, c, trail in fields:
+                if s._mapping.keys() != keys0:
+                    self._check_keys(s, st, [f for f, *_ in checks], i)
+                for f, dt, c, pre, post in checks:
                     v = s[f.attr]
                     if v.dtype != dt:
                         raise ValueError(f"graph at dataset index {i}: key {f.key!r} has dtype "
                                          f"{v.dtype}, graph 0 has {dt}")
+                    sh = v.shape
                     if not f.shape:  # 0-d: one row per graph
-                        if v.dim() != 0:
+                        if sh:
                             raise ValueError(f"graph at dataset index {i}: key {f.key!r} has "
-                                             f"shape {tuple(v.shape)}, graph 0 has a 0-d tensor")
+                                             f"shape {tuple(sh)}, graph 0 has a 0-d tensor")
                         r, vv = 1, v.reshape(1)
                     else:
-                        if v.dim() != len(trail) + 1 or \
-                                tuple(v.shape[:c]) + tuple(v.shape[c + 1:]) != trail:
+                        r = sh[c] if len(sh) > c else -1
+                        if sh != pre + (r,) + post:
                             raise ValueError(
                                 f"graph at dataset index {i}: key {f.key!r} has shape "
-                                f"{tuple(v.shape)}, incompatible with graph 0's "
+                                f"{tuple(sh)}, incompatible with graph 0's "
                                 f"{f.shape} (cat dim {c})")
-                        r, vv = v.shape[c], (v.movedim(c, 0) if c else v)
-                    rows[f.key][i] = r
+                        vv = v.movedim(c, 0) if c else v
+                    rows[f.key].append(r)
                     if columnar:
                         cols[f.key].append(vv)
                     if f.key in incs:
-                        incs[f.key][i] = int(d.__inc__(f.attr, v))
-        return rows, cols, incs, sizes
+                        incs[f.key].append(int(d.__inc__(f.attr, v)))
+        as_np = {k: np.asarray(v, dtype=np.int64) for k, v in rows.items()}
+        matrix = np.empty((n, len(self.dims)), dtype=np.int64)
+        matrix[:, [j for j, _ in counted]] = np.asarray(sizes, dtype=np.int64).reshape(n, -1)
+        for j, dim in enumerate(self.dims):
+            if dim in by_dim:
+                matrix[:, j] = as_np[by_dim[dim]]
+        return as_np, cols, {k: np.asarray(v, dtype=np.int64) for k, v in incs.items()}, matrix
 
-    def _check_graph(self, d: Any, i: int, first: Any) -> None:
-        from torch_geometric.data import HeteroData
-
+    def _check_graph(self, d: Any, i: int) -> None:
         if isinstance(d, HeteroData) != self.hetero:
             raise TypeError(f"graph at dataset index {i} is "
                             f"{'not ' if self.hetero else ''}HeteroData, graph 0 is"
@@ -255,10 +271,11 @@ class Scan:
                              f"{d.node_types}/{d.edge_types}, graph 0 has "
                              f"{self.node_types}/{self.edge_types}")
 
-    def _check_keys(self, s, st: Store, fields, i: int) -> None:
+    def _check_keys(self, s, st: Store, fields: List[Field], i: int) -> None:
+        """The tensor keys of one store of graph ``i`` are graph 0's."""
         have = {k for k, v in s.items() if isinstance(v, Tensor) and k not in META_KEYS
                 and key_of(st.key, k) not in self.excluded}
-        want = {f.attr for f, *_ in fields}
+        want = {f.attr for f in fields}
         if have != want:
             where = f" (store {store_name(st.key) or 'global'!r})" if self.hetero else ""
             raise ValueError(

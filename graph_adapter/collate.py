@@ -136,7 +136,7 @@ class Collator:
         self._col = {dim: j for j, dim in enumerate(scan.dims)}
         self._rows = np.concatenate([list(budget.nodes.values()), list(budget.edges.values())]) \
             if budget.is_hetero else np.array([budget.nodes, budget.edges])
-        self._cap, _ = budget.capacity()
+        self._cap = budget.capacity()[0].tolist()  # real rows per size dim
         G = budget.graphs
         self._ar_G = np.arange(G, dtype=self._np_idt)
         self._ar = np.arange(max(int(self._rows.max()), G))
@@ -144,6 +144,11 @@ class Collator:
             [f.attr for f in self.schema if f.store == st.key] + list(st.reserved))]
         self._template = dict.fromkeys(self.keys)
         self._steps = [self._step(f) for f in self.schema]
+        # (column, padded rows, keys) of the reserved keys of every size dim
+        self._reserved = [(j, int(self._rows[j]), key_of(store, EDGE_MASK)) if level == "edge"
+                          else (j, int(self._rows[j]), key_of(store, BATCH), key_of(store, PTR),
+                                key_of(store, NODE_MASK))
+                          for (level, store), j in self._col.items()]
         self._used = sorted({s.rows_of for s in self._steps if isinstance(s.rows_of, int)})
         self._graph_rows = sorted({f.rows for f in self.schema if f.level == "graph"})
 
@@ -216,14 +221,14 @@ class Collator:
         meta = self._meta[idx]
         cnt = meta[:, :k]
         cum = cnt.cumsum(axis=0)
-        tot = cum[-1] if g else np.zeros(k, np.int64)
+        tot = cum[-1].tolist() if g else [0] * k  # real rows per size dim
         off = cum - cnt  # per graph, per size dim: its first row inside the batch
-        if g > G - 1 or (tot > self._cap).any():
+        if g > G - 1 or any(t > c for t, c in zip(tot, self._cap)):
             raise ValueError(self._misfit(where, g, tot))
         ar = self._ar
         gidx: Dict[Any, np.ndarray] = {}
         for j in self._used:
-            gidx[j] = (meta[:, k + j] - off[:, j]).repeat(cnt[:, j]) + ar[:int(tot[j])]
+            gidx[j] = (meta[:, k + j] - off[:, j]).repeat(cnt[:, j]) + ar[:tot[j]]
         for r in self._graph_rows:
             gidx[("graph", r)] = idx if r == 1 else \
                 (idx[:, None] * r + np.arange(r)[None, :]).reshape(-1)
@@ -252,13 +257,13 @@ class Collator:
         return out
 
     def _add_reserved(self, out: Dict[str, Any], g: int, cnt: np.ndarray,
-                      tot: np.ndarray) -> None:
+                      tot: List[int]) -> None:
         """``batch``, ``ptr`` and the masks of every store."""
         G, ar = self.budget.graphs, self._ar
-        for (level, store), j in self._col.items():
-            R, real = int(self._rows[j]), int(tot[j])
-            if level == "edge":
-                out[key_of(store, EDGE_MASK)] = torch.from_numpy(ar[:R] < real)
+        for j, R, *keys in self._reserved:
+            real = tot[j]
+            if len(keys) == 1:  # an edge dim: its mask
+                out[keys[0]] = torch.from_numpy(ar[:R] < real)
                 continue
             c = np.zeros(G, dtype=self._np_idt)
             c[:g] = cnt[:, j]
@@ -266,17 +271,17 @@ class Collator:
             ptr = np.empty(G + 1, dtype=self._np_idt)
             ptr[0] = 0
             c.cumsum(out=ptr[1:])
-            out[key_of(store, BATCH)] = torch.from_numpy(self._ar_G.repeat(c))
-            out[key_of(store, PTR)] = torch.from_numpy(ptr)
-            out[key_of(store, NODE_MASK)] = torch.from_numpy(ar[:R] < real)
+            out[keys[0]] = torch.from_numpy(self._ar_G.repeat(c))
+            out[keys[1]] = torch.from_numpy(ptr)
+            out[keys[2]] = torch.from_numpy(ar[:R] < real)
         out[GRAPH_MASK] = torch.from_numpy(self._ar_G < g)
 
-    def _misfit(self, where: str, g: int, tot: np.ndarray) -> str:
+    def _misfit(self, where: str, g: int, tot: List[int]) -> str:
         b = self.budget
         parts = [f"{g} graphs (max {b.graphs - 1})"]
         for (level, store), j in self._col.items():
             name = f"{level}s" + (f" of {store_name(store)}" if self.is_hetero else "")
-            parts.append(f"{int(tot[j])} {name} (max {int(self._cap[j])})")
+            parts.append(f"{tot[j]} {name} (max {self._cap[j]})")
         return f"batch {where} does not fit {b!r}: " + ", ".join(parts)
 
     def collate(self, data_list: Sequence[Any]) -> Dict[str, Tensor]:

@@ -8,9 +8,8 @@ DataLoader arguments pass through.
 """
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, asdict
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np

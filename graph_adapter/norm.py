@@ -35,32 +35,35 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import static
+from .format import mask_of_rows
 
 __all__ = ["MaskedBatchNorm1d", "mask_norms", "masked_batch_norm", "real_prefix"]
 
 
 def _row_mask(rows: int, op: str) -> Optional[Tensor]:
+    """The mask of the padded batch whose length is ``rows`` (None outside a frame).
+
+    The level is picked by :func:`graph_adapter.format.mask_of_rows`: an
+    edge-level tie loses (node- and graph-level norms are the common ones); a
+    node/graph tie is an error.
+    """
     frame = static.current_frame()
     if frame is None:
         return None
-    found = [m for m in frame["row_masks"] if m.size(0) == rows]
-    if not found:
+    mask, levels = mask_of_rows(rows, frame["masks"])
+    if mask is None:
         raise static.StaticSizeError(
             f"{op}: input has {rows} rows, which matches no mask of the padded batch "
             f"(nodes, graphs, edges); BatchNorm statistics would include padding rows. "
             f"Normalise node-, graph- or edge-level tensors only, or use eval()."
         )
-    first = found[0]
-    # row_masks is ordered node, graph, edge: an edge-level tie loses (node-
-    # and graph-level norms are the common ones); a node/graph tie is an error.
-    if len(found) > 1 and found[1] is not first and frame["graph_mask"] is not None \
-            and found[1] is frame["graph_mask"]:
+    if "node" in levels and "graph" in levels:
         raise static.StaticSizeError(
             f"{op}: input has {rows} rows and the padded batch has as many nodes as graph "
             f"slots, so it cannot tell node rows from graph rows; choose a budget where "
             f"they differ."
         )
-    return first
+    return mask
 
 
 def _eager_ok(x: Tensor) -> bool:
@@ -176,7 +179,7 @@ class _BatchSizeFromFrame:
                 *args, **kwargs):
         frame = static.current_frame()
         if batch is not None and batch_size is None and frame is not None:
-            batch_size = static._index_size(frame, batch, type(self).__name__, "batch_size")
+            batch_size = static.index_size(frame, batch, type(self).__name__, "batch_size")
         return super().forward(x, batch, batch_size, *args, **kwargs)
 
 

@@ -23,7 +23,7 @@ import torch.utils._pytree as pytree
 from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.data.data import BaseData
 
-from .spec import Spec, _class_path, flatten, unflatten
+from .spec import Spec, class_path, flatten, unflatten
 
 __all__ = ["register_pytree"]
 
@@ -48,8 +48,8 @@ def _serialized_name(cls: type) -> str:
     if issubclass(cls, Batch):
         # Batch classes are made on the fly and live in module ``abc``; name
         # them by what they batch.
-        return "graph_adapter.batch_of." + _class_path(cls.__bases__[-1]).replace(":", ".")
-    return _class_path(cls).replace(":", ".")
+        return "graph_adapter.batch_of." + class_path(cls.__bases__[-1]).replace(":", ".")
+    return class_path(cls).replace(":", ".")
 
 
 def register_pytree(cls: type) -> None:

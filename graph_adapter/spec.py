@@ -34,7 +34,6 @@ import copy
 import dataclasses
 import importlib
 import json
-import math
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 import torch
@@ -43,6 +42,8 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.data.data import BaseData
 
+from ._spec_values import (DtypeMismatchError, MissingKeyError, ShapeMismatchError, SpecError,
+                           UnexpectedKeyError, UnsupportedAttributeError, decode, dumps)
 from .format import (EDGE_TYPE_SEP, GRAPH_MASK, LEVELS, MASK_OF_LEVEL, PTR, SEP, StoreKey,
                      is_hetero, key_of, levels_of_rows, parse_key, pick_level)
 
@@ -63,40 +64,9 @@ __all__ = [
     "infer_spec",
     "key_of",
     "parse_key",
+    "class_path",
+    "resolve_class",
 ]
-
-# --------------------------------------------------------------------------
-# Errors. Each names the key it is about and says what to do.
-# --------------------------------------------------------------------------
-class SpecError(Exception):
-    """Base class: a flat dict, a spec or an attribute that does not fit."""
-
-
-class _KeyErrorMessage(KeyError):
-    # KeyError repr()s its message; show it as written instead.
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-class MissingKeyError(SpecError, _KeyErrorMessage):
-    """The flat dict lacks a key that the spec names."""
-
-
-class UnexpectedKeyError(SpecError, _KeyErrorMessage):
-    """The flat dict has a key that the spec does not name."""
-
-
-class DtypeMismatchError(SpecError, TypeError):
-    """A tensor's dtype differs from the spec's."""
-
-
-class ShapeMismatchError(SpecError, ValueError):
-    """A tensor's shape differs from the spec's (other than on its cat dim)."""
-
-
-class UnsupportedAttributeError(SpecError, TypeError):
-    """An attribute is neither a dense tensor nor a JSON value."""
-
 
 # --------------------------------------------------------------------------
 # Key naming: the rules live in graph_adapter.format (re-exported here)
@@ -107,64 +77,6 @@ def _check_name(name: str, what: str) -> None:
             f"{what} {name!r} contains {SEP!r}, which graph_adapter uses to join store and "
             f"attribute in flat keys; rename it."
         )
-
-
-# --------------------------------------------------------------------------
-# JSON encoding of non-tensor values (never pickle)
-# --------------------------------------------------------------------------
-_JSON_SCALARS = (str, int, float, bool, type(None))
-
-
-def _encode(value: Any, where: str) -> Any:
-    """Encode ``value`` as plain JSON, keeping tuples, tensors and non-str dict keys exact."""
-    if isinstance(value, _JSON_SCALARS):
-        if isinstance(value, float) and not math.isfinite(value):
-            return {"__float__": repr(value)}
-        return value
-    if isinstance(value, Tensor):
-        if value.layout != torch.strided:
-            raise UnsupportedAttributeError(f"{where}: sparse tensors are not supported; use .to_dense().")
-        return {
-            "__tensor__": str(value.dtype).replace("torch.", ""),
-            "shape": list(value.shape),
-            "data": value.detach().cpu().reshape(-1).tolist(),
-        }
-    if isinstance(value, list):
-        return [_encode(v, where) for v in value]
-    if isinstance(value, tuple):
-        return {"__tuple__": [_encode(v, where) for v in value]}
-    if isinstance(value, dict):
-        return {"__dict__": [[_encode(k, where), _encode(v, where)] for k, v in value.items()]}
-    raise UnsupportedAttributeError(
-        f"{where} has type {type(value).__module__}.{type(value).__qualname__}, which has no exact "
-        f"JSON form: only dense tensors, str, int, float, bool, None and lists/tuples/dicts of them "
-        f"can be flattened. Convert it to a tensor (e.g. torch.as_tensor) or delete the attribute "
-        f"before flattening."
-    )
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "__float__" in value:
-        return float(value["__float__"])
-    if "__tuple__" in value:
-        return tuple(_decode(v) for v in value["__tuple__"])
-    if "__dict__" in value:
-        return {_decode(k): _decode(v) for k, v in value["__dict__"]}
-    if "__tensor__" in value:
-        dtype = getattr(torch, value["__tensor__"])
-        return torch.tensor(value["data"], dtype=dtype).reshape(value["shape"])
-    raise ValueError(f"not a graph_adapter JSON value: {value!r}")
-
-
-def _dumps(value: Any, where: str) -> str:
-    # Non-strict torch.export flattens inputs inside its fake mode, where
-    # reading a real tensor's values would give symbolic ints: step out of it.
-    with unset_fake_temporarily():
-        return json.dumps(_encode(value, where), sort_keys=True, separators=(",", ":"))
 
 
 # --------------------------------------------------------------------------
@@ -269,8 +181,8 @@ class Spec:
         constants, info = (), None
         if self.constants or self.batch_info is not None:
             with unset_fake_temporarily():
-                constants = tuple((s, a, _decode(json.loads(j))) for s, a, j in self.constants)
-                info = None if self.batch_info is None else _decode(json.loads(self.batch_info))
+                constants = tuple((s, a, decode(json.loads(j))) for s, a, j in self.constants)
+                info = None if self.batch_info is None else decode(json.loads(self.batch_info))
         object.__setattr__(self, "_constant_values", constants)
         object.__setattr__(self, "_batch_values", info)
 
@@ -377,14 +289,15 @@ def _show_shape(shape: Iterable[Optional[int]]) -> str:
 # --------------------------------------------------------------------------
 # Classes: resolved eagerly, once, outside any compiled region.
 # --------------------------------------------------------------------------
-def _class_path(cls: type) -> str:
+def class_path(cls: type) -> str:
+    """``"module:qualname"`` of a class, as a :class:`Spec` names it."""
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
 _CLASSES: Dict[Tuple[str, bool], type] = {}
 
 
-def _resolve(data_cls: str, is_batch: bool) -> type:
+def resolve_class(data_cls: str, is_batch: bool) -> type:
     """The concrete class a spec names; cached so that compiled code only reads a dict."""
     cached = _CLASSES.get((data_cls, is_batch))
     if cached is not None:
@@ -402,7 +315,7 @@ def _resolve(data_cls: str, is_batch: bool) -> type:
 
 for _cls in (Data, HeteroData):  # the classes infer_spec() names, resolved up front
     for _is_batch in (False, True):
-        _resolve(_class_path(_cls), _is_batch)
+        resolve_class(class_path(_cls), _is_batch)
 
 
 def _new(cls: type) -> BaseData:
@@ -544,13 +457,13 @@ def flatten(
                 )
             else:
                 where = f"attribute {key!r}"
-                constants.append((skey, attr, _dumps(value, where)))
+                constants.append((skey, attr, dumps(value, where)))
     if levels:
         raise MissingKeyError(f"levels names key(s) {sorted(levels)} that are not tensor attributes")
 
     batch_info = None
     if is_batch:
-        batch_info = _dumps(
+        batch_info = dumps(
             {
                 "num_graphs": obj.num_graphs,
                 "slice_dict": obj._slice_dict,
@@ -561,7 +474,7 @@ def flatten(
         )
 
     spec = Spec(
-        data_cls=_class_path(_base_class(obj)),
+        data_cls=class_path(_base_class(obj)),
         is_batch=is_batch,
         fields=tuple(fields),
         node_types=tuple(obj.node_types) if isinstance(obj, HeteroData) else (),
@@ -569,7 +482,7 @@ def flatten(
         constants=tuple(constants),
         batch_info=batch_info,
     )
-    _resolve(spec.data_cls, spec.is_batch)  # fail now, not inside a compiled forward
+    resolve_class(spec.data_cls, spec.is_batch)  # fail now, not inside a compiled forward
     return flat, spec
 
 
@@ -607,7 +520,7 @@ def infer_spec(
         fields.append(Field(key, store, attr, str(t.dtype).replace("torch.", ""), tuple(t.shape), level))
     node_types = sorted({s[0] for s, _ in parsed.values() if len(s) == 1})
     edge_types = sorted({s for s, _ in parsed.values() if len(s) == 3})
-    return Spec(_class_path(data_cls), is_batch, tuple(fields), tuple(node_types), tuple(edge_types))
+    return Spec(class_path(data_cls), is_batch, tuple(fields), tuple(node_types), tuple(edge_types))
 
 
 _MASK_LEVEL = {m: lv for lv, m in MASK_OF_LEVEL.items()}
@@ -661,7 +574,7 @@ def unflatten(flat: Mapping[str, Tensor], spec: Spec, validate: bool = True) -> 
     """
     if validate and not torch.compiler.is_compiling():
         spec.validate(flat)
-    out = _new(_resolve(spec.data_cls, spec.is_batch))
+    out = _new(resolve_class(spec.data_cls, spec.is_batch))
     # Create hetero stores in the original order (also the empty ones).
     for nt in spec.node_types:
         out[nt]

@@ -54,6 +54,9 @@ from torch_geometric import EdgeIndex
 from torch_geometric.nn.aggr.base import Aggregation
 from torch_geometric.utils import num_nodes as _num_nodes_mod
 
+from .format import (BATCH, EDGE_MASK, GRAPH_MASK, NODE_MASK, PTR, is_hetero, levels_of_rows,
+                     masks_by_level, parse_key)
+
 __all__ = [
     "StaticSizeError",
     "install",
@@ -63,6 +66,7 @@ __all__ = [
     "push_frame",
     "pop_frame",
     "make_frame",
+    "index_size",
 ]
 
 
@@ -93,41 +97,37 @@ def make_frame(flat: Dict[str, Tensor]) -> Dict[str, Any]:
     /``ptr`` when a mask is missing). Hetero: ``G`` and per-store masks; the
     node-level rules then apply only to the batch vectors.
     """
-    frame: Dict[str, Any] = {"hetero": any("/" in k for k in flat)}
+    frame: Dict[str, Any] = {"hetero": is_hetero(flat)}
     g = None
-    if "graph_mask" in flat:
-        g = flat["graph_mask"].size(-1)
-    elif "ptr" in flat:
-        g = flat["ptr"].size(-1) - 1
+    if GRAPH_MASK in flat:
+        g = flat[GRAPH_MASK].size(-1)
+    elif PTR in flat:
+        g = flat[PTR].size(-1) - 1
     frame["G"] = g
-    frame["graph_mask"] = flat.get("graph_mask")
+    frame["graph_mask"] = flat.get(GRAPH_MASK)
+    frame["masks"] = masks_by_level(flat)
     if not frame["hetero"]:
         n = e = None
-        if "node_mask" in flat:
-            n = flat["node_mask"].size(0)
+        if NODE_MASK in flat:
+            n = flat[NODE_MASK].size(0)
         elif "x" in flat:
             n = flat["x"].size(0)
-        elif "batch" in flat:
-            n = flat["batch"].size(0)
-        if "edge_mask" in flat:
-            e = flat["edge_mask"].size(0)
+        elif BATCH in flat:
+            n = flat[BATCH].size(0)
+        if EDGE_MASK in flat:
+            e = flat[EDGE_MASK].size(0)
         elif "edge_index" in flat:
             e = flat["edge_index"].size(-1)
         frame["N"] = n
         frame["E"] = e
-        frame["batch"] = flat.get("batch")
-        frame["node_mask"] = flat.get("node_mask")
-        frame["edge_mask"] = flat.get("edge_mask")
-        frame["batches"] = [flat["batch"]] if "batch" in flat else []
-        frame["row_masks"] = [m for m in (flat.get("node_mask"), flat.get("graph_mask"),
-                                          flat.get("edge_mask")) if m is not None]
+        frame["batch"] = flat.get(BATCH)
+        frame["node_mask"] = flat.get(NODE_MASK)
+        frame["edge_mask"] = flat.get(EDGE_MASK)
+        frame["batches"] = [flat[BATCH]] if BATCH in flat else []
     else:
         frame["N"] = frame["E"] = None
         frame["batch"] = None
-        frame["batches"] = [v for k, v in flat.items() if k.endswith("/batch")]
-        frame["row_masks"] = [v for k, v in flat.items() if k.endswith("node_mask")] + (
-            [flat["graph_mask"]] if "graph_mask" in flat else []
-        ) + [v for k, v in flat.items() if k.endswith("edge_mask")]
+        frame["batches"] = [v for k, v in flat.items() if parse_key(k)[1] == BATCH]
     return frame
 
 
@@ -163,8 +163,14 @@ def _is_batch_vector(frame: Dict[str, Any], index: Tensor) -> bool:
     return False
 
 
-def _index_size(frame: Dict[str, Any], index: Tensor, op: str, arg: str) -> int:
-    """Static output size for an index whose size argument is missing."""
+def index_size(frame: Dict[str, Any], index: Tensor, op: str, arg: str) -> int:
+    """Static output size for an index whose size argument (``arg`` of ``op``) is missing.
+
+    The batch vector maps nodes to graphs (``G``); otherwise the index's level
+    (:func:`graph_adapter.format.levels_of_rows` of its length) says: an
+    edge-level index maps edges to nodes (``N``), a node-level one nodes to
+    graphs (``G``).  Raises :class:`StaticSizeError` when it cannot tell.
+    """
     if _is_batch_vector(frame, index):
         return frame["G"]
     n, e, g = frame["N"], frame["E"], frame["G"]
@@ -172,11 +178,12 @@ def _index_size(frame: Dict[str, Any], index: Tensor, op: str, arg: str) -> int:
     if n is None:
         _fail(op, f"{arg} is missing and the index is not a batch vector of this hetero batch",
               f"pass {arg}= explicitly")
-    if length == e and length != n:
+    levels = levels_of_rows(length, {"node": n, "edge": e})
+    if levels == ("edge",):
         return n
-    if length == n and length != e:
+    if levels == ("node",):
         return g
-    if length == n == e:
+    if levels:
         _fail(op, f"{arg} is missing and the index (length {length}) is not the batch vector; "
                   f"the budget has as many nodes as edges, so it cannot tell a node->graph "
                   f"index from an edge->node one", f"pass {arg}= explicitly")
@@ -208,7 +215,7 @@ def _plain(t: Any) -> bool:
 def scatter(src: Tensor, index: Tensor, dim: int = 0, dim_size: Optional[int] = None,
             reduce: str = "sum") -> Tensor:
     if dim_size is None and _FRAMES:
-        dim_size = _index_size(_FRAMES[-1], index, "torch_geometric.utils.scatter "
+        dim_size = index_size(_FRAMES[-1], index, "torch_geometric.utils.scatter "
                                "(or a global_*_pool)", "dim_size/size")
     return _ORIG["scatter"](src, index, dim, dim_size, reduce)
 
@@ -216,7 +223,7 @@ def scatter(src: Tensor, index: Tensor, dim: int = 0, dim_size: Optional[int] = 
 def softmax(src: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
             num_nodes: Optional[int] = None, dim: int = 0) -> Tensor:
     if num_nodes is None and ptr is None and index is not None and _FRAMES:
-        num_nodes = _index_size(_FRAMES[-1], index, "torch_geometric.utils.softmax", "num_nodes")
+        num_nodes = index_size(_FRAMES[-1], index, "torch_geometric.utils.softmax", "num_nodes")
     return _ORIG["softmax"](src, index, ptr, num_nodes, dim)
 
 
@@ -225,7 +232,7 @@ def to_dense_batch(x: Tensor, batch: Optional[Tensor] = None, fill_value: float 
     if batch is not None and _FRAMES:
         frame = _FRAMES[-1]
         if batch_size is None:
-            batch_size = _index_size(frame, batch, "torch_geometric.utils.to_dense_batch",
+            batch_size = index_size(frame, batch, "torch_geometric.utils.to_dense_batch",
                                      "batch_size")
         if max_num_nodes is None:
             max_num_nodes = x.size(0)
@@ -287,7 +294,7 @@ def add_remaining_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = N
 def _aggr_call(self, x: Tensor, index: Optional[Tensor] = None, ptr: Optional[Tensor] = None,
                dim_size: Optional[int] = None, dim: int = -2, **kwargs):
     if dim_size is None and ptr is None and index is not None and _FRAMES:
-        dim_size = _index_size(_FRAMES[-1], index, f"{type(self).__name__} (aggregation module)",
+        dim_size = index_size(_FRAMES[-1], index, f"{type(self).__name__} (aggregation module)",
                                "dim_size")
     return _ORIG_AGGR_CALL(self, x, index=index, ptr=ptr, dim_size=dim_size, dim=dim, **kwargs)
 

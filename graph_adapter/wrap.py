@@ -19,24 +19,21 @@ fixed keys:
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
-import torch
 from torch import Tensor, nn
 from torch_geometric.data.data import BaseData
 from torch_geometric.data import Data, HeteroData
 
 from . import static
 from .norm import mask_norms
-from .spec import _class_path, _resolve, infer_spec, key_of, unflatten
+from .format import (LOSS_KEY, OUTPUT_KEY, SEP, has_micro_batch_dim, is_hetero, key_of,
+                     mask_of_rows, masks_by_level, micro_batch, num_micro_batches,
+                     strip_micro_batch)
+from .spec import class_path, resolve_class, infer_spec, unflatten
 
 __all__ = ["ipu_wrap", "IPUWrapped", "unpad", "strip_micro_batch", "has_micro_batch_dim",
            "MissingInputError", "OUTPUT_KEY", "LOSS_KEY"]
-
-OUTPUT_KEY = "output"
-LOSS_KEY = "loss"
-_MASKS = ("node_mask", "edge_mask", "graph_mask")
-
 
 class StaticData(Data):
     """``Data`` whose ``num_nodes`` is the static ``node_mask`` length.
@@ -60,34 +57,11 @@ class StaticData(Data):
 
 
 # Resolve the batch class once, eagerly: compiled code may only read the cache.
-_resolve(_class_path(StaticData), True)
+resolve_class(class_path(StaticData), True)
 
 
 class MissingInputError(TypeError):
     """The model's forward needs a parameter that no key of the flat dict provides."""
-
-
-def has_micro_batch_dim(flat: Mapping[str, Tensor]) -> bool:
-    """True iff ``flat`` carries a leading micro-batch dim (``graph_mask.dim() == 2``)."""
-    gm = flat.get("graph_mask")
-    if gm is None:
-        raise KeyError("the flat dict has no 'graph_mask' key; ipu_wrap needs a padded batch "
-                       "from FixedSizeLoader (docs/dev/FORMAT.md)")
-    return gm.dim() == 2
-
-
-def strip_micro_batch(flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
-    """Remove a leading micro-batch dim of size 1 (error if it is larger)."""
-    if not has_micro_batch_dim(flat):
-        return dict(flat)
-    f = flat["graph_mask"].size(0)
-    if f != 1:
-        raise ValueError(
-            f"the flat dict has a leading micro-batch dim of size {f}; the wrapped model takes "
-            f"one micro-batch at a time. Split it (graph_adapter.compile's poptorch backends do), "
-            f"or index it: {{k: v[i] for k, v in flat.items()}}."
-        )
-    return {k: v[0] for k, v in flat.items()}
 
 
 def _flatten_output(out: Any, prefix: str, res: Dict[str, Tensor]) -> None:
@@ -104,13 +78,13 @@ def _flatten_output(out: Any, prefix: str, res: Dict[str, Tensor]) -> None:
             for attr in sorted(store.keys()):
                 v = store[attr]
                 if isinstance(v, Tensor):
-                    res[prefix + "/" + key_of(skey, attr)] = v
+                    res[prefix + SEP + key_of(skey, attr)] = v
     elif isinstance(out, (tuple, list)):
         for i, v in enumerate(out):
-            _flatten_output(v, f"{prefix}/{i}", res)
+            _flatten_output(v, f"{prefix}{SEP}{i}", res)
     elif isinstance(out, Mapping):
         for k, v in out.items():
-            _flatten_output(v, f"{prefix}/{k}", res)
+            _flatten_output(v, f"{prefix}{SEP}{k}", res)
     elif out is None:
         pass
     else:
@@ -174,7 +148,7 @@ class IPUWrapped(nn.Module):
 
     def forward(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
         flat = strip_micro_batch(flat)
-        hetero = any("/" in k for k in flat)
+        hetero = is_hetero(flat)
         batch = unflatten(flat, infer_spec(flat, data_cls=None if hetero else StaticData),
                           validate=False)
         frame = static.make_frame(flat)
@@ -228,56 +202,49 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
 # --------------------------------------------------------------------------
 # unpad (host side)
 # --------------------------------------------------------------------------
-def _select(value: Tensor, masks: Mapping[int, Tensor]) -> Tensor:
+def _select(value: Tensor, masks: Mapping[str, List[Tensor]]) -> Tensor:
     if value.dim() == 0:
         return value
-    m = masks.get(value.size(0))
-    return value if m is None else value[m]
+    m, _ = mask_of_rows(value.size(0), masks)
+    return value if m is None else value[m.bool()]
 
 
-def _row_masks(flat: Mapping[str, Tensor]) -> Dict[int, Tensor]:
-    masks: Dict[int, Tensor] = {}
-    # graph first, then nodes, then edges: a size shared by two levels keeps
-    # the first (document: choose budgets where N, E and G differ).
-    for level in ("graph_mask", "node_mask", "edge_mask"):
-        for k, v in flat.items():
-            if k == level or k.endswith("/" + level):
-                masks.setdefault(v.size(-1), v.bool())
-    return masks
+def _has_rows(rows: int, masks: Mapping[str, List[Tensor]]) -> bool:
+    return mask_of_rows(rows, masks)[0] is not None
 
 
 def unpad(outputs: Mapping[str, Tensor], flat: Mapping[str, Tensor]) -> Union[Dict[str, Tensor], List[Dict[str, Tensor]]]:
     """Keep only the rows of real graphs / nodes / edges of each output.
 
-    A value whose first dim equals the graph-slot count ``G`` keeps the rows
-    where ``graph_mask``; ``N`` -> ``node_mask``; ``E`` -> ``edge_mask``; other
-    values (e.g. the scalar loss) are returned as they are.
+    A value whose first dim equals the node count ``N`` keeps the rows where
+    ``node_mask``; ``G`` (graph slots) -> ``graph_mask``; ``E`` ->
+    ``edge_mask``; other values (e.g. the scalar loss) are returned as they
+    are.  A size shared by two levels is decided as everywhere else
+    (:func:`graph_adapter.format.mask_of_rows`: node, then graph, then edge);
+    choose budgets where ``N``, ``E`` and ``G`` differ.
 
     When ``flat`` has a leading micro-batch dim ``F``, the result is a list of
     ``F`` dicts, one per micro-batch; outputs may then be ``[F, R, ...]``,
     ``[F * R, ...]`` (stacked by poptorch) or, for ``F == 1``, ``[R, ...]``.
     """
     if not has_micro_batch_dim(flat):
-        masks = _row_masks(flat)
+        masks = masks_by_level(flat)
         return {k: _select(v, masks) for k, v in outputs.items()}
-    f = flat["graph_mask"].size(0)
+    f = num_micro_batches(flat)
     result = []
     for i in range(f):
-        masks = _row_masks({k: v[i] for k, v in flat.items()})
-        one = {}
-        for k, v in outputs.items():
-            v = _micro(v, i, f, masks)
-            one[k] = _select(v, masks)
-        result.append(one)
+        masks = masks_by_level(micro_batch(flat, i))
+        result.append({k: _select(_micro(v, i, f, masks), masks) for k, v in outputs.items()})
     return result
 
 
-def _micro(v: Tensor, i: int, f: int, masks: Mapping[int, Tensor]) -> Tensor:
+def _micro(v: Tensor, i: int, f: int, masks: Mapping[str, List[Tensor]]) -> Tensor:
+    """Micro-batch ``i`` of one output (see :func:`unpad` for the layouts)."""
     if v.dim() == 0:
         return v
-    if v.dim() >= 2 and v.size(0) == f and v.size(1) in masks:
+    if v.dim() >= 2 and v.size(0) == f and _has_rows(v.size(1), masks):
         return v[i]
-    if v.size(0) % f == 0 and (v.size(0) // f) in masks and f > 1:
+    if v.size(0) % f == 0 and _has_rows(v.size(0) // f, masks) and f > 1:
         r = v.size(0) // f
         return v[i * r:(i + 1) * r]
     if v.size(0) == f:

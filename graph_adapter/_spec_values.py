@@ -1,0 +1,109 @@
+"""The errors of :mod:`graph_adapter.spec` and the exact JSON form of non-tensor values.
+
+A spec keeps every non-tensor attribute (and a batch's metadata) as JSON
+text, never pickle: :func:`encode` / :func:`decode` round-trip tuples, dicts
+with non-str keys, non-finite floats and small tensors exactly.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+__all__ = ["SpecError", "MissingKeyError", "UnexpectedKeyError", "DtypeMismatchError",
+           "ShapeMismatchError", "UnsupportedAttributeError", "encode", "decode", "dumps"]
+
+
+# --------------------------------------------------------------------------
+# Errors. Each names the key it is about and says what to do.
+# --------------------------------------------------------------------------
+class SpecError(Exception):
+    """Base class: a flat dict, a spec or an attribute that does not fit."""
+
+
+class _KeyErrorMessage(KeyError):
+    # KeyError repr()s its message; show it as written instead.
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class MissingKeyError(SpecError, _KeyErrorMessage):
+    """The flat dict lacks a key that the spec names."""
+
+
+class UnexpectedKeyError(SpecError, _KeyErrorMessage):
+    """The flat dict has a key that the spec does not name."""
+
+
+class DtypeMismatchError(SpecError, TypeError):
+    """A tensor's dtype differs from the spec's."""
+
+
+class ShapeMismatchError(SpecError, ValueError):
+    """A tensor's shape differs from the spec's (other than on its cat dim)."""
+
+
+class UnsupportedAttributeError(SpecError, TypeError):
+    """An attribute is neither a dense tensor nor a JSON value."""
+
+
+# --------------------------------------------------------------------------
+# JSON encoding of non-tensor values (never pickle)
+# --------------------------------------------------------------------------
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def encode(value: Any, where: str) -> Any:
+    """Encode ``value`` as plain JSON, keeping tuples, tensors and non-str dict keys exact."""
+    if isinstance(value, _JSON_SCALARS):
+        if isinstance(value, float) and not math.isfinite(value):
+            return {"__float__": repr(value)}
+        return value
+    if isinstance(value, Tensor):
+        if value.layout != torch.strided:
+            raise UnsupportedAttributeError(f"{where}: sparse tensors are not supported; use .to_dense().")
+        return {
+            "__tensor__": str(value.dtype).replace("torch.", ""),
+            "shape": list(value.shape),
+            "data": value.detach().cpu().reshape(-1).tolist(),
+        }
+    if isinstance(value, list):
+        return [encode(v, where) for v in value]
+    if isinstance(value, tuple):
+        return {"__tuple__": [encode(v, where) for v in value]}
+    if isinstance(value, dict):
+        return {"__dict__": [[encode(k, where), encode(v, where)] for k, v in value.items()]}
+    raise UnsupportedAttributeError(
+        f"{where} has type {type(value).__module__}.{type(value).__qualname__}, which has no exact "
+        f"JSON form: only dense tensors, str, int, float, bool, None and lists/tuples/dicts of them "
+        f"can be flattened. Convert it to a tensor (e.g. torch.as_tensor) or delete the attribute "
+        f"before flattening."
+    )
+
+
+def decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "__float__" in value:
+        return float(value["__float__"])
+    if "__tuple__" in value:
+        return tuple(decode(v) for v in value["__tuple__"])
+    if "__dict__" in value:
+        return {decode(k): decode(v) for k, v in value["__dict__"]}
+    if "__tensor__" in value:
+        dtype = getattr(torch, value["__tensor__"])
+        return torch.tensor(value["data"], dtype=dtype).reshape(value["shape"])
+    raise ValueError(f"not a graph_adapter JSON value: {value!r}")
+
+
+def dumps(value: Any, where: str) -> str:
+    # Non-strict torch.export flattens inputs inside its fake mode, where
+    # reading a real tensor's values would give symbolic ints: step out of it.
+    with unset_fake_temporarily():
+        return json.dumps(encode(value, where), sort_keys=True, separators=(",", ":"))
