@@ -155,6 +155,7 @@ def resolve_backend(name: str) -> Tuple[str, str]:
 
 
 def _backend(name: str) -> Backend:
+    """The registry entry of ``name`` (``"auto"`` resolved)."""
     return _REGISTRY[resolve_backend(name)[0]]
 
 
