@@ -32,6 +32,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from .format import SEP, store_name
+
 __all__ = ["Budget"]
 
 Count = Union[int, Mapping[str, int]]
@@ -42,8 +44,8 @@ def _norm_count(name: str, value: Any) -> Any:
         out = {}
         for k, v in value.items():
             if isinstance(k, tuple):
-                k = "__".join(k)
-            if not isinstance(k, str) or "/" in k:
+                k = store_name(k)
+            if not isinstance(k, str) or SEP in k:
                 raise ValueError(f"Budget.{name}: bad type name {k!r}")
             out[k] = _norm_count(f"{name}[{k!r}]", v)
         return dict(sorted(out.items()))

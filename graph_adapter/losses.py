@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .format import MASK_OF_LEVEL
+
 __all__ = ["masked_mean", "masked_mse_loss", "masked_l1_loss", "masked_bce_with_logits",
            "masked_cross_entropy", "masked_loss"]
 
@@ -113,7 +115,7 @@ def masked_loss(kind: Union[str, Callable] = "mse", target: str = "y", level: st
     fn = _KINDS[kind] if isinstance(kind, str) else kind
     if level not in ("graph", "node", "edge"):
         raise ValueError(f"level={level!r}; choose 'graph', 'node' or 'edge'")
-    mask_name = f"{level}_mask"
+    mask_name = MASK_OF_LEVEL[level]
 
     def loss_fn(output, batch):
         pred = output if output_key is None else output[output_key]

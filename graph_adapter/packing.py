@@ -31,6 +31,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .format import store_name
+
 __all__ = ["GraphSizes", "graph_sizes", "pack_greedy", "pack_histogram", "plan_epoch",
            "plan_efficiency", "find_oversize", "PACKERS"]
 
@@ -61,7 +63,7 @@ class GraphSizes:
 
 
 def _edge_type_name(et) -> str:
-    return "__".join(et) if isinstance(et, tuple) else str(et)
+    return store_name(et) if isinstance(et, tuple) else str(et)
 
 
 def graph_sizes(dataset) -> GraphSizes:
