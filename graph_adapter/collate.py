@@ -418,8 +418,8 @@ def _guess_field(k: str, v: Tensor, flat: Mapping[str, Tensor], levels: Mapping[
     cat = v.dim() - 1 if inc == "nodes" else 0
     size = v.shape[cat] if v.dim() else 0
     level = levels.get(k)
-    if level is None and store:
-        level = {1: "node", 3: "edge"}[len(store)]
+    if level is None and is_hetero(flat):  # the store says
+        level = {0: "graph", 1: "node", 3: "edge"}[len(store)]
     elif level is None:
         N, E = flat[NODE_MASK].numel(), flat[EDGE_MASK].numel()
         cands = list(levels_of_rows(size, {"node": N, "edge": E}))

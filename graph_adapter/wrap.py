@@ -27,8 +27,8 @@ from torch_geometric.data import Data, HeteroData
 
 from . import static
 from .norm import mask_norms
-from .format import (LOSS_KEY, OUTPUT_KEY, SEP, has_micro_batch_dim, is_hetero, key_of,
-                     mask_of_rows, masks_by_level, micro_batch, num_micro_batches,
+from .format import (LOSS_KEY, NODE_MASK, OUTPUT_KEY, SEP, has_micro_batch_dim, is_hetero,
+                     key_of, mask_of_rows, masks_by_level, micro_batch, num_micro_batches,
                      strip_micro_batch)
 from .spec import class_path, resolve_class, infer_spec, unflatten
 
@@ -46,7 +46,7 @@ class StaticData(Data):
 
     @property
     def num_nodes(self) -> Optional[int]:
-        mask = self._store._mapping.get("node_mask")
+        mask = self._store._mapping.get(NODE_MASK)
         if mask is not None:
             return mask.size(0)
         return Data.num_nodes.fget(self)

@@ -249,3 +249,28 @@ def test_hetero_budget_fit_and_loader_with_unsorted_types():
         ids.extend(int(h.y) for h in loader.collator.unpad(item))
     assert sorted(ids) == list(range(30))
     assert 0 < loader.stats.node_efficiency <= 1
+
+
+def test_one_collator_and_one_unpad_for_both_kinds():
+    from graph_adapter.collate import Collator, unpad_batch
+
+    graphs = tag(_two_type_graphs())
+    budget = Budget.tight(graphs, 3)
+    c = Collator(graphs, budget)  # a hetero budget: no separate class needed
+    assert c.is_hetero
+    flat = c.collate_indices([4, 1])
+    ref = HeteroCollator(graphs, budget).collate_indices([4, 1])
+    assert list(flat) == list(ref)
+    for k in flat:
+        assert torch.equal(flat[k].nan_to_num(), ref[k].nan_to_num()), k
+    # unpad_batch reads the stores off the keys; with or without the schema
+    for back in (unpad_batch(flat, c.schema), unpad_batch(flat), c.unpad(flat)):
+        assert [int(h.idx) for h in back] == [4, 1]
+        for h in back:
+            same_graph(h, graphs[int(h.idx)])
+    # schema fields carry the collate attributes and round-trip through JSON
+    from graph_adapter.spec import Field
+
+    ei = next(f for f in c.schema if f.key == "author__writes__paper/edge_index")
+    assert (ei.level, ei.inc, ei.cat_dim, ei.trail) == ("edge", "nodes", 1, (2,))
+    assert all(Field.from_dict(f.to_dict()) == f for f in c.schema)
