@@ -215,7 +215,7 @@ def _module_for(chain: List[Block]) -> types.ModuleType:
 def _param(block: Block):
     marks = [pytest.mark.slow] if block.slow else []
     if block.skip is not None:
-        marks.append(pytest.mark.skip(reason=block.skip))
+        marks.append(pytest.mark.skip(reason=f"{block.id}: {block.skip}"))
     return pytest.param(block, id=block.id, marks=marks)
 
 
@@ -238,7 +238,7 @@ def test_block_runs(block: Block, workdirs, monkeypatch):
     chain = _chain(block)
     reason = _missing_requirement(chain)
     if reason:
-        pytest.skip(reason)
+        pytest.skip(f"{block.id}: {reason}")
     monkeypatch.chdir(workdirs(block.page))
     module = _module_for(chain)
     _STATE.pop(block.page, None)
