@@ -8,6 +8,8 @@ which padding value is decided by :mod:`graph_adapter.collate`.
 """
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -46,6 +48,12 @@ def to_np(t: Tensor) -> np.ndarray:
     return (t if sd == t.dtype else t.view(sd)).numpy()
 
 
+@functools.lru_cache(maxsize=None)
+def _nan_bits(dtype: torch.dtype) -> Any:
+    """NaN of ``dtype`` as its numpy storage value (bfloat16's as an int16)."""
+    return to_np(torch.full((1,), float("nan"), dtype=dtype))[0]
+
+
 class Gather:
     """How one key is gathered from its columnar copy into a padded output.
 
@@ -77,7 +85,7 @@ class Gather:
         self.col = a
         self.rec = None
         trail = a.shape[1:]
-        rowbytes = int(np.prod(trail, dtype=np.int64)) * a.itemsize
+        rowbytes = math.prod(trail) * a.itemsize
         if kind == "plain" and cat == 0 and len(trail) and rowbytes > 0:
             # rows as opaque records: one memcpy per row
             self.rec = np.dtype((np.void, rowbytes))
@@ -95,7 +103,7 @@ class Gather:
         elif fill is None or fill == 0:
             self.fill = None  # zeros
         elif isinstance(fill, float) and fill != fill:  # NaN, as the storage bits
-            self.fill = to_np(torch.full((1,), float("nan"), dtype=dtype))[0]
+            self.fill = _nan_bits(dtype)
         else:
             self.fill = fill  # int or array broadcast over the trailing dims
 

@@ -128,7 +128,8 @@ class Scan:
         self.incs: Dict[str, np.ndarray] = incs
         self.columns: Optional[Dict[str, Tensor]] = None
         if columnar:
-            self.columns = {k: torch.cat(v, 0).contiguous() for k, v in cols.items()}
+            # cat dim first and contiguous: one graph's rows are one block
+            self.columns = {f.key: _column(cols[f.key], f.cat_dim) for f in self.fields}
 
     # ------------------------------------------------------------ graph 0
     def _check_types(self, budget: Budget) -> None:
@@ -212,29 +213,34 @@ class Scan:
         rows: Dict[str, List[int]] = {f.key: [] for f in protos}
         cols: Dict[str, List[Tensor]] = {f.key: [] for f in protos}
         incs: Dict[str, List[int]] = {f.key: [] for f in protos if f.inc == "custom"}
+        hetero = self.hetero
         plan = []
         for st in self.stores:
-            fields = [f for f in protos if f.store == st.key]
-            keys0 = _store_of(first, st.key, self.hetero)._mapping.keys()
-            # per key: field, dtype, cat dim, shape before / after the cat dim
-            checks = [(f, f.torch_dtype, f.cat_dim, f.shape[:f.cat_dim],
-                       f.shape[f.cat_dim + 1:]) for f in fields]
-            plan.append((st, set(keys0), checks))
+            keys0 = set(_store_of(first, st.key, hetero)._mapping.keys())
+            # per key: field, dtype, shape before / after the cat dim (None: 0-d),
+            # cat dim, and the lists it fills
+            checks = [(f, f.torch_dtype, f.shape[:f.cat_dim] if f.shape else None,
+                       f.shape[f.cat_dim + 1:], f.cat_dim, rows[f.key],
+                       cols[f.key] if columnar else None, incs.get(f.key))
+                      for f in protos if f.store == st.key]
+            plan.append((st, keys0, checks))
         for i in range(n):
             d = first if i == 0 else dataset[i]
-            self._check_graph(d, i)
-            sizes.append([_count(d, dim, self.hetero) for _, dim in counted])
+            if hetero or isinstance(d, HeteroData):
+                self._check_graph(d, i)
+            if counted:
+                sizes.append([_count(d, dim, hetero) for _, dim in counted])
             for st, keys0, checks in plan:
-                s = _store_of(d, st.key, self.hetero)
+                s = _store_of(d, st.key, True) if hetero else d._store
                 if s._mapping.keys() != keys0:
-                    self._check_keys(s, st, [f for f, *_ in checks], i)
-                for f, dt, c, pre, post in checks:
+                    self._check_keys(s, st, [ck[0] for ck in checks], i)
+                for f, dt, pre, post, c, rows_f, cols_f, incs_f in checks:
                     v = s[f.attr]
+                    sh = v.shape
                     if v.dtype != dt:
                         raise ValueError(f"graph at dataset index {i}: key {f.key!r} has dtype "
                                          f"{v.dtype}, graph 0 has {dt}")
-                    sh = v.shape
-                    if not f.shape:  # 0-d: one row per graph
+                    if pre is None:  # 0-d: one row per graph
                         if sh:
                             raise ValueError(f"graph at dataset index {i}: key {f.key!r} has "
                                              f"shape {tuple(sh)}, graph 0 has a 0-d tensor")
@@ -246,15 +252,16 @@ class Scan:
                                 f"graph at dataset index {i}: key {f.key!r} has shape "
                                 f"{tuple(sh)}, incompatible with graph 0's "
                                 f"{f.shape} (cat dim {c})")
-                        vv = v.movedim(c, 0) if c else v
-                    rows[f.key].append(r)
-                    if columnar:
-                        cols[f.key].append(vv)
-                    if f.key in incs:
-                        incs[f.key].append(int(d.__inc__(f.attr, v)))
+                        vv = v
+                    rows_f.append(r)
+                    if cols_f is not None:
+                        cols_f.append(vv)
+                    if incs_f is not None:
+                        incs_f.append(int(d.__inc__(f.attr, v)))
         as_np = {k: np.asarray(v, dtype=np.int64) for k, v in rows.items()}
         matrix = np.empty((n, len(self.dims)), dtype=np.int64)
-        matrix[:, [j for j, _ in counted]] = np.asarray(sizes, dtype=np.int64).reshape(n, -1)
+        if counted:
+            matrix[:, [j for j, _ in counted]] = np.asarray(sizes, dtype=np.int64)
         for j, dim in enumerate(self.dims):
             if dim in by_dim:
                 matrix[:, j] = as_np[by_dim[dim]]
@@ -332,6 +339,13 @@ class Scan:
                 raise ValueError(f"graph at dataset index {i}: key {f.key!r} has "
                                  f"{rows[f.key][i]} rows on its cat dim, expected {want[i]} "
                                  f"({f.level} rows)")
+
+
+def _column(parts: List[Tensor], cat: int) -> Tensor:
+    """The rows of every graph, cat dim first (one cat, one transposing copy)."""
+    if cat == 0:
+        return torch.cat(parts, 0).contiguous()
+    return torch.cat(parts, cat).movedim(cat, 0).contiguous()
 
 
 def _with_level(f: Field, level: str, rows: np.ndarray) -> Field:
