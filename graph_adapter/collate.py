@@ -119,6 +119,8 @@ class Collator:
 
     def _setup(self, scan: Scan, budget: Budget, columnar: bool,
                index_dtype: torch.dtype) -> None:
+        """Everything a batch needs that does not depend on the batch (per-graph
+        lookup table, output keys, one gather plan per key)."""
         self.budget = budget
         self.index_dtype = index_dtype
         self.scan = scan
