@@ -27,15 +27,14 @@ Every finding names the op and the user's source ``file:line`` (the innermost
 frame outside torch, PyG and graph_adapter itself); when the op ran inside PyG, the
 message names the PyG function too.
 
-CLI: ``graph-adapter check package.module:factory`` -> :func:`check_main`.
+CLI: ``graph-adapter check package.module:factory`` (the application's
+:mod:`graph_adapter.app.check_cli`).
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import os
-import sys
 import traceback
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -48,7 +47,7 @@ from ._poptorch_ops import NO_HANDLER
 from .format import LOSS_KEY, loss_of
 from .ipu import IPUOptions, host_micro_batch, map_tensors, named_tensors
 
-__all__ = ["KINDS", "Finding", "CheckReport", "check", "check_main"]
+__all__ = ["KINDS", "Finding", "CheckReport", "check"]
 
 #: Every kind of finding, with what it means.
 KINDS: Dict[str, str] = {
@@ -436,57 +435,3 @@ def check(
     order = {k: i for i, k in enumerate(KINDS)}
     findings.sort(key=lambda f: (f.severity != "error", order.get(f.kind, 99)))
     return CheckReport.of(findings)
-
-
-# --------------------------------------------------------------------------
-# CLI: graph-adapter check package.module:factory
-# --------------------------------------------------------------------------
-def _load_factory(target: str) -> Callable[[], Any]:
-    module, sep, attr = target.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"expected package.module:factory, got {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise TypeError(f"{target} is not callable")
-    return obj
-
-
-def check_main(argv: Optional[Sequence[str]] = None) -> int:
-    """``graph-adapter check package.module:factory [--training]``.
-
-    The factory takes no arguments and returns ``(wrapped_model, flat)`` or
-    ``(wrapped_model, flat, options)``. Prints the report; returns 0 if it is
-    ok, 1 if not, 2 on a usage error.
-    """
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="graph-adapter check",
-        description="Report what poptorch's dispatcher would reject in a model, on CPU.",
-    )
-    parser.add_argument("factory", help="package.module:factory returning (model, flat[, options])")
-    parser.add_argument("--training", action="store_true", help="also check backward (needs a loss)")
-    parser.add_argument("--loss-key", default="loss")
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:
-        return int(exc.code or 0) and 2
-    try:
-        made = _load_factory(args.factory)()
-    except Exception as exc:  # noqa: BLE001
-        print(f"graph-adapter check: cannot load {args.factory}: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
-        return 2
-    if not isinstance(made, tuple) or len(made) not in (2, 3):
-        print(f"graph-adapter check: {args.factory} must return (model, flat) or "
-              f"(model, flat, options), got {type(made).__name__}", file=sys.stderr)
-        return 2
-    model, flat = made[0], made[1]
-    options = made[2] if len(made) == 3 else None
-    report = check(model, flat, training=args.training, options=options, loss_key=args.loss_key)
-    print(report)
-    return 0 if report.ok else 1

@@ -1,13 +1,11 @@
 """graph_adapter.checker: what poptorch's dispatcher would reject, found on CPU."""
-import sys
-import textwrap
 
 import pytest
 import torch
 from torch import nn
 from torch_geometric.nn import GIN, global_add_pool
 
-from graph_adapter.checker import KINDS, CheckReport, Finding, check, check_main
+from graph_adapter.checker import KINDS, CheckReport, Finding, check
 from graph_adapter.ipu import IPUOptions
 
 HERE = __file__
@@ -196,39 +194,6 @@ def test_report_shape():
     r = CheckReport.of([f, f, Finding("narrowed-dtype", "x", "<input>", "m", "warning")])
     assert not r.ok and len(r.findings) == 2 and len(r.errors) == 1 and len(r.warnings) == 1
     assert set(KINDS) >= {f.kind for f in r.findings}
-
-
-def test_check_main(tmp_path, monkeypatch, capsys):
-    (tmp_path / "ga_factories.py").write_text(textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(tmp_path.parent)!r})
-        import torch
-        from graph_adapter.ipu import IPUOptions
-        sys.path.insert(0, {str(__import__('os').path.dirname(HERE))!r})
-        from test_check import CleanGIN, Bad, flat_batch
-
-        def good():
-            return CleanGIN(), flat_batch()
-
-        def good_with_options():
-            return CleanGIN(squeeze=True), flat_batch(micro=2), IPUOptions(2)
-
-        def bad():
-            return Bad("cpu"), flat_batch()
-
-        def wrong():
-            return 3
-    """))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert check_main(["ga_factories:good"]) == 0
-    assert check_main(["ga_factories:good_with_options", "--training"]) == 0
-    assert check_main(["ga_factories:bad"]) == 1
-    out = capsys.readouterr().out
-    assert "host-transfer" in out and "torch.Tensor.cpu" in out
-    assert check_main(["ga_factories:wrong"]) == 2
-    assert check_main(["ga_factories:missing"]) == 2
-    assert check_main(["no_colon"]) == 2
-    sys.modules.pop("ga_factories", None)
 
 
 def test_ipu_wrapped_gin_from_the_loader_passes():

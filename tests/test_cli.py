@@ -44,10 +44,10 @@ def test_no_command_prints_help(capsys):
 
 
 def test_check_delegates_to_check_main(monkeypatch):
-    import graph_adapter.checker as checker
+    from graph_adapter.app import check_cli
 
     seen = []
-    monkeypatch.setattr(checker, "check_main", lambda argv: seen.append(list(argv)) or 1)
+    monkeypatch.setattr(check_cli, "check_main", lambda argv: seen.append(list(argv)) or 1)
     assert cli.main(["check", "pkg.mod:factory", "--training"]) == 1
     assert seen == [["pkg.mod:factory", "--training"]]
 

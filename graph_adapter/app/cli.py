@@ -9,7 +9,7 @@ Subcommands:
   (:mod:`graph_adapter.app.bench`: collate, padding efficiency, compiles,
   throughput) and print one table.
 * ``graph-adapter check package.module:factory``: what poptorch's dispatcher
-  would reject, found on CPU (:func:`graph_adapter.checker.check_main`).
+  would reject, found on CPU (:mod:`graph_adapter.app.check_cli`).
 
 Exit codes: 0 success, 1 a check failed, 2 a usage error or a missing
 optional dependency / file (the message says what to install or where).
@@ -132,7 +132,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``graph-adapter`` and ``python -m graph_adapter``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "check":
-        from graph_adapter.checker import check_main
+        from .check_cli import check_main
 
         return int(check_main(argv[1:]) or 0)
     parser = build_parser()
