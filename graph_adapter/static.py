@@ -29,11 +29,13 @@ Rules the replacements follow when a size is missing (and a frame is active):
   ``N`` (a node -> graph index) -> ``G``; anything else, or ``N == E`` for an
   index that is not the batch vector, raises :class:`StaticSizeError` naming
   the op and the user's source line. Pass the size explicitly there.
-* ``remove_self_loops`` keeps the shape and redirects self-loops to the last
-  node (always a padding node in the padded format), so no real node sees them.
-* ``add_remaining_self_loops`` redirects existing self-loops the same way
-  (the loop weight of a node with a self-loop is taken from it, as PyG does)
-  and appends ``N`` self-loops: ``E + N`` edges, static.
+* ``remove_self_loops`` keeps the shape and turns every self-loop ``(i, i)``
+  into an edge ``(i, N - 1)`` into the last node (always a padding node), so
+  no self-loop is left (as in PyG) and no real node receives anything.
+* ``add_remaining_self_loops`` turns existing self-loops into edges the same
+  way (the loop weight of a node with a self-loop is taken from it, as PyG
+  does) and appends ``N`` self-loops: ``E + N`` edges, static, and the only
+  self-loops are the ``N`` appended ones, in node order.
 * ``to_dense_batch`` without ``batch_size`` uses ``G``; without
   ``max_num_nodes`` it uses ``N`` (every graph fits; the dense output is
   ``[G, N, F]`` instead of PyG's ``[B, max_nodes, F]``).
@@ -257,10 +259,30 @@ def _static_loops_ok(edge_index: Any, num_nodes: Optional[int]) -> bool:
 def remove_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = None):
     if not _static_loops_ok(edge_index, None):
         return _ORIG["remove_self_loops"](edge_index, edge_attr)
-    trash = _FRAMES[-1]["N"] - 1  # the last node is always a padding node
-    is_loop = edge_index[0] == edge_index[1]
-    edge_index = torch.where(is_loop.unsqueeze(0), torch.full_like(edge_index, trash), edge_index)
-    return edge_index, edge_attr
+    return _unloop(edge_index, _FRAMES[-1]["N"]), edge_attr
+
+
+def _unloop(edge_index: Tensor, n: int) -> Tensor:
+    """``edge_index`` ``[2, E]`` with every self-loop turned into an edge to the trash node.
+
+    A loop ``(i, i)`` becomes ``(i, N - 1)`` (``N - 1`` is always a padding
+    node); the trash node's own loop becomes ``(N - 2, N - 1)``. The result
+    has the same shape and **no self-loop**, as PyG's ``remove_self_loops``
+    promises (``ClusterGCNConv`` then selects exactly the ``N`` appended loops
+    with ``row == col``). With the default ``flow="source_to_target"`` these
+    edges carry messages *into* the trash node only, so no real node's input
+    or in-degree changes. (A layer with ``flow="target_to_source"`` would
+    aggregate at the source: pass it a graph without self-loops instead.)
+    """
+    if n < 2:
+        return edge_index  # a single (padding) node: nowhere else to point
+    trash = n - 1
+    row, col = edge_index[0], edge_index[1]
+    is_loop = row == col
+    new_row = torch.where(row == trash, torch.full_like(row, trash - 1), row)
+    row = torch.where(is_loop, new_row, row)
+    col = torch.where(is_loop, torch.full_like(col, trash), col)
+    return torch.stack([row, col], dim=0)
 
 
 def add_remaining_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = None,
@@ -268,7 +290,6 @@ def add_remaining_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = N
     if not _static_loops_ok(edge_index, num_nodes):
         return _ORIG["add_remaining_self_loops"](edge_index, edge_attr, fill_value, num_nodes)
     n = _FRAMES[-1]["N"]
-    trash = n - 1
     row, col = edge_index[0], edge_index[1]
     is_loop = row == col
     loop_index = torch.arange(n, device=edge_index.device, dtype=edge_index.dtype)
@@ -286,8 +307,7 @@ def add_remaining_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = N
         buf = buf.scatter(0, idx, edge_attr)
         loop_attr = buf[:n]
         edge_attr = torch.cat([edge_attr, loop_attr], dim=0)
-    edge_index = torch.where(is_loop.unsqueeze(0), torch.full_like(edge_index, trash), edge_index)
-    edge_index = torch.cat([edge_index, loop_index], dim=1)
+    edge_index = torch.cat([_unloop(edge_index, n), loop_index], dim=1)
     return edge_index, edge_attr
 
 
