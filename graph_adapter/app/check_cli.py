@@ -15,6 +15,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from graph_adapter.checker import check
 
+from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
+
 __all__ = ["check_main", "build_check_parser"]
 
 PROG = "graph-adapter check"
@@ -22,7 +24,7 @@ PROG = "graph-adapter check"
 
 def build_check_parser() -> argparse.ArgumentParser:
     """The parser of ``graph-adapter check``."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog=PROG,
         description="Report what poptorch's dispatcher would reject in a model, on CPU.")
     parser.add_argument("factory",
@@ -50,7 +52,7 @@ def _load_factory(target: str) -> Callable[[], Any]:
 
 
 def _err(msg: str) -> None:
-    print(f"{PROG}: {msg}", file=sys.stderr)
+    usage_error(PROG, msg)
 
 
 def check_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -64,16 +66,16 @@ def check_main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:
-        return int(exc.code or 0) and 2
+        return int(exc.code or 0) and EXIT_USAGE
     try:
         made = _load_factory(args.factory)()
     except Exception as exc:  # noqa: BLE001 - any failure of the user's code is a usage error
         _err(f"cannot load {args.factory}: {type(exc).__name__}: {exc}")
-        return 2
+        return EXIT_USAGE
     if not isinstance(made, tuple) or len(made) not in (2, 3):
         _err(f"{args.factory} must return (wrapped, flat) or (wrapped, flat, options), "
              f"got {type(made).__name__}")
-        return 2
+        return EXIT_USAGE
     wrapped, flat = made[0], made[1]
     options = made[2] if len(made) == 3 else None
     report = check(wrapped, flat, training=args.training, options=options,

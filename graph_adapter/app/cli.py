@@ -22,10 +22,13 @@ import sys
 from typing import Optional, Sequence
 
 import graph_adapter as ga
+from graph_adapter.backends import backend_names
 
 from .bench import BENCHMARKS, run_suite
-from .datasets import MissingExtraError
+from .datasets import MissingExtraError, require_rdkit
 from .demo import MODELS, DemoConfig, run_demo
+from .preflight import DemoSettingError
+from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
 
 __all__ = ["main", "build_parser"]
 
@@ -35,7 +38,7 @@ PROG = "graph-adapter"
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``demo`` and ``bench`` (``check`` has its own: see :func:`main`)."""
     d = DemoConfig()
-    p = argparse.ArgumentParser(
+    p = OneLineArgumentParser(
         prog=PROG,
         description="graph_adapter: run unmodified PyTorch Geometric GNNs under compilers that "
                     "demand stable input shapes (poptorch/IPU, torch.compile, torch.export).")
@@ -55,9 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=d.seed, help=f"default {d.seed}")
     demo.add_argument("--model", choices=sorted(MODELS), default=d.model,
                       help="; ".join(f"{k}: {v}" for k, v in MODELS.items()))
-    demo.add_argument("--backend", default=d.backend,
-                      help="auto (poptorch if installed, else inductor), inductor, aot_eager, "
-                           "eager, poptorch, ipu-emulator; default auto")
+    demo.add_argument("--backend", default=d.backend, choices=backend_names(), metavar="NAME",
+                      help=f"one of {', '.join(backend_names())}; auto: poptorch if installed, "
+                           f"else inductor; eager: no compiler; default {d.backend}")
     demo.add_argument("--hidden", type=int, default=d.hidden, help=f"default {d.hidden}")
     demo.add_argument("--layers", type=int, default=d.layers, help=f"default {d.layers}")
     demo.add_argument("--lr", type=float, default=d.lr, help=f"default {d.lr}")
@@ -95,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _err(cmd: str, msg: str) -> None:
-    print(f"{PROG} {cmd}: {msg}", file=sys.stderr)
+    usage_error(f"{PROG} {cmd}", msg)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -106,10 +109,12 @@ def _run_demo(args: argparse.Namespace) -> int:
                      plot=args.plot, threads=args.threads)
     try:
         result = run_demo(cfg)
-    except (MissingExtraError, FileNotFoundError, ValueError) as e:
-        # a missing extra or molecule file, or a bad setting: the message says which
+    except (ImportError, FileNotFoundError, DemoSettingError) as e:
+        # a missing extra (MissingExtraError is an ImportError), backend module or
+        # molecule file, or a bad setting: found before the slow work; the message says
+        # what to do
         _err("demo", str(e))
-        return 2
+        return EXIT_USAGE
     print(result.report())
     if args.json:
         with open(args.json, "w") as f:
@@ -121,10 +126,11 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.dir is not None:
         _err("bench", "--dir is ignored: the benchmarks ship with the package")
     try:
+        require_rdkit()  # every benchmark runs on rdkit's molecules
         return run_suite(args.only, quick=args.quick, verbose=args.verbose)
-    except ValueError as e:  # an unknown benchmark name
+    except (MissingExtraError, ValueError) as e:  # no rdkit, an unknown benchmark name
         _err("bench", str(e))
-        return 2
+        return EXIT_USAGE
 
 
 # --------------------------------------------------------------------------
@@ -142,7 +148,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(e.code or 0)
     if args.command is None:
         parser.print_help()
-        return 2
+        return EXIT_USAGE
     if args.command == "demo":
         return _run_demo(args)
     if args.command == "bench":

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 if TYPE_CHECKING:  # pragma: no cover
     from torch_geometric.data import Data
 
-__all__ = ["MissingExtraError", "nci5k_path", "load_nci5k", "parse_nci5k_rows"]
+__all__ = ["MissingExtraError", "require_rdkit", "nci5k_path", "load_nci5k", "parse_nci5k_rows"]
 
 #: The file, relative to ``rdkit.RDConfig.RDDataDir``.
 NCI5K_RELPATH = os.path.join("NCI", "first_5k.tpsa.csv")
@@ -29,7 +29,8 @@ class MissingExtraError(ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
 
 
-def _require_rdkit():
+def require_rdkit():
+    """``rdkit.RDConfig``, or a :class:`MissingExtraError` naming the 'chem' extra."""
     try:
         import rdkit  # noqa: F401
         import rdkit.RDConfig
@@ -43,7 +44,7 @@ def _require_rdkit():
 
 def nci5k_path() -> str:
     """Path of ``first_5k.tpsa.csv`` inside the installed rdkit (needs rdkit)."""
-    return os.path.join(_require_rdkit().RDDataDir, NCI5K_RELPATH)
+    return os.path.join(require_rdkit().RDDataDir, NCI5K_RELPATH)
 
 
 def parse_nci5k_rows(lines, limit: Optional[int] = None) -> Tuple[List["Data"], int, List[str]]:
@@ -125,7 +126,7 @@ def load_nci5k(limit: Optional[int] = None, path: Optional[str] = None) -> Tuple
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
-    _require_rdkit()
+    require_rdkit()
     if path is None:
         path = nci5k_path()
         hint = (" This file ships inside rdkit's wheel; your rdkit build does not have it. "

@@ -37,12 +37,13 @@ import torch
 from torch import nn
 
 import graph_adapter as ga
-from graph_adapter.backends import backend_names, resolve_backend
+from graph_adapter.backends import resolve_backend
 from graph_adapter.format import loss_of
 
 from .datasets import load_nci5k
 from .models import MODELS, AtomBondEncoder, MolRegressor, build_model
-from .results import DemoConfig, DemoResult, RunStats, check_plot_extra, write_plot
+from .preflight import DemoSettingError, check_demo_settings
+from .results import DemoConfig, DemoResult, RunStats, write_plot
 
 __all__ = ["MODELS", "DemoConfig", "DemoResult", "RunStats", "AtomBondEncoder", "MolRegressor",
            "build_model", "run_demo", "train_epochs", "evaluate", "write_plot"]
@@ -273,31 +274,22 @@ def _split(n: int, test_fraction: float, seed: int):
     return sorted(perm[n_test:]), sorted(perm[:n_test])
 
 
-def _validate(cfg: DemoConfig) -> None:
-    if cfg.model not in MODELS:
-        raise ValueError(f"model={cfg.model!r}; choose one of {sorted(MODELS)}")
-    if cfg.epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {cfg.epochs}")
-    if cfg.batch_graphs < 1:
-        raise ValueError(f"batch_graphs must be >= 1, got {cfg.batch_graphs}")
-    if cfg.backend not in backend_names():
-        raise ValueError(f"backend={cfg.backend!r}; choose one of {backend_names()}")
-    if cfg.plot:
-        check_plot_extra()
-
-
 def run_demo(cfg: Optional[DemoConfig] = None, **overrides: Any) -> DemoResult:
     """Run the demo (see the module doc) and return what it measured.
 
     ``run_demo(epochs=1, limit=200, backend="eager")`` is a quick smoke run.
-    Raises :class:`~graph_adapter.app.datasets.MissingExtraError` when rdkit
-    (or, with ``plot``, matplotlib) is missing, ``FileNotFoundError`` when the
-    molecule file is, ``ValueError`` for a bad setting.
+    Checks the settings first (:func:`~graph_adapter.app.preflight.check_demo_settings`):
+    raises :class:`~graph_adapter.app.datasets.MissingExtraError` when rdkit
+    (or, with ``plot``, matplotlib) is missing, ``ImportError`` when the
+    backend's module (poptorch) is, ``FileNotFoundError`` when the molecule
+    file is, :class:`~graph_adapter.app.preflight.DemoSettingError` for a bad
+    setting; prints a warning line on stderr for a setting far from useful values.
     """
     import numpy as np
 
     cfg = dataclasses.replace(cfg or DemoConfig(), **overrides)
-    _validate(cfg)
+    for warning in check_demo_settings(cfg):  # raises before any slow work
+        _log(f"graph-adapter demo: warning: {warning}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t_all = time.perf_counter()
@@ -306,7 +298,7 @@ def run_demo(cfg: Optional[DemoConfig] = None, **overrides: Any) -> DemoResult:
     graphs, n_bad = load_nci5k(limit=cfg.limit, path=cfg.path)
     load_seconds = time.perf_counter() - t0
     if len(graphs) < 2:
-        raise ValueError(f"need at least 2 molecules, got {len(graphs)}")
+        raise DemoSettingError(f"need at least 2 molecules, got {len(graphs)}")
     for d in graphs:  # strings stay out of the tensors (FixedSizeLoader drops them anyway)
         del d.smiles
     train_idx, test_idx = _split(len(graphs), cfg.test_fraction, cfg.seed)

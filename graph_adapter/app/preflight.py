@@ -1,0 +1,119 @@
+"""The demo's settings checked before any slow work starts (loading molecules, compiling).
+
+:func:`check_demo_settings` raises for what cannot work (a bad value, a
+missing extra or backend module, a missing file) and returns warnings for
+what works but is probably not meant (a setting far from useful values),
+each saying what to use instead. ``graph-adapter demo`` prints each as one
+line on stderr; :func:`graph_adapter.app.demo.run_demo` calls it too.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import List
+
+from graph_adapter.backends import backend_names, resolve_backend
+
+from .datasets import require_rdkit
+from .models import MODELS
+from .results import DemoConfig, check_plot_extra
+
+__all__ = ["DemoSettingError", "check_demo_settings", "MAX_STEPS_PER_RUN", "NCI5K_SIZE"]
+
+#: Molecules in rdkit's NCI first_5k file (the demo's data without ``--limit``).
+NCI5K_SIZE = 5000
+#: More optimizer steps than this in one run (epochs x batches an epoch) is refused:
+#: the defaults take 710, and a run this long is hours of eager PyG on a CPU.
+MAX_STEPS_PER_RUN = 20_000
+#: Fewer graphs a batch than this gives noisy BatchNorm statistics: warned about.
+MIN_USEFUL_BATCH_GRAPHS = 8
+
+
+class DemoSettingError(ValueError):
+    """A demo setting that cannot work; the message says what to use instead."""
+
+
+def _expected_molecules(cfg: DemoConfig) -> int:
+    """How many molecules the run will load, known before loading them (an upper bound)."""
+    if cfg.path is not None:
+        with open(cfg.path) as f:  # counting lines is cheap; parsing SMILES is the slow part
+            n = sum(1 for line in f if line.strip() and not line.lstrip().startswith("#"))
+    else:
+        n = NCI5K_SIZE
+    return n if cfg.limit is None else min(n, cfg.limit)
+
+
+def _require_backend(name: str) -> None:
+    """Import what the backend needs now, so that a missing one fails before the data loads."""
+    concrete, _ = resolve_backend(name)
+    if concrete == "poptorch":
+        from graph_adapter.ipu import import_poptorch
+
+        import_poptorch()  # an ImportError naming the Poplar SDK when poptorch is missing
+
+
+def _check_values(cfg: DemoConfig) -> None:
+    if cfg.model not in MODELS:
+        raise DemoSettingError(f"model={cfg.model!r}; choose one of {sorted(MODELS)}")
+    if cfg.backend not in backend_names():
+        raise DemoSettingError(f"backend={cfg.backend!r}; choose one of {', '.join(backend_names())}")
+    for name in ("epochs", "batch_graphs", "hidden", "layers"):
+        value = getattr(cfg, name)
+        if value < 1:
+            raise DemoSettingError(f"{name} must be >= 1, got {value} "
+                                   f"(default {getattr(DemoConfig, name)})")
+    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
+        raise DemoSettingError(f"lr must be a positive number, got {cfg.lr} (default {DemoConfig.lr})")
+    if cfg.limit is not None and cfg.limit < 2:
+        raise DemoSettingError(f"limit must be >= 2 (a train and a test molecule), got {cfg.limit}")
+    if cfg.threads is not None and cfg.threads < 1:
+        raise DemoSettingError(f"threads must be >= 1, got {cfg.threads}")
+    if not 0 < cfg.test_fraction < 1:
+        raise DemoSettingError(f"test_fraction must be in (0, 1), got {cfg.test_fraction}")
+
+
+def _check_scale(cfg: DemoConfig, molecules: int) -> List[str]:
+    """Refuse a run of absurd length; warn about settings far from useful values."""
+    warnings: List[str] = []
+    train = max(1, molecules - max(1, round(molecules * cfg.test_fraction)))
+    per_epoch = math.ceil(train / cfg.batch_graphs)
+    if per_epoch * cfg.epochs > MAX_STEPS_PER_RUN:
+        raise DemoSettingError(
+            f"batch_graphs={cfg.batch_graphs} with epochs={cfg.epochs} means about "
+            f"{per_epoch:,} optimizer steps an epoch ({per_epoch * cfg.epochs:,} in all) for each "
+            f"of the two runs; use --batch-graphs 32 to 256 (default {DemoConfig.batch_graphs}), "
+            f"fewer --epochs, or --limit for fewer molecules")
+    if cfg.batch_graphs < MIN_USEFUL_BATCH_GRAPHS:
+        warnings.append(
+            f"batch_graphs={cfg.batch_graphs}: BatchNorm statistics over so few graphs are noisy "
+            f"and each step does little work; use --batch-graphs 32 to 256 "
+            f"(default {DemoConfig.batch_graphs})")
+    if cfg.batch_graphs >= train:
+        warnings.append(
+            f"batch_graphs={cfg.batch_graphs} is not below the {train} training molecules: one "
+            f"step an epoch; use a --batch-graphs well below {train}")
+    if cfg.lr > 0.1:
+        warnings.append(f"lr={cfg.lr} is far above Adam's useful range and will likely diverge; "
+                        f"use 1e-4 to 1e-2 (default {DemoConfig.lr})")
+    return warnings
+
+
+def check_demo_settings(cfg: DemoConfig) -> List[str]:
+    """Check ``cfg`` before the demo starts; return warnings (one line each, with a remedy).
+
+    Raises:
+        DemoSettingError: a value that cannot work, or a run of more than
+            :data:`MAX_STEPS_PER_RUN` steps.
+        graph_adapter.app.datasets.MissingExtraError: rdkit (or, with
+            ``plot``, matplotlib) is not installed.
+        ImportError: the backend's module (poptorch) is not installed.
+        FileNotFoundError: ``path`` does not exist.
+    """
+    _check_values(cfg)
+    require_rdkit()
+    if cfg.path is not None and not os.path.isfile(cfg.path):
+        raise FileNotFoundError(f"molecule file not found: {cfg.path}")
+    if cfg.plot:
+        check_plot_extra()
+    _require_backend(cfg.backend)
+    return _check_scale(cfg, _expected_molecules(cfg))
