@@ -202,13 +202,130 @@ def test_input_checks_with_poptorch_messages():
 
 
 def test_dim0_must_divide_by_F():
+    # poptorch asserts in _poplar_executor._narrow_tensor, before it compiles.
     emu = compile_ipu(FlatModel(), "ipu-emulator", IPUOptions(2, 1, 2), training=True)
-    with pytest.raises(EmulatorError, match=r"batch\[x\].*not a multiple of.*= 4"):
+    with pytest.raises(AssertionError, match=r"Invalid batch dimension: In the input torch.Size"
+                       r"\(\[6, 5, 4\]\), the batch dimension \(6\) must be a multiple of "
+                       r"Options.deviceIterations\(2\).*= 4 .*batch\[x\]"):
         emu(host_batch(6))
     b = host_batch(4)
     b["t"] = torch.tensor(1.0)
-    with pytest.raises(EmulatorError, match="0-d"):
+    with pytest.raises(EmulatorError, match=r"batch dimension \(1\).*0-d"):
         compile_ipu(FlatModel(), "ipu-emulator", IPUOptions(4))(b)
+
+
+def test_failed_first_call_compiles_nothing():
+    model = FlatModel()
+    emu = compile_ipu(model, "ipu-emulator", IPUOptions(2), training=True)
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(EmulatorError, match="Invalid batch dimension"):
+        emu(host_batch(3))
+    assert not emu.isCompiled() and emu.compile_count == 0 and model.seen == []
+    # The next call compiles for its own (good) shapes, not the failed ones.
+    emu(host_batch(2, n=7))
+    assert emu.isCompiled() and emu.compile_count == 1
+    # ... and a later wrong dim 0 is a shape mismatch, as poptorch's ArgsParser reports it.
+    with pytest.raises(EmulatorError, match=r"Shape mismatch for batch\[x\]: expected "
+                       r"torch.Size\(\[2, 7, 4\]\) but got torch.Size\(\[3, 7, 4\]\)"):
+        emu(host_batch(3, n=7))
+    assert not any(torch.equal(v, before[k]) for k, v in model.state_dict().items()
+                   if v.is_floating_point())  # one good call trained
+
+
+def test_failed_first_forward_compiles_nothing():
+    class Fails(FlatModel):
+        def forward(self, batch):
+            raise RuntimeError("boom")
+
+    emu = compile_ipu(Fails(), "ipu-emulator", IPUOptions(2))
+    with pytest.raises(RuntimeError, match="boom"):
+        emu(host_batch(2))
+    assert not emu.isCompiled() and emu.compile_count == 0
+
+
+def test_type_mismatch_message_as_poptorch_prints_it():
+    emu = compile_ipu(FlatModel(), "ipu-emulator", IPUOptions())
+    emu(host_batch(1))
+    b = host_batch(1)
+    b["y"] = [b["y"]]
+    # python/_args_parser.py: f"Type mismatch for {name}: expected {ctype} but got {itype}."
+    with pytest.raises(EmulatorError, match=r"^Type mismatch for batch\[y\]: expected "
+                       r"<class 'torch.Tensor'> but got <class 'list'>\.\nThis error occurred "
+                       r"because the inputs passed at runtime don't match"):
+        emu(b)
+
+
+def test_outputs_narrowed_as_poptorch_returns_them():
+    class Wide(nn.Module):
+        def forward(self, batch):
+            return {"i": batch["x"].sum(-1).long(), "f": batch["x"].double(), "h": batch["x"].half(),
+                    "b": batch["x"] > 0}
+
+    out = compile_ipu(Wide(), "ipu-emulator", IPUOptions(2))(host_batch(2))
+    assert out["i"].dtype == torch.int32 and out["f"].dtype == torch.float32
+    assert out["h"].dtype == torch.float16 and out["b"].dtype == torch.bool
+
+
+def test_never_calls_train_or_eval_on_the_model():
+    for training in (True, False):
+        model = FlatModel()
+        model.train(not training)  # the opposite of the poptorch model's kind
+        calls = []
+        model.train = lambda mode=True, _c=calls: _c.append(mode)  # type: ignore[method-assign]
+        emu = compile_ipu(model, "ipu-emulator", IPUOptions(2, 1, 1), training=training)
+        emu(host_batch(2))
+        assert calls == [] and model.training is (not training)
+
+
+def test_micro_batch_without_graphs_takes_no_step_and_keeps_statistics():
+    class BN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.bn = nn.Linear(4, 1), nn.BatchNorm1d(4)
+
+        def forward(self, batch):
+            x = self.bn(batch["x"].squeeze(0))
+            loss = (self.lin(x).squeeze(-1) * batch["graph_mask"].squeeze(0)).sum()
+            return {"loss": loss}
+
+    def batch(real):
+        b = host_batch(2)
+        return {"x": b["x"], "graph_mask": torch.tensor(real).reshape(2, 1).expand(2, 5)}
+
+    model = BN()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    emu = compile_ipu(model, "ipu-emulator", IPUOptions(device_iterations=2), optimizer=opt)
+    emu(batch([True, True]))  # momentum is non-zero from here on
+    state = copy.deepcopy(model.state_dict())
+    emu(batch([False, False]))  # no real graph: no step, no statistics update
+    assert emu.steps == 2 and emu.skipped_micro_batches == 2
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, state[k]), k
+    emu(batch([True, False]))  # one real micro-batch: one step, its statistics only
+    assert emu.steps == 3 and emu.skipped_micro_batches == 3
+    assert int(model.bn.num_batches_tracked) == int(state["bn.num_batches_tracked"]) + 1
+
+
+def test_half_inputs_run_with_finite_masked_loss():
+    wrap = pytest.importorskip("graph_adapter.wrap")
+    loader_mod = pytest.importorskip("graph_adapter.loader")
+    from graph_adapter.budget import Budget
+    from graph_adapter.losses import masked_loss
+
+    ds = _graphs()
+    opts = IPUOptions(2, 1, 2, half_inputs=True)
+    loader = loader_mod.FixedSizeLoader(ds, Budget.tight(ds, 3), micro_batches=opts.micro_batches)
+    wrapped = wrap.ipu_wrap(_Net(), loss_fn=masked_loss("mse")).half()
+    seen = []
+    wrapped.register_forward_pre_hook(lambda m, a: seen.append(a[0]["x"].dtype))
+    emu = compile_ipu(wrapped, "ipu-emulator", opts,
+                      optimizer=torch.optim.SGD(wrapped.parameters(), lr=0.01))
+    for host in loader:
+        assert host["x"].dtype == torch.float32  # the loader's dtype; the cast is the emulator's
+        out = emu(host)
+        assert out["loss"].dtype == torch.float16 and bool(torch.isfinite(out["loss"]).all())
+    assert seen and set(seen) == {torch.float16}
+    assert all(bool(torch.isfinite(p).all()) for p in wrapped.parameters())
 
 
 def test_training_requires_scalar_loss_and_default_optimizer():

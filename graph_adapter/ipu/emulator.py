@@ -17,22 +17,56 @@ import torch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
-from ..format import LOSS_KEY, loss_of
+from ..format import GRAPH_MASK, LOSS_KEY, loss_of
 from .inputs import host_micro_batch, map_tensors, named_tensors, narrow
 from .options import IPUOptions
 
-__all__ = ["EmulatorError", "IPUEmulator", "collect_outputs"]
+__all__ = ["EmulatorError", "BatchDimensionError", "IPUEmulator", "batch_dimension_error",
+           "collect_outputs"]
 
-# poptorch's ArgsParser closes every input-mismatch error with this sentence.
+# poptorch's ArgsParser closes every input-mismatch error with this sentence
+# (python/_args_parser.py, validateInputs; "curent" is poptorch's spelling).
 _RECOMPILE_HINT = (
     "\nThis error occurred because the inputs passed at runtime don't match the inputs used "
     "to compile the model.\nTo recompile the model for the new inputs create a new "
-    "inferenceModel / trainingModel wrapper or call destroy() on the current one and try again."
+    "inferenceModel / trainingModel wrapper or call destroy() on the curent one and try again."
 )
 
 
 class EmulatorError(RuntimeError):
     """What poptorch would raise (``poptorch.Error``) for the same call."""
+
+
+class BatchDimensionError(EmulatorError, AssertionError):
+    """poptorch's dim-0 rule, broken on a first (compiling) call.
+
+    poptorch raises it as an ``AssertionError`` (``_poplar_executor.py``,
+    ``_narrow_tensor``) before it compiles; it is also an :class:`EmulatorError`.
+    """
+
+
+def batch_dimension_error(name: str, t: Tensor, options: IPUOptions) -> Optional[str]:
+    """poptorch's message when ``t``'s dim 0 does not split into ``F`` micro-batches, else None.
+
+    The text is poptorch's (``_poplar_executor.py``, ``_narrow_tensor``; a 0-d
+    tensor counts as dim 0 of size 1), followed by the input's name and what to do.
+    """
+    F = options.micro_batches
+    b = t.size(0) if t.dim() else 1
+    if b % F == 0:
+        return None
+    return (
+        f"Invalid batch dimension: In the input {t.shape}, the batch dimension ({b}) must be a "
+        f"multiple of Options.deviceIterations({options.device_iterations}) * "
+        f"(Options.replicationFactor({options.replication_factor}) / "
+        f"Options.inputReplicaGrouping.input_group_size(1)) * "
+        f"Options.Training.gradientAccumulation({options.gradient_accumulation}) = {F} because "
+        f"it is used to calculate the batch size which will be executed on the device in any "
+        f"given iteration. For a full explanation see the batching semantics page of the "
+        f"documentation. [graph_adapter: input {name}"
+        + ("; a 0-d tensor cannot be split" if not t.dim() else "")
+        + f"; build the loader with FixedSizeLoader(..., micro_batches={F})]"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -43,6 +77,7 @@ class _Sig:
     """What poptorch keeps from the first call to validate later ones."""
 
     kind: str  # "tensor", "tuple", "list", "dict", "value"
+    pytype: type = object  # type(obj): poptorch compares types first
     dtype: Optional[torch.dtype] = None
     shape: Optional[torch.Size] = None
     children: Tuple[Tuple[Any, "_Sig"], ...] = ()
@@ -51,12 +86,13 @@ class _Sig:
 
 def _signature(obj: Any) -> _Sig:
     if isinstance(obj, Tensor):
-        return _Sig("tensor", obj.dtype, obj.shape)
+        return _Sig("tensor", type(obj), obj.dtype, obj.shape)
     if isinstance(obj, (tuple, list)):
-        return _Sig(type(obj).__name__, children=tuple((i, _signature(v)) for i, v in enumerate(obj)))
+        return _Sig(type(obj).__name__, type(obj),
+                    children=tuple((i, _signature(v)) for i, v in enumerate(obj)))
     if isinstance(obj, Mapping):
-        return _Sig("dict", children=tuple((k, _signature(v)) for k, v in obj.items()))
-    return _Sig("value", value=obj)
+        return _Sig("dict", type(obj), children=tuple((k, _signature(v)) for k, v in obj.items()))
+    return _Sig("value", type(obj), value=obj)
 
 
 def _fail(msg: str) -> None:
@@ -75,13 +111,9 @@ def _key_details(expected: Sequence[Any], provided: Sequence[Any]) -> str:
 
 
 def _validate(sig: _Sig, obj: Any, name: str) -> None:
-    got = (
-        "tensor" if isinstance(obj, Tensor)
-        else "dict" if isinstance(obj, Mapping)
-        else type(obj).__name__ if isinstance(obj, (tuple, list)) else "value"
-    )
-    if got != sig.kind:
-        _fail(f"Type mismatch for {name}: expected {sig.kind} but got {type(obj).__name__}.")
+    if type(obj) is not sig.pytype:
+        # As poptorch prints it: the two types' reprs, e.g. <class 'torch.Tensor'>.
+        _fail(f"Type mismatch for {name}: expected {sig.pytype} but got {type(obj)}.")
     if sig.kind == "tensor":
         if obj.dtype != sig.dtype:
             _fail(f"Data type mismatch for {name}: expected {sig.dtype} but got {obj.dtype}.")
@@ -116,29 +148,41 @@ class IPUEmulator:
     Call it with one host batch (the forward's arguments, every tensor with
     dim 0 a multiple of ``F``), as you would call the poptorch model. Per call:
 
-    1. the first call (per mode) records every argument's structure, keys,
-       dtypes and shapes; later calls must match (``Missing arguments: ...``,
-       ``Unexpected arguments: ...``, dtype and shape mismatches; poptorch's
-       messages, as :class:`EmulatorError`);
-    2. every tensor's dim 0 must divide by ``F`` (0-d tensors fail for F > 1);
-    3. float64 inputs become float32, as poptorch narrows them; int64 inputs
+    1. the first call (per mode) checks that every tensor's dim 0 divides by
+       ``F`` (poptorch's ``AssertionError`` text, as :class:`BatchDimensionError`;
+       0-d tensors fail for F > 1), then records every argument's structure,
+       keys, types, dtypes and shapes; later calls must match (``Missing
+       arguments: ...``, ``Unexpected arguments: ...``, type, dtype and shape
+       mismatches, so a wrong dim 0 later is a "Shape mismatch"; poptorch's
+       messages, as :class:`EmulatorError`). A first call that fails, for any
+       reason, records nothing: poptorch raises before it compiles;
+    2. float64 inputs become float32, as poptorch narrows them; int64 inputs
        are checked to fit int32 (a ``RuntimeWarning`` if not) but stay int64
        on CPU unless ``narrow_ints=True``: some CPU kernels need int64 indices
        (``scatter_add_`` with an expanded index raised "expected scalar type
        Long but found Int" for a [56, 16] source here; the IPU takes int32);
-    4. dim 0 is split into ``F`` micro-batches, in poptorch's order
+       with ``options.half_inputs`` floating inputs are then cast to float16;
+    3. dim 0 is split into ``F`` micro-batches, in poptorch's order
        (``[D, A, R]``, device iteration outermost); a host batch from
        ``FixedSizeLoader(micro_batches=F)`` gives the model a leading dim 1;
-    5. training: for each of the ``D`` device iterations, the ``R * A``
+    4. training: for each of the ``D`` device iterations, the ``R * A``
        micro-batches' gradients are averaged (Mean, poptorch's default
        ``accumulationAndReplicationReductionType``), then one optimizer step;
-    6. outputs come back stacked per output mode (see ``docs/ipu.md``).
+       a micro-batch with no real graph (its ``graph_mask`` all False) adds no
+       gradient and leaves buffers (BatchNorm statistics) as they were, and a
+       step made only of such micro-batches takes no optimizer step. That is
+       the emulator's choice, not poptorch's (the IPU runs every micro-batch):
+       it keeps a loader's padding micro-batches from moving the weights;
+    5. outputs come back stacked per output mode (see ``docs/ipu.md``) and
+       narrowed as poptorch returns them: int64 -> int32, float64 -> float32.
 
-    ``.train()`` / ``.eval()`` switch between the two poptorch models it
-    stands for (training: forward, backward and the optimizer step in one
-    call, ``steps_optimizer``). Replicas share one set of weights and run one
-    after the other; buffers (BatchNorm statistics) are updated by every
-    micro-batch in that order, while on IPUs each replica keeps its own copy.
+    It never calls ``train()`` / ``eval()`` on the model (poptorch does not);
+    its own ``.train()`` / ``.eval()`` switch between the two poptorch models
+    it stands for and set the model's mode, as ``PoptorchRunner`` does. A
+    training call runs forward, backward and the optimizer step
+    (``steps_optimizer``). Replicas share one set of weights and run one after
+    the other; buffers are updated by every micro-batch in that order, while
+    on IPUs each replica keeps its own copy.
     """
 
     #: A training call steps the optimizer itself (the caller must not).
@@ -165,6 +209,7 @@ class IPUEmulator:
         self.narrow_inputs = narrow_inputs
         self.narrow_ints = narrow_ints
         self.steps = 0  # optimizer steps taken
+        self.skipped_micro_batches = 0  # micro-batches with no real graph (rule 4)
         self._sigs: Dict[bool, Tuple[Tuple[str, ...], Dict[str, _Sig]]] = {}  # per mode
         try:
             self._forward_sig = inspect.signature(model.forward)
@@ -176,18 +221,28 @@ class IPUEmulator:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._check_mode()
         named = self._bind(args, kwargs)
+        first = self.training not in self._sigs
+        if first:
+            self._check_batch_dims(named)
         self._check_signature(named)
-        problems = [p for name, value in named.items() for tname, t in named_tensors(value, name)
-                    for p in self.options.split_problems(tname, t)]
-        if problems:
-            raise EmulatorError("Invalid batch dimension: " + "; ".join(problems))
+        try:
+            return self._run(args, kwargs)
+        except BaseException:
+            if first:  # poptorch raises before it compiles: nothing is kept
+                self.destroy()
+                self.compiles -= 1
+            raise
+
+    def _run(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         inputs = (tuple(args), dict(kwargs))
         if self.narrow_inputs:
             inputs = map_tensors(inputs, lambda t: narrow(t, ints=self.narrow_ints))
+        if self.options.half_inputs:
+            inputs = map_tensors(inputs, _to_half)
         F = self.options.micro_batches
         micro = [host_micro_batch(inputs, F, i) for i in range(F)]
         outs = self._train(micro) if self.training else self._infer(micro)
-        return collect_outputs(outs, self.options)
+        return map_tensors(collect_outputs(outs, self.options), _narrow_output)
 
     @property
     def compile_count(self) -> int:
@@ -247,6 +302,15 @@ class IPUEmulator:
                 named[pname] = value
         return named
 
+    def _check_batch_dims(self, named: Dict[str, Any]) -> None:
+        if self.options.micro_batches == 1:
+            return
+        for name, value in named.items():
+            for tname, t in named_tensors(value, name):
+                message = batch_dimension_error(tname, t, self.options)
+                if message is not None:
+                    raise BatchDimensionError(message)
+
     def _check_signature(self, named: Dict[str, Any]) -> None:
         if self.training not in self._sigs:
             self._sigs[self.training] = (tuple(named), {n: _signature(v) for n, v in named.items()})
@@ -259,6 +323,7 @@ class IPUEmulator:
                 raise
             # What poptorch's message advises: destroy() and run again (recompiles).
             self.destroy()
+            self._check_batch_dims(named)
             self._check_signature(named)
 
     def _validate_all(self, named: Dict[str, Any]) -> None:
@@ -270,32 +335,74 @@ class IPUEmulator:
             _validate(sigs[n], named[n], n)
 
     def _call_model(self, mb: Any) -> Any:
+        """Run the model on one micro-batch ``(args, kwargs)``; subclasses add rules here."""
         args, kwargs = mb
         return self.model(*args, **kwargs)
+
+    def _micro_loss(self, out: Any) -> Tensor:
+        """The loss to differentiate in one micro-batch's output."""
+        loss = loss_of(out, self.loss_key)
+        if loss.dim() != 0:
+            raise ValueError(f"the loss must be a scalar (0-d) tensor, got shape {tuple(loss.shape)}")
+        return loss
 
     def _train(self, micro: List[Any]) -> List[Any]:
         o = self.options
         per_step = o.replicas_times_accumulation
-        self.model.train()
         outs = []
         for d in range(o.device_iterations):
             self.optimizer.zero_grad(set_to_none=True)
+            real = 0
             for j in range(per_step):
-                out = self._call_model(micro[d * per_step + j])
-                loss = loss_of(out, self.loss_key)
-                if loss.dim() != 0:
-                    raise ValueError(
-                        f"the loss must be a scalar (0-d) tensor, got shape {tuple(loss.shape)}"
-                    )
-                (loss / per_step).backward()
+                mb = micro[d * per_step + j]
+                empty = _has_no_graph(mb)
+                saved = _buffers(self.model) if empty else None
+                out = self._call_model(mb)
+                loss = self._micro_loss(out)
+                if empty:  # rule 4: no gradient, buffers as they were
+                    _restore(self.model, saved)
+                    self.skipped_micro_batches += 1
+                else:
+                    (loss / per_step).backward()
+                    real += 1
                 outs.append(map_tensors(out, lambda t: t.detach()))
-            self.optimizer.step()
-            self.steps += 1
+            if real:
+                self.optimizer.step()
+                self.steps += 1
         return outs
 
     def _infer(self, micro: List[Any]) -> List[Any]:
         with torch.no_grad():
             return [self._call_model(mb) for mb in micro]
+
+
+def _to_half(t: Tensor) -> Tensor:
+    return t.to(torch.float16) if t.is_floating_point() else t
+
+
+def _narrow_output(t: Tensor) -> Tensor:
+    """poptorch returns int64 outputs as int32 and float64 as float32."""
+    if t.dtype == torch.int64:
+        return t.to(torch.int32)
+    if t.dtype == torch.float64:
+        return t.to(torch.float32)
+    return t
+
+
+def _has_no_graph(mb: Any) -> bool:
+    """True when a micro-batch carries a ``graph_mask`` and every entry of it is False."""
+    masks = [t for name, t in named_tensors(mb, "mb") if name.endswith(f"[{GRAPH_MASK}]")]
+    return bool(masks) and not any(bool(m.any()) for m in masks)
+
+
+def _buffers(model: nn.Module) -> Dict[str, Tensor]:
+    return {n: b.detach().clone() for n, b in model.named_buffers()}
+
+
+def _restore(model: nn.Module, saved: Dict[str, Tensor]) -> None:
+    with torch.no_grad():
+        for n, b in model.named_buffers():
+            b.copy_(saved[n])
 
 
 # --------------------------------------------------------------------------

@@ -56,8 +56,8 @@ def compile_ipu(
         kwargs: ``training`` forces training (poptorch's default SGD
             lr=0.01) or inference. For ``"poptorch"``: ``poptorch`` (a module to use instead of
             importing it), ``poptorch_options`` (a ``poptorch.Options`` to fill
-            in), ``pyg_arg_parser`` (register the PyG arg parser, default
-            True), ``allow_new_shapes`` (on a new input signature, ``destroy()``
+            in), ``pyg_arg_parser`` (opt in to the PyG arg parser, default
+            False; never replaces poptorch_geometric's), ``allow_new_shapes`` (on a new input signature, ``destroy()``
             and recompile, as poptorch's error message advises); the rest go to ``poptorch.trainingModel`` /
             ``inferenceModel``. For ``"ipu-emulator"``: ``loss_key``,
             ``narrow_inputs``, ``narrow_ints``, ``allow_new_shapes`` (re-record the signature).

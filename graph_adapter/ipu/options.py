@@ -39,6 +39,11 @@ class IPUOptions:
             one of each replica), ``"sum"`` (summed per replica) or
             ``"every_n"`` (every ``output_return_period``-th device iteration).
         output_return_period: ``N`` for ``"every_n"``; must divide ``D``.
+        half_inputs: cast every floating input to float16 on the host before
+            the call (graphium trained in fp16 on IPUs); make the model's
+            parameters float16 too (``model.half()``). Both IPU backends do
+            the cast; the masked losses stay finite in float16 (``torch.where``,
+            never ``0 * NaN``).
 
     ``micro_batches`` (``F = D * R * A``) is the leading dim every host-batch
     tensor must carry: build the loader with ``FixedSizeLoader(...,
@@ -54,6 +59,7 @@ class IPUOptions:
     gradient_accumulation: int = 1
     output_mode: str = "all"
     output_return_period: int = 1
+    half_inputs: bool = False
 
     def __post_init__(self) -> None:
         _positive_int("device_iterations", self.device_iterations)
@@ -81,6 +87,19 @@ class IPUOptions:
     def micro_batches(self) -> int:
         """``F = device_iterations * replication_factor * gradient_accumulation``."""
         return self.device_iterations * self.replication_factor * self.gradient_accumulation
+
+    def for_inference(self) -> "IPUOptions":
+        """Options for validation / prediction on the same host batches (same ``F``).
+
+        ``inferenceModel`` needs ``gradient_accumulation=1``, so the ``A``
+        accumulation steps become device iterations (``D' = D * A``) and every
+        micro-batch's output comes back (output mode ``"all"``), as graphium's
+        inference options did. Without it lightning-graphcore's ``IPUStrategy``
+        builds ``deviceIterations(1)``, which does not match a loader with F > 1.
+        """
+        return dataclasses.replace(
+            self, device_iterations=self.device_iterations * self.gradient_accumulation,
+            gradient_accumulation=1, output_mode="all", output_return_period=1)
 
     @property
     def replicas_times_accumulation(self) -> int:

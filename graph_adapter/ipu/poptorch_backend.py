@@ -11,7 +11,7 @@ model built on first use, host batches narrowed before the call.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import torch
 import torch.utils._pytree as pytree
@@ -49,15 +49,14 @@ def import_poptorch() -> Any:
 # --------------------------------------------------------------------------
 # PyG objects as poptorch inputs
 # --------------------------------------------------------------------------
-_REGISTERED_WITH: set = set()  # id() of the poptorch modules registered with
-
-
 def make_pyg_arg_parser(poptorch: Any) -> Any:
     """A ``poptorch.ICustomArgParser`` for PyG ``Data``/``Batch``, built on the core round trip.
 
     ``yieldTensors`` gives ``flatten(obj)``'s tensors in key order;
-    ``reconstruct`` rebuilds the same class from the original's static spec
-    (``unflatten(..., spec.static())``, the traceable path).
+    ``reconstruct`` rebuilds the same class with the original's full spec
+    (``unflatten(..., spec)``): non-tensor attributes (a ``name`` string, a
+    ``smiles`` list) and a batch's ``num_graphs`` / ``to_data_list()``
+    metadata are kept, not dropped.
     """
     from ..spec import flatten, unflatten
 
@@ -69,27 +68,45 @@ def make_pyg_arg_parser(poptorch: Any) -> Any:
         def reconstruct(self, original, tensor_iterator):
             flat, spec = flatten(original)
             new = {k: next(tensor_iterator) for k in flat}
-            return unflatten(new, spec.static(), validate=False)
+            return unflatten(new, spec, validate=False)
 
     return PyGArgParser()
 
 
+_OURS: Dict[int, set] = {}  # id(poptorch module) -> classes we registered with it
+
+
+def _registered_parsers(pt: Any) -> Mapping[type, Any]:
+    """poptorch's table of custom arg parsers (``poptorch._utils.custom_arg_parsers``)."""
+    return getattr(getattr(pt, "_utils", None), "custom_arg_parsers", None) or {}
+
+
 def register_pyg_arg_parser(poptorch: Any = None) -> bool:
-    """Let a PyG ``Data``/``Batch`` be passed straight to a poptorch model.
+    """Opt in: let a PyG ``Data``/``Batch`` be passed straight to a poptorch model.
 
     Registers :func:`make_pyg_arg_parser`'s parser for ``Data``,
-    ``HeteroData`` and their batch classes (what graphium and
-    poptorch_geometric relied on). Idempotent; returns True when registered
-    now, False when it already was.
+    ``HeteroData`` and their batch classes, but only for a class that has no
+    parser yet: poptorch registers poptorch_geometric's own parsers (for
+    ``BaseData``, ``DataBatch``, ``HeteroDataBatch``) when poptorch_geometric
+    is installed, and those are never replaced. Nothing calls this for you
+    (``compile(..., pyg_arg_parser=True)`` does).
+
+    Returns:
+        True when a class was registered now; False when every one already
+        had a parser (poptorch_geometric's, or ours from an earlier call).
     """
     pt = poptorch if poptorch is not None else import_poptorch()
-    if id(pt) in _REGISTERED_WITH:
-        return False
-    parser = make_pyg_arg_parser(pt)
+    taken = set(_registered_parsers(pt)) | _OURS.setdefault(id(pt), set())
+    parser = None
+    registered = []
     for cls in _pyg_classes():
+        if cls in taken:
+            continue
+        parser = parser or make_pyg_arg_parser(pt)
         pt.registerCustomArgParser(cls, parser)
-    _REGISTERED_WITH.add(id(pt))
-    return True
+        registered.append(cls)
+    _OURS[id(pt)].update(registered)
+    return bool(registered)
 
 
 def _pyg_classes() -> List[type]:
@@ -128,7 +145,7 @@ def build_poptorch(
     training: bool,
     poptorch: Any = None,
     poptorch_options: Any = None,
-    pyg_arg_parser: bool = True,
+    pyg_arg_parser: bool = False,
     allow_new_shapes: bool = False,
     **kwargs: Any,
 ) -> "PoptorchRunner":
@@ -136,7 +153,7 @@ def build_poptorch(
 
     ``poptorch``: a module to use instead of importing it (tests pass a
     stand-in); ``poptorch_options``: a ``poptorch.Options`` to fill in;
-    ``pyg_arg_parser``: register :func:`make_pyg_arg_parser`'s parser; the
+    ``pyg_arg_parser``: opt in to :func:`register_pyg_arg_parser`; the
     other ``kwargs`` go to ``poptorch.trainingModel`` / ``inferenceModel``.
     """
     pt = poptorch if poptorch is not None else import_poptorch()
@@ -153,7 +170,8 @@ def build_poptorch(
             )
         return pt.inferenceModel(wrapped, options=opts, **kwargs)
 
-    return PoptorchRunner(wrapped, build, training, optimizer, allow_new_shapes)
+    return PoptorchRunner(wrapped, build, training, optimizer, allow_new_shapes,
+                          half_inputs=options.half_inputs)
 
 
 def _signature(inputs: Any) -> Tuple[Any, Tuple[Any, ...]]:
@@ -168,7 +186,8 @@ class PoptorchRunner:
     Called with a host batch: int64 inputs (PyG's index tensors) are fed as
     int32 and float64 as float32, which is what poptorch would do on the
     device anyway; doing it here checks the int32 range and halves the
-    host-to-IPU traffic. ``.train()`` / ``.eval()`` pick the poptorch model
+    host-to-IPU traffic; with ``half_inputs`` floating inputs are cast to
+    float16 too. ``.train()`` / ``.eval()`` pick the poptorch model
     (``trainingModel`` with the optimizer, or ``inferenceModel``), each built
     on first use over the same module. In training a call runs forward,
     backward and the optimizer step on the device (``steps_optimizer``).
@@ -181,8 +200,9 @@ class PoptorchRunner:
 
     def __init__(self, wrapped: nn.Module, build: Any, training: bool,
                  optimizer: Optional[torch.optim.Optimizer] = None,
-                 allow_new_shapes: bool = False) -> None:
+                 allow_new_shapes: bool = False, half_inputs: bool = False) -> None:
         self.wrapped = wrapped
+        self.half_inputs = half_inputs
         self.training = bool(training)
         self.optimizer = optimizer
         self.allow_new_shapes = allow_new_shapes
@@ -205,6 +225,8 @@ class PoptorchRunner:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args, kwargs = map_tensors((tuple(args), dict(kwargs)), narrow)
+        if self.half_inputs:  # IPUOptions.half_inputs: floating inputs travel as float16
+            args, kwargs = map_tensors((args, kwargs), lambda t: t.half() if t.is_floating_point() else t)
         sig = _signature((args, kwargs))
         model = self._model()
         known = self._signatures.get(self.training)
