@@ -109,22 +109,35 @@ def test_masks_on_batch(data):
 
 
 def test_unpad(data):
+    """unpad keeps exactly the real rows: equal to the bare model on the unpadded
+    batch; per micro-batch in order, for stacked [F, R] and poptorch's [F * R] outputs."""
     b, flat = data
-    w = ipu_wrap(Multi("tuple"), loss_fn=lambda out, batch: out[0].sum())
+    model = Multi("tuple")
+    w = ipu_wrap(model, loss_fn=lambda out, batch: out[0].sum())
     out = w(flat)
     real = unpad(out, flat)
-    assert real["output/0"].shape[0] == b.num_nodes
-    assert real["output/1/0"].shape[0] == b.num_graphs
-    assert real["loss"].dim() == 0
-    mb = {k: torch.stack([v, v]) for k, v in flat.items()}
-    stacked = {k: torch.stack([v, v]) for k, v in out.items()}
-    per = unpad(stacked, mb)
-    assert isinstance(per, list) and len(per) == 2
-    torch.testing.assert_close(per[1]["output/0"], real["output/0"])
-    # poptorch-style concatenated outputs [F * R, ...]
-    cat = {k: torch.cat([v, v]) if v.dim() else torch.stack([v, v]) for k, v in out.items()}
-    per = unpad(cat, mb)
-    torch.testing.assert_close(per[0]["output/1/0"], real["output/1/0"])
+    with torch.no_grad():
+        node_ref, (graph_ref, _) = model(b)
+    torch.testing.assert_close(real["output/0"], node_ref)
+    torch.testing.assert_close(real["output/1/0"], graph_ref)
+    torch.testing.assert_close(real["loss"], out["loss"])  # a scalar stays as it is
+    # two different micro-batches (the second with x doubled), so a swap shows
+    flat2 = dict(flat, x=flat["x"] * 2)
+    out2 = w(flat2)
+    b2 = b.clone()
+    b2.x = b.x * 2
+    with torch.no_grad():
+        node_ref2, (graph_ref2, _) = model(b2)
+    mb = {k: torch.stack([flat[k], flat2[k]]) for k in flat}
+    stacked = {k: torch.stack([out[k], out2[k]]) for k in out}
+    cat = {k: torch.cat([out[k], out2[k]]) if out[k].dim() else stacked[k] for k in out}
+    for outs in (stacked, cat):  # [F, R, ...] and poptorch-style [F * R, ...]
+        per = unpad(outs, mb)
+        assert isinstance(per, list) and len(per) == 2
+        torch.testing.assert_close(per[0]["output/0"], node_ref)
+        torch.testing.assert_close(per[1]["output/0"], node_ref2)
+        torch.testing.assert_close(per[0]["output/1/0"], graph_ref)
+        torch.testing.assert_close(per[1]["output/1/0"], graph_ref2)
 
 
 def test_losses_match_torch_and_ignore_nan():
