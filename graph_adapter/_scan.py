@@ -14,13 +14,14 @@ The *size dims* are the columns of :class:`~graph_adapter.packing.GraphSizes`:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch_geometric.data import HeteroData
+from torch_geometric.data import Data, HeteroData
 
+from ._view import check_graph_item
 from .budget import Budget
 from .format import (BATCH, EDGE_MASK, EDGE_TYPE_SEP, GRAPH_MASK, NODE_MASK, PTR, RESERVED_KEYS,
                      SEP, StoreKey, key_of, store_name)
@@ -92,19 +93,32 @@ class Scan:
     With ``schema`` (a collator's fields) the levels are taken from it and the
     graphs are checked against it: this is how a list of graphs is collated
     like the dataset it comes from.
+
+    ``exclude``: keys left out on purpose (listed in ``excluded``, not
+    warned about).  ``validate``: check every index key (``edge_index``...)
+    of every graph: an integer dtype, ``[2, E]`` for ``edge_index``, and
+    ``0 <= index < num_nodes`` of that graph (of the source / destination
+    node type in a hetero graph), so that no edge joins two graphs or
+    touches a padding node.
     """
 
     def __init__(self, dataset: Sequence[Any], budget: Budget, columnar: bool = True,
-                 schema: Optional[Sequence[Field]] = None):
+                 schema: Optional[Sequence[Field]] = None, exclude: Collection[str] = (),
+                 validate: bool = True):
         n = len(dataset)
         if n == 0:
             raise ValueError("cannot collate an empty dataset")
         first = dataset[0]
+        check_graph_item(first, 0)
+        self.exclude = frozenset(exclude)
+        self.on_purpose: Dict[str, str] = {}
         self.hetero = hetero = isinstance(first, HeteroData)
         if hetero != budget.is_hetero:
             raise TypeError("HeteroData needs a hetero Budget (dicts of node/edge types)"
                             if hetero else "a hetero Budget needs a HeteroData dataset")
         self.num_graphs = n
+        # graph 0's order (PyG's); other graphs may have added their types in
+        # another order (PyG batches them): compared as sets
         self.node_types: List[str] = list(first.node_types) if hetero else []
         self.edge_types: List[Tuple[str, str, str]] = \
             [tuple(et) for et in first.edge_types] if hetero else []
@@ -130,6 +144,10 @@ class Scan:
         if columnar:
             # cat dim first and contiguous: one graph's rows are one block
             self.columns = {f.key: _column(cols[f.key], f.cat_dim) for f in self.fields}
+            if validate:
+                for f in self.fields:
+                    if f.inc == "nodes":
+                        self._check_index_range(f, rows[f.key])
 
     # ------------------------------------------------------------ graph 0
     def _check_types(self, budget: Budget) -> None:
@@ -153,6 +171,9 @@ class Scan:
             key = key_of(store.key, attr)
             if attr in META_KEYS:
                 continue
+            if key in self.exclude:
+                self.on_purpose[key] = "excluded on purpose (exclude=)"
+                continue
             if attr in store.reserved or (store.kind == "graph" and attr in RESERVED_KEYS):
                 raise ValueError(f"graph at dataset index 0 has an attribute {key!r}, a name "
                                  f"the padded format reserves ({RESERVED_KEYS})")
@@ -174,11 +195,14 @@ class Scan:
             self.excluded[key] = f"cat dim {cat!r} is not an int"
             return None
         dt = _dtype_name(v.dtype)
+        inc = _homo_inc(first, key, v)
+        if inc == "nodes":
+            _check_index_proto(key, v, edge=key == "edge_index")
         if v.dim() == 0:
-            return Field(key, (), key, dt, (), "graph", _homo_inc(first, key, v))
+            return Field(key, (), key, dt, (), "graph", inc)
         shape: List[Optional[int]] = list(v.shape)
         shape[cat % v.dim()] = None
-        return Field(key, (), key, dt, tuple(shape), "?", _homo_inc(first, key, v))
+        return Field(key, (), key, dt, tuple(shape), "?", inc)
 
     def _proto_hetero(self, store: Store, key: str, attr: str, v: Tensor) -> Field:
         dt = _dtype_name(v.dtype)
@@ -186,9 +210,7 @@ class Scan:
             raise NotImplementedError(f"key {key!r}: PyG increments '*batch*' keys by their "
                                       f"max; not supported")
         if store.kind == "edge" and "index" in attr:
-            if v.dim() != 2 or v.shape[0] != 2:
-                raise ValueError(f"key {key!r}: index keys of edge stores must be "
-                                 f"[2, num_edges], got {tuple(v.shape)}")
+            _check_index_proto(key, v, edge=True)
             return Field(key, store.key, attr, dt, (2, None), "edge", "nodes")
         if v.dim() == 0:
             if store.kind != "graph":
@@ -226,7 +248,7 @@ class Scan:
             plan.append((st, keys0, checks))
         for i in range(n):
             d = first if i == 0 else dataset[i]
-            if hetero or isinstance(d, HeteroData):
+            if hetero or not isinstance(d, Data):
                 self._check_graph(d, i)
             if counted:
                 sizes.append([_count(d, dim, hetero) for _, dim in counted])
@@ -268,20 +290,31 @@ class Scan:
         return as_np, cols, {k: np.asarray(v, dtype=np.int64) for k, v in incs.items()}, matrix
 
     def _check_graph(self, d: Any, i: int) -> None:
+        if not isinstance(d, HeteroData):
+            check_graph_item(d, i)
         if isinstance(d, HeteroData) != self.hetero:
             raise TypeError(f"graph at dataset index {i} is "
                             f"{'not ' if self.hetero else ''}HeteroData, graph 0 is"
                             f"{'' if self.hetero else ' not'}")
-        if self.hetero and (list(d.node_types) != self.node_types or
-                            [tuple(et) for et in d.edge_types] != self.edge_types):
+        if self.hetero and (set(d.node_types) != set(self.node_types) or
+                            {tuple(et) for et in d.edge_types} != set(self.edge_types)):
             raise ValueError(f"graph at dataset index {i} has node/edge types "
-                             f"{d.node_types}/{d.edge_types}, graph 0 has "
-                             f"{self.node_types}/{self.edge_types}")
+                             f"{sorted(d.node_types)}/{sorted(map(tuple, d.edge_types))}, "
+                             f"graph 0 has {sorted(self.node_types)}/{sorted(self.edge_types)}; every graph "
+                             f"of a dataset needs the same types (add empty ones: "
+                             f"data['type'].num_nodes = 0)")
 
     def _check_keys(self, s, st: Store, fields: List[Field], i: int) -> None:
         """The tensor keys of one store of graph ``i`` are graph 0's."""
+        for k, v in s.items():  # non-tensor attributes of some graphs only: reported too
+            key = key_of(st.key, k)
+            if k not in META_KEYS and key not in self.exclude and key not in self.excluded \
+                    and not isinstance(v, Tensor):
+                self.excluded[key] = (f"not a tensor ({type(v).__name__}; first seen on the "
+                                      f"graph at dataset index {i})")
         have = {k for k, v in s.items() if isinstance(v, Tensor) and k not in META_KEYS
-                and key_of(st.key, k) not in self.excluded}
+                and key_of(st.key, k) not in self.excluded and key_of(st.key, k)
+                not in self.exclude}
         want = {f.attr for f in fields}
         if have != want:
             where = f" (store {store_name(st.key) or 'global'!r})" if self.hetero else ""
@@ -308,12 +341,27 @@ class Scan:
         elif f.cat_dim == 0 and not varies:
             level = "graph"
         else:
-            bad = int(np.nonzero(rows != rows[0])[0][0]) if varies else 0
-            raise ValueError(
-                f"key {f.key!r}: cannot tell whether it is node-, edge- or graph-level "
-                f"(graph at dataset index {bad} has {rows[bad]} rows on cat dim "
-                f"{f.cat_dim}, {nodes[bad]} nodes, {edges[bad]} edges)")
+            raise ValueError(self._undecided(first, f, rows, nodes, edges))
         return _with_level(f, level, rows)
+
+    @staticmethod
+    def _undecided(first: Any, f: Field, rows: np.ndarray, nodes: np.ndarray,
+                   edges: np.ndarray) -> str:
+        """The error of a key whose level no graph count explains: names the
+        first graph that breaks the level graph 0 suggests (PyG's decision)."""
+        if first.is_node_attr(f.key) or rows[0] == nodes[0]:
+            level, want = "node", nodes
+        elif first.is_edge_attr(f.key) or rows[0] == edges[0]:
+            level, want = "edge", edges
+        else:
+            level, want = "graph", np.full_like(rows, rows[0])
+        bad = np.nonzero(rows != want)[0]
+        i = int(bad[0]) if len(bad) else 0
+        return (f"key {f.key!r}: graph 0 makes it {level}-level, but the graph at dataset "
+                f"index {i} has {rows[i]} rows on cat dim {f.cat_dim} for {nodes[i]} nodes "
+                f"and {edges[i]} edges; give every graph one row per {level}"
+                + ("" if level == "graph" else f" (or as many rows as graph 0: graph-level)")
+                + ", or leave the key out (exclude=)")
 
     def _match(self, protos: List[Field], schema: Sequence[Field]) -> List[Field]:
         """The collator's fields, after checking that these graphs have them."""
@@ -323,6 +371,35 @@ class Scan:
             raise ValueError("these graphs have a different schema than the dataset: keys "
                              f"{[f.key for f in protos]}, dataset {[f.key for f in schema]}")
         return list(schema)
+
+    def _check_index_range(self, f: Field, rows: np.ndarray) -> None:
+        """``0 <= index < num_nodes`` of its graph for every entry of index key ``f``
+        (one vectorised pass over the column; rows of a [2, E] hetero index
+        are checked against the source and destination node counts)."""
+        col = self.columns[f.key]
+        if col.numel() == 0:
+            return
+        a = col.numpy() if col.dtype != torch.bfloat16 else col.long().numpy()
+        a = a.reshape(a.shape[0], -1)  # [rows of every graph, entries per row]
+        src, dst = (("node", (f.store[0],)), ("node", (f.store[2],))) if len(f.store) == 3 \
+            else (("node", f.store),) * 2
+        j = {dim: c for c, dim in enumerate(self.dims)}
+        bound = self.sizes.matrix[:, [j[src], j[dst]]].repeat(rows, axis=0)  # [rows, 2]
+        per_entry = bound[:, :1] if src == dst or a.shape[1] != 2 else bound
+        bad_rows = np.nonzero(((a < 0) | (a >= per_entry)).any(axis=1))[0]
+        if not len(bad_rows):
+            return
+        r = int(bad_rows[0])
+        g = int(np.searchsorted(np.cumsum(rows), r, side="right"))
+        vals = a[r].tolist()
+        n = per_entry[r].tolist()
+        raise ValueError(
+            f"graph at dataset index {g}: key {f.key!r} has an index {vals} out of range: "
+            f"every entry must be in [0, num_nodes) = [0, {n[0]})"
+            + ("" if len(n) == 1 else f" for the source and [0, {n[1]}) for the destination")
+            + "; an index outside its graph would join two graphs or touch a padding node. "
+              "Fix or drop those edges (e.g. torch_geometric.utils.subgraph), or set the "
+              "graph's num_nodes.")
 
     def _check_rows(self, rows: Dict[str, np.ndarray]) -> None:
         """Every graph has the rows its keys' levels say."""
@@ -339,6 +416,18 @@ class Scan:
                 raise ValueError(f"graph at dataset index {i}: key {f.key!r} has "
                                  f"{rows[f.key][i]} rows on its cat dim, expected {want[i]} "
                                  f"({f.level} rows)")
+
+
+def _check_index_proto(key: str, v: Tensor, edge: bool) -> None:
+    """An index key (offset by node counts) of graph 0: integer, ``[2, E]`` for edges."""
+    if v.dtype == torch.bool or v.is_floating_point() or v.is_complex():
+        raise TypeError(f"graph at dataset index 0: key {key!r} is an index into the nodes but "
+                        f"has dtype {v.dtype}; convert it with .long() (fractions would be "
+                        f"truncated)")
+    if edge and (v.dim() != 2 or v.shape[0] != 2):
+        raise ValueError(f"graph at dataset index 0: key {key!r} must have shape [2, num_edges], "
+                         f"got {tuple(v.shape)}" + ("; transpose it (.t())" if v.dim() == 2 and
+                                                    v.shape[-1] == 2 else ""))
 
 
 def _column(parts: List[Tensor], cat: int) -> Tensor:

@@ -35,7 +35,7 @@ reported with a warning.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -101,6 +101,12 @@ class Collator:
             other incremented keys, ``batch``, ``ptr``): ``torch.int64``
             (PyG's) or ``torch.int32`` (what poptorch narrows to anyway).
         warn: warn about excluded (non-tensor) keys.
+        exclude: keys to leave out on purpose (``"smiles"``, ``"paper/year"``):
+            listed in ``excluded_keys`` without a warning.
+        validate: check every index key of every graph (integer dtype,
+            ``edge_index`` of shape ``[2, E]``, ``0 <= index < num_nodes`` of
+            its graph) and raise naming the graph; ``False`` skips the
+            range check (see ``docs/batching.md`` for its cost).
 
     Hetero keys follow ``docs/dev/FORMAT.md``: ``<node_type>/<attr>`` plus
     ``<node_type>/batch``, ``/ptr``, ``/node_mask`` for every node type,
@@ -110,10 +116,15 @@ class Collator:
     """
 
     def __init__(self, dataset: Sequence[Any], budget: Budget, *, columnar: bool = True,
-                 index_dtype: torch.dtype = torch.int64, warn: bool = True):
+                 index_dtype: torch.dtype = torch.int64, warn: bool = True,
+                 exclude: Collection[str] = (), validate: bool = True):
         if index_dtype not in (torch.int64, torch.int32):
             raise ValueError(f"index_dtype must be torch.int64 or torch.int32, got {index_dtype}")
-        self._setup(Scan(dataset, budget, columnar), budget, columnar, index_dtype)
+        if isinstance(exclude, str):
+            exclude = (exclude,)
+        self.validate = bool(validate)
+        self._setup(Scan(dataset, budget, columnar, exclude=exclude, validate=validate), budget,
+                    columnar, index_dtype)
         if warn:
             self._warn_excluded()
 
@@ -126,7 +137,7 @@ class Collator:
         self.scan = scan
         self.columnar = columnar
         self.schema: List[Field] = scan.fields
-        self.excluded_keys: Dict[str, str] = dict(scan.excluded)
+        self.excluded_keys: Dict[str, str] = {**scan.excluded, **scan.on_purpose}
         self.sizes: GraphSizes = scan.sizes
         self._np_idt = np.int64 if index_dtype == torch.int64 else np.int32
         m = self.sizes.matrix
@@ -165,11 +176,15 @@ class Collator:
 
     def _warn_excluded(self) -> None:
         # Non-tensor attributes cannot live in a tensor dict: say so, never drop silently.
-        if self.excluded_keys:
+        if self.scan.excluded:
+            keys = list(self.scan.excluded)
             warnings.warn(
-                "graph_adapter: these attributes are not tensors and are left out of the "
-                "padded batches: " + ", ".join(f"{k!r} ({why})" for k, why in
-                                               self.excluded_keys.items()), stacklevel=4)
+                "graph_adapter: these attributes cannot live in a tensor dict and are left out "
+                "of the padded batches: " + ", ".join(f"{k!r} ({why})" for k, why in
+                                                      self.scan.excluded.items())
+                + f". To leave them out on purpose and silence this warning, pass "
+                  f"exclude={keys!r} (Collator / FixedSizeLoader), or delete the attribute "
+                  f"from the graphs; to keep one, store it as a tensor.", stacklevel=4)
 
     # ------------------------------------------------------------ plans
     def _step(self, f: Field) -> _Step:
@@ -292,8 +307,9 @@ class Collator:
         if len(data_list) == 0:
             return self.empty()
         tmp = Collator.__new__(Collator)
-        tmp._setup(Scan(list(data_list), self.budget, True, schema=self.schema), self.budget,
-                   True, self.index_dtype)
+        tmp._setup(Scan(list(data_list), self.budget, True, schema=self.schema,
+                        exclude=self.scan.exclude, validate=self.validate),
+                   self.budget, True, self.index_dtype)
         return tmp._batch(np.arange(len(data_list)), "of graphs")
 
     def collate_group(self, items: Sequence[Any]) -> Dict[str, Tensor]:

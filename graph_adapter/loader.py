@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, asdict
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from ._view import as_graphs
 from .budget import Budget
 from .collate import Collator
 from .spec import Field
@@ -124,14 +125,36 @@ class FixedSizeLoader:
             must use the same dataset, budget, seed and packer.
         world_size: the number of ranks; default: from ``torch.distributed``
             when it is initialised, else 1.
+        transform: a function from a dataset item to a ``Data`` /
+            ``HeteroData`` (graphium's items are dicts: ``lambda item:
+            item["features"]``); applied on the host, never changing the
+            dataset.
+        float_dtype: cast every floating tensor of every graph to this dtype
+            on the host (e.g. ``torch.float32`` for float16 features); default:
+            keep the dataset's dtypes.
+        exclude: attribute keys to leave out of the batches on purpose
+            (non-tensor attributes such as ``smiles`` are left out anyway;
+            naming them here silences the warning).
+        validate: check the index keys of every graph (``edge_index``: integer,
+            ``[2, E]``, ``0 <= index < num_nodes`` of its graph) when the
+            dataset is scanned; ``False`` skips the range check.
         **dataloader_kwargs: passed to ``torch.utils.data.DataLoader``
             (``num_workers``, ``pin_memory``, ``persistent_workers``,
             ``prefetch_factor``, ...).
 
-    ``len(loader)`` is the number of items the next epoch yields (planned up
-    front from the per-graph sizes).  Call :meth:`set_epoch` to pick the
-    epoch, as with ``DistributedSampler``; without it each new iteration
-    advances the epoch by one.
+    ``len(loader)`` is the number of items the next iteration yields (planned
+    up front from the per-graph sizes), with or without :meth:`set_epoch`.
+    Call :meth:`set_epoch` to pick the epoch, as with ``DistributedSampler``;
+    without it each new iteration advances the epoch by one.
+
+    Fill batches: every rank must yield the same number of items of ``F``
+    micro-batches, so an epoch needs a multiple of ``world_size x F``
+    batches.  The loader reaches it by splitting the fullest batches of the
+    plan in two (a part of a batch that fits, fits), so no micro-batch is
+    without a real graph unless the epoch has too few graphs to spread (fewer
+    than ``world_size x F`` per item); only then is the tail filled with
+    fully padded batches (``stats.padded_batches``), on which a masked
+    BatchNorm updates nothing.
     """
 
     def __init__(self, dataset: Sequence[Any], budget: Union[Budget, dict, str], *, shuffle: bool = False,
@@ -139,7 +162,9 @@ class FixedSizeLoader:
                  packer: str = "greedy", open_batches: int = 8,
                  index_dtype: torch.dtype = torch.int64, columnar: bool = True,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
-                 **dataloader_kwargs: Any):
+                 transform: Optional[Callable[[Any], Any]] = None,
+                 float_dtype: Optional[torch.dtype] = None, exclude: Sequence[str] = (),
+                 validate: bool = True, **dataloader_kwargs: Any):
         if isinstance(budget, str):
             budget = Budget.from_json(budget)
         elif isinstance(budget, dict):
@@ -165,6 +190,7 @@ class FixedSizeLoader:
         world_size = 1 if world_size is None else int(world_size)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        dataset = as_graphs(dataset, transform, float_dtype)
         self.dataset = dataset
         self.budget = budget
         self.shuffle = bool(shuffle)
@@ -175,7 +201,8 @@ class FixedSizeLoader:
         self.open_batches = int(open_batches)
         self.rank = rank
         self.world_size = world_size
-        self.collator = Collator(dataset, budget, columnar=columnar, index_dtype=index_dtype)
+        self.collator = Collator(dataset, budget, columnar=columnar, index_dtype=index_dtype,
+                                 exclude=exclude, validate=validate)
         self.sizes = self.collator.sizes
         bad = find_oversize(self.sizes, budget)
         self.skipped_indices: List[int] = [int(i) for i in bad]
@@ -193,6 +220,7 @@ class FixedSizeLoader:
         self._epoch_set = False
         self._started = False
         self._cache: Optional[Tuple[int, List[List[int]], List[List[List[int]]]]] = None
+        self._raw: Optional[Tuple[int, List[List[int]]]] = None
         self._dl = DataLoader(_Fetch(dataset, self.collator.columnar),
                               batch_sampler=_PlanSampler(self),
                               collate_fn=_Collate(self.collator, micro_batches),
@@ -232,33 +260,48 @@ class FixedSizeLoader:
         self._epoch = int(epoch)
         self._epoch_set = True
 
-    def plan(self, epoch: Optional[int] = None) -> List[List[int]]:
-        """The global packing plan of an epoch (all ranks): a JSON-serialisable
-        list of batches of dataset indices."""
-        e = self._epoch if epoch is None else int(epoch)
-        if self._cache is not None and self._cache[0] == e:
-            return self._cache[1]
-        return plan_epoch(self.sizes, self.budget, packer=self.packer, shuffle=self.shuffle,
-                          seed=self.seed, epoch=e, indices=self._keep,
-                          open_batches=self.open_batches)
+    def _next_epoch(self) -> int:
+        """The epoch the next iteration will yield (``__iter__`` advances it
+        by one after a first iteration unless :meth:`set_epoch` was called)."""
+        return self._epoch + 1 if self._started and not self._epoch_set else self._epoch
 
-    def _items(self) -> List[List[List[int]]]:
-        e = self._epoch
+    def plan(self, epoch: Optional[int] = None) -> List[List[int]]:
+        """The global packing plan of an epoch (all ranks; default: the epoch
+        the next iteration yields): a JSON-serialisable list of batches of
+        dataset indices, rank ``r`` taking batches ``r, r + world_size, ...``."""
+        return self._plan_items(self._next_epoch() if epoch is None else int(epoch))[0]
+
+    def _packed(self, e: int) -> List[List[int]]:
+        """The packer's plan of epoch ``e``, before balancing."""
+        if self._raw is not None and self._raw[0] == e:
+            return self._raw[1]
+        raw = plan_epoch(self.sizes, self.budget, packer=self.packer, shuffle=self.shuffle,
+                         seed=self.seed, epoch=e, indices=self._keep,
+                         open_batches=self.open_batches)
+        self._raw = (e, raw)
+        return raw
+
+    def _plan_items(self, e: int) -> Tuple[List[List[int]], List[List[List[int]]]]:
+        """The balanced plan of epoch ``e`` and this rank's items (cached)."""
         if self._cache is not None and self._cache[0] == e:
-            return self._cache[2]
-        plan = self.plan(e)
-        per_rank = -(-len(plan) // self.world_size)
-        mine = plan[self.rank::self.world_size]
+            return self._cache[1], self._cache[2]
+        F, W = self.micro_batches, self.world_size
+        plan = _split_to_multiple(self._packed(e), W * F)
+        per_rank = -(-len(plan) // W)
+        mine = plan[self.rank::W]
         mine = mine + [[] for _ in range(per_rank - len(mine))]
-        F = self.micro_batches
         n_items = -(-len(mine) // F)
         mine = mine + [[] for _ in range(n_items * F - len(mine))]
         items = [mine[j * F:(j + 1) * F] for j in range(n_items)]
         self._cache = (e, plan, items)
-        return items
+        return plan, items
+
+    def _items(self) -> List[List[List[int]]]:
+        """This rank's items of the current epoch (the one being iterated)."""
+        return self._plan_items(self._epoch)[1]
 
     def __len__(self) -> int:
-        return len(self._items())
+        return len(self._plan_items(self._next_epoch())[1])
 
     def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
         if self._started and not self._epoch_set:
@@ -296,7 +339,6 @@ class FixedSizeLoader:
     @property
     def stats(self) -> LoaderStats:
         items = self._items()
-        plan = self._cache[1]
         batches = [b for it in items for b in it]
         real = [b for b in batches if b]
         eff = plan_efficiency(real, self.sizes, self.budget,
@@ -316,3 +358,25 @@ class FixedSizeLoader:
         return (f"FixedSizeLoader(graphs={self.sizes.num_graphs}, budget=Budget(nodes={b.nodes}, "
                 f"edges={b.edges}, graphs={b.graphs}), packer={self.packer!r}, "
                 f"micro_batches={self.micro_batches}, rank={self.rank}/{self.world_size})")
+
+
+def _split_to_multiple(plan: List[List[int]], unit: int) -> List[List[int]]:
+    """``plan`` with batches split in two until its length is a multiple of
+    ``unit`` (ranks x micro-batches), so that no rank gets a fill batch without
+    a real graph; stops early when every batch holds a single graph.
+
+    The fullest batch (most graphs; the first on ties) is split into its two
+    halves, in place, so the order of graphs is kept.  A pure function of the
+    plan: every rank computes the same one.
+    """
+    need = (-len(plan)) % unit
+    if not need:
+        return plan
+    out = [list(b) for b in plan]
+    for _ in range(need):
+        j = max(range(len(out)), key=lambda i: len(out[i]), default=None)
+        if j is None or len(out[j]) < 2:
+            break
+        b = out[j]
+        out[j:j + 1] = [b[:len(b) // 2], b[len(b) // 2:]]
+    return out

@@ -15,8 +15,9 @@ whose length equals the row count (``node_mask`` for ``N`` rows,
 the node or graph mask wins) and computes the batch
 statistics over the real rows only; the running statistics are updated as
 torch does (momentum, or a cumulative average when ``momentum=None``;
-unbiased variance). Padding rows come out as zeros (zero gradient). In eager
-mode, when the mask is a prefix (``FixedSizeLoader`` puts real rows first),
+unbiased variance), except that a batch with no real row (a fully padded fill
+batch) leaves them and ``num_batches_tracked`` untouched. Padding rows come
+out as zeros (zero gradient). In eager mode, when the mask is a prefix (``FixedSizeLoader`` puts real rows first),
 it runs torch's fused batch norm on the real rows (see
 :func:`masked_batch_norm`). Outside a frame, or in ``eval()``, it is exactly
 ``BatchNorm1d``.
@@ -95,16 +96,23 @@ def real_prefix(mask: Tensor, frame: Optional[dict] = None) -> Optional[int]:
 
 def _update_running_stats(bn: nn.modules.batchnorm._BatchNorm, mean: Tensor, var: Tensor,
                           count: Tensor) -> None:
-    """Running statistics as torch updates them (momentum or cumulative average, unbiased)."""
+    """Running statistics as torch updates them (momentum or cumulative average, unbiased).
+
+    A batch with no real row (``count == 0``: a fully padded fill batch) moves
+    nothing, not even ``num_batches_tracked``: the update factor is zero there
+    (``torch.where``, no host sync, so it traces), and ``x * 1 + 0`` leaves
+    the buffers bit-identical.
+    """
     if not (bn.track_running_stats and bn.running_mean is not None):
         return
-    if bn.num_batches_tracked is not None:
-        bn.num_batches_tracked.add_(1)
-    if bn.momentum is None:
-        factor = 1.0 / bn.num_batches_tracked.to(mean.dtype)
-    else:
-        factor = bn.momentum
     with torch.no_grad():
+        real = (count > 0).to(mean.dtype)  # 0-d: 1.0 if any real row, else 0.0
+        if bn.num_batches_tracked is not None:
+            bn.num_batches_tracked.add_(real.to(bn.num_batches_tracked.dtype))
+        if bn.momentum is None:
+            factor = real / bn.num_batches_tracked.to(mean.dtype).clamp(min=1.0)
+        else:
+            factor = real * bn.momentum
         unbiased = var.detach() * count / (count - 1).clamp(min=1.0)
         bn.running_mean.mul_(1 - factor).add_(mean.detach() * factor)
         bn.running_var.mul_(1 - factor).add_(unbiased * factor)

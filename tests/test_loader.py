@@ -144,10 +144,6 @@ def test_len_seed_and_set_epoch():
     assert epoch_ids(nf) == list(range(60))  # next-fit without shuffle: dataset order
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 13 item 1: without set_epoch, len(loader) after an epoch still reports that "
-    "epoch's item count, not the next one's (the docstring promises the next epoch's); "
-    "the hetero test's old `or epoch == 1` exemption hid this"))
 def test_len_is_the_next_epochs_count_without_set_epoch():
     r = np.random.default_rng(0)
     sizes = [(int(n), int(e)) for n, e in r.integers(0, [13, 21], size=(40, 2))]
@@ -159,6 +155,23 @@ def test_len_is_the_next_epochs_count_without_set_epoch():
         counts.append((promised, sum(1 for _ in loader)))
     assert len({n for _, n in counts}) > 1, "this case must vary the item count per epoch"
     assert all(p == n for p, n in counts), counts
+
+
+@SETTINGS
+@given(sizes=sizes_st, seed=st.integers(0, 50), world=st.integers(1, 3), F=st.integers(1, 3),
+       packer=st.sampled_from(["greedy", "histogram"]),
+       set_epochs=st.lists(st.one_of(st.none(), st.integers(0, 9)), min_size=1, max_size=4))
+def test_len_is_what_the_next_iteration_yields(sizes, seed, world, F, packer, set_epochs):
+    """Issue 15 item 11: len(loader) == the items of the next iteration, whether
+    or not set_epoch was called before it (None in ``set_epochs``: not called)."""
+    loader = FixedSizeLoader(make_graphs(sizes, seed), Budget(nodes=30, edges=45, graphs=6),
+                             shuffle=True, seed=seed, micro_batches=F, packer=packer,
+                             rank=world - 1, world_size=world)
+    for e in set_epochs:
+        if e is not None:
+            loader.set_epoch(e)
+        promised = len(loader)
+        assert promised == sum(1 for _ in loader) == loader.stats.items
 
 
 def test_oversize_error_and_skip():
@@ -178,20 +191,40 @@ def test_oversize_error_and_skip():
         FixedSizeLoader(graphs, b, oversize="drop")
 
 
-def test_int32_micro_batches_and_padded_tail():
+def test_int32_micro_batches_and_tail_split_not_padded():
     graphs = make_graphs([(4, 6)] * 10)
-    b = Budget(nodes=13, edges=20, graphs=4)  # 3 graphs a batch -> 4 batches
+    b = Budget(nodes=13, edges=20, graphs=4)  # 3 graphs a batch -> 4 packed batches
     ld = FixedSizeLoader(graphs, b, micro_batches=3, index_dtype=torch.int32)
-    assert len(ld) == 2 and ld.stats.padded_batches == 2
+    # issue 15 item 1: 4 batches do not fill 2 items of 3; the two fullest are
+    # split in two instead of adding 2 fully padded fill batches
+    assert len(ld) == 2 and ld.stats.padded_batches == 0 and ld.stats.batches == 6
     items = list(ld)
     assert len(items) == 2
     for it in items:
         for k in ("edge_index", "batch", "ptr"):
             assert it[k].dtype == torch.int32
         assert it["graph_mask"].dim() == 2 and it["y"].shape == (3, 4, 1)
-    assert not items[-1]["graph_mask"][1:].any()  # fully padded fill
+        assert it["graph_mask"].any(dim=1).all()  # every micro-batch has a real graph
     e = ld.empty_batch()
     assert {k: v.shape for k, v in e.items()} == {k: v.shape for k, v in items[0].items()}
+    # too few graphs to spread: only then a fully padded fill batch
+    few = FixedSizeLoader(graphs[:2], b, micro_batches=3)
+    assert len(few) == 1 and few.stats.padded_batches == 1
+    assert not next(iter(few))["graph_mask"][2].any()
+
+
+@SETTINGS
+@given(sizes=sizes_st, world=st.integers(1, 3), F=st.integers(1, 3), seed=st.integers(0, 3))
+def test_fill_batches_only_when_graphs_run_out(sizes, world, F, seed):
+    """A fully padded micro-batch only when the epoch has fewer graphs than
+    micro-batches to fill (over all ranks)."""
+    graphs = make_graphs(sizes, seed)
+    loaders = [FixedSizeLoader(graphs, Budget(nodes=30, edges=45, graphs=6), shuffle=True,
+                               seed=seed, micro_batches=F, rank=r, world_size=world)
+               for r in range(world)]
+    slots = len(loaders[0]) * F * world
+    padded = sum(ld.stats.padded_batches for ld in loaders)
+    assert padded == max(0, slots - len(graphs))
 
 
 def test_excluded_keys_in_stats_and_lazy_path_with_workers():
