@@ -15,7 +15,9 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 __all__ = ["SpecError", "MissingKeyError", "UnexpectedKeyError", "DtypeMismatchError",
-           "ShapeMismatchError", "UnsupportedAttributeError", "encode", "decode", "dumps"]
+           "ShapeMismatchError", "UnsupportedAttributeError", "DeviceMismatchError",
+           "BatchMismatchError", "SpecFormatError", "ClassNotAllowedError",
+           "encode", "decode", "dumps"]
 
 
 # --------------------------------------------------------------------------
@@ -51,6 +53,23 @@ class UnsupportedAttributeError(SpecError, TypeError):
     """An attribute is neither a dense tensor nor a JSON value."""
 
 
+class DeviceMismatchError(SpecError, ValueError):
+    """A tensor sits on another device than the rest of the input (or the model)."""
+
+
+class BatchMismatchError(SpecError, ValueError):
+    """A flat dict's row counts disagree with the batch its spec describes."""
+
+
+class SpecFormatError(SpecError, ValueError):
+    """A spec's JSON has a missing, unknown or wrongly typed field."""
+
+
+class ClassNotAllowedError(SpecError, TypeError):
+    """A spec names a class that is not a PyG ``Data``/``HeteroData`` subclass,
+    or lives in a module that is neither imported nor allowed."""
+
+
 # --------------------------------------------------------------------------
 # JSON encoding of non-tensor values (never pickle)
 # --------------------------------------------------------------------------
@@ -66,6 +85,11 @@ def encode(value: Any, where: str) -> Any:
     if isinstance(value, Tensor):
         if value.layout != torch.strided:
             raise UnsupportedAttributeError(f"{where}: sparse tensors are not supported; use .to_dense().")
+        if str(value.dtype).replace("torch.", "") not in _TENSOR_DTYPES:
+            raise UnsupportedAttributeError(
+                f"{where} is a tensor of dtype {value.dtype} inside a non-tensor value, which has "
+                f"no exact JSON form; cast it (e.g. .to(torch.float32)) or make it an attribute "
+                f"of its own.")
         return {
             "__tensor__": str(value.dtype).replace("torch.", ""),
             "shape": list(value.shape),
@@ -86,20 +110,43 @@ def encode(value: Any, where: str) -> Any:
 
 
 def decode(value: Any) -> Any:
+    """Inverse of :func:`encode`; raises :class:`SpecFormatError` for anything it did not make."""
+    try:
+        return _decode(value)
+    except SpecFormatError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+        raise SpecFormatError(f"not a graph_adapter JSON value ({type(e).__name__}: {e}): "
+                              f"{str(value)[:120]}") from None
+
+
+_TENSOR_DTYPES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
+                  "float32", "float64"}
+
+
+def _decode(value: Any) -> Any:
     if isinstance(value, list):
-        return [decode(v) for v in value]
+        return [_decode(v) for v in value]
     if not isinstance(value, dict):
         return value
+    if len(value) != 1 and "__tensor__" not in value:
+        raise ValueError("an encoded value is a dict with exactly one tag")
     if "__float__" in value:
-        return float(value["__float__"])
+        out = float(value["__float__"])
+        if math.isfinite(out):
+            raise ValueError("__float__ holds only inf, -inf and nan")
+        return out
     if "__tuple__" in value:
-        return tuple(decode(v) for v in value["__tuple__"])
+        return tuple(_decode(v) for v in value["__tuple__"])
     if "__dict__" in value:
-        return {decode(k): decode(v) for k, v in value["__dict__"]}
+        return {_decode(k): _decode(v) for k, v in value["__dict__"]}
     if "__tensor__" in value:
+        # Only the named dtypes: getattr(torch, <any name>) would take any attribute.
+        if value["__tensor__"] not in _TENSOR_DTYPES or set(value) != {"__tensor__", "shape", "data"}:
+            raise ValueError(f"unknown tensor encoding {sorted(value)} / dtype {value['__tensor__']!r}")
         dtype = getattr(torch, value["__tensor__"])
         return torch.tensor(value["data"], dtype=dtype).reshape(value["shape"])
-    raise ValueError(f"not a graph_adapter JSON value: {value!r}")
+    raise ValueError(f"unknown tag {sorted(value)}")
 
 
 def dumps(value: Any, where: str) -> str:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import json
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
@@ -42,10 +41,14 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.data.data import BaseData
 
-from ._spec_values import (DtypeMismatchError, MissingKeyError, ShapeMismatchError, SpecError,
-                           UnexpectedKeyError, UnsupportedAttributeError, decode, dumps)
+from ._spec_checks import (SPEC_FORMAT, allow_modules, check_batch_info, check_batch_sizes,
+                           check_flat, decode_constants, field_fields_of, resolve_data_class,
+                           spec_fields_of)
+from ._spec_values import (BatchMismatchError, ClassNotAllowedError, DeviceMismatchError,
+                           DtypeMismatchError, MissingKeyError, ShapeMismatchError, SpecError,
+                           SpecFormatError, UnexpectedKeyError, UnsupportedAttributeError, dumps)
 from .format import (EDGE_TYPE_SEP, GRAPH_MASK, LEVELS, MASK_OF_LEVEL, PTR, SEP, StoreKey,
-                     is_hetero, key_of, levels_of_rows, parse_key, pick_level)
+                     key_of, parse_key, pick_level)
 
 __all__ = [
     "SEP",
@@ -59,6 +62,11 @@ __all__ = [
     "DtypeMismatchError",
     "ShapeMismatchError",
     "UnsupportedAttributeError",
+    "DeviceMismatchError",
+    "BatchMismatchError",
+    "SpecFormatError",
+    "ClassNotAllowedError",
+    "allow_modules",
     "flatten",
     "unflatten",
     "infer_spec",
@@ -147,9 +155,8 @@ class Field:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Field":
-        return cls(key=d["key"], store=tuple(d["store"]), attr=d["attr"], dtype=d["dtype"],
-                   shape=tuple(d["shape"]), level=d["level"], inc=d.get("inc", "none"),
-                   rows=int(d.get("rows", 1)))
+        """Inverse of :meth:`to_dict`; a :class:`SpecFormatError` names any field that does not fit."""
+        return cls(**field_fields_of(d, "field"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,11 +185,14 @@ class Spec:
     def __post_init__(self) -> None:
         # Decode the JSON parts once, eagerly: unflatten() may run inside a
         # compiled region (strict export), where json.loads cannot be traced.
+        # Both are checked here, so a spec made in Python is held to what
+        # from_json() checks (counts that agree with each other and the shapes).
         constants, info = (), None
         if self.constants or self.batch_info is not None:
             with unset_fake_temporarily():
-                constants = tuple((s, a, decode(json.loads(j))) for s, a, j in self.constants)
-                info = None if self.batch_info is None else decode(json.loads(self.batch_info))
+                constants = decode_constants(self.constants)
+                info = None if self.batch_info is None else check_batch_info(self.batch_info,
+                                                                             self.fields)
         object.__setattr__(self, "_constant_values", constants)
         object.__setattr__(self, "_batch_values", info)
 
@@ -217,7 +227,7 @@ class Spec:
     # ---- JSON ------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
         return {
-            "format": "graph_adapter.spec/1",
+            "format": SPEC_FORMAT,
             "data_cls": self.data_cls,
             "is_batch": self.is_batch,
             "fields": [f.to_dict() for f in self.fields],
@@ -228,62 +238,38 @@ class Spec:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Spec":
-        if d.get("format") != "graph_adapter.spec/1":
-            raise SpecError(f"not a graph_adapter spec (format={d.get('format')!r})")
-        return cls(
-            data_cls=d["data_cls"],
-            is_batch=bool(d["is_batch"]),
-            fields=tuple(Field.from_dict(f) for f in d["fields"]),
-            node_types=tuple(d["node_types"]),
-            edge_types=tuple(tuple(t) for t in d["edge_types"]),
-            constants=tuple((tuple(s), a, j) for s, a, j in d["constants"]),
-            batch_info=d["batch_info"],
-        )
+    def from_dict(cls, d: Mapping[str, Any], allow_modules: Iterable[str] = ()) -> "Spec":
+        """Inverse of :meth:`to_dict`, checked: the spec the JSON describes or a :class:`SpecError`.
+
+        Every field is type-checked (``"false"`` is not a bool), counts must
+        agree, and ``data_cls`` must name a ``Data``/``HeteroData`` subclass
+        of an imported or allowed module (``allow_modules``, or
+        :func:`graph_adapter.spec.allow_modules`); see ``docs/flat_dict.md``.
+        """
+        kw = spec_fields_of(d)
+        resolve_class(kw["data_cls"], kw["is_batch"], allow_modules)
+        kw["fields"] = tuple(Field(**f) for f in kw["fields"])
+        return cls(**kw)
 
     def to_json(self, **kwargs: Any) -> str:
         """JSON text of this spec (``json.dumps`` keyword arguments pass through)."""
         return json.dumps(self.to_dict(), **kwargs)
 
     @classmethod
-    def from_json(cls, text: str) -> "Spec":
-        return cls.from_dict(json.loads(text))
+    def from_json(cls, text: str, allow_modules: Iterable[str] = ()) -> "Spec":
+        """:meth:`from_dict` of JSON text (raises :class:`SpecFormatError` for invalid JSON)."""
+        try:
+            d = json.loads(text)
+        except (TypeError, json.JSONDecodeError) as e:
+            raise SpecFormatError(f"not a spec's JSON text ({e}); pass what Spec.to_json() "
+                                  f"wrote.") from None
+        return cls.from_dict(d, allow_modules)
 
     # ---- checks ----------------------------------------------------------
     def validate(self, flat: Mapping[str, Tensor]) -> None:
-        """Raise a :class:`SpecError` naming the first key of ``flat`` that does not fit."""
-        missing = [k for k in self.keys if k not in flat]
-        if missing:
-            raise MissingKeyError(
-                f"flat dict is missing key(s) {missing} named by the spec; pass every key that "
-                f"flatten() produced (spec keys: {list(self.keys)})"
-            )
-        extra = [k for k in flat if k not in set(self.keys)]
-        if extra:
-            raise UnexpectedKeyError(
-                f"flat dict has unexpected key(s) {extra}; the spec names only {list(self.keys)}. "
-                f"Remove them or flatten the object again."
-            )
-        for f in self.fields:
-            t = flat[f.key]
-            if not isinstance(t, Tensor):
-                raise DtypeMismatchError(f"key {f.key!r}: expected a tensor, got {type(t).__name__}")
-            if t.dtype != f.torch_dtype:
-                raise DtypeMismatchError(
-                    f"key {f.key!r}: dtype {str(t.dtype).replace('torch.', '')}, spec says {f.dtype}; "
-                    f"cast it with .to(torch.{f.dtype})"
-                )
-            if t.dim() != len(f.shape) or any(
-                s is not None and s != n for s, n in zip(f.shape, t.shape)
-            ):
-                raise ShapeMismatchError(
-                    f"key {f.key!r}: shape {tuple(t.shape)} does not match the spec's "
-                    f"{_show_shape(f.shape)} (* = any size)"
-                )
-
-
-def _show_shape(shape: Iterable[Optional[int]]) -> str:
-    return "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+        """Raise a :class:`SpecError` naming the first key of ``flat`` that does not fit
+        (a missing or unexpected key, a dtype, a shape other than on the cat dim)."""
+        check_flat(flat, self)
 
 
 # --------------------------------------------------------------------------
@@ -297,15 +283,17 @@ def class_path(cls: type) -> str:
 _CLASSES: Dict[Tuple[str, bool], type] = {}
 
 
-def resolve_class(data_cls: str, is_batch: bool) -> type:
-    """The concrete class a spec names; cached so that compiled code only reads a dict."""
+def resolve_class(data_cls: str, is_batch: bool, allow_modules: Iterable[str] = ()) -> type:
+    """The concrete class a spec names; cached so that compiled code only reads a dict.
+
+    Only ``Data``/``HeteroData`` subclasses of imported (or allowed) modules
+    resolve: a :class:`ClassNotAllowedError` otherwise, before anything is
+    called (see :mod:`graph_adapter._spec_load`).
+    """
     cached = _CLASSES.get((data_cls, is_batch))
     if cached is not None:
         return cached
-    module, _, qualname = data_cls.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
+    obj = resolve_data_class(data_cls, allow_modules)
     if is_batch:
         # PyG makes ``DataBatch`` & co. on demand (``DynamicInheritance``).
         obj = type(Batch(_base_cls=obj))
@@ -353,6 +341,16 @@ def _stores(obj: BaseData):
         yield (), obj._store
 
 
+def _readable(t: Tensor, key: str) -> bool:
+    """True; raises a named error for a tensor whose values cannot be read (meta device)."""
+    if t.device.type == "meta":
+        raise UnsupportedAttributeError(
+            f"key {key!r} is on the meta device: flatten() reads a batch's per-graph sizes to tell "
+            f"node from graph attributes. Flatten the batch on a real device, or name every "
+            f"key's level with flatten(obj, levels={{...}}).")
+    return True
+
+
 # Our own keys have a level by name.
 _NAMED_LEVELS = {"batch": "node", PTR: "other", **{m: lv for lv, m in MASK_OF_LEVEL.items()}}
 
@@ -377,13 +375,18 @@ def _level(obj: BaseData, skey: StoreKey, store, attr: str, value: Tensor) -> st
             candidates = []
             if bool((counts == 1).all()):
                 candidates.append("graph")
-            if not is_global and len(skey) != 3 and torch.equal(counts, torch.diff(store.ptr)):
+            ptr = store._mapping.get(PTR) if not is_global and len(skey) != 3 else None
+            if ptr is not None and _readable(ptr, key_of(skey, PTR)) and torch.equal(
+                    counts, torch.diff(ptr.cpu())):
                 candidates.append("node")
             if not is_global and len(skey) != 1 and "edge_index" in slices:
                 if torch.equal(counts, torch.diff(slices["edge_index"])):
                     candidates.append("edge")
-            # Ties, as PyG breaks them (format.pick_level).
-            return pick_level(candidates, attr) or "other"
+            # Ties, as PyG breaks them (format.pick_level). A store without
+            # ``ptr`` (PyG's pairs recipe, follow_batch) falls through to
+            # PyG's own node/edge heuristics.
+            if ptr is not None or candidates:
+                return pick_level(candidates, attr) or "other"
     if not is_global:
         if store.is_node_attr(attr):
             return "node"
@@ -445,6 +448,11 @@ def flatten(
             _check_name(attr, "attribute")
             key = key_of(skey, attr)
             value = store[attr]
+            if isinstance(value, Tensor) and value.is_nested:
+                raise UnsupportedAttributeError(
+                    f"attribute {key!r} is a nested tensor, which has no fixed shape to flatten; "
+                    f"store it padded (value.to_padded_tensor(0.0)) or as one concatenated tensor "
+                    f"with per-graph counts.")
             if isinstance(value, Tensor) and value.layout == torch.strided:
                 level = levels.pop(key, None) or known.get(key) or _level(obj, skey, store, attr, value)
                 cat = obj.__cat_dim__(attr, value, store) if value.dim() else None
@@ -486,66 +494,6 @@ def flatten(
     return flat, spec
 
 
-def infer_spec(
-    flat: Mapping[str, Tensor], data_cls: Optional[type] = None, is_batch: bool = True
-) -> Spec:
-    """A static spec for a flat dict that :func:`flatten` did not make.
-
-    This is how a fixed-size batch from ``FixedSizeLoader`` (keys per
-    ``docs/flat_dict.md``, masks included) is rebuilt without a stored spec:
-    keys with ``/`` are hetero stores, the class defaults to ``Data`` or
-    ``HeteroData`` (batched). Shapes are taken as they are (all static).
-    Levels follow the masks: a key whose size along PyG's cat dim equals its
-    store's ``node_mask`` (``edge_mask``, the global ``graph_mask``) length is
-    a node (edge, graph) key; ``ptr`` and the rest are ``other``.
-
-    Pure Python over keys and static shapes, so it traces.
-    """
-    parsed = {k: parse_key(k) for k in flat}
-    if data_cls is None:
-        data_cls = HeteroData if is_hetero(flat) else Data
-    mask_rows: Dict[Tuple[StoreKey, str], int] = {}
-    for key, (store, attr) in parsed.items():
-        if attr in _MASK_LEVEL:
-            mask_rows[(store, _MASK_LEVEL[attr])] = flat[key].size(0)
-    fields = []
-    for key in sorted(flat, key=lambda k: _order(parsed[k])):
-        store, attr = parsed[key]
-        t = flat[key]
-        cat = -1 if attr in ("edge_index", "edge_mask") or attr.endswith("index") else 0
-        level = _MASK_LEVEL.get(attr, "other")
-        if level == "other" and t.dim() and attr != PTR:
-            level = pick_level(levels_of_rows(t.size(cat), _store_sizes(store, mask_rows)), attr) \
-                or "other"
-        fields.append(Field(key, store, attr, str(t.dtype).replace("torch.", ""), tuple(t.shape), level))
-    node_types = sorted({s[0] for s, _ in parsed.values() if len(s) == 1})
-    edge_types = sorted({s for s, _ in parsed.values() if len(s) == 3})
-    return Spec(class_path(data_cls), is_batch, tuple(fields), tuple(node_types), tuple(edge_types))
-
-
-_MASK_LEVEL = {m: lv for lv, m in MASK_OF_LEVEL.items()}
-
-
-def _store_sizes(store: StoreKey, mask_rows: Mapping[Tuple[StoreKey, str], int]) -> Dict[str, int]:
-    """The row counts a key of ``store`` can match: its node rows (not in an
-    edge store), its edge rows (not in a node store), the graph rows (global
-    store only)."""
-    sizes = {}
-    if len(store) != 3 and (store, "node") in mask_rows:
-        sizes["node"] = mask_rows[(store, "node")]
-    if len(store) != 1 and (store, "edge") in mask_rows:
-        sizes["edge"] = mask_rows[(store, "edge")]
-    if not store and ((), "graph") in mask_rows:
-        sizes["graph"] = mask_rows[((), "graph")]
-    return sizes
-
-
-def _order(parsed: Tuple[StoreKey, str]) -> Tuple[int, StoreKey, str]:
-    store, attr = parsed
-    kind = {1: 0, 3: 1}.get(len(store), 2)
-    return kind, store, attr
-
-
 # --------------------------------------------------------------------------
 # unflatten
 # --------------------------------------------------------------------------
@@ -574,6 +522,8 @@ def unflatten(flat: Mapping[str, Tensor], spec: Spec, validate: bool = True) -> 
     """
     if validate and not torch.compiler.is_compiling():
         spec.validate(flat)
+        if spec._batch_values is not None:
+            check_batch_sizes(flat, spec)
     out = _new(resolve_class(spec.data_cls, spec.is_batch))
     # Create hetero stores in the original order (also the empty ones).
     for nt in spec.node_types:
@@ -618,3 +568,7 @@ def _static_num_graphs(flat: Mapping[str, Tensor], spec: Spec) -> Optional[int]:
         if f.attr == PTR:
             return flat[f.key].size(-1) - 1
     return None
+
+
+# infer_spec builds Specs, so it lives in a module that imports this one.
+from ._infer_spec import infer_spec  # noqa: E402
