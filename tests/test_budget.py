@@ -1,4 +1,5 @@
 """Budget: validation, JSON round trip, tight and fit."""
+import dataclasses
 import json
 
 import numpy as np
@@ -37,7 +38,7 @@ def test_json_round_trip_and_frozen():
     assert json.loads(s)["nodes"] == 100
     b2 = Budget.from_json(s)
     assert b2 == b and b2.report == b.report
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):  # a Budget is immutable
         b.nodes = 3
     h = Budget(nodes={"paper": 10, "author": 5},
                edges={("author", "writes", "paper"): 20}, graphs=3)

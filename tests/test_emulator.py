@@ -307,8 +307,8 @@ def test_micro_batch_without_graphs_takes_no_step_and_keeps_statistics():
 
 
 def test_half_inputs_run_with_finite_masked_loss():
-    wrap = pytest.importorskip("graph_adapter.wrap")
-    loader_mod = pytest.importorskip("graph_adapter.loader")
+    import graph_adapter.wrap as wrap
+    import graph_adapter.loader as loader_mod
     from graph_adapter.budget import Budget
     from graph_adapter.losses import masked_loss
 
@@ -392,8 +392,8 @@ class _Net(nn.Module):
 
 
 def test_ipu_wrap_loader_emulator_equals_plain_loop():
-    wrap = pytest.importorskip("graph_adapter.wrap")
-    loader_mod = pytest.importorskip("graph_adapter.loader")
+    import graph_adapter.wrap as wrap
+    import graph_adapter.loader as loader_mod
     from graph_adapter.budget import Budget
     from graph_adapter.losses import masked_loss
 
@@ -402,15 +402,10 @@ def test_ipu_wrap_loader_emulator_equals_plain_loop():
     loader = loader_mod.FixedSizeLoader(ds, Budget.tight(ds, 4), micro_batches=opts.micro_batches)
     w_emu = wrap.ipu_wrap(_Net(), loss_fn=masked_loss("mse"))
     w_ref = copy.deepcopy(w_emu)
-    try:
-        from graph_adapter.backends import compile as ga_compile
-    except ImportError:
-        ga_compile = None
+    from graph_adapter.backends import compile as ga_compile
+
     opt = torch.optim.SGD(w_emu.parameters(), lr=0.01)
-    if ga_compile is not None:
-        emu = ga_compile(w_emu, backend="ipu-emulator", options=opts, optimizer=opt)
-    else:
-        emu = compile_ipu(w_emu, "ipu-emulator", opts, optimizer=opt)
+    emu = ga_compile(w_emu, backend="ipu-emulator", options=opts, optimizer=opt)
     ref_opt = torch.optim.SGD(w_ref.parameters(), lr=0.01)
     batches = list(loader)
     for host in batches:

@@ -46,8 +46,8 @@ def test_move_flat_refuses_pyg_objects():
 
 
 def test_trainer_fit_on_cpu_loss_falls():
-    wrap = pytest.importorskip("graph_adapter.wrap")
-    loader_mod = pytest.importorskip("graph_adapter.loader")
+    import graph_adapter.wrap as wrap
+    import graph_adapter.loader as loader_mod
     from graph_adapter.budget import Budget
     from graph_adapter.losses import masked_loss
 
