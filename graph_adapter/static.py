@@ -347,17 +347,32 @@ def _patch_namespace(ns: Dict[str, Any]) -> None:
             _PATCHED.append((ns, name, value))
 
 
+def _add_torch_scatter() -> Tuple[str, ...]:
+    """Add ``torch_scatter``'s stand-ins to the table (once); the module prefixes to scan."""
+    from . import static_scatter
+
+    for name, orig in static_scatter.ORIGINALS.items():
+        key = f"torch_scatter.{name}"
+        if key not in _ORIG:
+            _ORIG[key] = orig
+            _REPLACEMENTS[key] = static_scatter.REPLACEMENTS[name]
+            _BY_ID[id(orig)] = key
+    return static_scatter.MODULE_PREFIXES if static_scatter.available() else ()
+
+
 def install(*objects: Any) -> None:
     """Install the substitutions (idempotent; new modules are scanned).
 
-    Scans every loaded ``torch_geometric`` module, plus the modules that
+    Scans every loaded ``torch_geometric`` module (and, when installed,
+    ``torch_scatter``/``torch_sparse``: :mod:`graph_adapter.static_scatter`), plus the modules that
     define ``objects`` (models, modules, functions: e.g. your model whose
     file did ``from torch_geometric.utils import scatter``) and the classes
     of their submodules.
     """
     if Aggregation.__call__ is _ORIG_AGGR_CALL:
         Aggregation.__call__ = _aggr_call
-    names = [m for m in list(sys.modules) if m == "torch_geometric" or m.startswith("torch_geometric.")]
+    prefixes = ("torch_geometric",) + _add_torch_scatter()
+    names = [m for m in list(sys.modules) if m.split(".")[0] in prefixes]
     for obj in objects:
         mods = obj.modules() if isinstance(obj, torch.nn.Module) else [obj]
         for m in mods:
