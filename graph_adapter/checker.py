@@ -32,11 +32,12 @@ CLI: ``graph-adapter check package.module:factory`` (the application's
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
 import traceback
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -47,7 +48,8 @@ from ._poptorch_ops import NO_HANDLER
 from .format import LOSS_KEY, loss_of
 from .ipu import IPUOptions, host_micro_batch, map_tensors, named_tensors
 
-__all__ = ["KINDS", "Finding", "CheckReport", "check"]
+__all__ = ["KINDS", "POPTORCH_MESSAGES", "Finding", "CheckReport", "check", "dispatcher_rules",
+           "state_addresses", "reassigned_state"]
 
 #: Every kind of finding, with what it means.
 KINDS: Dict[str, str] = {
@@ -59,6 +61,8 @@ KINDS: Dict[str, str] = {
     "unsupported-op": "poptorch has no handler for this op",
     "narrowed-dtype": "poptorch narrows float64 to float32 and int64 to int32",
     "batch-split": "an input's dim 0 does not split into the F micro-batches",
+    "reassigned-state": "a buffer or parameter is reassigned (or removed) in forward (poptorch: "
+    "'Buffer ... is reassigned within the model')",
     "error": "forward (or backward) raised",
 }
 
@@ -68,6 +72,12 @@ _DYNAMIC_SHAPE_OPS = {
 }
 _VALUE_FUNCS = {"item", "__bool__", "__int__", "__float__", "__index__", "__complex__"}
 _HOST_FUNCS = {"cpu", "numpy", "tolist"}
+# Op namespaces PyTorch's own meta/fake kernels cover; an op elsewhere (a C++
+# extension such as torch_scatter) needs a registered Meta kernel or fake impl.
+_CORE_NAMESPACES = {"aten", "prims", "prim", "_c10d_functional", "c10d_functional", "poptorch"}
+# poptorch skips these modules' buffers when it checks for reassignment
+# (python/_impl.py, BUFFERS_CAN_CHANGE).
+_BUFFERS_CAN_CHANGE = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _THIS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -205,6 +215,20 @@ def _short_fn(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
+#: poptorch's own error text per kind, where its sources have one
+#: (``poptorch/source/dispatch_tracer/RegisterAtenOverloads.cpp``,
+#: ``RegisterMetaOps.cpp.inc``, ``python/_impl.py``).
+POPTORCH_MESSAGES = {
+    "host-transfer": 'Illegal move to CPU (via `.to("cpu")`) when using the dispatcher. '
+    "Instead, return this output as an IPU tensor.",
+    "data-dependent-value": "aten::item is only supported in eager mode, but was intercepted in "
+    "a static graph. This means an IPU to CPU copy was triggered before the end of the graph, "
+    "for example by calling tensor.item(). Please ensure that any such copies are removed.",
+    "bincount": "Bincount `minlength` must be specified and must be a constant. On the IPU MK2 "
+    "platform the minimum length is also the maximum length",
+    "unsupported-op": "Unsupported ops found in compiled model",
+}
+
 _ADVICE = {
     "data-dependent-shape": "pad to a fixed size and use masks (e.g. torch.where(mask, a, b), "
     "masked sums) instead of selecting rows; pass static sizes (size=, dim_size=, num_nodes=)",
@@ -221,49 +245,123 @@ _ADVICE = {
 class _FunctionWatch(TorchFunctionMode):
     """Records host transfers and value reads; keeps the torch-function stack for names."""
 
-    def __init__(self, findings: Optional[List[Finding]] = None) -> None:
+    def __init__(self, findings: Optional[List[Finding]] = None, fake: bool = False) -> None:
         super().__init__()
         self.findings = findings
+        self.fake = fake  # under FakeTensorMode: stand in for poptorch's meta kernels
         self.stack: List[str] = []
         self.failed: Optional[str] = None
+        # Devices read off tensors (t.device): on the IPU they are the IPU, so a
+        # .to() onto one is no host transfer. Kept alive so their id()s stay unique.
+        self.tensor_devices: List[torch.device] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = _fn_name(func)
         if self.findings is not None:
             self._inspect(func, name, args, kwargs)
+        if self.fake and not self.stack:
+            replaced = _fake_standin(func, name, args, kwargs)
+            if replaced is not None:
+                return replaced
         self.stack.append(name)
         try:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
         except Exception:
             if self.failed is None:
                 self.failed = name
             raise
         finally:
             self.stack.pop()
+        if isinstance(out, torch.device) and getattr(func, "__self__", None) is Tensor.device:
+            self.tensor_devices.append(out)
+        return out
 
     def _inspect(self, func, name: str, args, kwargs) -> None:
         short = _short_fn(name)
         if self.stack:  # only calls made by user code / PyG, not torch's own inner calls
             return
-        kind = None
+        kind, message = None, ""
         if short in _HOST_FUNCS and name.startswith("torch.Tensor"):
             kind = "host-transfer"
-        elif short == "to" and name.startswith("torch.Tensor") and _targets_cpu(args[1:], kwargs):
+        elif (short == "to" and name.startswith("torch.Tensor")
+              and _targets_cpu(args[1:], kwargs, self.tensor_devices)):
             kind = "host-transfer"
         elif short in _VALUE_FUNCS and name.startswith("torch.Tensor"):
             kind = "data-dependent-value"
+        elif _is_extension_op(func) and not _has_fake_kernel(func):
+            kind, message = "unsupported-op", _NO_FAKE_KERNEL
         if kind is None:
             return
         location, via = _where(traceback.extract_stack()[:-2])
-        self.findings.append(Finding(kind, name, location, _with_via(_ADVICE[kind], via)))
+        self.findings.append(Finding(kind, name, location, _with_via(message or _ADVICE[kind], via)))
 
 
-def _targets_cpu(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+_NO_FAKE_KERNEL = (
+    "a C++ extension op with no fake (meta) kernel: poptorch's dispatcher cannot infer its "
+    "output shape and has no handler for it; use a pure-torch equivalent (for torch_scatter's "
+    "scatter_max: torch_geometric.utils.scatter(..., reduce='max', dim_size=...)) or give it a "
+    "fake kernel and a poptorch custom op"
+)
+
+
+def _is_extension_op(func: Any) -> bool:
+    """A ``torch.ops.<namespace>`` op outside PyTorch's own namespaces (e.g. torch_scatter)."""
+    if not isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return False
+    return func._qualified_op_name.split("::")[0] not in _CORE_NAMESPACES
+
+
+def _has_fake_kernel(func: Any) -> bool:
+    """Whether an op has a Meta kernel or a registered fake impl (a composite one does not count:
+    C++ extensions register composite kernels that read raw data)."""
+    from torch._library.simple_registry import singleton
+
+    overloads = ([getattr(func, o) for o in func.overloads()]
+                 if isinstance(func, torch._ops.OpOverloadPacket) else [func])
+    for op in overloads:
+        qualname = op.name()
+        if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta"):
+            return True
+        if singleton.find(qualname).fake_impl.kernel is not None:
+            return True
+    return False
+
+
+class _NoFakeKernel(RuntimeError):
+    """An extension op without a fake kernel was called under fake tensors."""
+
+
+def _fake_standin(func: Any, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """What poptorch's meta kernels give where PyTorch's fake ones differ (None: no stand-in).
+
+    * ``bincount(x, weights, minlength=K)``: poptorch's meta kernel returns
+      ``[K]`` (``RegisterMetaOps.cpp.inc``; K is also the maximum length);
+      PyTorch's fake one raises (data-dependent shape). Without ``minlength``
+      the fake kernel's error stands, as poptorch's does.
+    * an extension op without a fake kernel raises :class:`_NoFakeKernel`
+      (otherwise its composite kernel fails reading data fake tensors lack).
+    """
+    if _is_extension_op(func) and not _has_fake_kernel(func):
+        raise _NoFakeKernel(name)
+    if _short_fn(name) != "bincount":
+        return None
+    weights = args[1] if len(args) > 1 else kwargs.get("weights")
+    minlength = args[2] if len(args) > 2 else kwargs.get("minlength", 0)
+    if not isinstance(minlength, int) or minlength <= 0:
+        return None
+    dtype = weights.dtype if isinstance(weights, Tensor) else torch.int64
+    return torch.zeros(minlength, dtype=dtype, device=args[0].device)
+
+
+def _targets_cpu(args: Sequence[Any], kwargs: Mapping[str, Any],
+                 tensor_devices: Sequence[torch.device] = ()) -> bool:
+    """Whether ``.to(*args, **kwargs)`` names the CPU (a device read off a tensor does not)."""
+    from_tensors = {id(d) for d in tensor_devices}
     for a in list(args) + [kwargs.get("device")]:
         if isinstance(a, str) and a.split(":")[0] == "cpu":
             return True
-        if isinstance(a, torch.device) and a.type == "cpu":
+        if isinstance(a, torch.device) and a.type == "cpu" and id(a) not in from_tensors:
             return True
     return False
 
@@ -294,9 +392,12 @@ class _DispatchWatch(TorchDispatchMode):
                 "boolean-mask indexing; " + _ADVICE["data-dependent-shape"])
             if packet != "index":
                 kind = None  # masked writes keep static shapes (poptorch: masked_fill)
-        elif packet in NO_HANDLER:
-            row = NO_HANDLER[packet]
+        elif packet in NO_HANDLER or packet.rstrip("_") in NO_HANDLER:  # in-place variants too
+            row = NO_HANDLER.get(packet) or NO_HANDLER[packet.rstrip("_")]
             kind, message = "unsupported-op", f"poptorch has no handler for {aten}; use {row.instead}"
+        elif packet == "bincount" and _bincount_minlength(args, kwargs) <= 0:
+            kind, message = "data-dependent-shape", (
+                f"poptorch: '{POPTORCH_MESSAGES['bincount']}'; pass minlength=K")
         elif _makes_float64(args, kwargs, out):
             kind, severity = "narrowed-dtype", "warning"
             message = "float64 computed in forward: poptorch computes it in float32"
@@ -304,6 +405,11 @@ class _DispatchWatch(TorchDispatchMode):
             location, via = _where(traceback.extract_stack()[:-2])
             self.findings.append(Finding(kind, op, location, _with_via(message, via), severity))
         return out
+
+
+def _bincount_minlength(args, kwargs) -> int:
+    value = args[2] if len(args) > 2 else kwargs.get("minlength", 0)
+    return value if isinstance(value, int) else 0
 
 
 def _has_tensor(args, kwargs) -> bool:
@@ -338,7 +444,7 @@ def _fake_pass(model: nn.Module, sample: Any, training: bool, loss_key: str) -> 
     for n, b in model.named_buffers():
         state[n] = mode.from_tensor(b)
     fake = map_tensors(sample, mode.from_tensor)
-    watch = _FunctionWatch()
+    watch = _FunctionWatch(fake=True)
     try:
         with mode, watch:
             out = functional_call(model, state, (fake,))
@@ -358,6 +464,9 @@ def _fake_pass(model: nn.Module, sample: Any, training: bool, loss_key: str) -> 
         kind = ("data-dependent-shape" if isinstance(exc, DynamicOutputShapeException)
                 else "data-dependent-value")
         return [Finding(kind, op, location, _with_via(_ADVICE[kind], via))]
+    except _NoFakeKernel as exc:
+        location, via = _where(traceback.extract_tb(exc.__traceback__))
+        return [Finding("unsupported-op", str(exc), location, _with_via(_NO_FAKE_KERNEL, via))]
     except Exception as exc:  # noqa: BLE001 - every other failure is a finding too
         location, via = _where(traceback.extract_tb(exc.__traceback__))
         text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
@@ -370,6 +479,7 @@ def _real_pass(model: nn.Module, sample: Any) -> List[Finding]:
     findings: List[Finding] = []
     fwatch = _FunctionWatch(findings)
     dwatch = _DispatchWatch(findings, fwatch)
+    before = state_addresses(model)
     try:
         with torch.no_grad(), fwatch, dwatch:
             model(sample)
@@ -378,7 +488,91 @@ def _real_pass(model: nn.Module, sample: Any) -> List[Finding]:
         text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         findings.append(Finding("error", fwatch.failed or "forward", location,
                                 _with_via(f"on CPU: {text}", via)))
+    for name, message in reassigned_state(before, state_addresses(model)):
+        findings.append(Finding("reassigned-state", name, "<forward>", message))
     return findings
+
+
+# --------------------------------------------------------------------------
+# Buffers and parameters must keep their storage (poptorch, python/_impl.py)
+# --------------------------------------------------------------------------
+def state_addresses(model: nn.Module) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``(buffers, parameters)``: name -> (device, data_ptr), as poptorch records them.
+
+    BatchNorm modules' buffers are left out, as poptorch leaves them out
+    (``BUFFERS_CAN_CHANGE``).
+    """
+    buffers: Dict[str, Any] = {}
+    for prefix, module in model.named_modules():
+        if isinstance(module, _BUFFERS_CAN_CHANGE):
+            continue
+        for name, b in module.named_buffers(prefix=prefix, recurse=False):
+            buffers[name] = (b.device, b.data_ptr())
+    params = {n: (p.device, p.data_ptr()) for n, p in model.named_parameters()}
+    return buffers, params
+
+
+def reassigned_state(before: Tuple[Dict[str, Any], Dict[str, Any]],
+                     after: Tuple[Dict[str, Any], Dict[str, Any]]) -> List[Tuple[str, str]]:
+    """``(name, poptorch's message)`` for each buffer/parameter removed or reassigned by forward.
+
+    The messages are poptorch's (``errorOnBufferOrParameterAddressChanges``).
+    """
+    problems = []
+    for kind, old, new in (("Buffer", before[0], after[0]), ("Parameter", before[1], after[1])):
+        for name, address in old.items():
+            if name not in new:
+                problems.append((name, f"{kind} {name} is removed from the model when calling "
+                                       f"the forward method."))
+            elif address != new[name]:
+                problems.append((name, f"{kind} {name} is reassigned within the model when "
+                                       f"calling the forward method. This is not supported. "
+                                       f"Consider using self.{name}.copy_(src) to copy data from "
+                                       f"a source tensor, where src is the name of the source "
+                                       f"tensor."))
+    return problems
+
+
+# --------------------------------------------------------------------------
+# The rules enforced while a forward runs (the emulated poptorch uses this)
+# --------------------------------------------------------------------------
+class _RaiseFirst(list):
+    """A findings list that raises at the first error, with poptorch's message where it has one."""
+
+    def __init__(self, error: Callable[[str], BaseException]) -> None:
+        super().__init__()
+        self.error = error
+
+    def append(self, f: Finding) -> None:  # type: ignore[override]
+        if f.severity != "error":
+            return
+        if f.kind == "unsupported-op":
+            text = f"{POPTORCH_MESSAGES['unsupported-op']}: [{f.op}]. {f.message}"
+        else:
+            text = POPTORCH_MESSAGES.get(f.kind, f"{f.op}: {KINDS[f.kind]}; {f.message}")
+        raise self.error(f"{text}\n[graph_adapter: {f.kind} {f.op} at {f.location}]")
+
+
+@contextlib.contextmanager
+def dispatcher_rules(model: Optional[nn.Module] = None,
+                     error: Callable[[str], BaseException] = RuntimeError) -> Iterator[None]:
+    """Run a forward under poptorch's dispatcher rules: the first violation raises ``error(msg)``.
+
+    Violations are the errors :func:`check`'s real pass records (host
+    transfers, value reads, data-dependent shapes, ops with no poptorch
+    handler or no fake kernel) and, given ``model``, buffers or parameters
+    reassigned by the forward. ``msg`` starts with poptorch's own text where
+    its sources have one (:data:`POPTORCH_MESSAGES`), then names the op and
+    the user's ``file:line``.
+    """
+    findings = _RaiseFirst(error)
+    fwatch = _FunctionWatch(findings)
+    before = state_addresses(model) if model is not None else None
+    with fwatch, _DispatchWatch(findings, fwatch):
+        yield
+    if before is not None:
+        for _, message in reassigned_state(before, state_addresses(model)):
+            raise error(message)
 
 
 def _input_findings(flat: Any, model: nn.Module, options: Optional[IPUOptions]) -> List[Finding]:
@@ -428,10 +622,26 @@ def check(
     findings = _input_findings(flat, wrapped, options)
     # What the model sees on the device: micro-batch 0 (a leading dim 1 for F > 1).
     sample = flat if options is None else host_micro_batch(flat, options.micro_batches, 0)
-    model = copy.deepcopy(wrapped)
+    model = _copy_model(wrapped)
     model.train(training)
     findings += _fake_pass(model, sample, training, loss_key)
     findings += _real_pass(model, sample)
     order = {k: i for i, k in enumerate(KINDS)}
     findings.sort(key=lambda f: (f.severity != "error", order.get(f.kind, 99)))
     return CheckReport.of(findings)
+
+
+def _copy_model(model: nn.Module) -> nn.Module:
+    """A deep copy, also of a model holding non-leaf tensors as attributes.
+
+    ``copy.deepcopy`` refuses non-leaf tensors (e.g. ``SuperGATConv`` keeps
+    ``att_x``/``att_y`` from its last training forward); they are copied
+    detached, which is all a forward reads of them.
+    """
+    memo: Dict[int, Any] = {}
+    for module in model.modules():
+        for value in vars(module).values():
+            for t in (value if isinstance(value, (list, tuple)) else (value,)):
+                if isinstance(t, Tensor) and not t.is_leaf:
+                    memo[id(t)] = t.detach().clone()
+    return copy.deepcopy(model, memo)

@@ -74,6 +74,16 @@ class Bad(CleanGIN):
             x = x * float(b["x"].numpy().mean())
         elif p == "index_add":
             x = torch.zeros_like(x).index_add(0, b["batch"], x)
+        elif p == "index_add_":
+            x = torch.zeros_like(x).index_add_(0, b["batch"], x)
+        elif p == "to_cpu":
+            x = x.to("cpu") * 2
+        elif p == "to_cpu_device":
+            x = x.to(device=torch.device("cpu")) * 2
+        elif p == "bincount":
+            x = x * torch.bincount(b["batch"]).sum()
+        elif p == "scatter_max":
+            x = torch.ops.torch_scatter.scatter_max(x, b["batch"], 0, None, 6)[0]
         elif p == "float64":
             x = (x.double() * 2).float()
         elif p == "pyg_pool":
@@ -109,6 +119,15 @@ def test_clean_gin_with_micro_batches_and_options():
     ("cpu", "host-transfer", "cpu"),
     ("numpy", "host-transfer", "numpy"),
     ("index_add", "unsupported-op", "index_add"),
+    # The in-place variant is its own aten packet (aten.index_add_); poptorch has no handler
+    # for either (shared/FACTS.md, poptorch section).
+    ("index_add_", "unsupported-op", "index_add_"),
+    ("to_cpu", "host-transfer", "to"),
+    ("to_cpu_device", "host-transfer", "to"),
+    # poptorch's meta kernel: "Bincount `minlength` must be specified" (RegisterMetaOps.cpp.inc)
+    ("bincount", "data-dependent-shape", "bincount"),
+    # torch_scatter's C++ op has no fake kernel: the dispatcher cannot run it
+    ("scatter_max", "unsupported-op", "scatter_max"),
 ])
 def test_each_problem_is_caught_and_named(problem, kind, op):
     report = check(Bad(problem), flat_batch(), training=False)
@@ -223,3 +242,100 @@ def test_ipu_wrapped_gin_from_the_loader_passes():
     w = wrap.ipu_wrap(Net(), loss_fn=masked_loss("mse"))
     report = check(w, host, training=True, options=opts)
     assert report.ok, str(report)
+
+
+# ---- fidelity to poptorch's sources (issue 10, item 5) ------------------------------------
+class Extra(CleanGIN):
+    """CleanGIN plus one thing poptorch accepts (the checker must not report it)."""
+
+    def __init__(self, what):
+        super().__init__()
+        self.what = what
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, b):
+        x = b["x"]
+        if self.what == "bincount_minlength":
+            # poptorch's meta kernel returns [minlength] (RegisterMetaOps.cpp.inc: bincount)
+            counts = torch.bincount(b["batch"], minlength=3)
+            x = x * counts.sum().to(x.dtype) / counts.numel()
+        elif self.what == "to_own_device":
+            # onto an input's own device: on the IPU that is the IPU, no host transfer
+            x = x.to(device=b["batch"].device) + torch.ones(1).to(b["x"].device)
+        elif self.what == "buffer_copy_":
+            self.calls.copy_(self.calls + 1)  # in place: poptorch's advice
+        return super().forward(dict(b, x=x))
+
+
+@pytest.mark.parametrize("what", ["bincount_minlength", "to_own_device", "buffer_copy_"])
+def test_what_poptorch_accepts_is_not_reported(what):
+    for training in (False, True):
+        report = check(Extra(what), flat_batch(), training=training)
+        assert report.ok and report.findings == [], str(report)
+
+
+def test_bincount_minlength_is_static_in_the_fake_pass():
+    from graph_adapter.checker import _fake_pass  # noqa: the pass itself, to see its shape
+
+    class Shape(nn.Module):
+        def forward(self, b):
+            counts = torch.bincount(b["batch"], minlength=5)
+            assert counts.shape == (5,)  # poptorch's meta kernel: [minlength]
+            return {"loss": counts.sum().float()}
+
+    assert _fake_pass(Shape(), flat_batch(), False, "loss") == []
+
+
+def test_buffer_reassigned_in_forward_is_reported():
+    class Reassigns(Extra):
+        def forward(self, b):
+            self.calls = self.calls + 1  # a new tensor: poptorch refuses it
+            return super().forward(b)
+
+    report = check(Reassigns("none"), flat_batch())
+    hits = report.by_kind("reassigned-state")
+    assert not report.ok and [f.op for f in hits] == ["calls"], str(report)
+    # poptorch's message (python/_impl.py, errorOnBufferOrParameterAddressChanges)
+    assert hits[0].message.startswith("Buffer calls is reassigned within the model when calling "
+                                      "the forward method. This is not supported.")
+
+
+def test_batchnorm_buffers_may_change_as_in_poptorch():
+    class BN(CleanGIN):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(4)
+
+        def forward(self, b):
+            return super().forward(dict(b, x=self.bn(b["x"])))
+
+    assert check(BN(), flat_batch(), training=True).ok
+
+
+def test_model_holding_non_leaf_tensors_is_checked():
+    from torch_geometric.nn import SuperGATConv
+
+    class Sgat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv = SuperGATConv(4, 4, add_self_loops=False)
+
+        def forward(self, b):
+            return {"loss": self.conv(b["x"], b["edge_index"]).sum()}
+
+    model = Sgat().train()
+    model(flat_batch())  # one training forward leaves non-leaf att_x / att_y on the conv
+    assert not model.conv.att_x.is_leaf
+    report = check(model, flat_batch())
+    assert not any(f.kind == "error" for f in report.findings), str(report)
+    assert not model.conv.att_x.is_leaf  # the user's model is untouched
+
+
+def test_extension_op_without_fake_kernel_is_unsupported_not_an_error():
+    pytest.importorskip("torch_scatter")
+    for training in (False, True):
+        report = check(Bad("scatter_max"), flat_batch(), training=training)
+        kinds = [f.kind for f in report.findings]
+        assert "unsupported-op" in kinds and "error" not in kinds, str(report)
+        assert "no fake (meta) kernel" in report.by_kind("unsupported-op")[0].message
