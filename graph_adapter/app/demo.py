@@ -118,6 +118,9 @@ def train_epochs(stats: RunStats, step: Step, batches: Callable[[int], Iterable[
                  progress)
     stats.train_seconds = time.perf_counter() - t_start
     stats.epochs = epochs
+    # counted, not planned: what the epochs really yielded
+    stats.batches_per_epoch = round(stats.steps / max(1, epochs))
+    stats.mean_graphs_per_batch = stats.train_graphs / max(1, stats.steps)
     if bar is not None:
         bar.close()
     stats.distinct_shapes = len(shapes)
@@ -190,10 +193,9 @@ def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backe
     # step the optimizer inside the compiled program (steps_optimizer: the IPU ones) take it
     compiled = ga.compile(wrapped, backend, optimizer=opt)
 
-    stats.batches_per_epoch = len(loader)
+    stats.batches_per_epoch = len(loader)  # planned (the progress bar); counted in training
     loader.set_epoch(0)
     loader_stats = loader.stats
-    stats.mean_graphs_per_batch = loader_stats.mean_graphs_per_batch
 
     def batches(epoch: int):
         loader.set_epoch(epoch)
@@ -225,6 +227,7 @@ def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backe
     train_epochs(stats, step, batches, cfg.epochs, label=f"graph_adapter [{backend}]",
                  end_epoch=end_epoch, progress=cfg.progress,
                  shape_of=lambda flat: tuple(tuple(v.shape) for v in flat.values()))
+    stats.compiles_training = int(compiled.compile_count)
     compiled.eval()
     evaluate(stats, eval_step, test_loader)
     stats.compiles = int(compiled.compile_count)
@@ -242,8 +245,7 @@ def _train_eager(model: nn.Module, train, test, cfg: DemoConfig) -> RunStats:
                         generator=torch.Generator().manual_seed(cfg.seed))
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     sched = _scheduler(opt, cfg.epochs)
-    stats.batches_per_epoch = len(loader)
-    stats.mean_graphs_per_batch = len(train) / max(1, len(loader))
+    stats.batches_per_epoch = len(loader)  # planned (the progress bar); counted in training
 
     def batches(epoch: int):
         model.train()

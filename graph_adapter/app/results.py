@@ -7,6 +7,7 @@ it as the text ``graph-adapter demo`` prints, :func:`write_plot` draws it.
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -14,7 +15,15 @@ import torch
 from .datasets import MissingExtraError
 from .models import MODELS
 
-__all__ = ["DemoConfig", "RunStats", "DemoResult", "write_plot", "check_plot_extra"]
+__all__ = ["DemoConfig", "RunStats", "DemoResult", "write_plot", "check_plot_extra",
+           "UNCOMPILED_BACKENDS"]
+
+#: The report's line width (fits a terminal and the docs' code blocks).
+REPORT_WIDTH = 88
+
+#: Backends that run the module as it is: their ``compile_count`` counts the
+#: (signature, mode) pairs seen, not compiles, so the report says "no compiler".
+UNCOMPILED_BACKENDS = ("eager",)
 
 
 @dataclasses.dataclass
@@ -52,10 +61,11 @@ class RunStats:
     eval_first_step_seconds: float = 0.0
     eval_graphs: int = 0
     eval_batches: int = 0
-    batches_per_epoch: int = 0
-    mean_graphs_per_batch: float = 0.0
+    batches_per_epoch: int = 0  # counted over the epochs trained (mean, rounded)
+    mean_graphs_per_batch: float = 0.0  # real graphs per training step, counted
     distinct_shapes: int = 0  # distinct (nodes, edges, graphs) batch shapes, epoch 1
-    compiles: Optional[int] = None
+    compiles: Optional[int] = None  # the compiled model's compile_count after evaluation
+    compiles_training: Optional[int] = None  # ... after training (None: not compiled)
     epoch_loss: List[float] = dataclasses.field(default_factory=list)
     test_mae: float = float("nan")
     # adapter run: its trained weights evaluated by plain eager PyG (unpadded batches)
@@ -100,6 +110,8 @@ class DemoResult:
     eager: Optional[RunStats]
     total_seconds: float = 0.0
     load_seconds: float = 0.0
+    #: what the run measured about its own repeatability (one line each)
+    determinism_notes: List[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> Dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -110,70 +122,90 @@ class DemoResult:
             d["eager"]["eval_graphs_per_second"] = self.eager.eval_graphs_per_second
         return d
 
-    def report(self) -> str:
-        c = self.config
-        a, e = self.adapter, self.eager
-        b = self.budget
-        lines = [
-            "",
+    def report(self, width: int = REPORT_WIDTH) -> str:
+        """The text ``graph-adapter demo`` prints; no line is longer than ``width``."""
+        lines = [""] + _wrap(self._header(), width) + [""]
+        lines += self._table()
+        lines.append("")
+        lines += _wrap(self._footer(), width)
+        return "\n".join(lines)
+
+    def _header(self) -> List[str]:
+        c, b = self.config, self.budget
+        return [
             f"graph_adapter demo: {c.model} ({MODELS[c.model]}), {c.layers} layers x {c.hidden}",
-            f"data:    {self.num_graphs} molecules from rdkit's NCI first_5k (target TPSA, A^2); "
-            f"{self.num_bad_smiles} unparsable SMILES skipped",
-            f"split:   {self.num_train} train / {self.num_test} test (seed {c.seed})",
-            f"budget:  Budget.fit(graphs_per_batch={c.batch_graphs}) -> nodes={b['nodes']}, "
+            f"data: {self.num_graphs} molecules from {self._source()} (target TPSA, A^2); "
+            f"{self.num_bad_smiles} rows skipped (SMILES rdkit cannot parse, or no numeric target)",
+            f"split: {self.num_train} train / {self.num_test} test (seed {c.seed})",
+            f"budget: Budget.fit(graphs_per_batch={c.batch_graphs}) -> nodes={b['nodes']}, "
             f"edges={b['edges']}, graphs={b['graphs']} (every batch has these shapes)",
             f"backend: {self.backend}{' (' + self.backend_note + ')' if self.backend_note else ''}; "
             f"torch {torch.__version__}, {torch.get_num_threads()} threads",
-            "",
         ]
-        rows = [("", f"graph_adapter [{self.backend}]", "eager PyG (DataLoader)" if e else "")]
 
-        def both(label, fa, fe):
+    def _table(self) -> List[str]:
+        a, e = self.adapter, self.eager
+        rows = [("", f"graph_adapter [{self.backend}]", "eager PyG" if e else "")]
+
+        def both(label, fa, fe=None):
+            fe = fe or fa
             rows.append((label, fa(a), fe(e) if e is not None else ""))
 
         pct = "{:.1%}".format
-        rows.append(("padding efficiency nodes / edges / graphs",
-                     f"{pct(self.node_efficiency)} / {pct(self.edge_efficiency)} / "
+        rows.append(("padding efficiency nodes/edges/graphs",
+                     f"{pct(self.node_efficiency)}/{pct(self.edge_efficiency)}/"
                      f"{pct(self.graph_efficiency)}", "no padding"))
-        rows.append(("  pad-to-max nodes (largest graph x graph count)",
-                     pct(self.pad_to_max_node_efficiency), ""))
-        both("batches per epoch / mean graphs per batch",
-             lambda r: f"{r.batches_per_epoch} / {r.mean_graphs_per_batch:.1f}",
+        rows.append(("  pad-to-max nodes (largest x count)", pct(self.pad_to_max_node_efficiency), ""))
+        both("batches per epoch / graphs per batch",
              lambda r: f"{r.batches_per_epoch} / {r.mean_graphs_per_batch:.1f}")
-        both("distinct batch shapes (epoch 1)", lambda r: str(r.distinct_shapes),
-             lambda r: f"{r.distinct_shapes} (each a recompile for torch.compile(dynamic=False))")
-        both("compiles (train + eval)", lambda r: str(r.compiles), lambda r: "0 (not compiled)")
-        both("first training step, s", lambda r: f"{r.first_step_seconds:.2f}",
-             lambda r: f"{r.first_step_seconds:.2f}")
-        both("training throughput, graphs/s (steady)",
-             lambda r: f"{r.train_graphs_per_second:,.0f}",
-             lambda r: f"{r.train_graphs_per_second:,.0f}")
-        both("training wall time, s (all epochs)", lambda r: f"{r.train_seconds:.1f}",
-             lambda r: f"{r.train_seconds:.1f}")
-        both("inference throughput, graphs/s (steady)",
-             lambda r: f"{r.eval_graphs_per_second:,.0f}",
-             lambda r: f"{r.eval_graphs_per_second:,.0f}")
-        both(f"final train loss (L1, epoch {c.epochs})",
-             lambda r: f"{r.epoch_loss[-1]:.2f}" if r.epoch_loss else "-",
+        both("distinct batch shapes (epoch 1) [1]", lambda r: str(r.distinct_shapes))
+        both("compiles (training / evaluation)", self._compiles, lambda r: "none (not compiled)")
+        both("first training step, s", lambda r: f"{r.first_step_seconds:.2f}")
+        both("training, graphs/s (steady)", lambda r: f"{r.train_graphs_per_second:,.0f}")
+        both("training wall time, s (all epochs)", lambda r: f"{r.train_seconds:.1f}")
+        both("inference, graphs/s (steady)", lambda r: f"{r.eval_graphs_per_second:,.0f}")
+        both(f"final train L1 loss (epoch {self.config.epochs})",
              lambda r: f"{r.epoch_loss[-1]:.2f}" if r.epoch_loss else "-")
-        both("test MAE (TPSA, A^2)", lambda r: f"{r.test_mae:.2f}", lambda r: f"{r.test_mae:.2f}")
-        rows.append(("  same weights, evaluated by eager PyG", f"{a.test_mae_eager_eval:.2f}", ""))
+        both("test MAE (TPSA, A^2)", lambda r: f"{r.test_mae:.2f}")
+        rows.append(("  same weights, eager PyG evaluation", f"{a.test_mae_eager_eval:.2f}", ""))
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
-        for r in rows:
-            lines.append(f"{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}".rstrip())
-        lines.append("")
+        return [f"{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}".rstrip() for r in rows]
+
+    def _footer(self) -> List[str]:
+        a, e, c = self.adapter, self.eager, self.config
+        lines = ["[1] each distinct shape is a recompile for torch.compile(dynamic=False)"]
+        lines += self.determinism_notes
         if e is not None and a.train_graphs_per_second > 0 and e.train_graphs_per_second > 0:
             ratio = a.train_graphs_per_second / e.train_graphs_per_second
-            lines.append(f"training throughput, adapter / eager: {ratio:.2f}x "
-                         f"(same model, loss, optimizer and data, measured in this run)")
+            lines.append(f"training throughput, adapter / eager: {ratio:.2f}x (same model, loss, "
+                         f"optimizer and data, measured in this run)")
         lines.append(f"test MAE baseline (predict the training mean): {self._mean_mae:.2f}")
         lines.append(f"total {self.total_seconds:.0f} s (loading molecules {self.load_seconds:.0f} s)")
         if c.plot:
             lines.append(f"plot written to {c.plot}")
-        return "\n".join(lines)
+        return lines
 
     _mean_mae: float = float("nan")
+
+    def _source(self) -> str:
+        return self.config.path if self.config.path else "rdkit's NCI first_5k"
+
+    def _compiles(self, r: RunStats) -> str:
+        """The compiled model's own count (``compile_count``), split at the end of training."""
+        if self.backend in UNCOMPILED_BACKENDS:
+            return f"none ({self.backend}: no compiler)"
+        if r.compiles is None or r.compiles_training is None:
+            return "-"
+        return f"{r.compiles_training} / {r.compiles - r.compiles_training}"
+
+
+def _wrap(lines: List[str], width: int) -> List[str]:
+    """Each line wrapped at ``width``; continuation lines indented by two spaces."""
+    out: List[str] = []
+    for line in lines:
+        out += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False) or [""]
+    return out
 
 
 def write_plot(result: DemoResult, path: str) -> None:
