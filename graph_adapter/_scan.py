@@ -94,6 +94,9 @@ class Scan:
     graphs are checked against it: this is how a list of graphs is collated
     like the dataset it comes from.
 
+    ``ids``: the dataset indices of ``dataset``'s graphs, for error messages
+    (a batch of graph objects); default: their positions.
+
     ``exclude``: keys left out on purpose (listed in ``excluded``, not
     warned about).  ``validate``: check every index key (``edge_index``...)
     of every graph: an integer dtype, ``[2, E]`` for ``edge_index``, and
@@ -104,12 +107,13 @@ class Scan:
 
     def __init__(self, dataset: Sequence[Any], budget: Budget, columnar: bool = True,
                  schema: Optional[Sequence[Field]] = None, exclude: Collection[str] = (),
-                 validate: bool = True):
+                 validate: bool = True, ids: Optional[Sequence[int]] = None):
         n = len(dataset)
         if n == 0:
             raise ValueError("cannot collate an empty dataset")
         first = dataset[0]
-        check_graph_item(first, 0)
+        self.ids = ids
+        check_graph_item(first, ids[0] if ids is not None else 0)
         self.exclude = frozenset(exclude)
         self.on_purpose: Dict[str, str] = {}
         self.hetero = hetero = isinstance(first, HeteroData)
@@ -149,6 +153,10 @@ class Scan:
                     if f.inc == "nodes":
                         self._check_index_range(f, rows[f.key])
 
+    def _at(self, i: int) -> str:
+        """Where graph ``i`` of the scan is, for error messages."""
+        return f"graph at dataset index {i if self.ids is None else int(self.ids[i])}"
+
     # ------------------------------------------------------------ graph 0
     def _check_types(self, budget: Budget) -> None:
         for name in self.node_types + [p for et in self.edge_types for p in et]:
@@ -175,7 +183,7 @@ class Scan:
                 self.on_purpose[key] = "excluded on purpose (exclude=)"
                 continue
             if attr in store.reserved or (store.kind == "graph" and attr in RESERVED_KEYS):
-                raise ValueError(f"graph at dataset index 0 has an attribute {key!r}, a name "
+                raise ValueError(f"{self._at(0)} has an attribute {key!r}, a name "
                                  f"the padded format reserves ({RESERVED_KEYS})")
             if not isinstance(v, Tensor):
                 self.excluded[key] = f"not a tensor ({type(v).__name__})"
@@ -197,7 +205,7 @@ class Scan:
         dt = _dtype_name(v.dtype)
         inc = _homo_inc(first, key, v)
         if inc == "nodes":
-            _check_index_proto(key, v, edge=key == "edge_index")
+            _check_index_proto(key, v, key == "edge_index", self._at(0))
         if v.dim() == 0:
             return Field(key, (), key, dt, (), "graph", inc)
         shape: List[Optional[int]] = list(v.shape)
@@ -210,7 +218,7 @@ class Scan:
             raise NotImplementedError(f"key {key!r}: PyG increments '*batch*' keys by their "
                                       f"max; not supported")
         if store.kind == "edge" and "index" in attr:
-            _check_index_proto(key, v, edge=True)
+            _check_index_proto(key, v, True, self._at(0))
             return Field(key, store.key, attr, dt, (2, None), "edge", "nodes")
         if v.dim() == 0:
             if store.kind != "graph":
@@ -260,18 +268,18 @@ class Scan:
                     v = s[f.attr]
                     sh = v.shape
                     if v.dtype != dt:
-                        raise ValueError(f"graph at dataset index {i}: key {f.key!r} has dtype "
+                        raise ValueError(f"{self._at(i)}: key {f.key!r} has dtype "
                                          f"{v.dtype}, graph 0 has {dt}")
                     if pre is None:  # 0-d: one row per graph
                         if sh:
-                            raise ValueError(f"graph at dataset index {i}: key {f.key!r} has "
+                            raise ValueError(f"{self._at(i)}: key {f.key!r} has "
                                              f"shape {tuple(sh)}, graph 0 has a 0-d tensor")
                         r, vv = 1, v.reshape(1)
                     else:
                         r = sh[c] if len(sh) > c else -1
                         if sh != pre + (r,) + post:
                             raise ValueError(
-                                f"graph at dataset index {i}: key {f.key!r} has shape "
+                                f"{self._at(i)}: key {f.key!r} has shape "
                                 f"{tuple(sh)}, incompatible with graph 0's "
                                 f"{f.shape} (cat dim {c})")
                         vv = v
@@ -291,14 +299,14 @@ class Scan:
 
     def _check_graph(self, d: Any, i: int) -> None:
         if not isinstance(d, HeteroData):
-            check_graph_item(d, i)
+            check_graph_item(d, i if self.ids is None else int(self.ids[i]))
         if isinstance(d, HeteroData) != self.hetero:
-            raise TypeError(f"graph at dataset index {i} is "
+            raise TypeError(f"{self._at(i)} is "
                             f"{'not ' if self.hetero else ''}HeteroData, graph 0 is"
                             f"{'' if self.hetero else ' not'}")
         if self.hetero and (set(d.node_types) != set(self.node_types) or
                             {tuple(et) for et in d.edge_types} != set(self.edge_types)):
-            raise ValueError(f"graph at dataset index {i} has node/edge types "
+            raise ValueError(f"{self._at(i)} has node/edge types "
                              f"{sorted(d.node_types)}/{sorted(map(tuple, d.edge_types))}, "
                              f"graph 0 has {sorted(self.node_types)}/{sorted(self.edge_types)}; every graph "
                              f"of a dataset needs the same types (add empty ones: "
@@ -308,10 +316,12 @@ class Scan:
         """The tensor keys of one store of graph ``i`` are graph 0's."""
         for k, v in s.items():  # non-tensor attributes of some graphs only: reported too
             key = key_of(st.key, k)
-            if k not in META_KEYS and key not in self.exclude and key not in self.excluded \
+            if key in self.exclude:
+                self.on_purpose.setdefault(key, "excluded on purpose (exclude=)")
+            elif k not in META_KEYS and key not in self.exclude and key not in self.excluded \
                     and not isinstance(v, Tensor):
                 self.excluded[key] = (f"not a tensor ({type(v).__name__}; first seen on the "
-                                      f"graph at dataset index {i})")
+                                      f"{self._at(i)})")
         have = {k for k, v in s.items() if isinstance(v, Tensor) and k not in META_KEYS
                 and key_of(st.key, k) not in self.excluded and key_of(st.key, k)
                 not in self.exclude}
@@ -319,7 +329,7 @@ class Scan:
         if have != want:
             where = f" (store {store_name(st.key) or 'global'!r})" if self.hetero else ""
             raise ValueError(
-                f"graph at dataset index {i}{where} has different tensor keys than graph 0: "
+                f"{self._at(i)}{where} has different tensor keys than graph 0: "
                 f"missing {sorted(want - have)}, extra {sorted(have - want)}")
 
     # ------------------------------------------------------------ levels
@@ -344,24 +354,28 @@ class Scan:
             raise ValueError(self._undecided(first, f, rows, nodes, edges))
         return _with_level(f, level, rows)
 
-    @staticmethod
-    def _undecided(first: Any, f: Field, rows: np.ndarray, nodes: np.ndarray,
+    def _undecided(self, first: Any, f: Field, rows: np.ndarray, nodes: np.ndarray,
                    edges: np.ndarray) -> str:
-        """The error of a key whose level no graph count explains: names the
-        first graph that breaks the level graph 0 suggests (PyG's decision)."""
-        if first.is_node_attr(f.key) or rows[0] == nodes[0]:
-            level, want = "node", nodes
-        elif first.is_edge_attr(f.key) or rows[0] == edges[0]:
-            level, want = "edge", edges
-        else:
-            level, want = "graph", np.full_like(rows, rows[0])
-        bad = np.nonzero(rows != want)[0]
-        i = int(bad[0]) if len(bad) else 0
-        return (f"key {f.key!r}: graph 0 makes it {level}-level, but the graph at dataset "
-                f"index {i} has {rows[i]} rows on cat dim {f.cat_dim} for {nodes[i]} nodes "
-                f"and {edges[i]} edges; give every graph one row per {level}"
-                + ("" if level == "graph" else f" (or as many rows as graph 0: graph-level)")
-                + ", or leave the key out (exclude=)")
+        """The error of a key whose level no count explains on every graph.
+
+        When graph 0 suggests a level (its rows are its node or edge count),
+        it names the first graph that breaks it; otherwise the key belongs to
+        no level the padded format has (e.g. PyG's ``PairData``: two node
+        sets in one store)."""
+        for level, want in (("node", nodes), ("edge", edges)):
+            bad = np.nonzero(rows != want)[0]
+            if rows[0] == want[0] and len(bad):
+                i = int(bad[0])
+                return (f"{self._at(i)}: key {f.key!r} has {rows[i]} rows on cat "
+                        f"dim {f.cat_dim} but {want[i]} {level}s (graph 0 makes it "
+                        f"{level}-level); give every graph one row per {level}, or leave the "
+                        f"key out (exclude=[{f.key!r}])")
+        return (f"key {f.key!r}: graph 0 has {rows[0]} rows on cat dim {f.cat_dim}, neither "
+                f"its {nodes[0]} nodes nor its {edges[0]} edges, and the count varies between "
+                f"graphs, so it is no node-, edge- or graph-level attribute. A store has one "
+                f"node set and one edge set: for several (PyG's PairData: x_s / x_t), pass "
+                f"transform= making each graph a HeteroData with one node type per set "
+                f"(docs/batching.md), or leave the key out (exclude=[{f.key!r}])")
 
     def _match(self, protos: List[Field], schema: Sequence[Field]) -> List[Field]:
         """The collator's fields, after checking that these graphs have them."""
@@ -394,7 +408,7 @@ class Scan:
         vals = a[r].tolist()
         n = per_entry[r].tolist()
         raise ValueError(
-            f"graph at dataset index {g}: key {f.key!r} has an index {vals} out of range: "
+            f"{self._at(g)}: key {f.key!r} has an index {vals} out of range: "
             f"every entry must be in [0, num_nodes) = [0, {n[0]})"
             + ("" if len(n) == 1 else f" for the source and [0, {n[1]}) for the destination")
             + "; an index outside its graph would join two graphs or touch a padding node. "
@@ -413,19 +427,19 @@ class Scan:
             bad = np.nonzero(rows[f.key] != want)[0]
             if len(bad):
                 i = int(bad[0])
-                raise ValueError(f"graph at dataset index {i}: key {f.key!r} has "
+                raise ValueError(f"{self._at(i)}: key {f.key!r} has "
                                  f"{rows[f.key][i]} rows on its cat dim, expected {want[i]} "
                                  f"({f.level} rows)")
 
 
-def _check_index_proto(key: str, v: Tensor, edge: bool) -> None:
+def _check_index_proto(key: str, v: Tensor, edge: bool, at: str) -> None:
     """An index key (offset by node counts) of graph 0: integer, ``[2, E]`` for edges."""
     if v.dtype == torch.bool or v.is_floating_point() or v.is_complex():
-        raise TypeError(f"graph at dataset index 0: key {key!r} is an index into the nodes but "
+        raise TypeError(f"{at}: key {key!r} is an index into the nodes but "
                         f"has dtype {v.dtype}; convert it with .long() (fractions would be "
                         f"truncated)")
     if edge and (v.dim() != 2 or v.shape[0] != 2):
-        raise ValueError(f"graph at dataset index 0: key {key!r} must have shape [2, num_edges], "
+        raise ValueError(f"{at}: key {key!r} must have shape [2, num_edges], "
                          f"got {tuple(v.shape)}" + ("; transpose it (.t())" if v.dim() == 2 and
                                                     v.shape[-1] == 2 else ""))
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -140,38 +140,65 @@ class Budget:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Budget":
+        """The budget of :meth:`to_dict`'s dict, validated: unknown or missing
+        fields and wrong types (``"64"`` for ``64``) are named errors."""
+        if not isinstance(d, Mapping):
+            raise TypeError(f"Budget.from_dict: expected a dict with keys 'nodes', 'edges', "
+                            f"'graphs' (and optionally 'report'), got {type(d).__name__}")
         unknown = set(d) - {"nodes", "edges", "graphs", "report"}
         if unknown:
-            raise ValueError(f"Budget.from_dict: unknown keys {sorted(unknown)}")
+            raise ValueError(f"Budget.from_dict: unknown keys {sorted(unknown)}; a budget has "
+                             f"'nodes', 'edges', 'graphs' and optionally 'report'")
+        missing = [k for k in ("nodes", "edges", "graphs") if k not in d]
+        if missing:
+            raise ValueError(f"Budget.from_dict: missing keys {missing}; a budget has 'nodes', "
+                             f"'edges' and 'graphs' (Budget.to_json writes all three)")
+        report = d.get("report")
+        if report is not None and not isinstance(report, Mapping):
+            raise TypeError(f"Budget.from_dict: 'report' must be a dict or null, got "
+                            f"{type(report).__name__}")
         return cls(nodes=d["nodes"], edges=d["edges"], graphs=d["graphs"],
-                   report=d.get("report"))
+                   report=None if report is None else dict(report))
 
     @classmethod
     def from_json(cls, s: str) -> "Budget":
-        return cls.from_dict(json.loads(s))
+        """The budget of :meth:`to_json`'s string, validated (see :meth:`from_dict`)."""
+        if not isinstance(s, (str, bytes, bytearray)):
+            raise TypeError(f"Budget.from_json: expected a JSON string, got {type(s).__name__}")
+        try:
+            d = json.loads(s)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"Budget.from_json: not valid JSON ({e}); Budget.to_json writes "
+                             f'e.g. {{"nodes": 64, "edges": 128, "graphs": 9}}') from None
+        return cls.from_dict(d)
 
     # ------------------------------------------------------------ from data
     @classmethod
-    def tight(cls, dataset, graphs_per_batch: int) -> "Budget":
+    def tight(cls, dataset, graphs_per_batch: int, *,
+              transform: Optional[Callable[[Any], Any]] = None) -> "Budget":
         """The smallest budget in which *every* batch of ``graphs_per_batch``
         graphs of ``dataset`` fits: the sums of the ``graphs_per_batch``
         largest node and edge counts, plus the reserved padding node and graph
-        slot.  With this budget any batching (fixed count, any order) fits."""
+        slot.  With this budget any batching (fixed count, any order) fits.
+        ``transform``: as :meth:`fit`'s.  Row counts of different levels are
+        made to differ (see :meth:`fit`)."""
         from .packing import graph_sizes
 
         k = _check_k(graphs_per_batch)
-        sizes = graph_sizes(dataset)
+        sizes = graph_sizes(dataset, transform)
         if sizes.num_graphs == 0:
             raise ValueError("Budget.tight: empty dataset")
         k = min(k, sizes.num_graphs)
         top = -np.sort(-sizes.matrix, axis=0)[:k].sum(axis=0)
-        return cls._from_vector(sizes, top, graphs=k + 1,
-                                report={"method": "tight", "graphs_per_batch": k})
+        b = cls._from_vector(sizes, top, graphs=k + 1,
+                             report={"method": "tight", "graphs_per_batch": k})
+        return _distinct_levels(b, 1)
 
     @classmethod
     def fit(cls, dataset, graphs_per_batch: int, success_ratio: float = 0.99, *,
             num_samples: int = 2000, seed: int = 0, packer: str = "greedy",
-            round_to: int = 1, graph_cap: Optional[int] = None) -> "Budget":
+            round_to: int = 1, graph_cap: Optional[int] = None,
+            transform: Optional[Callable[[Any], Any]] = None) -> "Budget":
         """The tightest budget that holds ``success_ratio`` of random batches
         of ``graphs_per_batch`` graphs.
 
@@ -188,13 +215,22 @@ class Budget:
         in ``budget.report``: ``node_efficiency``, ``edge_efficiency``,
         ``graph_efficiency``, ``batches``, ``mean_graphs_per_batch``.
         ``round_to`` rounds node and edge budgets up to a multiple.
+
+        The node, edge and graph row counts of the result are pairwise
+        different (one more row, or ``round_to`` more, where two would be
+        equal), so a tensor's row count names its level without a guess
+        (``unpad`` without a schema, the masked BatchNorm).
+
+        ``transform``: a function from a dataset item to a ``Data`` /
+        ``HeteroData`` (graphium's items are dicts), as ``FixedSizeLoader``'s.
+        The dataset's graphs are only read, never changed.
         """
         from .packing import graph_sizes, plan_epoch, plan_efficiency
 
         k = _check_k(graphs_per_batch)
         if not 0.0 < success_ratio <= 1.0:
             raise ValueError(f"success_ratio must be in (0, 1], got {success_ratio}")
-        sizes = graph_sizes(dataset)
+        sizes = graph_sizes(dataset, transform)
         n = sizes.num_graphs
         if n == 0:
             raise ValueError("Budget.fit: empty dataset")
@@ -213,7 +249,8 @@ class Budget:
             # cap would pile the smallest graphs into one batch
             plan = plan_epoch(sizes, probe, packer="greedy", shuffle=True, seed=seed)
             graph_cap = max(k, max(len(b) for b in plan))
-        budget = cls._from_vector(sizes, q, graphs=int(graph_cap) + 1)
+        budget = _distinct_levels(cls._from_vector(sizes, q, graphs=int(graph_cap) + 1),
+                                  max(1, round_to))
         plan = plan_epoch(sizes, budget, packer=packer, shuffle=True, seed=seed)
         eff = plan_efficiency(plan, sizes, budget)
         sample_fit = float(np.mean(np.all(sums <= q, axis=1)))
@@ -231,6 +268,23 @@ class Budget:
         return cls(nodes={t: v + 1 for t, v in zip(sizes.node_types, vec[:nt])},
                    edges={t: v for t, v in zip(sizes.edge_types, vec[nt:])},
                    graphs=graphs, report=report)
+
+
+def _distinct_levels(b: Budget, step: int) -> Budget:
+    """``b`` with node and edge row counts grown by ``step`` until no two
+    counts (every node type, every edge type, the graph slots) are equal, so
+    that a row count names its level (``docs/dev/FORMAT.md``)."""
+    nodes = dict(b.nodes) if b.is_hetero else {"": b.nodes}
+    edges = dict(b.edges) if b.is_hetero else {"": b.edges}
+    taken = {b.graphs}
+    for counts in (nodes, edges):
+        for t in counts:
+            while counts[t] in taken:
+                counts[t] += step
+            taken.add(counts[t])
+    if not b.is_hetero:
+        return Budget(nodes=nodes[""], edges=edges[""], graphs=b.graphs, report=b.report)
+    return Budget(nodes=nodes, edges=edges, graphs=b.graphs, report=b.report)
 
 
 def _round_vec(q: np.ndarray, sizes, m: int) -> np.ndarray:

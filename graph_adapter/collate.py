@@ -301,14 +301,16 @@ class Collator:
             parts.append(f"{tot[j]} {name} (max {self._cap[j]})")
         return f"batch {where} does not fit {b!r}: " + ", ".join(parts)
 
-    def collate(self, data_list: Sequence[Any]) -> Dict[str, Tensor]:
+    def collate(self, data_list: Sequence[Any], ids: Optional[Sequence[int]] = None
+                ) -> Dict[str, Tensor]:
         """Padded batch of graph objects with this collator's schema (scanned
-        into columns first, then gathered like the dataset)."""
+        into columns first, then gathered like the dataset).  ``ids``: their
+        dataset indices, named by error messages (default: list positions)."""
         if len(data_list) == 0:
             return self.empty()
         tmp = Collator.__new__(Collator)
         tmp._setup(Scan(list(data_list), self.budget, True, schema=self.schema,
-                        exclude=self.scan.exclude, validate=self.validate),
+                        exclude=self.scan.exclude, validate=self.validate, ids=ids),
                    self.budget, True, self.index_dtype)
         return tmp._batch(np.arange(len(data_list)), "of graphs")
 
@@ -439,15 +441,21 @@ def _guess_field(k: str, v: Tensor, flat: Mapping[str, Tensor], levels: Mapping[
     if level is None and is_hetero(flat):  # the store says
         level = {0: "graph", 1: "node", 3: "edge"}[len(store)]
     elif level is None:
+        # the row count alone, never a guess: every level it matches is a
+        # candidate (graph: one row per slot); a tie is an error
         N, E = flat[NODE_MASK].numel(), flat[EDGE_MASK].numel()
-        cands = list(levels_of_rows(size, {"node": N, "edge": E}))
-        if k == "edge_index" or (k.startswith("edge_") and E == size):
+        cands = list(levels_of_rows(size, {"node": N, "edge": E, "graph": G}))
+        if k == "edge_index":  # [2, E] by definition
             cands = ["edge"]
-        if size % G == 0 and not cands:
-            cands = ["graph"]
+        if not cands and size % G == 0:
+            cands = ["graph"]  # several rows per graph slot
         if len(cands) != 1:
-            raise ValueError(f"unpad_batch: cannot tell the level of key {k!r}; "
-                             f"pass schema= or levels=")
+            why = (f"its {size} rows match the {' and the '.join(cands)} row counts"
+                   if cands else f"its {size} rows match no level (N={N}, E={E}, G={G})")
+            raise ValueError(
+                f"unpad_batch: cannot tell the level of key {k!r}: {why}. Pass "
+                f"schema=loader.schema (or levels={{{k!r}: 'node'|'edge'|'graph'}}); "
+                f"Budget.fit / Budget.tight choose N, E and G pairwise different.")
         level = cands[0]
     shape: List[Optional[int]] = list(v.shape)
     if shape:

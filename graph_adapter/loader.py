@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from ._view import as_graphs
 from .budget import Budget
 from .collate import Collator
+from .format import stack_micro_batches
 from .spec import Field
 from .packing import PACKERS, find_oversize, plan_efficiency, plan_epoch
 
@@ -66,9 +67,11 @@ class _Fetch(Dataset):
         return self.n
 
     def __getitem__(self, micro: List[int]):
+        """Columnar: the indices; else ``(indices, graphs)`` (the indices name
+        the graphs in error messages)."""
         if self.dataset is None or len(micro) == 0:
             return list(micro)
-        return [self.dataset[i] for i in micro]
+        return list(micro), [self.dataset[i] for i in micro]
 
 
 class _Collate:
@@ -76,10 +79,15 @@ class _Collate:
         self.collator = collator
         self.micro_batches = micro_batches
 
+    def _one(self, group):
+        if isinstance(group, tuple):  # (dataset indices, graphs)
+            return self.collator.collate(group[1], ids=group[0])
+        return self.collator.collate_group(group)
+
     def __call__(self, groups):
         if self.micro_batches == 1:
-            return self.collator.collate_group(groups[0])
-        return self.collator.collate_micro(groups)
+            return self._one(groups[0])
+        return stack_micro_batches([self._one(g) for g in groups])
 
 
 class _PlanSampler(Sampler):

@@ -66,11 +66,13 @@ def _edge_type_name(et) -> str:
     return store_name(et) if isinstance(et, tuple) else str(et)
 
 
-def graph_sizes(dataset) -> GraphSizes:
-    """Node/edge counts of every graph of ``dataset`` (one pass).
+def graph_sizes(dataset, transform=None) -> GraphSizes:
+    """Node/edge counts of every graph of ``dataset`` (one pass, read only).
 
     Accepts a :class:`GraphSizes` (returned as is), an int array ``[n, 2]`` of
-    (nodes, edges), a PyG dataset or a list of ``Data`` / ``HeteroData``.
+    (nodes, edges), a PyG dataset or a list of ``Data`` / ``HeteroData``, or
+    of any items with ``transform`` (item -> ``Data``).  The graphs are never
+    changed (a hetero graph lacking a type counts 0 for it; nothing is added).
     """
     if isinstance(dataset, GraphSizes):
         return dataset
@@ -79,10 +81,14 @@ def graph_sizes(dataset) -> GraphSizes:
         if m.ndim != 2 or m.shape[1] != 2:
             raise ValueError("graph_sizes: an array must have shape [num_graphs, 2]")
         return GraphSizes(m)
+    from ._view import as_graphs, check_graph_item
+
+    dataset = as_graphs(dataset, transform)
     n = len(dataset)
     if n == 0:
         return GraphSizes(np.zeros((0, 2), dtype=np.int64))
     first = dataset[0]
+    check_graph_item(first, 0)
     if _is_hetero(first):
         # sorted by name, the order of a hetero Budget's dicts and capacity()
         nts = tuple(sorted(first.node_types))
@@ -90,14 +96,19 @@ def graph_sizes(dataset) -> GraphSizes:
         m = np.zeros((n, len(nts) + len(ets)), dtype=np.int64)
         for i in range(n):
             d = first if i == 0 else dataset[i]
+            check_graph_item(d, i)
+            # look the stores up, never d[t]: that would add an empty store to
+            # the user's graph when it lacks the type
+            nodes, edges = d._node_store_dict, d._edge_store_dict
             for j, t in enumerate(nts):
-                m[i, j] = d[t].num_nodes or 0
+                m[i, j] = (nodes[t].num_nodes or 0) if t in nodes else 0
             for j, t in enumerate(ets):
-                m[i, len(nts) + j] = d[t].num_edges
+                m[i, len(nts) + j] = edges[t].num_edges if t in edges else 0
         return GraphSizes(m, nts, tuple(_edge_type_name(e) for e in ets))
     m = np.zeros((n, 2), dtype=np.int64)
     for i in range(n):
         d = first if i == 0 else dataset[i]
+        check_graph_item(d, i)
         m[i, 0] = d.num_nodes or 0
         m[i, 1] = d.num_edges
     return GraphSizes(m)
