@@ -36,6 +36,8 @@ Rules the replacements follow when a size is missing (and a frame is active):
   way (the loop weight of a node with a self-loop is taken from it, as PyG
   does) and appends ``N`` self-loops: ``E + N`` edges, static, and the only
   self-loops are the ``N`` appended ones, in node order.
+* ``index2ptr`` without ``size`` follows the same rule; aggregations skip
+  their sorted-index assertion for the batch vector (sorted by construction).
 * ``to_dense_batch`` without ``batch_size`` uses ``G``; without
   ``max_num_nodes`` it uses ``N`` (every graph fits; the dense output is
   ``[G, N, F]`` instead of PyG's ``[B, max_nodes, F]``).
@@ -53,6 +55,7 @@ from torch import Tensor
 import torch_geometric
 import torch_geometric.utils as pyg_utils
 from torch_geometric import EdgeIndex
+from torch_geometric.index import index2ptr as index2ptr_orig
 from torch_geometric.nn.aggr.base import Aggregation
 from torch_geometric.utils import num_nodes as _num_nodes_mod
 
@@ -205,8 +208,10 @@ _ORIG: Dict[str, Callable] = {
     "maybe_num_nodes": _num_nodes_mod.maybe_num_nodes,
     "add_remaining_self_loops": pyg_utils.add_remaining_self_loops,
     "remove_self_loops": pyg_utils.remove_self_loops,
+    "index2ptr": index2ptr_orig,
 }
 _ORIG_AGGR_CALL = Aggregation.__call__
+_ORIG_ASSERT_SORTED = Aggregation.assert_sorted_index
 
 
 def _plain(t: Any) -> bool:
@@ -319,6 +324,20 @@ def _aggr_call(self, x: Tensor, index: Optional[Tensor] = None, ptr: Optional[Te
     return _ORIG_AGGR_CALL(self, x, index=index, ptr=ptr, dim_size=dim_size, dim=dim, **kwargs)
 
 
+def _assert_sorted_index(self, index: Optional[Tensor]) -> None:
+    # The batch vector of a padded batch is sorted by construction (padding
+    # nodes belong to the last graph slot); checking it reads values.
+    if _FRAMES and index is not None and _is_batch_vector(_FRAMES[-1], index):
+        return
+    _ORIG_ASSERT_SORTED(self, index)
+
+
+def index2ptr(index: Tensor, size: Optional[int] = None) -> Tensor:
+    if size is None and _FRAMES:
+        size = index_size(_FRAMES[-1], index, "torch_geometric.index.index2ptr", "size")
+    return _ORIG["index2ptr"](index, size)
+
+
 _REPLACEMENTS: Dict[str, Callable] = {
     "scatter": scatter,
     "softmax": softmax,
@@ -326,6 +345,7 @@ _REPLACEMENTS: Dict[str, Callable] = {
     "maybe_num_nodes": maybe_num_nodes,
     "add_remaining_self_loops": add_remaining_self_loops,
     "remove_self_loops": remove_self_loops,
+    "index2ptr": index2ptr,
 }
 for _name, _fn in _REPLACEMENTS.items():
     _fn.__wrapped__ = _ORIG[_name]  # type: ignore[attr-defined]
@@ -371,6 +391,7 @@ def install(*objects: Any) -> None:
     """
     if Aggregation.__call__ is _ORIG_AGGR_CALL:
         Aggregation.__call__ = _aggr_call
+        Aggregation.assert_sorted_index = _assert_sorted_index
     prefixes = ("torch_geometric",) + _add_torch_scatter()
     names = [m for m in list(sys.modules) if m.split(".")[0] in prefixes]
     for obj in objects:
@@ -403,6 +424,7 @@ def uninstall() -> None:
             ns[name] = value
     _SCANNED.clear()
     Aggregation.__call__ = _ORIG_AGGR_CALL
+    Aggregation.assert_sorted_index = _ORIG_ASSERT_SORTED
 
 
 def installed() -> bool:
