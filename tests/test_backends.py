@@ -225,6 +225,7 @@ def test_index_add_fallback_table(monkeypatch):
     assert B._use_index_add_fallback(True) is True
 
 
+@pytest.mark.slow
 def test_inductor_index_add_fallback_gradients():
     """The gradient of a gather through ATen's index_add equals eager's."""
     from torch.profiler import profile
