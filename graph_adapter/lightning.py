@@ -9,19 +9,26 @@
   active dispatch" on poptorch's dispatcher once ``traceModel(True)`` was gone).
 * :class:`FlatDictModule`: a ready ``LightningModule`` around a wrapped model
   (``ipu_wrap(model, loss_fn=...)``): ``training_step`` returns the ``"loss"``
-  output (averaged when poptorch hands back one loss per micro-batch), logs
-  ``train_loss`` / ``val_loss``, and builds the optimizer you pass.
+  output, logs ``train_loss`` / ``val_loss``, and builds the optimizer you pass.
 
 Feed it ``FixedSizeLoader`` batches. On CPU/GPU use ``micro_batches=1`` and
-``Trainer(accumulate_grad_batches=A)`` for accumulation. On IPUs, through
-``lightning-graphcore``'s ``IPUStrategy`` (not tested here: no IPU, and it
-needs poptorch), build the loader with ``micro_batches=IPUOptions(...).micro_batches``
-and pass the matching ``poptorch.Options`` (``IPUOptions.to_poptorch()``) as
-the strategy's ``training_opts``; ``docs/ipu.md`` has the recipe.
+``Trainer(accumulate_grad_batches=A)`` for accumulation.
+
+On IPUs, through lightning-graphcore's ``IPUStrategy`` (tested against
+:func:`graph_adapter.ipu.emulate_poptorch`, never on an IPU): build the
+loader with ``micro_batches=opts.micro_batches`` and the strategy with
+``IPUStrategy(**ipu_strategy_options(opts))``, which passes options for both
+stages (training, and inference with the same ``F``). There ``training_step``
+runs inside the poptorch model on one micro-batch, so :class:`FlatDictModule`
+marks its loss with ``poptorch.identity_loss`` (poptorch needs a marked
+loss), logs nothing inside the model, and logs the mean of the
+per-micro-batch losses poptorch hands back in ``on_train_batch_end`` /
+``on_validation_batch_end`` (as graphium did). ``docs/ipu.md`` has the recipe.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Optional
+import sys
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional
 
 import torch
 from torch import Tensor, nn
@@ -39,7 +46,7 @@ except ImportError:  # pragma: no cover - depends on the machine
             f"(or pip install lightning). Original error: {exc!r}"
         ) from exc
 
-__all__ = ["FlatDictBatchMixin", "FlatDictModule", "move_flat"]
+__all__ = ["FlatDictBatchMixin", "FlatDictModule", "move_flat", "ipu_strategy_options"]
 
 
 def move_flat(batch: Any, device: torch.device) -> Any:
@@ -78,7 +85,36 @@ def _loss(out: Any, key: str) -> Tensor:
     loss = loss_of(out, key)
     # poptorch returns one loss per micro-batch (output mode all/every_n) or
     # per replica (final/sum); the Mean reduction makes their mean the step's loss.
-    return loss.mean() if loss.dim() else loss
+    return loss.float().mean() if loss.dim() else loss
+
+
+def _poptorch_running() -> Optional[Any]:
+    """The poptorch module when this forward runs inside a poptorch model, else None.
+
+    Reads ``sys.modules`` (never imports poptorch): poptorch is only there when
+    the user's code (or lightning-graphcore) imported it.
+    """
+    pt = sys.modules.get("poptorch")
+    return pt if pt is not None and pt.isRunningOnIpu() else None
+
+
+def ipu_strategy_options(options: Any, poptorch: Any = None) -> Dict[str, Any]:
+    """``training_opts`` and ``inference_opts`` for lightning-graphcore's ``IPUStrategy``.
+
+    Args:
+        options: an :class:`~graph_adapter.ipu.IPUOptions`; the loader must
+            stack ``options.micro_batches`` micro-batches a host batch.
+        poptorch: the poptorch module (default: import it).
+
+    Returns:
+        ``{"training_opts": options.to_poptorch(), "inference_opts":
+        options.for_inference().to_poptorch()}``: inference keeps the same
+        ``F`` (accumulation steps become device iterations) and returns every
+        micro-batch (output mode all). Without ``inference_opts`` the strategy
+        builds ``deviceIterations(1)``, which does not match a loader with F > 1.
+    """
+    return {"training_opts": options.to_poptorch(poptorch),
+            "inference_opts": options.for_inference().to_poptorch(poptorch)}
 
 
 class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
@@ -90,6 +126,12 @@ class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
         optimizer: ``fn(parameters) -> torch.optim.Optimizer`` (default: Adam, ``lr``).
         lr: learning rate of the default optimizer.
         loss_key: where the loss is in the output dict.
+
+    On CPU/GPU the steps log their loss themselves. Inside a poptorch model
+    (lightning-graphcore's ``IPUStrategy``) ``training_step`` marks the loss
+    with ``poptorch.identity_loss(loss, reduction="none")`` and neither step
+    logs (a log call inside the model would be compiled into it); the batch-end
+    hooks log the mean of the losses poptorch returns, one per micro-batch.
     """
 
     def __init__(
@@ -108,15 +150,34 @@ class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
     def forward(self, batch: Mapping[str, Tensor]) -> Any:
         return self.model(batch)
 
-    def training_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> Tensor:
+    def training_step(self, batch: Mapping[str, Tensor], batch_idx: Any) -> Tensor:
+        pt = _poptorch_running()
+        if pt is not None:  # one micro-batch, inside the poptorch model
+            return pt.identity_loss(loss_of(self.model(batch), self.loss_key), reduction="none")
         loss = _loss(self.model(batch), self.loss_key)
         self.log("train_loss", loss.detach(), prog_bar=True, batch_size=1)
         return loss
 
-    def validation_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> Tensor:
+    def validation_step(self, batch: Mapping[str, Tensor], batch_idx: Any) -> Tensor:
+        if _poptorch_running() is not None:
+            return loss_of(self.model(batch), self.loss_key)
         loss = _loss(self.model(batch), self.loss_key)
         self.log("val_loss", loss.detach(), prog_bar=True, batch_size=1)
         return loss
+
+    def _on_poptorch_strategy(self) -> bool:
+        # lightning-graphcore's IPUStrategy keeps its poptorch models here.
+        return getattr(self.trainer.strategy, "poptorch_models", None) is not None
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._on_poptorch_strategy():
+            self.log("train_loss", _loss(outputs, "loss").detach(), prog_bar=True, batch_size=1)
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        if self._on_poptorch_strategy():
+            self.log("val_loss", _loss(outputs, self.loss_key).detach(), prog_bar=True,
+                     batch_size=1)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self._optimizer is not None:

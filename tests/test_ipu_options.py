@@ -171,7 +171,9 @@ def test_poptorch_backend_training_wiring():
     assert isinstance(runner, PoptorchRunner)
     names = [n for n, _, _ in pt.log]
     assert "trainingModel" in names and "inferenceModel" not in names
-    assert "registerCustomArgParser" in names
+    assert "registerCustomArgParser" not in names  # the PyG arg parser is opt-in
+    compile_ipu(_Flat(), "poptorch", IPUOptions(), poptorch=pt, pyg_arg_parser=True)
+    assert "registerCustomArgParser" in [n for n, _, _ in pt.log]
     (_, _, kw), = [e for e in pt.log if e[0] == "trainingModel"]
     assert kw["optimizer"] is opt
     assert not any(n.startswith("Jit.") for n in names)
@@ -228,6 +230,36 @@ def test_pyg_arg_parser_round_trip():
     assert register_pyg_arg_parser(pt) is False
     registered = [a[0] for n, a, _ in pt.log if n == "registerCustomArgParser"]
     assert Data in registered and type(b) in registered
+
+
+def test_pyg_arg_parser_keeps_non_tensor_attributes():
+    from torch_geometric.data import Batch, Data
+
+    parser = make_pyg_arg_parser(make_fake_poptorch())
+    b = Batch.from_data_list([Data(x=torch.randn(3, 2), name="a", smiles="CCO"),
+                              Data(x=torch.randn(2, 2), name="b", smiles="CC")])
+    rebuilt = parser.reconstruct(b, iter([t + 1 for t in parser.yieldTensors(b)]))
+    assert rebuilt.name == ["a", "b"] and rebuilt.smiles == ["CCO", "CC"]
+    assert rebuilt.num_graphs == 2 and [d.name for d in rebuilt.to_data_list()] == ["a", "b"]
+    torch.testing.assert_close(rebuilt.x, b.x + 1)
+
+
+def test_pyg_arg_parser_never_replaces_poptorch_geometrics():
+    from torch_geometric.data import Batch, Data
+    from torch_geometric.data.data import BaseData
+
+    pt = make_fake_poptorch()
+    theirs = object()
+    # poptorch_geometric registers its parser for BaseData (poptorch_geometric/python/types.py).
+    pt._utils = types.SimpleNamespace(custom_arg_parsers={BaseData: theirs})
+    assert register_pyg_arg_parser(pt) is False
+    assert not [n for n, _, _ in pt.log if n == "registerCustomArgParser"]
+    # Only classes no registered parser covers get ours.
+    pt2 = make_fake_poptorch()
+    pt2._utils = types.SimpleNamespace(custom_arg_parsers={type(Batch(_base_cls=Data)): theirs})
+    assert register_pyg_arg_parser(pt2) is True
+    mine = [a[0] for n, a, _ in pt2.log if n == "registerCustomArgParser"]
+    assert Data in mine and type(Batch(_base_cls=Data)) not in mine
 
 
 def test_poptorch_runner_switches_models_lazily():

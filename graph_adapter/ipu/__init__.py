@@ -14,7 +14,10 @@ One module a job:
 * :mod:`~graph_adapter.ipu.emulator`: ``"ipu-emulator"``, on CPU what poptorch
   does with inputs, outputs and optimizer steps (:class:`IPUEmulator`);
 * :mod:`~graph_adapter.ipu.entry`: :func:`compile_ipu`, which
-  ``graph_adapter.compile`` calls for both backends.
+  ``graph_adapter.compile`` calls for both backends;
+* :mod:`~graph_adapter.ipu.poptorch_emulation`: :func:`emulate_poptorch`, an
+  emulated ``poptorch`` module (in ``sys.modules``) on top of the emulator,
+  for code written against poptorch itself (lightning-graphcore, scripts).
 
 What was verified in poptorch's sources, and what is assumed, is written down
 in ``docs/ipu.md``.
@@ -28,14 +31,17 @@ from .poptorch_backend import (
     register_pyg_arg_parser,
 )
 from .options import OUTPUT_MODES, IPUOptions
-from .emulator import EmulatorError, IPUEmulator, collect_outputs
+from .emulator import BatchDimensionError, EmulatorError, IPUEmulator, collect_outputs
 from .entry import IPU_BACKENDS, compile_ipu
+from .poptorch_emulation import emulate_poptorch
 
 __all__ = [
     "OUTPUT_MODES",
     "IPUOptions",
     "IPUEmulator",
     "EmulatorError",
+    "BatchDimensionError",
+    "emulate_poptorch",
     "IPU_BACKENDS",
     "compile_ipu",
     "import_poptorch",

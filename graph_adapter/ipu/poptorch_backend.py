@@ -96,11 +96,14 @@ def register_pyg_arg_parser(poptorch: Any = None) -> bool:
         had a parser (poptorch_geometric's, or ours from an earlier call).
     """
     pt = poptorch if poptorch is not None else import_poptorch()
-    taken = set(_registered_parsers(pt)) | _OURS.setdefault(id(pt), set())
+    theirs = tuple(_registered_parsers(pt))
+    ours = _OURS.setdefault(id(pt), set())
     parser = None
     registered = []
     for cls in _pyg_classes():
-        if cls in taken:
+        # A parser for the class or a base of it (poptorch_geometric's is for BaseData) wins:
+        # poptorch looks up the exact type first, so registering ours would shadow it.
+        if cls in ours or any(issubclass(cls, t) for t in theirs):
             continue
         parser = parser or make_pyg_arg_parser(pt)
         pt.registerCustomArgParser(cls, parser)
@@ -112,7 +115,10 @@ def register_pyg_arg_parser(poptorch: Any = None) -> bool:
 def _pyg_classes() -> List[type]:
     from torch_geometric.data import Batch, Data, HeteroData
 
-    classes = [Data, HeteroData, Batch]
+    # Not ``Batch`` itself: no instance has that exact type (batches are DataBatch /
+    # HeteroDataBatch, which poptorch matches first), so a parser for it only adds
+    # an isinstance() fallback that could shadow another one.
+    classes: List[type] = [Data, HeteroData]
     for c in (Data, HeteroData):
         classes.append(type(Batch(_base_cls=c)))  # DataBatch, HeteroDataBatch
     return classes
