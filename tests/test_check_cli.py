@@ -5,6 +5,8 @@ import sys
 import textwrap
 
 import pytest
+from torch import nn
+from torch_geometric.nn import GIN, global_add_pool
 
 from graph_adapter.app.check_cli import build_check_parser, check_main
 
@@ -51,3 +53,37 @@ def test_check_main(factories, capsys):
     assert check_main(["ga_factories:wrong"]) == 2
     assert check_main(["ga_factories:missing"]) == 2
     assert check_main(["no_colon"]) == 2
+
+
+class _NamedTensorsGIN(nn.Module):
+    """A stock-style PyG model: forward(x, edge_index, batch), not a flat dict."""
+
+    def __init__(self):
+        super().__init__()
+        self.gin = GIN(4, 8, 2, out_channels=1)
+
+    def forward(self, x, edge_index, batch):
+        return global_add_pool(self.gin(x, edge_index), batch)
+
+
+def test_check_wraps_a_model_that_was_not_wrapped(factories, capsys):
+    """Not ipu_wrap-ped, forward(x, edge_index, batch): checked as ipu_wrap(model), said so."""
+    factories(f"""
+        sys.path.insert(0, {TESTS!r})
+        from test_check_cli import _NamedTensorsGIN
+
+        def plain():
+            return _NamedTensorsGIN(), flat_batch()
+    """)
+    assert check_main(["ga_factories:plain"]) == 0
+    captured = capsys.readouterr()
+    note = captured.err.strip()
+    assert "\\n" not in note and "ipu_wrap" in note and "inputs='tensors'" in note
+    assert "missing" not in captured.out + captured.err
+
+
+def test_check_help_names_the_factory_result_like_the_docs():
+    """One name for one thing: (wrapped, flat[, options]) in --help, as in docs/ipu.md."""
+    text = " ".join(build_check_parser().format_help().split())
+    assert "(wrapped, flat) or (wrapped, flat, options)" in text
+    assert "(model, flat" not in text

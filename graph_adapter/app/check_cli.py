@@ -8,12 +8,17 @@ stderr says what to fix).
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
+import inspect
 import os
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from torch import nn
 
 from graph_adapter.checker import check
+from graph_adapter.wrap import IPUWrapped, ipu_wrap
 
 from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
 
@@ -51,6 +56,39 @@ def _load_factory(target: str) -> Callable[[], Any]:
     return obj
 
 
+def _takes_named_tensors(model: nn.Module, flat: Mapping[str, Any]) -> bool:
+    """True when ``model.forward`` wants tensors by name, not the flat dict itself.
+
+    That is: more than one required parameter, or a parameter named like a
+    key of ``flat`` (``forward(x, edge_index, batch)``). A forward of one
+    parameter (``forward(flat)``) takes the dict as it is.
+    """
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: call it as it is
+        return False
+    params = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    required = [p for p in params if p.default is inspect.Parameter.empty]
+    return len(required) > 1 or any(p.name in flat for p in params)
+
+
+def _as_checked(model: Any, flat: Mapping[str, Any], factory: str) -> Any:
+    """``model`` itself, or ``ipu_wrap`` of a copy of it when it was not wrapped but must be.
+
+    A model whose forward takes named tensors fails on a flat dict with
+    "forward() missing ... required positional arguments"; the check wraps a
+    copy (the factory's model is left as it is) and says so, naming the mode.
+    """
+    if isinstance(model, IPUWrapped) or not isinstance(model, nn.Module) \
+            or not _takes_named_tensors(model, flat):
+        return model
+    wrapped = ipu_wrap(copy.deepcopy(model))
+    _err(f"note: {factory} returned a model that is not ipu_wrap-ped; its forward takes "
+         f"tensors by name, so this checks ipu_wrap(model) (inputs={wrapped.inputs!r}). Return "
+         f"ipu_wrap(model, ...) from the factory to check the model as you run it")
+    return wrapped
+
+
 def _err(msg: str) -> None:
     usage_error(PROG, msg)
 
@@ -76,8 +114,14 @@ def check_main(argv: Optional[Sequence[str]] = None) -> int:
         _err(f"{args.factory} must return (wrapped, flat) or (wrapped, flat, options), "
              f"got {type(made).__name__}")
         return EXIT_USAGE
-    wrapped, flat = made[0], made[1]
+    flat = made[1]
     options = made[2] if len(made) == 3 else None
+    try:
+        wrapped = _as_checked(made[0], flat, args.factory)
+    except (TypeError, ValueError) as exc:  # ipu_wrap cannot bind it: say what to pass
+        _err(f"{args.factory} returned a model that is not ipu_wrap-ped and ipu_wrap(model) "
+             f"failed ({exc}); return ipu_wrap(model, inputs=..., bind=...) from the factory")
+        return EXIT_USAGE
     report = check(wrapped, flat, training=args.training, options=options,
                    loss_key=args.loss_key)
     print(report)

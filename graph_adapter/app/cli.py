@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-eager", action="store_true",
                       help="skip the eager PyG comparison run")
     demo.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    demo.add_argument("--deterministic", action="store_true",
+                      help="torch.use_deterministic_algorithms(True) for the run: the same "
+                           "settings give the same figures (compiled code may run slower)")
     demo.add_argument("--quiet", action="store_true", help="no progress output")
 
     bench = sub.add_parser(
@@ -106,7 +109,7 @@ def _run_demo(args: argparse.Namespace) -> int:
                      model=args.model, backend=args.backend, hidden=args.hidden,
                      layers=args.layers, lr=args.lr, limit=args.limit, path=args.data,
                      eager_baseline=not args.no_eager, progress=not args.quiet,
-                     plot=args.plot, threads=args.threads)
+                     plot=args.plot, threads=args.threads, deterministic=args.deterministic)
     try:
         result = run_demo(cfg)
     except (ImportError, FileNotFoundError, DemoSettingError) as e:

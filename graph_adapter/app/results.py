@@ -14,6 +14,7 @@ import torch
 
 from .datasets import MissingExtraError
 from .models import MODELS
+from .repeat import PROBE_STEPS
 
 __all__ = ["DemoConfig", "RunStats", "DemoResult", "write_plot", "check_plot_extra",
            "UNCOMPILED_BACKENDS"]
@@ -45,6 +46,9 @@ class DemoConfig:
     progress: bool = True
     plot: Optional[str] = None  # write loss curves + padding histogram to this PNG
     threads: Optional[int] = None
+    # torch.use_deterministic_algorithms(True) for the run: compiled kernels fall back to
+    # ATen's deterministic ones instead of multi-threaded atomic adds
+    deterministic: bool = False
 
 
 @dataclasses.dataclass
@@ -67,6 +71,9 @@ class RunStats:
     compiles: Optional[int] = None  # the compiled model's compile_count after evaluation
     compiles_training: Optional[int] = None  # ... after training (None: not compiled)
     epoch_loss: List[float] = dataclasses.field(default_factory=list)
+    # the same few steps run twice from one state, after training: how far apart their
+    # losses came (0.0: bit for bit; None: not checked); see graph_adapter.app.repeat
+    repeat_gap: Optional[float] = None
     test_mae: float = float("nan")
     # adapter run: its trained weights evaluated by plain eager PyG (unpadded batches)
     test_mae_eager_eval: float = float("nan")
@@ -110,8 +117,6 @@ class DemoResult:
     eager: Optional[RunStats]
     total_seconds: float = 0.0
     load_seconds: float = 0.0
-    #: what the run measured about its own repeatability (one line each)
-    determinism_notes: List[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> Dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -167,6 +172,7 @@ class DemoResult:
         both(f"final train L1 loss (epoch {self.config.epochs})",
              lambda r: f"{r.epoch_loss[-1]:.2f}" if r.epoch_loss else "-")
         both("test MAE (TPSA, A^2)", lambda r: f"{r.test_mae:.2f}")
+        both(f"repeats bit for bit ({PROBE_STEPS} steps twice)", _repeats)
         rows.append(("  same weights, eager PyG evaluation", f"{a.test_mae_eager_eval:.2f}", ""))
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
@@ -175,7 +181,12 @@ class DemoResult:
     def _footer(self) -> List[str]:
         a, e, c = self.adapter, self.eager, self.config
         lines = ["[1] each distinct shape is a recompile for torch.compile(dynamic=False)"]
-        lines += self.determinism_notes
+        for r in (a, e):
+            if r is not None and r.repeat_gap:
+                lines.append(
+                    f"{r.name} is not deterministic in this setting: the same steps from the same "
+                    f"state gave losses {r.repeat_gap:.1e} apart, so its test MAE varies from run "
+                    f"to run; --deterministic (or --threads 1) makes it repeat")
         if e is not None and a.train_graphs_per_second > 0 and e.train_graphs_per_second > 0:
             ratio = a.train_graphs_per_second / e.train_graphs_per_second
             lines.append(f"training throughput, adapter / eager: {ratio:.2f}x (same model, loss, "
@@ -198,6 +209,12 @@ class DemoResult:
         if r.compiles is None or r.compiles_training is None:
             return "-"
         return f"{r.compiles_training} / {r.compiles - r.compiles_training}"
+
+
+def _repeats(r: RunStats) -> str:
+    if r.repeat_gap is None:
+        return "not checked"
+    return "yes" if r.repeat_gap == 0 else f"no ({r.repeat_gap:.1e} apart)"
 
 
 def _wrap(lines: List[str], width: int) -> List[str]:

@@ -1,0 +1,67 @@
+"""Whether a training run repeats bit for bit: measured, not assumed.
+
+:func:`repeat_gap` runs the same few training steps twice from the same
+state (weights, buffers such as BatchNorm's running statistics, optimizer
+state, RNG) and returns how far apart their losses came out. ``0.0`` means
+they repeated bit for bit; anything else means a kernel sums in an order that
+changes from call to call (e.g. atomic adds run by several threads), and a
+whole run's final test error will vary from run to run with it. The state is
+restored afterwards, so the probe leaves the run as it found it.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Iterable, List, Sequence, Tuple
+
+import torch
+from torch import nn
+
+__all__ = ["repeat_gap", "PROBE_STEPS"]
+
+#: Training steps the probe runs (twice).
+PROBE_STEPS = 3
+
+
+def _snapshot(modules: Sequence[nn.Module], optimizer: torch.optim.Optimizer) -> Tuple[Any, ...]:
+    return ([copy.deepcopy(m.state_dict()) for m in modules],
+            copy.deepcopy(optimizer.state_dict()), torch.get_rng_state())
+
+
+def _restore(state: Tuple[Any, ...], modules: Sequence[nn.Module],
+             optimizer: torch.optim.Optimizer) -> None:
+    # load_state_dict copies into the existing tensors: compiled code keeps its inputs
+    for m, sd in zip(modules, state[0]):
+        m.load_state_dict(sd)
+    optimizer.load_state_dict(copy.deepcopy(state[1]))
+    torch.set_rng_state(state[2])
+
+
+def repeat_gap(step: Callable[[Any], Tuple[float, int]], batches: Iterable[Any],
+               modules: Sequence[nn.Module], optimizer: torch.optim.Optimizer,
+               steps: int = PROBE_STEPS) -> float:
+    """The largest difference between the losses of ``steps`` steps run twice from one state.
+
+    Args:
+        step: one training step (forward, backward, optimizer step) on a batch,
+            returning ``(loss, graphs)``.
+        batches: at least one batch; the first ``steps`` are used.
+        modules: every module whose state a step changes (parameters, buffers).
+        optimizer: the optimizer ``step`` steps.
+
+    Returns:
+        ``0.0`` when both passes gave the same losses bit for bit.
+    """
+    sample: List[Any] = []
+    for batch in batches:
+        sample.append(batch)
+        if len(sample) == steps:
+            break
+    state = _snapshot(modules, optimizer)
+    losses = []
+    for _ in range(2):
+        _restore(state, modules, optimizer)
+        losses.append([step(b)[0] for b in sample])
+    _restore(state, modules, optimizer)
+    # NaN twice counts as a repeat (the run is broken, but repeatably so)
+    return max((0.0 if a == b or (a != a and b != b) else abs(a - b)
+                for a, b in zip(*losses)), default=0.0)
