@@ -190,7 +190,7 @@ class Budget:
             raise ValueError("Budget.tight: empty dataset")
         k = min(k, sizes.num_graphs)
         top = -np.sort(-sizes.matrix, axis=0)[:k].sum(axis=0)
-        b = cls._from_vector(sizes, top, graphs=k + 1,
+        b = cls._from_vector(sizes, _room_for_slots(top, sizes, k + 1, 1), graphs=k + 1,
                              report={"method": "tight", "graphs_per_batch": k})
         return _distinct_levels(b, 1)
 
@@ -247,10 +247,12 @@ class Budget:
             probe = cls._from_vector(sizes, q, graphs=n + 1)
             # the greedy packer in random order: the histogram packer without a
             # cap would pile the smallest graphs into one batch
-            plan = plan_epoch(sizes, probe, packer="greedy", shuffle=True, seed=seed)
+            plan = plan_epoch(sizes, probe, packer="greedy", shuffle=True, seed=seed,
+                              fill_slots=False)
             graph_cap = max(k, max(len(b) for b in plan))
-        budget = _distinct_levels(cls._from_vector(sizes, q, graphs=int(graph_cap) + 1),
-                                  max(1, round_to))
+        G = int(graph_cap) + 1
+        q = _room_for_slots(q, sizes, G, max(1, round_to))
+        budget = _distinct_levels(cls._from_vector(sizes, q, graphs=G), max(1, round_to))
         plan = plan_epoch(sizes, budget, packer=packer, shuffle=True, seed=seed)
         eff = plan_efficiency(plan, sizes, budget)
         sample_fit = float(np.mean(np.all(sums <= q, axis=1)))
@@ -268,6 +270,19 @@ class Budget:
         return cls(nodes={t: v + 1 for t, v in zip(sizes.node_types, vec[:nt])},
                    edges={t: v for t, v in zip(sizes.edge_types, vec[nt:])},
                    graphs=graphs, report=report)
+
+
+def _room_for_slots(q: np.ndarray, sizes, graphs: int, step: int) -> np.ndarray:
+    """Real node capacities ``q`` grown (by ``step``) until ``N - G`` holds the
+    largest graph's ``n - 1``: then the packer can give every padding graph
+    slot a padding node in every batch (``packing.slot_dims``)."""
+    q = q.copy()
+    nt = sizes.num_node_dims
+    if sizes.num_graphs:
+        need = np.maximum(sizes.matrix[:, :nt].max(axis=0) - 1, 0) + graphs - 1  # N - 1
+        while np.any(q[:nt] < need):
+            q[:nt] = np.where(q[:nt] < need, q[:nt] + step, q[:nt])
+    return q
 
 
 def _distinct_levels(b: Budget, step: int) -> Budget:

@@ -13,9 +13,14 @@ node type / edge type (homogeneous: the one store):
 * real graphs come first, in the order given; real nodes/edges/graph rows
   occupy the leading rows of every tensor, exactly as ``Batch.from_data_list``
   would lay them out (``edge_index`` offset by ``ptr``);
-* padding nodes (at least one: the budget reserves it) belong to the last
-  graph slot ``G - 1``, so ``batch.max() == G - 1``; graph slots between the
-  real graphs and the last slot are empty graphs (``ptr`` repeats);
+* padding nodes (at least one: the budget reserves it) fill the padding
+  graph slots ``g .. G - 1``: one each while they last, the rest in the last
+  slot ``G - 1`` (so ``batch.max() == G - 1`` and the padding edges' node
+  ``N - 1`` is in it).  No padding slot is empty when there are at least as
+  many padding nodes as padding slots, which the packer guarantees (see
+  :func:`graph_adapter.packing.plan_epoch`): every per-graph op (log of a
+  sum, max, softmax...) then sees a non-empty set on padding rows too, so
+  its value and gradient stay finite;
 * padding edges run from the last node ``N - 1`` of the source type to the
   last node of the destination type (both padding nodes), so they never touch
   a real node; a batch with exactly ``E`` real edges has no padding edge;
@@ -282,9 +287,7 @@ class Collator:
             if len(keys) == 1:  # an edge dim: its mask
                 out[keys[0]] = torch.from_numpy(ar[:R] < real)
                 continue
-            c = np.zeros(G, dtype=self._np_idt)
-            c[:g] = cnt[:, j]
-            c[G - 1] = R - real  # padding nodes: the last graph slot
+            c = _slot_counts(cnt[:, j], G, R - real, self._np_idt)
             ptr = np.empty(G + 1, dtype=self._np_idt)
             ptr[0] = 0
             c.cumsum(out=ptr[1:])
@@ -337,6 +340,20 @@ class Collator:
     def unpad(self, flat: Mapping[str, Tensor]) -> List[Any]:
         """The real graphs of a padded flat dict, as ``Data`` / ``HeteroData``."""
         return _unpad(flat, self.schema, self.scan.node_types, self.scan.edge_types)
+
+
+def _slot_counts(real: np.ndarray, G: int, pad: int, dtype) -> np.ndarray:
+    """Nodes per graph slot: the real graphs' counts, then the ``pad`` padding
+    nodes over the padding slots (one each while they last, the rest in the
+    last slot ``G - 1``, which always gets at least one)."""
+    g = real.shape[0]
+    c = np.zeros(G, dtype=dtype)
+    c[:g] = real
+    ones = min(G - 1 - g, pad - 1)  # padding slots before the last one that get a node
+    if ones > 0:
+        c[g:g + ones] = 1
+    c[G - 1] = pad - max(ones, 0)
+    return c
 
 
 class HeteroCollator(Collator):

@@ -34,7 +34,7 @@ import numpy as np
 from .format import store_name
 
 __all__ = ["GraphSizes", "graph_sizes", "pack_greedy", "pack_histogram", "plan_epoch",
-           "plan_efficiency", "find_oversize", "PACKERS"]
+           "plan_efficiency", "find_oversize", "slot_dims", "PACKERS"]
 
 Plan = List[List[int]]
 
@@ -263,13 +263,37 @@ def _lpt(keys, counts, gorder, by_group, starts, indices, cap2, capf, nb) -> Opt
 PACKERS = ("greedy", "histogram")
 
 
+def slot_dims(sizes: GraphSizes, budget) -> Tuple[np.ndarray, np.ndarray]:
+    """Extra packing dims that leave no padding graph slot without a padding node.
+
+    A batch of ``g`` graphs with ``n`` real nodes (of one node type) has
+    ``N - n`` padding nodes for ``G - g`` padding slots; one each needs
+    ``n - g <= N - G``, a sum over its graphs of ``n_i - 1``.  Returns the
+    per-graph weights ``[num_graphs, k]`` (``max(n_i - 1, 0)``, capped at the
+    capacity so that every graph still fits alone) and the capacities ``[k]``
+    (``N - G``), one per node dim where ``N >= G``; a batch with a capped
+    graph may keep an empty padding slot (``Budget.fit`` / ``tight`` choose
+    ``N - G`` so that none is capped).
+    """
+    cap, _ = budget.capacity()
+    nd = sizes.num_node_dims
+    jcap = cap[:nd] + 1 - budget.graphs  # N - G per node dim
+    keep = jcap >= 0
+    w = np.maximum(sizes.matrix[:, :nd] - 1, 0)
+    w = np.minimum(w, np.maximum(jcap, 0)[None, :])
+    return w[:, keep], jcap[keep]
+
+
 def plan_epoch(sizes: GraphSizes, budget, *, packer: str = "greedy", shuffle: bool = True,
                seed: int = 0, epoch: int = 0, indices: Optional[Sequence[int]] = None,
-               open_batches: int = 8) -> Plan:
+               open_batches: int = 8, fill_slots: bool = True) -> Plan:
     """Packing plan of one epoch: a list of batches of dataset indices.
 
     Deterministic in ``(seed, epoch)``.  ``indices`` restricts the plan to
-    those graphs (default: all); each appears exactly once.
+    those graphs (default: all); each appears exactly once.  Besides the
+    budget's node, edge and graph slots, every batch keeps a padding node for
+    each padding graph slot (:func:`slot_dims`), so no padding slot is empty
+    (``fill_slots=False``: not, as before issue 15; only to probe a graph cap).
     """
     sizes = graph_sizes(sizes)
     cap, gcap = _capacity(sizes, budget)
@@ -277,12 +301,17 @@ def plan_epoch(sizes: GraphSizes, budget, *, packer: str = "greedy", shuffle: bo
         indices = np.arange(sizes.num_graphs)
     indices = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices,
                          dtype=np.int64)
+    # node and edge slots, plus one padding node for every padding graph slot
+    w, jcap = slot_dims(sizes, budget) if fill_slots else (np.zeros((sizes.num_graphs, 0),
+                                                                      np.int64), cap[:0])
+    matrix = np.concatenate([sizes.matrix, w], axis=1)
+    cap = np.concatenate([cap, jcap]).astype(np.int64)
     rng = np.random.default_rng([int(seed), int(epoch)]) if shuffle else None
     if packer == "greedy":
         order = indices[rng.permutation(indices.size)] if rng is not None else indices
-        return pack_greedy(sizes.matrix, order, cap, gcap, open_batches=open_batches)
+        return pack_greedy(matrix, order, cap, gcap, open_batches=open_batches)
     if packer == "histogram":
-        plan = pack_histogram(sizes.matrix, indices, cap, gcap, rng=rng)
+        plan = pack_histogram(matrix, indices, cap, gcap, rng=rng)
         if rng is not None:
             plan = [plan[i] for i in rng.permutation(len(plan))]
             plan = [[b[i] for i in rng.permutation(len(b))] for b in plan]

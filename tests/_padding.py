@@ -57,3 +57,23 @@ def random_graphs(gen: torch.Generator, num: int, features: int = 4, max_nodes: 
             d.edge_attr = torch.randn(ei.size(1), edge_dim, generator=gen)
         out.append(d)
     return out
+
+
+def padding_slot_counts(N: int, n: int, G: int, g: int) -> List[int]:
+    """Nodes of padding slots ``g .. G-1`` (docs/dev/FORMAT.md): one padding
+    node each while they last, the rest in the last slot ``G - 1``."""
+    pad, slots = N - n, G - g
+    ones = max(0, min(slots - 1, pad - 1))
+    return [1] * ones + [0] * (slots - 1 - ones) + [pad - ones]
+
+
+def check_padding_slots(batch: Tensor, ptr: Tensor, N: int, n: int, G: int, g: int) -> None:
+    """``batch`` / ``ptr`` of one node type follow the padding-slot rule; no
+    padding slot is empty when there are enough padding nodes."""
+    want = padding_slot_counts(N, n, G, g)
+    assert ptr.diff()[g:].tolist() == want, (ptr.tolist(), want)
+    assert int(ptr[g]) == n and int(ptr[G]) == N
+    assert int(batch.max()) == G - 1 and int(batch[N - 1]) == G - 1
+    assert torch.equal(batch.long(), torch.repeat_interleave(torch.arange(G), ptr.diff().long()))
+    if N - n >= G - g:
+        assert min(want) >= 1, "a padding graph slot is empty"
