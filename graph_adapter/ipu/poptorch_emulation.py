@@ -48,7 +48,6 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from ..format import loss_of
 from .emulator import EmulatorError, IPUEmulator
 from .options import IPUOptions
 
@@ -228,7 +227,7 @@ class _Trace:
 
     def __init__(self) -> None:
         self.marked: List[Tensor] = []
-        self.builtin_loss = False
+        self.builtin_losses: List[Tensor] = []
 
 
 _STATE = threading.local()
@@ -266,9 +265,10 @@ class _LossWatch(TorchFunctionMode):
         self.trace = trace
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in _BUILTIN_LOSSES:
-            self.trace.builtin_loss = True
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if getattr(func, "__name__", "") in _BUILTIN_LOSSES and isinstance(out, Tensor):
+            self.trace.builtin_losses.append(out)
+        return out
 
 
 # --------------------------------------------------------------------------
@@ -346,10 +346,11 @@ class _Engine(IPUEmulator):
             _STATE.trace = None
 
     def _micro_loss(self, out: Any) -> Tensor:
+        """The marked loss (the last ``identity_loss``), else the last built-in loss's output."""
         if self._trace.marked:
             loss = self._trace.marked[-1]
-        elif self._trace.builtin_loss:
-            loss = loss_of(out, self.loss_key)
+        elif self._trace.builtin_losses:
+            loss = self._trace.builtin_losses[-1]
         else:  # poptorch/source/RemoveSurplusIdentityLosses.cpp
             raise EmulatorError("Couldn't find a loss in graph!")
         return super()._micro_loss(loss)
