@@ -155,9 +155,12 @@ def test_bench_rejects_an_unknown_benchmark(capsys):
     assert "nope" in capsys.readouterr().err
 
 
-@pytest.mark.filterwarnings("ignore")
 def test_quickstart_example_runs(tmp_path, capsys, monkeypatch):
-    """The training loop of docs/quickstart.md runs (smaller, on a cheap backend)."""
+    """The training loop of docs/quickstart.md runs (smaller, on a cheap backend) without a
+    warning: UserWarnings (the library's own, and torch's requires-grad warning for
+    ``float(loss)``) are errors here."""
+    import warnings
+
     pytest.importorskip("rdkit")
     import os
     import re
@@ -175,7 +178,9 @@ def test_quickstart_example_runs(tmp_path, capsys, monkeypatch):
     import importlib
 
     sys.modules.pop("quickstart_example", None)
-    importlib.import_module("quickstart_example")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        importlib.import_module("quickstart_example")
     out = capsys.readouterr().out
     assert "compiles: 1" in out
 
