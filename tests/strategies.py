@@ -5,7 +5,8 @@ import torch
 from hypothesis import strategies as st
 from torch_geometric.data import Data, HeteroData
 
-__all__ = ["graphs", "graph_lists", "hetero_graphs", "hetero_graph_lists", "schemas"]
+__all__ = ["graphs", "graph_lists", "hetero_graphs", "hetero_graph_lists", "schemas",
+           "model_graphs", "model_graph_lists", "paddings", "ab_hetero_graphs"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
 _INT_DTYPES = (torch.int64, torch.int32, torch.uint8)
@@ -138,3 +139,63 @@ def hetero_graphs(draw, schema=None, max_nodes=4, max_edges=6):
 def hetero_graph_lists(draw, min_size=1, max_size=4):
     schema = draw(hetero_schemas())
     return draw(st.lists(hetero_graphs(schema=schema), min_size=min_size, max_size=max_size))
+
+
+# ----------------------------------------------- graphs for model properties
+# The structure (node and edge counts, which nodes an edge joins) is drawn, so
+# hypothesis shrinks it; feature values come from a drawn seed (drawing every
+# float would make each example slow without finding more).
+@st.composite
+def model_graphs(draw, features=4, max_nodes=7, max_edges=14, min_nodes=0):
+    """One ``Data`` for a model: ``x [n, features]``, ``edge_index``, ``y [1]``;
+    0-node and 0-edge graphs, self-loops and repeated edges included."""
+    n = draw(st.integers(min_nodes, max_nodes))
+    e = draw(st.integers(0, max_edges)) if n else 0
+    ends = st.lists(st.integers(0, max(n - 1, 0)), min_size=e, max_size=e)
+    src, dst = draw(ends), draw(ends)
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    d = Data(x=torch.randn(n, features, generator=g),
+             edge_index=torch.tensor([src, dst], dtype=torch.long).reshape(2, e),
+             y=torch.randn(1, generator=g))
+    d.num_nodes = n
+    return d
+
+
+def model_graph_lists(min_size=1, max_size=6, nonempty_last=False, **kw):
+    """What one real micro-batch holds (see :func:`model_graphs`).
+
+    ``nonempty_last``: the last graph has a node.  Eager PyG pools without a
+    ``size`` to ``batch.max() + 1`` rows, so a trailing 0-node graph has no row
+    in an eager reference (the padded path gives it one); 0-node graphs
+    elsewhere in the list stay."""
+    if not nonempty_last:
+        return st.lists(model_graphs(**kw), min_size=min_size, max_size=max_size)
+    head = st.lists(model_graphs(**kw), min_size=max(min_size - 1, 0), max_size=max_size - 1)
+    last = model_graphs(**dict(kw, min_nodes=1))
+    return st.tuples(head, last).map(lambda t: t[0] + [t[1]])
+
+
+def paddings(max_nodes=6, max_edges=8, max_graphs=10):
+    """Padding added on top of a batch: (extra nodes >= 1, extra edges >= 0,
+    extra graph slots >= 1); many empty graph slots included."""
+    return st.tuples(st.integers(1, max_nodes), st.integers(0, max_edges),
+                     st.integers(1, max_graphs))
+
+
+@st.composite
+def ab_hetero_graphs(draw, features=3, max_nodes=4, max_edges=6):
+    """A ``HeteroData`` with node types ``a``, ``b`` and edge types ``(a, r, b)``,
+    ``(b, s, a)``: either node type may be empty (then its edges are too)."""
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    h = HeteroData()
+    sizes = {t: draw(st.integers(0, max_nodes)) for t in ("a", "b")}
+    for t, n in sizes.items():
+        h[t].x = torch.randn(n, features, generator=g)
+        h[t].num_nodes = n
+    for src, rel, dst in (("a", "r", "b"), ("b", "s", "a")):
+        e = draw(st.integers(0, max_edges)) if sizes[src] and sizes[dst] else 0
+        s = draw(st.lists(st.integers(0, max(sizes[src] - 1, 0)), min_size=e, max_size=e))
+        t = draw(st.lists(st.integers(0, max(sizes[dst] - 1, 0)), min_size=e, max_size=e))
+        h[src, rel, dst].edge_index = torch.tensor([s, t], dtype=torch.long).reshape(2, e)
+    h.y = torch.randn(1, generator=g)
+    return h

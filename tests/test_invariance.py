@@ -10,8 +10,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import assume, given
 from torch_geometric.data import Batch
 from torch_geometric.nn import (GAT, GCN, GIN, GraphSAGE, global_add_pool, global_max_pool,
                                 global_mean_pool)
@@ -22,6 +21,7 @@ from graph_adapter.losses import masked_loss
 from graph_adapter.wrap import ipu_wrap
 
 from _padding import pad_batch, random_graphs
+from strategies import model_graph_lists, paddings
 
 ATOL = 2e-5
 
@@ -114,18 +114,17 @@ def run_pair(name, graphs, extra_nodes, extra_edges, extra_graphs, train):
         torch.testing.assert_close(q.float(), p.float(), atol=ATOL, rtol=1e-4, msg=lambda m: f"{bn}: {m}")
 
 
-graph_lists = st.builds(
-    lambda seed, num: random_graphs(torch.Generator().manual_seed(seed), num),
-    st.integers(0, 2**31 - 1), st.integers(2, 5))
-
-
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("name", MODELS)
-@settings(max_examples=8, deadline=None)
-@given(graphs=graph_lists, extra_nodes=st.integers(1, 4), extra_edges=st.integers(0, 5),
-       extra_graphs=st.integers(1, 3))
-def test_padding_invariance(name, train, graphs, extra_nodes, extra_edges, extra_graphs):
-    run_pair(name, graphs, extra_nodes, extra_edges, extra_graphs, train)
+@given(graphs=model_graph_lists(nonempty_last=True), padding=paddings())
+def test_padding_invariance(name, train, graphs, padding):
+    """Drawn structure: 0-node and 0-edge graphs, self-loops, many empty graph slots."""
+    n, e, g = (sum(d.num_nodes for d in graphs), sum(d.num_edges for d in graphs), len(graphs))
+    N, E, G = n + padding[0], e + padding[1], g + padding[2]
+    assume(len({N, E, G}) == 3)  # the documented rule: a row count tells its level
+    if train and name == "gin_bn":
+        assume(n >= 2)  # eager PyG's BatchNorm raises on fewer than 2 nodes in train()
+    run_pair(name, graphs, *padding, train)
 
 
 @pytest.mark.parametrize("name", ["gin_bn"])
