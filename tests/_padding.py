@@ -31,8 +31,10 @@ def pad_batch(data_list: List[Data], num_nodes: int, num_edges: int, num_graphs:
         else:  # graph-level
             fill = float("nan") if v.is_floating_point() else 0
             flat[key] = torch.cat([v, v.new_full((G - g,) + v.shape[1:], fill)])
-    flat["batch"] = torch.cat([b.batch, torch.full((N - n,), G - 1, dtype=torch.long)])
-    flat["ptr"] = torch.cat([b.ptr, torch.full((G - g - 1,), n, dtype=torch.long), torch.tensor([N])])
+    # padding nodes: one per padding graph slot while they last, the rest in G - 1
+    counts = torch.tensor(padding_slot_counts(N, n, G, g))
+    flat["batch"] = torch.cat([b.batch, torch.repeat_interleave(torch.arange(g, G), counts)])
+    flat["ptr"] = torch.cat([b.ptr, n + counts.cumsum(0)])
     flat["node_mask"] = torch.arange(N) < n
     flat["edge_mask"] = torch.arange(E) < e
     flat["graph_mask"] = torch.arange(G) < g
