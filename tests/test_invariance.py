@@ -199,3 +199,57 @@ def test_padding_invariance_compiled_masked_norm(seed):
         torch.testing.assert_close(q.grad, p.grad, atol=ATOL, rtol=1e-4, msg=lambda m: f"{pn}: {m}")
     for (bn, p), (_, q) in zip(ref.named_buffers(), mine.named_buffers()):
         torch.testing.assert_close(q.float(), p.float(), atol=ATOL, rtol=1e-4, msg=lambda m: f"{bn}: {m}")
+
+
+# --------------------------------------------------------------------------
+# Issue 15 item 1: statistics never move on rows that are not real
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("momentum", [0.1, None], ids=["momentum", "cumulative"])
+def test_fully_padded_batch_moves_no_statistics(momentum):
+    """A micro-batch without a real graph in train(): running_mean / running_var
+    and num_batches_tracked stay bit-identical."""
+    from graph_adapter.budget import Budget
+    from graph_adapter.collate import Collator
+
+    torch.manual_seed(0)
+    model = make("gin_bn")
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm1d):
+            m.momentum = momentum
+    w = ipu_wrap(model, loss_fn=masked_loss("mse")).train()
+    graphs = random_graphs(torch.Generator().manual_seed(0), 4)
+    c = Collator(graphs, Budget(nodes=40, edges=60, graphs=6))
+    w(c.collate_indices([0, 1]))  # statistics that are not the init values
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    w(c.empty())["loss"].backward()
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_loader_fill_batches_leave_running_stats_as_real_micro_batches_alone():
+    """micro_batches=3, world_size=2: training over every micro-batch the loader
+    yields (fill ones included) == training over the real micro-batches only."""
+    from graph_adapter.budget import Budget
+    from graph_adapter.format import split_micro_batches
+    from graph_adapter.loader import FixedSizeLoader
+
+    graphs = random_graphs(torch.Generator().manual_seed(2), 5)  # 5 graphs, 6 slots: fill
+    budget = Budget(nodes=40, edges=60, graphs=4)
+    micro = []
+    padded = 0
+    for rank in range(2):
+        ld = FixedSizeLoader(graphs, budget, micro_batches=3, rank=rank, world_size=2)
+        padded += ld.stats.padded_batches
+        micro += [m for item in ld for m in split_micro_batches(item)]
+    assert padded > 0 and len(micro) == 6
+    torch.manual_seed(0)
+    a = make("gin_bn")
+    b = copy.deepcopy(a)
+    wa = ipu_wrap(a, loss_fn=masked_loss("mse")).train()
+    wb = ipu_wrap(b, loss_fn=masked_loss("mse")).train()
+    for m in micro:
+        wa(m)
+        if m["graph_mask"].any():
+            wb(m)
+    for (k, v), (_, u) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(v, u), k
