@@ -128,12 +128,16 @@ def _run_demo(args: argparse.Namespace) -> int:
 def _run_bench(args: argparse.Namespace) -> int:
     if args.dir is not None:
         _err("bench", "--dir is ignored: the benchmarks ship with the package")
+    unknown = sorted(set(args.only or ()) - set(BENCHMARKS))
+    if unknown:
+        _err("bench", f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
+        return EXIT_USAGE
     try:
         require_rdkit()  # every benchmark runs on rdkit's molecules
-        return run_suite(args.only, quick=args.quick, verbose=args.verbose)
-    except (MissingExtraError, ValueError) as e:  # no rdkit, an unknown benchmark name
+    except MissingExtraError as e:
         _err("bench", str(e))
         return EXIT_USAGE
+    return run_suite(args.only, quick=args.quick, verbose=args.verbose)
 
 
 # --------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from .datasets import load_nci5k
 from .models import MODELS, AtomBondEncoder, MolRegressor, build_model
 from .preflight import DemoSettingError, check_demo_settings
 from .repeat import repeat_gap
-from .results import DemoConfig, DemoResult, RunStats, write_plot
+from .results import UNCOMPILED_BACKENDS, DemoConfig, DemoResult, RunStats, write_plot
 
 __all__ = ["MODELS", "DemoConfig", "DemoResult", "RunStats", "AtomBondEncoder", "MolRegressor",
            "build_model", "run_demo", "train_epochs", "evaluate", "write_plot"]
@@ -228,13 +228,15 @@ def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backe
     train_epochs(stats, step, batches, cfg.epochs, label=f"graph_adapter [{backend}]",
                  end_epoch=end_epoch, progress=cfg.progress,
                  shape_of=lambda flat: tuple(tuple(v.shape) for v in flat.values()))
-    stats.compiles_training = int(compiled.compile_count)
+    compiles_after_training = int(compiled.compile_count)
     if not compiled.steps_optimizer:  # (the optimizer state inside a backend is not restorable)
         loader.set_epoch(0)
         stats.repeat_gap = repeat_gap(step, loader, [wrapped], opt)
     compiled.eval()
     evaluate(stats, eval_step, test_loader)
-    stats.compiles = int(compiled.compile_count)
+    if backend not in UNCOMPILED_BACKENDS:  # (eager's count is of programs run, not compiles)
+        stats.compiles_training = compiles_after_training
+        stats.compiles = int(compiled.compile_count)
     stats.test_mae_eager_eval = _eval_eager(model, test, cfg.batch_graphs)
     return stats, loader_stats
 

@@ -172,8 +172,8 @@ class DemoResult:
         both(f"final train L1 loss (epoch {self.config.epochs})",
              lambda r: f"{r.epoch_loss[-1]:.2f}" if r.epoch_loss else "-")
         both("test MAE (TPSA, A^2)", lambda r: f"{r.test_mae:.2f}")
-        both(f"repeats bit for bit ({PROBE_STEPS} steps twice)", _repeats)
         rows.append(("  same weights, eager PyG evaluation", f"{a.test_mae_eager_eval:.2f}", ""))
+        both(f"repeats bit for bit ({PROBE_STEPS} steps twice)", _repeats)
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
         return [f"{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}".rstrip() for r in rows]
