@@ -342,7 +342,10 @@ def check_batch_sizes(flat: Mapping[str, Tensor], spec: Any) -> None:
     for f in spec.fields:
         nodes = node_slices.get(f.store)
         t = flat[f.key]
-        if nodes is None or t.device.type == "meta" or f.attr not in (PTR, "batch"):
+        # Only PyG's own ``batch``/``ptr`` (a batch of batches carries the
+        # inner ones as data, with slices of their own).
+        if nodes is None or t.device.type == "meta" or f.attr not in (PTR, "batch") \
+                or _slices_of(info, f) is not None:
             continue
         if f.attr == PTR:
             ok = t.numel() == nodes.numel() and torch.equal(t.cpu().to(nodes.dtype), nodes)

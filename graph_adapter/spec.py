@@ -290,7 +290,7 @@ def resolve_class(data_cls: str, is_batch: bool, allow_modules: Iterable[str] = 
     resolve: a :class:`ClassNotAllowedError` otherwise, before anything is
     called (see :mod:`graph_adapter._spec_load`).
     """
-    cached = _CLASSES.get((data_cls, is_batch))
+    cached = _CLASSES.get((data_cls, is_batch)) if isinstance(data_cls, str) else None
     if cached is not None:
         return cached
     obj = resolve_data_class(data_cls, allow_modules)
