@@ -29,9 +29,10 @@ Rules the replacements follow when a size is missing (and a frame is active):
   ``N`` (a node -> graph index) -> ``G``; anything else, or ``N == E`` for an
   index that is not the batch vector, raises :class:`StaticSizeError` naming
   the op and the user's source line. Pass the size explicitly there.
-* ``remove_self_loops`` keeps the shape and turns every self-loop ``(i, i)``
-  into an edge ``(i, N - 1)`` into the last node (always a padding node), so
-  no self-loop is left (as in PyG) and no real node receives anything.
+* ``remove_self_loops`` keeps the shape and turns every self-loop into an
+  edge between two padding nodes (first padding node -> last node), so no
+  real node sees it and, when the batch has two or more padding nodes, no
+  self-loop is left (as in PyG).
 * ``add_remaining_self_loops`` turns existing self-loops into edges the same
   way (the loop weight of a node with a self-loop is taken from it, as PyG
   does) and appends ``N`` self-loops: ``E + N`` edges, static, and the only
@@ -264,28 +265,32 @@ def _static_loops_ok(edge_index: Any, num_nodes: Optional[int]) -> bool:
 def remove_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = None):
     if not _static_loops_ok(edge_index, None):
         return _ORIG["remove_self_loops"](edge_index, edge_attr)
-    return _unloop(edge_index, _FRAMES[-1]["N"]), edge_attr
+    return _unloop(edge_index, _FRAMES[-1]), edge_attr
 
 
-def _unloop(edge_index: Tensor, n: int) -> Tensor:
-    """``edge_index`` ``[2, E]`` with every self-loop turned into an edge to the trash node.
+def _unloop(edge_index: Tensor, frame: Dict[str, Any]) -> Tensor:
+    """``edge_index`` ``[2, E]`` with every self-loop turned into a padding -> trash edge.
 
-    A loop ``(i, i)`` becomes ``(i, N - 1)`` (``N - 1`` is always a padding
-    node); the trash node's own loop becomes ``(N - 2, N - 1)``. The result
-    has the same shape and **no self-loop**, as PyG's ``remove_self_loops``
-    promises (``ClusterGCNConv`` then selects exactly the ``N`` appended loops
-    with ``row == col``). With the default ``flow="source_to_target"`` these
-    edges carry messages *into* the trash node only, so no real node's input
-    or in-degree changes. (A layer with ``flow="target_to_source"`` would
-    aggregate at the source: pass it a graph without self-loops instead.)
+    Every loop ``(i, i)`` (real or padding) becomes ``(P, N - 1)``: ``N - 1``
+    (the trash node) and ``P`` (the first padding node, ``node_mask.sum()``)
+    are both padding nodes, so no real node sends, receives or counts these
+    edges, whatever the layer's flow or degree side. When the batch has at
+    least two padding nodes (``P != N - 1``) the result has **no self-loop**,
+    as PyG's ``remove_self_loops`` promises (``ClusterGCNConv`` then selects
+    exactly the ``N`` appended loops with ``row == col``); with a single
+    padding node the loops stay on the trash node (nowhere else to put them
+    without touching a real node). Same shape, no value read on the host.
     """
-    if n < 2:
-        return edge_index  # a single (padding) node: nowhere else to point
+    n = frame["N"]
     trash = n - 1
+    mask = frame.get("node_mask")
     row, col = edge_index[0], edge_index[1]
+    if mask is None:
+        first_pad = torch.full_like(row, trash)
+    else:
+        first_pad = mask.sum().to(row.dtype).clamp(max=trash).expand_as(row)
     is_loop = row == col
-    new_row = torch.where(row == trash, torch.full_like(row, trash - 1), row)
-    row = torch.where(is_loop, new_row, row)
+    row = torch.where(is_loop, first_pad, row)
     col = torch.where(is_loop, torch.full_like(col, trash), col)
     return torch.stack([row, col], dim=0)
 
@@ -312,7 +317,7 @@ def add_remaining_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = N
         buf = buf.scatter(0, idx, edge_attr)
         loop_attr = buf[:n]
         edge_attr = torch.cat([edge_attr, loop_attr], dim=0)
-    edge_index = torch.cat([_unloop(edge_index, n), loop_index], dim=1)
+    edge_index = torch.cat([_unloop(edge_index, _FRAMES[-1]), loop_index], dim=1)
     return edge_index, edge_attr
 
 
