@@ -98,23 +98,37 @@ def _poptorch_running() -> Optional[Any]:
     return pt if pt is not None and pt.isRunningOnIpu() else None
 
 
-def ipu_strategy_options(options: Any, poptorch: Any = None) -> Dict[str, Any]:
-    """``training_opts`` and ``inference_opts`` for lightning-graphcore's ``IPUStrategy``.
+def ipu_strategy_options(options: Any, poptorch: Any = None,
+                         precision: Optional[str] = "32-true") -> Dict[str, Any]:
+    """Keyword arguments for lightning-graphcore's ``IPUStrategy(**...)``, for both stages.
 
     Args:
         options: an :class:`~graph_adapter.ipu.IPUOptions`; the loader must
             stack ``options.micro_batches`` micro-batches a host batch.
         poptorch: the poptorch module (default: import it).
+        precision: for ``lightning_graphcore.IPUPrecision`` (``"32-true"``,
+            ``"16-mixed"``, ``"16-true"``), or None to leave the precision
+            plugin out. With Lightning 2.0 the strategy needs it passed: the
+            trainer picks ``IPUPrecision`` only for Lightning's own (removed)
+            IPU accelerator, and the default plugin would run backward on the
+            host, outside the poptorch model.
 
     Returns:
-        ``{"training_opts": options.to_poptorch(), "inference_opts":
-        options.for_inference().to_poptorch()}``: inference keeps the same
-        ``F`` (accumulation steps become device iterations) and returns every
-        micro-batch (output mode all). Without ``inference_opts`` the strategy
-        builds ``deviceIterations(1)``, which does not match a loader with F > 1.
+        ``training_opts=options.to_poptorch()``,
+        ``inference_opts=options.for_inference().to_poptorch()`` (the same
+        ``F``, accumulation steps as device iterations, output mode all;
+        without it the strategy builds ``deviceIterations(1)``, which does not
+        match a loader with F > 1) and ``precision_plugin``.
     """
-    return {"training_opts": options.to_poptorch(poptorch),
-            "inference_opts": options.for_inference().to_poptorch(poptorch)}
+    kwargs: Dict[str, Any] = {
+        "training_opts": options.to_poptorch(poptorch),
+        "inference_opts": options.for_inference().to_poptorch(poptorch),
+    }
+    if precision is not None:
+        from lightning_graphcore import IPUPrecision
+
+        kwargs["precision_plugin"] = IPUPrecision(precision)
+    return kwargs
 
 
 class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
