@@ -21,10 +21,13 @@ from graph_adapter.ipu import EmulatorError, emulate_poptorch
 # emulation must be in place first; sys.modules is restored right after.
 _installed = emulate_poptorch()
 try:
-    lg = pytest.importorskip(
-        "lightning_graphcore",
-        reason="lightning-graphcore 0.1.0 needs lightning==2.0.9.post0; .ci/run tests it in its "
-               "own venv (tests/lightning_graphcore)")
+    if os.environ.get("GRAPH_ADAPTER_LIGHTNING_GRAPHCORE_CI") == "1":
+        import lightning_graphcore as lg  # .ci/run's own venv: a failed import fails CI
+    else:
+        lg = pytest.importorskip(
+            "lightning_graphcore",
+            reason="lightning-graphcore 0.1.0 needs lightning==2.0.9.post0; .ci/run tests it in "
+                   "its own venv (tests/lightning_graphcore)")
 finally:
     _installed.restore()
 
