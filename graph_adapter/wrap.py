@@ -19,21 +19,27 @@ fixed keys:
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+import warnings
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
+import torch
 from torch import Tensor, nn
 from torch_geometric.data.data import BaseData
 from torch_geometric.data import Data, HeteroData
 
 from . import static
 from .norm import mask_norms
-from .format import (LOSS_KEY, NODE_MASK, OUTPUT_KEY, SEP, has_micro_batch_dim, is_hetero,
-                     key_of, mask_of_rows, masks_by_level, micro_batch, num_micro_batches,
-                     strip_micro_batch)
+from .format import (LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP, has_micro_batch_dim,
+                     is_hetero, key_of, mask_of_rows, masks_by_level, micro_batch,
+                     num_micro_batches, parse_key, store_name, strip_micro_batch)
+from ._wrap_inputs import (MissingInputError, Signature, UnboundInputError, check_binding,
+                           check_format, choose_mode, compare_signature, input_signature,
+                           missing_required)
 from .spec import class_path, resolve_class, infer_spec, unflatten
+from ._spec_values import SpecError
 
 __all__ = ["ipu_wrap", "IPUWrapped", "unpad", "strip_micro_batch", "has_micro_batch_dim",
-           "MissingInputError", "OUTPUT_KEY", "LOSS_KEY"]
+           "MissingInputError", "UnboundInputError", "AmbiguousLevelError", "OUTPUT_KEY", "LOSS_KEY"]
 
 class StaticData(Data):
     """``Data`` whose ``num_nodes`` is the static ``node_mask`` length.
@@ -58,10 +64,6 @@ class StaticData(Data):
 
 # Resolve the batch class once, eagerly: compiled code may only read the cache.
 resolve_class(class_path(StaticData), True)
-
-
-class MissingInputError(TypeError):
-    """The model's forward needs a parameter that no key of the flat dict provides."""
 
 
 def _flatten_output(out: Any, prefix: str, res: Dict[str, Tensor]) -> None:
@@ -100,7 +102,8 @@ class IPUWrapped(nn.Module):
 
     def __init__(self, model: nn.Module, loss_fn: Optional[Callable] = None,
                  inputs: str = "auto", bind: Optional[Mapping[str, str]] = None,
-                 mask_norm: bool = True, extra_kwargs: Optional[Mapping[str, Any]] = None):
+                 mask_norm: bool = True, extra_kwargs: Optional[Mapping[str, Any]] = None,
+                 check_inputs: bool = True):
         super().__init__()
         self.model = model
         self.loss_fn = loss_fn
@@ -118,16 +121,65 @@ class IPUWrapped(nn.Module):
             self._sig = None
         if inputs not in ("auto", "data", "tensors"):
             raise ValueError(f"inputs={inputs!r}; choose 'auto', 'data' or 'tensors'")
-        if inputs == "auto":
-            names = set(self._sig.parameters) if self._sig is not None else set()
-            inputs = "tensors" if names & {"x", "edge_index", "x_dict", "edge_index_dict"} or self.bind else "data"
+        if inputs != "data" and self._sig is None:
+            if inputs == "tensors":
+                raise TypeError("ipu_wrap(inputs='tensors') needs a model whose forward has a signature")
+            inputs = "data"
+        #: "data", "tensors", or "auto" until the first eager call decides (see choose_mode).
         self.inputs = inputs
         self._params: List[inspect.Parameter] = []
-        if inputs == "tensors":
-            if self._sig is None:
-                raise TypeError("ipu_wrap(inputs='tensors') needs a model whose forward has a signature")
+        self._takes_kwargs = False
+        if self._sig is not None:
             self._params = [p for p in self._sig.parameters.values()
                             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            self._takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in self._sig.parameters.values())
+            unknown = sorted(set(self.bind) - {p.name for p in self._params})
+            if unknown and not self._takes_kwargs:
+                raise ValueError(f"ipu_wrap(bind=...) names {unknown}, which are not parameters of "
+                                 f"{type(model).__qualname__}.forward {list(self._sig.parameters)}")
+        self.check_inputs = check_inputs
+        self._first_inputs: Optional[Signature] = None
+        self._checked_keys: set = set()
+
+    def reset_inputs(self) -> None:
+        """Forget the first batch's signature (and the binding checks) so the next batch sets them anew."""
+        self._first_inputs = None
+        self._checked_keys = set()
+
+    # ------------------------------------------------------------------
+    def _mode(self, keys: Tuple[str, ...]) -> str:
+        """The input mode for these keys: fixed, or chosen by ``inputs="auto"``.
+
+        Pure over keys, so it traces; the choice is kept (and a warning given
+        when it could not tell) only in eager mode.
+        """
+        if self.inputs != "auto":
+            return self.inputs
+        mode, why = choose_mode(self._params, keys, self.bind, self.extra_kwargs)
+        if not torch.compiler.is_compiling():
+            if why is not None:
+                warnings.warn(
+                    f"ipu_wrap(inputs='auto') chose inputs={mode!r} for "
+                    f"{type(self.model).__qualname__}.forward: {why}. Pass inputs='data' (forward "
+                    f"gets the batch object) or inputs='tensors' (parameters bound to keys by "
+                    f"name) to choose yourself and silence this.", UserWarning, stacklevel=4)
+            self.inputs = mode
+        return mode
+
+    def _check(self, flat: Mapping[str, Tensor], mode: str) -> None:
+        """The eager checks of the input dict (module :mod:`graph_adapter._wrap_inputs`)."""
+        sig = input_signature(flat)
+        param = next(self.model.parameters(), None)
+        check_format(flat, sig, None if param is None else param.device)
+        if self._first_inputs is None:
+            self._first_inputs = sig
+        else:
+            compare_signature(self._first_inputs, sig)
+        keys = frozenset(flat)
+        if mode == "tensors" and keys not in self._checked_keys:
+            check_binding(self.model, self._params, keys, self.bind, self.extra_kwargs,
+                          self._takes_kwargs)
+            self._checked_keys.add(keys)
 
     # ------------------------------------------------------------------
     def _kwargs(self, flat: Mapping[str, Tensor]) -> Dict[str, Any]:
@@ -139,22 +191,21 @@ class IPUWrapped(nn.Module):
             elif key in flat:
                 kw[p.name] = flat[key]
             elif p.default is inspect.Parameter.empty:
-                raise MissingInputError(
-                    f"{type(self.model).__qualname__}.forward needs parameter {p.name!r}, but the "
-                    f"flat dict has no key {key!r} (keys: {sorted(flat)}). Map it with "
-                    f"ipu_wrap(model, bind={{{p.name!r}: '<key>'}}) or give it a default."
-                )
+                raise missing_required(self.model, p, key, flat)
         return kw
 
     def forward(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
         flat = strip_micro_batch(flat)
+        mode = self._mode(tuple(flat))
+        if self.check_inputs and not torch.compiler.is_compiling():
+            self._check(flat, mode)
         hetero = is_hetero(flat)
         batch = unflatten(flat, infer_spec(flat, data_cls=None if hetero else StaticData),
                           validate=False)
         frame = static.make_frame(flat)
         static.push_frame(frame)
         try:
-            if self.inputs == "data":
+            if mode == "data":
                 out = self.model(batch, **self.extra_kwargs)
             else:
                 out = self.model(**self._kwargs(flat))
@@ -173,7 +224,8 @@ class IPUWrapped(nn.Module):
 
 def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: str = "auto",
              bind: Optional[Mapping[str, str]] = None, mask_norm: bool = True,
-             extra_kwargs: Optional[Mapping[str, Any]] = None) -> IPUWrapped:
+             extra_kwargs: Optional[Mapping[str, Any]] = None,
+             check_inputs: bool = True) -> IPUWrapped:
     """Wrap a PyG model so that it takes a padded flat dict and returns a fixed-key dict.
 
     Args:
@@ -184,28 +236,94 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
         loss_fn: optional ``fn(output, batch) -> scalar``, called inside the
             wrapped forward; its value is returned under ``"loss"``. See
             :mod:`graph_adapter.losses` for masked helpers.
-        inputs: ``"auto"`` (named tensors if forward has ``x``/``edge_index``
-            parameters, else the batch), ``"data"`` or ``"tensors"``.
+        inputs: ``"auto"``: named tensors when every required parameter of
+            forward is a key of the flat dict (``forward(x, edge_index,
+            batch)``, ``forward(z, pos, batch)``), the batch object when forward
+            takes one parameter that is not a key (``forward(data)``); decided
+            at the first call, with a warning naming the choice when it cannot
+            tell. ``"data"`` or ``"tensors"`` choose yourself.
         bind: ``{parameter: flat key}`` overrides for named-tensor models.
         mask_norm: swap the model's ``BatchNorm1d`` layers (in place) for
             masked ones (:mod:`graph_adapter.norm`). State-dict keys are kept.
-        extra_kwargs: constant keyword arguments passed to every call.
+        extra_kwargs: constant keyword arguments passed to every call (also
+            how to leave a defaulted parameter unbound on purpose:
+            ``extra_kwargs={"edge_attr": None}``).
+        check_inputs: check each input dict in eager mode (never while
+            compiling): see ``docs/wrapping.md``, "What the wrapped model checks".
 
-    Raises (at call time):
+    Raises (at call time, eager):
         MissingInputError: a required parameter has no key.
+        UnboundInputError: a defaulted parameter has no key while a similar
+            key binds to nothing (a misspelt ``edge_atr``).
+        SpecError: the input dict does not fit (``MissingKeyError``,
+            ``DtypeMismatchError``, ``ShapeMismatchError``, ``DeviceMismatchError``,
+            ``UnsupportedAttributeError``), naming the key.
         ValueError: a leading micro-batch dim larger than 1.
     """
     return IPUWrapped(model, loss_fn=loss_fn, inputs=inputs, bind=bind, mask_norm=mask_norm,
-                      extra_kwargs=extra_kwargs)
+                      extra_kwargs=extra_kwargs, check_inputs=check_inputs)
 
 
 # --------------------------------------------------------------------------
 # unpad (host side)
 # --------------------------------------------------------------------------
-def _select(value: Tensor, masks: Mapping[str, List[Tensor]]) -> Tensor:
+class AmbiguousLevelError(SpecError, ValueError):
+    """An output's row count is that of two levels (or two node/edge types) of the batch."""
+
+
+_KEEP = ("none", "other")
+
+
+def _matches(rows: int, flat: Mapping[str, Tensor]) -> List[Tuple[str, str]]:
+    """``(mask key, level)`` of every mask whose last dim is ``rows``, in key order."""
+    level_of = {m: lv for lv, m in MASK_OF_LEVEL.items()}
+    return [(k, level_of[parse_key(k)[1]]) for k, v in flat.items()
+            if parse_key(k)[1] in level_of and v.size(-1) == rows]
+
+
+def _mask_for(key: str, rows: int, flat: Mapping[str, Tensor],
+              levels: Mapping[str, str]) -> Optional[Tensor]:
+    """The mask that selects the real rows of output ``key`` (``None``: keep it whole).
+
+    ``levels[key]`` (a level, a mask key such as ``"paper/node_mask"``, or
+    ``"none"``) decides; else the one mask with ``rows`` rows; when several
+    match, the one whose store the output key names (``output/paper``), else
+    :class:`AmbiguousLevelError`.
+    """
+    found = _matches(rows, flat)
+    want = levels.get(key)
+    if want in _KEEP:
+        return None
+    if want is not None:
+        found = [(k, lv) for k, lv in found if want in (k, lv)]
+        if not found:
+            raise AmbiguousLevelError(
+                f"unpad: levels[{key!r}] = {want!r}, but output {key!r} has {rows} rows and no "
+                f"{want!r} mask of the batch has {rows} rows ({_sizes(flat)}). Pass a level whose "
+                f"size it has, or 'none' to keep it whole.")
+    if len(found) > 1:
+        parts = set(key.split(SEP))
+        named = [(k, lv) for k, lv in found if parse_key(k)[0] and store_name(parse_key(k)[0]) in parts]
+        if len(named) == 1:
+            found = named
+    if len(found) > 1:
+        raise AmbiguousLevelError(
+            f"unpad: output {key!r} has {rows} rows, which is the size of "
+            f"{', '.join(f'{k} ({lv})' for k, lv in found)} in this batch ({_sizes(flat)}), so "
+            f"its real rows cannot be told apart. Say which: unpad(out, flat, "
+            f"levels={{{key!r}: {found[0][0] if len({lv for _, lv in found}) == 1 else found[0][1]!r}}}), "
+            f"or choose a budget whose node, edge and graph counts differ.")
+    return flat[found[0][0]] if found else None
+
+
+def _sizes(flat: Mapping[str, Tensor]) -> str:
+    return ", ".join(f"{k}: {v.size(-1)}" for k, v in flat.items() if parse_key(k)[1] in MASK_OF_LEVEL.values())
+
+
+def _select(key: str, value: Tensor, flat: Mapping[str, Tensor], levels: Mapping[str, str]) -> Tensor:
     if value.dim() == 0:
         return value
-    m, _ = mask_of_rows(value.size(0), masks)
+    m = _mask_for(key, value.size(0), flat, levels)
     return value if m is None else value[m.bool()]
 
 
@@ -213,28 +331,37 @@ def _has_rows(rows: int, masks: Mapping[str, List[Tensor]]) -> bool:
     return mask_of_rows(rows, masks)[0] is not None
 
 
-def unpad(outputs: Mapping[str, Tensor], flat: Mapping[str, Tensor]) -> Union[Dict[str, Tensor], List[Dict[str, Tensor]]]:
+def unpad(outputs: Mapping[str, Tensor], flat: Mapping[str, Tensor],
+          levels: Optional[Mapping[str, str]] = None) -> Union[Dict[str, Tensor], List[Dict[str, Tensor]]]:
     """Keep only the rows of real graphs / nodes / edges of each output.
 
     A value whose first dim equals the node count ``N`` keeps the rows where
     ``node_mask``; ``G`` (graph slots) -> ``graph_mask``; ``E`` ->
     ``edge_mask``; other values (e.g. the scalar loss) are returned as they
-    are.  A size shared by two levels is decided as everywhere else
-    (:func:`graph_adapter.format.mask_of_rows`: node, then graph, then edge);
-    choose budgets where ``N``, ``E`` and ``G`` differ.
+    are. ``unpad`` never guesses: when ``N``, ``E`` or ``G`` (or two node
+    types' counts) are equal and an output has that many rows, it raises
+    :class:`AmbiguousLevelError` naming the key and the sizes, unless
+    ``levels`` says which: ``levels={"output": "node"}`` (a level, a mask key
+    such as ``"paper/node_mask"``, or ``"none"`` to keep it whole). A hetero
+    output whose key names its store (``"output/paper"``) needs no hint.
 
     When ``flat`` has a leading micro-batch dim ``F``, the result is a list of
     ``F`` dicts, one per micro-batch; outputs may then be ``[F, R, ...]``,
     ``[F * R, ...]`` (stacked by poptorch) or, for ``F == 1``, ``[R, ...]``.
     """
+    levels = dict(levels or {})
+    unknown = sorted(set(levels) - set(outputs))
+    if unknown:
+        raise KeyError(f"unpad(levels=...) names {unknown}, which are not output keys "
+                       f"{sorted(outputs)}")
     if not has_micro_batch_dim(flat):
-        masks = masks_by_level(flat)
-        return {k: _select(v, masks) for k, v in outputs.items()}
+        return {k: _select(k, v, flat, levels) for k, v in outputs.items()}
     f = num_micro_batches(flat)
     result = []
     for i in range(f):
-        masks = masks_by_level(micro_batch(flat, i))
-        result.append({k: _select(_micro(v, i, f, masks), masks) for k, v in outputs.items()})
+        one = micro_batch(flat, i)
+        masks = masks_by_level(one)
+        result.append({k: _select(k, _micro(v, i, f, masks), one, levels) for k, v in outputs.items()})
     return result
 
 

@@ -1,0 +1,213 @@
+"""What :func:`~graph_adapter.wrap.ipu_wrap`'s forward checks about its input, in eager mode.
+
+Three checks, each raising a named error that says which key and what to do:
+
+* :func:`check_format`: the padded format's own keys: every value a tensor,
+  ``graph_mask`` present, masks boolean, ``edge_index`` integer ``[2, E]``,
+  all tensors on one device, the model's (:class:`DeviceMismatchError`);
+* :func:`compare_signature`: a key that the first batch also had keeps its
+  dtype, its shape other than the row dim, and its device (the errors
+  ``Spec.validate`` gives). Keys may come and go (an inference batch
+  without ``y``); row counts may change (another budget);
+* :func:`check_binding` (named-tensor models): no parameter with a default
+  silently left unbound while a flat key that looks like it binds to nothing
+  (``edge_atr`` for ``edge_attr=None``, ``batch`` for ``batch_index=None``).
+
+All three read only keys, dtypes, shapes and devices (no values), and the
+wrapped forward skips them while compiling, so they never break
+``fullgraph=True``.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ._spec_values import (DeviceMismatchError, DtypeMismatchError, MissingKeyError,
+                           ShapeMismatchError, UnsupportedAttributeError)
+from .format import BATCH, GRAPH_MASK, MASKS, PTR, parse_key
+
+__all__ = ["MissingInputError", "UnboundInputError", "Signature", "input_signature",
+           "check_format", "compare_signature", "check_binding", "choose_mode", "RESERVED_ATTRS"]
+
+#: attributes that never need a parameter (the masks, ``ptr``).
+RESERVED_ATTRS = frozenset((*MASKS, PTR))
+
+
+class MissingInputError(TypeError):
+    """The model's forward needs a parameter that no key of the flat dict provides."""
+
+
+class UnboundInputError(MissingInputError):
+    """A forward parameter with a default has no key while a similar flat key binds to nothing."""
+
+
+# key -> (dtype, shape without the row dim, device)
+Signature = Dict[str, Tuple[torch.dtype, Tuple[int, ...], torch.device]]
+
+
+def _row_dim(key: str) -> int:
+    """The dim that changes with the budget: PyG's cat dim (``*_index`` keys: the last)."""
+    return -1 if parse_key(key)[1].endswith("index") else 0
+
+
+def _trail(key: str, t: Tensor) -> Tuple[int, ...]:
+    if t.dim() == 0:
+        return ()
+    shape = list(t.shape)
+    del shape[_row_dim(key)]
+    return tuple(shape)
+
+
+def input_signature(flat: Mapping[str, Any]) -> Signature:
+    """``{key: (dtype, shape without the row dim, device)}``; a non-tensor value is named."""
+    sig = {}
+    for k, v in flat.items():
+        if not isinstance(v, Tensor):
+            raise UnsupportedAttributeError(
+                f"ipu_wrap: input key {k!r} is a {type(v).__qualname__}, not a tensor; a wrapped "
+                f"model takes the flat dict of tensors that FixedSizeLoader yields.")
+        sig[k] = (v.dtype, _trail(k, v), v.device)
+    return sig
+
+
+def _dt(d: torch.dtype) -> str:
+    return str(d).replace("torch.", "")
+
+
+def check_format(flat: Mapping[str, Tensor], sig: Signature, device: Optional[torch.device]) -> None:
+    """The padded format's own keys, and one device for everything (the model's, if given)."""
+    if GRAPH_MASK not in flat:
+        raise MissingKeyError(
+            f"ipu_wrap: the input has no {GRAPH_MASK!r} key (its keys: {sorted(flat)[:8]}); a "
+            f"wrapped model takes padded batches from FixedSizeLoader (docs/dev/FORMAT.md).")
+    for k, (dtype, trail, dev) in sig.items():
+        attr = parse_key(k)[1]
+        if attr in MASKS and dtype != torch.bool:
+            raise DtypeMismatchError(f"ipu_wrap: mask {k!r} has dtype {_dt(dtype)}; masks are "
+                                     f"bool (True = real row): pass {k}.bool().")
+        if attr == "edge_index" and (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool):
+            raise DtypeMismatchError(f"ipu_wrap: {k!r} has dtype {_dt(dtype)}; an edge index is "
+                                     f"integer: pass {k}.long().")
+        if attr == "edge_index" and trail != (2,):
+            raise ShapeMismatchError(f"ipu_wrap: {k!r} has shape {tuple(flat[k].shape)}; an edge "
+                                     f"index is [2, E] (transpose an [E, 2] one: .t()).")
+    devices = {dev for _, _, dev in sig.values()}
+    if len(devices) > 1:
+        first = next(iter(sig.values()))[2]
+        odd = next(k for k, (_, _, dev) in sig.items() if dev != first)
+        raise DeviceMismatchError(
+            f"ipu_wrap: input key {odd!r} is on {sig[odd][2]}, other keys on {first}; move the "
+            f"whole batch: {{k: v.to(device) for k, v in flat.items()}}.")
+    if device is not None and devices and devices != {device}:
+        k, (_, _, dev) = next(iter(sig.items()))
+        raise DeviceMismatchError(
+            f"ipu_wrap: the input (key {k!r}) is on {dev}, the model's parameters on {device}; "
+            f"move the batch: {{k: v.to({str(device)!r}) for k, v in flat.items()}}.")
+
+
+def compare_signature(first: Signature, now: Signature) -> None:
+    """Raise when a key of both batches changed dtype, trailing shape or device."""
+    for k, (dtype, trail, dev) in now.items():
+        if k not in first:
+            continue
+        d0, t0, v0 = first[k]
+        what = None
+        if dtype != d0:
+            err, what = DtypeMismatchError, f"has dtype {_dt(dtype)}, the first batch had {_dt(d0)}"
+            fix = f"cast it: .to(torch.{_dt(d0)})"
+        elif trail != t0:
+            err, what = ShapeMismatchError, (f"has shape {trail} besides its rows, the first batch "
+                                             f"had {t0}")
+            fix = "every batch must have one schema (one dataset, one FixedSizeLoader)"
+        elif dev != v0:
+            err, what = DeviceMismatchError, f"is on {dev}, the first batch was on {v0}"
+            fix = "move the batch to the model's device"
+        if what is not None:
+            raise err(f"ipu_wrap: input key {k!r} {what}: {fix}. (compile() would refuse this "
+                      f"batch too. To start over with a new schema on purpose, call "
+                      f"wrapped.reset_inputs().)")
+
+
+# --------------------------------------------------------------------------
+# Named-tensor models: which parameter takes which key
+# --------------------------------------------------------------------------
+def _model_name(model: Any) -> str:
+    return f"{type(model).__qualname__}.forward"
+
+
+def check_binding(model: Any, params: List[inspect.Parameter], keys: Collection[str],
+                  bind: Mapping[str, str], extra: Mapping[str, Any], takes_kwargs: bool) -> None:
+    """Raise :class:`UnboundInputError` for a defaulted parameter left without its key
+    while a similar key binds to nothing (see the module docstring)."""
+    bound = {bind.get(p.name, p.name) for p in params if p.name not in extra}
+    unbound = [] if takes_kwargs else [k for k in keys if k not in bound
+                                       and parse_key(k)[1] not in RESERVED_ATTRS]
+    for p in params:
+        key = bind.get(p.name, p.name)
+        if p.name in extra or key in keys or p.default is inspect.Parameter.empty:
+            continue
+        if p.name in bind:
+            raise MissingInputError(
+                f"ipu_wrap(bind={{{p.name!r}: {key!r}}}): the flat dict has no key {key!r} "
+                f"(keys: {sorted(keys)}); bind {p.name!r} to one of them.")
+        near = difflib.get_close_matches(p.name, unbound, n=1, cutoff=0.6)
+        if p.name == BATCH and BATCH not in keys and not near:
+            near = [None]
+        if near:
+            got = (f"key {near[0]!r} binds to no parameter" if near[0] is not None
+                   else "the flat dict has no 'batch' key")
+            raise UnboundInputError(
+                f"{_model_name(model)}'s parameter {p.name!r} (default {p.default!r}) has no key "
+                f"{key!r}, and {got}: the model would run without it"
+                f"{' and pool every node into one graph' if p.name == BATCH else ''}. Map it with "
+                f"ipu_wrap(model, bind={{{p.name!r}: {near[0] or '<key>'!r}}}), or, to run without "
+                f"it on purpose, pass extra_kwargs={{{p.name!r}: {p.default!r}}}.")
+
+
+def missing_required(model: Any, p: inspect.Parameter, key: str, keys: Collection[str]) -> MissingInputError:
+    """The error for a required parameter without a key (naming a similar key if any)."""
+    near = difflib.get_close_matches(key, [k for k in keys if parse_key(k)[1] not in RESERVED_ATTRS],
+                                     n=1, cutoff=0.6)
+    hint = f" (did you mean key {near[0]!r}?)" if near else ""
+    return MissingInputError(
+        f"{_model_name(model)} needs parameter {p.name!r}, but the flat dict has no key {key!r}"
+        f"{hint} (keys: {sorted(keys)}). Map it with ipu_wrap(model, bind={{{p.name!r}: "
+        f"'<key>'}}) or give it a default.")
+
+
+# --------------------------------------------------------------------------
+# inputs="auto"
+# --------------------------------------------------------------------------
+_HETERO_NAMES = {"x_dict", "edge_index_dict"}
+
+
+def choose_mode(params: List[inspect.Parameter], keys: Collection[str], bind: Mapping[str, str],
+                extra: Mapping[str, Any]) -> Tuple[str, Optional[str]]:
+    """``("tensors" | "data", why)`` for ``inputs="auto"``; ``why`` is set when it could not tell.
+
+    Named tensors whenever every required parameter of forward is (after
+    ``bind``) a key of the flat dict (``forward(x, edge_index, batch)``,
+    SchNet's ``forward(z, pos, batch)``); the batch object when forward takes
+    one parameter that is not a key (``forward(data)``).
+    """
+    names = {p.name for p in params}
+    if bind or names & _HETERO_NAMES:
+        return "tensors", None
+    required = [p.name for p in params if p.default is inspect.Parameter.empty and p.name not in extra]
+    present = [n for n in required if n in keys]
+    if required and len(present) == len(required):
+        if len(required) == 1 and required[0] == BATCH:
+            return "data", (f"forward's one parameter {BATCH!r} is also a key of the flat dict (the "
+                            f"node -> graph vector); it gets the batch object")
+        return "tensors", None
+    if len(required) <= 1 and not present:
+        return "data", None
+    if present:
+        return "tensors", (f"forward's parameters {present} are keys of the flat dict but "
+                           f"{[n for n in required if n not in keys]} are not; they are bound by name")
+    return "data", (f"forward has {len(required)} required parameters {required}, none of them a "
+                    f"key of the flat dict; it gets the batch object as {required[0]!r}")
