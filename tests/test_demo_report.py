@@ -36,7 +36,7 @@ def test_eager_backend_report_says_no_compiler_and_counts_what_ran():
         assert run.mean_graphs_per_batch == pytest.approx(run.train_graphs / run.steps)
         assert run.train_graphs == r.num_train
         assert run.repeat_gap == 0.0  # eager on CPU repeats bit for bit
-    assert "yes" in _row(text, "repeats bit for bit")
+    assert "yes" in _row(text, "deterministic")
     assert "not deterministic" not in text
     assert max(len(line) for line in text.splitlines()) <= REPORT_WIDTH
 
@@ -96,3 +96,22 @@ def test_repeat_gap_measures_and_restores(noisy):
     assert (gap > 0) == noisy
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert opt.state_dict()["state"] == {}
+
+
+def test_known_nondeterminism_is_inductor_on_several_threads_without_deterministic_mode():
+    from graph_adapter.app.repeat import known_nondeterminism
+
+    assert "atomic adds" in known_nondeterminism("inductor", 2, False)
+    assert known_nondeterminism("inductor", 1, False) is None  # one thread: one order
+    assert known_nondeterminism("inductor", 2, True) is None  # ATen's deterministic kernels
+    assert known_nondeterminism("aot_eager", 2, False) is None  # ATen's CPU kernels
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_report_says_when_a_run_is_not_deterministic():
+    r = run_demo(backend="eager", eager_baseline=False, **TINY)
+    r.nondeterminism = "a cause"
+    text = r.report()
+    assert _row(text, "deterministic").split()[1] == "no"
+    note = " ".join(text.split("[1]", 1)[1].split())
+    assert "not deterministic here (a cause)" in note and "--deterministic" in note

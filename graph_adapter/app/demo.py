@@ -43,7 +43,7 @@ from graph_adapter.format import loss_of
 from .datasets import load_nci5k
 from .models import MODELS, AtomBondEncoder, MolRegressor, build_model
 from .preflight import DemoSettingError, check_demo_settings
-from .repeat import repeat_gap
+from .repeat import known_nondeterminism, repeat_gap
 from .results import UNCOMPILED_BACKENDS, DemoConfig, DemoResult, RunStats, write_plot
 
 __all__ = ["MODELS", "DemoConfig", "DemoResult", "RunStats", "AtomBondEncoder", "MolRegressor",
@@ -351,6 +351,8 @@ def _run(cfg: DemoConfig) -> DemoResult:
         node_efficiency=st.node_efficiency, edge_efficiency=st.edge_efficiency,
         graph_efficiency=st.graph_efficiency, pad_to_max_node_efficiency=pad_to_max,
         batch_node_fill=fill, adapter=adapter, eager=eager, load_seconds=load_seconds)
+    result.nondeterminism = known_nondeterminism(backend, torch.get_num_threads(),
+                                                 torch.are_deterministic_algorithms_enabled())
     result._mean_mae = float((y_test - y_mean).abs().mean())
     result.total_seconds = time.perf_counter() - t_all
     if cfg.plot:

@@ -11,12 +11,12 @@ restored afterwards, so the probe leaves the run as it found it.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Iterable, List, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
-__all__ = ["repeat_gap", "PROBE_STEPS"]
+__all__ = ["repeat_gap", "known_nondeterminism", "PROBE_STEPS"]
 
 #: Training steps the probe runs (twice).
 PROBE_STEPS = 3
@@ -65,3 +65,20 @@ def repeat_gap(step: Callable[[Any], Tuple[float, int]], batches: Iterable[Any],
     # NaN twice counts as a repeat (the run is broken, but repeatably so)
     return max((0.0 if a == b or (a != a and b != b) else abs(a - b)
                 for a, b in zip(*losses)), default=0.0)
+
+
+def known_nondeterminism(backend: str, threads: int, deterministic: bool) -> Optional[str]:
+    """Why a run with these settings will not repeat bit for bit, or ``None``.
+
+    Known, not probed: inductor's generated CPU kernels add scatter and index
+    gradients with atomic adds; on more than one thread their order changes
+    from run to run, so sums differ in the last bits and training drifts
+    apart over hundreds of steps. A short probe (:func:`repeat_gap`) often
+    misses it (two threads rarely collide in a few steps).
+    ``torch.use_deterministic_algorithms(True)`` makes inductor call ATen's
+    deterministic kernels instead; one thread has no order to change.
+    """
+    if backend == "inductor" and threads > 1 and not deterministic:
+        return (f"inductor's CPU kernels add scatter/index gradients with atomic adds on "
+                f"{threads} threads, in an order that changes from run to run")
+    return None
