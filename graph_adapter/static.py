@@ -244,7 +244,24 @@ def to_dense_batch(x: Tensor, batch: Optional[Tensor] = None, fill_value: float 
                                      "batch_size")
         if max_num_nodes is None:
             max_num_nodes = x.size(0)
+            out, mask = _ORIG["to_dense_batch"](x, batch, fill_value, max_num_nodes, batch_size)
+            _record_dense_mask(frame, mask, batch, batch_size, max_num_nodes)
+            return out, mask
     return _ORIG["to_dense_batch"](x, batch, fill_value, max_num_nodes, batch_size)
+
+
+def _record_dense_mask(frame: Dict[str, Any], mask: Tensor, batch: Tensor, graphs: int,
+                       width: int) -> None:
+    """Where each node sits in the flattened ``[G * width]`` dense batch (node order).
+
+    Every node fits (``width`` is the node count), so ``dense[mask]`` is the
+    gather of these positions (:mod:`graph_adapter.static_index` uses it).
+    """
+    counts = torch.zeros(graphs, dtype=batch.dtype, device=batch.device)
+    counts = counts.scatter_add(0, batch, torch.ones_like(batch))
+    starts = counts.cumsum(0) - counts
+    local = torch.arange(batch.size(0), device=batch.device) - starts[batch]
+    frame.setdefault("dense_masks", []).append((mask, batch * width + local))
 
 
 def maybe_num_nodes(edge_index: Any, num_nodes: Optional[int] = None) -> int:
@@ -394,6 +411,9 @@ def install(*objects: Any) -> None:
     file did ``from torch_geometric.utils import scatter``) and the classes
     of their submodules.
     """
+    from . import static_index
+
+    static_index.install()
     if Aggregation.__call__ is _ORIG_AGGR_CALL:
         Aggregation.__call__ = _aggr_call
         Aggregation.assert_sorted_index = _assert_sorted_index
@@ -429,6 +449,9 @@ def uninstall() -> None:
             ns[name] = value
     _SCANNED.clear()
     Aggregation.__call__ = _ORIG_AGGR_CALL
+    from . import static_index
+
+    static_index.uninstall()
     Aggregation.assert_sorted_index = _ORIG_ASSERT_SORTED
 
 

@@ -6,16 +6,17 @@ finds nothing poptorch would reject.
 """
 import copy
 
+import pytest
 import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from torch_geometric.data import Batch
 from torch_geometric.index import index2ptr
-from torch_geometric.nn import ClusterGCNConv
+from torch_geometric.nn import ChebConv, ClusterGCNConv, GINConv, GPSConv, MFConv
 from torch_geometric.nn.aggr import SortAggregation
 import torch_geometric.utils as U
 
-from graph_adapter import check
+from graph_adapter import check, static
 from graph_adapter.wrap import ipu_wrap
 
 from _padding import pad_batch, random_graphs
@@ -120,3 +121,83 @@ def test_index2ptr_without_size(args):
     assert out.shape == (G + 1,)
     torch.testing.assert_close(out[: b.num_graphs + 1], b.ptr)
     assert check(w, flat).ok
+
+
+def _gps():
+    return GPSConv(4, GINConv(torch.nn.Linear(4, 4)), heads=2)
+
+
+LAYERS = {
+    # name: (factory, needs two padding nodes)
+    "GPSConv": (_gps, False),
+    "ChebConv": (lambda: ChebConv(4, 3, K=3), False),
+    "MFConv": (lambda: MFConv(4, 3, max_degree=3), False),
+}
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x, edge_index, batch):
+        if isinstance(self.layer, GPSConv):
+            return self.layer(x, edge_index, batch)
+        return self.layer(x, edge_index)
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+@given(args=batches, train=st.booleans())
+def test_mask_reading_layers_equal_unpadded(name, args, train):
+    """Outputs of real nodes and every parameter gradient (ChebConv: two padding
+    nodes, so its remove_self_loops leaves no loop)."""
+    factory, two = LAYERS[name]
+    seed, graphs, extra_nodes, extra_edges, extra_graphs = args
+    b, flat = padded_pair(seed, graphs, extra_nodes + int(two), extra_edges, extra_graphs,
+                          self_loops=True)
+    # BatchNorm (GPSConv) needs two rows in train(), and node rows it can tell from graph rows
+    assume(b.num_nodes > 1 and flat["node_mask"].numel() != flat["graph_mask"].numel())
+    torch.manual_seed(0)
+    model = _Layer(factory()).train(train)
+    w = ipu_wrap(copy.deepcopy(model)).train(train)
+    ref = model(b.x, b.edge_index, b.batch)
+    out = w(flat)["output"]
+    torch.testing.assert_close(out[flat["node_mask"]], ref, atol=ATOL, rtol=1e-4)
+    ref.square().sum().backward()
+    out[flat["node_mask"]].square().sum().backward()
+    for (k, p), q in zip(model.named_parameters(), w.model.parameters()):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-3, msg=k)
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_mask_reading_layers_are_clean_and_compile_once(name):
+    b, flat = padded_pair(0, 4, 3, 5, 2)
+    torch.manual_seed(0)
+    w = ipu_wrap(_Layer(LAYERS[name][0]())).eval()
+    report = check(w, flat)
+    assert report.ok, str(report)
+    torch._dynamo.reset()
+    graphs = []
+
+    def counting(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(w, fullgraph=True, dynamic=False, backend=counting)
+    torch.testing.assert_close(compiled(flat)["output"], w(flat)["output"])
+    assert len(graphs) == 1
+
+
+def test_misused_masked_read_raises():
+    """A rewritten read used for anything but the layer's pattern raises, naming the op."""
+    from graph_adapter import static_index
+
+    b, flat = padded_pair(0, 3, 2, 2, 1)
+    frame = static.make_frame(flat)
+    mode = static_index._StaticIndexMode(frame, "rmw", "test")
+    t = torch.arange(5.0)
+    with mode:
+        sel = t[t > 2]
+        with pytest.raises(static.StaticSizeError, match="size"):
+            sel.size(0)

@@ -1,0 +1,192 @@
+"""Boolean-mask reads inside a few PyG methods, made static in a wrapped forward.
+
+Some PyG layers select rows with a boolean mask or ``nonzero``, which gives a
+data-dependent shape (poptorch's dispatcher and ``torch.export`` reject it),
+although the padded format knows the answer:
+
+* ``GPSConv.forward``: ``h[mask]`` after ``to_dense_batch``. The static
+  ``to_dense_batch`` (:mod:`graph_adapter.static`) puts every one of the
+  ``N`` nodes in a ``[G, N, F]`` dense batch and records where
+  (``frame["dense_masks"]``), so ``h[mask]`` is the gather of those ``N``
+  positions, in node order, as PyG's boolean read gives.
+* ``ChebConv.__norm__``: ``edge_weight[loop_mask] -= 1``, a read-modify-write.
+  The read returns a full-size copy, the in-place update runs on every row,
+  and the write keeps the updated rows where the mask is set
+  (``torch.where``): same values, static shape.
+* ``MFConv.forward``: ``idx = (deg == i).nonzero()`` then
+  ``index_select(idx)`` -> a linear layer -> ``out.index_copy_(idx, r)``, one
+  degree at a time. ``nonzero`` returns every position; the layer then runs on
+  every row, and ``index_copy_`` keeps the rows where ``deg == i``: the same
+  output, ``max_degree + 1`` dense matmuls instead of one split.
+
+How: :func:`install` wraps exactly those methods; inside a wrapped forward
+(a frame of :mod:`graph_adapter.static` is active) each runs under a
+:class:`torch.overrides.TorchFunctionMode` that applies the rules above
+(Dynamo traces the mode, so ``torch.compile(fullgraph=True)`` sees only
+static ops). A result of a rewritten read used any other way (its size, a
+plain read, an arithmetic with a tensor) raises
+:class:`~graph_adapter.static.StaticSizeError` naming the op, never a wrong
+value. Outside a wrapped forward the methods run unchanged.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+from . import static
+
+__all__ = ["install", "uninstall", "SCOPED"]
+
+#: (module, class, method, rule): the methods run under the mode, and which rule.
+SCOPED: List[Tuple[str, str, str, str]] = [
+    ("torch_geometric.nn.conv.gps_conv", "GPSConv", "forward", "dense"),
+    ("torch_geometric.nn.conv.cheb_conv", "ChebConv", "__norm__", "rmw"),
+    ("torch_geometric.nn.conv.mf_conv", "MFConv", "forward", "partition"),
+]
+
+_INPLACE = {
+    Tensor.__isub__, Tensor.__iadd__, Tensor.__imul__, Tensor.__itruediv__,
+    Tensor.sub_, Tensor.add_, Tensor.mul_, Tensor.div_, Tensor.clamp_, Tensor.neg_,
+}
+_PASS_INDEX = {Tensor.view, Tensor.reshape, Tensor.flatten, Tensor.squeeze}
+_HARMLESS = {"dtype", "device", "requires_grad", "layout", "is_sparse", "is_cuda", "dim",
+             "is_floating_point", "ndim"}
+
+
+def _is_bool(t: Any) -> bool:
+    return isinstance(t, Tensor) and t.dtype == torch.bool
+
+
+def _rows_mask(m: Tensor, t: Tensor) -> Tensor:
+    """``m`` (the leading dims of ``t``) broadcast to ``t``'s shape."""
+    return m.reshape(tuple(m.shape) + (1,) * (t.dim() - m.dim())).expand(t.shape)
+
+
+def _name(func: Callable) -> str:
+    name = getattr(func, "__name__", str(func))
+    owner = getattr(func, "__objclass__", None) or getattr(func, "__self__", None)
+    if name == "__get__" and owner is not None:
+        return getattr(owner, "__name__", "attr")
+    return name
+
+
+class _StaticIndexMode(TorchFunctionMode):
+    """The rules of one scoped method call (see the module docstring)."""
+
+    def __init__(self, frame: Dict[str, Any], rule: str, where: str):
+        super().__init__()
+        self.frame = frame
+        self.rule = rule
+        self.where = where
+        self.pending: List[Tuple[Tensor, Tensor]] = []  # (full copy, mask) of a masked read
+        self.lazy: List[Tuple[Tensor, Tensor]] = []  # (all positions, mask) of a nonzero
+
+    # -- lookups by identity (Dynamo traces `is`) --------------------------
+    def _pending(self, t: Any):
+        for p, m in self.pending:
+            if t is p:
+                return m
+        return None
+
+    def _lazy(self, t: Any):
+        for i, m in self.lazy:
+            if t is i:
+                return m
+        return None
+
+    def _dense(self, m: Tensor):
+        for mask, pos in self.frame.get("dense_masks", []):
+            if m is mask:
+                return pos
+        return None
+
+    def _misuse(self, func: Callable, args, kwargs) -> None:
+        if _name(func) in _HARMLESS:
+            return
+        for a in list(args) + list(kwargs.values()):
+            if self._pending(a) is not None or self._lazy(a) is not None:
+                raise static.StaticSizeError(
+                    f"{_name(func)} on the result of a boolean-mask read / nonzero inside "
+                    f"{self.where}: graph_adapter made that read static only for the pattern "
+                    f"this layer uses; its size would be data-dependent. Run the layer outside "
+                    f"ipu_wrap or open an issue with the line")
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is Tensor.__getitem__ and len(args) == 2 and _is_bool(args[1]):
+            t, m = args
+            pos = self._dense(m)
+            if pos is not None and m.dim() == 2 and tuple(t.shape[:2]) == tuple(m.shape):
+                return t.flatten(0, 1).index_select(0, pos)
+            if self.rule == "rmw":
+                copy = t.clone()
+                self.pending.append((copy, m))
+                return copy
+        if func is Tensor.__setitem__ and len(args) == 3 and _is_bool(args[1]):
+            t, m, v = args
+            if self._pending(v) is m:
+                t.copy_(torch.where(_rows_mask(m, t), v, t))
+                return None
+        if self.rule == "partition":
+            if func in (Tensor.nonzero, torch.nonzero) and _is_bool(args[0]) and args[0].dim() == 1:
+                m = args[0]
+                idx = torch.arange(m.size(0), device=m.device).view(-1, 1)
+                self.lazy.append((idx, m))
+                return idx
+            if func in _PASS_INDEX and self._lazy(args[0]) is not None:
+                out = func(*args, **kwargs)
+                self.lazy.append((out, self._lazy(args[0])))
+                return out
+            if func in (Tensor.index_select, torch.index_select) and self._lazy(args[2]) is not None:
+                return args[0]  # every row: the positions are all of them
+            if func is Tensor.index_copy_ and self._lazy(args[2]) is not None:
+                out, dim, idx, src = args
+                m = self._lazy(idx)
+                shape = [1] * out.dim()
+                shape[dim] = -1
+                return out.copy_(torch.where(m.view(shape), src, out))
+        if func in _INPLACE and self._pending(args[0]) is not None:
+            if all(not isinstance(a, Tensor) or a.dim() == 0 for a in args[1:]):
+                return func(*args, **kwargs)
+        self._misuse(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+def _scoped(orig: Callable, rule: str, where: str) -> Callable:
+    @functools.wraps(orig)
+    def method(*args, **kwargs):
+        frame = static.current_frame()
+        if frame is None:
+            return orig(*args, **kwargs)
+        with _StaticIndexMode(frame, rule, where):
+            return orig(*args, **kwargs)
+
+    method.__static_index_orig__ = orig  # type: ignore[attr-defined]
+    return method
+
+
+def install() -> None:
+    """Wrap the methods of :data:`SCOPED` (idempotent)."""
+    import importlib
+
+    for module, cls_name, meth, rule in SCOPED:
+        cls = getattr(importlib.import_module(module), cls_name)
+        current = cls.__dict__[meth]
+        if not hasattr(current, "__static_index_orig__"):
+            setattr(cls, meth, _scoped(current, rule, f"{cls_name}.{meth}"))
+
+
+def uninstall() -> None:
+    """Put the original methods back."""
+    import importlib
+
+    for module, cls_name, meth, _ in SCOPED:
+        cls = getattr(importlib.import_module(module), cls_name)
+        current = cls.__dict__[meth]
+        orig = getattr(current, "__static_index_orig__", None)
+        if orig is not None:
+            setattr(cls, meth, orig)
