@@ -35,6 +35,13 @@ def test_exactly_once_and_capacity(pairs, nodes, edges, graphs, packer, shuffle,
     check_plan(plan, m, budget, range(len(pairs)))
     again = plan_epoch(m, budget, packer=packer, shuffle=shuffle, seed=seed, open_batches=ob)
     assert plan == again  # reproducible
+    # issue 15 item 2: a padding node for every padding graph slot, wherever a
+    # graph's own nodes leave N - G room for it (capped graphs may not)
+    room = nodes - graphs
+    for bb in plan:
+        if len(m) and room >= 0 and np.all(m[bb, 0] - 1 <= room):
+            n, g = int(m[bb, 0].sum()), len(bb)
+            assert nodes - n >= graphs - g, (bb, n, g)
 
 
 def test_epochs_differ_and_indices_subset():
