@@ -31,7 +31,7 @@ from ._spec_values import (DeviceMismatchError, DtypeMismatchError, MissingKeyEr
 from .format import BATCH, GRAPH_MASK, MASKS, PTR, parse_key
 
 __all__ = ["MissingInputError", "UnboundInputError", "Signature", "input_signature",
-           "check_format", "compare_signature", "check_binding", "choose_mode", "RESERVED_ATTRS"]
+           "require_graph_mask", "check_format", "missing_required", "compare_signature", "check_binding", "choose_mode", "RESERVED_ATTRS"]
 
 #: attributes that never need a parameter (the masks, ``ptr``).
 RESERVED_ATTRS = frozenset((*MASKS, PTR))
@@ -78,12 +78,20 @@ def _dt(d: torch.dtype) -> str:
     return str(d).replace("torch.", "")
 
 
-def check_format(flat: Mapping[str, Tensor], sig: Signature, device: Optional[torch.device]) -> None:
-    """The padded format's own keys, and one device for everything (the model's, if given)."""
+def require_graph_mask(flat: Mapping[str, Any]) -> None:
+    """``graph_mask`` tells whether a micro-batch dim is there: it must be present."""
+    if not isinstance(flat, Mapping):
+        raise UnsupportedAttributeError(
+            f"ipu_wrap: the wrapped model takes a flat dict of tensors (from FixedSizeLoader, or "
+            f"graph_adapter.flatten), got {type(flat).__qualname__}.")
     if GRAPH_MASK not in flat:
         raise MissingKeyError(
             f"ipu_wrap: the input has no {GRAPH_MASK!r} key (its keys: {sorted(flat)[:8]}); a "
             f"wrapped model takes padded batches from FixedSizeLoader (docs/dev/FORMAT.md).")
+
+
+def check_format(flat: Mapping[str, Tensor], sig: Signature, device: Optional[torch.device]) -> None:
+    """The padded format's own keys, and one device for everything (the model's, if given)."""
     for k, (dtype, trail, dev) in sig.items():
         attr = parse_key(k)[1]
         if attr in MASKS and dtype != torch.bool:

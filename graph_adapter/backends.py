@@ -51,6 +51,7 @@ import torch
 from torch import Tensor, nn
 
 from . import ipu, static
+from .spec import SpecError
 from .format import (
     GRAPH_MASK,
     has_micro_batch_dim,
@@ -69,8 +70,11 @@ AUTO = "auto"
 Signature = Tuple[Tuple[str, str, Tuple[int, ...]], ...]
 
 
-class ShapeChangedError(ValueError):
-    """A batch's keys, dtypes or shapes differ from those the model was compiled for."""
+class ShapeChangedError(SpecError, ValueError):
+    """A batch's keys, dtypes or shapes differ from those the model was compiled for.
+
+    A :class:`~graph_adapter.spec.SpecError`, as the wrapped model's own input
+    checks are: ``except SpecError`` catches both."""
 
 
 class CompiledModel(Protocol):

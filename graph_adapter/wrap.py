@@ -34,7 +34,7 @@ from .format import (LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP, has_mi
                      num_micro_batches, parse_key, store_name, strip_micro_batch)
 from ._wrap_inputs import (MissingInputError, Signature, UnboundInputError, check_binding,
                            check_format, choose_mode, compare_signature, input_signature,
-                           missing_required)
+                           missing_required, require_graph_mask)
 from .spec import class_path, resolve_class, infer_spec, unflatten
 from ._spec_values import SpecError
 
@@ -195,6 +195,8 @@ class IPUWrapped(nn.Module):
         return kw
 
     def forward(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
+        if self.check_inputs and not torch.compiler.is_compiling():
+            require_graph_mask(flat)
         flat = strip_micro_batch(flat)
         mode = self._mode(tuple(flat))
         if self.check_inputs and not torch.compiler.is_compiling():
@@ -275,10 +277,11 @@ _KEEP = ("none", "other")
 
 
 def _matches(rows: int, flat: Mapping[str, Tensor]) -> List[Tuple[str, str]]:
-    """``(mask key, level)`` of every mask whose last dim is ``rows``, in key order."""
+    """``(mask key, level)`` of every mask whose last dim is ``rows`` (node, edge, graph)."""
     level_of = {m: lv for lv, m in MASK_OF_LEVEL.items()}
-    return [(k, level_of[parse_key(k)[1]]) for k, v in flat.items()
-            if parse_key(k)[1] in level_of and v.size(-1) == rows]
+    found = [(k, level_of[parse_key(k)[1]]) for k, v in flat.items()
+             if parse_key(k)[1] in level_of and v.size(-1) == rows]
+    return sorted(found, key=lambda kl: list(MASK_OF_LEVEL).index(kl[1]))
 
 
 def _mask_for(key: str, rows: int, flat: Mapping[str, Tensor],
