@@ -19,12 +19,16 @@ The data path, one module a stage:
 Importing this package never imports poptorch.
 """
 from .spec import (
+    BatchMismatchError,
+    ClassNotAllowedError,
+    DeviceMismatchError,
     DtypeMismatchError,
     Field,
     MissingKeyError,
     ShapeMismatchError,
     Spec,
     SpecError,
+    SpecFormatError,
     UnexpectedKeyError,
     UnsupportedAttributeError,
     flatten,
@@ -36,7 +40,8 @@ from .packing import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
 from .collate import Collator, collate_padded, unpad_batch
 from .loader import FixedSizeLoader, LoaderStats
 from . import losses
-from .wrap import IPUWrapped, MissingInputError, ipu_wrap, unpad
+from .wrap import (AmbiguousLevelError, IPUWrapped, MissingInputError, UnboundInputError, ipu_wrap,
+                   unpad)
 from .static import StaticSizeError
 from .losses import masked_loss
 from .backends import Compiled, ShapeChangedError, compile
@@ -46,6 +51,12 @@ from .checker import CheckReport, Finding, check
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchMismatchError",
+    "ClassNotAllowedError",
+    "DeviceMismatchError",
+    "SpecFormatError",
+    "AmbiguousLevelError",
+    "UnboundInputError",
     "DtypeMismatchError",
     "Field",
     "MissingKeyError",
