@@ -490,7 +490,10 @@ def flatten(
         constants=tuple(constants),
         batch_info=batch_info,
     )
-    resolve_class(spec.data_cls, spec.is_batch)  # fail now, not inside a compiled forward
+    # The class is in hand: remember it (the latest one of that name wins), so
+    # that unflatten never resolves it by name, also for classes that no
+    # import reaches (defined in a function, redefined in a notebook).
+    _CLASSES[(spec.data_cls, is_batch)] = type(obj)
     return flat, spec
 
 

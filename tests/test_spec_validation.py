@@ -319,3 +319,13 @@ def test_hetero_batch_round_trips_through_json():
     b = Batch.from_data_list([h, h])
     flat, spec = ga.flatten(b)
     _same_list(ga.unflatten(flat, Spec.from_json(spec.to_json())).to_data_list(), b.to_data_list())
+
+
+def test_a_class_defined_in_a_function_round_trips():
+    class LocalData(Data):
+        pass
+
+    b = Batch.from_data_list([LocalData(x=torch.randn(2, 1)), LocalData(x=torch.randn(3, 1))])
+    flat, spec = ga.flatten(b)
+    out = ga.unflatten(flat, spec)
+    assert type(out) is type(b) and all(type(d) is LocalData for d in out.to_data_list())
