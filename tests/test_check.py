@@ -339,3 +339,8 @@ def test_extension_op_without_fake_kernel_is_unsupported_not_an_error():
         kinds = [f.kind for f in report.findings]
         assert "unsupported-op" in kinds and "error" not in kinds, str(report)
         assert "no fake (meta) kernel" in report.by_kind("unsupported-op")[0].message
+    # The real pass finds it too (it records every occurrence, the fake pass only the first).
+    from graph_adapter.checker import _real_pass  # noqa: the pass itself
+
+    found = _real_pass(Bad("scatter_max"), flat_batch())
+    assert [f.kind for f in found] == ["unsupported-op"] and "scatter_max" in found[0].op
