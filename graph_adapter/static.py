@@ -389,16 +389,24 @@ def _patch_namespace(ns: Dict[str, Any]) -> None:
             _PATCHED.append((ns, name, value))
 
 
-def _add_torch_scatter() -> Tuple[str, ...]:
-    """Add ``torch_scatter``'s stand-ins to the table (once); the module prefixes to scan."""
-    from . import static_scatter
+def _add_tables() -> Tuple[str, ...]:
+    """Add the stand-ins of the other static modules to the table (once).
 
-    for name, orig in static_scatter.ORIGINALS.items():
-        key = f"torch_scatter.{name}"
-        if key not in _ORIG:
-            _ORIG[key] = orig
-            _REPLACEMENTS[key] = static_scatter.REPLACEMENTS[name]
-            _BY_ID[id(orig)] = key
+    :mod:`graph_adapter.static_geometry` (``knn``, ``radius``, ...) and, when
+    ``torch_scatter`` is installed, :mod:`graph_adapter.static_scatter`.
+    Returns the extra module prefixes to scan.
+    """
+    from . import static_geometry, static_scatter
+
+    tables = [("", static_geometry.ORIGINALS, static_geometry.REPLACEMENTS),
+              ("torch_scatter.", static_scatter.ORIGINALS, static_scatter.REPLACEMENTS)]
+    for prefix, originals, replacements in tables:
+        for name, orig in originals.items():
+            key = prefix + name
+            if key not in _ORIG:
+                _ORIG[key] = orig
+                _REPLACEMENTS[key] = replacements[name]
+                _BY_ID[id(orig)] = key
     return static_scatter.MODULE_PREFIXES if static_scatter.available() else ()
 
 
@@ -417,7 +425,7 @@ def install(*objects: Any) -> None:
     if Aggregation.__call__ is _ORIG_AGGR_CALL:
         Aggregation.__call__ = _aggr_call
         Aggregation.assert_sorted_index = _assert_sorted_index
-    prefixes = ("torch_geometric",) + _add_torch_scatter()
+    prefixes = ("torch_geometric",) + _add_tables()
     names = [m for m in list(sys.modules) if m.split(".")[0] in prefixes]
     for obj in objects:
         mods = obj.modules() if isinstance(obj, torch.nn.Module) else [obj]
