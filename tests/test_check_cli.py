@@ -78,7 +78,7 @@ def test_check_wraps_a_model_that_was_not_wrapped(factories, capsys):
     assert check_main(["ga_factories:plain"]) == 0
     captured = capsys.readouterr()
     note = captured.err.strip()
-    assert "\\n" not in note and "ipu_wrap" in note and "inputs='tensors'" in note
+    assert "\n" not in note and "ipu_wrap" in note and "inputs='tensors'" in note
     assert "missing" not in captured.out + captured.err
 
 

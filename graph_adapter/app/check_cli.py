@@ -82,10 +82,11 @@ def _as_checked(model: Any, flat: Mapping[str, Any], factory: str) -> Any:
     if isinstance(model, IPUWrapped) or not isinstance(model, nn.Module) \
             or not _takes_named_tensors(model, flat):
         return model
-    wrapped = ipu_wrap(copy.deepcopy(model))
+    wrapped = ipu_wrap(copy.deepcopy(model), inputs="tensors")
     _err(f"note: {factory} returned a model that is not ipu_wrap-ped; its forward takes "
-         f"tensors by name, so this checks ipu_wrap(model) (inputs={wrapped.inputs!r}). Return "
-         f"ipu_wrap(model, ...) from the factory to check the model as you run it")
+         f"tensors by name, so this checks ipu_wrap(model, inputs='tensors') (forward's "
+         f"parameters bound to the flat dict's keys by name). Return ipu_wrap(model, ...) from "
+         f"the factory to check the model as you run it")
     return wrapped
 
 
