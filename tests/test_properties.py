@@ -17,7 +17,7 @@ from graph_adapter import Budget, Collator, ipu_wrap
 from graph_adapter.losses import masked_loss
 
 from strategies import model_graph_lists, paddings
-from test_invariance import MODELS, make
+from test_invariance import make
 
 
 def _collator(graphs, padding):
@@ -39,7 +39,9 @@ def _budget(graphs, padding):
     return Budget(nodes=N, edges=E, graphs=G)
 
 
-@pytest.mark.parametrize("name", MODELS)
+# gin_bn: BatchNorm buffers; functional: every pooling/aggregation path (the
+# others add no new padding path, and test_invariance covers them)
+@pytest.mark.parametrize("name", ["gin_bn", "functional"])
 @given(graphs=model_graph_lists(), padding=paddings())
 def test_fully_padded_batch_changes_nothing_in_train(name, graphs, padding):
     torch.manual_seed(0)
