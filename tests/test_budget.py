@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from graph_adapter.budget import Budget
 from graph_adapter.packing import graph_sizes, plan_epoch
 
-SETTINGS = settings(max_examples=30, deadline=None)
+SETTINGS = settings(deadline=None)
 
 
 def sizes_array(pairs):

@@ -11,7 +11,7 @@ from graph_adapter.budget import Budget
 from graph_adapter.collate import Collator, collate_padded, unpad_batch
 from _padding import check_padding_slots
 
-SETTINGS = settings(max_examples=30, deadline=None)
+SETTINGS = settings(deadline=None)
 
 
 def make_graphs(sizes, seed=0, extra=True):

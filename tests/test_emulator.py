@@ -33,7 +33,7 @@ def host_batch(F, n=5, seed=0):
     return {"x": torch.randn(F, n, 4, generator=g), "y": torch.randn(F, n, generator=g)}
 
 
-@settings(deadline=None, max_examples=12)
+@settings(deadline=None)
 @given(d=st.integers(1, 3), r=st.integers(1, 2), a=st.integers(1, 3), calls=st.integers(1, 2),
        momentum=st.sampled_from([0.0, 0.9]))
 def test_training_equals_plain_pytorch_loop(d, r, a, calls, momentum):
@@ -160,7 +160,7 @@ def test_replicas_final_and_sum_return_one_row_per_replica():
     torch.testing.assert_close(everyn["output"], x[6:])
 
 
-@settings(deadline=None, max_examples=40)
+@settings(deadline=None)
 @given(d=st.integers(1, 4), r=st.integers(1, 3), a=st.integers(1, 3),
        mode=st.sampled_from(["all", "final", "sum", "every_n"]), rows=st.integers(1, 3))
 def test_output_shapes(d, r, a, mode, rows):

@@ -16,7 +16,7 @@ from graph_adapter.spec import infer_spec, unflatten
 from strategies import hetero_graph_lists
 from _padding import check_padding_slots
 
-SETTINGS = settings(max_examples=25, deadline=None)
+SETTINGS = settings(deadline=None)
 
 
 def et_name(et):

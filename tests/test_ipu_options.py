@@ -80,7 +80,7 @@ def test_defaults_and_product():
     assert IPUOptions(3, 2, 4).replicas_times_accumulation == 8
 
 
-@settings(deadline=None, max_examples=30)
+@settings(deadline=None)
 @given(st.integers(1, 6), st.integers(1, 4), st.integers(1, 5))
 def test_product_is_F(d, r, a):
     assert IPUOptions(d, r, a).micro_batches == d * r * a

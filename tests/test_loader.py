@@ -12,7 +12,7 @@ from graph_adapter.budget import Budget
 from graph_adapter.collate import unpad_batch
 from graph_adapter.loader import FixedSizeLoader
 
-SETTINGS = settings(max_examples=25, deadline=None)
+SETTINGS = settings(deadline=None)
 
 
 def make_graphs(sizes, seed=0):

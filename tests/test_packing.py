@@ -9,7 +9,7 @@ from graph_adapter.budget import Budget
 from graph_adapter.packing import (GraphSizes, find_oversize, pack_greedy, pack_histogram,
                                    plan_efficiency, plan_epoch)
 
-SETTINGS = settings(max_examples=40, deadline=None)
+SETTINGS = settings(deadline=None)
 
 pairs_st = st.lists(st.tuples(st.integers(0, 20), st.integers(0, 40)), min_size=0, max_size=80)
 
