@@ -5,7 +5,9 @@ Runs in CI in a venv of its own (``.ci/run``: ``lightning==2.0.9.post0``,
 import with current Lightning). The main suite skips this file. Nothing here
 runs on an IPU: poptorch is ``graph_adapter.ipu.emulate_poptorch()``.
 
-The training test runs docs/ipu.md's recipe block itself (with the page's
+The folder is not named ``lightning_graphcore``: with ``tests/`` on ``sys.path`` it
+would shadow the package as a namespace package. The training test runs docs/ipu.md's
+recipe block itself (with the page's
 set-up block before it), so the docs and the test cannot drift apart.
 """
 import os
@@ -27,7 +29,7 @@ try:
         lg = pytest.importorskip(
             "lightning_graphcore",
             reason="lightning-graphcore 0.1.0 needs lightning==2.0.9.post0; .ci/run tests it in "
-                   "its own venv (tests/lightning_graphcore)")
+                   "its own venv (tests/lightning_graphcore_venv)")
 finally:
     _installed.restore()
 
