@@ -152,6 +152,9 @@ class Scan:
                 for f in self.fields:
                     if f.inc == "nodes":
                         self._check_index_range(f, rows[f.key])
+            del cols, rows
+            if n >= _TRIM_FROM:
+                _release_freed_memory()
 
     def _at(self, i: int) -> str:
         """Where graph ``i`` of the scan is, for error messages."""
@@ -239,7 +242,7 @@ class Scan:
         first = dataset[0]
         by_dim = {(f.level, f.store): f.key for f in reversed(schema or []) if f.shape}
         counted = [(j, dim) for j, dim in enumerate(self.dims) if dim not in by_dim]
-        sizes: List[List[int]] = []
+        sizes: List[int] = []  # flat, graph after graph (no list per graph: memory)
         rows: Dict[str, List[int]] = {f.key: [] for f in protos}
         cols: Dict[str, List[Tensor]] = {f.key: [] for f in protos}
         incs: Dict[str, List[int]] = {f.key: [] for f in protos if f.inc == "custom"}
@@ -259,7 +262,7 @@ class Scan:
             if hetero or not isinstance(d, Data):
                 self._check_graph(d, i)
             if counted:
-                sizes.append([_count(d, dim, hetero) for _, dim in counted])
+                sizes.extend([_count(d, dim, hetero) for _, dim in counted])
             for st, keys0, checks in plan:
                 s = _store_of(d, st.key, True) if hetero else d._store
                 if s._mapping.keys() != keys0:
@@ -291,7 +294,8 @@ class Scan:
         as_np = {k: np.asarray(v, dtype=np.int64) for k, v in rows.items()}
         matrix = np.empty((n, len(self.dims)), dtype=np.int64)
         if counted:
-            matrix[:, [j for j, _ in counted]] = np.asarray(sizes, dtype=np.int64)
+            matrix[:, [j for j, _ in counted]] = np.asarray(sizes, dtype=np.int64).reshape(
+                n, len(counted))
         for j, dim in enumerate(self.dims):
             if dim in by_dim:
                 matrix[:, j] = as_np[by_dim[dim]]
@@ -442,6 +446,24 @@ def _check_index_proto(key: str, v: Tensor, edge: bool, at: str) -> None:
         raise ValueError(f"{at}: key {key!r} must have shape [2, num_edges], "
                          f"got {tuple(v.shape)}" + ("; transpose it (.t())" if v.dim() == 2 and
                                                     v.shape[-1] == 2 else ""))
+
+
+#: Graph count from which a scan hands its freed scratch memory back to the OS.
+_TRIM_FROM = 10_000
+
+
+def _release_freed_memory() -> None:
+    """Give the heap pages freed by the scan back to the OS (glibc's
+    ``malloc_trim``; a no-op elsewhere).  A scan of many tiny graphs frees
+    tens of MiB of small scratch blocks (per-graph lists, torch.cat's
+    bookkeeping) that glibc would otherwise keep resident next to the columns
+    (``graph_adapter/app/bench/memory.py`` measures it)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _column(parts: List[Tensor], cat: int) -> Tensor:

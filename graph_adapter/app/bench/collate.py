@@ -40,8 +40,11 @@ def pyg_collate_and_pad(data_list, budget):
                                                                     b.edge_attr.shape[1:])])
     out["edge_index"] = torch.cat([b.edge_index, b.edge_index.new_full((2, E - e), N - 1)], 1)
     out["y"] = torch.cat([b.y, b.y.new_full((G - g,) + b.y.shape[1:], float("nan"))])
-    out["batch"] = torch.cat([b.batch, b.batch.new_full((N - n,), G - 1)])
-    out["ptr"] = torch.cat([b.ptr, b.ptr.new_full((G - g - 1,), n), b.ptr.new_tensor([N])])
+    # padding nodes: one per padding graph slot while they last, the rest in G - 1
+    ones = max(0, min(G - 1 - g, N - n - 1))
+    counts = torch.tensor([1] * ones + [0] * (G - 1 - g - ones) + [N - n - ones])
+    out["batch"] = torch.cat([b.batch, torch.repeat_interleave(torch.arange(g, G), counts)])
+    out["ptr"] = torch.cat([b.ptr, n + counts.cumsum(0)])
     out["node_mask"] = torch.arange(N) < n
     out["edge_mask"] = torch.arange(E) < e
     out["graph_mask"] = torch.arange(G) < g

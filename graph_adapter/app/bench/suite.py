@@ -21,7 +21,7 @@ import torch
 import graph_adapter as ga
 
 from ..datasets import load_nci5k
-from . import collate, efficiency, throughput
+from . import collate, efficiency, memory, throughput
 
 __all__ = ["BENCHMARKS", "Row", "run_suite"]
 
@@ -105,9 +105,18 @@ def _throughput_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
 
 
 #: ``graph-adapter bench --only`` names -> (progress message, rows function)
+def _memory_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
+    n = 20_000 if quick else 100_000
+    pyg, ours = memory.measure("pyg", n, 64), memory.measure("fixed", n, 64)
+    return [("memory", f"RSS growth over one epoch of {n} tiny graphs, MiB "
+             f"(columnar copy {ours['copy']:.1f})", f"{ours['epoch']:.1f}", f"{pyg['epoch']:.1f}",
+             "PyG DataLoader", f"{ours['epoch'] / max(ours['copy'], 1e-9):.2f}x the copy")]
+
+
 BENCHMARKS: Dict[str, Tuple[str, Callable[[_Molecules, bool, bool], List[Row]]]] = {
     "collate": ("collate", _collate_rows),
     "efficiency": ("efficiency", _efficiency_rows),
+    "memory": ("memory (two fresh processes)", _memory_rows),
     "throughput": ("throughput (inductor compiles: a few minutes)", _throughput_rows),
 }
 
