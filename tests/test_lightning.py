@@ -67,3 +67,46 @@ def test_trainer_fit_on_cpu_loss_falls():
     assert trainer.global_step == 12
     k = 4
     assert sum(losses[-k:]) / k < sum(losses[:k]) / k, losses
+
+
+def test_ipu_strategy_options_keep_F_for_inference():
+    from graph_adapter.ipu import IPUOptions, emulate_poptorch
+    from graph_adapter.lightning import ipu_strategy_options
+
+    with emulate_poptorch() as pt:
+        kw = ipu_strategy_options(IPUOptions(2, 1, 3, output_mode="final"), precision=None)
+        t, i = kw["training_opts"], kw["inference_opts"]
+        assert set(kw) == {"training_opts", "inference_opts"}
+        assert t.device_iterations * t.Training.gradient_accumulation == 6
+        # inferenceModel needs A = 1: the accumulation steps become device iterations (same F)
+        assert i.device_iterations == 6 and i.Training.gradient_accumulation == 1
+        assert i.output_mode == pt.OutputMode.All
+
+
+def test_training_step_marks_its_loss_inside_poptorch():
+    """Inside a poptorch model FlatDictModule marks its loss (poptorch needs one) and logs nothing."""
+    from graph_adapter.budget import Budget
+    from graph_adapter.ipu import IPUOptions, emulate_poptorch
+    from graph_adapter.loader import FixedSizeLoader
+    from graph_adapter.losses import masked_loss
+    from graph_adapter.wrap import ipu_wrap
+
+    ds = _graphs(16)
+    opts = IPUOptions(device_iterations=2, gradient_accumulation=2)
+    host = next(iter(FixedSizeLoader(ds, Budget.tight(ds, 2), micro_batches=opts.micro_batches)))
+    module = FlatDictModule(ipu_wrap(_Net(), loss_fn=masked_loss("mse")))
+    module.log = lambda *a, **k: pytest.fail("logged inside the poptorch model")
+
+    class Step(nn.Module):  # what lightning-graphcore's wrapper runs inside trainingModel
+        def __init__(self):
+            super().__init__()
+            self.module = module
+
+        def forward(self, batch):
+            return self.module.training_step(batch, 0)
+
+    with emulate_poptorch() as pt:
+        model = pt.trainingModel(Step(), opts.to_poptorch(pt),
+                                 torch.optim.SGD(module.parameters(), lr=0.01))
+        loss = model(host)
+        assert loss.shape == (4,) and model.emulator.steps == 2
