@@ -47,6 +47,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ._poptorch_ops import NO_HANDLER
 from .format import LOSS_KEY, loss_of
 from .ipu import IPUOptions, host_micro_batch, map_tensors, named_tensors
+from .ipu.state import reassigned_state, state_addresses
 
 __all__ = ["KINDS", "POPTORCH_MESSAGES", "Finding", "CheckReport", "check", "dispatcher_rules",
            "state_addresses", "reassigned_state"]
@@ -75,9 +76,6 @@ _HOST_FUNCS = {"cpu", "numpy", "tolist"}
 # Op namespaces PyTorch's own meta/fake kernels cover; an op elsewhere (a C++
 # extension such as torch_scatter) needs a registered Meta kernel or fake impl.
 _CORE_NAMESPACES = {"aten", "prims", "prim", "_c10d_functional", "c10d_functional", "poptorch"}
-# poptorch skips these modules' buffers when it checks for reassignment
-# (python/_impl.py, BUFFERS_CAN_CHANGE).
-_BUFFERS_CAN_CHANGE = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _THIS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -491,46 +489,6 @@ def _real_pass(model: nn.Module, sample: Any) -> List[Finding]:
     for name, message in reassigned_state(before, state_addresses(model)):
         findings.append(Finding("reassigned-state", name, "<forward>", message))
     return findings
-
-
-# --------------------------------------------------------------------------
-# Buffers and parameters must keep their storage (poptorch, python/_impl.py)
-# --------------------------------------------------------------------------
-def state_addresses(model: nn.Module) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """``(buffers, parameters)``: name -> (device, data_ptr), as poptorch records them.
-
-    BatchNorm modules' buffers are left out, as poptorch leaves them out
-    (``BUFFERS_CAN_CHANGE``).
-    """
-    buffers: Dict[str, Any] = {}
-    for prefix, module in model.named_modules():
-        if isinstance(module, _BUFFERS_CAN_CHANGE):
-            continue
-        for name, b in module.named_buffers(prefix=prefix, recurse=False):
-            buffers[name] = (b.device, b.data_ptr())
-    params = {n: (p.device, p.data_ptr()) for n, p in model.named_parameters()}
-    return buffers, params
-
-
-def reassigned_state(before: Tuple[Dict[str, Any], Dict[str, Any]],
-                     after: Tuple[Dict[str, Any], Dict[str, Any]]) -> List[Tuple[str, str]]:
-    """``(name, poptorch's message)`` for each buffer/parameter removed or reassigned by forward.
-
-    The messages are poptorch's (``errorOnBufferOrParameterAddressChanges``).
-    """
-    problems = []
-    for kind, old, new in (("Buffer", before[0], after[0]), ("Parameter", before[1], after[1])):
-        for name, address in old.items():
-            if name not in new:
-                problems.append((name, f"{kind} {name} is removed from the model when calling "
-                                       f"the forward method."))
-            elif address != new[name]:
-                problems.append((name, f"{kind} {name} is reassigned within the model when "
-                                       f"calling the forward method. This is not supported. "
-                                       f"Consider using self.{name}.copy_(src) to copy data from "
-                                       f"a source tensor, where src is the name of the source "
-                                       f"tensor."))
-    return problems
 
 
 # --------------------------------------------------------------------------

@@ -15,6 +15,8 @@ One module a job:
   does with inputs, outputs and optimizer steps (:class:`IPUEmulator`);
 * :mod:`~graph_adapter.ipu.entry`: :func:`compile_ipu`, which
   ``graph_adapter.compile`` calls for both backends;
+* :mod:`~graph_adapter.ipu.state`: buffers and parameters keep their storage
+  in forward (poptorch's reassignment rule);
 * :mod:`~graph_adapter.ipu.poptorch_emulation`: :func:`emulate_poptorch`, an
   emulated ``poptorch`` module (in ``sys.modules``) on top of the emulator,
   for code written against poptorch itself (lightning-graphcore, scripts).
