@@ -520,8 +520,11 @@ def unflatten(flat: Mapping[str, Tensor], spec: Spec, validate: bool = True) -> 
     Raises:
         SpecError: ``flat`` does not fit ``spec``: a ``MissingKeyError``,
             ``UnexpectedKeyError``, ``DtypeMismatchError`` or
-            ``ShapeMismatchError`` whose message names the key. Pass
-            ``validate=False`` to skip the checks.
+            ``ShapeMismatchError`` whose message names the key; with a full
+            spec, a ``BatchMismatchError`` when ``flat`` is another batch than
+            the spec's (rows, or the ``batch``/``ptr`` split, differ). Pass
+            ``validate=False`` to skip the checks; nothing is checked while
+            compiling.
     """
     if validate and not torch.compiler.is_compiling():
         spec.validate(flat)
