@@ -134,11 +134,12 @@ class GraphiumStylePool(torch.nn.Module):
         h = self.lin(data.x).relu()
         row, col = data.edge_index
         msg = h[row]
-        # PNA-style aggregators over edges (no dim_size: the budget supplies N)
-        aggs = [ts.scatter(msg, col, 0, reduce="max"), ts.scatter(msg, col, 0, reduce="min"),
-                ts.scatter_std(msg, col, 0)]
+        # PNA-style aggregators over edges (dim_size given, as graphium does)
+        n = h.size(0)
+        aggs = [ts.scatter(msg, col, 0, dim_size=n, reduce="max"),
+                ts.scatter(msg, col, 0, dim_size=n, reduce="min"), ts.scatter_std(msg, col, 0, dim_size=n)]
         h = h + sum(aggs)
-        # graphium-style pooling over the batch vector
+        # pooling over the batch vector, no dim_size (the budget supplies G)
         pools = [ts.scatter(h, data.batch, 0, reduce="max"), ts.scatter(h, data.batch, 0, reduce="sum"),
                  ts.scatter(h, data.batch, 0, reduce="mean"), ts.segment_csr(h, data.ptr, reduce="min"),
                  ts.scatter_logsumexp(h, data.batch, 0),
