@@ -37,7 +37,8 @@ def build_check_parser() -> argparse.ArgumentParser:
                              "(wrapped, flat) or (wrapped, flat, options)")
     parser.add_argument("--training", action="store_true",
                         help="also check backward (needs a loss)")
-    parser.add_argument("--loss-key", default="loss")
+    parser.add_argument("--loss-key", default="loss",
+                        help="the key of the loss in the model's output dict (default: loss)")
     return parser
 
 
