@@ -44,11 +44,12 @@ from torch_geometric.data.data import BaseData
 from ._spec_checks import (SPEC_FORMAT, allow_modules, check_batch_info, check_batch_sizes,
                            check_flat, decode_constants, field_fields_of, resolve_data_class,
                            spec_fields_of)
+from ._levels import level_of_attr
 from ._spec_values import (BatchMismatchError, ClassNotAllowedError, DeviceMismatchError,
                            DtypeMismatchError, MissingKeyError, ShapeMismatchError, SpecError,
                            SpecFormatError, UnexpectedKeyError, UnsupportedAttributeError, dumps)
 from .format import (EDGE_TYPE_SEP, GRAPH_MASK, LEVELS, MASK_OF_LEVEL, PTR, SEP, StoreKey,
-                     key_of, parse_key, pick_level)
+                     is_hetero, key_of, levels_of_rows, parse_key, pick_level)
 
 __all__ = [
     "SEP",
@@ -341,64 +342,6 @@ def _stores(obj: BaseData):
         yield (), obj._store
 
 
-def _readable(t: Tensor, key: str) -> bool:
-    """True; raises a named error for a tensor whose values cannot be read (meta device)."""
-    if t.device.type == "meta":
-        raise UnsupportedAttributeError(
-            f"key {key!r} is on the meta device: flatten() reads a batch's per-graph sizes to tell "
-            f"node from graph attributes. Flatten the batch on a real device, or name every "
-            f"key's level with flatten(obj, levels={{...}}).")
-    return True
-
-
-# Our own keys have a level by name.
-_NAMED_LEVELS = {"batch": "node", PTR: "other", **{m: lv for lv, m in MASK_OF_LEVEL.items()}}
-
-
-def _level(obj: BaseData, skey: StoreKey, store, attr: str, value: Tensor) -> str:
-    """Node, edge, graph or other: by name for our own keys, else from the data.
-
-    In a batch, the per-graph slices decide (one row per graph -> graph, as
-    many rows as the graph has nodes -> node); PyG's own ``is_node_attr`` /
-    ``is_edge_attr`` break the remaining ties. Genuinely ambiguous cases
-    (every graph has one node) follow PyG; ``flatten(levels=...)`` overrides.
-    """
-    if attr in _NAMED_LEVELS:
-        return _NAMED_LEVELS[attr]
-    if value.dim() == 0:
-        return "graph"
-    is_global = isinstance(obj, HeteroData) and not skey
-    if isinstance(obj, Batch):
-        slices = obj._slice_dict.get(skey[0] if len(skey) == 1 else skey, {}) if skey else obj._slice_dict
-        if attr in slices:
-            counts = torch.diff(slices[attr])
-            candidates = []
-            if bool((counts == 1).all()):
-                candidates.append("graph")
-            ptr = store._mapping.get(PTR) if not is_global and len(skey) != 3 else None
-            if ptr is not None and _readable(ptr, key_of(skey, PTR)) and torch.equal(
-                    counts, torch.diff(ptr.cpu())):
-                candidates.append("node")
-            if not is_global and len(skey) != 1 and "edge_index" in slices:
-                if torch.equal(counts, torch.diff(slices["edge_index"])):
-                    candidates.append("edge")
-            # Ties, as PyG breaks them (format.pick_level). A store without
-            # ``ptr`` (PyG's pairs recipe, follow_batch) falls through to
-            # PyG's own node/edge heuristics.
-            if ptr is not None or candidates:
-                return pick_level(candidates, attr) or "other"
-    if not is_global:
-        if store.is_node_attr(attr):
-            return "node"
-        if store.is_edge_attr(attr):
-            return "edge"
-    num_graphs = obj.num_graphs if isinstance(obj, Batch) else 1
-    cat = obj.__cat_dim__(attr, value, store)
-    if cat is not None and value.size(cat) == num_graphs:
-        return "graph"
-    return "other"
-
-
 def flatten(
     obj: BaseData, levels: Optional[Mapping[str, str]] = None
 ) -> Tuple[Dict[str, Tensor], Spec]:
@@ -454,7 +397,7 @@ def flatten(
                     f"store it padded (value.to_padded_tensor(0.0)) or as one concatenated tensor "
                     f"with per-graph counts.")
             if isinstance(value, Tensor) and value.layout == torch.strided:
-                level = levels.pop(key, None) or known.get(key) or _level(obj, skey, store, attr, value)
+                level = levels.pop(key, None) or known.get(key) or level_of_attr(obj, skey, store, attr, value)
                 cat = obj.__cat_dim__(attr, value, store) if value.dim() else None
                 shape = list(value.shape)
                 if cat is not None:
@@ -495,6 +438,66 @@ def flatten(
     # import reaches (defined in a function, redefined in a notebook).
     _CLASSES[(spec.data_cls, is_batch)] = type(obj)
     return flat, spec
+
+
+def infer_spec(
+    flat: Mapping[str, Tensor], data_cls: Optional[type] = None, is_batch: bool = True
+) -> Spec:
+    """A static spec for a flat dict that :func:`flatten` did not make.
+
+    This is how a fixed-size batch from ``FixedSizeLoader`` (keys per
+    ``docs/flat_dict.md``, masks included) is rebuilt without a stored spec:
+    keys with ``/`` are hetero stores, the class defaults to ``Data`` or
+    ``HeteroData`` (batched). Shapes are taken as they are (all static).
+    Levels follow the masks: a key whose size along PyG's cat dim equals its
+    store's ``node_mask`` (``edge_mask``, the global ``graph_mask``) length is
+    a node (edge, graph) key; ``ptr`` and the rest are ``other``.
+
+    Pure Python over keys and static shapes, so it traces.
+    """
+    parsed = {k: parse_key(k) for k in flat}
+    if data_cls is None:
+        data_cls = HeteroData if is_hetero(flat) else Data
+    mask_rows: Dict[Tuple[StoreKey, str], int] = {}
+    for key, (store, attr) in parsed.items():
+        if attr in _MASK_LEVEL:
+            mask_rows[(store, _MASK_LEVEL[attr])] = flat[key].size(0)
+    fields = []
+    for key in sorted(flat, key=lambda k: _order(parsed[k])):
+        store, attr = parsed[key]
+        t = flat[key]
+        cat = -1 if attr in ("edge_index", "edge_mask") or attr.endswith("index") else 0
+        level = _MASK_LEVEL.get(attr, "other")
+        if level == "other" and t.dim() and attr != PTR:
+            level = pick_level(levels_of_rows(t.size(cat), _store_sizes(store, mask_rows)), attr) \
+                or "other"
+        fields.append(Field(key, store, attr, str(t.dtype).replace("torch.", ""), tuple(t.shape), level))
+    node_types = sorted({s[0] for s, _ in parsed.values() if len(s) == 1})
+    edge_types = sorted({s for s, _ in parsed.values() if len(s) == 3})
+    return Spec(class_path(data_cls), is_batch, tuple(fields), tuple(node_types), tuple(edge_types))
+
+
+_MASK_LEVEL = {m: lv for lv, m in MASK_OF_LEVEL.items()}
+
+
+def _store_sizes(store: StoreKey, mask_rows: Mapping[Tuple[StoreKey, str], int]) -> Dict[str, int]:
+    """The row counts a key of ``store`` can match: its node rows (not in an
+    edge store), its edge rows (not in a node store), the graph rows (global
+    store only)."""
+    sizes = {}
+    if len(store) != 3 and (store, "node") in mask_rows:
+        sizes["node"] = mask_rows[(store, "node")]
+    if len(store) != 1 and (store, "edge") in mask_rows:
+        sizes["edge"] = mask_rows[(store, "edge")]
+    if not store and ((), "graph") in mask_rows:
+        sizes["graph"] = mask_rows[((), "graph")]
+    return sizes
+
+
+def _order(parsed: Tuple[StoreKey, str]) -> Tuple[int, StoreKey, str]:
+    store, attr = parsed
+    kind = {1: 0, 3: 1}.get(len(store), 2)
+    return kind, store, attr
 
 
 # --------------------------------------------------------------------------
@@ -574,7 +577,3 @@ def _static_num_graphs(flat: Mapping[str, Tensor], spec: Spec) -> Optional[int]:
         if f.attr == PTR:
             return flat[f.key].size(-1) - 1
     return None
-
-
-# infer_spec builds Specs, so it lives in a module that imports this one.
-from ._infer_spec import infer_spec  # noqa: E402
