@@ -44,6 +44,8 @@ CI_EXPECTED_SKIPS = [
      "real poptorch: ships only with Graphcore's Poplar SDK, not on PyPI"),
     ("tests/test_docs.py::test_block_runs", r"needs poptorch, not installed",
      "docs blocks that call poptorch (no Poplar SDK on CI)"),
+    ("tests/test_docs.py::test_block_runs", r"needs lightning_graphcore, not installed",
+     "docs/ipu.md's lightning-graphcore recipe: tests/lightning_graphcore_venv runs it in its own venv"),
     ("tests/test_docs.py::test_block_runs", r"^(?!.*needs \S+, not installed)",
      "docs blocks marked `skip (REASON)` (signatures, excerpts); the reason is required"),
     ("tests/lightning_graphcore_venv/", r"lightning-graphcore .* own venv",
