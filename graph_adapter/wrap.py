@@ -125,8 +125,10 @@ class IPUWrapped(nn.Module):
             if inputs == "tensors":
                 raise TypeError("ipu_wrap(inputs='tensors') needs a model whose forward has a signature")
             inputs = "data"
-        #: "data", "tensors", or "auto" until the first eager call decides (see choose_mode).
-        self.inputs = inputs
+        # What the user asked for; never changed, so a compiled forward's guards
+        # stay valid after an eager call decides "auto" (see the inputs property).
+        self._requested_inputs = inputs
+        self._chosen_inputs: Optional[str] = None
         self._params: List[inspect.Parameter] = []
         self._takes_kwargs = False
         if self._sig is not None:
@@ -153,18 +155,23 @@ class IPUWrapped(nn.Module):
         Pure over keys, so it traces; the choice is kept (and a warning given
         when it could not tell) only in eager mode.
         """
-        if self.inputs != "auto":
-            return self.inputs
+        if self._requested_inputs != "auto":
+            return self._requested_inputs
         mode, why = choose_mode(self._params, keys, self.bind, self.extra_kwargs)
-        if not torch.compiler.is_compiling():
+        if not torch.compiler.is_compiling() and self._chosen_inputs is None:
             if why is not None:
                 warnings.warn(
                     f"ipu_wrap(inputs='auto') chose inputs={mode!r} for "
                     f"{type(self.model).__qualname__}.forward: {why}. Pass inputs='data' (forward "
                     f"gets the batch object) or inputs='tensors' (parameters bound to keys by "
                     f"name) to choose yourself and silence this.", UserWarning, stacklevel=4)
-            self.inputs = mode
+            self._chosen_inputs = mode
         return mode
+
+    @property
+    def inputs(self) -> str:
+        """``"data"`` or ``"tensors"``; ``"auto"`` until the first eager call decides (see choose_mode)."""
+        return self._chosen_inputs or self._requested_inputs
 
     def _check(self, flat: Mapping[str, Tensor], mode: str) -> None:
         """The eager checks of the input dict (module :mod:`graph_adapter._wrap_inputs`)."""
