@@ -46,7 +46,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._poptorch_ops import NO_HANDLER
 from .format import LOSS_KEY, loss_of
-from .ipu import IPUOptions, host_micro_batch, map_tensors, named_tensors
+from .ipu.inputs import host_micro_batch, map_tensors, named_tensors
+from .ipu.options import IPUOptions
 from .ipu.state import reassigned_state, state_addresses
 
 __all__ = ["KINDS", "POPTORCH_MESSAGES", "Finding", "CheckReport", "check", "dispatcher_rules",
