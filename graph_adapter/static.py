@@ -389,25 +389,41 @@ def _patch_namespace(ns: Dict[str, Any]) -> None:
             _PATCHED.append((ns, name, value))
 
 
-def _add_tables() -> Tuple[str, ...]:
-    """Add the stand-ins of the other static modules to the table (once).
+#: Substitution tables registered by the other static modules (static_geometry,
+#: static_scatter): (key prefix, originals, replacements, module prefixes to scan).
+_TABLES: List[Tuple[str, Dict[str, Callable], Dict[str, Callable], Tuple[str, ...]]] = []
+#: (install, uninstall) hooks registered by static_index.
+_HOOKS: List[Tuple[Callable[[], None], Callable[[], None]]] = []
 
-    :mod:`graph_adapter.static_geometry` (``knn``, ``radius``, ...) and, when
-    ``torch_scatter`` is installed, :mod:`graph_adapter.static_scatter`.
-    Returns the extra module prefixes to scan.
+
+def register(prefix: str, originals: Dict[str, Callable], replacements: Dict[str, Callable],
+             module_prefixes: Tuple[str, ...] = ()) -> None:
+    """Add a table of stand-ins (``name -> original`` / ``name -> replacement``).
+
+    Called by :mod:`graph_adapter.static_geometry` and
+    :mod:`graph_adapter.static_scatter` when imported (``graph_adapter.wrap``
+    imports them); ``module_prefixes`` are extra top-level packages to scan.
     """
-    from . import static_geometry, static_scatter
+    _TABLES.append((prefix, originals, replacements, module_prefixes))
 
-    tables = [("", static_geometry.ORIGINALS, static_geometry.REPLACEMENTS),
-              ("torch_scatter.", static_scatter.ORIGINALS, static_scatter.REPLACEMENTS)]
-    for prefix, originals, replacements in tables:
+
+def register_hooks(install_fn: Callable[[], None], uninstall_fn: Callable[[], None]) -> None:
+    """Run ``install_fn`` in :func:`install` and ``uninstall_fn`` in :func:`uninstall`."""
+    _HOOKS.append((install_fn, uninstall_fn))
+
+
+def _add_tables() -> Tuple[str, ...]:
+    """Merge the registered tables into the one table (once); the prefixes to scan."""
+    prefixes: Tuple[str, ...] = ()
+    for prefix, originals, replacements, mods in _TABLES:
+        prefixes += mods
         for name, orig in originals.items():
             key = prefix + name
             if key not in _ORIG:
                 _ORIG[key] = orig
                 _REPLACEMENTS[key] = replacements[name]
                 _BY_ID[id(orig)] = key
-    return static_scatter.MODULE_PREFIXES if static_scatter.available() else ()
+    return prefixes
 
 
 def install(*objects: Any) -> None:
@@ -419,9 +435,8 @@ def install(*objects: Any) -> None:
     file did ``from torch_geometric.utils import scatter``) and the classes
     of their submodules.
     """
-    from . import static_index
-
-    static_index.install()
+    for hook, _ in _HOOKS:
+        hook()
     if Aggregation.__call__ is _ORIG_AGGR_CALL:
         Aggregation.__call__ = _aggr_call
         Aggregation.assert_sorted_index = _assert_sorted_index
@@ -457,9 +472,8 @@ def uninstall() -> None:
             ns[name] = value
     _SCANNED.clear()
     Aggregation.__call__ = _ORIG_AGGR_CALL
-    from . import static_index
-
-    static_index.uninstall()
+    for _, unhook in _HOOKS:
+        unhook()
     Aggregation.assert_sorted_index = _ORIG_ASSERT_SORTED
 
 

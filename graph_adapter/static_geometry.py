@@ -173,3 +173,5 @@ REPLACEMENTS: Dict[str, Callable] = {
 }
 for _name, _fn in REPLACEMENTS.items():
     _fn.__wrapped__ = ORIGINALS[_name]  # type: ignore[attr-defined]
+
+static.register("", ORIGINALS, REPLACEMENTS)

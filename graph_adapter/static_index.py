@@ -190,3 +190,6 @@ def uninstall() -> None:
         orig = getattr(current, "__static_index_orig__", None)
         if orig is not None:
             setattr(cls, meth, orig)
+
+
+static.register_hooks(install, uninstall)

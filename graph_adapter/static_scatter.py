@@ -408,3 +408,7 @@ if torch_scatter is not None:
     for _red in ("sum", "add", "mean", "min", "max"):
         _register(f"segment_{_red}_coo", _coo_fn(f"segment_{_red}_coo", _red))
         _register(f"segment_{_red}_csr", _csr_fn(f"segment_{_red}_csr", _red))
+
+
+static.register("torch_scatter.", ORIGINALS, REPLACEMENTS,
+                MODULE_PREFIXES if torch_scatter is not None else ())
