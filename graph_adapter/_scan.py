@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from ._stored import Stored, stored_of, stored_sizes
 from ._view import check_graph_item
 from .budget import Budget
 from .format import (BATCH, EDGE_MASK, EDGE_TYPE_SEP, GRAPH_MASK, NODE_MASK, PTR, RESERVED_KEYS,
@@ -135,7 +136,15 @@ class Scan:
         self.stores = _stores(first, hetero)
         self.excluded: Dict[str, str] = {}
         protos = [f for st in self.stores for f in self._protos(first, st)]
-        rows, cols, incs, sizes = self._read(dataset, protos, columnar, schema)
+        # an InMemoryDataset is read off its concatenated storage (no per-graph
+        # Python); anything else, or a storage the fast path cannot vouch for,
+        # graph by graph
+        stored = stored_of(dataset) if schema is None and ids is None else None
+        got = self._read_stored(stored, protos, columnar) if stored is not None else None
+        rows, cols, incs, sizes = got if got is not None else \
+            self._read(dataset, protos, columnar, schema)
+        #: whether the sizes and columns were read off an InMemoryDataset's storage
+        self.from_storage = got is not None
         self.sizes = GraphSizes(sizes) if not hetero else GraphSizes(
             sizes, tuple(budget.nodes), tuple(budget.edges))
         if schema is not None:
@@ -301,6 +310,23 @@ class Scan:
                 matrix[:, j] = as_np[by_dim[dim]]
         return as_np, cols, {k: np.asarray(v, dtype=np.int64) for k, v in incs.items()}, matrix
 
+    def _read_stored(self, stored: Stored, protos: List[Field], columnar: bool):
+        """:meth:`_read`'s result off an ``InMemoryDataset``'s storage, or ``None``
+        where it would differ.  Sizes and rows are ``numpy.diff`` of the slices;
+        the columns are the storage tensors (cat dim first, views: no copy).
+        Dtypes and trailing shapes are one per key by construction of the
+        storage, so the per-graph checks of :meth:`_read` hold."""
+        if self.hetero or any(f.inc == "custom" or f.attr not in stored.slices
+                              for f in protos):
+            return None
+        matrix = stored_sizes(stored)
+        if matrix is None:
+            return None
+        rows = {f.key: stored.counts(f.attr) for f in protos}
+        cols: Dict[str, Any] = {f.key: stored.column(f.attr, f.cat_dim) if columnar else None
+                                for f in protos}
+        return rows, cols, {}, matrix
+
     def _check_graph(self, d: Any, i: int) -> None:
         if not isinstance(d, HeteroData):
             check_graph_item(d, i if self.ids is None else int(self.ids[i]))
@@ -402,15 +428,27 @@ class Scan:
         src, dst = (("node", (f.store[0],)), ("node", (f.store[2],))) if len(f.store) == 3 \
             else (("node", f.store),) * 2
         j = {dim: c for c, dim in enumerate(self.dims)}
-        bound = self.sizes.matrix[:, [j[src], j[dst]]].repeat(rows, axis=0)  # [rows, 2]
-        per_entry = bound[:, :1] if src == dst or a.shape[1] != 2 else bound
-        bad_rows = np.nonzero(((a < 0) | (a >= per_entry)).any(axis=1))[0]
-        if not len(bad_rows):
+        bounds = self.sizes.matrix[:, [j[src], j[dst]]]  # [graphs, 2]
+        ends = np.cumsum(rows)
+        r = -1
+        # graphs in chunks: the per-entry bounds of a million graphs at once
+        # would be another copy of the column
+        for g0 in range(0, len(rows), _RANGE_CHUNK):
+            g1 = min(len(rows), g0 + _RANGE_CHUNK)
+            r0, r1 = int(ends[g0] - rows[g0]), int(ends[g1 - 1])
+            bound = bounds[g0:g1].repeat(rows[g0:g1], axis=0)  # [rows, 2]
+            per_entry = bound[:, :1] if src == dst or a.shape[1] != 2 else bound
+            blk = a[r0:r1]
+            bad_rows = np.nonzero(((blk < 0) | (blk >= per_entry)).any(axis=1))[0]
+            if len(bad_rows):
+                r = r0 + int(bad_rows[0])
+                per_entry = per_entry[r - r0]
+                break
+        if r < 0:
             return
-        r = int(bad_rows[0])
-        g = int(np.searchsorted(np.cumsum(rows), r, side="right"))
+        g = int(np.searchsorted(ends, r, side="right"))
         vals = a[r].tolist()
-        n = per_entry[r].tolist()
+        n = per_entry.tolist()
         raise ValueError(
             f"{self._at(g)}: key {f.key!r} has an index {vals} out of range: "
             f"every entry must be in [0, num_nodes) = [0, {n[0]})"
@@ -448,6 +486,9 @@ def _check_index_proto(key: str, v: Tensor, edge: bool, at: str) -> None:
                                                     v.shape[-1] == 2 else ""))
 
 
+#: Graphs whose index rows are range-checked at once.
+_RANGE_CHUNK = 1 << 16
+
 #: Graph count from which a scan hands its freed scratch memory back to the OS.
 _TRIM_FROM = 10_000
 
@@ -466,8 +507,11 @@ def _release_freed_memory() -> None:
         pass
 
 
-def _column(parts: List[Tensor], cat: int) -> Tensor:
-    """The rows of every graph, cat dim first (one cat, one transposing copy)."""
+def _column(parts: Any, cat: int) -> Tensor:
+    """The rows of every graph, cat dim first (one cat, one transposing copy;
+    a column read off a dataset's storage is already one)."""
+    if isinstance(parts, Tensor):
+        return parts
     if cat == 0:
         return torch.cat(parts, 0).contiguous()
     return torch.cat(parts, cat).movedim(cat, 0).contiguous()

@@ -214,7 +214,9 @@ class Budget:
         The expected padding efficiency (one epoch packed with ``packer``) is
         in ``budget.report``: ``node_efficiency``, ``edge_efficiency``,
         ``graph_efficiency``, ``batches``, ``mean_graphs_per_batch``.
-        ``round_to`` rounds node and edge budgets up to a multiple.
+        ``round_to`` rounds node and edge budgets up to a multiple.  Above
+        200,000 graphs the graph cap and the efficiency are those of a random
+        sample of 200,000 graphs (``report["planned_graphs"]``).
 
         The node, edge and graph row counts of the result are pairwise
         different (one more row, or ``round_to`` more, where two would be
@@ -243,21 +245,28 @@ class Budget:
         q = np.maximum(q, sizes.matrix.max(axis=0))
         if round_to > 1:
             q = _round_vec(q, sizes, round_to)
+        # the plans below (graph cap, expected efficiency) run on a random
+        # sample of a large dataset: a million graphs would take seconds each
+        sample = None if n <= _PLAN_GRAPHS else np.sort(rng.choice(n, _PLAN_GRAPHS,
+                                                                   replace=False))
         if graph_cap is None:
             probe = cls._from_vector(sizes, q, graphs=n + 1)
             # the greedy packer in random order: the histogram packer without a
             # cap would pile the smallest graphs into one batch
             plan = plan_epoch(sizes, probe, packer="greedy", shuffle=True, seed=seed,
-                              fill_slots=False)
+                              fill_slots=False, indices=sample)
             graph_cap = max(k, max(len(b) for b in plan))
         G = int(graph_cap) + 1
         q = _room_for_slots(q, sizes, G, max(1, round_to))
         budget = _distinct_levels(cls._from_vector(sizes, q, graphs=G), max(1, round_to))
-        plan = plan_epoch(sizes, budget, packer=packer, shuffle=True, seed=seed)
+        plan = plan_epoch(sizes, budget, packer=packer, shuffle=True, seed=seed,
+                          indices=sample)
         eff = plan_efficiency(plan, sizes, budget)
         sample_fit = float(np.mean(np.all(sums <= q, axis=1)))
         report = {"method": "fit", "graphs_per_batch": k, "success_ratio": success_ratio,
                   "sampled_fit_ratio": sample_fit, "packer": packer, "seed": seed, **eff}
+        if sample is not None:  # the efficiency figures are those of the sample
+            report["planned_graphs"] = int(sample.size)
         return cls(nodes=budget.nodes, edges=budget.edges, graphs=budget.graphs, report=report)
 
     @classmethod
@@ -270,6 +279,10 @@ class Budget:
         return cls(nodes={t: v + 1 for t, v in zip(sizes.node_types, vec[:nt])},
                    edges={t: v for t, v in zip(sizes.edge_types, vec[nt:])},
                    graphs=graphs, report=report)
+
+
+#: Graph count above which Budget.fit plans a random sample of this many graphs.
+_PLAN_GRAPHS = 200_000
 
 
 def _room_for_slots(q: np.ndarray, sizes, graphs: int, step: int) -> np.ndarray:
