@@ -47,9 +47,11 @@ import torch
 from torch import Tensor
 
 from ._gather import Gather
+from ._layout import DegreeWidthError, ell_tables, fit_widths, graph_of_node
 from ._scan import Dim, Scan
 from .budget import Budget
-from .format import (BATCH, EDGE_MASK, GRAPH_MASK, NODE_MASK, PTR, RESERVED_KEYS,
+from .format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR,
+                     RESERVED_KEYS,
                      has_micro_batch_dim, is_hetero, key_of, levels_of_rows, parse_key,
                      split_micro_batches, stack_micro_batches, store_name)
 from .packing import GraphSizes
@@ -112,6 +114,14 @@ class Collator:
             ``edge_index`` of shape ``[2, E]``, ``0 <= index < num_nodes`` of
             its graph) and raise naming the graph; ``False`` skips the
             range check (see ``docs/batching.md`` for its cost).
+        layout: ``None`` or ``"ell"``: also emit the ELL neighbour tables
+            ``in_slots`` ``[N, Din]`` / ``out_slots`` ``[N, Dout]`` (ids of each
+            node's real in-/out-edges, padded with ``E``), which a wrapped
+            model's PyG layers then aggregate through
+            (:mod:`graph_adapter.static_layout`). Homogeneous only.
+        layout_widths: ``(Din, Dout)``; default: the dataset's largest in- and
+            out-degree. A graph with a node beyond them raises
+            :class:`~graph_adapter._layout.DegreeWidthError` naming it.
 
     Hetero keys follow ``docs/dev/FORMAT.md``: ``<node_type>/<attr>`` plus
     ``<node_type>/batch``, ``/ptr``, ``/node_mask`` for every node type,
@@ -122,7 +132,10 @@ class Collator:
 
     def __init__(self, dataset: Sequence[Any], budget: Budget, *, columnar: bool = True,
                  index_dtype: torch.dtype = torch.int64, warn: bool = True,
-                 exclude: Collection[str] = (), validate: bool = True):
+                 exclude: Collection[str] = (), validate: bool = True,
+                 layout: Optional[str] = None, layout_widths: Optional[Tuple[int, int]] = None):
+        if layout not in (None, "ell"):
+            raise ValueError(f"layout must be None or 'ell', got {layout!r}")
         if index_dtype not in (torch.int64, torch.int32):
             raise ValueError(f"index_dtype must be torch.int64 or torch.int32, got {index_dtype}")
         if isinstance(exclude, str):
@@ -130,8 +143,34 @@ class Collator:
         self.validate = bool(validate)
         self._setup(Scan(dataset, budget, columnar, exclude=exclude, validate=validate), budget,
                     columnar, index_dtype)
+        self.layout = layout
+        self.layout_widths: Optional[Tuple[int, int]] = None
+        if layout == "ell":
+            self.layout_widths = self._fit_layout(layout_widths, dataset)
         if warn:
             self._warn_excluded()
+
+    def _fit_layout(self, widths: Optional[Tuple[int, int]], dataset: Sequence[Any]
+                    ) -> Tuple[int, int]:
+        """``(Din, Dout)`` of the ELL tables: given, or the dataset's max degrees."""
+        if self.is_hetero:
+            raise ValueError("layout='ell' is for homogeneous datasets only (a HeteroData "
+                             "dataset has one edge_index per edge type); pass layout=None")
+        if "edge_index" not in {f.key for f in self.schema}:
+            raise ValueError("layout='ell' needs an 'edge_index' in every graph")
+        if widths is not None:
+            din, dout = (int(w) for w in widths)
+            if din < 1 or dout < 1:
+                raise ValueError(f"layout_widths must be two positive ints, got {widths!r}")
+            return din, dout
+        m = self.sizes.matrix
+        if self.columnar:
+            ei = self.scan.columns["edge_index"].numpy().T  # columns are cat dim first
+        else:  # one pass over the graphs (the columnar scan has them in one array)
+            parts = [np.asarray(dataset[i].edge_index, dtype=np.int64)
+                     for i in range(len(dataset))]
+            ei = np.concatenate(parts, axis=1) if parts else np.zeros((2, 0), np.int64)
+        return fit_widths(ei, m[:, 1], m[:, 0])
 
     def _setup(self, scan: Scan, budget: Budget, columnar: bool,
                index_dtype: torch.dtype) -> None:
@@ -276,7 +315,26 @@ class Collator:
                 o = o.reshape(o.shape + s.ones)
             out[f.key] = s.gather.run(gi, o)
         self._add_reserved(out, g, cnt, tot)
+        if self.layout == "ell":
+            self._add_layout(out, idx, tot[1], where)
         return out
+
+    def _add_layout(self, out: Dict[str, Any], idx: np.ndarray, real_edges: int,
+                    where: str) -> None:
+        """The ELL tables of the batch (real edges come first in ``edge_index``)."""
+        ei = out["edge_index"].numpy()
+        try:
+            ins, outs = ell_tables(ei, real_edges, int(self._rows[0]), self.layout_widths,
+                                   self._np_idt)
+        except DegreeWidthError as e:
+            slot = graph_of_node(out[PTR].numpy(), e.args[1])
+            raise DegreeWidthError(
+                f"graph {int(idx[slot]) if slot < idx.size else slot} (batch {where}): "
+                f"{e.args[0]} (Din={self.layout_widths[0]}, Dout={self.layout_widths[1]}, "
+                f"fitted from the dataset). Pass layout_widths=(Din, Dout) large enough for "
+                f"every graph, or leave such graphs out.") from None
+        out[ELL_IN] = torch.from_numpy(ins)
+        out[ELL_OUT] = torch.from_numpy(outs)
 
     def _add_reserved(self, out: Dict[str, Any], g: int, cnt: np.ndarray,
                       tot: List[int]) -> None:
@@ -315,6 +373,7 @@ class Collator:
         tmp._setup(Scan(list(data_list), self.budget, True, schema=self.schema,
                         exclude=self.scan.exclude, validate=self.validate, ids=ids),
                    self.budget, True, self.index_dtype)
+        tmp.layout, tmp.layout_widths = self.layout, self.layout_widths
         return tmp._batch(np.arange(len(data_list)), "of graphs")
 
     def collate_group(self, items: Sequence[Any]) -> Dict[str, Tensor]:
@@ -425,7 +484,7 @@ def _unpad(flat: Mapping[str, Tensor], schema: Optional[Sequence[Field]],
     specs = {f.key: f for f in schema} if schema is not None else {}
     parts: Dict[Field, List[Tensor]] = {}
     for k, v in flat.items():
-        if parse_key(k)[1] in RESERVED_KEYS or (hetero and specs and k not in specs):
+        if parse_key(k)[1] in RESERVED_KEYS or k in LAYOUT_KEYS or (hetero and specs and k not in specs):
             continue  # (hetero with a schema: the schema's keys only)
         f = specs.get(k) or _guess_field(k, v, flat, levels or {}, G)
         parts[f] = _split(f, v, g, G, n_i, n_off, e_i)

@@ -29,7 +29,7 @@ from torch import Tensor
 __all__ = [
     "SEP", "EDGE_TYPE_SEP", "LEVELS", "StoreKey",
     "BATCH", "PTR", "NODE_MASK", "EDGE_MASK", "GRAPH_MASK", "MASKS", "MASK_OF_LEVEL",
-    "RESERVED_KEYS", "OUTPUT_KEY", "LOSS_KEY",
+    "RESERVED_KEYS", "ELL_IN", "ELL_OUT", "LAYOUT_KEYS", "OUTPUT_KEY", "LOSS_KEY",
     "key_of", "parse_key", "store_name", "is_hetero", "mask_key",
     "levels_of_rows", "pick_level", "level_of_rows", "masks_by_level", "mask_of_rows",
     "has_micro_batch_dim", "num_micro_batches", "split_micro_batches",
@@ -56,6 +56,12 @@ MASKS = (NODE_MASK, EDGE_MASK, GRAPH_MASK)
 MASK_OF_LEVEL = {"node": NODE_MASK, "edge": EDGE_MASK, "graph": GRAPH_MASK}
 #: Attribute names the padded format owns; a dataset may not use them.
 RESERVED_KEYS = (BATCH, PTR, NODE_MASK, EDGE_MASK, GRAPH_MASK)
+#: Optional static aggregation layout (``layout="ell"``): ``[N, Din]`` ids of
+#: each node's real in-edges and ``[N, Dout]`` of its real out-edges, padded
+#: with ``E`` (see graph_adapter/_layout.py). Homogeneous batches only.
+ELL_IN = "in_slots"
+ELL_OUT = "out_slots"
+LAYOUT_KEYS = (ELL_IN, ELL_OUT)
 
 #: Where a wrapped model's output and loss live in its output dict.
 OUTPUT_KEY = "output"

@@ -146,6 +146,12 @@ class FixedSizeLoader:
         validate: check the index keys of every graph (``edge_index``: integer,
             ``[2, E]``, ``0 <= index < num_nodes`` of its graph) when the
             dataset is scanned; ``False`` skips the range check.
+        layout: ``"ell"`` adds the ELL neighbour tables ``in_slots`` /
+            ``out_slots`` to every batch (widths fitted from the dataset's
+            largest in-/out-degree, or ``layout_widths=(Din, Dout)``); inside
+            ``ipu_wrap`` PyG's sum/mean message passing then runs as gathers
+            both ways (faster compiled training; ``docs/benchmarks.md``).
+            Homogeneous datasets only.
         **dataloader_kwargs: passed to ``torch.utils.data.DataLoader``
             (``num_workers``, ``pin_memory``, ``persistent_workers``,
             ``prefetch_factor``, ...).
@@ -172,7 +178,8 @@ class FixedSizeLoader:
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  transform: Optional[Callable[[Any], Any]] = None,
                  float_dtype: Optional[torch.dtype] = None, exclude: Sequence[str] = (),
-                 validate: bool = True, **dataloader_kwargs: Any):
+                 validate: bool = True, layout: Optional[str] = None,
+                 layout_widths: Optional[Tuple[int, int]] = None, **dataloader_kwargs: Any):
         if isinstance(budget, str):
             budget = Budget.from_json(budget)
         elif isinstance(budget, dict):
@@ -210,7 +217,8 @@ class FixedSizeLoader:
         self.rank = rank
         self.world_size = world_size
         self.collator = Collator(dataset, budget, columnar=columnar, index_dtype=index_dtype,
-                                 exclude=exclude, validate=validate)
+                                 exclude=exclude, validate=validate, layout=layout,
+                                 layout_widths=layout_widths)
         self.sizes = self.collator.sizes
         bad = find_oversize(self.sizes, budget)
         self.skipped_indices: List[int] = [int(i) for i in bad]

@@ -1,0 +1,203 @@
+"""Message passing over the ELL tables: gathers both ways, no atomics.
+
+When a padded batch carries the ELL tables (``FixedSizeLoader(...,
+layout="ell")``, keys ``in_slots`` / ``out_slots``, see
+:mod:`graph_adapter._layout` and ``docs/dev/FORMAT.md``), the two halves of
+a message-passing step become gathers in the forward *and* the backward:
+
+* :func:`ell_gather` ``(x, index, slots)``: ``x[index]`` (``x_j = x[src]``);
+  its backward sums the gradient of each node's edges through ``slots``
+  (``out_slots`` for ``index = edge_index[0]``) instead of an ``index_add``;
+* :func:`ell_sum` ``(msg, index, slots)``: ``out[n] = sum(msg[slots[n]])``
+  (``in_slots`` for ``index = edge_index[1]``: the sum over in-edges); its
+  backward is ``grad[index]``.
+
+The two are each other's transposes, so each one's backward is the other
+(second derivatives work too). The slot id ``E`` indexes a zero row
+appended to the edge values; padding edges are in no table, so the rows of
+padding nodes differ from the ``index_add`` path (real rows are equal: padding
+edges only touch padding nodes).
+
+Routing, so that models stay unmodified: inside a wrapped forward whose
+batch has the tables (a frame of :mod:`graph_adapter.static` with ``ell``),
+PyG's ``x_j`` / ``x_i`` gather (``MessagePassing._index_select``, told the
+row by the ``_set_size`` call PyG makes just before it) uses :func:`ell_gather`
+when its index is a row of the batch's ``edge_index`` and the layer's flow is
+``source_to_target``, and ``MessagePassing.aggregate`` uses :func:`ell_sum` when the layer's
+aggregation is exactly ``SumAggregation`` / ``MeanAggregation`` (``aggr="add"
+| "sum" | "mean"``), its node dim is 0, and the index is a row of the batch's
+``edge_index`` (a view of the same tensor, of length ``E``): the row is the
+layer's target row (``edge_index[1]`` for ``flow="source_to_target"``), as in
+PyG's ``propagate``. Anything else (another aggregation, an edge index the
+model built, a custom ``aggregate``) takes PyG's own code, unchanged. Known
+limit: an index that is a length-``E`` view of the batch's ``edge_index``
+but not the target row (``edge_index.view(-1)[:E]`` passed to
+``super().aggregate``) would be misread; PyG's own layers never do that.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric.nn.aggr import MeanAggregation, SumAggregation
+from torch_geometric.nn.conv import MessagePassing
+
+from . import static
+
+__all__ = ["ell_gather", "ell_sum", "ell_mean", "install", "uninstall", "installed"]
+
+
+def _with_zero_row(t: Tensor) -> Tensor:
+    """``t`` with one zero row appended along dim 0 (the target of slot id ``E``)."""
+    return torch.cat([t, t.new_zeros((1,) + tuple(t.shape[1:]))])
+
+
+class _Gather(torch.autograd.Function):
+    """``x[index]``; backward: ``sum(grad[slots[n]])`` per node (a gather, no atomics)."""
+
+    @staticmethod
+    def forward(x: Tensor, index: Tensor, slots: Tensor) -> Tensor:
+        return x.index_select(0, index)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Tuple[Tensor, Tensor, Tensor], output: Tensor) -> None:
+        ctx.save_for_backward(inputs[1], inputs[2])
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor):
+        index, slots = ctx.saved_tensors
+        return _Sum.apply(grad, index, slots), None, None
+
+
+class _Sum(torch.autograd.Function):
+    """``out[n] = sum(msg[slots[n]])``; backward: ``grad[index]`` (a gather)."""
+
+    @staticmethod
+    def forward(msg: Tensor, index: Tensor, slots: Tensor) -> Tensor:
+        return _with_zero_row(msg)[slots].sum(1)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Tuple[Tensor, Tensor, Tensor], output: Tensor) -> None:
+        ctx.save_for_backward(inputs[1], inputs[2])
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor):
+        index, slots = ctx.saved_tensors
+        return _Gather.apply(grad, index, slots), None, None
+
+
+def ell_gather(x: Tensor, index: Tensor, slots: Tensor) -> Tensor:
+    """``x[index]`` along dim 0 (``[N, *] -> [E, *]``).
+
+    ``index``: ``[E]`` (e.g. ``edge_index[0]``); ``slots``: ``[N, D]``, the
+    ids of the edges ``e`` with ``index[e] == n`` (padding id ``E``), e.g.
+    ``out_slots`` for ``edge_index[0]``. Edges listed in no row of ``slots``
+    get no gradient back to ``x``.
+    """
+    return _Gather.apply(x, index, slots)
+
+
+def ell_sum(msg: Tensor, index: Tensor, slots: Tensor) -> Tensor:
+    """``out[n] = sum of msg[e] over slots[n]`` (``[E, *] -> [N, *]``).
+
+    ``index``/``slots`` as in :func:`ell_gather` (``edge_index[1]`` with
+    ``in_slots`` for a sum over in-edges).
+    """
+    return _Sum.apply(msg, index, slots)
+
+
+def ell_mean(msg: Tensor, index: Tensor, slots: Tensor) -> Tensor:
+    """The mean over ``slots[n]`` (0 for a node without edges, as PyG)."""
+    deg = (slots < msg.size(0)).sum(1).clamp(min=1).to(msg.dtype)
+    return ell_sum(msg, index, slots) / deg.view((-1,) + (1,) * (msg.dim() - 1))
+
+
+# --------------------------------------------------------------------------
+# Routing inside a wrapped forward
+# --------------------------------------------------------------------------
+_ORIG: Dict[str, Any] = {name: getattr(MessagePassing, name)
+                         for name in ("_set_size", "_index_select", "aggregate")}
+_ROW = "ell_row"  # frame entry: the edge_index row PyG's collect is about to gather with
+
+
+def _tables() -> Optional[Tuple[Tensor, Tensor, Tensor]]:
+    """``(edge_index, in_slots, out_slots)`` of the active frame, or None."""
+    frame = static.current_frame()
+    if frame is None or frame.get("ell") is None or frame.get("edge_index") is None:
+        return None
+    return (frame["edge_index"],) + tuple(frame["ell"])
+
+
+def _is_row_of(index: Any, ei: Tensor) -> bool:
+    """Whether ``index`` is a length-``E`` view of the batch's ``edge_index``.
+
+    ``_base`` identity is traceable by Dynamo (a view is a new object each
+    time, and its ``storage_offset()`` is not traceable), so which row it is
+    comes from the caller (the layer's flow, or :data:`_ROW`)."""
+    root = ei if ei._base is None else ei._base
+    return isinstance(index, Tensor) and index._base is root and index.dim() == 1 \
+        and index.size(0) == ei.size(1)
+
+
+def _set_size(self: MessagePassing, size: Any, dim: int, src: Any) -> None:
+    # PyG's collect (generated or not) calls _set_size(size, row, x) right
+    # before x_i / x_j = _index_select(x, edge_index[row]): remember the row.
+    # (For a (x_src, x_dst) tuple it passes the tuple position, which is the
+    # row only for flow="source_to_target"; _index_select checks the flow.)
+    frame = static.current_frame()
+    if frame is not None and frame.get("ell") is not None:
+        frame[_ROW] = dim
+    return _ORIG["_set_size"](self, size, dim, src)
+
+
+def _index_select(self: MessagePassing, src: Tensor, index: Any) -> Tensor:
+    t = _tables()
+    if t is None:
+        return _ORIG["_index_select"](self, src, index)
+    frame = static.current_frame()
+    row = frame.get(_ROW)
+    frame[_ROW] = None  # one use: a later _index_select without _set_size takes PyG's path
+    ei, ins, outs = t
+    if row not in (0, 1) or self.flow != "source_to_target" or not isinstance(src, Tensor) \
+            or self.node_dim % src.dim() != 0 or not _is_row_of(index, ei):
+        return _ORIG["_index_select"](self, src, index)
+    return ell_gather(src, index, outs if row == 0 else ins)
+
+
+def _aggregate(self: MessagePassing, inputs: Tensor, index: Tensor, ptr: Optional[Tensor] = None,
+               dim_size: Optional[int] = None) -> Tensor:
+    t = _tables()
+    kind = type(getattr(self, "aggr_module", None))
+    if t is None or kind not in (SumAggregation, MeanAggregation) or ptr is not None \
+            or not isinstance(inputs, Tensor) or not _is_row_of(index, t[0]) \
+            or self.node_dim % inputs.dim() != 0 \
+            or (dim_size is not None and dim_size != t[1].size(0)):
+        return _ORIG["aggregate"](self, inputs, index, ptr=ptr, dim_size=dim_size)
+    ins, outs = t[1], t[2]
+    # PyG's propagate aggregates over edge_index[i]: i = 1 for source_to_target
+    slots = ins if self.flow == "source_to_target" else outs
+    fn = ell_sum if kind is SumAggregation else ell_mean
+    return fn(inputs, index, slots)
+
+
+_PATCHES = {"_set_size": _set_size, "_index_select": _index_select, "aggregate": _aggregate}
+
+
+def install() -> None:
+    """Patch ``MessagePassing._set_size`` / ``_index_select`` / ``aggregate``
+    (idempotent); they behave exactly like PyG's outside a frame with ELL tables."""
+    for name, fn in _PATCHES.items():
+        setattr(MessagePassing, name, fn)
+
+
+def uninstall() -> None:
+    for name, fn in _ORIG.items():
+        setattr(MessagePassing, name, fn)
+
+
+def installed() -> bool:
+    return MessagePassing.aggregate is _aggregate
+
+
+static.register_hooks(install, uninstall)
