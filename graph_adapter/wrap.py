@@ -29,6 +29,7 @@ from torch_geometric.data import Data, HeteroData
 
 from . import static
 from . import static_geometry, static_index, static_scatter  # noqa: F401 - they register their stand-ins with static
+from . import static_layout  # noqa: F401 - registers the ELL routing hooks with static
 from .norm import mask_norms
 from .format import (LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP, has_micro_batch_dim,
                      is_hetero, key_of, mask_of_rows, masks_by_level, micro_batch,
