@@ -20,11 +20,11 @@ largest in-degree and out-degree of any graph; a graph beyond them raises
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import Tuple
 
 import numpy as np
 
-__all__ = ["DegreeWidthError", "degree_widths", "fit_widths", "ell_tables"]
+__all__ = ["DegreeWidthError", "degree_widths", "fit_widths", "ell_tables", "graph_of_node"]
 
 
 class DegreeWidthError(ValueError):
@@ -70,7 +70,7 @@ def _slots(key: np.ndarray, num_nodes: int, width: int, pad: int,
     if ks.size and deg.max() > width:
         n = int(np.argmax(deg))
         raise DegreeWidthError(f"node {n} has {int(deg[n])} {what}-edges, more than the ELL "
-                               f"width {width}", n)
+                               f"width {width}", n, f"{int(deg[n])} {what}-edges", width)
     start = np.cumsum(deg) - deg
     pos = np.arange(ks.size) - start[ks]
     table = np.full((num_nodes, width), pad, dtype=np.int64)
@@ -84,7 +84,8 @@ def ell_tables(edge_index: np.ndarray, num_real_edges: int, num_nodes: int,
 
     ``edge_index``: the padded ``[2, E]`` batch, real edges first (the first
     ``num_real_edges`` columns); padding id ``E``. Raises
-    :class:`DegreeWidthError` (args: message, node) when a node has more
+    :class:`DegreeWidthError` (args: message, node, ``"<k> in-edges"``, width)
+    when a node has more
     in-/out-edges than ``widths``.
     """
     E = edge_index.shape[1]
@@ -99,6 +100,3 @@ def graph_of_node(ptr: np.ndarray, node: int) -> int:
     """The graph slot of ``node`` given the batch's ``ptr``."""
     return int(np.searchsorted(ptr, node, side="right") - 1)
 
-
-def describe(widths: Optional[Sequence[int]]) -> str:
-    return "none" if widths is None else f"Din={widths[0]}, Dout={widths[1]}"

@@ -145,6 +145,7 @@ class Collator:
                     columnar, index_dtype)
         self.layout = layout
         self.layout_widths: Optional[Tuple[int, int]] = None
+        self._widths_from = "given" if layout_widths is not None else "fitted from the dataset"
         if layout == "ell":
             self.layout_widths = self._fit_layout(layout_widths, dataset)
         if warn:
@@ -327,11 +328,14 @@ class Collator:
             ins, outs = ell_tables(ei, real_edges, int(self._rows[0]), self.layout_widths,
                                    self._np_idt)
         except DegreeWidthError as e:
-            slot = graph_of_node(out[PTR].numpy(), e.args[1])
+            ptr = out[PTR].numpy()
+            node, what, width = e.args[1:]
+            slot = graph_of_node(ptr, node)
             raise DegreeWidthError(
-                f"graph {int(idx[slot]) if slot < idx.size else slot} (batch {where}): "
-                f"{e.args[0]} (Din={self.layout_widths[0]}, Dout={self.layout_widths[1]}, "
-                f"fitted from the dataset). Pass layout_widths=(Din, Dout) large enough for "
+                f"graph {int(idx[slot]) if slot < idx.size else slot} (batch {where}): its node "
+                f"{node - int(ptr[slot])} has {what}, more than the ELL width {width} "
+                f"(Din={self.layout_widths[0]}, Dout={self.layout_widths[1]}, "
+                f"{self._widths_from}). Pass layout_widths=(Din, Dout) large enough for "
                 f"every graph, or leave such graphs out.") from None
         out[ELL_IN] = torch.from_numpy(ins)
         out[ELL_OUT] = torch.from_numpy(outs)
@@ -374,6 +378,7 @@ class Collator:
                         exclude=self.scan.exclude, validate=self.validate, ids=ids),
                    self.budget, True, self.index_dtype)
         tmp.layout, tmp.layout_widths = self.layout, self.layout_widths
+        tmp._widths_from = self._widths_from
         return tmp._batch(np.arange(len(data_list)), "of graphs")
 
     def collate_group(self, items: Sequence[Any]) -> Dict[str, Tensor]:

@@ -182,6 +182,10 @@ def _aggregate(self: MessagePassing, inputs: Tensor, index: Tensor, ptr: Optiona
 
 
 _PATCHES = {"_set_size": _set_size, "_index_select": _index_select, "aggregate": _aggregate}
+for _name, _fn in _PATCHES.items():
+    # PyG's Inspector files signatures under func.__name__ and looks up "aggregate"
+    _fn.__name__ = _name
+    _fn.__qualname__ = f"MessagePassing.{_name}"
 
 
 def install() -> None:

@@ -1,0 +1,215 @@
+"""layout="ell": the collator's neighbour tables and the routed message passing.
+
+* the tables hold exactly each node's real in-/out-edges, in order, padded
+  with ``E`` (property over drawn graphs: 0-edge graphs, isolated nodes,
+  self-loops, repeated edges);
+* a wrapped model computes the same outputs and gradients on real rows with
+  the tables (ELL routing) as without (PyG's scatter path) and as the
+  unpadded eager model;
+* under Dynamo (``aot_eager``) the routing holds: one compile per mode and no
+  ``index_add`` in the forward or backward graphs;
+* a graph over the degree widths raises the named error; hetero refuses.
+"""
+import copy
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given
+from torch_geometric.data import Batch, Data, HeteroData
+from torch_geometric.nn import BatchNorm, GINConv, SAGEConv
+
+import graph_adapter as ga
+from graph_adapter import static_layout
+from graph_adapter._layout import DegreeWidthError
+from graph_adapter.collate import Collator
+from graph_adapter.format import ELL_IN, ELL_OUT
+
+from strategies import model_graph_lists, paddings
+
+ATOL = 1e-4
+
+
+def _budget(graphs, padding):
+    n = sum(d.num_nodes for d in graphs)
+    e = sum(d.num_edges for d in graphs)
+    return n, e, ga.Budget(nodes=n + padding[0], edges=e + padding[1],
+                           graphs=len(graphs) + padding[2])
+
+
+@given(graphs=model_graph_lists(), padding=paddings())
+def test_tables_list_each_nodes_real_edges_in_order(graphs, padding):
+    n, e, budget = _budget(graphs, padding)
+    flat = Collator(graphs, budget, layout="ell").collate_indices(range(len(graphs)))
+    ei, E = flat["edge_index"], flat["edge_index"].size(1)
+    for key, row in ((ELL_IN, 1), (ELL_OUT, 0)):
+        table = flat[key]
+        assert table.shape[0] == budget.nodes
+        for node in range(budget.nodes):
+            want = [j for j in range(e) if int(ei[row, j]) == node]  # real edges come first
+            got = table[node].tolist()
+            assert got == want + [E] * (table.shape[1] - len(want)), (key, node)
+
+
+class Net(torch.nn.Module):
+    """Sum (GIN) and mean (SAGE, tuple input) message passing with a BatchNorm."""
+
+    def __init__(self, f=4, h=8):
+        super().__init__()
+        self.c1 = GINConv(torch.nn.Linear(f, h))
+        self.norm = BatchNorm(h)
+        self.c2 = SAGEConv(h, h, aggr="mean")
+
+    def forward(self, x, edge_index):
+        h = torch.relu(self.norm(self.c1(x, edge_index)))
+        return self.c2(h, edge_index)
+
+
+def _node_loss(out):
+    return (out * torch.linspace(-1, 1, out.size(-1))).square().sum()
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+@given(graphs=model_graph_lists(), padding=paddings())
+def test_ell_path_equals_scatter_path_and_unpadded_model(train, graphs, padding):
+    n, e, budget = _budget(graphs, padding)
+    assume(len({budget.nodes, budget.edges, budget.graphs}) == 3)
+    if train:
+        assume(n >= 2)  # eager PyG's BatchNorm raises on fewer than 2 nodes in train()
+    torch.manual_seed(0)
+    ref = Net().train(train)
+    b = Batch.from_data_list(graphs)
+    x_ref = b.x.clone().requires_grad_(True)
+    out_ref = ref(x_ref, b.edge_index)
+    _node_loss(out_ref).backward()
+    idx = range(len(graphs))
+    for layout in (None, "ell"):
+        mine = copy.deepcopy(ref)
+        for p in mine.parameters():
+            p.grad = None
+        flat = Collator(graphs, budget, layout=layout).collate_indices(idx)
+        flat["x"].requires_grad_(True)
+        out = ga.ipu_wrap(mine).train(train)(flat)["output"]
+        real = out[flat["node_mask"]]
+        torch.testing.assert_close(real, out_ref, atol=ATOL, rtol=1e-4)
+        _node_loss(real).backward()
+        torch.testing.assert_close(flat["x"].grad[flat["node_mask"]], x_ref.grad, atol=ATOL,
+                                   rtol=1e-4)
+        for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, atol=ATOL, rtol=1e-4,
+                                       msg=lambda m: f"{layout} {name}: {m}")
+
+
+def _molecules(k=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(k):
+        n = 3 + i % 4
+        src = torch.arange(n - 1)
+        ei = torch.cat([torch.stack([src, src + 1]), torch.stack([src + 1, src])], 1)
+        out.append(Data(x=torch.randn(n, 4, generator=g), edge_index=ei))
+    return out
+
+
+def _ops_backend(seen):
+    """An aot_eager-like backend recording every ATen op of the forward and backward graphs."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    def record(gm, _):
+        seen.update(str(nd.target) for nd in gm.graph.nodes if nd.op == "call_function")
+        return make_boxed_func(gm.forward)
+
+    return lambda gm, ex: aot_module_simplified(gm, ex, fw_compiler=record, bw_compiler=record)
+
+
+@pytest.mark.parametrize("layout", [None, "ell"])
+def test_routing_holds_under_dynamo(layout):
+    """The ELL graphs have no index_add / scatter over edges; the scatter path does."""
+    torch._dynamo.reset()
+    data = _molecules()
+    loader = ga.FixedSizeLoader(data, ga.Budget.fit(data, 3), layout=layout)
+    seen = set()
+    w = ga.ipu_wrap(Net())
+    c = torch.compile(w, backend=_ops_backend(seen), fullgraph=True)
+    c(next(iter(loader)))["output"].sum().backward()
+    scatters = {op for op in seen if "index_add" in op or "scatter" in op}
+    assert bool(scatters) == (layout is None), scatters
+
+
+def test_one_compile_per_mode_and_same_results():
+    data = _molecules(12)
+    loader = ga.FixedSizeLoader(data, ga.Budget.fit(data, 4), layout="ell")
+    torch.manual_seed(0)
+    eager = ga.ipu_wrap(Net())
+    compiled = ga.compile(ga.ipu_wrap(copy.deepcopy(eager.model)), "aot_eager")
+    for train in (True, False):
+        eager.train(train)
+        compiled.train(train)
+        for flat in loader:
+            want = eager(flat)["output"]
+            got = compiled(flat)["output"]
+            torch.testing.assert_close(got, want, atol=ATOL, rtol=1e-4)
+    assert compiled.compile_count == 2  # one per mode, every batch the same shapes
+
+
+def test_graph_over_the_widths_names_it():
+    star = Data(x=torch.randn(4, 4), edge_index=torch.tensor([[1, 2, 3], [0, 0, 0]]))
+    data = _molecules(3) + [star]
+    budget = ga.Budget.fit(data, 4)
+    with pytest.raises(DegreeWidthError, match=r"graph 3 .*its node 0 has 3 in-edges, more than "
+                                               r"the ELL width 2 .*given.*layout_widths"):
+        Collator(data, budget, layout="ell", layout_widths=(2, 2)).collate_indices([0, 3])
+    fitted = Collator(data, budget, layout="ell")
+    assert fitted.layout_widths == (3, 2)
+    hub = Data(x=torch.randn(4, 4), edge_index=torch.tensor([[0, 0, 0], [1, 2, 3]]))
+    with pytest.raises(DegreeWidthError, match=r"graph 0 .*its node 0 has 3 out-edges.*fitted"):
+        fitted.collate([hub])  # a graph the widths were not fitted on
+
+
+def test_hetero_and_unknown_layouts_are_refused():
+    h = HeteroData()
+    h["a"].x = torch.randn(2, 3)
+    h["a", "r", "a"].edge_index = torch.tensor([[0], [1]])
+    with pytest.raises(ValueError, match="homogeneous"):
+        ga.FixedSizeLoader([h], ga.Budget.fit([h], 1), layout="ell")
+    data = _molecules(2)
+    with pytest.raises(ValueError, match="layout must be"):
+        ga.FixedSizeLoader(data, ga.Budget.fit(data, 2), layout="csr")
+
+
+def test_unpad_leaves_the_tables_out():
+    data = _molecules(3)
+    c = Collator(data, ga.Budget.fit(data, 3), layout="ell")
+    back = c.unpad(c.collate_indices([0, 1, 2]))
+    assert [sorted(d.keys()) for d in back] == [sorted(d.keys()) for d in data]
+
+
+def test_double_backward_through_the_transposes():
+    """Each function's backward is the other, so second derivatives exist."""
+    ei = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    flat = Collator([Data(x=torch.zeros(3, 1), edge_index=ei)],
+                    ga.Budget(nodes=4, edges=5, graphs=2), layout="ell").collate_indices([0])
+    x = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    src, dst = flat["edge_index"]
+
+    def f(x):
+        return static_layout.ell_sum(static_layout.ell_gather(x, src, flat[ELL_OUT]) ** 2, dst,
+                                     flat[ELL_IN])
+
+    assert torch.autograd.gradcheck(f, (x,))
+    assert torch.autograd.gradgradcheck(f, (x,))
+
+
+@pytest.mark.slow
+def test_inductor_matches_eager_on_ell_batches():
+    data = _molecules(8)
+    loader = ga.FixedSizeLoader(data, ga.Budget.fit(data, 4), layout="ell")
+    torch.manual_seed(0)
+    eager = ga.ipu_wrap(Net())
+    compiled = ga.compile(ga.ipu_wrap(copy.deepcopy(eager.model)), "inductor")
+    for flat in loader:
+        want = eager(flat)
+        got = compiled(flat)
+        torch.testing.assert_close(got["output"], want["output"], atol=ATOL, rtol=1e-4)
+    np.testing.assert_equal(compiled.compile_count, 1)
