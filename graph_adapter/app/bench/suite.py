@@ -21,7 +21,7 @@ import torch
 import graph_adapter as ga
 
 from ..datasets import load_nci5k
-from . import collate, efficiency, memory, throughput
+from . import collate, efficiency, layout, memory, throughput
 
 __all__ = ["BENCHMARKS", "Row", "run_suite"]
 
@@ -104,6 +104,23 @@ def _throughput_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
     ]
 
 
+def _layout_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            res = layout.main(["--limit", "1000", "--rounds", "1"] if quick else [])
+    finally:
+        if verbose:
+            print(buf.getvalue())
+    rows = []
+    for mode, what in (("train", "training step"), ("infer", "inference")):
+        for k, name in (("wrap_inductor", "scatter"), ("wrap_inductor_ell", "ELL layout")):
+            rows.append(("layout", f"{what}, graphs/s (inductor, {name})",
+                         f"{res[mode][k]:,.0f}", f"{res[mode]['pyg']:,.0f}", "eager PyG, unpadded",
+                         f"{res['ratios'][k][mode]:.2f}x"))
+    return rows
+
+
 #: ``graph-adapter bench --only`` names -> (progress message, rows function)
 def _memory_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
     n = 20_000 if quick else 100_000
@@ -118,6 +135,8 @@ BENCHMARKS: Dict[str, Tuple[str, Callable[[_Molecules, bool, bool], List[Row]]]]
     "efficiency": ("efficiency", _efficiency_rows),
     "memory": ("memory (two fresh processes)", _memory_rows),
     "throughput": ("throughput (inductor compiles: a few minutes)", _throughput_rows),
+    "layout": ("aggregation layout, scatter vs ELL (inductor compiles: a few minutes)",
+               _layout_rows),
 }
 
 
