@@ -63,7 +63,7 @@ class Gather:
     """
 
     __slots__ = ("col", "rec", "shape", "np_dtype", "torch_dtype",
-                 "view_dtype", "fill", "cat", "kind", "row_items", "perm")
+                 "view_dtype", "fill", "cat", "kind", "row_items", "perm", "axis")
 
     def __init__(self, col: Tensor, out_shape: Sequence[int], cat: int, dtype: torch.dtype,
                  fill: Any, kind: str):
@@ -83,6 +83,12 @@ class Gather:
         self.np_dtype = np.dtype(_NP_NATIVE[sd])
         a = to_np(col)
         self.col = a
+        self.axis = 0  # the axis of ``self.col`` that holds the rows
+        if not a.flags.c_contiguous and cat and np.moveaxis(a, 0, cat).flags.c_contiguous:
+            # a cat-first view of a dataset's own storage (an InMemoryDataset's
+            # edge_index [2, E]): gather along the storage's cat dim, since
+            # numpy's take would copy a non-contiguous column whole on every call
+            self.col, self.axis = np.moveaxis(a, 0, cat), cat
         self.rec = None
         trail = a.shape[1:]
         rowbytes = math.prod(trail) * a.itemsize
@@ -107,6 +113,12 @@ class Gather:
         else:
             self.fill = fill  # int or array broadcast over the trailing dims
 
+    def _rows(self, gi: np.ndarray) -> np.ndarray:
+        """Rows ``gi`` of the column, cat dim first."""
+        if self.axis == 0:
+            return self.col.take(gi, axis=0, mode="clip")
+        return np.moveaxis(self.col.take(gi, axis=self.axis, mode="clip"), self.axis, 0)
+
     def run(self, gi: np.ndarray, off: Optional[np.ndarray] = None) -> Tensor:
         """Gather rows ``gi`` (and add ``off``) into a new padded output.
 
@@ -128,9 +140,9 @@ class Gather:
                 if ov.ndim == 1:
                     self.col.take(gi, out=ov[:m], mode="clip")
                 else:
-                    ov[:m] = self.col[gi]
+                    ov[:m] = self.col[gi] if self.axis == 0 else self._rows(gi)
             else:
-                blk = self.col.take(gi, axis=0, mode="clip")
+                blk = self._rows(gi)
                 if self.kind == "inc":
                     np.add(blk, off, out=ov[:m], casting="unsafe")
                 else:  # exactly the torch ops of the list path (custom increments)
