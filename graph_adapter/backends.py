@@ -17,9 +17,14 @@ the compiled model. The built-in ones:
 * ``"poptorch"`` / ``"ipu-emulator"``: :func:`graph_adapter.ipu.compile_ipu`
   (importing graph_adapter never imports poptorch).
 
+* ``"inductor-eval"``: inductor in eval mode, no compiler in training mode
+  (one object; ``.train()`` / ``.eval()`` switch the engine).
+
 ``"auto"`` is not an entry: :func:`resolve_backend`, the one place it is
-resolved, makes it ``"poptorch"`` when ``poptorch`` is importable, else
-``"inductor"``.
+resolved, makes it ``"poptorch"`` when ``poptorch`` is importable, else what
+:data:`AUTO_RULE` measured fastest for the model's device and each mode: on
+CPU eager training and inductor inference (``"inductor-eval"``), elsewhere
+``"inductor"`` (``docs/benchmarks.md``, "Which backend auto picks").
 
 Every backend returns an object of one interface (:class:`CompiledModel`):
 call it with a flat dict, get a dict; ``.train()`` / ``.eval()`` /
@@ -63,9 +68,20 @@ from .format import (
 __all__ = [
     "compile", "Compiled", "CompiledModel", "ShapeChangedError", "load", "signature_of",
     "BACKENDS", "Backend", "register_backend", "backend_names", "resolve_backend",
+    "AUTO_RULE", "auto_engine", "PerModeEngine",
 ]
 
 AUTO = "auto"
+
+#: What ``"auto"`` runs without poptorch, per (device type, training mode):
+#: measured with ``graph_adapter/app/bench/throughput.py`` (docs/benchmarks.md).
+#: On CPU inductor's fused gather/scatter kernels lose to ATen's in the
+#: backward pass (compiled training 0.76-0.90x eager PyG) while compiled
+#: inference wins (1.5x); GPUs are unmeasured: inductor, for CUDA graphs.
+AUTO_RULE: Dict[Tuple[str, bool], str] = {
+    ("cpu", True): "eager", ("cpu", False): "inductor",
+    ("cuda", True): "inductor", ("cuda", False): "inductor",
+}
 
 Signature = Tuple[Tuple[str, str, Tuple[int, ...]], ...]
 
@@ -140,12 +156,21 @@ def backend_names() -> Tuple[str, ...]:
     return (AUTO, *_REGISTRY)
 
 
-def resolve_backend(name: str) -> Tuple[str, str]:
+def auto_engine(device_type: str, training: bool) -> str:
+    """The backend :data:`AUTO_RULE` runs for one device type and mode
+    (device types other than ``"cpu"`` follow ``"cuda"``'s rule)."""
+    return AUTO_RULE[("cpu" if device_type == "cpu" else "cuda", bool(training))]
+
+
+def resolve_backend(name: str, device: Any = "cpu") -> Tuple[str, str]:
     """``(concrete backend, note)`` for a backend name; the one place ``"auto"`` is resolved.
 
     ``"auto"`` -> ``("poptorch", "auto: poptorch found")`` when poptorch is
-    importable, else ``("inductor", "auto: poptorch not installed")``; a
-    concrete name -> ``(name, "")``. Unknown names raise ``ValueError``.
+    importable, else by :data:`AUTO_RULE` for ``device`` (a ``torch.device``
+    or its type; :func:`compile` passes the model's): on CPU
+    ``"inductor-eval"`` (eager training, inductor inference), elsewhere
+    ``"inductor"``. A concrete name -> ``(name, "")``. Unknown names raise
+    ``ValueError``.
     """
     if name != AUTO and name not in _REGISTRY:
         raise ValueError(f"backend={name!r}; choose one of {backend_names()}")
@@ -154,13 +179,25 @@ def resolve_backend(name: str) -> Tuple[str, str]:
     try:
         import poptorch  # noqa: F401  (only whether it imports)
     except ImportError:
-        return "inductor", "auto: poptorch not installed"
+        dev = torch.device(device).type
+        train, infer = auto_engine(dev, True), auto_engine(dev, False)
+        if train == infer:
+            return train, f"auto: poptorch not installed; {train} on {dev}"
+        concrete = _PER_MODE[(train, infer)]
+        return concrete, (f"auto: poptorch not installed; on {dev} training {train}, "
+                          f"inference {infer} (fastest measured)")
     return "poptorch", "auto: poptorch found"
 
 
-def _backend(name: str) -> Backend:
-    """The registry entry of ``name`` (``"auto"`` resolved)."""
-    return _REGISTRY[resolve_backend(name)[0]]
+def _device_of(wrapped: nn.Module) -> torch.device:
+    """The device of the model's first parameter (CPU without parameters)."""
+    p = next(iter(wrapped.parameters()), None)
+    return torch.device("cpu") if p is None else p.device
+
+
+def _backend(name: str, device: Any = "cpu") -> Backend:
+    """The registry entry of ``name`` (``"auto"`` resolved for ``device``)."""
+    return _REGISTRY[resolve_backend(name, device)[0]]
 
 
 # --------------------------------------------------------------------------
@@ -340,6 +377,34 @@ class ExportEngine:
         return mod(dict(flat))
 
 
+class PerModeEngine:
+    """One engine for training mode and another for eval mode (``"inductor-eval"``:
+    eager training, inductor inference); ``compile_count`` adds both up."""
+
+    train_backend = "eager"
+    eval_backend = "inductor"
+
+    def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
+        self._engines = {
+            mode: _REGISTRY[name].engine(wrapped, dataclasses.replace(settings, backend=name))
+            for mode, name in ((True, self.train_backend), (False, self.eval_backend))}
+
+    @property
+    def compile_count(self) -> int:
+        return sum(e.compile_count for e in self._engines.values())
+
+    def engine_for(self, training: bool) -> Any:
+        """The engine that runs batches in this mode."""
+        return self._engines[bool(training)]
+
+    def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
+        return self._engines[key[1]].run(flat, key)  # key: (signature, training)
+
+
+#: The registered per-mode backend of each (training, inference) pair of AUTO_RULE.
+_PER_MODE = {("eager", "inductor"): "inductor-eval"}
+
+
 # --------------------------------------------------------------------------
 # Compiled: what the in-process backends return
 # --------------------------------------------------------------------------
@@ -360,7 +425,7 @@ class Compiled:
     def __init__(self, wrapped: nn.Module, backend: str, allow_new_shapes: bool = False,
                  options: Optional[Dict[str, Any]] = None, strict: bool = False,
                  index_add_fallback: Optional[bool] = None):
-        entry = _backend(backend)
+        entry = _backend(backend, _device_of(wrapped))
         if entry.engine is None:
             raise ValueError(f"backend {backend!r} does not run in this process; use compile()")
         self.wrapped = wrapped
@@ -376,6 +441,14 @@ class Compiled:
     @property
     def compile_count(self) -> int:
         return self._engine.compile_count
+
+    @property
+    def mode_backend(self) -> str:
+        """The backend that runs batches in the current mode (``"inductor-eval"``:
+        ``"eager"`` in training mode, ``"inductor"`` in eval mode)."""
+        if isinstance(self._engine, PerModeEngine):
+            return self._engine.train_backend if self.training else self._engine.eval_backend
+        return self.backend
 
     def train(self, mode: bool = True) -> "Compiled":
         self.wrapped.train(mode)
@@ -509,7 +582,9 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
 
     Args:
         wrapped: the module ``ipu_wrap`` returned.
-        backend: one of :data:`BACKENDS` (:func:`backend_names`).
+        backend: one of :data:`BACKENDS` (:func:`backend_names`); ``"auto"``
+            is resolved for the device of ``wrapped``'s parameters
+            (:func:`resolve_backend`).
         allow_new_shapes: admit batches of a new budget (one more compile each)
             instead of raising :class:`ShapeChangedError`.
         options: inductor config overrides (``"inductor"``), or poptorch
@@ -531,7 +606,7 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
         backends, what :func:`graph_adapter.ipu.compile_ipu` returns for the
         IPU ones.
     """
-    entry = _backend(backend)
+    entry = _backend(backend, _device_of(wrapped))
     return entry.build(wrapped, entry.name, allow_new_shapes=allow_new_shapes, options=options,
                        optimizer=optimizer, strict=strict,
                        index_add_fallback=index_add_fallback, **kwargs)
@@ -563,6 +638,8 @@ register_backend("inductor", engine=DynamoEngine,
 register_backend("aot_eager", engine=DynamoEngine,
                  doc="Dynamo + AOTAutograd without code generation (cheap; counts compiles)")
 register_backend("eager", engine=EagerEngine, doc="no compiler, same checks and bookkeeping")
+register_backend("inductor-eval", engine=PerModeEngine,
+                 doc="inductor in eval mode, eager (no compiler) in training mode")
 register_backend("export", engine=ExportEngine,
                  doc="torch.export per signature; save()/load() keep the program")
 for _name, _build in ipu.IPU_BACKENDS.items():
