@@ -8,16 +8,21 @@ on pre-collated batches:
 * ``pyg``: eager PyG on unpadded ``Batch``es (``DataLoader``'s batching);
 * ``wrap_eager``: ``ipu_wrap(model)`` eager on padded batches;
 * ``wrap_inductor``: ``graph_adapter.compile(..., "inductor")``, default
-  layout (PyG's gather + ``index_add`` scatter);
+  layout (PyG's gather + ``index_add`` scatter; with 2 threads the gather's
+  gradient runs ATen's ``index_add`` kernel, ``index_add_fallback``);
 * ``wrap_inductor_ell``: the same on batches from
   ``FixedSizeLoader(..., layout="ell")``: PyG's gather and sum aggregation
   are routed through :mod:`graph_adapter.static_layout` (gathers both ways).
+
+The ELL widths are the dataset's largest in-/out-degree (printed): every
+node pays for that many slots, so one hub atom in the whole set slows every
+batch (``--limit`` changes the set, and so the widths).
 
 Rounds are interleaved (each round runs every variant once, in turn) and the
 median of the rounds is reported, as graphs/s and as a ratio to eager PyG.
 The 1-minute load average is printed at the start and the end.
 
-Usage: ``python -m graph_adapter.app.bench.layout [--threads 2] [--limit N]
+Usage: ``python benchmarks/bench_layout.py [--threads 2] [--limit N]
 [--rounds 5] [--batch 64] [--hidden 64]``. ``main(argv)`` returns the figures.
 """
 from __future__ import annotations
