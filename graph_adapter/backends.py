@@ -17,13 +17,13 @@ the compiled model. The built-in ones:
 * ``"poptorch"`` / ``"ipu-emulator"``: :func:`graph_adapter.ipu.compile_ipu`
   (importing graph_adapter never imports poptorch).
 
-* ``"inductor-eval"``: inductor in eval mode, no compiler in training mode
+* ``"inductor_eval"``: inductor in eval mode, no compiler in training mode
   (one object; ``.train()`` / ``.eval()`` switch the engine).
 
 ``"auto"`` is not an entry: :func:`resolve_backend`, the one place it is
 resolved, makes it ``"poptorch"`` when ``poptorch`` is importable, else what
 :data:`AUTO_RULE` measured fastest for the model's device and each mode: on
-CPU eager training and inductor inference (``"inductor-eval"``), elsewhere
+CPU eager training and inductor inference (``"inductor_eval"``), elsewhere
 ``"inductor"`` (``docs/benchmarks.md``, "Which backend auto picks").
 
 Every backend returns an object of one interface (:class:`CompiledModel`):
@@ -168,7 +168,7 @@ def resolve_backend(name: str, device: Any = "cpu") -> Tuple[str, str]:
     ``"auto"`` -> ``("poptorch", "auto: poptorch found")`` when poptorch is
     importable, else by :data:`AUTO_RULE` for ``device`` (a ``torch.device``
     or its type; :func:`compile` passes the model's): on CPU
-    ``"inductor-eval"`` (eager training, inductor inference), elsewhere
+    ``"inductor_eval"`` (eager training, inductor inference), elsewhere
     ``"inductor"``. A concrete name -> ``(name, "")``. Unknown names raise
     ``ValueError``.
     """
@@ -378,7 +378,7 @@ class ExportEngine:
 
 
 class PerModeEngine:
-    """One engine for training mode and another for eval mode (``"inductor-eval"``:
+    """One engine for training mode and another for eval mode (``"inductor_eval"``:
     eager training, inductor inference); ``compile_count`` adds both up."""
 
     train_backend = "eager"
@@ -402,7 +402,7 @@ class PerModeEngine:
 
 
 #: The registered per-mode backend of each (training, inference) pair of AUTO_RULE.
-_PER_MODE = {("eager", "inductor"): "inductor-eval"}
+_PER_MODE = {("eager", "inductor"): "inductor_eval"}
 
 
 # --------------------------------------------------------------------------
@@ -444,7 +444,7 @@ class Compiled:
 
     @property
     def mode_backend(self) -> str:
-        """The backend that runs batches in the current mode (``"inductor-eval"``:
+        """The backend that runs batches in the current mode (``"inductor_eval"``:
         ``"eager"`` in training mode, ``"inductor"`` in eval mode)."""
         if isinstance(self._engine, PerModeEngine):
             return self._engine.train_backend if self.training else self._engine.eval_backend
@@ -638,7 +638,7 @@ register_backend("inductor", engine=DynamoEngine,
 register_backend("aot_eager", engine=DynamoEngine,
                  doc="Dynamo + AOTAutograd without code generation (cheap; counts compiles)")
 register_backend("eager", engine=EagerEngine, doc="no compiler, same checks and bookkeeping")
-register_backend("inductor-eval", engine=PerModeEngine,
+register_backend("inductor_eval", engine=PerModeEngine,
                  doc="inductor in eval mode, eager (no compiler) in training mode")
 register_backend("export", engine=ExportEngine,
                  doc="torch.export per signature; save()/load() keep the program")

@@ -153,7 +153,7 @@ def test_auto_and_ipu_dispatch(monkeypatch):
     try:
         import poptorch  # noqa: F401
     except ImportError:
-        assert compile(w, "auto").backend == "inductor-eval"  # on CPU (AUTO_RULE)
+        assert compile(w, "auto").backend == "inductor_eval"  # on CPU (AUTO_RULE)
     import graph_adapter.ipu as ipu
 
     called = {}
@@ -269,7 +269,7 @@ def test_registry_names_and_auto():
     assert resolve_backend("eager") == ("eager", "")
     name, note = resolve_backend("auto")
     assert (name, note) == ("poptorch", "auto: poptorch found") or \
-        (name, note.split(";")[0]) == ("inductor-eval", "auto: poptorch not installed")
+        (name, note.split(";")[0]) == ("inductor_eval", "auto: poptorch not installed")
     with pytest.raises(ValueError, match="ipu-emulator"):
         resolve_backend("tpu")
     with pytest.raises(ValueError, match="already registered"):
@@ -354,7 +354,7 @@ def test_auto_runs_eager_training_and_compiled_inference_on_cpu(monkeypatch):
     pytest.importorskip("torch")
     if B.resolve_backend("auto")[0] == "poptorch":
         pytest.skip("poptorch installed: auto is poptorch")
-    assert B.resolve_backend("auto", "cpu")[0] == "inductor-eval"
+    assert B.resolve_backend("auto", "cpu")[0] == "inductor_eval"
     assert B.resolve_backend("auto", torch.device("cuda", 0))[0] == "inductor"
     assert [B.auto_engine("cpu", t) for t in (True, False)] == ["eager", "inductor"]
     # the eval engine through Dynamo without code generation: counts its compiles cheaply
