@@ -92,3 +92,34 @@ def test_multi_dim_sizes():
     for packer in ("greedy", "histogram"):
         plan = plan_epoch(sizes, b, packer=packer, shuffle=True)
         check_plan(plan, m, b, range(100))
+
+
+@SETTINGS
+@given(rows=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 9)),
+                     min_size=1, max_size=60),
+       dims=st.integers(1, 3), graph_cap=st.integers(1, 6), open_batches=st.integers(1, 4),
+       seed=st.integers(0, 99))
+def test_unrolled_greedy_is_the_generic_greedy(rows, dims, graph_cap, open_batches, seed):
+    """Up to 3 dims the greedy packer runs an unrolled loop; with 2 extra dims
+    of zeros it runs the generic one: the plans are the same."""
+    m = np.asarray(rows, dtype=np.int64)[:, :dims]
+    cap = m.max(axis=0) + np.random.default_rng(seed).integers(0, 15, dims)
+    order = np.random.default_rng(seed).permutation(len(m))
+    fast = pack_greedy(m, order, cap, graph_cap, open_batches)
+    generic = pack_greedy(np.concatenate([m, np.zeros((len(m), 2), np.int64)], axis=1), order,
+                          np.concatenate([cap, [0, 0]]), graph_cap, open_batches)
+    assert fast == generic
+
+
+def test_fit_plans_a_sample_of_a_large_dataset(monkeypatch):
+    import graph_adapter.budget as budget_mod
+
+    rng = np.random.default_rng(0)
+    sizes = np.stack([rng.integers(1, 30, 400), rng.integers(0, 60, 400)], axis=1)
+    whole = Budget.fit(sizes, 8)
+    assert "planned_graphs" not in whole.report
+    monkeypatch.setattr(budget_mod, "_PLAN_GRAPHS", 100)
+    sampled = Budget.fit(sizes, 8)
+    assert sampled.report["planned_graphs"] == 100
+    assert sampled.report["graphs"] == 100  # the efficiency figures are the sample's
+    assert not len(find_oversize(GraphSizes(sizes), sampled))
