@@ -351,7 +351,6 @@ def test_loaded_program_has_the_interface(tmp_path):
 def test_auto_runs_eager_training_and_compiled_inference_on_cpu(monkeypatch):
     from graph_adapter import backends as B
 
-    pytest.importorskip("torch")
     if B.resolve_backend("auto")[0] == "poptorch":
         pytest.skip("poptorch installed: auto is poptorch")
     assert B.resolve_backend("auto", "cpu")[0] == "inductor_eval"
