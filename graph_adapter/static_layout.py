@@ -35,7 +35,8 @@ limit: an index that is a length-``E`` view of the batch's ``edge_index``
 but not the target row (``edge_index.view(-1)[:E]`` passed to
 ``super().aggregate``) would be misread; PyG's own layers never do that.
 """
-from __future__ import annotations
+# (no `from __future__ import annotations`: PyG's Inspector evaluates the patched
+# methods' annotation strings in the layer's module, which may lack `Optional`)
 
 from typing import Any, Dict, Optional, Tuple
 
