@@ -379,7 +379,8 @@ class ExportEngine:
 
 class PerModeEngine:
     """One engine for training mode and another for eval mode (``"inductor_eval"``:
-    eager training, inductor inference); ``compile_count`` adds both up."""
+    eager training, inductor inference); ``compile_count`` counts real compiles
+    only (the eager engine's count is of signatures seen, not of compiles)."""
 
     train_backend = "eager"
     eval_backend = "inductor"
@@ -391,7 +392,8 @@ class PerModeEngine:
 
     @property
     def compile_count(self) -> int:
-        return sum(e.compile_count for e in self._engines.values())
+        names = {True: self.train_backend, False: self.eval_backend}
+        return sum(e.compile_count for mode, e in self._engines.items() if names[mode] != "eager")
 
     def engine_for(self, training: bool) -> Any:
         """The engine that runs batches in this mode."""

@@ -371,7 +371,8 @@ def test_auto_runs_eager_training_and_compiled_inference_on_cpu(monkeypatch):
     with torch.no_grad():
         out = c(f)["output"]
         torch.testing.assert_close(out, w(f)["output"])
-    assert eval_engine.compile_count == 1 and c.compile_count == 2
+    # only real compiles count: the eager training engine compiles nothing
+    assert eval_engine.compile_count == 1 and c.compile_count == 1
     c.train()
     c(f)["loss"].backward()  # back to the eager engine: nothing compiled
-    assert eval_engine.compile_count == 1 and c.compile_count == 2
+    assert eval_engine.compile_count == 1 and c.compile_count == 1
