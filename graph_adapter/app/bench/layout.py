@@ -33,7 +33,7 @@ import os
 import platform
 import statistics
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -43,44 +43,12 @@ import graph_adapter as ga
 
 from ..datasets import load_nci5k
 from ..models import build_model
-from .throughput import set_inductor_env
+from .throughput import inferer, set_inductor_env, timed_interleaved, trainer
 
 __all__ = ["VARIANTS", "main"]
 
 #: Variant names, in the printed order.
 VARIANTS = ("pyg", "wrap_eager", "wrap_inductor", "wrap_inductor_ell")
-
-
-def _median_interleaved(fns: Dict[str, Callable[[], None]], rounds: int) -> Dict[str, float]:
-    """Median seconds of each function over ``rounds`` interleaved rounds."""
-    times: Dict[str, List[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
-def _trainer(model: torch.nn.Module, loss_of: Callable[[Any], torch.Tensor],
-             batches: Sequence[Any]) -> Callable[[], None]:
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-    def run() -> None:
-        for b in batches:
-            loss = loss_of(b)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return run
-
-
-def _inferer(call: Callable[[Any], Any], batches: Sequence[Any]) -> Callable[[], None]:
-    def run() -> None:
-        with torch.no_grad():
-            for b in batches:
-                call(b)
-    return run
 
 
 def _pyg_call(model: torch.nn.Module) -> Callable[[Batch], torch.Tensor]:
@@ -136,17 +104,17 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         batches = {"pyg": pyg, "wrap_eager": plain, "wrap_inductor": plain,
                    "wrap_inductor_ell": ell}
         if mode == "train":
-            fns = {"pyg": _trainer(ms["pyg"], lambda b: F.l1_loss(
+            fns = {"pyg": trainer(ms["pyg"], lambda b: F.l1_loss(
                        _pyg_call(ms["pyg"])(b).view(-1), b.y), pyg)}
             for k in VARIANTS[1:]:
-                fns[k] = _trainer(ms[k], lambda f, c=calls[k]: c(f)["loss"], batches[k])
+                fns[k] = trainer(ms[k], lambda f, c=calls[k]: c(f)["loss"], batches[k])
         else:
-            fns = {k: _inferer(calls[k], batches[k]) for k in VARIANTS}
+            fns = {k: inferer(calls[k], batches[k]) for k in VARIANTS}
         t0 = time.perf_counter()
         for fn in fns.values():  # warm-up: compiles, allocator, Adam state
             fn()
         res[f"{mode}_warmup_s"] = time.perf_counter() - t0
-        secs = _median_interleaved(fns, args.rounds)
+        secs = timed_interleaved(fns, args.rounds, statistics.median)
         res[mode] = {k: n / secs[k] for k in VARIANTS}
     res["loadavg"] = (load_start, os.getloadavg()[0])
 

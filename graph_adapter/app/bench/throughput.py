@@ -27,7 +27,7 @@ import os
 import platform
 import tempfile
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -67,16 +67,41 @@ def wrapped_loss(out, batch):
     return ga.losses.masked_mse_loss(out, batch.y / SCALE, batch.graph_mask)
 
 
-def timed_interleaved(fns, repeats):
-    """Best time of each function over ``repeats`` rounds; every round runs each once,
-    in turn, so a burst of load from other processes hits every variant alike."""
-    best = {k: float("inf") for k in fns}
+def timed_interleaved(fns: Dict[str, Callable[[], None]], repeats: int,
+                      reduce: Callable[[List[float]], float] = min) -> Dict[str, float]:
+    """``reduce`` (default: the best) of each function's times over ``repeats`` rounds;
+    every round runs each once, in turn, so a burst of load from other processes
+    hits every variant alike."""
+    times: Dict[str, List[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
             t = time.perf_counter()
             fn()
-            best[k] = min(best[k], time.perf_counter() - t)
-    return best
+            times[k].append(time.perf_counter() - t)
+    return {k: reduce(v) for k, v in times.items()}
+
+
+def trainer(model: torch.nn.Module, loss_of: Callable[[Any], torch.Tensor],
+            batches: Sequence[Any]) -> Callable[[], None]:
+    """A function that runs one Adam step per batch (``loss_of(batch)`` is the loss)."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def run() -> None:
+        for b in batches:
+            loss = loss_of(b)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return run
+
+
+def inferer(call: Callable[[Any], Any], batches: Sequence[Any]) -> Callable[[], None]:
+    """A function that runs ``call`` on every batch without gradients."""
+    def run() -> None:
+        with torch.no_grad():
+            for b in batches:
+                call(b)
+    return run
 
 
 def set_inductor_env() -> None:
@@ -153,17 +178,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     res.update({k: n_graphs / v for k, v in t_inf.items()})
 
     # training step --------------------------------------------------------
-    def trainer(model, call, batches):
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-        def run():
-            for b in batches:
-                loss = call(b)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-        return run
-
     m_pyg_t = copy.deepcopy(base).train()
     w_eager_t = ga.ipu_wrap(copy.deepcopy(base), loss_fn=wrapped_loss).train()
     w_comp_t = ga.ipu_wrap(copy.deepcopy(base), loss_fn=wrapped_loss).train()
