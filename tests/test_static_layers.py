@@ -8,7 +8,7 @@ import copy
 
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from torch_geometric.data import Batch
 from torch_geometric.index import index2ptr
@@ -148,6 +148,7 @@ class _Layer(torch.nn.Module):
 
 @pytest.mark.parametrize("name", sorted(LAYERS))
 @given(args=batches, train=st.booleans())
+@example(args=(954, 1, 1, 0, 1), train=True)  # failed CI in float32 (GPSConv, mlp.3.bias)
 def test_mask_reading_layers_equal_unpadded(name, args, train):
     """Outputs of real nodes and every parameter gradient (ChebConv: two padding
     nodes, so its remove_self_loops leaves no loop)."""
@@ -157,17 +158,21 @@ def test_mask_reading_layers_equal_unpadded(name, args, train):
                           self_loops=True)
     # BatchNorm (GPSConv) needs two rows in train(), and node rows it can tell from graph rows
     assume(b.num_nodes > 1 and flat["node_mask"].numel() != flat["graph_mask"].numel())
+    # float64: BatchNorm over two rows (GPSConv) amplifies float32 rounding in the
+    # gradients past any fixed tolerance (CI once saw 1.8e-4 on a bias whose true
+    # gradient is 0), while padding must change nothing, so compare near-exactly.
     torch.manual_seed(0)
-    model = _Layer(factory()).train(train)
+    model = _Layer(factory()).train(train).double()
     w = ipu_wrap(copy.deepcopy(model)).train(train)
-    ref = model(b.x, b.edge_index, b.batch)
+    flat = {k: v.double() if v.is_floating_point() else v for k, v in flat.items()}
+    ref = model(b.x.double(), b.edge_index, b.batch)
     out = w(flat)["output"]
-    torch.testing.assert_close(out[flat["node_mask"]], ref, atol=ATOL, rtol=1e-4)
+    torch.testing.assert_close(out[flat["node_mask"]], ref, atol=1e-10, rtol=1e-8)
     ref.square().sum().backward()
     out[flat["node_mask"]].square().sum().backward()
     for (k, p), q in zip(model.named_parameters(), w.model.parameters()):
         if p.grad is not None:
-            torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-3, msg=k)
+            torch.testing.assert_close(q.grad, p.grad, atol=1e-10, rtol=1e-8, msg=k)
 
 
 @pytest.mark.parametrize("name", sorted(LAYERS))

@@ -73,7 +73,9 @@ def make_pyg_arg_parser(poptorch: Any) -> Any:
     return PyGArgParser()
 
 
-_OURS: Dict[int, set] = {}  # id(poptorch module) -> classes we registered with it
+# id(poptorch module) -> (the module, classes we registered with it). The module is
+# kept alive so that its id is never reused by another object (a second fake in tests).
+_OURS: Dict[int, Tuple[Any, set]] = {}
 
 
 def _registered_parsers(pt: Any) -> Mapping[type, Any]:
@@ -97,7 +99,7 @@ def register_pyg_arg_parser(poptorch: Any = None) -> bool:
     """
     pt = poptorch if poptorch is not None else import_poptorch()
     theirs = tuple(_registered_parsers(pt))
-    ours = _OURS.setdefault(id(pt), set())
+    _, ours = _OURS.setdefault(id(pt), (pt, set()))
     parser = None
     registered = []
     for cls in _pyg_classes():
@@ -108,7 +110,7 @@ def register_pyg_arg_parser(poptorch: Any = None) -> bool:
         parser = parser or make_pyg_arg_parser(pt)
         pt.registerCustomArgParser(cls, parser)
         registered.append(cls)
-    _OURS[id(pt)].update(registered)
+    ours.update(registered)
     return bool(registered)
 
 
