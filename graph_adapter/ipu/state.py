@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
+import torch
 from torch import nn
 
 __all__ = ["state_addresses", "reassigned_state"]
@@ -29,9 +30,24 @@ def state_addresses(model: nn.Module) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         if isinstance(module, _BUFFERS_CAN_CHANGE):
             continue
         for name, b in module.named_buffers(prefix=prefix, recurse=False):
-            buffers[name] = (b.device, b.data_ptr())
-    params = {n: (p.device, p.data_ptr()) for n, p in model.named_parameters()}
+            buffers[name] = _address(b)
+    params = {n: _address(p) for n, p in model.named_parameters()}
     return buffers, params
+
+
+def _address(t: torch.Tensor) -> Tuple[Any, ...]:
+    """(device, identity) of a tensor's storage as poptorch would compare it.
+
+    A real tensor's ``data_ptr()`` (what poptorch records). Tensors without
+    storage (fake or meta, e.g. a forward traced under a fake mode) have no
+    address to read (torch warns that reading one will become an error), so
+    the tensor object stands in: a reassignment makes a new one.
+    """
+    from torch._subclasses.fake_tensor import is_fake
+
+    if is_fake(t) or t.is_meta:
+        return (t.device, "object", id(t))
+    return (t.device, "data_ptr", t.data_ptr())
 
 
 def reassigned_state(before: Tuple[Dict[str, Any], Dict[str, Any]],
