@@ -19,6 +19,26 @@ although the padded format knows the answer:
   every row, and ``index_copy_`` keeps the rows where ``deg == i``: the same
   output, ``max_degree + 1`` dense matmuls instead of one split.
 
+* ``RGCNConv.forward``: ``masked_edge_index(edge_index, edge_type == i)``
+  (``edge_index[:, mask]``), one relation at a time, then ``propagate``. The
+  read keeps all ``E`` columns and sends every edge of another relation to
+  the trash node (``(N - 1, N - 1)``, a padding node the format always
+  reserves): no real node sends, receives or counts it, whatever the
+  aggregation, so the real rows are PyG's. ``RGCNConv`` also sizes a
+  ``segment_matmul`` heuristic with ``int(segment_count.max())``; inside a
+  wrapped forward ``torch_geometric.backend.use_segment_matmul`` is ``False``
+  for the call (the per-relation loop, the path PyG takes under
+  ``torch.compile``: same values, and ``segment_matmul`` would need the
+  edges sorted by type, a data-dependent permutation).
+* ``HypergraphConv.forward`` without ``num_edges``: PyG computes
+  ``int(hyperedge_index[1].max()) + 1`` (and asks for ``num_edges`` under
+  dynamic shapes). When ``hyperedge_index`` is the batch's own
+  ``edge_index`` its ids are node ids of the batch (the packer checks
+  ``0 <= id < num_nodes``), so ``N`` hyperedge slots hold them all; the
+  unused slots are empty (PyG's ``B = 1 / 0 -> 0``) and reach no node. Any
+  other hyperedge index raises :class:`~graph_adapter.static.StaticSizeError`
+  asking for ``num_edges=`` (your hyperedge budget).
+
 How: :func:`install` wraps exactly those methods; inside a wrapped forward
 (a frame of :mod:`graph_adapter.static` is active) each runs under a
 :class:`torch.overrides.TorchFunctionMode` that applies the rules above
@@ -46,6 +66,8 @@ SCOPED: List[Tuple[str, str, str, str]] = [
     ("torch_geometric.nn.conv.gps_conv", "GPSConv", "forward", "dense"),
     ("torch_geometric.nn.conv.cheb_conv", "ChebConv", "__norm__", "rmw"),
     ("torch_geometric.nn.conv.mf_conv", "MFConv", "forward", "partition"),
+    ("torch_geometric.nn.conv.rgcn_conv", "RGCNConv", "forward", "relations"),
+    ("torch_geometric.nn.conv.hypergraph_conv", "HypergraphConv", "forward", "hyperedges"),
 ]
 
 _INPLACE = {
@@ -64,6 +86,13 @@ def _is_bool(t: Any) -> bool:
 def _rows_mask(m: Tensor, t: Tensor) -> Tensor:
     """``m`` (the leading dims of ``t``) broadcast to ``t``'s shape."""
     return m.reshape(tuple(m.shape) + (1,) * (t.dim() - m.dim())).expand(t.shape)
+
+
+def _edge_columns(t: Any, key: Any) -> bool:
+    """``t[:, mask]`` on an ``[2, E]`` edge index with a boolean ``[E]`` mask."""
+    return (isinstance(t, Tensor) and t.dim() == 2 and t.size(0) == 2 and isinstance(key, tuple)
+            and len(key) == 2 and key[0] == slice(None) and _is_bool(key[1])
+            and key[1].dim() == 1 and key[1].size(0) == t.size(1))
 
 
 def _name(func: Callable) -> str:
@@ -117,6 +146,10 @@ class _StaticIndexMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if (self.rule == "relations" and func is Tensor.__getitem__ and len(args) == 2
+                and _edge_columns(*args)):
+            t, (_, m) = args
+            return torch.where(m.view(1, -1), t, torch.full_like(t, self.frame["N"] - 1))
         if func is Tensor.__getitem__ and len(args) == 2 and _is_bool(args[1]):
             t, m = args
             pos = self._dense(m)
@@ -162,11 +195,39 @@ def _scoped(orig: Callable, rule: str, where: str) -> Callable:
         frame = static.current_frame()
         if frame is None:
             return orig(*args, **kwargs)
+        if rule == "hyperedges":
+            return orig(*args, **_num_hyperedges(frame, args, kwargs))
+        if rule == "relations":
+            import torch_geometric.backend as backend
+
+            before = backend.use_segment_matmul
+            backend.use_segment_matmul = False
+            try:
+                with _StaticIndexMode(frame, rule, where):
+                    return orig(*args, **kwargs)
+            finally:
+                backend.use_segment_matmul = before
         with _StaticIndexMode(frame, rule, where):
             return orig(*args, **kwargs)
 
     method.__static_index_orig__ = orig  # type: ignore[attr-defined]
     return method
+
+
+def _num_hyperedges(frame: Dict[str, Any], args: tuple, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """``HypergraphConv.forward``'s kwargs with a static ``num_edges`` (module docstring)."""
+    names = ("self", "x", "hyperedge_index", "hyperedge_weight", "hyperedge_attr", "num_edges")
+    bound = dict(zip(names, args))
+    if "num_edges" in kwargs or bound.get("num_edges") is not None:
+        return kwargs
+    index = bound.get("hyperedge_index", kwargs.get("hyperedge_index"))
+    if index is not frame.get("edge_index") or frame.get("N") is None:
+        raise static.StaticSizeError(
+            "HypergraphConv.forward without num_edges inside a wrapped forward: PyG would size "
+            "the hyperedges as int(hyperedge_index[1].max()) + 1 (data-dependent), and this "
+            "hyperedge_index is not the batch's edge_index (whose ids are node ids, < N). "
+            "Pass num_edges= (a static bound on the batch's hyperedge ids)")
+    return dict(kwargs, num_edges=frame["N"])
 
 
 def install() -> None:

@@ -13,6 +13,7 @@ from graph_adapter import check, static
 from graph_adapter.losses import masked_loss
 from graph_adapter.wrap import ipu_wrap
 
+from _compile_count import compile_counted
 from _padding import pad_batch
 
 
@@ -133,14 +134,7 @@ def test_schnet_trains_through_ipu_wrap_like_the_unpadded_model():
     ref = copy.deepcopy(model)
     ref.interaction_graph = HostRadiusGraph(2.5)
     w = ipu_wrap(model, inputs="tensors", loss_fn=masked_loss("mse"))
-    torch._dynamo.reset()
-    graphs = []
-
-    def counting(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    compiled = torch.compile(w, fullgraph=True, dynamic=False, backend=counting)
+    compiled, counter = compile_counted(w)
     opt_w = torch.optim.SGD(w.parameters(), lr=0.05)
     opt_r = torch.optim.SGD(ref.parameters(), lr=0.05)
     for b, flat in batches:
@@ -155,4 +149,4 @@ def test_schnet_trains_through_ipu_wrap_like_the_unpadded_model():
         opt_w.step(), opt_r.step()
     for (k, p), q in zip(ref.named_parameters(), model.parameters()):
         torch.testing.assert_close(q, p, atol=1e-5, rtol=1e-4, msg=k)
-    assert len(graphs) == 1
+    assert counter.count == 1

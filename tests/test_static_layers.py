@@ -1,4 +1,5 @@
-"""PyG layers whose own code needs the static mechanisms (issue 11, items 4 and 5).
+"""PyG layers whose own code needs the static mechanisms (issue 11, items 4 and 5,
+and the zoo's RGCNConv / HypergraphConv rows).
 
 Each: ipu_wrap(layer)(padded) equals layer(unpadded) on the real rows (a
 property over random batches and paddings), and, where noted, ``check()``
@@ -12,13 +13,15 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from torch_geometric.data import Batch
 from torch_geometric.index import index2ptr
-from torch_geometric.nn import ChebConv, ClusterGCNConv, GINConv, GPSConv, MFConv
+from torch_geometric.nn import (ChebConv, ClusterGCNConv, GINConv, GPSConv, HypergraphConv,
+                                MFConv, RGCNConv)
 from torch_geometric.nn.aggr import SortAggregation
 import torch_geometric.utils as U
 
 from graph_adapter import check, static
 from graph_adapter.wrap import ipu_wrap
 
+from _compile_count import compile_counted
 from _padding import pad_batch, random_graphs
 
 ATOL = 2e-5
@@ -132,6 +135,11 @@ LAYERS = {
     "GPSConv": (_gps, False),
     "ChebConv": (lambda: ChebConv(4, 3, K=3), False),
     "MFConv": (lambda: MFConv(4, 3, max_degree=3), False),
+    # one relation per edge_index[:, edge_type == r], 'mean' counts only its own
+    "RGCNConv": (lambda: RGCNConv(4, 3, num_relations=3), False),
+    "RGCNConv-blocks": (lambda: RGCNConv(4, 4, num_relations=3, num_blocks=2, aggr="max"),
+                        False),
+    "HypergraphConv": (lambda: HypergraphConv(4, 3), False),
 }
 
 
@@ -143,6 +151,9 @@ class _Layer(torch.nn.Module):
     def forward(self, x, edge_index, batch):
         if isinstance(self.layer, GPSConv):
             return self.layer(x, edge_index, batch)
+        if isinstance(self.layer, RGCNConv):
+            # a relation per edge from its endpoints (same ids padded or not)
+            return self.layer(x, edge_index, edge_index.sum(0) % 3)
         return self.layer(x, edge_index)
 
 
@@ -182,16 +193,9 @@ def test_mask_reading_layers_are_clean_and_compile_once(name):
     w = ipu_wrap(_Layer(LAYERS[name][0]())).eval()
     report = check(w, flat)
     assert report.ok, str(report)
-    torch._dynamo.reset()
-    graphs = []
-
-    def counting(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    compiled = torch.compile(w, fullgraph=True, dynamic=False, backend=counting)
+    compiled, counter = compile_counted(w)
     torch.testing.assert_close(compiled(flat)["output"], w(flat)["output"])
-    assert len(graphs) == 1
+    assert counter.count == 1
 
 
 def test_misused_masked_read_raises():
@@ -206,3 +210,35 @@ def test_misused_masked_read_raises():
         sel = t[t > 2]
         with pytest.raises(static.StaticSizeError, match="size"):
             sel.size(0)
+
+
+class _Hyper(torch.nn.Module):
+    def __init__(self, own_index: bool):
+        super().__init__()
+        self.layer = HypergraphConv(4, 3)
+        self.own_index = own_index
+
+    def forward(self, x, edge_index):
+        # a hyperedge index that is not the batch's edge_index: its ids could be anything
+        index = edge_index.flip(0) if self.own_index else edge_index
+        return self.layer(x, index)
+
+
+def test_hypergraph_conv_without_num_edges_needs_the_batch_edge_index():
+    """Only the batch's own edge_index has ids the budget bounds (< N): any other
+    hyperedge index without num_edges= is refused, naming the argument."""
+    _, flat = padded_pair(0, 3, 2, 2, 1)
+    ipu_wrap(_Hyper(False))(flat)
+    with pytest.raises(static.StaticSizeError, match="num_edges="):
+        ipu_wrap(_Hyper(True))(flat)
+
+
+def test_rgcn_leaves_the_segment_matmul_switch_as_it_was():
+    """Inside the wrapped forward RGCNConv takes its per-relation loop; the
+    global switch is restored afterwards (also when the layer raises)."""
+    import torch_geometric.backend as backend
+
+    _, flat = padded_pair(0, 3, 2, 2, 1)
+    assert backend.use_segment_matmul is None
+    ipu_wrap(_Layer(RGCNConv(4, 3, num_relations=3)))(flat)
+    assert backend.use_segment_matmul is None

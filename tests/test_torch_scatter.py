@@ -11,6 +11,7 @@ from torch_geometric.data import Batch
 from graph_adapter import check, static
 from graph_adapter.wrap import ipu_wrap
 
+from _compile_count import compile_counted
 from _padding import pad_batch, random_graphs
 
 torch_scatter = pytest.importorskip(
@@ -161,17 +162,9 @@ def test_graphium_style_equals_unpadded_and_compiles_once(padded):
     ref = model(b)
     w = ipu_wrap(copy.deepcopy(model))
     torch.testing.assert_close(w(flat)["output"][flat["graph_mask"]], ref, atol=1e-5, rtol=1e-5)
-    torch._dynamo.reset()
-    frames = []
-
-    def counting(gm, inputs):
-        frames.append(gm)
-        return gm.forward
-
-    compiled = torch.compile(w, fullgraph=True, dynamic=False, backend="aot_eager")
+    compiled, counter = compile_counted(w, aot=True)
     out = compiled(flat)
-    torch.compile(w, fullgraph=True, dynamic=False, backend=counting)(flat)
-    assert len(frames) == 1
+    assert counter.count == 1
     torch.testing.assert_close(out["output"][flat["graph_mask"]], ref, atol=1e-5, rtol=1e-5)
 
 

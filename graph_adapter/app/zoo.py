@@ -165,13 +165,17 @@ AGGR: Dict[str, Any] = {
     "DeepSetsAggregation": lambda: A.DeepSetsAggregation(nn.Linear(F, F), nn.Linear(F, F)),
     "SetTransformerAggregation": lambda: A.SetTransformerAggregation(F, heads=2),
     "LCMAggregation": lambda: A.LCMAggregation(F, F),
-    "PatchTransformerAggregation": lambda: A.PatchTransformerAggregation(F, F, F, patch_size=2),
+    "PatchTransformerAggregation": lambda: A.PatchTransformerAggregation(
+        F, F, patch_size=2, hidden_channels=F, heads=2),
     "Aggregation": "the base class",
 }
 NORM: Dict[str, Any] = {
     "BatchNorm": lambda: Nm.BatchNorm(F), "InstanceNorm": lambda: Nm.InstanceNorm(F),
     "LayerNorm": lambda: Nm.LayerNorm(F), "GraphNorm": lambda: Nm.GraphNorm(F),
-    "DiffGroupNorm": lambda: Nm.DiffGroupNorm(F, 2), "HeteroBatchNorm": "hetero (per-type statistics)",
+    "DiffGroupNorm": lambda: Nm.DiffGroupNorm(F, 2),
+    # MessageNorm(x, msg) rescales a message by the node's norm: msg here is a
+    # per-row function of x (no mixing of padding rows into real ones)
+    "MessageNorm": (lambda: Nm.MessageNorm(learn_scale=True), "msg"), "HeteroBatchNorm": "hetero (per-type statistics)",
     "HeteroLayerNorm": "hetero (per-type statistics)",
 }
 POOL: Dict[str, Any] = {
@@ -270,6 +274,8 @@ class Row(nn.Module):
         f, s, layer = self.family, self.style, self.layer
         if f == "aggr":
             return layer(x, batch)
+        if s == "msg":
+            return layer(x, torch.tanh(x).flip(-1))
         if f == "norm":
             params = inspect.signature(layer.forward).parameters
             return layer(x, batch) if "batch" in params else layer(x)
