@@ -19,6 +19,15 @@ although the padded format knows the answer:
   every row, and ``index_copy_`` keeps the rows where ``deg == i``: the same
   output, ``max_degree + 1`` dense matmuls instead of one split.
 
+* ``ClusterGCNConv.forward``: ``edge_weight[row == col] += lambda * deg_inv``
+  after ``add_self_loops``: the ``k``-th self-loop gets node ``k``'s value,
+  which PyG's shapes require to be one loop per node, in node order. The
+  static read is a full copy (the ``ChebConv`` rule), the update adds
+  ``deg_inv[row]`` at every position (the loop at edge ``e`` is node
+  ``row[e]``'s), and the write keeps the loops. Same values on every real
+  node; a loop the static ``remove_self_loops`` had to leave on the trash
+  node (a batch with a single padding node) gets the trash node's value
+  instead of shifting every real node's.
 * ``RGCNConv.forward``: ``masked_edge_index(edge_index, edge_type == i)``
   (``edge_index[:, mask]``), one relation at a time, then ``propagate``. The
   read keeps all ``E`` columns and sends every edge of another relation to
@@ -68,6 +77,7 @@ SCOPED: List[Tuple[str, str, str, str]] = [
     ("torch_geometric.nn.conv.mf_conv", "MFConv", "forward", "partition"),
     ("torch_geometric.nn.conv.rgcn_conv", "RGCNConv", "forward", "relations"),
     ("torch_geometric.nn.conv.hypergraph_conv", "HypergraphConv", "forward", "hyperedges"),
+    ("torch_geometric.nn.conv.cluster_gcn_conv", "ClusterGCNConv", "forward", "loops"),
 ]
 
 _INPLACE = {
@@ -113,6 +123,7 @@ class _StaticIndexMode(TorchFunctionMode):
         self.where = where
         self.pending: List[Tuple[Tensor, Tensor]] = []  # (full copy, mask) of a masked read
         self.lazy: List[Tuple[Tensor, Tensor]] = []  # (all positions, mask) of a nonzero
+        self.loops: List[Tuple[Tensor, Tensor]] = []  # (row == col, row) of an edge index
 
     # -- lookups by identity (Dynamo traces `is`) --------------------------
     def _pending(self, t: Any):
@@ -125,6 +136,12 @@ class _StaticIndexMode(TorchFunctionMode):
         for i, m in self.lazy:
             if t is i:
                 return m
+        return None
+
+    def _loop_rows(self, m: Any):
+        for mask, row in self.loops:
+            if m is mask:
+                return row
         return None
 
     def _dense(self, m: Tensor):
@@ -155,7 +172,7 @@ class _StaticIndexMode(TorchFunctionMode):
             pos = self._dense(m)
             if pos is not None and m.dim() == 2 and tuple(t.shape[:2]) == tuple(m.shape):
                 return t.flatten(0, 1).index_select(0, pos)
-            if self.rule == "rmw":
+            if self.rule in ("rmw", "loops"):
                 copy = t.clone()
                 self.pending.append((copy, m))
                 return copy
@@ -182,9 +199,24 @@ class _StaticIndexMode(TorchFunctionMode):
                 shape = [1] * out.dim()
                 shape[dim] = -1
                 return out.copy_(torch.where(m.view(shape), src, out))
+        if (self.rule == "loops" and func in (Tensor.__eq__, Tensor.eq, torch.eq) and len(args) == 2
+                and all(isinstance(a, Tensor) and a.dim() == 1 and not a.is_floating_point()
+                        for a in args) and args[0].shape == args[1].shape):
+            out = func(*args, **kwargs)
+            self.loops.append((out, args[0]))
+            return out
         if func in _INPLACE and self._pending(args[0]) is not None:
             if all(not isinstance(a, Tensor) or a.dim() == 0 for a in args[1:]):
                 return func(*args, **kwargs)
+            row = self._loop_rows(self._pending(args[0]))
+            v = args[1] if len(args) == 2 else None
+            if (row is not None and isinstance(v, Tensor) and v.dim() >= 1
+                    and v.size(0) == self.frame["N"] and args[0].size(0) == row.size(0)):
+                # `w[row == col] op= v`: the k-th loop is node k's (exactly one
+                # loop per node, in node order, as PyG's add_self_loops leaves
+                # them), i.e. the loop at edge e gets v[row[e]]; every position
+                # is computed, __setitem__ keeps the loops.
+                return func(args[0], v[row])
         self._misuse(func, args, kwargs)
         return func(*args, **kwargs)
 

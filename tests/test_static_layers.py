@@ -140,6 +140,9 @@ LAYERS = {
     "RGCNConv-blocks": (lambda: RGCNConv(4, 4, num_relations=3, num_blocks=2, aggr="max"),
                         False),
     "HypergraphConv": (lambda: HypergraphConv(4, 3), False),
+    # edge_weight[row == col] += ...: exact even with one padding node (loops
+    # left on the trash node get the trash node's value)
+    "ClusterGCNConv": (lambda: ClusterGCNConv(4, 3, diag_lambda=0.5), False),
 }
 
 
@@ -242,3 +245,21 @@ def test_rgcn_leaves_the_segment_matmul_switch_as_it_was():
     assert backend.use_segment_matmul is None
     ipu_wrap(_Layer(RGCNConv(4, 3, num_relations=3)))(flat)
     assert backend.use_segment_matmul is None
+
+
+def test_cluster_gcn_with_a_single_padding_node():
+    """PyG needs exactly one loop per node after add_self_loops; with one padding
+    node the static remove_self_loops leaves loops on the trash node, and the
+    static loop update still gives every real node PyG's value."""
+    graphs = random_graphs(torch.Generator().manual_seed(5), 3)
+    b = Batch.from_data_list(graphs)
+    assert (b.edge_index[0] == b.edge_index[1]).any()  # real loops, moved to the trash node
+    flat = pad_batch(graphs, b.num_nodes + 1, b.edge_index.size(1) + 3, b.num_graphs + 1)
+    torch.manual_seed(0)
+    layer = ClusterGCNConv(4, 3, diag_lambda=0.5).double()
+    ref = layer(b.x.double(), b.edge_index)
+    flat = {k: v.double() if v.is_floating_point() else v for k, v in flat.items()}
+    w = ipu_wrap(copy.deepcopy(layer))
+    out = w(flat)["output"]
+    torch.testing.assert_close(out[flat["node_mask"]], ref, atol=1e-10, rtol=1e-8)
+    assert check(w, flat).ok

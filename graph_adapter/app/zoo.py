@@ -24,7 +24,7 @@ import inspect
 import re
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import nn
@@ -329,6 +329,198 @@ def _default(cls):
 
 
 # --------------------------------------------------------------------------
+# Rows that stay red: the cause as measured, and what a user does instead
+# --------------------------------------------------------------------------
+CELLS = ("eager", "compile", "export", "check")
+#: A fixed bound on one graph's nodes (>= every graph of :func:`_graphs`): the
+#: dense width the width-dependent aggregations get in their workaround.
+WIDTH = 8
+
+
+class _Width(nn.Module):
+    """An aggregation called with a fixed dense width (``max_num_elements``)."""
+
+    def __init__(self, aggr: nn.Module):
+        super().__init__()
+        self.aggr = aggr
+
+    def forward(self, x, index):
+        return self.aggr(x, index, max_num_elements=WIDTH)
+
+
+Probe = Callable[[nn.Module, Tuple[Batch, Batch], Dict[str, str]], Optional[str]]
+
+
+@torch.no_grad()
+def _width(model: nn.Module, batches, res) -> Optional[str]:
+    """The aggregation's result changes with the dense width alone."""
+    b = batches[0]
+    layer = model.layer.eval()
+    w = int(torch.bincount(b.batch).max())
+    at_n = BUDGET["nodes"]
+    d = (layer(b.x, b.batch) - layer(b.x, b.batch, max_num_elements=at_n)).abs().max().item()
+    if d < 1e-6:
+        return None
+    return (f"each graph's result depends on the dense batch's width (PyG: the largest graph "
+            f"of the batch, here {w}; the same graphs at width {at_n}, the node budget, "
+            f"differ by {d:.2g}); a padded batch cannot know its largest graph statically")
+
+
+def _rnn(model, batches, res) -> Optional[str]:
+    """The compile cell is Dynamo refusing an RNN module."""
+    if "Attempted to wrap RNN, GRU, or LSTM" not in res["compile"]:
+        return None
+    return "Dynamo refuses torch.nn.LSTM/GRU modules by default (config.allow_rnn=False)"
+
+
+@torch.no_grad()
+def _slots(model, batches, res) -> Optional[str]:
+    """The aggregation's result on real graphs changes with one empty graph slot more."""
+    b = batches[0]
+    layer = model.layer.eval()
+    g = b.num_graphs
+    torch.manual_seed(0)
+    a = layer(b.x, b.batch, dim_size=g)
+    torch.manual_seed(0)
+    c = layer(b.x, b.batch, dim_size=g + 1)[:g]
+    d = (a - c).abs().max().item()
+    if d < 1e-6:
+        return None
+    return (f"each graph's result depends on how many graph slots the batch has (one empty "
+            f"slot more changes the real graphs' results by {d:.2g}: its regulariser averages "
+            f"over all slots), so padding graph slots changes real results")
+
+
+def _inner_grad(model, batches, res) -> Optional[str]:
+    if "requires_grad=True" not in res["compile"]:
+        return None
+    return ("its forward optimises its output with torch.autograd.grad from a tensor it "
+            "creates with requires_grad=True, which Dynamo refuses")
+
+
+@torch.no_grad()
+def _pooled_rows(model, batches, res) -> Optional[str]:
+    """The pooled graph's node count comes from the data, not the budget."""
+    seen = []
+    for b in batches:
+        rows = _call(model.eval(), b).size(0)
+        if rows in (b.num_nodes, b.num_graphs):
+            return None
+        seen.append(f"{b.num_nodes} nodes -> {rows}")
+    return (f"returns a pooled graph whose node count comes from the data ({', '.join(seen)}), "
+            f"not from the budget: its output, edges and batch vector have no static shape")
+
+
+def _sampling(model, batches, res) -> Optional[str]:
+    """SuperGATConv's training-time edge sampling draws a random edge set per call."""
+    b = batches[0]
+    layer = model.layer.train()
+    drawn = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        layer(b.x, b.edge_index)
+        drawn.append(layer.att_x.detach().clone())
+    if drawn[0].shape == drawn[1].shape and torch.equal(drawn[0], drawn[1]):
+        return None
+    k0, k1 = drawn[0].size(0), drawn[1].size(0)
+    drew = f"{k0} and {k1} edges" if k0 != k1 else f"two different sets of {k0} edges"
+    return (f"in train() its attention loss samples edges (dropout_edge, then "
+            f"negative_sampling by rejection on the host): two seeds on one batch drew {drew}")
+
+
+class Try(NamedTuple):
+    """A workaround, run like a row: the layer as it uses it, and how it is compiled."""
+
+    label: str  # e.g. "for inference (eval(), torch.no_grad())"
+    variant: Callable[[nn.Module], nn.Module] = lambda m: m
+    config: Tuple[Tuple[str, Any], ...] = ()  # torch._dynamo.config for the run
+    modes: Tuple[bool, ...] = (True, False)  # train() modes compiled
+    grad: bool = True  # compiled with gradients enabled
+    cells: Tuple[str, ...] = ("eager", "compile", "export", "check")  # reported
+
+
+class WhyNot(NamedTuple):
+    """Why a built row stays red, and what a user does instead (run by the script too)."""
+
+    probes: Tuple[Probe, ...]  # each measures one stated cause, or returns None
+    instead: str
+    tries: Tuple[Try, ...] = ()
+
+
+_WIDTH_FIX = (f"call it with a fixed max_num_elements= (a bound on any graph's nodes, here "
+              f"{WIDTH}) in training and inference alike")
+_POOL_FIX = ("pool to a fixed size inside the wrapped forward (MemPooling, SortAggregation: "
+             "green rows here), or run this pooling and the layers after it outside ipu_wrap "
+             "(eager, unpadded)")
+_RNN = (("allow_rnn", True),)
+#: nn.LSTM: inference compiles under torch.no_grad(); training does not (measured)
+_LSTM_TRIES = lambda v: (  # noqa: E731
+    Try("for inference (eval(), torch.no_grad())", v, _RNN, (False,), grad=False),
+    Try("for training", v, _RNN, (True,), cells=("compile",)))
+WHY_NOT: Dict[str, WhyNot] = {
+    "LSTMAggregation": WhyNot((_width, _rnn), _WIDTH_FIX + ", and set "
+                              "torch._dynamo.config.allow_rnn = True", _LSTM_TRIES(_Width)),
+    "GRUAggregation": WhyNot((_width, _rnn), _WIDTH_FIX + ", and set "
+                             "torch._dynamo.config.allow_rnn = True", (Try("", _Width, _RNN),)),
+    "LCMAggregation": WhyNot((_width,), _WIDTH_FIX, (Try("", _Width),)),
+    "PatchTransformerAggregation": WhyNot((_width,), _WIDTH_FIX, (Try("", _Width),)),
+    "Set2Set": WhyNot((_rnn,), "set torch._dynamo.config.allow_rnn = True",
+                      _LSTM_TRIES(lambda m: m)),
+    "EquilibriumAggregation": WhyNot((_slots, _inner_grad), "none that keeps its results under "
+                                     "padding: run it on unpadded batches, outside ipu_wrap"),
+    "SuperGATConv": WhyNot((_sampling,), "compile and export it for inference; train it, with "
+                           "its attention loss, outside ipu_wrap",
+                           (Try("for inference (eval())", modes=(False,)),)),
+    "TopKPooling": WhyNot((_pooled_rows,), _POOL_FIX),
+    "SAGPooling": WhyNot((_pooled_rows,), _POOL_FIX),
+    "ASAPooling": WhyNot((_pooled_rows,), _POOL_FIX),
+    "EdgePooling": WhyNot((_pooled_rows,), _POOL_FIX),
+    "ClusterPooling": WhyNot((_pooled_rows,), _POOL_FIX),
+}
+
+
+def _summary(res: Dict[str, str], t: Try) -> str:
+    if res["note"]:
+        return res["note"]
+    if all(res[k] == "ok" for k in t.cells):
+        return "all four green" if len(t.cells) == 4 else " ".join(f"{k} ✅" for k in t.cells)
+    return ", ".join(f"{k} " + ("✅" if res[k] == "ok" else f"❌ {res[k][:70]}") for k in t.cells)
+
+
+def _why_not(family: str, name: str, factory: Callable, style: str, model: nn.Module,
+             batches: Tuple[Batch, Batch], res: Dict[str, str]) -> str:
+    """The note of a red row: ``why: <measured causes>. Instead: <workaround>: <its cells>``."""
+    entry = WHY_NOT.get(name)
+    if entry is None:
+        return "unexplained: no cause recorded for this row (graph_adapter/app/zoo.py WHY_NOT)"
+    causes = []
+    for probe in entry.probes:
+        try:
+            cause = probe(model, batches, res)
+        except Exception as e:  # noqa: BLE001 - the note reports it
+            return f"unexplained: the probe {probe.__name__} failed: {_why(e)}"
+        if cause is None:
+            return (f"unexplained: the probe {probe.__name__} did not reproduce its cause "
+                    f"(graph_adapter/app/zoo.py WHY_NOT)")
+        causes.append(cause)
+    tried = []
+    for t in entry.tries:
+        import torch._dynamo
+
+        def workaround(variant=t.variant):
+            return variant(factory())
+
+        with torch._dynamo.config.patch(dict(t.config)):
+            got = run_row(family, name, (workaround, style), why=False, modes=t.modes,
+                          grad=t.grad)
+        tried.append((f"{t.label}: " if t.label else "") + _summary(got, t))
+    note = f"why: {'; '.join(causes)}. Instead: {entry.instead}"
+    if tried:
+        note += " -> " + "; ".join(tried)
+    return note.replace("|", "/")
+
+
+# --------------------------------------------------------------------------
 # One row
 # --------------------------------------------------------------------------
 def _first(out):
@@ -361,12 +553,13 @@ def _invariant(model: nn.Module, b: Batch, flat) -> str:
     return "ok" if err < 1e-4 else f"differs by {err:.2g}"
 
 
-def _compiles(model: nn.Module, flats) -> str:
+def _compiles(model: nn.Module, flats, modes: Tuple[bool, ...] = (True, False),
+              grad: bool = True) -> str:
     import torch._dynamo
 
     aot = torch._dynamo.lookup_backend("aot_eager")
     counts = []
-    for train in (True, False):
+    for train in modes:
         torch._dynamo.reset()
         n = [0]
 
@@ -376,10 +569,13 @@ def _compiles(model: nn.Module, flats) -> str:
 
         w = ipu_wrap(copy.deepcopy(model), inputs="tensors").train(train)
         compiled = torch.compile(w, fullgraph=True, dynamic=False, backend=counting)
-        for flat in flats:
-            compiled(flat)
+        with torch.set_grad_enabled(grad):
+            for flat in flats:
+                compiled(flat)
         counts.append(n[0])
-    return "ok" if counts == [1, 1] else f"compiles train/eval: {counts[0]}/{counts[1]}"
+    if counts == [1] * len(modes):
+        return "ok"
+    return "compiles " + ", ".join(f"{'train' if t else 'eval'} {c}" for t, c in zip(modes, counts))
 
 
 def _exports(model: nn.Module, flat) -> str:
@@ -397,8 +593,15 @@ def _clean(model: nn.Module, flat) -> str:
     return f"{f.kind}: {f.op.split(' (')[0]}" + (f" at {where.group(0)}" if where else "")
 
 
-def run_row(family: str, name: str, entry: Any) -> Dict[str, str]:
-    """The four results of one row (``"ok"`` or why not) and a note."""
+def run_row(family: str, name: str, entry: Any, why: bool = True,
+            modes: Tuple[bool, ...] = (True, False), grad: bool = True) -> Dict[str, str]:
+    """The four results of one row (``"ok"`` or why not) and a note.
+
+    A built row with a red cell gets its note from :data:`WHY_NOT` (the cause
+    as the probes measure it, the workaround and the workaround's own cells);
+    ``why=False`` skips that (a workaround's own run). ``modes``: the
+    ``train()`` modes compiled; ``grad``: compile with gradients enabled.
+    """
     res = {"family": family, "name": name, "eager": "", "compile": "", "export": "", "check": "",
            "note": ""}
     if isinstance(entry, str):
@@ -414,15 +617,17 @@ def run_row(family: str, name: str, entry: Any) -> Dict[str, str]:
     except Exception as e:  # noqa: BLE001 - the table reports it
         res["note"] = "not built: " + _why(e)
         return res
-    flat2 = _pad(_graphs(1))[1]
+    b1, flat1 = _pad(_graphs(1))
     steps = [("eager", lambda: _invariant(model, b, flat)),
-             ("compile", lambda: _compiles(model, [flat, flat2])),
+             ("compile", lambda: _compiles(model, [flat, flat1], modes, grad)),
              ("export", lambda: _exports(model, flat)), ("check", lambda: _clean(model, flat))]
     for key, step in steps:
         try:
             res[key] = step()
         except Exception as e:  # noqa: BLE001
             res[key] = _why(e)
+    if why and not all(res[k] == "ok" for k in CELLS):
+        res["note"] = _why_not(family, name, factory, style, model, (b, b1), res)
     return res
 
 
@@ -439,11 +644,12 @@ def table(results: List[Dict[str, str]]) -> str:
     for r in results:
         lines.append(f"| {r['family']} | `{r['name']}` | {_cell(r['eager'])} | {_cell(r['compile'])} "
                      f"| {_cell(r['export'])} | {_cell(r['check'])} | {r['note']} |")
-    green = sum(all(r[k] == "ok" for k in ("eager", "compile", "export", "check")) for r in results)
+    green = sum(all(r[k] == "ok" for k in CELLS) for r in results)
     built = sum(not r["note"].startswith("not built") for r in results)
+    why = sum(r["note"].startswith("why:") for r in results)
     lines.append("")
-    lines.append(f"{green} of {built} built rows all green; {len(results) - built} not built here "
-                 f"(reason in the row).")
+    lines.append(f"{green} of {built} built rows all green, {why} say why not (note); "
+                 f"{len(results) - built} not built here (reason in the row).")
     return "\n".join(lines)
 
 
