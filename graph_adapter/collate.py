@@ -47,10 +47,10 @@ import torch
 from torch import Tensor
 
 from ._gather import Gather
-from ._layout import DegreeWidthError, ell_tables, fit_widths, graph_of_node
+from ._layout import LAYOUTS, DegreeWidthError, fit_layout, graph_of_node, layout_tables
 from ._scan import Dim, Scan
 from .budget import Budget
-from .format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR,
+from .format import (BATCH, EDGE_MASK, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR,
                      RESERVED_KEYS,
                      has_micro_batch_dim, is_hetero, key_of, levels_of_rows, parse_key,
                      split_micro_batches, stack_micro_batches, store_name)
@@ -119,8 +119,12 @@ class Collator:
             node's real in-/out-edges, padded with ``E``), which a wrapped
             model's PyG layers then aggregate through
             (:mod:`graph_adapter.static_layout`). Homogeneous only.
+            ``"hyb"``: narrower tables plus ``[2, K]`` lists of the edges past
+            a node's width (``in_spill`` / ``out_spill``, see ``_layout.py``).
         layout_widths: ``(Din, Dout)``; default: the dataset's largest in- and
-            out-degree. A graph with a node beyond them raises
+            out-degree (``"hyb"``: the 99.5th percentile of the degrees). A
+            graph with a node beyond them (``"hyb"``: a batch spilling more
+            than the capacity fitted from the dataset) raises
             :class:`~graph_adapter._layout.DegreeWidthError` naming it.
 
     Hetero keys follow ``docs/dev/FORMAT.md``: ``<node_type>/<attr>`` plus
@@ -134,8 +138,8 @@ class Collator:
                  index_dtype: torch.dtype = torch.int64, warn: bool = True,
                  exclude: Collection[str] = (), validate: bool = True,
                  layout: Optional[str] = None, layout_widths: Optional[Tuple[int, int]] = None):
-        if layout not in (None, "ell"):
-            raise ValueError(f"layout must be None or 'ell', got {layout!r}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be None, 'ell' or 'hyb', got {layout!r}")
         if index_dtype not in (torch.int64, torch.int32):
             raise ValueError(f"index_dtype must be torch.int64 or torch.int32, got {index_dtype}")
         if isinstance(exclude, str):
@@ -145,25 +149,30 @@ class Collator:
                     columnar, index_dtype)
         self.layout = layout
         self.layout_widths: Optional[Tuple[int, int]] = None
+        self.layout_spills: Optional[Tuple[int, int]] = None  # layout="hyb": (Kin, Kout)
         self._widths_from = "given" if layout_widths is not None else "fitted from the dataset"
-        if layout == "ell":
-            self.layout_widths = self._fit_layout(layout_widths, dataset)
+        if layout is not None:
+            self.layout_widths, self.layout_spills = self._fit_layout(layout_widths, dataset)
         if warn:
             self._warn_excluded()
 
     def _fit_layout(self, widths: Optional[Tuple[int, int]], dataset: Sequence[Any]
-                    ) -> Tuple[int, int]:
-        """``(Din, Dout)`` of the ELL tables: given, or the dataset's max degrees."""
+                    ) -> Tuple[Tuple[int, int], Optional[Tuple[int, int]]]:
+        """``((Din, Dout), spill capacities or None)`` of the layout's tables
+        (widths given, or fitted from the dataset: graph_adapter/_layout.py)."""
         if self.is_hetero:
-            raise ValueError("layout='ell' is for homogeneous datasets only (a HeteroData "
-                             "dataset has one edge_index per edge type); pass layout=None")
+            raise ValueError(f"layout={self.layout!r} is for homogeneous datasets only (a "
+                             "HeteroData dataset has one edge_index per edge type); pass "
+                             "layout=None")
         if "edge_index" not in {f.key for f in self.schema}:
-            raise ValueError("layout='ell' needs an 'edge_index' in every graph")
+            raise ValueError(f"layout={self.layout!r} needs an 'edge_index' in every graph")
         if widths is not None:
             din, dout = (int(w) for w in widths)
             if din < 1 or dout < 1:
                 raise ValueError(f"layout_widths must be two positive ints, got {widths!r}")
-            return din, dout
+            widths = din, dout
+            if self.layout == "ell":
+                return widths, None
         m = self.sizes.matrix
         if self.columnar:
             ei = self.scan.columns["edge_index"].numpy().T  # columns are cat dim first
@@ -171,7 +180,7 @@ class Collator:
             parts = [np.asarray(dataset[i].edge_index, dtype=np.int64)
                      for i in range(len(dataset))]
             ei = np.concatenate(parts, axis=1) if parts else np.zeros((2, 0), np.int64)
-        return fit_widths(ei, m[:, 1], m[:, 0])
+        return fit_layout(self.layout, ei, m[:, 1], m[:, 0], self.budget.graphs, widths)
 
     def _setup(self, scan: Scan, budget: Budget, columnar: bool,
                index_dtype: torch.dtype) -> None:
@@ -316,7 +325,7 @@ class Collator:
                 o = o.reshape(o.shape + s.ones)
             out[f.key] = s.gather.run(gi, o)
         self._add_reserved(out, g, cnt, tot)
-        if self.layout == "ell":
+        if self.layout is not None:
             self._add_layout(out, idx, tot[1], where)
         return out
 
@@ -325,8 +334,8 @@ class Collator:
         """The ELL tables of the batch (real edges come first in ``edge_index``)."""
         ei = out["edge_index"].numpy()
         try:
-            ins, outs = ell_tables(ei, real_edges, int(self._rows[0]), self.layout_widths,
-                                   self._np_idt)
+            tables = layout_tables(self.layout, ei, real_edges, int(self._rows[0]),
+                                   self.layout_widths, self.layout_spills, self._np_idt)
         except DegreeWidthError as e:
             ptr = out[PTR].numpy()
             node, what, width = e.args[1:]
@@ -337,8 +346,8 @@ class Collator:
                 f"(Din={self.layout_widths[0]}, Dout={self.layout_widths[1]}, "
                 f"{self._widths_from}). Pass layout_widths=(Din, Dout) large enough for "
                 f"every graph, or leave such graphs out.") from None
-        out[ELL_IN] = torch.from_numpy(ins)
-        out[ELL_OUT] = torch.from_numpy(outs)
+        for k, v in tables.items():
+            out[k] = torch.from_numpy(v)
 
     def _add_reserved(self, out: Dict[str, Any], g: int, cnt: np.ndarray,
                       tot: List[int]) -> None:
@@ -378,6 +387,7 @@ class Collator:
                         exclude=self.scan.exclude, validate=self.validate, ids=ids),
                    self.budget, True, self.index_dtype)
         tmp.layout, tmp.layout_widths = self.layout, self.layout_widths
+        tmp.layout_spills = self.layout_spills
         tmp._widths_from = self._widths_from
         return tmp._batch(np.arange(len(data_list)), "of graphs")
 

@@ -29,7 +29,8 @@ from torch import Tensor
 __all__ = [
     "SEP", "EDGE_TYPE_SEP", "LEVELS", "StoreKey",
     "BATCH", "PTR", "NODE_MASK", "EDGE_MASK", "GRAPH_MASK", "MASKS", "MASK_OF_LEVEL",
-    "RESERVED_KEYS", "ELL_IN", "ELL_OUT", "LAYOUT_KEYS", "OUTPUT_KEY", "LOSS_KEY",
+    "RESERVED_KEYS", "ELL_IN", "ELL_OUT", "SPILL_IN", "SPILL_OUT", "LAYOUT_KEYS",
+    "OUTPUT_KEY", "LOSS_KEY",
     "key_of", "parse_key", "store_name", "is_hetero", "mask_key",
     "levels_of_rows", "pick_level", "level_of_rows", "masks_by_level", "mask_of_rows",
     "has_micro_batch_dim", "num_micro_batches", "split_micro_batches",
@@ -61,7 +62,11 @@ RESERVED_KEYS = (BATCH, PTR, NODE_MASK, EDGE_MASK, GRAPH_MASK)
 #: with ``E`` (see graph_adapter/_layout.py). Homogeneous batches only.
 ELL_IN = "in_slots"
 ELL_OUT = "out_slots"
-LAYOUT_KEYS = (ELL_IN, ELL_OUT)
+#: ``layout="hyb"``: the same tables, narrower, plus ``[2, K]`` lists of the
+#: edges past a node's width (row 0 edge id, row 1 its node; padding ``(E, N - 1)``).
+SPILL_IN = "in_spill"
+SPILL_OUT = "out_spill"
+LAYOUT_KEYS = (ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT)
 
 #: Where a wrapped model's output and loss live in its output dict.
 OUTPUT_KEY = "output"

@@ -60,7 +60,8 @@ from torch_geometric.index import index2ptr as index2ptr_orig
 from torch_geometric.nn.aggr.base import Aggregation
 from torch_geometric.utils import num_nodes as _num_nodes_mod
 
-from .format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, NODE_MASK, PTR, is_hetero,
+from .format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, NODE_MASK, PTR, SPILL_IN,
+                     SPILL_OUT, is_hetero,
                      levels_of_rows, masks_by_level, parse_key)
 
 __all__ = [
@@ -133,8 +134,9 @@ def make_frame(flat: Dict[str, Tensor]) -> Dict[str, Any]:
         # ELL tables (layout="ell"): graph_adapter.static_layout routes PyG's
         # gather and sum/mean aggregation over the batch's edge_index through them
         frame["edge_index"] = flat.get("edge_index")
-        frame["ell"] = (flat[ELL_IN], flat[ELL_OUT]) if ELL_IN in flat and ELL_OUT in flat \
-            else None
+        # (+ the spill lists of layout="hyb", else None)
+        frame["ell"] = (flat[ELL_IN], flat[ELL_OUT], flat.get(SPILL_IN), flat.get(SPILL_OUT)) \
+            if ELL_IN in flat and ELL_OUT in flat else None
     else:
         frame["N"] = frame["E"] = None
         frame["batch"] = None

@@ -1,7 +1,7 @@
 """Message passing over the ELL tables: gathers both ways, no atomics.
 
 When a padded batch carries the ELL tables (``FixedSizeLoader(...,
-layout="ell")``, keys ``in_slots`` / ``out_slots``, see
+layout="ell" | "hyb")``, keys ``in_slots`` / ``out_slots``, see
 :mod:`graph_adapter._layout` and ``docs/dev/FORMAT.md``), the two halves of
 a message-passing step become gathers in the forward *and* the backward:
 
@@ -13,7 +13,11 @@ a message-passing step become gathers in the forward *and* the backward:
   backward is ``grad[index]``.
 
 The two are each other's transposes, so each one's backward is the other
-(second derivatives work too). The slot id ``E`` indexes a zero row
+(second derivatives work too). Under ``layout="hyb"`` the tables are narrow
+and each sum adds the few edges past a node's width from a spill list
+(``in_spill`` / ``out_spill``, ``[2, K]``) with one ``index_add`` of ``K``
+rows: the gather stays a gather, the backward's atomics shrink from ``E``
+rows to ``K``. The slot id ``E`` indexes a zero row
 appended to the edge values; padding edges are in no table, so the rows of
 padding nodes differ from the ``index_add`` path (real rows are equal: padding
 edges only touch padding nodes).
@@ -55,64 +59,83 @@ def _with_zero_row(t: Tensor) -> Tensor:
     return torch.cat([t, t.new_zeros((1,) + tuple(t.shape[1:]))])
 
 
+def _spilled(out: Tensor, msg_z: Tensor, spill: Optional[Tensor]) -> Tensor:
+    """``out`` plus the spilled edges' rows of ``msg_z`` (``[2, K]``: edge id, node)."""
+    if spill is None:
+        return out
+    return out.index_add(0, spill[1], msg_z.index_select(0, spill[0]))
+
+
 class _Gather(torch.autograd.Function):
-    """``x[index]``; backward: ``sum(grad[slots[n]])`` per node (a gather, no atomics)."""
+    """``x[index]``; backward: ``sum(grad[slots[n]])`` per node (a gather, no atomics;
+    plus a scatter of the few spilled edges under ``layout="hyb"``)."""
 
     @staticmethod
-    def forward(x: Tensor, index: Tensor, slots: Tensor) -> Tensor:
+    def forward(x: Tensor, index: Tensor, slots: Tensor, spill: Optional[Tensor]) -> Tensor:
         return x.index_select(0, index)
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: Tuple[Tensor, Tensor, Tensor], output: Tensor) -> None:
-        ctx.save_for_backward(inputs[1], inputs[2])
+    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Tensor) -> None:
+        ctx.has_spill = inputs[3] is not None
+        ctx.save_for_backward(*inputs[1:3], *((inputs[3],) if ctx.has_spill else ()))
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor):
-        index, slots = ctx.saved_tensors
-        return _Sum.apply(grad, index, slots), None, None
+        index, slots, *spill = ctx.saved_tensors
+        return _Sum.apply(grad, index, slots, spill[0] if spill else None), None, None, None
 
 
 class _Sum(torch.autograd.Function):
-    """``out[n] = sum(msg[slots[n]])``; backward: ``grad[index]`` (a gather)."""
+    """``out[n] = sum(msg[slots[n]])`` (+ spilled edges); backward: ``grad[index]`` (a gather)."""
 
     @staticmethod
-    def forward(msg: Tensor, index: Tensor, slots: Tensor) -> Tensor:
-        return _with_zero_row(msg)[slots].sum(1)
+    def forward(msg: Tensor, index: Tensor, slots: Tensor, spill: Optional[Tensor]) -> Tensor:
+        msg_z = _with_zero_row(msg)
+        return _spilled(msg_z[slots].sum(1), msg_z, spill)
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: Tuple[Tensor, Tensor, Tensor], output: Tensor) -> None:
-        ctx.save_for_backward(inputs[1], inputs[2])
+    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Tensor) -> None:
+        ctx.has_spill = inputs[3] is not None
+        ctx.save_for_backward(*inputs[1:3], *((inputs[3],) if ctx.has_spill else ()))
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor):
-        index, slots = ctx.saved_tensors
-        return _Gather.apply(grad, index, slots), None, None
+        index, slots, *spill = ctx.saved_tensors
+        return _Gather.apply(grad, index, slots, spill[0] if spill else None), None, None, None
 
 
-def ell_gather(x: Tensor, index: Tensor, slots: Tensor) -> Tensor:
+def ell_gather(x: Tensor, index: Tensor, slots: Tensor, spill: Optional[Tensor] = None
+               ) -> Tensor:
     """``x[index]`` along dim 0 (``[N, *] -> [E, *]``).
 
     ``index``: ``[E]`` (e.g. ``edge_index[0]``); ``slots``: ``[N, D]``, the
     ids of the edges ``e`` with ``index[e] == n`` (padding id ``E``), e.g.
-    ``out_slots`` for ``edge_index[0]``. Edges listed in no row of ``slots``
-    get no gradient back to ``x``.
+    ``out_slots`` for ``edge_index[0]``; ``spill``: ``[2, K]``, the edges
+    (row 0) past their node's (row 1) width (``out_spill``, ``layout="hyb"``).
+    Edges listed nowhere get no gradient back to ``x``.
     """
-    return _Gather.apply(x, index, slots)
+    return _Gather.apply(x, index, slots, spill)
 
 
-def ell_sum(msg: Tensor, index: Tensor, slots: Tensor) -> Tensor:
-    """``out[n] = sum of msg[e] over slots[n]`` (``[E, *] -> [N, *]``).
+def ell_sum(msg: Tensor, index: Tensor, slots: Tensor, spill: Optional[Tensor] = None
+            ) -> Tensor:
+    """``out[n] = sum of msg[e] over slots[n]`` and ``spill`` (``[E, *] -> [N, *]``).
 
-    ``index``/``slots`` as in :func:`ell_gather` (``edge_index[1]`` with
-    ``in_slots`` for a sum over in-edges).
+    ``index``/``slots``/``spill`` as in :func:`ell_gather` (``edge_index[1]``
+    with ``in_slots`` / ``in_spill`` for a sum over in-edges).
     """
-    return _Sum.apply(msg, index, slots)
+    return _Sum.apply(msg, index, slots, spill)
 
 
-def ell_mean(msg: Tensor, index: Tensor, slots: Tensor) -> Tensor:
-    """The mean over ``slots[n]`` (0 for a node without edges, as PyG)."""
-    deg = (slots < msg.size(0)).sum(1).clamp(min=1).to(msg.dtype)
-    return ell_sum(msg, index, slots) / deg.view((-1,) + (1,) * (msg.dim() - 1))
+def ell_mean(msg: Tensor, index: Tensor, slots: Tensor, spill: Optional[Tensor] = None
+             ) -> Tensor:
+    """The mean over ``slots[n]`` and ``spill`` (0 for a node without edges, as PyG)."""
+    E = msg.size(0)
+    deg = (slots < E).sum(1).to(msg.dtype)
+    if spill is not None:
+        deg = deg.index_add(0, spill[1], (spill[0] < E).to(msg.dtype))
+    deg = deg.clamp(min=1)
+    return ell_sum(msg, index, slots, spill) / deg.view((-1,) + (1,) * (msg.dim() - 1))
 
 
 # --------------------------------------------------------------------------
@@ -123,8 +146,9 @@ _ORIG: Dict[str, Any] = {name: getattr(MessagePassing, name)
 _ROW = "ell_row"  # frame entry: the edge_index row PyG's collect is about to gather with
 
 
-def _tables() -> Optional[Tuple[Tensor, Tensor, Tensor]]:
-    """``(edge_index, in_slots, out_slots)`` of the active frame, or None."""
+def _tables() -> Optional[Tuple[Tensor, Tensor, Tensor, Optional[Tensor], Optional[Tensor]]]:
+    """``(edge_index, in_slots, out_slots, in_spill, out_spill)`` of the active
+    frame (spills None unless ``layout="hyb"``), or None."""
     frame = static.current_frame()
     if frame is None or frame.get("ell") is None or frame.get("edge_index") is None:
         return None
@@ -160,11 +184,11 @@ def _index_select(self: MessagePassing, src: Tensor, index: Any) -> Tensor:
     frame = static.current_frame()
     row = frame.get(_ROW)
     frame[_ROW] = None  # one use: a later _index_select without _set_size takes PyG's path
-    ei, ins, outs = t
+    ei, ins, outs, in_sp, out_sp = t
     if row not in (0, 1) or self.flow != "source_to_target" or not isinstance(src, Tensor) \
             or self.node_dim % src.dim() != 0 or not _is_row_of(index, ei):
         return _ORIG["_index_select"](self, src, index)
-    return ell_gather(src, index, outs if row == 0 else ins)
+    return ell_gather(src, index, *((outs, out_sp) if row == 0 else (ins, in_sp)))
 
 
 def _aggregate(self: MessagePassing, inputs: Tensor, index: Tensor, ptr: Optional[Tensor] = None,
@@ -179,11 +203,11 @@ def _aggregate(self: MessagePassing, inputs: Tensor, index: Tensor, ptr: Optiona
             or self.node_dim % inputs.dim() != 0 \
             or (dim_size is not None and dim_size != t[1].size(0)):
         return _ORIG["aggregate"](self, inputs, index, ptr=ptr, dim_size=dim_size)
-    ins, outs = t[1], t[2]
+    _, ins, outs, in_sp, out_sp = t
     # PyG's propagate aggregates over edge_index[i]: i = 1 for source_to_target
-    slots = ins if self.flow == "source_to_target" else outs
+    slots = (ins, in_sp) if self.flow == "source_to_target" else (outs, out_sp)
     fn = ell_sum if kind is SumAggregation else ell_mean
-    return fn(inputs, index, slots)
+    return fn(inputs, index, *slots)
 
 
 _PATCHES = {"_set_size": _set_size, "_index_select": _index_select, "aggregate": _aggregate}

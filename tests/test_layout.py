@@ -1,4 +1,4 @@
-"""layout="ell": the collator's neighbour tables and the routed message passing.
+"""layout="ell" / "hyb": the collator's neighbour tables and the routed message passing.
 
 * the tables hold exactly each node's real in-/out-edges, in order, padded
   with ``E`` (property over drawn graphs: 0-edge graphs, isolated nodes,
@@ -8,6 +8,10 @@
   unpadded eager model;
 * under Dynamo (``aot_eager``) the routing holds: one compile per mode and no
   ``index_add`` in the forward or backward graphs;
+* layout="hyb" (narrow tables + spill lists): every real edge is in exactly
+  one place (its node's row, or the spill list past the row), the spill
+  capacity fits every batch of the fitted dataset; outputs and gradients equal
+  the unpadded model in float64; the only scatters left are the spill lists';
 * a graph over the degree widths raises the named error; hetero refuses.
 """
 import copy
@@ -16,18 +20,21 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import assume, given
+from hypothesis import strategies as st
 from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.nn import BatchNorm, GINConv, SAGEConv
 
 import graph_adapter as ga
 from graph_adapter import static_layout
+from graph_adapter import _layout
 from graph_adapter._layout import DegreeWidthError
 from graph_adapter.collate import Collator
-from graph_adapter.format import ELL_IN, ELL_OUT
+from graph_adapter.format import ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT
 
 from strategies import model_graph_lists, paddings
 
 ATOL = 1e-4
+ATOL64 = 1e-9
 
 
 def _budget(graphs, padding):
@@ -49,6 +56,47 @@ def test_tables_list_each_nodes_real_edges_in_order(graphs, padding):
             want = [j for j in range(e) if int(ei[row, j]) == node]  # real edges come first
             got = table[node].tolist()
             assert got == want + [E] * (table.shape[1] - len(want)), (key, node)
+
+
+@given(graphs=model_graph_lists(), padding=paddings(), widths=st.tuples(st.integers(1, 3),
+                                                                         st.integers(1, 3)))
+def test_hyb_tables_hold_every_real_edge_once_in_order(graphs, padding, widths):
+    n, e, budget = _budget(graphs, padding)
+    c = Collator(graphs, budget, layout="hyb", layout_widths=widths)
+    flat = c.collate_indices(range(len(graphs)))
+    ei, E, N = flat["edge_index"], flat["edge_index"].size(1), budget.nodes
+    for key, sp_key, row, w, cap in ((ELL_IN, SPILL_IN, 1, widths[0], c.layout_spills[0]),
+                                     (ELL_OUT, SPILL_OUT, 0, widths[1], c.layout_spills[1])):
+        table, spill = flat[key], flat[sp_key]
+        assert table.shape == (N, w) and spill.shape == (2, cap)
+        # the spill list: real columns first, then padding (E, N - 1)
+        k = int((spill[0] < E).sum())
+        assert (spill[0, k:] == E).all() and (spill[1, k:] == N - 1).all()
+        spilled = {}
+        for j in range(k):
+            spilled.setdefault(int(spill[1, j]), []).append(int(spill[0, j]))
+        for node in range(N):
+            want = [j for j in range(e) if int(ei[row, j]) == node]
+            got = table[node].tolist()
+            assert got == want[:w] + [E] * (w - len(want[:w])), (key, node)
+            assert spilled.get(node, []) == want[w:], (sp_key, node)
+
+
+def test_hyb_fit_widths_and_capacity():
+    """Widths: the 99.5th percentile of the degrees; capacity: the G largest spills."""
+    star = Data(x=torch.randn(6, 4), edge_index=torch.tensor([[1, 2, 3, 4, 5], [0] * 5]))
+    data = _molecules(300) + [star, star]  # chains: in-degrees 1-2; each star spills 3 at width 2
+    c = Collator(data, ga.Budget.fit(data, 4), layout="hyb")
+    assert c.layout_widths == (2, 2)
+    assert c.layout_spills == (6, 1)  # both stars fit in one batch; no out-spill (min 1)
+    g = ga.Budget.fit(data, 4).graphs
+    assert _layout.fit_hyb(np.array([[1, 2, 3, 4, 5], [0] * 5]), np.array([5]), np.array([6]),
+                           g, (1, 1)) == ((1, 1), (4, 1))
+    with pytest.raises(DegreeWidthError, match=r"graph 0 .*its node 0 has 5 in-edges \(the batch "
+                                               r"spills 4 past the width, the capacity is 1\)"):
+        pairs = [Data(x=torch.randn(2, 4), edge_index=torch.tensor([[0], [1]]))] * 3
+        Collator(pairs, ga.Budget.fit(data, 4), layout="hyb",
+                 layout_widths=(1, 1)).collate([star])  # a graph it was not fitted on
 
 
 class Net(torch.nn.Module):
@@ -75,32 +123,37 @@ def _node_loss(out):
 @pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
 @given(graphs=model_graph_lists(), padding=paddings())
 def test_ell_path_equals_scatter_path_and_unpadded_model(train, graphs, padding):
+    """float64: the slot sums add in another order than PyG's scatter."""
     n, e, budget = _budget(graphs, padding)
     assume(len({budget.nodes, budget.edges, budget.graphs}) == 3)
     if train:
         assume(n >= 2)  # eager PyG's BatchNorm raises on fewer than 2 nodes in train()
+    graphs = [d.clone() for d in graphs]
+    for d in graphs:
+        d.x = d.x.double()
     torch.manual_seed(0)
-    ref = Net().train(train)
+    ref = Net().double().train(train)
     b = Batch.from_data_list(graphs)
     x_ref = b.x.clone().requires_grad_(True)
     out_ref = ref(x_ref, b.edge_index)
     _node_loss(out_ref).backward()
     idx = range(len(graphs))
-    for layout in (None, "ell"):
+    # hyb with width 1: most nodes spill, so both parts of the sums run
+    for layout, widths in ((None, None), ("ell", None), ("hyb", None), ("hyb", (1, 1))):
         mine = copy.deepcopy(ref)
         for p in mine.parameters():
             p.grad = None
-        flat = Collator(graphs, budget, layout=layout).collate_indices(idx)
+        flat = Collator(graphs, budget, layout=layout, layout_widths=widths).collate_indices(idx)
         flat["x"].requires_grad_(True)
         out = ga.ipu_wrap(mine).train(train)(flat)["output"]
         real = out[flat["node_mask"]]
-        torch.testing.assert_close(real, out_ref, atol=ATOL, rtol=1e-4)
+        torch.testing.assert_close(real, out_ref, atol=ATOL64, rtol=1e-9)
         _node_loss(real).backward()
-        torch.testing.assert_close(flat["x"].grad[flat["node_mask"]], x_ref.grad, atol=ATOL,
-                                   rtol=1e-4)
+        torch.testing.assert_close(flat["x"].grad[flat["node_mask"]], x_ref.grad, atol=ATOL64,
+                                   rtol=1e-9)
         for (name, p), q in zip(ref.named_parameters(), mine.parameters()):
-            torch.testing.assert_close(q.grad, p.grad, atol=ATOL, rtol=1e-4,
-                                       msg=lambda m: f"{layout} {name}: {m}")
+            torch.testing.assert_close(q.grad, p.grad, atol=ATOL64, rtol=1e-9,
+                                       msg=lambda m: f"{layout} {widths} {name}: {m}")
 
 
 def _molecules(k=6, seed=0):
@@ -126,18 +179,47 @@ def _ops_backend(seen):
     return lambda gm, ex: aot_module_simplified(gm, ex, fw_compiler=record, bw_compiler=record)
 
 
-@pytest.mark.parametrize("layout", [None, "ell"])
+def _ops_backend_with_sizes(seen):
+    """As :func:`_ops_backend`, recording ``(op, index length)`` of scatter-like ops too."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    def record(gm, _):
+        for nd in gm.graph.nodes:
+            if nd.op != "call_function":
+                continue
+            op = str(nd.target)
+            if "index_add" in op or "scatter" in op or "index_put" in op:
+                idx = nd.args[2] if "index_add" in op or "scatter" in op else nd.args[1][0]
+                seen.add((op, tuple(idx.meta["val"].shape)))
+            else:
+                seen.add((op, None))
+        return make_boxed_func(gm.forward)
+
+    return lambda gm, ex: aot_module_simplified(gm, ex, fw_compiler=record, bw_compiler=record)
+
+
+@pytest.mark.parametrize("layout", [None, "ell", "hyb"])
 def test_routing_holds_under_dynamo(layout):
-    """The ELL graphs have no index_add / scatter over edges; the scatter path does."""
+    """The ELL graphs have no index_add / scatter over edges; the scatter path does; HYB's
+    only ones are over its spill lists (length K, not E)."""
     torch._dynamo.reset()
     data = _molecules()
-    loader = ga.FixedSizeLoader(data, ga.Budget.fit(data, 3), layout=layout)
+    loader = ga.FixedSizeLoader(data, ga.Budget.fit(data, 3), layout=layout,
+                                layout_widths=(1, 1) if layout == "hyb" else None)
     seen = set()
     w = ga.ipu_wrap(Net())
-    c = torch.compile(w, backend=_ops_backend(seen), fullgraph=True)
-    c(next(iter(loader)))["output"].sum().backward()
-    scatters = {op for op in seen if "index_add" in op or "scatter" in op}
-    assert bool(scatters) == (layout is None), scatters
+    c = torch.compile(w, backend=_ops_backend_with_sizes(seen), fullgraph=True)
+    flat = next(iter(loader))
+    c(flat)["output"].sum().backward()
+    scatters = {(op, shape) for op, shape in seen if shape is not None}
+    assert bool(scatters) == (layout != "ell"), scatters
+    if layout == "hyb":
+        k = loader.collator.layout_spills
+        assert k[0] != flat["edge_index"].size(1)  # the lengths tell spills from edges
+        assert {shape for _, shape in scatters} <= {(k[0],), (k[1],)}, (scatters, k)
+    if layout is None:
+        assert (flat["edge_index"].size(1),) in {shape for _, shape in scatters}
 
 
 def test_inference_keeps_scatter():
@@ -152,9 +234,11 @@ def test_inference_keeps_scatter():
     assert any("scatter" in op or "index_add" in op for op in seen), seen
 
 
-def test_one_compile_per_mode_and_same_results():
+@pytest.mark.parametrize("layout", ["ell", "hyb"])
+def test_one_compile_per_mode_and_same_results(layout):
     data = _molecules(12)
-    loader = ga.FixedSizeLoader(data, ga.Budget.fit(data, 4), layout="ell")
+    loader = ga.FixedSizeLoader(data, ga.Budget.fit(data, 4), layout=layout,
+                                layout_widths=(1, 1) if layout == "hyb" else None)
     torch.manual_seed(0)
     eager = ga.ipu_wrap(Net())
     compiled = ga.compile(ga.ipu_wrap(copy.deepcopy(eager.model)), "aot_eager")
@@ -193,24 +277,30 @@ def test_hetero_and_unknown_layouts_are_refused():
         ga.FixedSizeLoader(data, ga.Budget.fit(data, 2), layout="csr")
 
 
-def test_unpad_leaves_the_tables_out():
+@pytest.mark.parametrize("layout", ["ell", "hyb"])
+def test_unpad_leaves_the_tables_out(layout):
     data = _molecules(3)
-    c = Collator(data, ga.Budget.fit(data, 3), layout="ell")
+    c = Collator(data, ga.Budget.fit(data, 3), layout=layout)
     back = c.unpad(c.collate_indices([0, 1, 2]))
     assert [sorted(d.keys()) for d in back] == [sorted(d.keys()) for d in data]
 
 
-def test_double_backward_through_the_transposes():
+@pytest.mark.parametrize("layout", ["ell", "hyb"])
+def test_double_backward_through_the_transposes(layout):
     """Each function's backward is the other, so second derivatives exist."""
-    ei = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    ei = torch.tensor([[0, 1, 1, 2, 2], [1, 0, 2, 1, 1]])
     flat = Collator([Data(x=torch.zeros(3, 1), edge_index=ei)],
-                    ga.Budget(nodes=4, edges=5, graphs=2), layout="ell").collate_indices([0])
+                    ga.Budget(nodes=4, edges=6, graphs=2), layout=layout,
+                    layout_widths=(1, 1) if layout == "hyb" else None).collate_indices([0])
     x = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
     src, dst = flat["edge_index"]
+    sp_in, sp_out = flat.get(SPILL_IN), flat.get(SPILL_OUT)
+    if layout == "hyb":
+        assert (sp_in[0] < 6).sum() == 2 and (sp_out[0] < 6).sum() == 2
 
     def f(x):
-        return static_layout.ell_sum(static_layout.ell_gather(x, src, flat[ELL_OUT]) ** 2, dst,
-                                     flat[ELL_IN])
+        return static_layout.ell_sum(static_layout.ell_gather(x, src, flat[ELL_OUT], sp_out) ** 2,
+                                     dst, flat[ELL_IN], sp_in)
 
     assert torch.autograd.gradcheck(f, (x,))
     assert torch.autograd.gradgradcheck(f, (x,))
