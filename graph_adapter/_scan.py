@@ -162,8 +162,6 @@ class Scan:
                     if f.inc == "nodes":
                         self._check_index_range(f, rows[f.key])
             del cols, rows
-            if n >= _TRIM_FROM:
-                _release_freed_memory()
 
     def _at(self, i: int) -> str:
         """Where graph ``i`` of the scan is, for error messages."""
@@ -489,15 +487,18 @@ def _check_index_proto(key: str, v: Tensor, edge: bool, at: str) -> None:
 #: Graphs whose index rows are range-checked at once.
 _RANGE_CHUNK = 1 << 16
 
-#: Graph count from which a scan hands its freed scratch memory back to the OS.
+#: Graph count from which a collator (after its scan) and a loader (after
+#: planning an epoch) hand their freed scratch memory back to the OS.
 _TRIM_FROM = 10_000
 
 
 def _release_freed_memory() -> None:
-    """Give the heap pages freed by the scan back to the OS (glibc's
-    ``malloc_trim``; a no-op elsewhere).  A scan of many tiny graphs frees
-    tens of MiB of small scratch blocks (per-graph lists, torch.cat's
-    bookkeeping) that glibc would otherwise keep resident next to the columns
+    """Give the heap pages freed so far back to the OS (glibc's
+    ``malloc_trim``; a no-op elsewhere; about a millisecond).  A scan of many
+    tiny graphs frees tens of MiB of scratch (per-graph lists, torch.cat's
+    bookkeeping, whole-column temporaries), and once glibc has seen large
+    blocks freed it serves the next ones from its heap rather than from fresh
+    mappings, so those pages would stay resident next to the columns
     (``graph_adapter/app/bench/memory.py`` measures it)."""
     try:
         import ctypes

@@ -48,7 +48,7 @@ from torch import Tensor
 
 from ._gather import Gather
 from ._layout import LAYOUTS, DegreeWidthError, fit_layout, graph_of_node, layout_tables
-from ._scan import Dim, Scan
+from ._scan import _TRIM_FROM, Dim, Scan, _release_freed_memory
 from .budget import Budget
 from .format import (BATCH, EDGE_MASK, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR,
                      RESERVED_KEYS,
@@ -153,6 +153,8 @@ class Collator:
         self._widths_from = "given" if layout_widths is not None else "fitted from the dataset"
         if layout is not None:
             self.layout_widths, self.layout_spills = self._fit_layout(layout_widths, dataset)
+        if self.sizes.num_graphs >= _TRIM_FROM:
+            _release_freed_memory()  # the scan's scratch (see the function)
         if warn:
             self._warn_excluded()
 
@@ -195,11 +197,17 @@ class Collator:
         self.sizes: GraphSizes = scan.sizes
         self._np_idt = np.int64 if index_dtype == torch.int64 else np.int32
         m = self.sizes.matrix
-        starts = np.cumsum(m, axis=0) - m
-        # one row per graph (counts, then first rows): a batch's lookup touches
-        # one cache line per graph
-        self._meta = np.concatenate([m, starts], axis=1).astype(np.int64)
         self._k = len(scan.dims)
+        # each graph's first row in the columns, per size dim (a batch's gather
+        # starts there).  Filled in place, with no whole-table temporaries (freed,
+        # they would stay resident in the heap of a large dataset), and 4 bytes
+        # a graph and dim while the columns have fewer than 2**31 rows: with the
+        # counts (sizes.matrix, int64) 12 bytes a graph and dim, not 16
+        total = m.sum(axis=0).max(initial=0) if m.size else 0
+        self._starts = np.empty(m.shape, dtype=np.int32 if total < 2**31 else np.int64)
+        if m.size:
+            self._starts[0] = 0
+            np.cumsum(m[:-1], axis=0, out=self._starts[1:])
         self._col = {dim: j for j, dim in enumerate(scan.dims)}
         self._rows = np.concatenate([list(budget.nodes.values()), list(budget.edges.values())]) \
             if budget.is_hetero else np.array([budget.nodes, budget.edges])
@@ -289,8 +297,8 @@ class Collator:
         if g and idx.min() < 0:  # (too large ones raise in the lookup below)
             raise IndexError(f"negative dataset indices: {idx[idx < 0][:8].tolist()}")
         G, k = self.budget.graphs, self._k
-        meta = self._meta[idx]
-        cnt = meta[:, :k]
+        cnt = self.sizes.matrix[idx]
+        first = self._starts[idx]
         cum = cnt.cumsum(axis=0)
         tot = cum[-1].tolist() if g else [0] * k  # real rows per size dim
         off = cum - cnt  # per graph, per size dim: its first row inside the batch
@@ -299,7 +307,7 @@ class Collator:
         ar = self._ar
         gidx: Dict[Any, np.ndarray] = {}
         for j in self._used:
-            gidx[j] = (meta[:, k + j] - off[:, j]).repeat(cnt[:, j]) + ar[:tot[j]]
+            gidx[j] = (first[:, j] - off[:, j]).repeat(cnt[:, j]) + ar[:tot[j]]
         for r in self._graph_rows:
             gidx[("graph", r)] = idx if r == 1 else \
                 (idx[:, None] * r + np.arange(r)[None, :]).reshape(-1)

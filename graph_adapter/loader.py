@@ -16,12 +16,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from ._scan import _TRIM_FROM, _release_freed_memory
 from ._view import as_graphs
 from .budget import Budget
 from .collate import Collator
 from .format import stack_micro_batches
 from .spec import Field
-from .packing import PACKERS, find_oversize, plan_efficiency, plan_epoch
+from .packing import PACKERS, _FlatPlan, _plan_epoch_flat, find_oversize, plan_efficiency
 
 __all__ = ["FixedSizeLoader", "LoaderStats"]
 
@@ -91,6 +92,10 @@ class _Collate:
 
 
 class _PlanSampler(Sampler):
+    """Yields the items of the epoch being iterated: lists of ``F`` micro-batches,
+    each a list of dataset indices (made one item at a time from the loader's
+    arrays, so no epoch's worth of Python ints is ever resident)."""
+
     def __init__(self, loader: "FixedSizeLoader"):
         self.loader = loader
 
@@ -98,7 +103,13 @@ class _PlanSampler(Sampler):
         return len(self.loader._items())
 
     def __iter__(self):
-        return iter(self.loader._items())
+        plan, items = self.loader._plan_items(self.loader._epoch)
+        return _item_lists(plan, items)
+
+
+def _item_lists(plan: _FlatPlan, items: np.ndarray) -> Iterator[List[List[int]]]:
+    for row in items:
+        yield [plan.batch(j) if j >= 0 else [] for j in row.tolist()]
 
 
 class FixedSizeLoader:
@@ -229,14 +240,19 @@ class FixedSizeLoader:
                                        "larger budget (Budget.tight / Budget.fit).")
             warnings.warn(msg + " They are skipped (oversize='skip'); see loader.stats.",
                           stacklevel=2)
-        keep = np.ones(self.sizes.num_graphs, dtype=bool)
-        keep[bad] = False
-        self._keep = np.nonzero(keep)[0]
+        # the graphs to plan (None: all of them; no index array to keep then)
+        self._keep: Optional[np.ndarray] = None
+        if len(bad):
+            keep = np.ones(self.sizes.num_graphs, dtype=bool)
+            keep[bad] = False
+            self._keep = np.nonzero(keep)[0]
         self._epoch = 0
         self._epoch_set = False
         self._started = False
-        self._cache: Optional[Tuple[int, List[List[int]], List[List[List[int]]]]] = None
-        self._raw: Optional[Tuple[int, List[List[int]]]] = None
+        # plans are kept as arrays (packing._FlatPlan), items as an int array of
+        # batch ids [items, F] (-1: a fully padded fill batch): 8 bytes a graph
+        self._cache: Optional[Tuple[int, _FlatPlan, np.ndarray]] = None
+        self._raw: Optional[Tuple[int, _FlatPlan]] = None
         self._dl = DataLoader(_Fetch(dataset, self.collator.columnar),
                               batch_sampler=_PlanSampler(self),
                               collate_fn=_Collate(self.collator, micro_batches),
@@ -285,39 +301,46 @@ class FixedSizeLoader:
         """The global packing plan of an epoch (all ranks; default: the epoch
         the next iteration yields): a JSON-serialisable list of batches of
         dataset indices, rank ``r`` taking batches ``r, r + world_size, ...``."""
-        return self._plan_items(self._next_epoch() if epoch is None else int(epoch))[0]
+        return self._plan_items(self._next_epoch() if epoch is None else int(epoch))[0].to_lists()
 
-    def _packed(self, e: int) -> List[List[int]]:
+    def _packed(self, e: int) -> _FlatPlan:
         """The packer's plan of epoch ``e``, before balancing."""
         if self._raw is not None and self._raw[0] == e:
             return self._raw[1]
-        raw = plan_epoch(self.sizes, self.budget, packer=self.packer, shuffle=self.shuffle,
-                         seed=self.seed, epoch=e, indices=self._keep,
-                         open_batches=self.open_batches)
+        raw = _plan_epoch_flat(self.sizes, self.budget, packer=self.packer,
+                               shuffle=self.shuffle, seed=self.seed, epoch=e,
+                               indices=self._keep, open_batches=self.open_batches)
         self._raw = (e, raw)
         return raw
 
-    def _plan_items(self, e: int) -> Tuple[List[List[int]], List[List[List[int]]]]:
-        """The balanced plan of epoch ``e`` and this rank's items (cached)."""
+    def _plan_items(self, e: int) -> Tuple[_FlatPlan, np.ndarray]:
+        """The balanced plan of epoch ``e`` and this rank's items (cached): the
+        items are batch ids of the plan, ``[items, F]``, ``-1`` for a fully
+        padded fill batch.  Rank ``r`` takes batches ``r, r + W, ...``, fills
+        up to every rank's count, then to a multiple of ``F``."""
         if self._cache is not None and self._cache[0] == e:
             return self._cache[1], self._cache[2]
         F, W = self.micro_batches, self.world_size
         plan = _split_to_multiple(self._packed(e), W * F)
-        per_rank = -(-len(plan) // W)
-        mine = plan[self.rank::W]
-        mine = mine + [[] for _ in range(per_rank - len(mine))]
-        n_items = -(-len(mine) // F)
-        mine = mine + [[] for _ in range(n_items * F - len(mine))]
-        items = [mine[j * F:(j + 1) * F] for j in range(n_items)]
+        nb = plan.num_batches
+        per_rank = -(-nb // W)
+        mine = np.arange(self.rank, nb, W, dtype=np.int64)
+        n_items = -(-per_rank // F)
+        ids = np.full(n_items * F, -1, dtype=np.int64)
+        ids[:mine.size] = mine
+        items = ids.reshape(n_items, F)
         self._cache = (e, plan, items)
+        if self.sizes.num_graphs >= _TRIM_FROM:
+            _release_freed_memory()  # the packer's whole-dataset temporaries
         return plan, items
 
-    def _items(self) -> List[List[List[int]]]:
-        """This rank's items of the current epoch (the one being iterated)."""
+    def _items(self) -> np.ndarray:
+        """This rank's items of the current epoch (the one being iterated), as
+        batch ids ``[items, F]`` (see :meth:`_plan_items`)."""
         return self._plan_items(self._epoch)[1]
 
     def __len__(self) -> int:
-        return len(self._plan_items(self._next_epoch())[1])
+        return int(self._plan_items(self._next_epoch())[1].shape[0])
 
     def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
         if self._started and not self._epoch_set:
@@ -354,19 +377,24 @@ class FixedSizeLoader:
 
     @property
     def stats(self) -> LoaderStats:
-        items = self._items()
-        batches = [b for it in items for b in it]
-        real = [b for b in batches if b]
-        eff = plan_efficiency(real, self.sizes, self.budget,
-                              extra_batches=len(batches) - len(real))
+        plan, items = self._plan_items(self._epoch)
+        ids = items.reshape(-1)
+        real = ids[ids >= 0]
+        batches = int(ids.size)
+        mine = np.zeros(plan.num_batches, dtype=bool)
+        mine[real] = True
+        counts = plan.counts()
+        eff = plan_efficiency(_FlatPlan(plan.flat[mine.repeat(counts)],
+                                        np.concatenate([[0], np.cumsum(counts[mine])])),
+                              self.sizes, self.budget, extra_batches=batches - real.size)
         return LoaderStats(
-            epoch=self._epoch, batches=len(batches), items=len(items),
-            padded_batches=len(batches) - len(real), graphs=eff["graphs"],
+            epoch=self._epoch, batches=batches, items=int(items.shape[0]),
+            padded_batches=batches - int(real.size), graphs=eff["graphs"],
             total_graphs=self.sizes.num_graphs, skipped_graphs=len(self.skipped_indices),
             skipped_indices=list(self.skipped_indices),
             node_efficiency=eff["node_efficiency"], edge_efficiency=eff["edge_efficiency"],
             graph_efficiency=eff["graph_efficiency"],
-            mean_graphs_per_batch=eff["graphs"] / max(1, len(batches)),
+            mean_graphs_per_batch=eff["graphs"] / max(1, batches),
             excluded_keys=self.excluded_keys, rank=self.rank, world_size=self.world_size)
 
     def __repr__(self) -> str:
@@ -376,23 +404,26 @@ class FixedSizeLoader:
                 f"micro_batches={self.micro_batches}, rank={self.rank}/{self.world_size})")
 
 
-def _split_to_multiple(plan: List[List[int]], unit: int) -> List[List[int]]:
+def _split_to_multiple(plan: _FlatPlan, unit: int) -> _FlatPlan:
     """``plan`` with batches split in two until its length is a multiple of
     ``unit`` (ranks x micro-batches), so that no rank gets a fill batch without
     a real graph; stops early when every batch holds a single graph.
 
     The fullest batch (most graphs; the first on ties) is split into its two
-    halves, in place, so the order of graphs is kept.  A pure function of the
-    plan: every rank computes the same one.
+    halves (the first holding ``len // 2``), in place, so the order of graphs
+    is kept: only batch boundaries are added.  A pure function of the plan:
+    every rank computes the same one.
     """
-    need = (-len(plan)) % unit
+    need = (-plan.num_batches) % unit
     if not need:
         return plan
-    out = [list(b) for b in plan]
+    bounds = plan.bounds
     for _ in range(need):
-        j = max(range(len(out)), key=lambda i: len(out[i]), default=None)
-        if j is None or len(out[j]) < 2:
+        counts = np.diff(bounds)
+        if counts.size == 0:
             break
-        b = out[j]
-        out[j:j + 1] = [b[:len(b) // 2], b[len(b) // 2:]]
-    return out
+        j = int(np.argmax(counts))  # the first of the fullest
+        if counts[j] < 2:
+            break
+        bounds = np.insert(bounds, j + 1, bounds[j] + counts[j] // 2)
+    return _FlatPlan(plan.flat, bounds)

@@ -3,7 +3,11 @@
 A *packing plan* is a list of batches, each a list of dataset indices (plain
 Python ints, so a plan is JSON-serialisable).  Every index given to a packer
 appears in exactly one batch; a packer never drops a graph (graphs that do not
-fit a budget at all are the loader's business: see ``oversize``).
+fit a budget at all are the loader's business: see ``oversize``).  Inside, the
+packers and the loader keep a plan as two int64 arrays (:class:`_FlatPlan`:
+the indices batch after batch and the batch boundaries), 8 bytes a graph: a
+list of Python ints costs about 40 a graph, and its many small objects
+fragment the heap (``graph_adapter/app/bench/memory.py`` measures it).
 
 Two packers:
 
@@ -26,8 +30,10 @@ counts per edge type; ``D = 2`` for homogeneous graphs), capacities a vector
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from itertools import repeat
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -37,6 +43,84 @@ __all__ = ["GraphSizes", "graph_sizes", "pack_greedy", "pack_histogram", "plan_e
            "plan_efficiency", "find_oversize", "slot_dims", "PACKERS"]
 
 Plan = List[List[int]]
+
+
+class _FlatPlan:
+    """A packing plan as arrays: ``flat`` (``[graphs]``, the dataset indices
+    batch after batch; int32 while they fit, else int64) and ``bounds`` (int64
+    ``[batches + 1]``, batch ``j`` is ``flat[bounds[j]:bounds[j + 1]]``).
+    Batches are never empty."""
+
+    __slots__ = ("flat", "bounds")
+
+    def __init__(self, flat: np.ndarray, bounds: np.ndarray):
+        if flat.dtype != np.int32 and (flat.size == 0 or int(flat.max()) < 2**31):
+            flat = flat.astype(np.int32)  # 4 bytes a graph (indices are >= 0)
+        self.flat = flat
+        self.bounds = bounds
+
+    @property
+    def num_batches(self) -> int:
+        return int(self.bounds.size) - 1
+
+    def counts(self) -> np.ndarray:
+        """Graphs per batch, ``[batches]``."""
+        return np.diff(self.bounds)
+
+    def batch(self, j: int) -> List[int]:
+        """Batch ``j`` as a list of Python ints."""
+        return self.flat[self.bounds[j]:self.bounds[j + 1]].tolist()
+
+    def to_lists(self) -> Plan:
+        """The plan as a JSON-serialisable list of lists of ints."""
+        if self.num_batches <= 0:
+            return []
+        return [a.tolist() for a in np.split(self.flat, self.bounds[1:-1])]
+
+    @classmethod
+    def from_lists(cls, plan: Plan) -> "_FlatPlan":
+        counts = np.fromiter((len(b) for b in plan), np.int64, len(plan))
+        flat = np.fromiter((i for b in plan for i in b), np.int64, int(counts.sum()))
+        return cls(flat, _bounds(counts))
+
+    @classmethod
+    def from_assignment(cls, items: np.ndarray, bins: np.ndarray,
+                        rank: np.ndarray) -> "_FlatPlan":
+        """The plan that puts ``items[p]`` (arrival order) into bin ``bins[p]``,
+        the bins ordered by ``rank[bin]`` and each holding its items in arrival
+        order; empty bins are dropped."""
+        key = rank[bins]
+        perm = np.argsort(key, kind="stable")
+        counts = np.bincount(key, minlength=rank.size)
+        return cls(items[perm], _bounds(counts[counts > 0]))
+
+
+def _bounds(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _as_index_array(order: Sequence[int]) -> np.ndarray:
+    return np.asarray(list(order) if not isinstance(order, np.ndarray) else order,
+                      dtype=np.int64).reshape(-1)
+
+
+def _check_fits(matrix: np.ndarray, order: np.ndarray, cap: np.ndarray) -> None:
+    """Every graph of ``order`` fits an empty batch, else the first (in
+    ``order``) that does not is named."""
+    if order.size == 0:
+        return
+    sub = matrix[order]
+    bad = np.nonzero(np.any(sub > cap[None, :], axis=1))[0]
+    if bad.size:
+        p = int(bad[0])
+        raise ValueError(f"graph {int(order[p])} with sizes {sub[p].tolist()} does not fit "
+                         f"capacity {[int(c) for c in cap]}")
+
+#: Graphs whose sizes the greedy packer turns into Python ints at a time
+#: (a million at once would be a transient of about 100 MiB).
+_CHUNK = 1 << 14
 
 
 @dataclass
@@ -153,87 +237,107 @@ def pack_greedy(matrix: np.ndarray, order: Sequence[int], cap: np.ndarray, graph
     ``order`` gives the dataset indices in arrival order; every one of them
     must fit an empty batch.  Returns the plan in emission order.
     """
+    return _pack_greedy_flat(matrix, order, cap, graph_cap, open_batches).to_lists()
+
+
+def _pack_greedy_flat(matrix: np.ndarray, order: Sequence[int], cap: np.ndarray,
+                      graph_cap: int, open_batches: int = 8) -> _FlatPlan:
+    """:func:`pack_greedy` as a :class:`_FlatPlan`.  The loop records only the
+    open batch each graph joins (an id per graph, in a compact ``array``) and
+    the order in which batches close; the plan is then one stable sort."""
     if open_batches < 1:
         raise ValueError("open_batches must be >= 1")
+    order = _as_index_array(order)
+    cap = np.asarray(cap, dtype=np.int64)
+    _check_fits(matrix, order, cap)
+    m = order.size
+    if graph_cap <= 1:  # every graph alone, in arrival order
+        return _FlatPlan(order.copy(), np.arange(m + 1, dtype=np.int64))
     if len(cap) <= 3:  # homogeneous graphs (nodes, edges, slot weight): the fast loop
-        return _pack_greedy3(matrix, order, cap, graph_cap, open_batches)
+        bin_of, emitted, nb = _greedy3(matrix, order, cap, graph_cap, open_batches)
+    else:
+        bin_of, emitted, nb = _greedy_any(matrix, order, cap, graph_cap, open_batches)
+    rank = np.empty(nb, np.int64)
+    rank[np.frombuffer(emitted, np.int64)] = np.arange(nb)
+    return _FlatPlan.from_assignment(order, np.frombuffer(bin_of, np.int64), rank)
+
+
+def _greedy_any(matrix, order, cap, graph_cap, open_batches):
+    """The greedy loop for any number of dims: ``(bin of each arrival, bins in
+    emission order, number of bins)``."""
     cap_t = tuple(int(c) for c in cap)
-    rows = matrix.tolist()
-    plan: Plan = []
-    # open bins: [remaining tuple as list, members]
-    bins: List[List[Any]] = []
-    for i in order:
-        i = int(i)
-        s = rows[i]
-        placed = False
-        for b in bins:
-            rem = b[0]
-            if all(x <= r for x, r in zip(s, rem)):
-                for d in range(len(cap_t)):
-                    rem[d] -= s[d]
-                b[1].append(i)
-                if len(b[1]) >= graph_cap:
-                    bins.remove(b)
-                    plan.append(b[1])
-                placed = True
-                break
-        if placed:
-            continue
-        if any(x > c for x, c in zip(s, cap_t)):
-            raise ValueError(f"graph {i} with sizes {s} does not fit capacity {list(cap_t)}")
-        b = [[c - x for c, x in zip(cap_t, s)], [i]]
-        if graph_cap <= 1:
-            plan.append(b[1])
-            continue
-        if len(bins) >= open_batches:
-            plan.append(bins.pop(0)[1])
-        bins.append(b)
-    plan.extend(b[1] for b in bins)
-    return plan
+    D = len(cap_t)
+    bin_of, emitted = array("q"), array("q")
+    bins: List[List[Any]] = []  # open bins: [remaining (list), count, id]
+    nid = 0
+    for c0 in range(0, order.size, _CHUNK):
+        for s in matrix[order[c0:c0 + _CHUNK]].tolist():
+            for b in bins:
+                rem = b[0]
+                if all(x <= r for x, r in zip(s, rem)):
+                    for d in range(D):
+                        rem[d] -= s[d]
+                    b[1] += 1
+                    bin_of.append(b[2])
+                    if b[1] >= graph_cap:
+                        bins.remove(b)
+                        emitted.append(b[2])
+                    break
+            else:
+                bin_of.append(nid)
+                if len(bins) >= open_batches:
+                    emitted.append(bins.pop(0)[2])
+                bins.append([[c - x for c, x in zip(cap_t, s)], 1, nid])
+                nid += 1
+    emitted.extend(b[2] for b in bins)
+    return bin_of, emitted, nid
 
 
-def _pack_greedy3(matrix: np.ndarray, order: Sequence[int], cap: np.ndarray, graph_cap: int,
-                  open_batches: int) -> Plan:
-    """:func:`pack_greedy` for at most 3 dims, unrolled (a million graphs are
+def _greedy3(matrix, order, cap, graph_cap, open_batches):
+    """:func:`_greedy_any` for at most 3 dims, unrolled (a million graphs are
     planned in about a second): the same plan, dim by dim compared with
     local names instead of generic loops over the dims."""
     D = len(cap)
-    pad = 3 - D  # missing dims: size 0, capacity 0 (always fit)
-    m3 = np.concatenate([matrix, np.zeros((matrix.shape[0], pad), np.int64)], axis=1) \
-        if pad else matrix
-    order = np.asarray(order, dtype=np.int64).reshape(-1)
-    c0, c1, c2 = [int(c) for c in cap] + [0] * pad
-    plan: Plan = []
-    bins: List[List[Any]] = []  # [remaining 0, 1, 2, members]
-    for i, (s0, s1, s2) in zip(order.tolist(), m3[order].tolist()):
-        for b in bins:
-            if s0 <= b[0] and s1 <= b[1] and s2 <= b[2]:
-                b[0] -= s0
-                b[1] -= s1
-                b[2] -= s2
-                members = b[3]
-                members.append(i)
-                if len(members) >= graph_cap:
-                    bins.remove(b)
-                    plan.append(members)
-                break
-        else:
-            if s0 > c0 or s1 > c1 or s2 > c2:
-                raise ValueError(f"graph {i} with sizes {[s0, s1, s2][:D]} does not fit capacity "
-                                 f"{[int(c) for c in cap]}")
-            if graph_cap <= 1:
-                plan.append([i])
-                continue
-            if len(bins) >= open_batches:
-                plan.append(bins.pop(0)[3])
-            bins.append([c0 - s0, c1 - s1, c2 - s2, [i]])
-    plan.extend(b[3] for b in bins)
-    return plan
+    c0, c1, c2 = [int(c) for c in cap] + [0] * (3 - D)  # missing dims: size 0, capacity 0
+    bin_of, emitted = array("q"), array("q")
+    append = bin_of.append
+    bins: List[List[int]] = []  # [remaining 0, 1, 2, count, id]
+    nid = 0
+    for p0 in range(0, order.size, _CHUNK):
+        cols = matrix[order[p0:p0 + _CHUNK]].T.tolist()
+        cols += [repeat(0)] * (3 - D)
+        for s0, s1, s2 in zip(*cols):
+            for b in bins:
+                if s0 <= b[0] and s1 <= b[1] and s2 <= b[2]:
+                    b[0] -= s0
+                    b[1] -= s1
+                    b[2] -= s2
+                    b[3] += 1
+                    append(b[4])
+                    if b[3] >= graph_cap:
+                        bins.remove(b)
+                        emitted.append(b[4])
+                    break
+            else:
+                append(nid)
+                if len(bins) >= open_batches:
+                    emitted.append(bins.pop(0)[4])
+                bins.append([c0 - s0, c1 - s1, c2 - s2, 1, nid])
+                nid += 1
+    emitted.extend(b[4] for b in bins)
+    return bin_of, emitted, nid
 
 
 # ------------------------------------------------------------------ histogram
 def pack_histogram(matrix: np.ndarray, indices: Sequence[int], cap: np.ndarray, graph_cap: int,
                    rng: Optional[np.random.Generator] = None, max_tries: int = 64) -> Plan:
+    """Offline longest-first packing (see :func:`_pack_histogram_flat`)."""
+    return _pack_histogram_flat(matrix, indices, cap, graph_cap, rng, max_tries).to_lists()
+
+
+def _pack_histogram_flat(matrix: np.ndarray, indices: Sequence[int], cap: np.ndarray,
+                         graph_cap: int, rng: Optional[np.random.Generator] = None,
+                         max_tries: int = 64) -> _FlatPlan:
     """Offline longest-first packing over the size histogram, for the fewest
     batches.
 
@@ -247,10 +351,9 @@ def pack_histogram(matrix: np.ndarray, indices: Sequence[int], cap: np.ndarray, 
     shuffles which graph of a size group lands where; without it the
     assignment follows ``indices``.
     """
-    indices = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices,
-                         dtype=np.int64)
+    indices = _as_index_array(indices)
     if indices.size == 0:
-        return []
+        return _FlatPlan(np.zeros(0, np.int64), np.zeros(1, np.int64))
     if graph_cap < 1:
         raise ValueError("graph_cap must be >= 1")
     if rng is not None:
@@ -277,17 +380,17 @@ def pack_histogram(matrix: np.ndarray, indices: Sequence[int], cap: np.ndarray, 
             return plan
         nb = nb + max(1, nb // 100)
     # cannot happen with graphs that fit an empty batch, but stay safe:
-    return pack_greedy(matrix, indices, cap, graph_cap, open_batches=16)
+    return _pack_greedy_flat(matrix, indices, cap, graph_cap, open_batches=16)
 
 
-def _lpt(keys, counts, gorder, by_group, starts, indices, cap2, capf, nb) -> Optional[Plan]:
+def _lpt(keys, counts, gorder, by_group, starts, indices, cap2, capf, nb
+         ) -> Optional[_FlatPlan]:
     used = np.zeros((nb, cap2.shape[0]), dtype=np.int64)
     load = np.zeros(nb, dtype=np.float64)  # max relative load of each batch
-    members: List[List[int]] = [[] for _ in range(nb)]
+    bin_of = array("q")  # the batch of each graph, in arrival order
     for g in gorder:
         s = keys[g]
-        grp = indices[by_group[starts[g]:starts[g + 1]]].tolist()
-        for i in grp:
+        for _ in range(int(counts[g])):
             new = used + s[None, :]
             fits = np.all(new <= cap2[None, :], axis=1)
             if not fits.any():
@@ -297,8 +400,10 @@ def _lpt(keys, counts, gorder, by_group, starts, indices, cap2, capf, nb) -> Opt
             j = int(np.argmin(after))
             used[j] += s
             load[j] = after[j]
-            members[j].append(i)
-    return [m for m in members if m]
+            bin_of.append(j)
+    arrival = indices[np.concatenate([by_group[starts[g]:starts[g + 1]] for g in gorder])]
+    return _FlatPlan.from_assignment(arrival, np.frombuffer(bin_of, np.int64),
+                                     np.arange(nb, dtype=np.int64))
 
 
 PACKERS = ("greedy", "histogram")
@@ -336,12 +441,21 @@ def plan_epoch(sizes: GraphSizes, budget, *, packer: str = "greedy", shuffle: bo
     each padding graph slot (:func:`slot_dims`), so no padding slot is empty
     (``fill_slots=False``: not, as before issue 15; only to probe a graph cap).
     """
+    return _plan_epoch_flat(sizes, budget, packer=packer, shuffle=shuffle, seed=seed,
+                            epoch=epoch, indices=indices, open_batches=open_batches,
+                            fill_slots=fill_slots).to_lists()
+
+
+def _plan_epoch_flat(sizes: GraphSizes, budget, *, packer: str = "greedy",
+                     shuffle: bool = True, seed: int = 0, epoch: int = 0,
+                     indices: Optional[Sequence[int]] = None, open_batches: int = 8,
+                     fill_slots: bool = True) -> _FlatPlan:
+    """:func:`plan_epoch` as a :class:`_FlatPlan` (what the loader keeps)."""
     sizes = graph_sizes(sizes)
     cap, gcap = _capacity(sizes, budget)
     if indices is None:
         indices = np.arange(sizes.num_graphs)
-    indices = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices,
-                         dtype=np.int64)
+    indices = _as_index_array(indices)
     # node and edge slots, plus one padding node for every padding graph slot
     w, jcap = slot_dims(sizes, budget) if fill_slots else (np.zeros((sizes.num_graphs, 0),
                                                                       np.int64), cap[:0])
@@ -350,24 +464,32 @@ def plan_epoch(sizes: GraphSizes, budget, *, packer: str = "greedy", shuffle: bo
     rng = np.random.default_rng([int(seed), int(epoch)]) if shuffle else None
     if packer == "greedy":
         order = indices[rng.permutation(indices.size)] if rng is not None else indices
-        return pack_greedy(matrix, order, cap, gcap, open_batches=open_batches)
+        return _pack_greedy_flat(matrix, order, cap, gcap, open_batches=open_batches)
     if packer == "histogram":
-        plan = pack_histogram(matrix, indices, cap, gcap, rng=rng)
-        if rng is not None:
-            plan = [plan[i] for i in rng.permutation(len(plan))]
-            plan = [[b[i] for i in rng.permutation(len(b))] for b in plan]
+        plan = _pack_histogram_flat(matrix, indices, cap, gcap, rng=rng)
+        if rng is not None and plan.num_batches:
+            # the batch order, then each batch's graphs (in the new batch order)
+            bp = rng.permutation(plan.num_batches)
+            counts = plan.counts()[bp]
+            pos = [plan.bounds[b] + rng.permutation(c) for b, c in zip(bp.tolist(),
+                                                                       counts.tolist())]
+            plan = _FlatPlan(plan.flat[np.concatenate(pos)], _bounds(counts))
         return plan
     raise ValueError(f"unknown packer {packer!r}; choose one of {PACKERS}")
 
 
-def plan_efficiency(plan: Plan, sizes: GraphSizes, budget, extra_batches: int = 0) -> Dict[str, Any]:
+def plan_efficiency(plan: Union[Plan, _FlatPlan], sizes: GraphSizes, budget,
+                    extra_batches: int = 0) -> Dict[str, Any]:
     """Real slots / budget slots over a plan (plus ``extra_batches`` fully
     padded batches).  Budget slots include the reserved padding node/graph."""
     sizes = graph_sizes(sizes)
-    nb = len(plan) + int(extra_batches)
+    if not isinstance(plan, _FlatPlan):
+        plan = _FlatPlan.from_lists(plan)
+    nb = plan.num_batches + int(extra_batches)
     nd = sizes.num_node_dims
-    flat = [i for b in plan for i in b]
-    tot = sizes.matrix[flat].sum(axis=0) if flat else np.zeros(sizes.matrix.shape[1], np.int64)
+    flat = plan.flat
+    tot = sizes.matrix[flat].sum(axis=0) if flat.size else \
+        np.zeros(sizes.matrix.shape[1], np.int64)
     if budget.is_hetero:
         node_slots = sum(budget.nodes.values())
         edge_slots = sum(budget.edges.values())
@@ -377,11 +499,11 @@ def plan_efficiency(plan: Plan, sizes: GraphSizes, budget, extra_batches: int = 
     real_edges = int(tot[nd:].sum())
     return {
         "batches": nb,
-        "graphs": len(flat),
+        "graphs": int(flat.size),
         "real_nodes": real_nodes,
         "real_edges": real_edges,
         "node_efficiency": real_nodes / max(1, nb * node_slots),
         "edge_efficiency": real_edges / max(1, nb * edge_slots) if edge_slots else 1.0,
-        "graph_efficiency": len(flat) / max(1, nb * budget.graphs),
-        "mean_graphs_per_batch": len(flat) / max(1, nb),
+        "graph_efficiency": int(flat.size) / max(1, nb * budget.graphs),
+        "mean_graphs_per_batch": int(flat.size) / max(1, nb),
     }
