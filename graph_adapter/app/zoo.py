@@ -12,9 +12,15 @@ features, 3-D positions) and, on padded batches of one budget:
 * **export**: ``torch.export.export`` (non-strict) of the wrapped layer;
 * **check**: :func:`graph_adapter.check` finds nothing poptorch would reject.
 
-A row that cannot be built here (needs an optional package, a hetero graph,
-a sparse adjacency, ...) says why. The table between the markers of
-``docs/zoo.md`` is rewritten by ``--write``.
+A built row with a red cell gets a note from :data:`WHY_NOT`: ``why:`` the
+causes, each measured by a probe on the same batches (a probe that does not
+reproduce its cause makes the note ``unexplained: ...``, which
+``tests/test_zoo.py`` rejects), ``Instead:`` what a user does, and after
+``->`` the results of that workaround, run like a row. A row that cannot be
+built here (needs an optional package, a hetero graph, a sparse adjacency,
+...) says why. The table between the markers of ``docs/zoo.md`` is
+rewritten by ``--write`` (the whole table: not with ``--only``, which runs
+and prints a few rows while developing).
 """
 from __future__ import annotations
 
@@ -669,6 +675,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--write", help="rewrite the table in this markdown file (docs/zoo.md)")
     p.add_argument("--only", nargs="*", help="row names to run")
     args = p.parse_args(argv)
+    if args.only and args.write:
+        p.error("--write rewrites the whole table; --only runs a few rows (print them "
+                "without --write)")
     results = []
     for family, name, entry in rows():
         if args.only and name not in args.only:
