@@ -58,14 +58,16 @@ def test_demo_cli_end_to_end(tmp_path, capsys):
     pytest.importorskip("rdkit")
     out_json = tmp_path / "demo.json"
     rc = cli.main(["demo", "--limit", "200", "--epochs", "1", "--backend", "eager",
-                   "--hidden", "32", "--layers", "2", "--quiet", "--json", str(out_json)])
+                   "--hidden", "32", "--layers", "2", "--quiet", "--json", str(out_json),
+                   "--no-pyg-compile"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    for needle in ("padding efficiency", "compiles", "graphs/s", "test MAE", "eager PyG"):
+    for needle in ("padding efficiency", "graphs compiled", "graphs/s", "test MAE", "eager PyG"):
         assert needle in out
     res = json.loads(out_json.read_text())
     assert res["num_graphs"] == 200 and res["num_train"] + res["num_test"] == 200
     a, e = res["adapter"], res["eager"]
+    assert res["pyg_compiled"] is None  # --no-pyg-compile
     assert a["distinct_shapes"] == 1  # one budget, one shape
     assert a["compiles"] is None  # the eager backend compiles nothing
     assert 0.5 < res["node_efficiency"] <= 1.0
@@ -81,7 +83,7 @@ def test_demo_cli_end_to_end(tmp_path, capsys):
 def test_every_model_trains_through_the_adapter(model):
     pytest.importorskip("rdkit")
     r = run_demo(limit=60, epochs=2, backend="aot_eager", model=model, hidden=16, layers=2,
-                 eager_baseline=False, progress=False)
+                 eager_baseline=False, pyg_compile=False, progress=False)
     assert r.adapter.compiles == 2 and r.adapter.distinct_shapes == 1
     loss = r.adapter.epoch_loss
     assert len(loss) == 2 and all(math.isfinite(v) for v in loss), loss
@@ -93,7 +95,7 @@ def test_every_model_trains_through_the_adapter(model):
 def test_demo_on_the_ipu_emulator():
     pytest.importorskip("rdkit")
     r = run_demo(limit=60, epochs=2, backend="ipu-emulator", hidden=16, layers=2,
-                 eager_baseline=False, progress=False)
+                 eager_baseline=False, pyg_compile=False, progress=False)
     assert r.adapter.train_graphs == 2 * r.num_train
     loss = r.adapter.epoch_loss
     assert all(math.isfinite(v) for v in loss) and loss[1] < loss[0], loss
@@ -106,7 +108,8 @@ def test_demo_skips_bad_smiles(tmp_path, capsys):
     good = ["CCO", "c1ccccc1O", "CC(=O)O", "CCN", "CCCC", "C1CCCCC1", "CC(C)O", "OCCO"]
     csv.write_text("".join(f"{s},{10.0 + i}\n" for i, s in enumerate(good)) + "bad((,1\nC1CC,2\n")
     rc = cli.main(["demo", "--data", str(csv), "--epochs", "1", "--backend", "eager",
-                   "--hidden", "8", "--layers", "1", "--batch-graphs", "4", "--quiet", "--no-eager"])
+                   "--hidden", "8", "--layers", "1", "--batch-graphs", "4", "--quiet", "--no-eager",
+                   "--no-pyg-compile"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "2 rows skipped (SMILES rdkit cannot parse" in out
@@ -175,7 +178,7 @@ def test_demo_plot(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "demo.png"
     r = run_demo(limit=60, epochs=2, backend="eager", hidden=8, layers=1, progress=False,
-                 plot=str(png))
+                 plot=str(png), pyg_compile=False)
     assert png.stat().st_size > 1000
     assert len(r.batch_node_fill) == r.adapter.batches_per_epoch
 

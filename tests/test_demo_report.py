@@ -1,17 +1,24 @@
 """The demo's report says only what is true for the run it describes: compiles as the
-backend that ran counted them ("no compiler" for eager), batches and graphs counted,
-repeatability measured; every line fits 88 columns."""
+backend that ran counted them ("none" for eager), batches and graphs counted, steady-state
+throughput by a stated warm-up rule, repeatability measured; every line fits 88 columns."""
+import statistics
+
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import graph_adapter as ga
+from graph_adapter.app import demo
 from graph_adapter.app.demo import run_demo
 from graph_adapter.app.repeat import repeat_gap
-from graph_adapter.app.results import REPORT_WIDTH
+from graph_adapter.app.results import (REPORT_WIDTH, WARMUP_FACTOR, RunStats, steady_rate,
+                                       warmup_steps)
 
 pytest.importorskip("rdkit")
 
-TINY = dict(limit=40, epochs=1, hidden=8, layers=1, batch_graphs=16, progress=False)
+TINY = dict(limit=40, epochs=1, hidden=8, layers=1, batch_graphs=16, progress=False,
+            pyg_compile=False)
 
 
 @pytest.fixture(autouse=True)
@@ -28,15 +35,19 @@ def _row(report: str, label: str) -> str:
 def test_eager_backend_report_says_no_compiler_and_counts_what_ran():
     r = run_demo(backend="eager", **TINY)
     text = r.report()
-    compiles = _row(text, "compiles")
-    assert "no compiler" in compiles and not any(ch.isdigit() for ch in compiles)
+    compiles = _row(text, "graphs compiled")
+    assert compiles.split()[-2:] == ["none", "none"]
     assert r.adapter.compiles is None
     for run in (r.adapter, r.eager):
         assert run.batches_per_epoch == run.steps  # one epoch: counted, not planned
         assert run.mean_graphs_per_batch == pytest.approx(run.train_graphs / run.steps)
-        assert run.train_graphs == r.num_train
+        assert run.train_graphs == r.num_train == sum(run.step_graphs)
+        assert len(run.step_seconds) == run.steps
         assert run.repeat_gap == 0.0  # eager on CPU repeats bit for bit
-    assert _row(text, "deterministic [2]").split()[2:] == ["yes", "yes"]
+        assert run.infer_repeat_gap == 0.0
+        # inference steps: the test split, the training split, the test split again
+        assert sum(run.infer_step_graphs) == 2 * r.num_test + r.num_train
+    assert _row(text, "deterministic").split()[-6:] == ["yes", "/", "yes"] * 2
     assert "not deterministic" not in text
     assert max(len(line) for line in text.splitlines()) <= REPORT_WIDTH
 
@@ -56,7 +67,7 @@ def test_compiles_in_the_report_are_the_backends_own_count(monkeypatch):
     r = run_demo(backend="aot_eager", eager_baseline=False, **TINY)
     (compiled,) = seen
     assert r.adapter.compiles == compiled.compile_count
-    trained, evaluated = (int(n) for n in _row(r.report(), "compiles").split()[-3::2])
+    trained, evaluated = (int(n) for n in _row(r.report(), "graphs compiled").split()[-3::2])
     assert trained == r.adapter.compiles_training >= 1 and evaluated >= 1
     assert trained + evaluated == compiled.compile_count
 
@@ -98,20 +109,121 @@ def test_repeat_gap_measures_and_restores(noisy):
     assert opt.state_dict()["state"] == {}
 
 
-def test_known_nondeterminism_is_inductor_on_several_threads_without_deterministic_mode():
+def test_known_nondeterminism_is_inductor_training_on_several_threads_without_deterministic_mode():
     from graph_adapter.app.repeat import known_nondeterminism
 
     assert "atomic adds" in known_nondeterminism("inductor", 2, False)
     assert known_nondeterminism("inductor", 1, False) is None  # one thread: one order
     assert known_nondeterminism("inductor", 2, True) is None  # ATen's deterministic kernels
     assert known_nondeterminism("aot_eager", 2, False) is None  # ATen's CPU kernels
+    assert known_nondeterminism("eager", 2, False) is None  # inductor_eval's training
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_report_says_when_a_run_is_not_deterministic():
     r = run_demo(backend="eager", eager_baseline=False, **TINY)
-    r.nondeterminism = "a cause"
+    r.nondeterminism = {"graph_adapter": "a cause"}
     text = r.report()
-    assert _row(text, "deterministic [2]").split()[2] == "no"
+    assert _row(text, "deterministic").split()[-3:] == ["no", "/", "yes"]
     note = " ".join(text.split("[1]", 1)[1].split())
-    assert "not deterministic here (a cause)" in note and "--deterministic" in note
+    assert "graph_adapter is not deterministic here (a cause)" in note
+    assert "--deterministic" in note
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_inference_that_does_not_repeat_is_reported(monkeypatch):
+    """The test split's second pass is compared with the first: a step whose result
+    depends on something outside the model (here a counter) is caught and named."""
+    calls = iter(range(10_000))
+    real = demo._eager_abs_error
+
+    def noisy(model):
+        step = real(model)
+
+        def run(b):
+            err, n = step(b)
+            return err + 1e-3 * next(calls), n
+        return run
+
+    monkeypatch.setattr(demo, "_eager_abs_error", noisy)
+    r = run_demo(backend="eager", **TINY)
+    assert r.eager.infer_repeat_gap > 0 and r.adapter.infer_repeat_gap == 0.0
+    text = r.report()
+    assert _row(text, "deterministic").split()[-3:] == ["yes", "/", "no"]
+    note = " ".join(text.split("[1]", 1)[1].split())
+    assert "eager PyG is not deterministic here (the test split's two passes" in note
+
+
+# --------------------------------------------------------------------------
+# steady state: the warm-up rule
+# --------------------------------------------------------------------------
+def test_warmup_rule_leaves_out_the_compile_and_the_slow_steps_after_it():
+    steady = [0.010, 0.011, 0.009, 0.010, 0.012, 0.010]
+    assert warmup_steps(steady) == 0  # an eager run loses nothing
+    assert warmup_steps([30.0] + steady) == 1  # the compile
+    assert warmup_steps([30.0, 0.8, 0.5] + steady) == 3  # slow steps right after it
+    assert warmup_steps([0.011]) == 0 and warmup_steps([]) == 0
+    graphs = [64] * 9
+    assert steady_rate([30.0, 0.8, 0.5] + steady, graphs) == pytest.approx(64 * 6 / sum(steady))
+    r = RunStats("x", step_seconds=[30.0] + steady, step_graphs=[64] * 7,
+                 infer_step_seconds=[5.0, 0.001, 0.001], infer_step_graphs=[10, 10, 10])
+    assert r.warmup_training_steps == 1 and r.warmup_inference_steps == 1
+    assert r.eval_graphs_per_second == pytest.approx(20 / 0.002)
+
+
+@given(st.lists(st.floats(1e-4, 1e3), min_size=2, max_size=40))
+def test_warmup_rule_property(seconds):
+    """Warm-up is a prefix: every step left out is slower than the limit, the first kept
+    one is not; at least half the steps are kept (the median's half)."""
+    k = warmup_steps(seconds)
+    limit = WARMUP_FACTOR * statistics.median(seconds)
+    assert all(s > limit for s in seconds[:k])
+    assert seconds[k] <= limit
+    assert k <= len(seconds) // 2
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_progress_bar_opens_after_the_first_step(monkeypatch):
+    """No compile feeds the ETA: the bar opens once the first (compiling) step is done,
+    with that step counted as done but untimed (tqdm's rate is (n - initial) / elapsed)."""
+    opened = []
+    stats = RunStats("x", batches_per_epoch=4)
+    steps = []
+
+    def fake_progress(total, desc, enabled, initial=0):
+        opened.append((len(steps), total, initial))
+        return None
+
+    monkeypatch.setattr(demo, "_progress", fake_progress)
+
+    def step(batch):
+        steps.append(batch)
+        return 1.0, 1
+
+    demo.train_epochs(stats, step, lambda epoch: range(4), 2, label="x",
+                      shape_of=lambda b: (), progress=True, compiles=True)
+    assert opened == [(1, 8, 1)]
+    assert len(stats.step_seconds) == stats.steps == 8
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_pyg_compile_route_is_a_third_column(monkeypatch):
+    """The third run is eager PyG's model under torch.compile(dynamic=True); on aot_eager
+    here (the same graphs, no code generation). Its graphs are Dynamo's own count."""
+    r = run_demo(backend="eager", **{**TINY, "pyg_compile": True},
+                 pyg_compile_backend="aot_eager")
+    p = r.pyg_compiled
+    assert p is not None and p.train_graphs == r.num_train
+    assert p.compiles_training >= 1 and p.compiles >= p.compiles_training
+    text = r.report()
+    lines = text.splitlines()
+    header = lines[lines.index(_row(text, "padding efficiency")) - 1]
+    assert header.split() == ["graph_adapter", "eager", "PyG", "PyG", "compiled", "[3]"]
+    compiles = _row(text, "graphs compiled").split()
+    assert compiles[-3:] == [str(p.compiles_training), "/",
+                             str(p.compiles - p.compiles_training)]
+    assert "[3] PyG's documented compile route" in text
+    assert "PyG compiled / eager PyG" in " ".join(text.split())
+    assert max(len(line) for line in text.splitlines()) <= REPORT_WIDTH
+    d = r.as_dict()
+    assert d["pyg_compiled"]["warmup_training_steps"] == p.warmup_training_steps

@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also write every measured figure as JSON")
     demo.add_argument("--no-eager", action="store_true",
                       help="skip the eager PyG comparison run")
+    demo.add_argument("--no-pyg-compile", action="store_true",
+                      help="skip the third run, eager PyG's model under "
+                           "torch.compile(dynamic=True) (PyG's compile route; its compiles are "
+                           "most of the demo's time with a cold compile cache)")
     demo.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     demo.add_argument("--deterministic", action="store_true",
                       help="torch.use_deterministic_algorithms(True) for the run: the same "
@@ -109,7 +113,8 @@ def _run_demo(args: argparse.Namespace) -> int:
     cfg = DemoConfig(epochs=args.epochs, batch_graphs=args.batch_graphs, seed=args.seed,
                      model=args.model, backend=args.backend, hidden=args.hidden,
                      layers=args.layers, lr=args.lr, limit=args.limit, path=args.data,
-                     eager_baseline=not args.no_eager, progress=not args.quiet,
+                     eager_baseline=not args.no_eager, pyg_compile=not args.no_pyg_compile,
+                     progress=not args.quiet,
                      plot=args.plot, threads=args.threads, deterministic=args.deterministic)
     try:
         result = run_demo(cfg)

@@ -12,26 +12,35 @@ What :func:`run_demo` does, in order:
    :func:`graph_adapter.backends.compile` (``"auto"``: resolved by
    :func:`graph_adapter.backends.resolve_backend`), one compiled model for
    training and evaluation, whatever the backend;
-4. trains ``epochs`` epochs, evaluates the MAE on the test split;
-5. trains an identical copy of the model (same initial weights, same loss,
+4. trains ``epochs`` epochs, evaluates the MAE on the test split, and times
+   inference (the test split twice, the training split once);
+5. trains identical copies of the model (same initial weights, same loss,
    same optimizer) in plain eager PyG, with ``torch_geometric.loader.DataLoader``
-   over the same training split, in the same process, for the throughput and
-   MAE comparison;
+   over the same training split, and (``pyg_compile``) the same under
+   ``torch.compile(model, dynamic=True)`` (PyG's documented compile route), in
+   the same process, for the throughput and MAE comparison;
 6. returns a :class:`~graph_adapter.app.results.DemoResult`; its ``report()``
    formats it.
 
-Both runs go through the same epoch loop (:func:`train_epochs`) and the same
+Every run goes through the same epoch loop (:func:`train_epochs`) and the same
 evaluation loop (:func:`evaluate`); they differ only in their step functions.
+Throughput is steady state: every step is timed, and the leading steps of
+each mode slower than :data:`~graph_adapter.app.results.WARMUP_FACTOR` x that
+mode's median (the compile among them) are left out
+(:func:`~graph_adapter.app.results.warmup_steps`).
 The models live in :mod:`graph_adapter.app.models`, the figures and the
 report in :mod:`graph_adapter.app.results`.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import logging
+import os
 import sys
 import time
-from typing import Any, Callable, Hashable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Hashable, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -44,7 +53,7 @@ from .datasets import load_nci5k
 from .models import MODELS, AtomBondEncoder, MolRegressor, build_model
 from .preflight import DemoSettingError, check_demo_settings
 from .repeat import known_nondeterminism, repeat_gap
-from .results import UNCOMPILED_BACKENDS, DemoConfig, DemoResult, RunStats, write_plot
+from .results import DemoConfig, DemoResult, RunStats, write_plot
 
 __all__ = ["MODELS", "DemoConfig", "DemoResult", "RunStats", "AtomBondEncoder", "MolRegressor",
            "build_model", "run_demo", "train_epochs", "evaluate", "write_plot"]
@@ -58,15 +67,20 @@ EvalStep = Callable[[Any], Tuple[float, int]]
 # --------------------------------------------------------------------------
 # the loops both runs share
 # --------------------------------------------------------------------------
-def _progress(total: int, desc: str, enabled: bool):
-    """A tqdm bar on stderr, or ``None`` (disabled, or tqdm not installed)."""
+def _progress(total: int, desc: str, enabled: bool, initial: int = 0):
+    """A tqdm bar on stderr, or ``None`` (disabled, or tqdm not installed).
+
+    ``initial`` steps are counted as done but not timed: tqdm's rate (and so its
+    ETA) is ``(n - initial) / elapsed``, so a bar opened after a compile never
+    averages the compile in."""
     if not enabled:
         return None
     try:
         from tqdm.auto import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)
+    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True,
+                initial=initial)
 
 
 def _log(msg: str, enabled: bool = True) -> None:
@@ -77,13 +91,15 @@ def _log(msg: str, enabled: bool = True) -> None:
 def train_epochs(stats: RunStats, step: Step, batches: Callable[[int], Iterable[Any]],
                  epochs: int, *, label: str, shape_of: Callable[[Any], Hashable],
                  end_epoch: Callable[[int], None] = lambda epoch: None,
-                 progress: bool = True) -> None:
+                 progress: bool = True, compiles: bool = False) -> None:
     """Train ``epochs`` epochs, recording the figures in ``stats`` (in place).
 
     Args:
         stats: filled in: ``steps``, ``train_graphs``, ``epoch_loss`` (mean
-            loss per real graph, one per epoch), ``first_step_seconds`` (the
-            compile, for compiled backends), ``train_seconds``, ``epochs``,
+            loss per real graph, one per epoch), ``step_seconds`` and
+            ``step_graphs`` (each step: its time, data loading excluded, and
+            its real graphs), ``first_step_seconds`` (the compile, for
+            compiled backends), ``train_seconds``, ``epochs``,
             ``distinct_shapes`` (of epoch 1). ``batches_per_epoch`` must be
             set (the progress bar's length).
         step: one optimizer step on a batch (see :data:`Step`).
@@ -92,26 +108,37 @@ def train_epochs(stats: RunStats, step: Step, batches: Callable[[int], Iterable[
         shape_of: a batch's shape, to count the distinct shapes a compiler sees.
         label: the run's name in the progress output.
         end_epoch: called after each epoch (learning-rate schedule...).
+        compiles: the first step compiles: say so before it (nothing moves for
+            a while). The progress bar opens after the first step, whatever
+            the backend, so that no compile feeds its ETA.
     """
-    bar = _progress(epochs * stats.batches_per_epoch, label, progress)
+    total = epochs * stats.batches_per_epoch
+    bar = None
     shapes = set()
     t_start = time.perf_counter()
     for epoch in range(epochs):
         loss_sum, graphs_sum = 0.0, 0
         for batch in batches(epoch):
-            t0 = time.perf_counter()
             if epoch == 0:
                 shapes.add(shape_of(batch))
+            if stats.steps == 0 and compiles:
+                _log(f"{label}: compiling the training step (the first step) ...", progress)
+            t0 = time.perf_counter()
             loss, graphs = step(batch)
+            dt = time.perf_counter() - t0
             loss_sum += loss * graphs
             graphs_sum += graphs
             if stats.steps == 0:
-                stats.first_step_seconds = time.perf_counter() - t0
+                stats.first_step_seconds = dt
+                bar = _progress(total, label, progress, initial=1)
+            elif bar is not None:
+                bar.update(1)
+            stats.step_seconds.append(dt)
+            stats.step_graphs.append(graphs)
             stats.steps += 1
             stats.train_graphs += graphs
             if bar is not None:
                 bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.2f}", refresh=False)
-                bar.update(1)
         stats.epoch_loss.append(loss_sum / max(1, graphs_sum))
         end_epoch(epoch)
         if bar is None:
@@ -127,26 +154,45 @@ def train_epochs(stats: RunStats, step: Step, batches: Callable[[int], Iterable[
     stats.distinct_shapes = len(shapes)
 
 
-def evaluate(stats: RunStats, step: EvalStep, batches: Iterable[Any]) -> None:
+def _infer(stats: RunStats, step: EvalStep, batches: Iterable[Any]) -> List[float]:
+    """``step`` on every batch without gradients; each step's time and real graphs are
+    appended to ``stats.infer_step_*``. Returns each batch's sum of absolute errors."""
+    errs: List[float] = []
+    with torch.no_grad():
+        for batch in batches:
+            t0 = time.perf_counter()
+            err, graphs = step(batch)
+            stats.infer_step_seconds.append(time.perf_counter() - t0)
+            stats.infer_step_graphs.append(graphs)
+            errs.append(err)
+    return errs
+
+
+def evaluate(stats: RunStats, step: EvalStep, batches: Iterable[Any],
+             timing_batches: Optional[Iterable[Any]] = None) -> None:
     """The test MAE and inference timings, recorded in ``stats`` (no gradients).
 
     Fills ``test_mae``, ``eval_graphs``, ``eval_batches``, ``eval_seconds``
-    and ``eval_first_step_seconds`` (the compile, for compiled backends).
+    and ``eval_first_step_seconds`` (the compile, for compiled backends) from
+    one pass over ``batches`` (the test split). With ``timing_batches``, then
+    runs those (more steps for the steady inference figure) and ``batches``
+    again (re-iterable: a loader or a list): ``infer_repeat_gap`` is how far
+    apart the two passes' per-batch errors came (0.0: bit for bit).
     """
-    abs_err, n = 0.0, 0
     t_start = time.perf_counter()
-    with torch.no_grad():
-        for i, batch in enumerate(batches):
-            t0 = time.perf_counter()
-            err, graphs = step(batch)
-            abs_err += err
-            n += graphs
-            if i == 0:
-                stats.eval_first_step_seconds = time.perf_counter() - t0
-            stats.eval_batches += 1
+    errs = _infer(stats, step, batches)
     stats.eval_seconds = time.perf_counter() - t_start
+    n = sum(stats.infer_step_graphs)
+    stats.eval_batches = len(errs)
+    stats.eval_first_step_seconds = stats.infer_step_seconds[0] if errs else 0.0
     stats.eval_graphs = n
-    stats.test_mae = abs_err / max(1, n)
+    stats.test_mae = sum(errs) / max(1, n)
+    if timing_batches is not None:
+        _infer(stats, step, timing_batches)
+        again = _infer(stats, step, batches)
+        # (NaN twice counts as a repeat, as in repeat_gap)
+        stats.infer_repeat_gap = max((0.0 if a == b or (a != a and b != b) else abs(a - b)
+                                      for a, b in zip(errs, again)), default=0.0)
 
 
 def _scheduler(opt, epochs: int):
@@ -156,7 +202,7 @@ def _scheduler(opt, epochs: int):
                                                       eta_min=0.05 * opt.param_groups[0]["lr"])
 
 
-def _eager_abs_error(model: nn.Module) -> EvalStep:
+def _eager_abs_error(model: Callable[..., torch.Tensor]) -> EvalStep:
     """Evaluation step of ``model`` on a PyG ``Batch`` (unpadded): every graph is real."""
     def step(b) -> Tuple[float, int]:
         pred = model(b.x, b.edge_index, b.edge_attr, b.batch)
@@ -174,16 +220,37 @@ def _eval_eager(model: nn.Module, test, batch_size: int) -> float:
     return stats.test_mae
 
 
+@contextlib.contextmanager
+def _quiet_dynamo() -> Iterator[None]:
+    """Dynamo's graph-break warnings off (PyG's route breaks at ``int(batch.max())``
+    in every pooling call; the report counts the graphs compiled instead)."""
+    logger = logging.getLogger("torch._dynamo")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _graphs_compiled() -> int:
+    """Graphs Dynamo has compiled in this process so far (its own counter)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 # --------------------------------------------------------------------------
-# the two runs
+# the runs
 # --------------------------------------------------------------------------
 def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backend: str,
                    result_fill: List[float]):
     """Train and evaluate ``model`` through FixedSizeLoader + ipu_wrap + compile.
 
-    Returns ``(stats, loader_stats)``; appends each epoch-1 batch's node fill
-    (real nodes / node budget) to ``result_fill``.
+    Returns ``(stats, loader_stats, compiled)``; appends each epoch-1 batch's
+    node fill (real nodes / node budget) to ``result_fill``.
     """
+    t_run = time.perf_counter()
     stats = RunStats(name="graph_adapter")
     loader = ga.FixedSizeLoader(train, budget, shuffle=True, seed=cfg.seed)
     test_loader = ga.FixedSizeLoader(test, budget, shuffle=False)
@@ -225,52 +292,85 @@ def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backe
         mask = flat["graph_mask"].reshape(-1).bool()
         return float(torch.where(mask, (pred - y).abs(), torch.zeros_like(pred)).sum()), int(mask.sum())
 
+    train_mode_backend = _mode_backend(compiled, training=True)
     train_epochs(stats, step, batches, cfg.epochs, label=f"graph_adapter [{backend}]",
                  end_epoch=end_epoch, progress=cfg.progress,
+                 compiles=train_mode_backend != "eager",
                  shape_of=lambda flat: tuple(tuple(v.shape) for v in flat.values()))
     compiles_after_training = int(compiled.compile_count)
     if not compiled.steps_optimizer:  # (the optimizer state inside a backend is not restorable)
         loader.set_epoch(0)
         stats.repeat_gap = repeat_gap(step, loader, [wrapped], opt)
     compiled.eval()
-    evaluate(stats, eval_step, test_loader)
-    if backend not in UNCOMPILED_BACKENDS:  # (eager's count is of programs run, not compiles)
+    if _mode_backend(compiled, training=False) != "eager":
+        _log(f"graph_adapter [{backend}]: compiling for inference (the first test batch) ...",
+             cfg.progress)
+    loader.set_epoch(0)
+    evaluate(stats, eval_step, test_loader, timing_batches=loader)
+    if backend != "eager":  # (eager's count is of programs run, not compiles)
         stats.compiles_training = compiles_after_training
         stats.compiles = int(compiled.compile_count)
     stats.test_mae_eager_eval = _eval_eager(model, test, cfg.batch_graphs)
-    return stats, loader_stats
+    stats.run_seconds = time.perf_counter() - t_run
+    return stats, loader_stats, compiled
 
 
-def _train_eager(model: nn.Module, train, test, cfg: DemoConfig) -> RunStats:
-    """Train and evaluate ``model`` in plain eager PyG (``DataLoader``, unpadded batches)."""
+def _mode_backend(compiled: Any, training: bool) -> str:
+    """The backend that runs ``compiled``'s batches in one mode (``"inductor_eval"``:
+    eager training, inductor inference); the backend's own name where it has one engine."""
+    was = compiled.training
+    compiled.train(training)
+    try:
+        return str(getattr(compiled, "mode_backend", getattr(compiled, "backend", "")))
+    finally:
+        compiled.train(was)
+
+
+def _train_pyg(model: nn.Module, train, test, cfg: DemoConfig, compiled: bool) -> RunStats:
+    """Train and evaluate ``model`` in plain PyG (``DataLoader``, unpadded batches): eager,
+    or (``compiled``) under ``torch.compile(model, dynamic=True)``, PyG's documented
+    route for variable-size batches, graph breaks and all."""
     import torch.nn.functional as F
     from torch_geometric.loader import DataLoader
 
-    stats = RunStats(name="eager PyG")
+    t_run = time.perf_counter()
+    stats = RunStats(name="PyG compiled" if compiled else "eager PyG")
     loader = DataLoader(train, batch_size=cfg.batch_graphs, shuffle=True,
                         generator=torch.Generator().manual_seed(cfg.seed))
+    test_loader = DataLoader(test, batch_size=cfg.batch_graphs, shuffle=False)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     sched = _scheduler(opt, cfg.epochs)
     stats.batches_per_epoch = len(loader)  # planned (the progress bar); counted in training
+    fn = torch.compile(model, dynamic=True, backend=cfg.pyg_compile_backend) if compiled else model
+    graphs_before = _graphs_compiled()
 
     def batches(epoch: int):
         model.train()
         return loader
 
     def step(b) -> Tuple[float, int]:
-        loss = F.l1_loss(model(b.x, b.edge_index, b.edge_attr, b.batch).view(-1), b.y.view(-1))
+        loss = F.l1_loss(fn(b.x, b.edge_index, b.edge_attr, b.batch).view(-1), b.y.view(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         return float(loss.detach()), b.num_graphs
 
-    train_epochs(stats, step, batches, cfg.epochs, label="eager PyG",
-                 end_epoch=lambda epoch: sched.step(),
-                 progress=cfg.progress, shape_of=lambda b: (b.num_nodes, b.num_edges, b.num_graphs))
-    stats.repeat_gap = repeat_gap(step, loader, [model], opt)
-    model.eval()
-    evaluate(stats, _eager_abs_error(model),
-             DataLoader(test, batch_size=cfg.batch_graphs, shuffle=False))
+    with _quiet_dynamo() if compiled else contextlib.nullcontext():
+        train_epochs(stats, step, batches, cfg.epochs, label=stats.name,
+                     end_epoch=lambda epoch: sched.step(), progress=cfg.progress,
+                     compiles=compiled,
+                     shape_of=lambda b: (b.num_nodes, b.num_edges, b.num_graphs))
+        graphs_after_training = _graphs_compiled()
+        stats.repeat_gap = repeat_gap(step, loader, [model], opt)
+        model.eval()
+        if compiled:
+            _log(f"{stats.name}: compiling for inference (the first test batch) ...",
+                 cfg.progress)
+        evaluate(stats, _eager_abs_error(fn), test_loader, timing_batches=loader)
+    if compiled:
+        stats.compiles_training = graphs_after_training - graphs_before
+        stats.compiles = _graphs_compiled() - graphs_before
+    stats.run_seconds = time.perf_counter() - t_run
     return stats
 
 
@@ -312,6 +412,7 @@ def _run(cfg: DemoConfig) -> DemoResult:
     import numpy as np
 
     t_all = time.perf_counter()
+    load_start = os.getloadavg()[0]
     _log("loading rdkit's NCI first_5k molecules (from_smiles) ...", cfg.progress)
     t0 = time.perf_counter()
     graphs, n_bad = load_nci5k(limit=cfg.limit, path=cfg.path)
@@ -339,22 +440,37 @@ def _run(cfg: DemoConfig) -> DemoResult:
     backend, note = resolve_backend(cfg.backend)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, cfg.hidden, cfg.layers, y_mean, y_std)
-    eager_model = copy.deepcopy(model)  # same initial weights; ipu_wrap edits norms in place
+    pyg_model = copy.deepcopy(model)  # same initial weights; ipu_wrap edits norms in place
 
     fill: List[float] = []
-    adapter, st = _train_adapter(model, train, test, budget, cfg, backend, fill)
-    eager = _train_eager(eager_model, train, test, cfg) if cfg.eager_baseline else None
+    adapter, st, compiled = _train_adapter(model, train, test, budget, cfg, backend, fill)
+    training_backend = _mode_backend(compiled, training=True)
+    eager = pyg_compiled = None
+    if cfg.eager_baseline:
+        eager = _train_pyg(copy.deepcopy(pyg_model), train, test, cfg, compiled=False)
+    if cfg.pyg_compile:
+        pyg_compiled = _train_pyg(copy.deepcopy(pyg_model), train, test, cfg, compiled=True)
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    nondeterminism = {}
+    for run, run_backend in ((adapter, training_backend), (pyg_compiled, cfg.pyg_compile_backend)):
+        cause = known_nondeterminism(run_backend, threads, deterministic)
+        if run is not None and cause:
+            nondeterminism[run.name] = cause
     result = DemoResult(
         config=cfg, num_graphs=len(graphs), num_bad_smiles=n_bad, num_train=len(train),
         num_test=len(test), backend=backend, backend_note=note,
         budget={"nodes": budget.nodes, "edges": budget.edges, "graphs": budget.graphs},
         node_efficiency=st.node_efficiency, edge_efficiency=st.edge_efficiency,
         graph_efficiency=st.graph_efficiency, pad_to_max_node_efficiency=pad_to_max,
-        batch_node_fill=fill, adapter=adapter, eager=eager, load_seconds=load_seconds)
-    result.nondeterminism = known_nondeterminism(backend, torch.get_num_threads(),
-                                                 torch.are_deterministic_algorithms_enabled())
+        batch_node_fill=fill, adapter=adapter, eager=eager, pyg_compiled=pyg_compiled,
+        load_seconds=load_seconds, cpu_count=os.cpu_count() or 0, threads=threads,
+        training_backend=training_backend,
+        inference_backend=_mode_backend(compiled, training=False),
+        nondeterminism=nondeterminism)
     result._mean_mae = float((y_test - y_mean).abs().mean())
     result.total_seconds = time.perf_counter() - t_all
+    result.load_average = [load_start, os.getloadavg()[0]]
     if cfg.plot:
         write_plot(result, cfg.plot)
     return result

@@ -52,6 +52,12 @@ def _require_backend(name: str) -> None:
         import_poptorch()  # an ImportError naming the Poplar SDK when poptorch is missing
 
 
+def _dynamo_backends() -> List[str]:
+    import torch._dynamo
+
+    return list(torch._dynamo.list_backends(exclude_tags=()))
+
+
 def _check_values(cfg: DemoConfig) -> None:
     if cfg.model not in MODELS:
         raise DemoSettingError(f"model={cfg.model!r}; choose one of {sorted(MODELS)}")
@@ -68,6 +74,9 @@ def _check_values(cfg: DemoConfig) -> None:
         raise DemoSettingError(f"limit must be >= 2 (a train and a test molecule), got {cfg.limit}")
     if cfg.threads is not None and cfg.threads < 1:
         raise DemoSettingError(f"threads must be >= 1, got {cfg.threads}")
+    if cfg.pyg_compile and cfg.pyg_compile_backend not in _dynamo_backends():
+        raise DemoSettingError(f"pyg_compile_backend={cfg.pyg_compile_backend!r}; choose one of "
+                               f"torch._dynamo.list_backends(): {_dynamo_backends()}")
     if not 0 < cfg.test_fraction < 1:
         raise DemoSettingError(f"test_fraction must be in (0, 1), got {cfg.test_fraction}")
 
@@ -81,7 +90,7 @@ def _check_scale(cfg: DemoConfig, molecules: int) -> List[str]:
         raise DemoSettingError(
             f"batch_graphs={cfg.batch_graphs} with epochs={cfg.epochs} means about "
             f"{per_epoch:,} optimizer steps an epoch ({per_epoch * cfg.epochs:,} in all) for each "
-            f"of the two runs; use --batch-graphs 32 to 256 (default {DemoConfig.batch_graphs}), "
+            f"of the runs; use --batch-graphs 32 to 256 (default {DemoConfig.batch_graphs}), "
             f"fewer --epochs, or --limit for fewer molecules")
     if cfg.batch_graphs < MIN_USEFUL_BATCH_GRAPHS:
         warnings.append(

@@ -68,17 +68,20 @@ def repeat_gap(step: Callable[[Any], Tuple[float, int]], batches: Iterable[Any],
 
 
 def known_nondeterminism(backend: str, threads: int, deterministic: bool) -> Optional[str]:
-    """Why a run with these settings will not repeat bit for bit, or ``None``.
+    """Why training on ``backend`` with these settings will not repeat bit for bit, or ``None``.
 
-    Known, not probed: inductor's generated CPU kernels add scatter and index
-    gradients with atomic adds; on more than one thread their order changes
-    from run to run, so sums differ in the last bits and training drifts
-    apart over hundreds of steps. A short probe (:func:`repeat_gap`) often
-    misses it (two threads rarely collide in a few steps).
-    ``torch.use_deterministic_algorithms(True)`` makes inductor call ATen's
-    deterministic kernels instead; one thread has no order to change.
+    ``backend`` is the one that runs the training steps (``"eager"`` under
+    ``"inductor_eval"``). Known, not probed: inductor's generated CPU kernels
+    accumulate some gradients with atomic adds (``index_put`` with
+    ``accumulate=True``: an embedding's gradient, and PyG's gathers' unless
+    ``graph_adapter.compile`` keeps ATen's ``index_add``); on more than one
+    thread their order changes from run to run, so sums differ in the last
+    bits and training drifts apart over hundreds of steps. A short probe
+    (:func:`repeat_gap`) often misses it (two threads rarely collide in a few
+    steps). ``torch.use_deterministic_algorithms(True)`` makes inductor call
+    ATen's deterministic kernels instead; one thread has no order to change.
     """
     if backend == "inductor" and threads > 1 and not deterministic:
-        return (f"inductor's CPU kernels add scatter/index gradients with atomic adds on "
+        return (f"inductor's CPU kernels accumulate some gradients with atomic adds on "
                 f"{threads} threads, in an order that changes from run to run")
     return None

@@ -7,8 +7,9 @@ it as the text ``graph-adapter demo`` prints, :func:`write_plot` draws it.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import textwrap
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
@@ -17,7 +18,7 @@ from .models import MODELS
 from .repeat import PROBE_STEPS
 
 __all__ = ["DemoConfig", "RunStats", "DemoResult", "write_plot", "check_plot_extra",
-           "UNCOMPILED_BACKENDS"]
+           "UNCOMPILED_BACKENDS", "WARMUP_FACTOR", "warmup_steps", "steady_rate"]
 
 #: The report's line width (fits a terminal and the docs' code blocks).
 REPORT_WIDTH = 88
@@ -25,6 +26,32 @@ REPORT_WIDTH = 88
 #: Backends that run the module as it is: their ``compile_count`` counts the
 #: (signature, mode) pairs seen, not compiles, so the report says "no compiler".
 UNCOMPILED_BACKENDS = ("eager",)
+
+#: The warm-up rule of the steady-state figures: the leading steps of a mode (training,
+#: inference) slower than this multiple of that mode's median step are warm-up (the
+#: compile, the first calls after it, lazily built optimizer state) and are left out.
+WARMUP_FACTOR = 1.5
+
+
+def warmup_steps(seconds: Sequence[float], factor: float = WARMUP_FACTOR) -> int:
+    """How many leading steps are warm-up: those before the first step that took at most
+    ``factor`` x the median of all ``seconds`` (0 for fewer than 2 steps).
+
+    A rule, not a fixed count: a compiled mode's first step (the compile) is always far
+    above the median, and so are the slow steps that can follow it; an eager run whose
+    first step is already steady loses nothing."""
+    if len(seconds) < 2:
+        return 0
+    limit = factor * statistics.median(seconds)
+    return next(i for i, s in enumerate(seconds) if s <= limit)  # (the median step is <= limit)
+
+
+def steady_rate(seconds: Sequence[float], graphs: Sequence[int]) -> float:
+    """Graphs per second over the steps after the warm-up (:func:`warmup_steps`); all
+    steps when there are fewer than 2; NaN without any time measured."""
+    k = warmup_steps(seconds)
+    t = sum(seconds[k:])
+    return sum(graphs[k:]) / t if t > 0 else float("nan")
 
 
 @dataclasses.dataclass
@@ -43,6 +70,12 @@ class DemoConfig:
     limit: Optional[int] = None  # use only the first `limit` molecules
     path: Optional[str] = None  # a SMILES,TPSA csv instead of rdkit's
     eager_baseline: bool = True
+    # a third run: eager PyG's model under torch.compile(dynamic=True) (PyG's documented
+    # compile route) on the same DataLoader batches
+    pyg_compile: bool = True
+    # the Dynamo backend of that run ("inductor": torch.compile's default, PyG's route;
+    # the tests pass "aot_eager", which compiles nothing but counts the same graphs)
+    pyg_compile_backend: str = "inductor"
     progress: bool = True
     plot: Optional[str] = None  # write loss curves + padding histogram to this PNG
     threads: Optional[int] = None
@@ -53,47 +86,63 @@ class DemoConfig:
 
 @dataclasses.dataclass
 class RunStats:
-    """Training and evaluation figures of one run (adapter or eager PyG)."""
+    """Training and evaluation figures of one run (the adapter's, eager PyG's or PyG
+    compiled's). Step times are of the step alone (forward, backward, optimizer step;
+    data loading is in ``train_seconds``, not in them)."""
 
     name: str
     epochs: int = 0
     steps: int = 0
     train_graphs: int = 0  # graphs seen in training, all epochs
-    train_seconds: float = 0.0  # all training epochs, wall clock
+    train_seconds: float = 0.0  # all training epochs, wall clock, data loading included
     first_step_seconds: float = 0.0  # includes the compile for compiled backends
-    eval_seconds: float = 0.0
-    eval_first_step_seconds: float = 0.0
+    step_seconds: List[float] = dataclasses.field(default_factory=list)  # each training step
+    step_graphs: List[int] = dataclasses.field(default_factory=list)  # real graphs in each
+    eval_seconds: float = 0.0  # the test split's evaluation (the MAE), wall clock
+    eval_first_step_seconds: float = 0.0  # includes the compile for compiled backends
     eval_graphs: int = 0
     eval_batches: int = 0
+    # every inference step: the test split, then the training split and the test split
+    # again (the steady figure needs more steps than a test split has; the second test
+    # pass checks that inference repeats)
+    infer_step_seconds: List[float] = dataclasses.field(default_factory=list)
+    infer_step_graphs: List[int] = dataclasses.field(default_factory=list)
     batches_per_epoch: int = 0  # counted over the epochs trained (mean, rounded)
     mean_graphs_per_batch: float = 0.0  # real graphs per training step, counted
     distinct_shapes: int = 0  # distinct (nodes, edges, graphs) batch shapes, epoch 1
-    compiles: Optional[int] = None  # the compiled model's compile_count after evaluation
+    compiles: Optional[int] = None  # graphs compiled after evaluation (None: no compiler)
     compiles_training: Optional[int] = None  # ... after training (None: not compiled)
     epoch_loss: List[float] = dataclasses.field(default_factory=list)
     # the same few steps run twice from one state, after training: how far apart their
     # losses came (0.0: bit for bit; None: not checked); see graph_adapter.app.repeat
     repeat_gap: Optional[float] = None
+    # the test split evaluated twice: how far apart the per-batch absolute-error sums came
+    infer_repeat_gap: Optional[float] = None
     test_mae: float = float("nan")
     # adapter run: its trained weights evaluated by plain eager PyG (unpadded batches)
     test_mae_eager_eval: float = float("nan")
+    run_seconds: float = 0.0  # the whole run: training, probes, evaluation, timing
+
+    @property
+    def warmup_training_steps(self) -> int:
+        """Leading training steps left out of the steady figure (:func:`warmup_steps`)."""
+        return warmup_steps(self.step_seconds)
+
+    @property
+    def warmup_inference_steps(self) -> int:
+        """Leading inference steps left out of the steady figure (:func:`warmup_steps`)."""
+        return warmup_steps(self.infer_step_seconds)
 
     @property
     def train_graphs_per_second(self) -> float:
-        """Steady-state training throughput: every step but the first (the compile)."""
-        first_graphs = self.train_graphs / max(1, self.steps)
-        t = self.train_seconds - self.first_step_seconds
-        g = self.train_graphs - first_graphs
-        if self.steps <= 1 or t <= 0:
-            return self.train_graphs / self.train_seconds if self.train_seconds > 0 else float("nan")
-        return g / t
+        """Steady-state training throughput: the steps after the warm-up
+        (:func:`warmup_steps`), step time only."""
+        return steady_rate(self.step_seconds, self.step_graphs)
 
     @property
     def eval_graphs_per_second(self) -> float:
-        t = self.eval_seconds - self.eval_first_step_seconds
-        if self.eval_batches <= 1 or t <= 0:
-            return self.eval_graphs / self.eval_seconds if self.eval_seconds > 0 else float("nan")
-        return self.eval_graphs * (1 - 1 / self.eval_batches) / t
+        """Steady-state inference throughput: the inference steps after the warm-up."""
+        return steady_rate(self.infer_step_seconds, self.infer_step_graphs)
 
 
 @dataclasses.dataclass
@@ -115,18 +164,36 @@ class DemoResult:
     batch_node_fill: List[float]
     adapter: RunStats
     eager: Optional[RunStats]
+    #: eager PyG's model under torch.compile(dynamic=True) on the same DataLoader batches
+    pyg_compiled: Optional[RunStats] = None
     total_seconds: float = 0.0
     load_seconds: float = 0.0
-    #: why the adapter's run will not repeat bit for bit (known, not probed), or None
-    nondeterminism: Optional[str] = None
+    #: the 1-minute load average when the run started and when it ended (os.getloadavg)
+    load_average: List[float] = dataclasses.field(default_factory=list)
+    cpu_count: int = 0
+    threads: int = 0
+    #: the backends the adapter's training and inference steps ran on ("eager" and
+    #: "inductor" under "inductor_eval"; both the backend itself otherwise)
+    training_backend: str = ""
+    inference_backend: str = ""
+    #: why each run's training will not repeat bit for bit (known, not probed):
+    #: run name -> cause; a run that is not named has no known cause
+    nondeterminism: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def runs(self) -> List[RunStats]:
+        """The runs of this demo, in the report's column order."""
+        return [r for r in (self.adapter, self.eager, self.pyg_compiled) if r is not None]
 
     def as_dict(self) -> Dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["adapter"]["train_graphs_per_second"] = self.adapter.train_graphs_per_second
-        d["adapter"]["eval_graphs_per_second"] = self.adapter.eval_graphs_per_second
-        if self.eager is not None:
-            d["eager"]["train_graphs_per_second"] = self.eager.train_graphs_per_second
-            d["eager"]["eval_graphs_per_second"] = self.eager.eval_graphs_per_second
+        for key in ("adapter", "eager", "pyg_compiled"):
+            run = getattr(self, key)
+            if run is not None:
+                d[key]["train_graphs_per_second"] = run.train_graphs_per_second
+                d[key]["eval_graphs_per_second"] = run.eval_graphs_per_second
+                d[key]["warmup_training_steps"] = run.warmup_training_steps
+                d[key]["warmup_inference_steps"] = run.warmup_inference_steps
+        d["_mean_mae"] = self._mean_mae
         return d
 
     def report(self, width: int = REPORT_WIDTH) -> str:
@@ -139,89 +206,129 @@ class DemoResult:
 
     def _header(self) -> List[str]:
         c, b = self.config, self.budget
+        note = f" ({self.backend_note})" if self.backend_note else ""
         return [
             f"graph_adapter demo: {c.model} ({MODELS[c.model]}), {c.layers} layers x {c.hidden}",
             f"data: {self.num_graphs} molecules from {self._source()} (target TPSA, A^2); "
             f"{self.num_bad_smiles} rows skipped (SMILES rdkit cannot parse, or no numeric target)",
-            f"split: {self.num_train} train / {self.num_test} test (seed {c.seed})",
+            f"split: {self.num_train} train / {self.num_test} test (seed {c.seed}); "
+            f"{c.epochs} epochs, Adam lr {c.lr:g}, L1 loss",
             f"budget: Budget.fit(graphs_per_batch={c.batch_graphs}) -> nodes={b['nodes']}, "
             f"edges={b['edges']}, graphs={b['graphs']} (every batch has these shapes)",
-            f"backend: {self.backend}{' (' + self.backend_note + ')' if self.backend_note else ''}; "
-            f"torch {torch.__version__}, {torch.get_num_threads()} threads",
+            f"graph_adapter backend: {self.backend}{note}",
+            f"torch {torch.__version__}, {self.threads or torch.get_num_threads()} threads, "
+            f"{self.cpu_count or '?'} CPUs, load average {self._load()}",
         ]
 
-    def _table(self) -> List[str]:
-        a, e = self.adapter, self.eager
-        rows = [("", f"graph_adapter [{self.backend}]", "eager PyG" if e else "")]
+    def _load(self) -> str:
+        if len(self.load_average) == 2:
+            return f"{self.load_average[0]:.1f} at the start, {self.load_average[1]:.1f} at the end"
+        return "unknown"
 
-        def both(label, fa, fe=None):
-            fe = fe or fa
-            rows.append((label, fa(a), fe(e) if e is not None else ""))
+    def _table(self) -> List[str]:
+        runs = self.runs()
+        names = {id(self.adapter): "graph_adapter", id(self.eager): "eager PyG",
+                 id(self.pyg_compiled): "PyG compiled [3]"}
+        rows = [("", *(names[id(r)] for r in runs))]
+
+        def each(label, f):
+            rows.append((label, *(f(r) for r in runs)))
 
         pct = "{:.1%}".format
-        rows.append(("padding efficiency nodes/edges/graphs",
-                     f"{pct(self.node_efficiency)}/{pct(self.edge_efficiency)}/"
-                     f"{pct(self.graph_efficiency)}", "no padding"))
-        rows.append(("  pad-to-max nodes (largest x count)", pct(self.pad_to_max_node_efficiency), ""))
-        both("batches per epoch / graphs per batch",
+        each("padding efficiency nodes/edges/graphs",
+             lambda r: (f"{pct(self.node_efficiency)}/{pct(self.edge_efficiency)}/"
+                        f"{pct(self.graph_efficiency)}") if r is self.adapter else "no padding")
+        rows.append(("  pad-to-max nodes (largest x count)", pct(self.pad_to_max_node_efficiency)))
+        each("batches per epoch / graphs per batch",
              lambda r: f"{r.batches_per_epoch} / {r.mean_graphs_per_batch:.1f}")
-        both("distinct batch shapes (epoch 1) [1]", lambda r: str(r.distinct_shapes))
-        both("compiles (training / evaluation)", self._compiles, lambda r: "none (not compiled)")
-        both("first training step, s", lambda r: f"{r.first_step_seconds:.2f}")
-        both("training, graphs/s (steady)", lambda r: f"{r.train_graphs_per_second:,.0f}")
-        both("training wall time, s (all epochs)", lambda r: f"{r.train_seconds:.1f}")
-        both("inference, graphs/s (steady)", lambda r: f"{r.eval_graphs_per_second:,.0f}")
-        both(f"final train L1 loss (epoch {self.config.epochs})",
+        each("distinct batch shapes (epoch 1) [1]", lambda r: str(r.distinct_shapes))
+        each("graphs compiled (train / infer)", self._compiles)
+        each("first step, s (train / infer)",
+             lambda r: f"{r.first_step_seconds:.1f} / {r.eval_first_step_seconds:.1f}")
+        each("warm-up steps (train / infer) [2]",
+             lambda r: f"{r.warmup_training_steps} / {r.warmup_inference_steps}")
+        each("training, graphs/s, steady [2]", lambda r: f"{r.train_graphs_per_second:,.0f}")
+        each("inference, graphs/s, steady [2]", lambda r: f"{r.eval_graphs_per_second:,.0f}")
+        each("training wall time, s (all epochs)", lambda r: f"{r.train_seconds:.1f}")
+        each(f"final train L1 loss (epoch {self.config.epochs})",
              lambda r: f"{r.epoch_loss[-1]:.2f}" if r.epoch_loss else "-")
-        both("test MAE (TPSA, A^2)", lambda r: f"{r.test_mae:.2f}")
-        rows.append(("  same weights, eager PyG evaluation", f"{a.test_mae_eager_eval:.2f}", ""))
-        both("deterministic [2]", self._deterministic)
-        w0 = max(len(r[0]) for r in rows)
-        w1 = max(len(r[1]) for r in rows)
-        return [f"{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}".rstrip() for r in rows]
+        each("test MAE (TPSA, A^2)", lambda r: f"{r.test_mae:.2f}")
+        rows.append(("  same weights, eager PyG evaluation", f"{self.adapter.test_mae_eager_eval:.2f}"))
+        each("deterministic (train / infer) [4]", self._deterministic)
+        widths = [max(len(r[i]) for r in rows if len(r) > i) for i in range(len(rows[0]))]
+        return ["  ".join(f"{cell:<{w}}" for cell, w in zip(r, widths)).rstrip() for r in rows]
 
     def _footer(self) -> List[str]:
-        a, e, c = self.adapter, self.eager, self.config
+        c = self.config
         lines = ["[1] each distinct shape is a recompile for torch.compile(dynamic=False)",
-                 f"[2] the first {PROBE_STEPS} training steps run twice from one state after "
-                 f"training (then put back) gave the same losses bit for bit"]
-        for r in (a, e):
-            causes = [f"the same steps from the same state gave losses {r.repeat_gap:.1e} apart"
-                      ] if r is not None and r.repeat_gap else []
-            if r is a and self.nondeterminism:
-                causes.append(self.nondeterminism)
+                 f"[2] steady state: graphs/s over the steps after the warm-up, step time only "
+                 f"(data loading is in the wall time); warm-up (steps left out) = the leading "
+                 f"steps of each mode "
+                 f"slower than {WARMUP_FACTOR:g}x that mode's median step (the compile among "
+                 f"them). Inference is timed over the test split twice and the training split "
+                 f"once"]
+        if self.pyg_compiled is not None:
+            lines.append("[3] PyG's documented compile route: eager PyG's model under "
+                         "torch.compile(dynamic=True), on the same DataLoader batches (graph "
+                         "breaks included: a graph compiled is one piece between two breaks)")
+        lines.append(f"[4] training: the first {PROBE_STEPS} training steps run twice from one "
+                     f"state after training (then put back) gave the same losses bit for bit; "
+                     f"inference: the test split's two passes gave the same errors bit for bit")
+        if self.training_backend and self.training_backend != self.backend:
+            lines.append(f"graph_adapter's training ran on {self.training_backend!r}, its "
+                         f"inference on {self.inference_backend!r} ({self.backend}); "
+                         f"--backend inductor compiles training too")
+        for r in self.runs():
+            causes = [] if self._training_repeats(r) is not False else (
+                [self.nondeterminism[r.name]] if r.name in self.nondeterminism else
+                [f"the same training steps from one state gave losses {r.repeat_gap:.1e} apart"])
+            if r.infer_repeat_gap:
+                causes.append(f"the test split's two passes gave errors {r.infer_repeat_gap:.1e} "
+                              f"apart")
             if causes:
+                fix = ("--deterministic makes it repeat" if not c.deterministic else
+                       "--threads 1 makes it repeat")
                 lines.append(f"{r.name} is not deterministic here ({'; '.join(causes)}): its test "
-                             f"MAE varies from run to run; --deterministic makes it repeat")
-        if e is not None and a.train_graphs_per_second > 0 and e.train_graphs_per_second > 0:
-            ratio = a.train_graphs_per_second / e.train_graphs_per_second
-            lines.append(f"training throughput, adapter / eager: {ratio:.2f}x (same model, loss, "
-                         f"optimizer and data, measured in this run)")
+                             f"MAE varies from run to run; {fix}")
+        e = self.eager
+        if e is not None and e.train_graphs_per_second > 0 and e.eval_graphs_per_second > 0:
+            for r in self.runs():
+                if r is not e:
+                    lines.append(
+                        f"{r.name} / eager PyG, steady graphs/s: training "
+                        f"{r.train_graphs_per_second / e.train_graphs_per_second:.2f}x, inference "
+                        f"{r.eval_graphs_per_second / e.eval_graphs_per_second:.2f}x (same model, "
+                        f"loss, optimizer and data, measured in this run)")
         lines.append(f"test MAE baseline (predict the training mean): {self._mean_mae:.2f}")
-        lines.append(f"total {self.total_seconds:.0f} s (loading molecules {self.load_seconds:.0f} s)")
+        parts = [f"loading molecules {self.load_seconds:.0f} s"] + [
+            f"{r.name} {r.run_seconds:.0f} s" for r in self.runs()]
+        lines.append(f"total {self.total_seconds:.0f} s ({', '.join(parts)})")
         if c.plot:
             lines.append(f"plot written to {c.plot}")
         return lines
 
     _mean_mae: float = float("nan")
 
-    def _deterministic(self, r: RunStats) -> str:
+    def _training_repeats(self, r: RunStats) -> Optional[bool]:
         """Known causes first (a short probe can miss them), then the probe's measurement."""
-        if r is self.adapter and self.nondeterminism:
-            return "no (see below)"
-        if r.repeat_gap is None:
-            return "not checked"
-        return f"no ({r.repeat_gap:.1e} apart)" if r.repeat_gap else "yes"
+        if r.name in self.nondeterminism:
+            return False
+        return None if r.repeat_gap is None else not r.repeat_gap
+
+    def _deterministic(self, r: RunStats) -> str:
+        def word(repeats: Optional[bool]) -> str:
+            return "?" if repeats is None else ("yes" if repeats else "no")
+
+        infer = None if r.infer_repeat_gap is None else not r.infer_repeat_gap
+        return f"{word(self._training_repeats(r))} / {word(infer)}"
 
     def _source(self) -> str:
         return self.config.path if self.config.path else "rdkit's NCI first_5k"
 
     def _compiles(self, r: RunStats) -> str:
-        """The compiled model's own count (``compile_count``), split at the end of training."""
-        if self.backend in UNCOMPILED_BACKENDS:
-            return f"none ({self.backend}: no compiler)"
+        """The compiled model's own count, split at the end of training."""
         if r.compiles is None or r.compiles_training is None:
-            return "-"
+            return "none"
         return f"{r.compiles_training} / {r.compiles - r.compiles_training}"
 
 
@@ -234,7 +341,7 @@ def _wrap(lines: List[str], width: int) -> List[str]:
 
 
 def write_plot(result: DemoResult, path: str) -> None:
-    """Loss curves (both runs) and the histogram of per-batch node fill."""
+    """Loss curves (every run) and the histogram of per-batch node fill."""
     check_plot_extra()
     import matplotlib
 
@@ -247,6 +354,8 @@ def write_plot(result: DemoResult, path: str) -> None:
     if result.eager is not None:
         ax1.plot(ep, result.eager.epoch_loss, marker="s", label="eager PyG")
         ax1.axhline(result.eager.test_mae, color="C1", ls=":", label="eager PyG test MAE")
+    if result.pyg_compiled is not None:
+        ax1.plot(ep, result.pyg_compiled.epoch_loss, marker="^", label="PyG compiled")
     ax1.axhline(result.adapter.test_mae, color="C0", ls=":", label="graph_adapter test MAE")
     ax1.set_xlabel("epoch")
     ax1.set_ylabel("train L1 loss (TPSA, A^2)")
