@@ -65,10 +65,12 @@ def test_demo_help_lists_every_backend(capsys):
         assert name in listed, name
 
 
-def test_settings_far_from_useful_values_are_warned_about_with_a_remedy():
+def test_settings_far_from_useful_values_are_warned_about_with_a_remedy(monkeypatch):
+    from graph_adapter.app import preflight
     from graph_adapter.app.preflight import DemoSettingError, check_demo_settings
     from graph_adapter.app.results import DemoConfig
 
+    monkeypatch.setattr(preflight.os, "getloadavg", lambda: (0.1, 0.1, 0.1))  # a quiet machine
     assert check_demo_settings(DemoConfig()) == []  # the defaults are fine
     small = check_demo_settings(DemoConfig(batch_graphs=4, limit=200))
     assert len(small) == 1 and "batch_graphs=4" in small[0] and "--batch-graphs 32" in small[0]
@@ -78,3 +80,18 @@ def test_settings_far_from_useful_values_are_warned_about_with_a_remedy():
     with pytest.raises(DemoSettingError, match="45,000 in all"):
         check_demo_settings(DemoConfig(batch_graphs=1))
     assert check_demo_settings(DemoConfig(batch_graphs=1, limit=50, epochs=1)) != []  # warned
+
+
+def test_a_busy_machine_is_warned_about_when_the_run_is_multi_threaded(monkeypatch):
+    """Several threads on CPUs that other work keeps busy stall at every op: warned, with
+    the remedy; one thread, or a quiet machine, is not warned about."""
+    from graph_adapter.app import preflight
+    from graph_adapter.app.results import DemoConfig
+
+    monkeypatch.setattr(preflight.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(preflight.os, "getloadavg", lambda: (5.5, 5.0, 4.0))
+    (warning,) = preflight.check_demo_settings(DemoConfig(threads=2))
+    assert "load average 5.5 on 2 CPUs" in warning and "--threads 1" in warning
+    assert preflight.check_demo_settings(DemoConfig(threads=1)) == []
+    monkeypatch.setattr(preflight.os, "getloadavg", lambda: (1.2, 1.0, 1.0))
+    assert preflight.check_demo_settings(DemoConfig(threads=2)) == []

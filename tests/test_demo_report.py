@@ -128,6 +128,12 @@ def test_report_says_when_a_run_is_not_deterministic():
     note = " ".join(text.split("[1]", 1)[1].split())
     assert "graph_adapter is not deterministic here (a cause)" in note
     assert "--deterministic" in note
+    # the load average is in the header; a busy machine is named under the table
+    r.cpu_count, r.load_average = 2, [0.4, 1.9]
+    assert "load average 0.4 at the start, 1.9 at the end" in " ".join(r.report().split())
+    assert "other work kept the CPUs busy" not in r.report()
+    r.load_average = [0.4, 2.3]
+    assert "other work kept the CPUs busy" in " ".join(r.report().split())
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

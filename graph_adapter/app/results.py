@@ -299,6 +299,11 @@ class DemoResult:
                         f"{r.train_graphs_per_second / e.train_graphs_per_second:.2f}x, inference "
                         f"{r.eval_graphs_per_second / e.eval_graphs_per_second:.2f}x (same model, "
                         f"loss, optimizer and data, measured in this run)")
+        if self.cpu_count and self.load_average and max(self.load_average) >= self.cpu_count:
+            lines.append(f"other work kept the CPUs busy during this run (load average "
+                         f"{self._load()}, {self.cpu_count} CPUs): times and throughput are "
+                         f"lower and noisier than on a quiet machine; compare figures within "
+                         f"one run only")
         lines.append(f"test MAE baseline (predict the training mean): {self._mean_mae:.2f}")
         parts = [f"loading molecules {self.load_seconds:.0f} s"] + [
             f"{r.name} {r.run_seconds:.0f} s" for r in self.runs()]
