@@ -17,8 +17,8 @@ The two are each other's transposes, so each one's backward is the other
 and each sum adds the few edges past a node's width from a spill list
 (``in_spill`` / ``out_spill``, ``[2, K]``) with one ``index_add`` of ``K``
 rows: the gather stays a gather, the backward's atomics shrink from ``E``
-rows to ``K``. The slot id ``E`` indexes a zero row
-appended to the edge values; padding edges are in no table, so the rows of
+rows to ``K``. The slot id ``E`` reads as a zero
+row (a masked gather); padding edges are in no table, so the rows of
 padding nodes differ from the ``index_add`` path (real rows are equal: padding
 edges only touch padding nodes).
 
@@ -54,16 +54,26 @@ from . import static
 __all__ = ["ell_gather", "ell_sum", "ell_mean", "install", "uninstall", "installed"]
 
 
-def _with_zero_row(t: Tensor) -> Tensor:
-    """``t`` with one zero row appended along dim 0 (the target of slot id ``E``)."""
-    return torch.cat([t, t.new_zeros((1,) + tuple(t.shape[1:]))])
+def _rows(t: Tensor, ids: Tensor) -> Tensor:
+    """``t[ids]`` where ``ids < len(t)``, zero rows where ``ids == len(t)`` (the padding id).
+
+    A masked gather rather than a gather from ``t`` with a zero row appended:
+    inductor fuses the mask into the consumer's loop, where the appended row
+    cost a copy of ``t`` per call (a ``cat`` kernel per layer and direction).
+    """
+    n = t.size(0)
+    if n == 0:  # static: a budget without edges
+        return t.new_zeros(tuple(ids.shape) + tuple(t.shape[1:]))
+    got = t[ids.clamp(max=n - 1)]
+    keep = (ids < n).view(tuple(ids.shape) + (1,) * (t.dim() - 1))
+    return torch.where(keep, got, torch.zeros((), dtype=t.dtype, device=t.device))
 
 
-def _spilled(out: Tensor, msg_z: Tensor, spill: Optional[Tensor]) -> Tensor:
-    """``out`` plus the spilled edges' rows of ``msg_z`` (``[2, K]``: edge id, node)."""
+def _spilled(out: Tensor, msg: Tensor, spill: Optional[Tensor]) -> Tensor:
+    """``out`` plus the spilled edges' rows of ``msg`` (``[2, K]``: edge id, node)."""
     if spill is None:
         return out
-    return out.index_add(0, spill[1], msg_z.index_select(0, spill[0]))
+    return out.index_add(0, spill[1], _rows(msg, spill[0]))
 
 
 class _Gather(torch.autograd.Function):
@@ -90,8 +100,7 @@ class _Sum(torch.autograd.Function):
 
     @staticmethod
     def forward(msg: Tensor, index: Tensor, slots: Tensor, spill: Optional[Tensor]) -> Tensor:
-        msg_z = _with_zero_row(msg)
-        return _spilled(msg_z[slots].sum(1), msg_z, spill)
+        return _spilled(_rows(msg, slots).sum(1), msg, spill)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Tensor) -> None:

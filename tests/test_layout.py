@@ -40,7 +40,8 @@ ATOL64 = 1e-9
 def _budget(graphs, padding):
     n = sum(d.num_nodes for d in graphs)
     e = sum(d.num_edges for d in graphs)
-    return n, e, ga.Budget(nodes=n + padding[0], edges=e + padding[1],
+    # (+1: the collator keeps 2 padding nodes now, paddings() draws >= 1)
+    return n, e, ga.Budget(nodes=n + padding[0] + 1, edges=e + padding[1],
                            graphs=len(graphs) + padding[2])
 
 
@@ -290,9 +291,9 @@ def test_double_backward_through_the_transposes(layout):
     """Each function's backward is the other, so second derivatives exist."""
     ei = torch.tensor([[0, 1, 1, 2, 2], [1, 0, 2, 1, 1]])
     flat = Collator([Data(x=torch.zeros(3, 1), edge_index=ei)],
-                    ga.Budget(nodes=4, edges=6, graphs=2), layout=layout,
+                    ga.Budget(nodes=5, edges=6, graphs=2), layout=layout,
                     layout_widths=(1, 1) if layout == "hyb" else None).collate_indices([0])
-    x = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(5, 2, dtype=torch.float64, requires_grad=True)
     src, dst = flat["edge_index"]
     sp_in, sp_out = flat.get(SPILL_IN), flat.get(SPILL_OUT)
     if layout == "hyb":

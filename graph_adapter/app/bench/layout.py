@@ -1,4 +1,4 @@
-"""Static aggregation layout: scatter (``index_add``) vs ELL tables, under inductor.
+"""Static aggregation layout: scatter (``index_add``) vs ELL / HYB tables, under inductor.
 
 The demo's model (``build_model("gine")``: atom/bond embeddings, 4 stock
 ``GINEConv`` + BatchNorm, add pooling) on rdkit's NCI-5k molecules, side by
@@ -10,20 +10,34 @@ on pre-collated batches:
 * ``wrap_inductor``: ``graph_adapter.compile(..., "inductor")``, default
   layout (PyG's gather + ``index_add`` scatter; with 2 threads the gather's
   gradient runs ATen's ``index_add`` kernel, ``index_add_fallback``);
-* ``wrap_inductor_ell``: the same on batches from
-  ``FixedSizeLoader(..., layout="ell")``: PyG's gather and sum aggregation
-  are routed through :mod:`graph_adapter.static_layout` (gathers both ways).
+* ``wrap_inductor_atomic``: the same with ``index_add_fallback=False``
+  (inductor's own generated scatter, atomic adds);
+* ``wrap_inductor_ell``: batches from ``FixedSizeLoader(..., layout="ell")``:
+  PyG's gather and sum aggregation are routed through
+  :mod:`graph_adapter.static_layout` (gathers both ways), tables as wide as
+  the dataset's largest degree;
+* ``wrap_inductor_hyb``: ``layout="hyb"``: tables as wide as the 99.5th
+  percentile of the degrees, the edges past a node's width summed from a
+  short spill list (``--hyb-widths D`` adds ``wrap_inductor_hyb<D>`` with
+  width ``D``).
+
+The ELL / HYB routing applies only while a gradient is recorded (the scatter
+forward is the faster without a backward), so their inference is the
+``wrap_inductor`` code: inference times only the first four.
 
 The ELL widths are the dataset's largest in-/out-degree (printed): every
 node pays for that many slots, so one hub atom in the whole set slows every
 batch (``--limit`` changes the set, and so the widths).
 
-Rounds are interleaved (each round runs every variant once, in turn) and the
-median of the rounds is reported, as graphs/s and as a ratio to eager PyG.
+Rounds are interleaved (each round runs every variant once, in turn); the
+median of the rounds is reported as graphs/s and as a ratio to eager PyG,
+with the range of the per-round ratios (a round's variants share its load).
 The 1-minute load average is printed at the start and the end.
 
 Usage: ``python benchmarks/bench_layout.py [--threads 2] [--limit N]
-[--rounds 5] [--batch 64] [--hidden 64]``. ``main(argv)`` returns the figures.
+[--rounds 5] [--batch 64] [--hidden 64] [--variants a,b] [--hyb-widths 3]
+[--clock wall|cpu]``.
+``main(argv)`` returns the figures.
 """
 from __future__ import annotations
 
@@ -47,8 +61,11 @@ from .throughput import inferer, set_inductor_env, timed_interleaved, trainer
 
 __all__ = ["VARIANTS", "main"]
 
-#: Variant names, in the printed order.
-VARIANTS = ("pyg", "wrap_eager", "wrap_inductor", "wrap_inductor_ell")
+#: Variant names, in the printed order (``--hyb-widths D`` appends ``wrap_inductor_hyb<D>``).
+VARIANTS = ("pyg", "wrap_eager", "wrap_inductor", "wrap_inductor_atomic", "wrap_inductor_ell",
+            "wrap_inductor_hyb")
+#: The variants inference times (the layouts route only while a gradient is recorded).
+INFER_VARIANTS = VARIANTS[:4]
 
 
 def _pyg_call(model: torch.nn.Module) -> Callable[[Batch], torch.Tensor]:
@@ -57,7 +74,9 @@ def _pyg_call(model: torch.nn.Module) -> Callable[[Batch], torch.Tensor]:
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Print the side-by-side table; return ``{"train": {variant: graphs/s},
-    "infer": {...}, "ratios": ..., "loadavg": ..., "widths": (Din, Dout)}``."""
+    "infer": {...}, "ratios": {variant: {mode: median ratio}}, "spread":
+    {variant: {mode: (min, max) per-round ratio}}, "loadavg": ..., "widths":
+    {layout: (Din, Dout)}, "spills": (Kin, Kout)}``."""
     set_inductor_env()
     ap = argparse.ArgumentParser(prog="python -m graph_adapter.app.bench.layout")
     ap.add_argument("--limit", type=int, default=None, help="molecules (default: all)")
@@ -66,71 +85,112 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--variants", default=None,
+                    help=f"comma-separated subset of {','.join(VARIANTS[1:])} (pyg always runs)")
+    ap.add_argument("--hyb-widths", type=int, action="append", default=[], metavar="D",
+                    help="also time layout='hyb' with widths (D, D) (repeatable)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: this process's CPU time (steadier under load; with 1 thread "
+                         "it is the work done, with more it includes OpenMP's spinning)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()[0]
+    variants = list(VARIANTS) + [f"wrap_inductor_hyb{d}" for d in args.hyb_widths]
+    if args.variants:
+        keep = set(args.variants.split(","))
+        unknown = keep - set(variants)
+        if unknown:
+            raise SystemExit(f"unknown --variants {sorted(unknown)}; choose from {variants[1:]}")
+        variants = ["pyg"] + [v for v in variants[1:] if v in keep]
 
     data, _ = load_nci5k(limit=args.limit)
     for d in data:  # strings cannot live in a tensor dict
         del d.smiles
         d.y = d.y.view(-1)
     budget = ga.Budget.fit(data, args.batch)
+    layouts: Dict[str, Any] = {"wrap_inductor_ell": ("ell", None),
+                               "wrap_inductor_hyb": ("hyb", None)}
+    layouts.update({f"wrap_inductor_hyb{d}": ("hyb", (d, d)) for d in args.hyb_widths})
     plain = list(ga.FixedSizeLoader(data, budget))
-    ell_loader = ga.FixedSizeLoader(data, budget, layout="ell")
-    ell = list(ell_loader)
+    batches: Dict[str, Any] = {"wrap_eager": plain, "wrap_inductor": plain,
+                               "wrap_inductor_atomic": plain}
+    widths: Dict[str, Any] = {}
+    spills: Dict[str, Any] = {}
+    for k, (lay, w) in layouts.items():
+        if k in variants:
+            loader = ga.FixedSizeLoader(data, budget, layout=lay, layout_widths=w)
+            batches[k] = list(loader)
+            widths[k] = loader.collator.layout_widths
+            spills[k] = loader.collator.layout_spills
     pyg = [Batch.from_data_list(data[i:i + args.batch]) for i in range(0, len(data), args.batch)]
+    batches["pyg"] = pyg
     n = len(data)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__}, threads {torch.get_num_threads()}")
-    print(f"data: {n} molecules (NCI-5k), {args.batch} graphs a batch, budget {budget}, "
-          f"ELL widths (Din, Dout) = {ell_loader.collator.layout_widths}")
+    print(f"data: {n} molecules (NCI-5k), {args.batch} graphs a batch, budget {budget}")
+    for k in widths:
+        print(f"  {k}: widths (Din, Dout) = {widths[k]}"
+              + (f", spill capacity (Kin, Kout) = {spills[k]}" if spills[k] else ""))
 
     torch.manual_seed(0)
     base = build_model("gine", args.hidden, args.layers)
     loss_fn = ga.masked_loss("l1")
 
-    def models(train: bool) -> Dict[str, Any]:
-        m = copy.deepcopy(base).train(train)
-        w = {k: ga.ipu_wrap(copy.deepcopy(base), loss_fn=loss_fn).train(train)
-             for k in VARIANTS[1:]}
-        return {"pyg": m, **w}
+    def compiled(k: str, m: torch.nn.Module) -> Any:
+        if k == "wrap_eager":
+            return m
+        return ga.compile(m, "inductor",
+                          index_add_fallback=False if k == "wrap_inductor_atomic" else None)
 
-    res: Dict[str, Any] = {"widths": ell_loader.collator.layout_widths}
+    res: Dict[str, Any] = {"widths": widths, "spills": spills, "ratios": {}, "spread": {},
+                           "clock": args.clock, "threads": args.threads}
     for mode in ("train", "infer"):
-        ms = models(mode == "train")
-        calls = {"pyg": _pyg_call(ms["pyg"]), "wrap_eager": ms["wrap_eager"],
-                 "wrap_inductor": ga.compile(ms["wrap_inductor"], "inductor"),
-                 "wrap_inductor_ell": ga.compile(ms["wrap_inductor_ell"], "inductor")}
-        batches = {"pyg": pyg, "wrap_eager": plain, "wrap_inductor": plain,
-                   "wrap_inductor_ell": ell}
-        if mode == "train":
-            fns = {"pyg": trainer(ms["pyg"], lambda b: F.l1_loss(
-                       _pyg_call(ms["pyg"])(b).view(-1), b.y), pyg)}
-            for k in VARIANTS[1:]:
+        names = [k for k in variants if mode == "train" or k in INFER_VARIANTS]
+        train = mode == "train"
+        pyg_model = copy.deepcopy(base).train(train)
+        ms = {k: ga.ipu_wrap(copy.deepcopy(base), loss_fn=loss_fn).train(train)
+              for k in names[1:]}
+        calls = {"pyg": _pyg_call(pyg_model), **{k: compiled(k, ms[k]) for k in names[1:]}}
+        if train:
+            fns = {"pyg": trainer(pyg_model, lambda b: F.l1_loss(
+                       calls["pyg"](b).view(-1), b.y), pyg)}
+            for k in names[1:]:
                 fns[k] = trainer(ms[k], lambda f, c=calls[k]: c(f)["loss"], batches[k])
         else:
-            fns = {k: inferer(calls[k], batches[k]) for k in VARIANTS}
+            fns = {k: inferer(calls[k], batches[k]) for k in names}
         t0 = time.perf_counter()
         for fn in fns.values():  # warm-up: compiles, allocator, Adam state
             fn()
         res[f"{mode}_warmup_s"] = time.perf_counter() - t0
-        secs = timed_interleaved(fns, args.rounds, statistics.median)
-        res[mode] = {k: n / secs[k] for k in VARIANTS}
+        clock = time.process_time if args.clock == "cpu" else time.perf_counter
+        times = timed_interleaved(fns, args.rounds, lambda v: v, clock)  # every round's time
+        res[mode] = {k: n / statistics.median(times[k]) for k in names}
+        for k in names:
+            per_round = [p / t for p, t in zip(times["pyg"], times[k])]
+            res["ratios"].setdefault(k, {})[mode] = res[mode][k] / res[mode]["pyg"]
+            res["spread"].setdefault(k, {})[mode] = (min(per_round), max(per_round))
     res["loadavg"] = (load_start, os.getloadavg()[0])
 
     print()
-    print(f"{'graphs/s (ratio to eager PyG)':34s}{'training':>20s}{'inference':>20s}")
+    print(f"{'graphs/s (ratio to eager PyG; range over rounds)':48s}"
+          f"{'training':>28s}{'inference':>28s}")
     labels = {"pyg": "eager PyG (DataLoader batches)", "wrap_eager": "ipu_wrap eager",
               "wrap_inductor": "ipu_wrap + inductor (scatter)",
-              "wrap_inductor_ell": "ipu_wrap + inductor (ELL)"}
-    res["ratios"] = {}
-    for k in VARIANTS:
-        r = {m: res[m][k] / res[m]["pyg"] for m in ("train", "infer")}
-        res["ratios"][k] = r
-        print(f"{labels[k]:34s}" + "".join(f"{res[m][k]:11.0f} ({r[m]:4.2f}x)"
-                                           for m in ("train", "infer")))
-    print(f"median of {args.rounds} interleaved rounds; warm-up (compiles) train "
-          f"{res['train_warmup_s']:.0f} s, inference {res['infer_warmup_s']:.0f} s")
+              "wrap_inductor_atomic": "  same, inductor's atomic scatter",
+              "wrap_inductor_ell": "ipu_wrap + inductor (ELL)",
+              "wrap_inductor_hyb": "ipu_wrap + inductor (HYB)"}
+    for k in variants:
+        label = labels.get(k, f"ipu_wrap + inductor (HYB, width {k[len('wrap_inductor_hyb'):]})")
+        cells = []
+        for m in ("train", "infer"):
+            if k not in res[m]:
+                cells.append(f"{'(= scatter)':>28s}")
+                continue
+            lo, hi = res["spread"][k][m]
+            cells.append(f"{res[m][k]:9.0f} ({res['ratios'][k][m]:4.2f}x; {lo:4.2f}-{hi:4.2f})")
+        print(f"{label:48s}" + "".join(cells))
+    print(f"{args.clock} clock, median of {args.rounds} interleaved rounds; warm-up (compiles) "
+          f"train {res['train_warmup_s']:.0f} s, inference {res['infer_warmup_s']:.0f} s")
     print(f"load average (1 min) at start {res['loadavg'][0]:.2f}, at end {res['loadavg'][1]:.2f} "
           f"({os.cpu_count()} cores)")
     return res

@@ -64,7 +64,7 @@ def _efficiency_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
     epochs = 1 if quick else 3
     ours, _ = efficiency.ours(sizes, budget, "greedy", epochs)
     ptm, _, _ = efficiency.fixed_count(sizes, 64, epochs)
-    dyn, dyn_shapes = efficiency.dynamic_sampler(ds, sizes, budget.nodes - 1, epochs)
+    dyn, dyn_shapes = efficiency.dynamic_sampler(ds, sizes, budget.max_real_nodes, epochs)
     node, edge = ours["node_efficiency"], ours["edge_efficiency"]
     return [
         ("padding", "node slots holding real nodes (64 graphs a batch)", f"{node:.1%}",
@@ -114,7 +114,10 @@ def _layout_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
             print(buf.getvalue())
     rows = []
     for mode, what in (("train", "training step"), ("infer", "inference")):
-        for k, name in (("wrap_inductor", "scatter"), ("wrap_inductor_ell", "ELL layout")):
+        for k, name in (("wrap_inductor", "scatter"), ("wrap_inductor_ell", "ELL layout"),
+                        ("wrap_inductor_hyb", "HYB layout")):
+            if k not in res[mode]:  # the layouts' inference is the scatter path's
+                continue
             rows.append(("layout", f"{what}, graphs/s (inductor, {name})",
                          f"{res[mode][k]:,.0f}", f"{res[mode]['pyg']:,.0f}", "eager PyG, unpadded",
                          f"{res['ratios'][k][mode]:.2f}x"))
