@@ -354,6 +354,19 @@ class _Width(nn.Module):
         return self.aggr(x, index, max_num_elements=WIDTH)
 
 
+class _FixedNegatives(nn.Module):
+    """SuperGATConv trained on a given edge set: every edge (``edge_sample_ratio=1``)
+    and ``E`` negatives passed in (here the reversed edges, standing in for a
+    fixed number of negatives sampled on the host and padded, docs/migrating.md)."""
+
+    def __init__(self, _: nn.Module):
+        super().__init__()
+        self.conv = C.SuperGATConv(F, F, heads=2, concat=False, edge_sample_ratio=1.0)
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index, neg_edge_index=edge_index.flip(0))
+
+
 Probe = Callable[[nn.Module, Tuple[Batch, Batch], Dict[str, str]], Optional[str]]
 
 
@@ -443,6 +456,7 @@ class Try(NamedTuple):
     modes: Tuple[bool, ...] = (True, False)  # train() modes compiled
     grad: bool = True  # compiled with gradients enabled
     cells: Tuple[str, ...] = ("eager", "compile", "export", "check")  # reported
+    mkldnn: bool = True  # False: run under torch.backends.mkldnn.flags(enabled=False)
 
 
 class WhyNot(NamedTuple):
@@ -459,24 +473,32 @@ _POOL_FIX = ("pool to a fixed size inside the wrapped forward (MemPooling, SortA
              "green rows here), or run this pooling and the layers after it outside ipu_wrap "
              "(eager, unpadded)")
 _RNN = (("allow_rnn", True),)
-#: nn.LSTM: inference compiles under torch.no_grad(); training does not (measured)
+#: nn.LSTM with allow_rnn: inference compiles; training on CPU only without
+#: oneDNN's LSTM kernel (AOTAutograd cannot trace it): all three measured
 _LSTM_TRIES = lambda v: (  # noqa: E731
     Try("for inference (eval(), torch.no_grad())", v, _RNN, (False,), grad=False),
-    Try("for training", v, _RNN, (True,), cells=("compile",)))
+    Try("for training", v, _RNN, (True,), cells=("compile",)),
+    Try("for training without oneDNN", v, _RNN, (True,), cells=("compile",), mkldnn=False))
+_LSTM_FIX = ("set torch._dynamo.config.allow_rnn = True and, to compile training on CPU, "
+             "run it under torch.backends.mkldnn.flags(enabled=False) (AOTAutograd does not "
+             "trace oneDNN's LSTM kernel)")
 WHY_NOT: Dict[str, WhyNot] = {
-    "LSTMAggregation": WhyNot((_width, _rnn), _WIDTH_FIX + ", and set "
-                              "torch._dynamo.config.allow_rnn = True", _LSTM_TRIES(_Width)),
+    "LSTMAggregation": WhyNot((_width, _rnn), _WIDTH_FIX + "; " + _LSTM_FIX,
+                              _LSTM_TRIES(_Width)),
     "GRUAggregation": WhyNot((_width, _rnn), _WIDTH_FIX + ", and set "
                              "torch._dynamo.config.allow_rnn = True", (Try("", _Width, _RNN),)),
     "LCMAggregation": WhyNot((_width,), _WIDTH_FIX, (Try("", _Width),)),
     "PatchTransformerAggregation": WhyNot((_width,), _WIDTH_FIX, (Try("", _Width),)),
-    "Set2Set": WhyNot((_rnn,), "set torch._dynamo.config.allow_rnn = True",
-                      _LSTM_TRIES(lambda m: m)),
+    "Set2Set": WhyNot((_rnn,), _LSTM_FIX, _LSTM_TRIES(lambda m: m)),
     "EquilibriumAggregation": WhyNot((_slots, _inner_grad), "none that keeps its results under "
                                      "padding: run it on unpadded batches, outside ipu_wrap"),
-    "SuperGATConv": WhyNot((_sampling,), "compile and export it for inference; train it, with "
-                           "its attention loss, outside ipu_wrap",
-                           (Try("for inference (eval())", modes=(False,)),)),
+    "SuperGATConv": WhyNot((_sampling,), "compile and export it for inference; to train it, "
+                           "sample a fixed number of negative edges per batch on the host, pass "
+                           "them as neg_edge_index and build it with edge_sample_ratio=1.0 "
+                           "(docs/migrating.md)",
+                           (Try("for inference (eval())", modes=(False,)),
+                            Try("for training with fixed negatives", _FixedNegatives,
+                                modes=(True,), cells=("compile",)))),
     "TopKPooling": WhyNot((_pooled_rows,), _POOL_FIX),
     "SAGPooling": WhyNot((_pooled_rows,), _POOL_FIX),
     "ASAPooling": WhyNot((_pooled_rows,), _POOL_FIX),
@@ -516,7 +538,8 @@ def _why_not(family: str, name: str, factory: Callable, style: str, model: nn.Mo
         def workaround(variant=t.variant):
             return variant(factory())
 
-        with torch._dynamo.config.patch(dict(t.config)):
+        with torch._dynamo.config.patch(dict(t.config)), \
+                torch.backends.mkldnn.flags(enabled=t.mkldnn and torch.backends.mkldnn.enabled):
             got = run_row(family, name, (workaround, style), why=False, modes=t.modes,
                           grad=t.grad)
         tried.append((f"{t.label}: " if t.label else "") + _summary(got, t))
