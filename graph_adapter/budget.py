@@ -2,12 +2,17 @@
 
 A :class:`Budget` fixes the shape of every batch: ``nodes`` node rows,
 ``edges`` edge columns and ``graphs`` graph slots.  **The reserved padding
-node and padding graph slot are part of the budget**: a batch holds at most
-``nodes - 1`` real nodes and at most ``graphs - 1`` real graphs, because every
-batch keeps at least one padding node (which the padding edges point at) and
-one padding graph slot (the last one, ``graphs - 1``, which owns the padding
-nodes).  Edges need no reservation: a batch may hold exactly ``edges`` real
-edges, in which case it carries no padding edge.
+nodes and padding graph slot are part of the budget**: a batch holds at most
+``nodes - 2`` real nodes (per node type) and at most ``graphs - 1`` real
+graphs, because every batch keeps at least :data:`RESERVED_NODES` = 2 padding
+nodes and one padding graph slot (the last one, ``graphs - 1``, which owns the
+padding nodes).  Two, not one: the padding edges point at the last node
+``N - 1``, and the static ``remove_self_loops`` moves a self-loop onto a
+padding edge ``(P, N - 1)`` between two *different* padding nodes, which is
+no loop only when there are two (``ClusterGCNConv`` counts exactly ``N``
+loops after ``add_self_loops``; ``docs/dev/FORMAT.md``).  Edges need no
+reservation: a batch may hold exactly ``edges`` real edges, in which case it
+carries no padding edge.
 
 Budgets can be written by hand, or learned from data:
 
@@ -34,7 +39,11 @@ import numpy as np
 
 from .format import SEP, store_name
 
-__all__ = ["Budget"]
+__all__ = ["Budget", "RESERVED_NODES"]
+
+#: Padding nodes every batch keeps (per node type): ``Budget.nodes`` includes
+#: them, so at most ``nodes - RESERVED_NODES`` real nodes fit.
+RESERVED_NODES = 2
 
 Count = Union[int, Mapping[str, int]]
 
@@ -63,8 +72,8 @@ class Budget:
 
     Args:
         nodes: node rows per batch (int), or a dict ``{node_type: rows}`` for
-            hetero graphs.  Includes one reserved padding node (per node
-            type), so at most ``nodes - 1`` real nodes fit.
+            hetero graphs.  Includes two reserved padding nodes (per node
+            type), so at most ``nodes - 2`` real nodes fit; at least 2.
         edges: edge columns per batch (int), or ``{"src__rel__dst": cols}``.
             No reservation: up to ``edges`` real edges fit; when a batch is
             exactly full it has no padding edge.
@@ -90,10 +99,12 @@ class Budget:
             raise ValueError(f"Budget.graphs must be >= 2 (one real graph slot plus the "
                              f"reserved padding slot), got {graphs}")
         for t, n in (nodes.items() if isinstance(nodes, dict) else [(None, nodes)]):
-            if n < 1:
+            if n < RESERVED_NODES:
                 where = "" if t is None else f"[{t!r}]"
-                raise ValueError(f"Budget.nodes{where} must be >= 1 (the reserved padding "
-                                 f"node), got {n}")
+                raise ValueError(
+                    f"Budget.nodes{where} must be >= {RESERVED_NODES}: every batch keeps "
+                    f"{RESERVED_NODES} padding nodes (at most nodes - {RESERVED_NODES} real "
+                    f"nodes fit), got {n}; Budget.fit / Budget.tight size it from the data")
         object.__setattr__(self, "nodes", nodes)
         object.__setattr__(self, "edges", edges)
         object.__setattr__(self, "graphs", graphs)
@@ -105,9 +116,10 @@ class Budget:
 
     @property
     def max_real_nodes(self) -> Count:
+        """Real nodes a batch holds at most: ``nodes - RESERVED_NODES`` (per type)."""
         if self.is_hetero:
-            return {k: v - 1 for k, v in self.nodes.items()}
-        return self.nodes - 1
+            return {k: v - RESERVED_NODES for k, v in self.nodes.items()}
+        return self.nodes - RESERVED_NODES
 
     @property
     def max_real_graphs(self) -> int:
@@ -115,11 +127,12 @@ class Budget:
 
     def capacity(self) -> Tuple[np.ndarray, int]:
         """Real-slot capacity as a vector (node dims, then edge dims) and the
-        real graph cap.  Used by the packers."""
+        real graph cap (``nodes - RESERVED_NODES``, ``edges``, ``graphs - 1``).
+        Used by the packers and the collate."""
         if self.is_hetero:
-            cap = [v - 1 for v in self.nodes.values()] + list(self.edges.values())
+            cap = [v - RESERVED_NODES for v in self.nodes.values()] + list(self.edges.values())
         else:
-            cap = [self.nodes - 1, self.edges]
+            cap = [self.nodes - RESERVED_NODES, self.edges]
         return np.asarray(cap, dtype=np.int64), self.graphs - 1
 
     def dims(self) -> Tuple[str, ...]:
@@ -178,8 +191,8 @@ class Budget:
               transform: Optional[Callable[[Any], Any]] = None) -> "Budget":
         """The smallest budget in which *every* batch of ``graphs_per_batch``
         graphs of ``dataset`` fits: the sums of the ``graphs_per_batch``
-        largest node and edge counts, plus the reserved padding node and graph
-        slot.  With this budget any batching (fixed count, any order) fits.
+        largest node and edge counts, plus the two reserved padding nodes and
+        the padding graph slot.  With this budget any batching (fixed count, any order) fits.
         ``transform``: as :meth:`fit`'s.  Row counts of different levels are
         made to differ (see :meth:`fit`)."""
         from .packing import graph_sizes
@@ -271,12 +284,13 @@ class Budget:
 
     @classmethod
     def _from_vector(cls, sizes, vec, graphs: int, report=None) -> "Budget":
-        """Budget whose real-slot capacity is ``vec`` (node dims + 1 reserved)."""
+        """Budget whose real-slot capacity is ``vec`` (node dims + the reserved)."""
         vec = [int(v) for v in vec]
+        r = RESERVED_NODES
         if sizes.node_types is None:
-            return cls(nodes=vec[0] + 1, edges=vec[1], graphs=graphs, report=report)
+            return cls(nodes=vec[0] + r, edges=vec[1], graphs=graphs, report=report)
         nt = len(sizes.node_types)
-        return cls(nodes={t: v + 1 for t, v in zip(sizes.node_types, vec[:nt])},
+        return cls(nodes={t: v + r for t, v in zip(sizes.node_types, vec[:nt])},
                    edges={t: v for t, v in zip(sizes.edge_types, vec[nt:])},
                    graphs=graphs, report=report)
 
@@ -292,7 +306,8 @@ def _room_for_slots(q: np.ndarray, sizes, graphs: int, step: int) -> np.ndarray:
     q = q.copy()
     nt = sizes.num_node_dims
     if sizes.num_graphs:
-        need = np.maximum(sizes.matrix[:, :nt].max(axis=0) - 1, 0) + graphs - 1  # N - 1
+        # N - G >= max n - 1, with N = q + RESERVED_NODES
+        need = np.maximum(sizes.matrix[:, :nt].max(axis=0) - 1, 0) + graphs - RESERVED_NODES
         while np.any(q[:nt] < need):
             q[:nt] = np.where(q[:nt] < need, q[:nt] + step, q[:nt])
     return q
@@ -316,10 +331,11 @@ def _distinct_levels(b: Budget, step: int) -> Budget:
 
 
 def _round_vec(q: np.ndarray, sizes, m: int) -> np.ndarray:
-    # node dims are stored +1 later: round (q + 1) up to a multiple of m
+    # node dims are stored + RESERVED_NODES later: round that up to a multiple of m
     nt = 1 if sizes.node_types is None else len(sizes.node_types)
+    r = RESERVED_NODES
     out = q.copy()
-    out[:nt] = (-(-(q[:nt] + 1) // m)) * m - 1
+    out[:nt] = (-(-(q[:nt] + r) // m)) * m - r
     out[nt:] = (-(-q[nt:] // m)) * m
     return out
 

@@ -13,9 +13,10 @@ node type / edge type (homogeneous: the one store):
 * real graphs come first, in the order given; real nodes/edges/graph rows
   occupy the leading rows of every tensor, exactly as ``Batch.from_data_list``
   would lay them out (``edge_index`` offset by ``ptr``);
-* padding nodes (at least one: the budget reserves it) fill the padding
-  graph slots ``g .. G - 1``: one each while they last, the rest in the last
-  slot ``G - 1`` (so ``batch.max() == G - 1`` and the padding edges' node
+* padding nodes (at least two: the budget reserves them, see
+  :data:`graph_adapter.budget.RESERVED_NODES`) fill the padding graph slots
+  ``g .. G - 1``: one each while they last, the rest in the last slot
+  ``G - 1`` (so ``batch.max() == G - 1`` and the padding edges' node
   ``N - 1`` is in it).  No padding slot is empty when there are at least as
   many padding nodes as padding slots, which the packer guarantees (see
   :func:`graph_adapter.packing.plan_epoch`): every per-graph op (log of a
@@ -49,7 +50,7 @@ from torch import Tensor
 from ._gather import Gather
 from ._layout import LAYOUTS, DegreeWidthError, fit_layout, graph_of_node, layout_tables
 from ._scan import _TRIM_FROM, Dim, Scan, _release_freed_memory
-from .budget import Budget
+from .budget import RESERVED_NODES, Budget
 from .format import (BATCH, EDGE_MASK, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR,
                      RESERVED_KEYS,
                      has_micro_batch_dim, is_hetero, key_of, levels_of_rows, parse_key,
@@ -381,7 +382,9 @@ class Collator:
         for (level, store), j in self._col.items():
             name = f"{level}s" + (f" of {store_name(store)}" if self.is_hetero else "")
             parts.append(f"{tot[j]} {name} (max {self._cap[j]})")
-        return f"batch {where} does not fit {b!r}: " + ", ".join(parts)
+        return (f"batch {where} does not fit {b!r}: " + ", ".join(parts)
+                + f" (every batch keeps {RESERVED_NODES} padding nodes of each node type and "
+                  f"one padding graph slot; a larger budget, or fewer graphs a batch)")
 
     def collate(self, data_list: Sequence[Any], ids: Optional[Sequence[int]] = None
                 ) -> Dict[str, Tensor]:

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ._scan import _TRIM_FROM, _release_freed_memory
 from ._view import as_graphs
-from .budget import Budget
+from .budget import RESERVED_NODES, Budget
 from .collate import Collator
 from .format import stack_micro_batches
 from .spec import Field
@@ -33,7 +33,7 @@ class LoaderStats:
 
     Efficiencies are real slots / budget slots over every batch the loader
     yields (fully padded fill batches included; budget slots include the
-    reserved padding node and graph slot).
+    reserved padding nodes and graph slot).
     """
 
     epoch: int
@@ -265,11 +265,13 @@ class FixedSizeLoader:
         parts = [f"dataset index {int(i)} has {self._describe_sizes(i)}" for i in bad[:5]]
         more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
         if b.is_hetero:
-            holds = ("at most " + ", ".join(f"{n - 1} {t} nodes" for t, n in b.nodes.items())
-                     + " (1 padding node per type reserved) and "
+            holds = ("at most " + ", ".join(f"{n} {t} nodes" for t, n in
+                                            b.max_real_nodes.items())
+                     + f" ({RESERVED_NODES} padding nodes per type reserved) and "
                      + ", ".join(f"{e} {t} edges" for t, e in b.edges.items()))
         else:
-            holds = (f"at most {b.nodes - 1} real nodes (1 padding node reserved) and "
+            holds = (f"at most {b.max_real_nodes} real nodes ({RESERVED_NODES} padding nodes "
+                     f"reserved) and "
                      f"{b.edges} edges")
         return (f"{len(bad)} graph(s) do not fit the budget {b!r}, which holds {holds}: "
                 + "; ".join(parts) + more + ".")

@@ -118,6 +118,7 @@ def _check_fits(matrix: np.ndarray, order: np.ndarray, cap: np.ndarray) -> None:
         raise ValueError(f"graph {int(order[p])} with sizes {sub[p].tolist()} does not fit "
                          f"capacity {[int(c) for c in cap]}")
 
+
 #: Graphs whose sizes the greedy packer turns into Python ints at a time
 #: (a million at once would be a transient of about 100 MiB).
 _CHUNK = 1 << 14
@@ -419,11 +420,14 @@ def slot_dims(sizes: GraphSizes, budget) -> Tuple[np.ndarray, np.ndarray]:
     capacity so that every graph still fits alone) and the capacities ``[k]``
     (``N - G``), one per node dim where ``N >= G``; a batch with a capped
     graph may keep an empty padding slot (``Budget.fit`` / ``tight`` choose
-    ``N - G`` so that none is capped).
+    ``N - G`` so that none is capped).  (The node capacity itself,
+    ``N - 2``, keeps the two padding nodes every batch has.)
     """
+    from .budget import RESERVED_NODES
+
     cap, _ = budget.capacity()
     nd = sizes.num_node_dims
-    jcap = cap[:nd] + 1 - budget.graphs  # N - G per node dim
+    jcap = cap[:nd] + RESERVED_NODES - budget.graphs  # N - G per node dim
     keep = jcap >= 0
     w = np.maximum(sizes.matrix[:, :nd] - 1, 0)
     w = np.minimum(w, np.maximum(jcap, 0)[None, :])
@@ -481,7 +485,7 @@ def _plan_epoch_flat(sizes: GraphSizes, budget, *, packer: str = "greedy",
 def plan_efficiency(plan: Union[Plan, _FlatPlan], sizes: GraphSizes, budget,
                     extra_batches: int = 0) -> Dict[str, Any]:
     """Real slots / budget slots over a plan (plus ``extra_batches`` fully
-    padded batches).  Budget slots include the reserved padding node/graph."""
+    padded batches).  Budget slots include the reserved padding nodes/graph."""
     sizes = graph_sizes(sizes)
     if not isinstance(plan, _FlatPlan):
         plan = _FlatPlan.from_lists(plan)

@@ -298,12 +298,13 @@ def _unloop(edge_index: Tensor, frame: Dict[str, Any]) -> Tensor:
     Every loop ``(i, i)`` (real or padding) becomes ``(P, N - 1)``: ``N - 1``
     (the trash node) and ``P`` (the first padding node, ``node_mask.sum()``)
     are both padding nodes, so no real node sends, receives or counts these
-    edges, whatever the layer's flow or degree side. When the batch has at
-    least two padding nodes (``P != N - 1``) the result has **no self-loop**,
-    as PyG's ``remove_self_loops`` promises (``ClusterGCNConv`` then selects
-    exactly the ``N`` appended loops with ``row == col``); with a single
-    padding node the loops stay on the trash node (nowhere else to put them
-    without touching a real node). Same shape, no value read on the host.
+    edges, whatever the layer's flow or degree side. Every batch has at
+    least two padding nodes (``P != N - 1``; the budget reserves them,
+    ``budget.RESERVED_NODES``), so the result has **no self-loop**, as PyG's
+    ``remove_self_loops`` promises (``ClusterGCNConv`` then selects exactly
+    the ``N`` appended loops with ``row == col``); a hand-made dict with a
+    single padding node keeps them on the trash node. Same shape, no value
+    read on the host.
     """
     n = frame["N"]
     trash = n - 1

@@ -78,8 +78,9 @@ def test_gradients_finite_and_equal_to_unpadded(name, seed, num, extra_graphs, e
     b = Batch.from_data_list(graphs)
     n, e, g = b.num_nodes, b.edge_index.size(1), b.num_graphs
     G = g + extra_graphs
-    # room for one padding node per padding slot (what the packer keeps)
-    budget = Budget(nodes=n + G - g + extra_nodes, edges=e + extra_edges, graphs=G)
+    # room for one padding node per padding slot (what the packer keeps), and at
+    # least the two padding nodes every batch keeps
+    budget = Budget(nodes=n + max(G - g, 2) + extra_nodes, edges=e + extra_edges, graphs=G)
     # (a 3-node graph in the dataset keeps y graph-level when every graph has 1 node)
     anchor = random_graphs(torch.Generator().manual_seed(0), 8)
     anchor = [d for d in anchor if d.num_nodes > 1][:1]

@@ -22,14 +22,16 @@ def test_validation():
         Budget(nodes=10, edges=10, graphs=1)
     with pytest.raises(ValueError, match="nodes"):
         Budget(nodes=0, edges=10, graphs=2)
+    with pytest.raises(ValueError, match="nodes must be >= 2.*padding nodes"):
+        Budget(nodes=1, edges=10, graphs=2)  # two padding nodes are reserved
     with pytest.raises(TypeError):
         Budget(nodes=1.5, edges=10, graphs=2)
     with pytest.raises(ValueError, match="both"):
         Budget(nodes={"a": 3}, edges=10, graphs=2)
     b = Budget(nodes=10, edges=0, graphs=2)
-    assert b.max_real_nodes == 9 and b.max_real_graphs == 1
+    assert b.max_real_nodes == 8 and b.max_real_graphs == 1
     cap, gcap = b.capacity()
-    assert cap.tolist() == [9, 0] and gcap == 1
+    assert cap.tolist() == [8, 0] and gcap == 1
 
 
 def test_json_round_trip_and_frozen():
@@ -44,7 +46,7 @@ def test_json_round_trip_and_frozen():
                edges={("author", "writes", "paper"): 20}, graphs=3)
     assert h.is_hetero and h.edges == {"author__writes__paper": 20}
     assert Budget.from_json(h.to_json()) == h
-    assert h.capacity()[0].tolist() == [4, 9, 20]  # sorted node types, then edge types
+    assert h.capacity()[0].tolist() == [3, 8, 20]  # sorted node types, then edge types
     with pytest.raises(ValueError, match="unknown"):
         Budget.from_dict({"nodes": 3, "edges": 3, "graphs": 3, "pickle": 1})
 
@@ -62,7 +64,7 @@ def test_tight_every_batch_fits(pairs, k, seed):
     for _ in range(20):
         idx = rng.choice(len(pairs), size=k, replace=False)
         tot = m[idx].sum(axis=0)
-        assert tot[0] <= b.nodes - 1 and tot[1] <= b.edges
+        assert tot[0] <= b.nodes - 2 and tot[1] <= b.edges  # two padding nodes left
 
 
 @SETTINGS

@@ -37,7 +37,8 @@ sizes_st = st.lists(st.tuples(st.integers(0, 9), st.integers(0, 14)), min_size=1
 def budget_for(graphs, slack=3):
     n = sum(d.num_nodes for d in graphs)
     e = sum(d.num_edges for d in graphs)
-    return Budget(nodes=n + slack, edges=e + slack, graphs=len(graphs) + slack)
+    # slack >= 1 padding rows; nodes: one more (two padding nodes are reserved)
+    return Budget(nodes=n + slack + 1, edges=e + slack, graphs=len(graphs) + slack)
 
 
 def real_rows_equal(flat, graphs):
@@ -115,7 +116,7 @@ def test_matches_from_data_list_and_padding(sizes, seed, slack):
 
 def test_exactly_full_edges_and_empty_batch():
     graphs = make_graphs([(3, 4), (2, 2)])
-    budget = Budget(nodes=6, edges=6, graphs=3)
+    budget = Budget(nodes=7, edges=6, graphs=3)  # 5 real nodes + the 2 reserved
     c = Collator(graphs, budget)
     out = c.collate_indices([0, 1])
     assert bool(out["edge_mask"].all())  # exactly full: no padding edge
@@ -123,14 +124,14 @@ def test_exactly_full_edges_and_empty_batch():
     e = c.empty()
     assert not e["node_mask"].any() and not e["graph_mask"].any()
     # no real graph: one padding node in each padding slot, the rest in the last
-    assert int(e["batch"].max()) == 2 and e["ptr"].tolist() == [0, 1, 2, 6]
+    assert int(e["batch"].max()) == 2 and e["ptr"].tolist() == [0, 1, 2, 7]
     assert {k: (v.shape, v.dtype) for k, v in e.items()} == \
         {k: (v.shape, v.dtype) for k, v in out.items()}
 
 
 def test_does_not_fit_raises():
     graphs = make_graphs([(3, 4), (2, 2)])
-    c = Collator(graphs, Budget(nodes=5, edges=6, graphs=3))  # 4 real nodes max
+    c = Collator(graphs, Budget(nodes=6, edges=6, graphs=3))  # 4 real nodes max (2 padding nodes reserved)
     with pytest.raises(ValueError, match="does not fit"):
         c.collate_indices([0, 1])
     with pytest.raises(ValueError, match="does not fit"):

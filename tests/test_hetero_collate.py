@@ -36,7 +36,7 @@ def budget_for(graphs, slack, share=1.0):
     nodes, edges = {}, {}
     for nt in h0.node_types:
         s = [h[nt].num_nodes for h in graphs]
-        nodes[nt] = max(int(sum(s) * share), max(s)) + slack
+        nodes[nt] = max(int(sum(s) * share), max(s)) + slack + 1  # 2 padding nodes kept
     for et in h0.edge_types:
         s = [h[et].num_edges for h in graphs]
         edges[et_name(et)] = max(int(sum(s) * share), max(s)) + slack

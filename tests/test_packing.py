@@ -25,7 +25,7 @@ def check_plan(plan, m, budget, indices):
 
 
 @SETTINGS
-@given(pairs=pairs_st, nodes=st.integers(21, 60), edges=st.integers(40, 100),
+@given(pairs=pairs_st, nodes=st.integers(22, 60), edges=st.integers(40, 100),
        graphs=st.integers(2, 12), packer=st.sampled_from(["greedy", "histogram"]),
        shuffle=st.booleans(), seed=st.integers(0, 5), ob=st.integers(1, 4))
 def test_exactly_once_and_capacity(pairs, nodes, edges, graphs, packer, shuffle, seed, ob):

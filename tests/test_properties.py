@@ -34,7 +34,8 @@ def _collator(graphs, padding):
 def _budget(graphs, padding):
     n = sum(d.num_nodes for d in graphs)
     e = sum(d.num_edges for d in graphs)
-    N, E, G = n + padding[0], e + padding[1], len(graphs) + padding[2]
+    # (+1: every batch keeps 2 padding nodes, paddings() draws >= 1)
+    N, E, G = n + padding[0] + 1, e + padding[1], len(graphs) + padding[2]
     assume(len({N, E, G}) == 3)  # the documented rule: a row count tells its level
     return Budget(nodes=N, edges=E, graphs=G)
 

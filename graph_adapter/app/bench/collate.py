@@ -121,14 +121,14 @@ def random_batches(sizes, budget, count: int, k: int, seed: int = 0) -> List[Lis
     """``count`` random batches of ``k`` graph indices whose sizes fit ``budget``.
 
     ``sizes`` is the ``[num_graphs, 2]`` (nodes, edges) matrix of ``GraphSizes``;
-    the budget keeps its last node and graph slot for padding.
+    the budget keeps two padding nodes and its last graph slot for padding.
     """
     g = torch.Generator().manual_seed(seed)
     batches: List[List[int]] = []
     while len(batches) < count:
         idx = torch.randperm(len(sizes), generator=g)[:k].tolist()
         n, e = sizes[idx].sum(axis=0)
-        if n <= budget.nodes - 1 and e <= budget.edges:
+        if n <= budget.max_real_nodes and e <= budget.edges:
             batches.append(idx)
     return batches
 
