@@ -153,14 +153,18 @@ _SKIP = (
     os.path.dirname(os.path.abspath(__file__)),
     os.path.dirname(os.__file__),
 )
+# The bundled application (demo, zoo) calls the library as a user would: its lines count.
+_APP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "app") + os.sep
 
 
 def _user_line() -> str:
     if torch.compiler.is_compiling():
         return "<inside a compiled region; run the wrapped model eagerly to see the line>"
     for fr in reversed(traceback.extract_stack()):
+        if fr.filename.startswith("<frozen"):  # runpy, importlib: never the user's line
+            continue
         path = os.path.abspath(fr.filename)
-        if not path.startswith(_SKIP):
+        if not path.startswith(_SKIP) or path.startswith(_APP):
             return f"{fr.filename}:{fr.lineno} ({(fr.line or '').strip()})"
     return "<unknown>"
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import copy
 import inspect
+import os
 import re
 import sys
 import time
@@ -556,9 +557,13 @@ def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
 def _why(e: BaseException) -> str:
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     msg = re.sub(r"\s+", " ", msg).replace("|", "/")
+    msg = msg.replace(_CHECKOUT, "")  # paths as the table shows them on any machine
     return f"{type(e).__name__}: {msg[:110]}"
 
 
