@@ -14,6 +14,9 @@ Conventions, in one place:
   ``src__rel__dst`` edge-type string; global-store attributes keep a bare name;
 * reserved keys: ``batch`` and ``ptr`` (per node type in hetero dicts) and the
   masks ``node_mask`` [N], ``edge_mask`` [E], ``graph_mask`` [G] (True = real);
+* a padded batch keeps at least two padding nodes of every node type
+  (``budget.RESERVED_NODES``; the static ``remove_self_loops`` needs two to
+  leave no loop) and one padding graph slot, ``G - 1``;
 * a micro-batch dim is a new leading dim ``F`` on every tensor; a dict has one
   iff ``graph_mask.dim() == 2``;
 * a wrapped model's outputs live under ``"output"`` (``"output/..."`` for
