@@ -220,6 +220,14 @@ class DemoResult:
             f"{self.cpu_count or '?'} CPUs, load average {self._load()}",
         ]
 
+    def _busy(self) -> bool:
+        """Whether other work kept every CPU busy: the 1-minute load average at the start,
+        or at the end less this run's own threads, reached the CPU count."""
+        if not (self.cpu_count and len(self.load_average) == 2):
+            return False
+        start, end = self.load_average
+        return max(start, end - (self.threads or 1)) >= self.cpu_count
+
     def _load(self) -> str:
         if len(self.load_average) == 2:
             return f"{self.load_average[0]:.1f} at the start, {self.load_average[1]:.1f} at the end"
@@ -299,7 +307,7 @@ class DemoResult:
                         f"{r.train_graphs_per_second / e.train_graphs_per_second:.2f}x, inference "
                         f"{r.eval_graphs_per_second / e.eval_graphs_per_second:.2f}x (same model, "
                         f"loss, optimizer and data, measured in this run)")
-        if self.cpu_count and self.load_average and max(self.load_average) >= self.cpu_count:
+        if self._busy():
             lines.append(f"other work kept the CPUs busy during this run (load average "
                          f"{self._load()}, {self.cpu_count} CPUs): times and throughput are "
                          f"lower and noisier than on a quiet machine; compare figures within "
