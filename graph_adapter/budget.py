@@ -37,13 +37,9 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from .format import SEP, store_name
+from .format import RESERVED_NODES, SEP, store_name
 
-__all__ = ["Budget", "RESERVED_NODES"]
-
-#: Padding nodes every batch keeps (per node type): ``Budget.nodes`` includes
-#: them, so at most ``nodes - RESERVED_NODES`` real nodes fit.
-RESERVED_NODES = 2
+__all__ = ["Budget", "RESERVED_NODES"]  # RESERVED_NODES: a format rule, re-exported here
 
 Count = Union[int, Mapping[str, int]]
 

@@ -15,7 +15,7 @@ Conventions, in one place:
 * reserved keys: ``batch`` and ``ptr`` (per node type in hetero dicts) and the
   masks ``node_mask`` [N], ``edge_mask`` [E], ``graph_mask`` [G] (True = real);
 * a padded batch keeps at least two padding nodes of every node type
-  (``budget.RESERVED_NODES``; the static ``remove_self_loops`` needs two to
+  (:data:`RESERVED_NODES`; the static ``remove_self_loops`` needs two to
   leave no loop) and one padding graph slot, ``G - 1``;
 * a micro-batch dim is a new leading dim ``F`` on every tensor; a dict has one
   iff ``graph_mask.dim() == 2``;
@@ -32,7 +32,8 @@ from torch import Tensor
 __all__ = [
     "SEP", "EDGE_TYPE_SEP", "LEVELS", "StoreKey",
     "BATCH", "PTR", "NODE_MASK", "EDGE_MASK", "GRAPH_MASK", "MASKS", "MASK_OF_LEVEL",
-    "RESERVED_KEYS", "ELL_IN", "ELL_OUT", "SPILL_IN", "SPILL_OUT", "LAYOUT_KEYS",
+    "RESERVED_KEYS", "RESERVED_NODES",
+    "ELL_IN", "ELL_OUT", "SPILL_IN", "SPILL_OUT", "LAYOUT_KEYS",
     "OUTPUT_KEY", "LOSS_KEY",
     "key_of", "parse_key", "store_name", "is_hetero", "mask_key",
     "levels_of_rows", "pick_level", "level_of_rows", "masks_by_level", "mask_of_rows",
@@ -40,6 +41,10 @@ __all__ = [
     "stack_micro_batches", "strip_micro_batch", "micro_batch",
     "loss_of",
 ]
+
+#: Padding nodes every batch keeps (per node type): ``Budget.nodes`` includes
+#: them, so at most ``nodes - RESERVED_NODES`` real nodes fit.
+RESERVED_NODES = 2
 
 #: Separator between store and attribute in hetero keys (``paper/x``).
 SEP = "/"

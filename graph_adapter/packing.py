@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .format import store_name
+from .format import RESERVED_NODES, store_name
 
 __all__ = ["GraphSizes", "graph_sizes", "pack_greedy", "pack_histogram", "plan_epoch",
            "plan_efficiency", "find_oversize", "slot_dims", "PACKERS"]
@@ -423,8 +423,6 @@ def slot_dims(sizes: GraphSizes, budget) -> Tuple[np.ndarray, np.ndarray]:
     ``N - G`` so that none is capped).  (The node capacity itself,
     ``N - 2``, keeps the two padding nodes every batch has.)
     """
-    from .budget import RESERVED_NODES
-
     cap, _ = budget.capacity()
     nd = sizes.num_node_dims
     jcap = cap[:nd] + RESERVED_NODES - budget.graphs  # N - G per node dim
