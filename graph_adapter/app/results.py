@@ -216,7 +216,7 @@ class DemoResult:
             f"budget: Budget.fit(graphs_per_batch={c.batch_graphs}) -> nodes={b['nodes']}, "
             f"edges={b['edges']}, graphs={b['graphs']} (every batch has these shapes)",
             f"graph_adapter backend: {self.backend}{note}",
-            f"torch {torch.__version__}, {self.threads or torch.get_num_threads()} threads, "
+            f"torch {torch.__version__}, {_count(self.threads or torch.get_num_threads(), 'thread')}, "
             f"{self.cpu_count or '?'} CPUs, load average {self._load()}",
         ]
 
@@ -395,3 +395,8 @@ def check_plot_extra() -> None:
         raise MissingExtraError(
             "--plot needs matplotlib; install the 'plot' extra: pip install -e \".[plot]\" "
             "(or pip install matplotlib)") from e
+
+
+def _count(n: int, noun: str) -> str:
+    """``"1 thread"``, ``"2 threads"``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
