@@ -308,9 +308,11 @@ def test_double_backward_through_the_transposes(layout):
 
 
 @pytest.mark.slow
-def test_inductor_matches_eager_on_ell_batches():
+@pytest.mark.parametrize("layout", ["ell", "hyb"])
+def test_inductor_matches_eager_on_ell_batches(layout):
     data = _molecules(8)
-    loader = ga.FixedSizeLoader(data, ga.Budget.fit(data, 4), layout="ell")
+    loader = ga.FixedSizeLoader(data, ga.Budget.fit(data, 4), layout=layout,
+                                layout_widths=(1, 1) if layout == "hyb" else None)
     torch.manual_seed(0)
     eager = ga.ipu_wrap(Net())
     compiled = ga.compile(ga.ipu_wrap(copy.deepcopy(eager.model)), "inductor")
