@@ -44,10 +44,9 @@ __all__ = ["MaskedBatchNorm1d", "mask_norms", "masked_batch_norm", "real_prefix"
 def _row_mask(rows: int, op: str) -> Optional[Tensor]:
     """The mask of the padded batch whose length is ``rows`` (None outside a frame).
 
-    The level is picked by :func:`graph_adapter.format.mask_of_rows`; a tie
-    between levels (a budget with as many nodes as edges or graph slots) is an
-    error rather than a guess, since the wrong mask would move the statistics
-    silently. ``Budget.fit`` / ``Budget.tight`` never tie.
+    The level is picked by :func:`graph_adapter.format.mask_of_rows`: an
+    edge-level tie loses (node- and graph-level norms are the common ones); a
+    node/graph tie is an error.
     """
     frame = static.current_frame()
     if frame is None:
@@ -59,12 +58,11 @@ def _row_mask(rows: int, op: str) -> Optional[Tensor]:
             f"(nodes, graphs, edges); BatchNorm statistics would include padding rows. "
             f"Normalise node-, graph- or edge-level tensors only, or use eval()."
         )
-    if len(levels) > 1:
+    if "node" in levels and "graph" in levels:
         raise static.StaticSizeError(
-            f"{op}: input has {rows} rows and the padded batch has that many "
-            f"{' and '.join(lv + 's' if lv != 'graph' else 'graph slots' for lv in levels)}, "
-            f"so it cannot tell which rows are real; choose a budget where they differ "
-            f"(Budget.fit and Budget.tight always do)."
+            f"{op}: input has {rows} rows and the padded batch has as many nodes as graph "
+            f"slots, so it cannot tell node rows from graph rows; choose a budget where "
+            f"they differ."
         )
     return mask
 

@@ -330,31 +330,3 @@ def test_masked_batch_norm_single_real_row_falls_back():
     out = masked_batch_norm(x, mask, bn)
     torch.testing.assert_close(out[0], bn.bias.detach())
     assert torch.equal(out[1:], torch.zeros_like(out[1:]))
-
-
-@pytest.mark.parametrize("tie", ["edges", "graphs"])
-def test_masked_batch_norm_refuses_a_level_tie(tie):
-    """A budget with as many nodes as edges (or graph slots) leaves a norm unable to
-    tell which mask is its own: an error naming the rows and the fix, never a guess
-    (an edge-level norm given the node mask would move its statistics silently)."""
-    from graph_adapter.static import StaticSizeError
-
-    graphs = random_graphs(torch.Generator().manual_seed(0), 3)
-    b = Batch.from_data_list(graphs)
-    n, e = b.num_nodes + 2, b.edge_index.size(1) + 3
-    N = max(n, e, b.num_graphs + 2) + 1
-    E = N if tie == "edges" else e
-    G = N if tie == "graphs" else b.num_graphs + 2
-    flat = pad_batch(graphs, N, E, G)
-
-    class NodeNorm(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.norm = torch.nn.BatchNorm1d(4)
-
-        def forward(self, data):
-            return self.norm(data.x)
-
-    other = "edges" if tie == "edges" else "graph slots"
-    with pytest.raises(StaticSizeError, match=rf"{N} rows.*nodes and {other}.*Budget\.fit"):
-        ipu_wrap(NodeNorm()).train()(flat)
