@@ -330,3 +330,25 @@ def test_masked_batch_norm_single_real_row_falls_back():
     out = masked_batch_norm(x, mask, bn)
     torch.testing.assert_close(out[0], bn.bias.detach())
     assert torch.equal(out[1:], torch.zeros_like(out[1:]))
+
+
+def test_masked_batch_norm_refuses_a_node_graph_tie():
+    """A budget with as many nodes as graph slots leaves a norm unable to tell node
+    rows from graph rows: an error naming the rows and the fix, never a guess."""
+    from graph_adapter.static import StaticSizeError
+
+    graphs = random_graphs(torch.Generator().manual_seed(0), 3)
+    b = Batch.from_data_list(graphs)
+    N = max(b.num_nodes + 2, b.edge_index.size(1) + 3, b.num_graphs + 2) + 1
+    flat = pad_batch(graphs, N, N + 1, N)
+
+    class NodeNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.BatchNorm1d(4)
+
+        def forward(self, data):
+            return self.norm(data.x)
+
+    with pytest.raises(StaticSizeError, match=rf"{N} rows.*as many nodes as graph slots.*differ"):
+        ipu_wrap(NodeNorm()).train()(flat)
