@@ -76,6 +76,18 @@ def _spilled(out: Tensor, msg: Tensor, spill: Optional[Tensor]) -> Tensor:
     return out.index_add(0, spill[1], _rows(msg, spill[0]))
 
 
+def _save_tables(ctx: Any, inputs: Tuple[Any, ...], output: Tensor) -> None:
+    """``setup_context`` of :class:`_Gather` and :class:`_Sum` (inputs ``(values,
+    index, slots, spill)``): keep the tables for the backward, which is the other one."""
+    ctx.save_for_backward(*(t for t in inputs[1:4] if t is not None))
+
+
+def _saved_tables(ctx: Any) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    """``(index, slots, spill or None)`` as :func:`_save_tables` kept them."""
+    index, slots, *spill = ctx.saved_tensors
+    return index, slots, (spill[0] if spill else None)
+
+
 class _Gather(torch.autograd.Function):
     """``x[index]``; backward: ``sum(grad[slots[n]])`` per node (a gather, no atomics;
     plus a scatter of the few spilled edges under ``layout="hyb"``)."""
@@ -84,15 +96,11 @@ class _Gather(torch.autograd.Function):
     def forward(x: Tensor, index: Tensor, slots: Tensor, spill: Optional[Tensor]) -> Tensor:
         return x.index_select(0, index)
 
-    @staticmethod
-    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Tensor) -> None:
-        ctx.has_spill = inputs[3] is not None
-        ctx.save_for_backward(*inputs[1:3], *((inputs[3],) if ctx.has_spill else ()))
+    setup_context = staticmethod(_save_tables)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor):
-        index, slots, *spill = ctx.saved_tensors
-        return _Sum.apply(grad, index, slots, spill[0] if spill else None), None, None, None
+        return _Sum.apply(grad, *_saved_tables(ctx)), None, None, None
 
 
 class _Sum(torch.autograd.Function):
@@ -102,15 +110,11 @@ class _Sum(torch.autograd.Function):
     def forward(msg: Tensor, index: Tensor, slots: Tensor, spill: Optional[Tensor]) -> Tensor:
         return _spilled(_rows(msg, slots).sum(1), msg, spill)
 
-    @staticmethod
-    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Tensor) -> None:
-        ctx.has_spill = inputs[3] is not None
-        ctx.save_for_backward(*inputs[1:3], *((inputs[3],) if ctx.has_spill else ()))
+    setup_context = staticmethod(_save_tables)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor):
-        index, slots, *spill = ctx.saved_tensors
-        return _Gather.apply(grad, index, slots, spill[0] if spill else None), None, None, None
+        return _Gather.apply(grad, *_saved_tables(ctx)), None, None, None
 
 
 def ell_gather(x: Tensor, index: Tensor, slots: Tensor, spill: Optional[Tensor] = None
