@@ -235,11 +235,17 @@ def test_inference_keeps_scatter():
     assert any("scatter" in op or "index_add" in op for op in seen), seen
 
 
+def _narrow_loader(n, layout):
+    """Batches of 4 of ``n`` molecules with ``layout``; ``hyb`` at width 1 so that
+    most edges spill."""
+    data = _molecules(n)
+    return ga.FixedSizeLoader(data, ga.Budget.fit(data, 4), layout=layout,
+                              layout_widths=(1, 1) if layout == "hyb" else None)
+
+
 @pytest.mark.parametrize("layout", ["ell", "hyb"])
 def test_one_compile_per_mode_and_same_results(layout):
-    data = _molecules(12)
-    loader = ga.FixedSizeLoader(data, ga.Budget.fit(data, 4), layout=layout,
-                                layout_widths=(1, 1) if layout == "hyb" else None)
+    loader = _narrow_loader(12, layout)
     torch.manual_seed(0)
     eager = ga.ipu_wrap(Net())
     compiled = ga.compile(ga.ipu_wrap(copy.deepcopy(eager.model)), "aot_eager")
@@ -310,9 +316,7 @@ def test_double_backward_through_the_transposes(layout):
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["ell", "hyb"])
 def test_inductor_matches_eager_on_ell_batches(layout):
-    data = _molecules(8)
-    loader = ga.FixedSizeLoader(data, ga.Budget.fit(data, 4), layout=layout,
-                                layout_widths=(1, 1) if layout == "hyb" else None)
+    loader = _narrow_loader(8, layout)
     torch.manual_seed(0)
     eager = ga.ipu_wrap(Net())
     compiled = ga.compile(ga.ipu_wrap(copy.deepcopy(eager.model)), "inductor")
