@@ -28,6 +28,20 @@ pickled.
 
 Heterogeneous budgets give ``nodes`` per node type and ``edges`` per edge type
 (edge types written ``"src__rel__dst"``, as in the flat-dict keys).
+
+**No two row counts of a budget are equal** (``N``, ``E``, ``G`` pairwise
+different; hetero: every node type's, every edge type's and the graph count).
+Inside ``ipu_wrap`` the masked layers (the masked BatchNorm) find the mask of a
+tensor by its row count alone (:func:`graph_adapter.format.mask_of_rows`), so
+with ``N == E`` an edge-level BatchNorm would get the node mask and pool
+padding rows into its statistics without a sound.  ``Budget(...)`` (and so
+``from_json``) refuses such a tie with a ``ValueError`` naming both counts and
+the fix (one more padding slot, which changes no result); :meth:`Budget.fit`
+and :meth:`Budget.tight` never produce one (they add a row where two would be
+equal).  Hetero budgets follow the same rule across types, same level
+included: :func:`~graph_adapter.format.mask_of_rows` takes the *first* mask of
+a level whose length matches, so two node types with as many rows each would
+give the second type's BatchNorm the first type's mask.
 """
 from __future__ import annotations
 
@@ -37,7 +51,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from .format import RESERVED_NODES, SEP, store_name
+from .format import RESERVED_NODES, SEP, pick_level, store_name
 
 __all__ = ["Budget", "RESERVED_NODES"]  # RESERVED_NODES: a format rule, re-exported here
 
@@ -75,6 +89,9 @@ class Budget:
             exactly full it has no padding edge.
         graphs: graph slots per batch, including the reserved padding graph
             slot ``graphs - 1``: at most ``graphs - 1`` real graphs fit.
+            No two of ``nodes``, ``edges`` and ``graphs`` (hetero: of all the
+            per-type counts and ``graphs``) may be equal: a row count must name
+            its level (``ValueError`` otherwise, saying which count to grow).
         report: optional information about how the budget was learned
             (expected efficiency, ...); not part of equality.
     """
@@ -85,6 +102,22 @@ class Budget:
     report: Optional[Dict[str, Any]] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
+        self._validate(check_ties=True)
+
+    @classmethod
+    def _unchecked(cls, nodes: Count, edges: Count, graphs: int,
+                   report: Optional[Dict[str, Any]] = None) -> "Budget":
+        """A budget whose row counts may tie: :meth:`fit`'s and :meth:`tight`'s
+        intermediate budgets only (a packing probe, the counts before
+        :func:`_distinct_levels`); never returned to a user."""
+        b = object.__new__(cls)
+        for name, v in (("nodes", nodes), ("edges", edges), ("graphs", graphs),
+                        ("report", report)):
+            object.__setattr__(b, name, v)
+        b._validate(check_ties=False)
+        return b
+
+    def _validate(self, check_ties: bool) -> None:
         nodes = _norm_count("nodes", self.nodes)
         edges = _norm_count("edges", self.edges)
         graphs = _norm_count("graphs", self.graphs)
@@ -101,6 +134,8 @@ class Budget:
                     f"Budget.nodes{where} must be >= {RESERVED_NODES}: every batch keeps "
                     f"{RESERVED_NODES} padding nodes (at most nodes - {RESERVED_NODES} real "
                     f"nodes fit), got {n}; Budget.fit / Budget.tight size it from the data")
+        if check_ties:
+            _check_no_tie(nodes, edges, graphs)
         object.__setattr__(self, "nodes", nodes)
         object.__setattr__(self, "edges", edges)
         object.__setattr__(self, "graphs", graphs)
@@ -189,8 +224,12 @@ class Budget:
         graphs of ``dataset`` fits: the sums of the ``graphs_per_batch``
         largest node and edge counts, plus the two reserved padding nodes and
         the padding graph slot.  With this budget any batching (fixed count, any order) fits.
-        ``transform``: as :meth:`fit`'s.  Row counts of different levels are
-        made to differ (see :meth:`fit`)."""
+        ``transform``: as :meth:`fit`'s.
+
+        No two row counts of the result are equal (``N``, ``E``, ``G``; hetero:
+        every node type's and edge type's count and ``G``): where the sums
+        would tie, the node or edge count is nudged up by one (an extra
+        padding slot is harmless), as ``Budget(...)`` requires."""
         from .packing import graph_sizes
 
         k = _check_k(graphs_per_batch)
@@ -201,6 +240,7 @@ class Budget:
         top = -np.sort(-sizes.matrix, axis=0)[:k].sum(axis=0)
         b = cls._from_vector(sizes, _room_for_slots(top, sizes, k + 1, 1), graphs=k + 1,
                              report={"method": "tight", "graphs_per_batch": k})
+        # the sums may tie (N == E, E == G, ...): one more row where they do
         return _distinct_levels(b, 1)
 
     @classmethod
@@ -227,10 +267,12 @@ class Budget:
         200,000 graphs the graph cap and the efficiency are those of a random
         sample of 200,000 graphs (``report["planned_graphs"]``).
 
-        The node, edge and graph row counts of the result are pairwise
-        different (one more row, or ``round_to`` more, where two would be
-        equal), so a tensor's row count names its level without a guess
-        (``unpad`` without a schema, the masked BatchNorm).
+        No two row counts of the result are equal (``N``, ``E``, ``G``; hetero:
+        every node type's and edge type's count and ``G``): where two would
+        tie, the node or edge count is nudged up by one (by ``round_to`` when
+        rounding; an extra padding slot is harmless), so a tensor's row count
+        names its level without a guess (``unpad`` without a schema, the
+        masked BatchNorm), as ``Budget(...)`` requires.
 
         ``transform``: a function from a dataset item to a ``Data`` /
         ``HeteroData`` (graphium's items are dicts), as ``FixedSizeLoader``'s.
@@ -280,15 +322,18 @@ class Budget:
 
     @classmethod
     def _from_vector(cls, sizes, vec, graphs: int, report=None) -> "Budget":
-        """Budget whose real-slot capacity is ``vec`` (node dims + the reserved)."""
+        """Budget whose real-slot capacity is ``vec`` (node dims + the reserved).
+
+        Unchecked: its counts may tie (an intermediate of :meth:`fit` /
+        :meth:`tight`, which pass it through :func:`_distinct_levels`)."""
         vec = [int(v) for v in vec]
         r = RESERVED_NODES
         if sizes.node_types is None:
-            return cls(nodes=vec[0] + r, edges=vec[1], graphs=graphs, report=report)
+            return cls._unchecked(nodes=vec[0] + r, edges=vec[1], graphs=graphs, report=report)
         nt = len(sizes.node_types)
-        return cls(nodes={t: v + r for t, v in zip(sizes.node_types, vec[:nt])},
-                   edges={t: v for t, v in zip(sizes.edge_types, vec[nt:])},
-                   graphs=graphs, report=report)
+        return cls._unchecked(nodes={t: v + r for t, v in zip(sizes.node_types, vec[:nt])},
+                              edges={t: v for t, v in zip(sizes.edge_types, vec[nt:])},
+                              graphs=graphs, report=report)
 
 
 #: Graph count above which Budget.fit plans a random sample of this many graphs.
@@ -309,21 +354,82 @@ def _room_for_slots(q: np.ndarray, sizes, graphs: int, step: int) -> np.ndarray:
     return q
 
 
-def _distinct_levels(b: Budget, step: int) -> Budget:
-    """``b`` with node and edge row counts grown by ``step`` until no two
-    counts (every node type, every edge type, the graph slots) are equal, so
-    that a row count names its level (``docs/dev/FORMAT.md``)."""
-    nodes = dict(b.nodes) if b.is_hetero else {"": b.nodes}
-    edges = dict(b.edges) if b.is_hetero else {"": b.edges}
-    taken = {b.graphs}
-    for counts in (nodes, edges):
+def _nudged(nodes: Count, edges: Count, graphs: int, step: int) -> Tuple[Count, Count]:
+    """``nodes`` and ``edges`` (ints, or dicts per type) grown by ``step``
+    until no two counts (every node type, every edge type, the graph slots)
+    are equal, in the order nodes then edges (graphs never moves: it is the
+    packer's cap).  Growing a count only adds padding slots."""
+    n = dict(nodes) if isinstance(nodes, Mapping) else {"": nodes}
+    e = dict(edges) if isinstance(edges, Mapping) else {"": edges}
+    taken = {graphs}
+    for counts in (n, e):
         for t in counts:
             while counts[t] in taken:
                 counts[t] += step
             taken.add(counts[t])
-    if not b.is_hetero:
-        return Budget(nodes=nodes[""], edges=edges[""], graphs=b.graphs, report=b.report)
+    if not isinstance(nodes, Mapping):
+        return n[""], e[""]
+    return n, e
+
+
+def _distinct_levels(b: Budget, step: int) -> Budget:
+    """``b`` with node and edge row counts grown by ``step`` until no two
+    counts (every node type, every edge type, the graph slots) are equal, so
+    that a row count names its level (``docs/dev/FORMAT.md``)."""
+    nodes, edges = _nudged(b.nodes, b.edges, b.graphs, step)
     return Budget(nodes=nodes, edges=edges, graphs=b.graphs, report=b.report)
+
+
+def _labelled_counts(nodes: Count, edges: Count, graphs: int):
+    """``(label, level, type, count)`` of every row count: ``nodes`` /
+    ``edges`` / ``graphs`` (type ``None``), hetero ``nodes['paper']`` /
+    ``edges['a__r__b']`` (type ``'paper'`` / ``'a__r__b'``)."""
+    if isinstance(nodes, Mapping):
+        yield from ((f"nodes[{t!r}]", "node", t, v) for t, v in nodes.items())
+        yield from ((f"edges[{t!r}]", "edge", t, v) for t, v in edges.items())
+    else:
+        yield "nodes", "node", None, nodes
+        yield "edges", "edge", None, edges
+    yield "graphs", "graph", None, graphs
+
+
+def _check_no_tie(nodes: Count, edges: Count, graphs: int) -> None:
+    """Raise if two row counts of a budget are equal (see the module docstring).
+
+    Why every pair: ``format.mask_of_rows`` picks a tensor's mask by its row
+    count alone, node before graph before edge, and the *first* mask of a
+    level (hetero: of a node or edge type) whose length matches.  So a tie
+    between levels gives the losing level's BatchNorm the winner's mask, and a
+    tie between two types of one level gives one type the other type's mask:
+    statistics over the wrong rows, no error.  (The masked BatchNorm raises
+    on a node/graph tie itself, at trace time; here every tie fails at once.)
+    """
+    seen: Dict[int, Tuple[str, str, Optional[str]]] = {}
+    for label, level, typ, v in _labelled_counts(nodes, edges, graphs):
+        if v not in seen:
+            seen[v] = (label, level, typ)
+            continue
+        first, first_level, first_typ = seen[v]
+        fn, fe = _nudged(nodes, edges, graphs, 1)
+        changed = [f"{a[0]}={b[3]}" for a, b in zip(_labelled_counts(nodes, edges, graphs),
+                                                    _labelled_counts(fn, fe, graphs))
+                   if a[3] != b[3]]
+        if first_level == level:  # two node (or edge) types
+            what = (f"a BatchNorm on the {level} features of one of {first_typ!r} and "
+                    f"{typ!r} would get the other's mask")
+        else:  # the level mask_of_rows would pick, and the one that loses
+            win = pick_level((first_level, level))
+            lose = level if win == first_level else first_level
+            what = (f"{'an' if lose == 'edge' else 'a'} {lose}-level BatchNorm "
+                    f"(nn.BatchNorm1d on {lose} rows) would get the {win} mask")
+        raise ValueError(
+            f"Budget: {first} and {label} are both {v}. Inside ipu_wrap, masked layers "
+            f"find a tensor's level by its row count (format.mask_of_rows; "
+            f"docs/dev/FORMAT.md#the-level-of-a-key), so {what} and compute its "
+            f"statistics over the wrong rows, silently. Make every count differ, e.g. "
+            f"{', '.join(changed)} (extra padding slots change no result): "
+            f"Budget(nodes={fn!r}, edges={fe!r}, graphs={graphs}). "
+            f"Budget.fit / Budget.tight never make such a tie.")
 
 
 def _round_vec(q: np.ndarray, sizes, m: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Hand-made padded flat dicts (docs/dev/FORMAT.md), independent of the loader."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -79,3 +79,19 @@ def check_padding_slots(batch: Tensor, ptr: Tensor, N: int, n: int, G: int, g: i
     assert torch.equal(batch.long(), torch.repeat_interleave(torch.arange(G), ptr.diff().long()))
     if N - n >= G - g:
         assert min(want) >= 1, "a padding graph slot is empty"
+
+
+def untied(nodes: int, edges: int, graphs: int, grow: str = "edges") -> Tuple[int, int, int]:
+    """``(N, E, G)`` with a row count grown by one where two would be equal, as
+    ``Budget(...)`` requires (a row count names its level; docs/dev/FORMAT.md):
+    ``E`` first when it ties, then ``grow`` (``"nodes"`` or ``"graphs"``) for an
+    ``N == G`` tie.  One more padding row changes no result."""
+    N, E, G = nodes, edges, graphs
+    while len({N, E, G}) < 3:
+        if E in (N, G):
+            E += 1
+        elif grow == "graphs":
+            G += 1
+        else:
+            N += 1
+    return N, E, G

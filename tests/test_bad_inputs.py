@@ -259,8 +259,14 @@ def test_fit_and_tight_give_distinct_level_sizes(sizes, k, round_to):
 
 def test_unpad_raises_on_a_tie_instead_of_guessing():
     gs = graphs(4)
-    c = Collator(gs, Budget(nodes=30, edges=30, graphs=5))  # N == E: a tie
+    with pytest.raises(ValueError, match=r"nodes and edges are both 30.*edges=31"):
+        Budget(nodes=30, edges=30, graphs=5)  # no budget ties any more...
+    c = Collator(gs, Budget(nodes=30, edges=31, graphs=5))
     flat = c.collate_indices([0, 1])
+    assert not flat["edge_mask"][30]
+    # ...but a hand-made dict can: drop the last (padding) edge, N == E == 30
+    flat = {k: (v[..., :30] if k in ("edge_index", "edge_mask") else v)
+            for k, v in flat.items()}
     flat["edge_w"] = torch.zeros(30)
     with pytest.raises(ValueError, match=r"'edge_w'.*node and the edge.*schema="):
         unpad_batch(flat, levels={"x": "node"})

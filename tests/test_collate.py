@@ -9,7 +9,7 @@ from torch_geometric.data import Batch, Data
 
 from graph_adapter.budget import Budget
 from graph_adapter.collate import Collator, collate_padded, unpad_batch
-from _padding import check_padding_slots
+from _padding import check_padding_slots, untied
 
 SETTINGS = settings(deadline=None)
 
@@ -37,8 +37,10 @@ sizes_st = st.lists(st.tuples(st.integers(0, 9), st.integers(0, 14)), min_size=1
 def budget_for(graphs, slack=3):
     n = sum(d.num_nodes for d in graphs)
     e = sum(d.num_edges for d in graphs)
-    # slack >= 1 padding rows; nodes: one more (two padding nodes are reserved)
-    return Budget(nodes=n + slack + 1, edges=e + slack, graphs=len(graphs) + slack)
+    # slack >= 1 padding rows; nodes: one more (two padding nodes are reserved);
+    # one row more where two counts would tie (Budget refuses a tie)
+    N, E, G = untied(n + slack + 1, e + slack, len(graphs) + slack)
+    return Budget(nodes=N, edges=E, graphs=G)
 
 
 def real_rows_equal(flat, graphs):
@@ -131,7 +133,7 @@ def test_exactly_full_edges_and_empty_batch():
 
 def test_does_not_fit_raises():
     graphs = make_graphs([(3, 4), (2, 2)])
-    c = Collator(graphs, Budget(nodes=6, edges=6, graphs=3))  # 4 real nodes max (2 padding nodes reserved)
+    c = Collator(graphs, Budget(nodes=6, edges=7, graphs=3))  # 4 real nodes max (2 padding nodes reserved)
     with pytest.raises(ValueError, match="does not fit"):
         c.collate_indices([0, 1])
     with pytest.raises(ValueError, match="does not fit"):
@@ -140,7 +142,7 @@ def test_does_not_fit_raises():
 
 def test_int32_index_dtype():
     graphs = make_graphs([(3, 4), (2, 2)])
-    c = Collator(graphs, Budget(nodes=8, edges=8, graphs=4), index_dtype=torch.int32)
+    c = Collator(graphs, Budget(nodes=8, edges=9, graphs=4), index_dtype=torch.int32)
     out = c.collate_indices([0, 1])
     for k in ("edge_index", "batch", "ptr"):
         assert out[k].dtype == torch.int32, k
@@ -154,7 +156,7 @@ def test_excluded_keys_warn_and_scalar_graph_attr():
         d.smiles = f"C{i}"
         d.w = torch.tensor(float(i))  # 0-d graph attribute
     with pytest.warns(UserWarning, match="smiles"):
-        c = Collator(graphs, Budget(nodes=8, edges=8, graphs=4))
+        c = Collator(graphs, Budget(nodes=8, edges=9, graphs=4))
     assert "smiles" in c.excluded_keys and "smiles" not in c.keys
     out = c.collate_indices([1, 0])
     assert out["w"].shape == (4,) and out["w"][:2].tolist() == [1.0, 0.0]
@@ -167,25 +169,25 @@ def test_inconsistent_graphs_raise_with_index_and_key():
     graphs = make_graphs([(3, 4), (2, 2), (2, 1)])
     graphs[2].x = graphs[2].x.double()
     with pytest.raises(ValueError, match=r"index 2.*'x'"):
-        Collator(graphs, Budget(nodes=20, edges=20, graphs=5))
+        Collator(graphs, Budget(nodes=20, edges=21, graphs=5))
     graphs = make_graphs([(3, 4), (2, 2), (2, 1)])
     graphs[1].edge_attr = torch.randn(2, 5)
     with pytest.raises(ValueError, match=r"index 1.*'edge_attr'"):
-        Collator(graphs, Budget(nodes=20, edges=20, graphs=5))
+        Collator(graphs, Budget(nodes=20, edges=21, graphs=5))
     graphs = make_graphs([(3, 4), (2, 2)])
     graphs[1].extra = torch.zeros(1)
     with pytest.raises(ValueError, match=r"index 1.*extra"):
-        Collator(graphs, Budget(nodes=20, edges=20, graphs=5))
+        Collator(graphs, Budget(nodes=20, edges=21, graphs=5))
     graphs = make_graphs([(3, 4)])
     graphs[0].ptr = torch.zeros(1)
     with pytest.raises(ValueError, match="reserves"):
-        Collator(graphs, Budget(nodes=20, edges=20, graphs=5))
+        Collator(graphs, Budget(nodes=20, edges=21, graphs=5))
 
 
 def test_level_checked_on_whole_dataset():
     # graph 0 has one node: PyG would call y [1, 1] node-level on it alone
     graphs = make_graphs([(1, 0), (3, 2), (2, 1)])
-    c = Collator(graphs, Budget(nodes=10, edges=10, graphs=5))
+    c = Collator(graphs, Budget(nodes=10, edges=11, graphs=5))
     assert c.levels["y"] == "graph" and c.levels["x"] == "node"
     assert c.levels["edge_index"] == "edge" and c.levels["edge_attr"] == "edge"
 
@@ -258,7 +260,7 @@ def test_numpy_gather_dtypes_layouts_bit_identical(sizes, seed, int32):
 
 def test_batches_never_share_memory():
     graphs = make_graphs([(3, 4), (2, 2), (4, 1)])
-    c = Collator(graphs, Budget(nodes=12, edges=12, graphs=5))
+    c = Collator(graphs, Budget(nodes=12, edges=13, graphs=5))
     a = c.collate_indices([0, 1])
     b = c.collate_indices([2])
     ptrs = {v.untyped_storage().data_ptr() for v in a.values()}
@@ -273,7 +275,7 @@ def test_columnar_loader_with_worker_and_pin_memory():
     from graph_adapter.loader import FixedSizeLoader
 
     graphs = make_graphs([(3, 2), (5, 4), (2, 1), (6, 6)] * 3)
-    b = Budget(nodes=20, edges=20, graphs=5)
+    b = Budget(nodes=20, edges=21, graphs=5)
     ref = [dict(x) for x in FixedSizeLoader(graphs, b)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pin_memory without an accelerator

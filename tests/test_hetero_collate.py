@@ -40,8 +40,14 @@ def budget_for(graphs, slack, share=1.0):
     for et in h0.edge_types:
         s = [h[et].num_edges for h in graphs]
         edges[et_name(et)] = max(int(sum(s) * share), max(s)) + slack
-    return Budget(nodes=nodes, edges=edges,
-                  graphs=max(2, int(len(graphs) * share) + slack))
+    G = max(2, int(len(graphs) * share) + slack)
+    taken = {G}  # a row more where two counts would tie: Budget refuses a tie
+    for counts in (nodes, edges):
+        for t in counts:
+            while counts[t] in taken:
+                counts[t] += 1
+            taken.add(counts[t])
+    return Budget(nodes=nodes, edges=edges, graphs=G)
 
 
 def check_item(flat, graphs, budget, loader_keys=None):
@@ -237,7 +243,7 @@ def test_hetero_errors():
     c = HeteroCollator(graphs, budget)
     with pytest.raises(ValueError, match="does not fit"):
         c.collate_indices([0, 1, 2, 3, 4])
-    bad = Budget(nodes={"paper": 20}, edges={"paper__cites__paper": 20}, graphs=4)
+    bad = Budget(nodes={"paper": 20}, edges={"paper__cites__paper": 21}, graphs=4)
     with pytest.raises(ValueError, match="budget types do not match"):
         HeteroCollator(graphs, bad)
     graphs[3]["paper"].x = graphs[3]["paper"].x.double()

@@ -32,6 +32,7 @@ from graph_adapter.collate import Collator
 from graph_adapter.format import ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT
 
 from strategies import model_graph_lists, paddings
+from _padding import untied
 
 ATOL = 1e-4
 ATOL64 = 1e-9
@@ -40,9 +41,10 @@ ATOL64 = 1e-9
 def _budget(graphs, padding):
     n = sum(d.num_nodes for d in graphs)
     e = sum(d.num_edges for d in graphs)
-    # (+1: the collator keeps 2 padding nodes now, paddings() draws >= 1)
-    return n, e, ga.Budget(nodes=n + padding[0] + 1, edges=e + padding[1],
-                           graphs=len(graphs) + padding[2])
+    # (+1: the collator keeps 2 padding nodes now, paddings() draws >= 1; a row
+    # more where N, E, G would tie: Budget refuses it)
+    N, E, G = untied(n + padding[0] + 1, e + padding[1], len(graphs) + padding[2])
+    return n, e, ga.Budget(nodes=N, edges=E, graphs=G)
 
 
 @given(graphs=model_graph_lists(), padding=paddings())

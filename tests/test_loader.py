@@ -128,7 +128,7 @@ def test_unpad_gives_back_originals():
 
 def test_len_seed_and_set_epoch():
     graphs = make_graphs([(i % 7 + 1, i % 5) for i in range(60)])
-    b = Budget(nodes=25, edges=25, graphs=8)
+    b = Budget(nodes=25, edges=26, graphs=8)  # (N != E: a row count names its level)
     a = FixedSizeLoader(graphs, b, shuffle=True, seed=3)
     c = FixedSizeLoader(graphs, b, shuffle=True, seed=3)
     pa = a.plan()
@@ -238,7 +238,7 @@ def test_excluded_keys_in_stats_and_lazy_path_with_workers():
     for d in graphs:
         d.smiles = "C"
     with pytest.warns(UserWarning, match="smiles"):
-        ld = FixedSizeLoader(graphs, Budget(nodes=20, edges=20, graphs=5), columnar=False,
+        ld = FixedSizeLoader(graphs, Budget(nodes=20, edges=21, graphs=5), columnar=False,
                              num_workers=1, shuffle=True)
     assert "smiles" in ld.stats.excluded_keys
     assert sorted(epoch_ids(ld)) == list(range(16))
@@ -291,7 +291,8 @@ def test_oversize_message_of_a_hetero_budget():
         h["author"].x = torch.zeros(nau, 2)
         h["author", "writes", "paper"].edge_index = torch.zeros(2, e, dtype=torch.long)
         graphs.append(h)
-    b = Budget(nodes={"paper": 5, "author": 3}, edges={"author__writes__paper": 4}, graphs=3)
+    # (graphs=2, not 3: as many graph slots as author rows would be a tie)
+    b = Budget(nodes={"paper": 5, "author": 3}, edges={"author__writes__paper": 4}, graphs=2)
     with pytest.raises(ValueError) as ei:
         FixedSizeLoader(graphs, b)
     msg = str(ei.value)

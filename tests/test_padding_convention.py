@@ -21,6 +21,8 @@ from graph_adapter.budget import RESERVED_NODES, Budget
 from graph_adapter.loader import FixedSizeLoader
 from graph_adapter.wrap import ipu_wrap
 
+from _padding import untied
+
 
 def graphs_of(node_counts, seed=0, loops=True, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
@@ -50,9 +52,11 @@ def test_every_loader_batch_has_two_padding_nodes(counts, how, k, packer, micro,
         budget = Budget.fit(graphs, k, num_samples=50)
     elif how == "tight":
         budget = Budget.tight(graphs, k)
-    else:  # hand-made, tight for the largest graph: capacity is nodes - 2
-        budget = Budget(nodes=max(counts) + RESERVED_NODES, edges=2 * max(counts) + 1,
-                        graphs=k + 1)
+    else:  # hand-made, tight for the largest graph: capacity is nodes - 2 (an
+        # edge or graph slot more where N, E, G would tie: Budget refuses it)
+        N, E, G = untied(max(counts) + RESERVED_NODES, 2 * max(counts) + 1, k + 1,
+                         grow="graphs")
+        budget = Budget(nodes=N, edges=E, graphs=G)
     assert budget.capacity()[0][0] == budget.nodes - 2
     seen = 0
     for rank in range(world):

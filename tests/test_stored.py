@@ -114,7 +114,7 @@ def test_storage_path_names_the_graph_with_a_bad_index(monkeypatch, chunk):
     graphs[2].edge_index[0, 1] = 7  # out of its 2 nodes
     with pytest.raises(ValueError, match=r"dataset index 2: key 'edge_index' has an index "
                                          r"\[7, \d\] .*\[0, 2\)"):
-        FixedSizeLoader(Stored(graphs), Budget(nodes=40, edges=40, graphs=4), exclude=["smiles"])
+        FixedSizeLoader(Stored(graphs), Budget(nodes=40, edges=41, graphs=4), exclude=["smiles"])
 
 
 def test_lazy_dataset_streams_through_workers():
