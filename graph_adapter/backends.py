@@ -4,10 +4,11 @@ Backends are one registry (:func:`register_backend`, in the spirit of
 ``torch.utils._pytree``'s node registry): a table from a name to how to build
 the compiled model. The built-in ones:
 
-* ``"inductor"``: ``torch.compile(wrapped, fullgraph=True, dynamic=False)``;
-  with more than one CPU thread, ``aten.index_add`` (the gradient of PyG's
-  gathers) is kept as ATen's kernel instead of generated atomic adds
-  (``index_add_fallback``).
+* ``"inductor"``: ``torch.compile(wrapped, fullgraph=True, dynamic=False)``,
+  with the CPU training settings of :mod:`graph_adapter._inductor_cpu`
+  (boolean masks recomputed in the backward instead of stored; with more
+  than one thread the gradients of gathers and embeddings as ATen's
+  ``index_add``, ``index_add_fallback``).
 * ``"aot_eager"``: the same through Dynamo + AOTAutograd without code
   generation (cheap; what the tests use to count compiles).
 * ``"eager"``: no compiler, same checks and bookkeeping.
@@ -55,7 +56,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Proto
 import torch
 from torch import Tensor, nn
 
-from . import ipu, static
+from . import _inductor_cpu, ipu, static
 from .spec import SpecError
 from .format import (
     GRAPH_MASK,
@@ -250,35 +251,6 @@ class EngineSettings:
     index_add_fallback: Optional[bool] = None
 
 
-def _use_index_add_fallback(setting: Optional[bool]) -> bool:
-    if setting is not None:
-        return bool(setting)
-    # inductor's own policy for scatter_reduce(sum) on CPU
-    # (config.cpp.fallback_scatter_reduce_sum): atomic adds lose to ATen's
-    # kernel when more than one thread runs the generated loop.
-    return torch.get_num_threads() != 1
-
-
-def _inductor_decompositions(index_add_fallback: bool) -> Optional[Dict[Any, Callable]]:
-    """Inductor's decomposition table, without ``aten.index_add`` when asked.
-
-    The gradient of ``index_select`` (every PyG gather ``x[edge_index[j]]``) is
-    an ``index_add``; inductor decomposes it into an ``index_put`` with
-    ``accumulate=True``, generated as a loop of atomic adds. Without the
-    decomposition ``aten::index_add`` (in inductor's fallback allow list) runs
-    ATen's kernel instead.
-    """
-    if not index_add_fallback:
-        return None
-    from torch._inductor.decomposition import select_decomp_table
-
-    table = dict(select_decomp_table())
-    for op in list(table):
-        if getattr(op, "overloadpacket", None) is torch.ops.aten.index_add:
-            del table[op]
-    return table
-
-
 class _CountingBackend:
     """A Dynamo backend that counts how often it is asked to compile a graph."""
 
@@ -295,8 +267,9 @@ class _CountingBackend:
             from torch._inductor import config
             from torch._inductor.compile_fx import compile_fx
 
-            decomps = _inductor_decompositions(_use_index_add_fallback(self.index_add_fallback))
-            with config.patch(self.options or {}):
+            decomps = _inductor_cpu.decompositions(
+                _inductor_cpu.use_index_add_fallback(self.index_add_fallback))
+            with config.patch({**_inductor_cpu.config_patches(), **(self.options or {})}):
                 return compile_fx(gm, example_inputs, decompositions=decomps)
         return torch._dynamo.lookup_backend(self.name)(gm, example_inputs)
 

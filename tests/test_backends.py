@@ -209,22 +209,6 @@ def test_inductor_inference_matches_eager():
     assert c.compile_count == 1
 
 
-def test_index_add_fallback_table(monkeypatch):
-    """With more than one thread, inductor gets its decompositions without index_add."""
-    from graph_adapter import backends as B
-
-    aten = torch.ops.aten
-    assert B._inductor_decompositions(False) is None
-    table = B._inductor_decompositions(True)
-    assert table and not any(getattr(op, "overloadpacket", None) is aten.index_add for op in table)
-    assert len(table) > 100  # the rest of inductor's table
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert B._use_index_add_fallback(None) is True
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    assert B._use_index_add_fallback(None) is False
-    assert B._use_index_add_fallback(True) is True
-
-
 @pytest.mark.slow
 def test_inductor_index_add_fallback_gradients():
     """The gradient of a gather through ATen's index_add equals eager's."""

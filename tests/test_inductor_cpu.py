@@ -1,0 +1,165 @@
+"""graph_adapter._inductor_cpu: what ``compile(..., "inductor")`` changes in inductor's
+CPU training code keeps every number: the embedding gradient as ``index_add``
+equals ATen's, boolean masks are recomputed (none saved for the backward) and
+the gradients equal eager's, dropout's mask is never redrawn."""
+import copy
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from graph_adapter import _inductor_cpu as I
+from graph_adapter import compile, ipu_wrap
+from graph_adapter.losses import masked_loss
+
+from _padding import pad_batch, random_graphs
+
+aten = torch.ops.aten
+
+
+@given(vocab=st.integers(1, 12), rows=st.integers(0, 40), two_dims=st.booleans(),
+       dim=st.integers(1, 5), pad=st.integers(-1, 11), seed=st.integers(0, 2**16))
+def test_embedding_backward_as_index_add_equals_aten(vocab, rows, two_dims, dim, pad, seed):
+    g = torch.Generator().manual_seed(seed)
+    shape = (rows, 2) if two_dims else (rows,)
+    index = torch.randint(0, vocab, shape, generator=g)
+    grad = torch.randn(*shape, dim, generator=g, dtype=torch.float64)
+    pad = pad if pad < vocab else -1
+    ours = I._embedding_backward_as_index_add(grad, index, vocab, pad, False)
+    ref = aten.embedding_dense_backward(grad, index, vocab, pad, False)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=1e-12)
+
+
+def test_embedding_backward_scale_grad_by_freq_keeps_inductors_decomposition():
+    index = torch.tensor([0, 0, 2, 1, 0])
+    grad = torch.randn(5, 3, dtype=torch.float64)
+    ours = I._embedding_backward_as_index_add(grad, index, 4, -1, True)
+    torch.testing.assert_close(ours, aten.embedding_dense_backward(grad, index, 4, -1, True))
+
+
+def test_decomposition_table(monkeypatch):
+    """With the fallback: no index_add decomposition, the embedding gradient is ours."""
+    assert I.decompositions(False) is None
+    table = I.decompositions(True)
+    packets = {getattr(op, "overloadpacket", None): fn for op, fn in table.items()}
+    assert aten.index_add not in packets
+    assert packets[aten.embedding_dense_backward] is I._embedding_backward_as_index_add
+    assert len(table) > 100  # the rest of inductor's table
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert I.use_index_add_fallback(None) is True
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert I.use_index_add_fallback(None) is False
+    assert I.use_index_add_fallback(True) is True
+
+
+class _EmbGNN(torch.nn.Module):
+    """Embedding -> gather + relu + scatter (PyG-style message passing) -> sum: relu masks
+    on edge and node rows, an embedding gradient, a gather gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(5, 8)
+        self.lin = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, x, edge_index, batch):
+        from torch_geometric.nn import global_add_pool
+        from torch_geometric.utils import scatter
+
+        h = self.emb(x[:, 0].long().clamp(0, 4))
+        msg = torch.relu(h[edge_index[0]] + 1.0)
+        h = torch.relu(self.lin(h + scatter(msg, edge_index[1], 0, dim_size=h.size(0))))
+        return self.head(global_add_pool(h, batch)).squeeze(-1)
+
+
+class _SavedDtypes:
+    """A post-grad pass recording the dtypes of the tensors each forward graph computes
+    and returns (its saved tensors among them). ``uuid() -> None`` keeps inductor from serving a cached graph."""
+
+    def __new__(cls):
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+
+        class Pass(CustomGraphPass):
+            dtypes: list = []
+
+            def __call__(self, graph):
+                names = [n.name for n in graph.nodes if n.op == "placeholder"]
+                if any(n.startswith("tangents") for n in names):
+                    return  # a backward graph
+                out = next(n for n in graph.nodes if n.op == "output")
+                for a in out.args[0]:
+                    v = getattr(a, "meta", {}).get("val")
+                    # inputs handed through (the batch's masks) are not stored by a kernel
+                    if isinstance(v, torch.Tensor) and a.op != "placeholder":
+                        self.dtypes.append(v.dtype)
+
+            def uuid(self):
+                return None
+
+        return Pass()
+
+
+@pytest.mark.slow  # two real inductor compiles
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bool_masks_are_recomputed_and_gradients_equal_eager(threads):
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)  # 2: the index_add fallback for gathers and embeddings
+    try:
+        gen = torch.Generator().manual_seed(0)
+        flat = pad_batch(random_graphs(gen, 4), 30, 61, 7)
+        torch.manual_seed(0)
+        base = ipu_wrap(_EmbGNN(), loss_fn=masked_loss("mse")).double()
+        flat = {k: (v.double() if v.is_floating_point() else v) for k, v in flat.items()}
+        grads = {}
+        saved = {}
+        for name, ours in (("ours", True), ("inductor's", False)):
+            torch._dynamo.reset()
+            m = copy.deepcopy(base)
+            inspect = _SavedDtypes()
+            opts = {"post_grad_custom_post_pass": inspect}
+            if not ours:
+                opts["joint_custom_post_pass"] = None
+            c = compile(m, "inductor", options=opts)
+            c(flat)["loss"].backward()
+            grads[name] = {k: p.grad.clone() for k, p in m.named_parameters()}
+            saved[name] = list(inspect.dtypes)
+        eager = copy.deepcopy(base)
+        eager(flat)["loss"].backward()
+        for name in grads:
+            for k, p in eager.named_parameters():
+                torch.testing.assert_close(grads[name][k], p.grad, rtol=1e-10, atol=1e-12,
+                                           msg=lambda s: f"{name} {k}: {s}")
+        assert torch.bool not in saved["ours"], saved["ours"]
+        # the contrast that shows the check can fail: inductor alone saves relu masks
+        assert torch.bool in saved["inductor's"], saved["inductor's"]
+    finally:
+        torch.set_num_threads(old)
+        torch._dynamo.reset()
+
+
+@pytest.mark.slow  # one real inductor compile
+def test_dropout_mask_is_never_redrawn():
+    """With the pass on, dropout's gradient still matches the mask its output shows
+    (a mask redrawn in the backward would not). The pass leaves booleans downstream
+    of random ops alone; the partitioner also refuses to recompute random ops, so
+    this fails only if both give way."""
+    p = I.recompute_bool_masks()
+    w = torch.randn(64, dtype=torch.float64)
+
+    def f(x):
+        y = torch.nn.functional.dropout(torch.relu(x), 0.5, training=True) * w
+        return y, y.sum()
+
+    from graph_adapter.backends import _CountingBackend
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend=_CountingBackend("inductor", {"joint_custom_post_pass": p}),
+                       fullgraph=True)
+    x = torch.randn(64, dtype=torch.float64, requires_grad=True)
+    y, s = cf(x)
+    s.backward()
+    kept = (y != 0).double()
+    torch.testing.assert_close(x.grad, w * kept * 2.0)
+    assert p.marked >= 1  # relu's mask was marked
+    torch._dynamo.reset()
