@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import json
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
@@ -39,6 +40,7 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch_geometric.data import Batch, Data, HeteroData
+from torch_geometric.data.batch import DynamicInheritance
 from torch_geometric.data.data import BaseData
 
 from ._spec_checks import (SPEC_FORMAT, allow_modules, check_batch_info, check_batch_sizes,
@@ -318,6 +320,33 @@ def _new(cls: type) -> BaseData:
     return cls()
 
 
+# Batch classes -> the keyword arguments PyG's ``DynamicInheritance.__call__``
+# passes to ``__init__`` (``None`` for each required parameter).
+_INIT_FILL: Dict[type, Dict[str, None]] = {}
+
+
+def _new_eager(cls: type) -> BaseData:
+    """:func:`_new` without PyG's per-instance ``inspect.signature`` (eager only).
+
+    ``DynamicInheritance.__call__`` (PyG's batch metaclass) reads the
+    signature of ``__init__`` on every instantiation (~17 us) to fill
+    ``None`` for its required parameters; for a concrete batch class it then
+    calls the next metaclass's ``__call__``. Here the fill is computed once per
+    class and that call made directly: the same instance. Any other class, or
+    a PyG whose metaclass is not as read here, takes :func:`_new`.
+    """
+    meta = type(cls)
+    if not (issubclass(cls, Batch) and issubclass(meta, DynamicInheritance)):
+        return _new(cls)
+    fill = _INIT_FILL.get(cls)
+    if fill is None:
+        params = list(inspect.signature(cls.__init__).parameters.items())[1:]
+        fill = {k: None for k, v in params  # PyG's own rule, as it reads it
+                if k not in ("args", "kwargs") and v.default is inspect.Parameter.empty}
+        _INIT_FILL[cls] = fill
+    return super(DynamicInheritance, cls).__call__(**fill)
+
+
 def _base_class(obj: BaseData) -> type:
     if isinstance(obj, Batch):
         return type(obj).__bases__[-1]
@@ -533,15 +562,24 @@ def unflatten(flat: Mapping[str, Tensor], spec: Spec, validate: bool = True) -> 
         spec.validate(flat)
         if spec._batch_values is not None:
             check_batch_sizes(flat, spec)
-    out = _new(resolve_class(spec.data_cls, spec.is_batch))
+    compiling = torch.compiler.is_compiling()
+    cls = resolve_class(spec.data_cls, spec.is_batch)
+    out = _new(cls) if compiling else _new_eager(cls)
     # Create hetero stores in the original order (also the empty ones).
     for nt in spec.node_types:
         out[nt]
     for et in spec.edge_types:
         out[et]
     for f in spec.fields:
-        _store_of(out, f.store)[f.attr] = flat[f.key]
-    compiling = torch.compiler.is_compiling()
+        store = _store_of(out, f.store)
+        value = flat[f.key]
+        if compiling or value is None:
+            store[f.attr] = value
+        else:
+            # The store is new, so it has no attribute cache to invalidate:
+            # PyG's __setitem__ would look one up (an AttributeError raised
+            # and caught per key, ~3 us) before this same dict write.
+            store._mapping[f.attr] = value
     for skey, attr, value in spec._constant_values:
         _store_of(out, skey)[attr] = value if compiling else _copy(value)
     if spec.batch_info is not None:

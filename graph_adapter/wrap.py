@@ -68,6 +68,28 @@ class StaticData(Data):
 resolve_class(class_path(StaticData), True)
 
 
+#: entries of each eager cache of an IPUWrapped (cleared when full: a loader
+#: has a handful of signatures, a stream of new shapes must not grow memory).
+_CACHE_SIZE = 64
+
+
+def _signature_key(flat: Mapping[str, Any]) -> Optional[Tuple]:
+    """``((key, shape, dtype, device), ...)``: all that the eager checks and
+    :func:`infer_spec` read; ``None`` when a value is not a tensor or a shape
+    is symbolic (unhashable), so the caller takes the uncached path."""
+    parts = []
+    for k, v in flat.items():
+        if not isinstance(v, Tensor):
+            return None
+        parts.append((k, v.shape, v.dtype, v.device))
+    key = tuple(parts)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _flatten_output(out: Any, prefix: str, res: Dict[str, Tensor]) -> None:
     if isinstance(out, Tensor):
         res[prefix] = out
@@ -144,11 +166,16 @@ class IPUWrapped(nn.Module):
         self.check_inputs = check_inputs
         self._first_inputs: Optional[Signature] = None
         self._checked_keys: set = set()
+        # Eager hot path (see _eager_spec): the inferred spec per input
+        # signature, and the (signature, device, mode) triples whose checks passed.
+        self._specs: Dict[Tuple, Any] = {}
+        self._checked: set = set()
 
     def reset_inputs(self) -> None:
         """Forget the first batch's signature (and the binding checks) so the next batch sets them anew."""
         self._first_inputs = None
         self._checked_keys = set()
+        self._checked = set()
 
     # ------------------------------------------------------------------
     def _mode(self, keys: Tuple[str, ...]) -> str:
@@ -203,16 +230,49 @@ class IPUWrapped(nn.Module):
                 raise missing_required(self.model, p, key, flat)
         return kw
 
+    def _eager_spec(self, flat: Mapping[str, Tensor], mode: str) -> Any:
+        """The eager path's checks and spec, each done once per input signature.
+
+        Every check of :meth:`_check` and :func:`infer_spec` reads only keys,
+        shapes, dtypes and devices (no values: ``_wrap_inputs``' docstring),
+        so a signature ``((key, shape, dtype, device), ...)`` that passed once
+        passes again (against the same first batch, model device and mode:
+        ``reset_inputs`` clears the record) and infers the same spec. A new
+        signature (a key, a shape, a dtype or a device that changed) runs
+        everything again. A dict that cannot be keyed (a value that is not a
+        tensor, a symbolic shape) takes the uncached path, which names the
+        problem.
+        """
+        key = _signature_key(flat)
+        if self.check_inputs:
+            param = next(self.model.parameters(), None)
+            checked = None if key is None else (key, None if param is None else param.device, mode)
+            if checked is None or checked not in self._checked:
+                self._check(flat, mode)
+                if checked is not None:
+                    if len(self._checked) >= _CACHE_SIZE:
+                        self._checked.clear()
+                    self._checked.add(checked)
+        spec = None if key is None else self._specs.get(key)
+        if spec is None:
+            spec = infer_spec(flat, data_cls=None if is_hetero(flat) else StaticData)
+            if key is not None:
+                if len(self._specs) >= _CACHE_SIZE:
+                    self._specs.clear()
+                self._specs[key] = spec
+        return spec
+
     def forward(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
-        if self.check_inputs and not torch.compiler.is_compiling():
+        eager = not torch.compiler.is_compiling()
+        if self.check_inputs and eager:
             require_graph_mask(flat)
         flat = strip_micro_batch(flat)
         mode = self._mode(tuple(flat))
-        if self.check_inputs and not torch.compiler.is_compiling():
-            self._check(flat, mode)
-        hetero = is_hetero(flat)
-        batch = unflatten(flat, infer_spec(flat, data_cls=None if hetero else StaticData),
-                          validate=False)
+        if eager:
+            spec = self._eager_spec(flat, mode)
+        else:  # traced: pure Python over keys and static shapes, no state
+            spec = infer_spec(flat, data_cls=None if is_hetero(flat) else StaticData)
+        batch = unflatten(flat, spec, validate=False)
         frame = static.make_frame(flat)
         static.push_frame(frame)
         try:
