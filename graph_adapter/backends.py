@@ -23,9 +23,9 @@ the compiled model. The built-in ones:
 
 ``"auto"`` is not an entry: :func:`resolve_backend`, the one place it is
 resolved, makes it ``"poptorch"`` when ``poptorch`` is importable, else what
-:data:`AUTO_RULE` measured fastest for the model's device and each mode: on
-CPU eager training and inductor inference (``"inductor_eval"``), elsewhere
-``"inductor"`` (``docs/benchmarks.md``, "Which backend auto picks").
+:data:`AUTO_RULE` measured fastest for the model's device and each mode:
+``"inductor"`` in both modes (``docs/benchmarks.md``, "Which backend auto
+picks").
 
 Every backend returns an object of one interface (:class:`CompiledModel`):
 call it with a flat dict, get a dict; ``.train()`` / ``.eval()`` /
@@ -75,12 +75,15 @@ __all__ = [
 AUTO = "auto"
 
 #: What ``"auto"`` runs without poptorch, per (device type, training mode):
-#: measured with ``graph_adapter/app/bench/throughput.py`` (docs/benchmarks.md).
-#: On CPU inductor's fused gather/scatter kernels lose to ATen's in the
-#: backward pass (compiled training 0.76-0.90x eager PyG) while compiled
-#: inference wins (1.5x); GPUs are unmeasured: inductor, for CUDA graphs.
+#: measured with ``graph_adapter/app/bench/layout.py`` and ``throughput.py``
+#: (docs/benchmarks.md, "Which backend auto picks"). On CPU, with the settings
+#: of :mod:`graph_adapter._inductor_cpu`, compiled training ran 1.3-1.4x eager
+#: PyG (the demo's GINE) and 1.1x (a GIN 4 x 128), compiled inference
+#: 1.3-1.7x: inductor in both modes, as on GPUs (unmeasured there: chosen for
+#: CUDA graphs). ``"inductor_eval"`` keeps training eager (no training compile:
+#: short runs).
 AUTO_RULE: Dict[Tuple[str, bool], str] = {
-    ("cpu", True): "eager", ("cpu", False): "inductor",
+    ("cpu", True): "inductor", ("cpu", False): "inductor",
     ("cuda", True): "inductor", ("cuda", False): "inductor",
 }
 
@@ -168,9 +171,10 @@ def resolve_backend(name: str, device: Any = "cpu") -> Tuple[str, str]:
 
     ``"auto"`` -> ``("poptorch", "auto: poptorch found")`` when poptorch is
     importable, else by :data:`AUTO_RULE` for ``device`` (a ``torch.device``
-    or its type; :func:`compile` passes the model's): on CPU
-    ``"inductor_eval"`` (eager training, inductor inference), elsewhere
-    ``"inductor"``. A concrete name -> ``(name, "")``. Unknown names raise
+    or its type; :func:`compile` passes the model's): ``"inductor"`` on CPU
+    and elsewhere today (a rule that picks different engines per mode
+    resolves to the per-mode backend, e.g. ``"inductor_eval"``). A concrete
+    name -> ``(name, "")``. Unknown names raise
     ``ValueError``.
     """
     if name != AUTO and name not in _REGISTRY:

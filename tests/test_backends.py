@@ -153,7 +153,7 @@ def test_auto_and_ipu_dispatch(monkeypatch):
     try:
         import poptorch  # noqa: F401
     except ImportError:
-        assert compile(w, "auto").backend == "inductor_eval"  # on CPU (AUTO_RULE)
+        assert compile(w, "auto").backend == "inductor"  # on CPU (AUTO_RULE)
     import graph_adapter.ipu as ipu
 
     called = {}
@@ -253,7 +253,7 @@ def test_registry_names_and_auto():
     assert resolve_backend("eager") == ("eager", "")
     name, note = resolve_backend("auto")
     assert (name, note) == ("poptorch", "auto: poptorch found") or \
-        (name, note.split(";")[0]) == ("inductor_eval", "auto: poptorch not installed")
+        (name, note.split(";")[0]) == ("inductor", "auto: poptorch not installed")
     with pytest.raises(ValueError, match="ipu-emulator"):
         resolve_backend("tpu")
     with pytest.raises(ValueError, match="already registered"):
@@ -332,18 +332,27 @@ def test_loaded_program_has_the_interface(tmp_path):
 
 
 # ---- "auto": the engine of each mode (AUTO_RULE), no timing ------------------------------
-def test_auto_runs_eager_training_and_compiled_inference_on_cpu(monkeypatch):
+def test_auto_compiles_both_modes_on_cpu(monkeypatch):
     from graph_adapter import backends as B
 
     if B.resolve_backend("auto")[0] == "poptorch":
         pytest.skip("poptorch installed: auto is poptorch")
-    assert B.resolve_backend("auto", "cpu")[0] == "inductor_eval"
+    assert B.resolve_backend("auto", "cpu")[0] == "inductor"
     assert B.resolve_backend("auto", torch.device("cuda", 0))[0] == "inductor"
-    assert [B.auto_engine("cpu", t) for t in (True, False)] == ["eager", "inductor"]
+    assert [B.auto_engine("cpu", t) for t in (True, False)] == ["inductor", "inductor"]
+    # a rule with an engine per mode resolves to the per-mode backend
+    monkeypatch.setitem(B.AUTO_RULE, ("cpu", True), "eager")
+    name, note = B.resolve_backend("auto", "cpu")
+    assert name == "inductor_eval" and "training eager, inference inductor" in note
+
+
+def test_inductor_eval_runs_eager_training_and_compiled_inference(monkeypatch):
+    from graph_adapter import backends as B
+
     # the eval engine through Dynamo without code generation: counts its compiles cheaply
     monkeypatch.setattr(B.PerModeEngine, "eval_backend", "aot_eager")
     w = ipu_wrap(Net(), loss_fn=masked_loss("mse"))
-    c = compile(w, "auto")
+    c = compile(w, "inductor_eval")
     f = batches(1)[0]
     c.train()
     assert c.mode_backend == "eager"

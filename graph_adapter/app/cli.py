@@ -60,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="; ".join(f"{k}: {v}" for k, v in MODELS.items()))
     demo.add_argument("--backend", default=d.backend, choices=backend_names(), metavar="NAME",
                       help=f"one of {', '.join(backend_names())}; auto: poptorch if installed, "
-                           f"else on CPU eager training + inductor inference (inductor_eval), inductor "
-                           f"on a GPU; eager: no compiler; default {d.backend}")
+                           f"else inductor (training and inference; inductor_eval: eager "
+                           f"training, no training compile); eager: no compiler; "
+                           f"default {d.backend}")
     demo.add_argument("--hidden", type=int, default=d.hidden, help=f"default {d.hidden}")
     demo.add_argument("--layers", type=int, default=d.layers, help=f"default {d.layers}")
     demo.add_argument("--lr", type=float, default=d.lr, help=f"default {d.lr}")
