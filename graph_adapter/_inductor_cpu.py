@@ -31,11 +31,12 @@ turns 1 off).
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, Optional, Set
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import torch
 
-__all__ = ["recompute_bool_masks", "use_index_add_fallback", "decompositions", "config_patches"]
+__all__ = ["recompute_bool_masks", "use_index_add_fallback", "decompositions", "config_patches",
+           "compile_and_scan"]
 
 #: Bumped whenever :func:`_mark_bool_masks` changes what it marks (inductor's
 #: cache keys compiled graphs by it).
@@ -167,3 +168,32 @@ def decompositions(index_add_fallback: bool) -> Optional[Dict[Any, Callable]]:
 def config_patches() -> Dict[str, Any]:
     """The inductor config this package sets for a compile (user ``options`` go on top)."""
     return {"joint_custom_post_pass": recompute_bool_masks()}
+
+
+def compile_and_scan(compile: Callable[[], Any]) -> Tuple[Any, Optional[bool]]:
+    """``(compile(), atomic)``: whether the code that inductor compile generated, or
+    loaded from its cache, adds with ``atomic_add`` (the one atomic read-modify-write
+    inductor's CPU code emits: sums whose order changes from run to run on more
+    than one thread). ``atomic`` is ``None`` when the generated modules cannot be
+    read (inductor's module registry, ``PyCodeCache``, is internal)."""
+    try:
+        from torch._inductor.codecache import PyCodeCache
+
+        before = len(PyCodeCache.modules)
+    except (ImportError, AttributeError, TypeError):
+        return compile(), None
+    # AOTAutograd compiles the backward at its first call unless told otherwise:
+    # compile it now, so that its code is read too (and its compile time is
+    # part of the first step, where a user looks for it)
+    from torch._functorch import config as functorch_config
+
+    with functorch_config.patch(force_non_lazy_backward_lowering=True):
+        out = compile()
+    try:
+        found = False
+        for module in PyCodeCache.modules[before:]:
+            with open(module.__file__, encoding="utf-8") as f:
+                found = found or "atomic_add" in f.read()
+        return out, found
+    except (AttributeError, OSError, TypeError):
+        return out, None

@@ -264,6 +264,8 @@ class _CountingBackend:
         self.options = options
         self.index_add_fallback = index_add_fallback
         self.count = 0
+        # whether inductor's generated code adds atomically (see _inductor_cpu.compile_and_scan)
+        self.atomic_adds: Optional[bool] = False
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[Any]):
         self.count += 1
@@ -274,7 +276,13 @@ class _CountingBackend:
             decomps = _inductor_cpu.decompositions(
                 _inductor_cpu.use_index_add_fallback(self.index_add_fallback))
             with config.patch({**_inductor_cpu.config_patches(), **(self.options or {})}):
-                return compile_fx(gm, example_inputs, decompositions=decomps)
+                fn, atomic = _inductor_cpu.compile_and_scan(
+                    lambda: compile_fx(gm, example_inputs, decompositions=decomps))
+            # True once any graph adds atomically; None (unknown) wins over False
+            if self.atomic_adds is not True:
+                self.atomic_adds = True if atomic else (None if atomic is None else
+                                                        self.atomic_adds)
+            return fn
         return torch._dynamo.lookup_backend(self.name)(gm, example_inputs)
 
 
@@ -310,6 +318,11 @@ class DynamoEngine:
     def compile_count(self) -> int:
         """Graphs the Dynamo backend was asked to compile."""
         return self._counter.count
+
+    @property
+    def atomic_adds(self) -> Optional[bool]:
+        """Whether inductor's code for this model adds atomically (``None``: unknown)."""
+        return self._counter.atomic_adds if self._counter.name == "inductor" else False
 
     def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
         # Dynamo guards on the mode and shapes itself; ``key`` is not needed.
@@ -372,6 +385,12 @@ class PerModeEngine:
         names = {True: self.train_backend, False: self.eval_backend}
         return sum(e.compile_count for mode, e in self._engines.items() if names[mode] != "eager")
 
+    @property
+    def atomic_adds(self) -> Optional[bool]:
+        """Whether either mode's generated code adds atomically (``None``: unknown)."""
+        found = [getattr(e, "atomic_adds", False) for e in self._engines.values()]
+        return True if True in found else (None if None in found else False)
+
     def engine_for(self, training: bool) -> Any:
         """The engine that runs batches in this mode."""
         return self._engines[bool(training)]
@@ -420,6 +439,14 @@ class Compiled:
     @property
     def compile_count(self) -> int:
         return self._engine.compile_count
+
+    @property
+    def atomic_adds(self) -> Optional[bool]:
+        """Whether the code compiled so far adds with atomics (sums in an order that
+        changes from run to run on more than one thread): read from inductor's
+        generated code; ``False`` for backends that generate none; ``None``
+        when it could not be read."""
+        return getattr(self._engine, "atomic_adds", False)
 
     @property
     def mode_backend(self) -> str:

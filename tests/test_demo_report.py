@@ -116,6 +116,10 @@ def test_known_nondeterminism_is_inductor_training_on_several_threads_without_de
     assert known_nondeterminism("inductor", 1, False) is None  # one thread: one order
     assert known_nondeterminism("inductor", 2, True) is None  # ATen's deterministic kernels
     assert known_nondeterminism("aot_eager", 2, False) is None  # ATen's CPU kernels
+    # what Compiled.atomic_adds read from the generated code decides; unknown assumes atomics
+    assert known_nondeterminism("inductor", 2, False, atomic_adds=False) is None
+    assert "atomic adds" in known_nondeterminism("inductor", 2, False, atomic_adds=True)
+    assert "atomic adds" in known_nondeterminism("inductor", 2, False, atomic_adds=None)
     assert known_nondeterminism("eager", 2, False) is None  # inductor_eval's training
 
 

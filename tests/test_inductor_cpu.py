@@ -68,7 +68,7 @@ class _EmbGNN(torch.nn.Module):
         from torch_geometric.utils import scatter
 
         h = self.emb(x[:, 0].long().clamp(0, 4))
-        msg = torch.relu(h[edge_index[0]] + 1.0)
+        msg = torch.relu(h.index_select(0, edge_index[0]) + 1.0)  # PyG's gather
         h = torch.relu(self.lin(h + scatter(msg, edge_index[1], 0, dim_size=h.size(0))))
         return self.head(global_add_pool(h, batch)).squeeze(-1)
 
@@ -120,8 +120,11 @@ def test_bool_masks_are_recomputed_and_gradients_equal_eager(threads):
             opts = {"post_grad_custom_post_pass": inspect}
             if not ours:
                 opts["joint_custom_post_pass"] = None
-            c = compile(m, "inductor", options=opts)
+            c = compile(m, "inductor", options=opts, index_add_fallback=None if ours else False)
             c(flat)["loss"].backward()
+            # read from the generated code: inductor adds atomically only in a parallel
+            # loop, and ours keeps ATen's index_add for the gather and the embedding
+            assert c.atomic_adds is (not ours and threads > 1), (name, c.atomic_adds)
             grads[name] = {k: p.grad.clone() for k, p in m.named_parameters()}
             saved[name] = list(inspect.dtypes)
         eager = copy.deepcopy(base)

@@ -453,8 +453,10 @@ def _run(cfg: DemoConfig) -> DemoResult:
     threads = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled()
     nondeterminism = {}
-    for run, run_backend in ((adapter, training_backend), (pyg_compiled, cfg.pyg_compile_backend)):
-        cause = known_nondeterminism(run_backend, threads, deterministic)
+    runs = ((adapter, training_backend, getattr(compiled, "atomic_adds", None)),
+            (pyg_compiled, cfg.pyg_compile_backend, None))  # None: not read, assume atomics
+    for run, run_backend, atomic in runs:
+        cause = known_nondeterminism(run_backend, threads, deterministic, atomic)
         if run is not None and cause:
             nondeterminism[run.name] = cause
     result = DemoResult(

@@ -67,21 +67,27 @@ def repeat_gap(step: Callable[[Any], Tuple[float, int]], batches: Iterable[Any],
                 for a, b in zip(*losses)), default=0.0)
 
 
-def known_nondeterminism(backend: str, threads: int, deterministic: bool) -> Optional[str]:
+def known_nondeterminism(backend: str, threads: int, deterministic: bool,
+                         atomic_adds: Optional[bool] = None) -> Optional[str]:
     """Why training on ``backend`` with these settings will not repeat bit for bit, or ``None``.
 
     ``backend`` is the one that runs the training steps (``"eager"`` under
-    ``"inductor_eval"``). Known, not probed: inductor's generated CPU kernels
-    accumulate some gradients with atomic adds (``index_put`` with
-    ``accumulate=True``: an embedding's gradient, and PyG's gathers' unless
-    ``graph_adapter.compile`` keeps ATen's ``index_add``); on more than one
-    thread their order changes from run to run, so sums differ in the last
-    bits and training drifts apart over hundreds of steps. A short probe
-    (:func:`repeat_gap`) often misses it (two threads rarely collide in a few
-    steps). ``torch.use_deterministic_algorithms(True)`` makes inductor call
-    ATen's deterministic kernels instead; one thread has no order to change.
+    ``"inductor_eval"``). Inductor's generated CPU kernels may accumulate
+    gradients with atomic adds (``index_put`` with ``accumulate=True``: an
+    embedding's gradient, PyG's gathers'); on more than one thread their order
+    changes from run to run, so sums differ in the last bits and training
+    drifts apart over hundreds of steps. A short probe (:func:`repeat_gap`)
+    often misses it (two threads rarely collide in a few steps), so the code
+    is read instead: ``atomic_adds`` is what
+    :attr:`graph_adapter.backends.Compiled.atomic_adds` found in the code it
+    generated (``graph_adapter.compile`` keeps ATen's ``index_add`` for
+    gathers and embeddings on more than one thread, so the demo's models
+    have none); ``None`` (unknown, e.g. PyG's own ``torch.compile`` route)
+    assumes they are there. ``torch.use_deterministic_algorithms(True)``
+    makes inductor call ATen's deterministic kernels instead; one thread has
+    no order to change.
     """
-    if backend == "inductor" and threads > 1 and not deterministic:
+    if backend == "inductor" and threads > 1 and not deterministic and atomic_adds is not False:
         return (f"inductor's CPU kernels accumulate some gradients with atomic adds on "
                 f"{threads} threads, in an order that changes from run to run")
     return None
