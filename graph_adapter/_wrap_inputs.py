@@ -15,7 +15,11 @@ Three checks, each raising a named error that says which key and what to do:
 
 All three read only keys, dtypes, shapes and devices (no values), and the
 wrapped forward skips them while compiling, so they never break
-``fullgraph=True``.
+``fullgraph=True``. Because they read no values, the eager forward runs them
+once per input signature (every key's shape, dtype and device, with the
+model's device and the input mode) and skips them for a dict whose signature
+passed before (``IPUWrapped._eager_spec``; ``reset_inputs`` forgets). A check
+that reads values must not be added here without keying that record on it.
 """
 from __future__ import annotations
 

@@ -344,6 +344,8 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
             ``extra_kwargs={"edge_attr": None}``).
         check_inputs: check each input dict in eager mode (never while
             compiling): see ``docs/wrapping.md``, "What the wrapped model checks".
+            The checks read keys, shapes, dtypes and devices only, so they run
+            once per new signature; a dict like one that passed is not re-read.
 
     Raises (at call time, eager):
         MissingInputError: a required parameter has no key.
