@@ -60,7 +60,8 @@ class MolNet(torch.nn.Module):
 
 
 def pyg_loss(out, batch):
-    return F.mse_loss(out, batch.y / SCALE)
+    # out is [B, 1], y [B]: without the view mse_loss broadcasts to [B, B]
+    return F.mse_loss(out.view(-1), batch.y.view(-1) / SCALE)
 
 
 def wrapped_loss(out, batch):
