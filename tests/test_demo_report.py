@@ -1,6 +1,7 @@
 """The demo's report says only what is true for the run it describes: compiles as the
 backend that ran counted them ("none" for eager), batches and graphs counted, steady-state
 throughput by a stated warm-up rule, repeatability measured; every line fits 88 columns."""
+import math
 import statistics
 
 import pytest
@@ -239,3 +240,20 @@ def test_pyg_compile_route_is_a_third_column(monkeypatch):
     assert max(len(line) for line in text.splitlines()) <= REPORT_WIDTH
     d = r.as_dict()
     assert d["pyg_compiled"]["warmup_training_steps"] == p.warmup_training_steps
+
+
+def test_payback_line_is_the_compile_over_the_seconds_saved_an_epoch():
+    """The footer says after how many epochs a training compile pays back, from the
+    run's own steady speeds; no line without a compile, "never" when not faster."""
+    r = run_demo(backend="eager", **TINY)
+    a, e = r.adapter, r.eager
+    assert r._payback(a, e) is None  # eager: a first step of well under a second
+    a.first_step_seconds = 12.0
+    a.step_seconds, a.step_graphs = [0.5] * 4, [100] * 4  # steady 200 graphs/s
+    e.step_seconds, e.step_graphs = [1.0] * 4, [100] * 4  # steady 100 graphs/s
+    saved = r.num_train / 100 - r.num_train / 200
+    line = r._payback(a, e)
+    assert f"first step 12.0 s" in line and f"({saved:.2f} s saved an epoch)" in line
+    assert f"pays back after {math.ceil(12.0 / saved)} epochs of {r.num_train} graphs" in line
+    a.step_seconds = [2.0] * 4  # slower than eager PyG: the compile never pays back
+    assert r._payback(a, e).endswith("never pays back at these speeds")

@@ -7,6 +7,7 @@ it as the text ``graph-adapter demo`` prints, :func:`write_plot` draws it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import textwrap
 from typing import Any, Dict, List, Optional, Sequence
@@ -266,6 +267,21 @@ class DemoResult:
         widths = [max(len(r[i]) for r in rows if len(r) > i) for i in range(len(rows[0]))]
         return ["  ".join(f"{cell:<{w}}" for cell, w in zip(r, widths)).rstrip() for r in rows]
 
+    def _payback(self, r: RunStats, e: RunStats) -> Optional[str]:
+        """When ``r``'s training compile (its first step) pays for itself against eager
+        PyG's epochs at the steady speeds of this run; ``None`` without a compile."""
+        if r.first_step_seconds < 1.0 or r.train_graphs_per_second <= 0:
+            return None
+        saved = self.num_train / e.train_graphs_per_second - \
+            self.num_train / r.train_graphs_per_second  # seconds an epoch
+        head = (f"{r.name}'s training compile (first step {r.first_step_seconds:.1f} s, in its "
+                f"training wall time)")
+        if saved <= 0:
+            return f"{head} never pays back at these speeds"
+        return (f"{head} pays back after {math.ceil(r.first_step_seconds / saved)} epochs of "
+                f"{self.num_train} graphs at these speeds ({saved:.2f} s saved an epoch); a "
+                f"warm compile cache shortens it")
+
     def _footer(self) -> List[str]:
         c = self.config
         lines = ["[1] each distinct shape is a recompile for torch.compile(dynamic=False)",
@@ -307,6 +323,9 @@ class DemoResult:
                         f"{r.train_graphs_per_second / e.train_graphs_per_second:.2f}x, inference "
                         f"{r.eval_graphs_per_second / e.eval_graphs_per_second:.2f}x (same model, "
                         f"loss, optimizer and data, measured in this run)")
+                    payback = self._payback(r, e)
+                    if payback:
+                        lines.append(payback)
         if self._busy():
             lines.append(f"other work kept the CPUs busy during this run (load average "
                          f"{self._load()}, {self.cpu_count} CPUs): times and throughput are "
