@@ -29,7 +29,9 @@ row by the ``_set_size`` call PyG makes just before it) uses :func:`ell_gather`
 when its index is a row of the batch's ``edge_index`` and the layer's flow is
 ``source_to_target``, and ``MessagePassing.aggregate`` uses :func:`ell_sum` when the layer's
 aggregation is exactly ``SumAggregation`` / ``MeanAggregation`` (``aggr="add"
-| "sum" | "mean"``), its node dim is 0, and the index is a row of the batch's
+| "sum" | "mean"``), its node dim is 0, a gradient is being recorded or the
+layout is ``"hyb"`` (without a backward, PyG's scatter forward beat ELL's wide
+tables; HYB's narrow ones beat it), and the index is a row of the batch's
 ``edge_index`` (a view of the same tensor, of length ``E``): the row is the
 layer's target row (``edge_index[1]`` for ``flow="source_to_target"``), as in
 PyG's ``propagate``. Anything else (another aggregation, an edge index the
@@ -207,10 +209,14 @@ def _aggregate(self: MessagePassing, inputs: Tensor, index: Tensor, ptr: Optiona
                dim_size: Optional[int] = None) -> Tensor:
     t = _tables()
     kind = type(getattr(self, "aggr_module", None))
-    # In inference too: the slot sums run in parallel over nodes where the
-    # scatter forward is ATen's serial kernel (docs/benchmarks.md).
+    # Without a gradient to record, only the narrow HYB tables: their slot sums run
+    # in parallel over nodes where the scatter forward is ATen's serial kernel, while
+    # ELL's tables as wide as the largest degree lost to it (docs/benchmarks.md).
+    inference = not (torch.is_grad_enabled() and isinstance(inputs, Tensor)
+                     and inputs.requires_grad)
     if t is None or kind not in (SumAggregation, MeanAggregation) or ptr is not None \
-            or not isinstance(inputs, Tensor) or not _is_row_of(index, t[0]) \
+            or not isinstance(inputs, Tensor) or (inference and t[3] is None) \
+            or not _is_row_of(index, t[0]) \
             or self.node_dim % inputs.dim() != 0 \
             or (dim_size is not None and dim_size != t[1].size(0)):
         return _ORIG["aggregate"](self, inputs, index, ptr=ptr, dim_size=dim_size)
