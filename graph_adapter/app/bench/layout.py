@@ -21,10 +21,10 @@ on pre-collated batches:
   short spill list (``--hyb-widths D`` adds ``wrap_inductor_hyb<D>`` with
   width ``D``).
 
-The ELL / HYB routing applies in inference too (the slot sums run in
+The HYB routing applies in inference too (its narrow slot sums run in
 parallel over nodes; the scatter forward is ATen's serial kernel at more than
-one thread). Inference wraps the model without the loss (eager PyG's
-inference computes none).
+one thread); ELL's wide tables do not (inference keeps the scatter there).
+Inference wraps the model without the loss (eager PyG's computes none).
 
 The ELL widths are the dataset's largest in-/out-degree (printed): every
 node pays for that many slots, so one hub atom in the whole set slows every
