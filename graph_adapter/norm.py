@@ -11,8 +11,9 @@ place, the class of every ``torch.nn.BatchNorm1d`` of a model (PyG's
 Inside an ``ipu_wrap``-ped forward (a frame of :mod:`graph_adapter.static` is
 active) and in ``train()`` mode, :class:`MaskedBatchNorm1d` takes the mask
 whose length equals the row count (``node_mask`` for ``N`` rows,
-``graph_mask`` for ``G``, ``edge_mask`` for ``E``; when ``E`` equals ``N`` or ``G``
-the node or graph mask wins) and computes the batch
+``graph_mask`` for ``G``, ``edge_mask`` for ``E``; a :class:`~graph_adapter.budget.Budget`
+never has two equal counts, so only a flat dict made by hand can tie: then the
+node or graph mask wins over the edge mask) and computes the batch
 statistics over the real rows only; the running statistics are updated as
 torch does (momentum, or a cumulative average when ``momentum=None``;
 unbiased variance), except that a batch with no real row (a fully padded fill
@@ -44,9 +45,10 @@ __all__ = ["MaskedBatchNorm1d", "mask_norms", "masked_batch_norm", "real_prefix"
 def _row_mask(rows: int, op: str) -> Optional[Tensor]:
     """The mask of the padded batch whose length is ``rows`` (None outside a frame).
 
-    The level is picked by :func:`graph_adapter.format.mask_of_rows`: an
-    edge-level tie loses (node- and graph-level norms are the common ones); a
-    node/graph tie is an error.
+    The level is picked by :func:`graph_adapter.format.mask_of_rows`. A
+    ``Budget`` never ties two counts; in a flat dict made by hand an
+    edge-level tie loses (node- and graph-level norms are the common ones)
+    and a node/graph tie is an error.
     """
     frame = static.current_frame()
     if frame is None:
