@@ -127,6 +127,11 @@ class Collator:
             graph with a node beyond them (``"hyb"``: a batch spilling more
             than the capacity fitted from the dataset) raises
             :class:`~graph_adapter._layout.DegreeWidthError` naming it.
+        layout_spills: ``"hyb"`` only, with ``layout_widths``: the spill
+            capacities ``(Kin, Kout)`` instead of fitting them; with the
+            widths, what another collator fitted (``layout_widths`` /
+            ``layout_spills`` of a loader over a superset), so that two
+            loaders (train, test) give batches of one shape.
 
     Hetero keys follow ``docs/dev/FORMAT.md``: ``<node_type>/<attr>`` plus
     ``<node_type>/batch``, ``/ptr``, ``/node_mask`` for every node type,
@@ -138,7 +143,8 @@ class Collator:
     def __init__(self, dataset: Sequence[Any], budget: Budget, *, columnar: bool = True,
                  index_dtype: torch.dtype = torch.int64, warn: bool = True,
                  exclude: Collection[str] = (), validate: bool = True,
-                 layout: Optional[str] = None, layout_widths: Optional[Tuple[int, int]] = None):
+                 layout: Optional[str] = None, layout_widths: Optional[Tuple[int, int]] = None,
+                 layout_spills: Optional[Tuple[int, int]] = None):
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be None, 'ell' or 'hyb', got {layout!r}")
         if index_dtype not in (torch.int64, torch.int32):
@@ -152,17 +158,23 @@ class Collator:
         self.layout_widths: Optional[Tuple[int, int]] = None
         self.layout_spills: Optional[Tuple[int, int]] = None  # layout="hyb": (Kin, Kout)
         self._widths_from = "given" if layout_widths is not None else "fitted from the dataset"
+        if layout_spills is not None and (layout != "hyb" or layout_widths is None):
+            raise ValueError(f"layout_spills={layout_spills!r} is for layout='hyb' with "
+                             f"layout_widths given too (layout={layout!r}, layout_widths="
+                             f"{layout_widths!r}); take both from the loader that fitted them")
         if layout is not None:
-            self.layout_widths, self.layout_spills = self._fit_layout(layout_widths, dataset)
+            self.layout_widths, self.layout_spills = self._fit_layout(layout_widths, dataset,
+                                                                      layout_spills)
         if self.sizes.num_graphs >= _TRIM_FROM:
             _release_freed_memory()  # the scan's scratch (see the function)
         if warn:
             self._warn_excluded()
 
-    def _fit_layout(self, widths: Optional[Tuple[int, int]], dataset: Sequence[Any]
+    def _fit_layout(self, widths: Optional[Tuple[int, int]], dataset: Sequence[Any],
+                    spills: Optional[Tuple[int, int]] = None
                     ) -> Tuple[Tuple[int, int], Optional[Tuple[int, int]]]:
         """``((Din, Dout), spill capacities or None)`` of the layout's tables
-        (widths given, or fitted from the dataset: graph_adapter/_layout.py)."""
+        (given, or fitted from the dataset: graph_adapter/_layout.py)."""
         if self.is_hetero:
             raise ValueError(f"layout={self.layout!r} is for homogeneous datasets only (a "
                              "HeteroData dataset has one edge_index per edge type); pass "
@@ -176,6 +188,11 @@ class Collator:
             widths = din, dout
             if self.layout == "ell":
                 return widths, None
+            if spills is not None:
+                kin, kout = (int(k) for k in spills)
+                if kin < 0 or kout < 0:
+                    raise ValueError(f"layout_spills must be two ints >= 0, got {spills!r}")
+                return widths, (kin, kout)
         m = self.sizes.matrix
         if self.columnar:
             ei = self.scan.columns["edge_index"].numpy().T  # columns are cat dim first

@@ -162,7 +162,13 @@ class FixedSizeLoader:
             largest in-/out-degree, or ``layout_widths=(Din, Dout)``); inside
             ``ipu_wrap`` PyG's sum/mean message passing then runs as gathers
             both ways (faster compiled training; ``docs/benchmarks.md``).
+            ``"hyb"``: tables as wide as the 99.5th percentile of the
+            degrees plus short spill lists (``in_spill`` / ``out_spill``).
             Homogeneous datasets only.
+        layout_spills: ``"hyb"``, with ``layout_widths``: the spill
+            capacities instead of fitting them. Pass a loader's fitted
+            ``collator.layout_widths`` / ``collator.layout_spills`` to another
+            (train and test loaders of one compiled model: one shape).
         **dataloader_kwargs: passed to ``torch.utils.data.DataLoader``
             (``num_workers``, ``pin_memory``, ``persistent_workers``,
             ``prefetch_factor``, ...).
@@ -190,7 +196,8 @@ class FixedSizeLoader:
                  transform: Optional[Callable[[Any], Any]] = None,
                  float_dtype: Optional[torch.dtype] = None, exclude: Sequence[str] = (),
                  validate: bool = True, layout: Optional[str] = None,
-                 layout_widths: Optional[Tuple[int, int]] = None, **dataloader_kwargs: Any):
+                 layout_widths: Optional[Tuple[int, int]] = None,
+                 layout_spills: Optional[Tuple[int, int]] = None, **dataloader_kwargs: Any):
         if isinstance(budget, str):
             budget = Budget.from_json(budget)
         elif isinstance(budget, dict):
@@ -229,7 +236,7 @@ class FixedSizeLoader:
         self.world_size = world_size
         self.collator = Collator(dataset, budget, columnar=columnar, index_dtype=index_dtype,
                                  exclude=exclude, validate=validate, layout=layout,
-                                 layout_widths=layout_widths)
+                                 layout_widths=layout_widths, layout_spills=layout_spills)
         self.sizes = self.collator.sizes
         bad = find_oversize(self.sizes, budget)
         self.skipped_indices: List[int] = [int(i) for i in bad]

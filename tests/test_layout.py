@@ -158,6 +158,32 @@ def test_ell_path_equals_scatter_path_and_unpadded_model(train, graphs, padding)
                                        msg=lambda m: f"{layout} {widths} {name}: {m}")
 
 
+def test_hyb_spills_given_share_one_shape_between_loaders():
+    """A test loader given the train loader's widths and spill capacities (fitted on
+    all graphs) yields batches of the train loader's shape; a batch that spills more
+    than the given capacity is refused naming the graph; bad arguments are refused."""
+    star = Data(x=torch.randn(6, 4), edge_index=torch.tensor([[1, 2, 3, 4, 5], [0] * 5]))
+    data = _molecules(300) + [star] * 6  # widths (2, 2): each star spills 3
+    budget = ga.Budget.fit(data, 4)
+    fitted = ga.FixedSizeLoader(data, budget, layout="hyb")
+    assert fitted.collator.layout_widths == (2, 2)
+    w, k = fitted.collator.layout_widths, fitted.collator.layout_spills
+    test = ga.FixedSizeLoader(_molecules(10, seed=1) + [star], budget, layout="hyb",
+                              layout_widths=w, layout_spills=k)
+    own = ga.FixedSizeLoader(_molecules(10, seed=1) + [star], budget, layout="hyb")
+    # fitted alone, the test set gets other tables (so another compile)
+    assert (own.collator.layout_widths, own.collator.layout_spills) != (w, k)
+    shapes = {tuple(v.shape) for f in fitted for key, v in f.items() if "spill" in key}
+    assert shapes == {tuple(v.shape) for f in test for key, v in f.items() if "spill" in key}
+    with pytest.raises(DegreeWidthError, match=r"graph 0 .*its node 0 has 5 in-edges"):
+        ga.FixedSizeLoader([star], budget, layout="hyb", layout_widths=(1, 1),
+                           layout_spills=(0, 0)).collator.collate([star])
+    for kwargs in (dict(layout="ell", layout_widths=w, layout_spills=k),
+                   dict(layout="hyb", layout_spills=k)):
+        with pytest.raises(ValueError, match="layout_spills"):
+            ga.FixedSizeLoader(data, budget, **kwargs)
+
+
 def _molecules(k=6, seed=0):
     g = torch.Generator().manual_seed(seed)
     out = []
