@@ -257,3 +257,14 @@ def test_payback_line_is_the_compile_over_the_seconds_saved_an_epoch():
     assert f"pays back after {math.ceil(12.0 / saved)} epochs of {r.num_train} graphs" in line
     a.step_seconds = [2.0] * 4  # slower than eager PyG: the compile never pays back
     assert r._payback(a, e).endswith("never pays back at these speeds")
+
+
+def test_report_names_the_layout_and_train_and_test_share_its_tables():
+    r = run_demo(backend="eager", eager_baseline=False, **TINY)  # default: layout "hyb"
+    head = r.report()
+    assert r.layout["name"] == "hyb" and "layout 'hyb': neighbour tables" in head
+    assert len(r.layout["widths"]) == 2 and len(r.layout["spills"]) == 2
+    none = run_demo(backend="eager", eager_baseline=False, layout=None, **TINY)
+    assert none.layout is None and "layout: PyG's scatter" in none.report()
+    # the same model, same data: the layout changes no number of the eager run
+    assert none.adapter.test_mae == pytest.approx(r.adapter.test_mae, rel=1e-4)

@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                            f"else inductor (training and inference; inductor_eval: eager "
                            f"training, no training compile); eager: no compiler; "
                            f"default {d.backend}")
+    demo.add_argument("--layout", choices=("hyb", "ell", "none"), default=d.layout or "none",
+                      help="FixedSizeLoader's aggregation layout: hyb (narrow neighbour tables "
+                           "+ spill lists), ell (tables as wide as the largest degree), none "
+                           f"(PyG's scatter); default {d.layout or 'none'}")
     demo.add_argument("--hidden", type=int, default=d.hidden, help=f"default {d.hidden}")
     demo.add_argument("--layers", type=int, default=d.layers, help=f"default {d.layers}")
     demo.add_argument("--lr", type=float, default=d.lr, help=f"default {d.lr}")
@@ -113,6 +117,7 @@ def _err(cmd: str, msg: str) -> None:
 def _run_demo(args: argparse.Namespace) -> int:
     cfg = DemoConfig(epochs=args.epochs, batch_graphs=args.batch_graphs, seed=args.seed,
                      model=args.model, backend=args.backend, hidden=args.hidden,
+                     layout=None if args.layout == "none" else args.layout,
                      layers=args.layers, lr=args.lr, limit=args.limit, path=args.data,
                      eager_baseline=not args.no_eager, pyg_compile=not args.no_pyg_compile,
                      progress=not args.quiet,

@@ -40,7 +40,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable, Hashable, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -243,8 +243,17 @@ def _graphs_compiled() -> int:
 # --------------------------------------------------------------------------
 # the runs
 # --------------------------------------------------------------------------
+def _layout_of(graphs, budget, name: Optional[str]) -> Dict[str, Any]:
+    """FixedSizeLoader's layout arguments, fitted on every molecule (as the budget), so
+    that the train and test loaders give one compiled model batches of one shape."""
+    if not name:
+        return {}
+    c = ga.FixedSizeLoader(graphs, budget, layout=name).collator
+    return {"layout": name, "layout_widths": c.layout_widths, "layout_spills": c.layout_spills}
+
+
 def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backend: str,
-                   result_fill: List[float]):
+                   result_fill: List[float], layout: Dict[str, Any]):
     """Train and evaluate ``model`` through FixedSizeLoader + ipu_wrap + compile.
 
     Returns ``(stats, loader_stats, compiled)``; appends each epoch-1 batch's
@@ -252,8 +261,8 @@ def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backe
     """
     t_run = time.perf_counter()
     stats = RunStats(name="graph_adapter")
-    loader = ga.FixedSizeLoader(train, budget, shuffle=True, seed=cfg.seed)
-    test_loader = ga.FixedSizeLoader(test, budget, shuffle=False)
+    loader = ga.FixedSizeLoader(train, budget, shuffle=True, seed=cfg.seed, **layout)
+    test_loader = ga.FixedSizeLoader(test, budget, shuffle=False, **layout)
     wrapped = ga.ipu_wrap(model, loss_fn=ga.masked_loss("l1"))
     opt = torch.optim.Adam(wrapped.parameters(), lr=cfg.lr)
     sched = _scheduler(opt, cfg.epochs)
@@ -443,7 +452,9 @@ def _run(cfg: DemoConfig) -> DemoResult:
     pyg_model = copy.deepcopy(model)  # same initial weights; ipu_wrap edits norms in place
 
     fill: List[float] = []
-    adapter, st, compiled = _train_adapter(model, train, test, budget, cfg, backend, fill)
+    layout = _layout_of(graphs, budget, cfg.layout)
+    adapter, st, compiled = _train_adapter(model, train, test, budget, cfg, backend, fill,
+                                           layout)
     training_backend = _mode_backend(compiled, training=True)
     eager = pyg_compiled = None
     if cfg.eager_baseline:
@@ -469,7 +480,9 @@ def _run(cfg: DemoConfig) -> DemoResult:
         load_seconds=load_seconds, cpu_count=os.cpu_count() or 0, threads=threads,
         training_backend=training_backend,
         inference_backend=_mode_backend(compiled, training=False),
-        nondeterminism=nondeterminism)
+        nondeterminism=nondeterminism,
+        layout={"name": layout["layout"], "widths": list(layout["layout_widths"]),
+                "spills": list(layout["layout_spills"] or [])} if layout else None)
     result._mean_mae = float((y_test - y_mean).abs().mean())
     result.total_seconds = time.perf_counter() - t_all
     result.load_average = [load_start, os.getloadavg()[0]]

@@ -64,6 +64,10 @@ class DemoConfig:
     seed: int = 0
     model: str = "gine"
     backend: str = "auto"
+    # FixedSizeLoader's aggregation layout (None, "ell", "hyb"): HYB's narrow neighbour
+    # tables were the steadiest compiled training and the fastest inference measured
+    # (docs/benchmarks.md); fitted on every molecule, shared by train and test loaders
+    layout: Optional[str] = "hyb"
     hidden: int = 64
     layers: int = 4
     lr: float = 2e-3
@@ -180,6 +184,8 @@ class DemoResult:
     #: why each run's training will not repeat bit for bit (known, not probed):
     #: run name -> cause; a run that is not named has no known cause
     nondeterminism: Dict[str, str] = dataclasses.field(default_factory=dict)
+    #: the adapter's layout: {"name", "widths", "spills"}, or None (PyG's scatter)
+    layout: Optional[Dict[str, Any]] = None
 
     def runs(self) -> List[RunStats]:
         """The runs of this demo, in the report's column order."""
@@ -215,11 +221,21 @@ class DemoResult:
             f"split: {self.num_train} train / {self.num_test} test (seed {c.seed}); "
             f"{c.epochs} epochs, Adam lr {c.lr:g}, L1 loss",
             f"budget: Budget.fit(graphs_per_batch={c.batch_graphs}) -> nodes={b['nodes']}, "
-            f"edges={b['edges']}, graphs={b['graphs']} (every batch has these shapes)",
+            f"edges={b['edges']}, graphs={b['graphs']} (every batch has these shapes)"
+            + self._layout_note(),
             f"graph_adapter backend: {self.backend}{note}",
             f"torch {torch.__version__}, {_count(self.threads or torch.get_num_threads(), 'thread')}, "
             f"{self.cpu_count or '?'} CPUs, load average {self._load()}",
         ]
+
+    def _layout_note(self) -> str:
+        lay = self.layout
+        if not lay:
+            return "; layout: PyG's scatter (--layout none)"
+        widths = "/".join(str(w) for w in lay.get("widths", ()))
+        spills = "/".join(str(k) for k in lay.get("spills") or ())
+        return (f"; layout {lay['name']!r}: neighbour tables {widths} wide (in/out)"
+                + (f", spill lists of {spills}" if spills else ""))
 
     def _busy(self) -> bool:
         """Whether other work kept every CPU busy: the 1-minute load average at the start,
