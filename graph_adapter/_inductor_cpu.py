@@ -1,7 +1,8 @@
 """How ``graph_adapter.compile(..., "inductor")`` steers inductor's CPU code for training.
 
 Three settings, each measured on the demo's model (GINEConv 4 x 64 +
-BatchNorm, 64 molecules a batch; ``docs/benchmarks.md``, "Compiled training"):
+BatchNorm, 64 molecules a batch; ``docs/benchmarks.md``, "Compiled training
+on CPU"), and one reading (4):
 
 1. **Boolean masks are recomputed, not saved** (:func:`recompute_bool_masks`).
    AOTAutograd's partitioner saves the cheapest tensors for the backward
@@ -23,8 +24,13 @@ BatchNorm, 64 molecules a batch; ``docs/benchmarks.md``, "Compiled training"):
    table with atomic adds, and two threads contend on its few rows
    (1.7 ms a step for the demo's 12 embeddings, 0.2 ms as ``index_add``).
 
-Every setting keeps the numbers: the same operations in the same order,
-only what is stored between the passes and which kernel adds. User
+4. **The backward is compiled with the forward** (:func:`compile_and_scan`),
+   so that the code of both can be read for ``atomic_add``
+   (``Compiled.atomic_adds``: whether sums change order from run to run).
+
+Every setting keeps the results (equal to eager in the float64 tests): only
+what is stored between the passes and which kernel adds change (an
+``index_add`` may add in another order than a generated loop). User
 ``options`` override them (``options={"joint_custom_post_pass": None}``
 turns 1 off).
 """
