@@ -60,6 +60,7 @@ from . import _inductor_cpu, ipu, static
 from .spec import SpecError
 from .format import (
     GRAPH_MASK,
+    LAYOUT_KEYS,
     has_micro_batch_dim,
     num_micro_batches,
     split_micro_batches,
@@ -230,7 +231,11 @@ def _describe_change(old: Signature, new: Signature) -> str:
         if o[k][0] != n[k][0]:
             return f"key {k!r} has dtype {n[k][0]}, the compiled program takes {o[k][0]}"
         if o[k][1] != n[k][1]:
-            return f"key {k!r} has shape {n[k][1]}, the compiled program takes {o[k][1]}"
+            hint = (" (a layout table: loaders that fitted their layouts apart, e.g. train and "
+                    "test; fit it once on every graph and pass that loader's "
+                    "collator.layout_widths / layout_spills to both)"
+                    if k.rsplit("/", 1)[-1] in LAYOUT_KEYS else "")
+            return f"key {k!r} has shape {n[k][1]}, the compiled program takes {o[k][1]}{hint}"
     return "signatures differ"
 
 

@@ -361,3 +361,21 @@ def test_inductor_matches_eager_on_ell_batches(layout):
         got = compiled(flat)
         torch.testing.assert_close(got["output"], want["output"], atol=ATOL, rtol=1e-4)
     np.testing.assert_equal(compiled.compile_count, 1)
+
+
+def test_loaders_fitted_apart_get_a_shape_error_that_says_what_to_do():
+    """Train and test loaders that fit their HYB tables apart give batches of two
+    shapes; the compiled model's error names the table and the fix."""
+    from graph_adapter.backends import ShapeChangedError
+
+    star = Data(x=torch.randn(6, 4), edge_index=torch.tensor([[1, 2, 3, 4, 5], [0] * 5]))
+    data = _molecules(300) + [star] * 6
+    budget = ga.Budget.fit(data, 4)
+    train = ga.FixedSizeLoader(data, budget, layout="hyb")
+    test = ga.FixedSizeLoader(_molecules(10, seed=1) + [star], budget, layout="hyb")
+    c = ga.compile(ga.ipu_wrap(Net()).eval(), "eager")
+    with torch.no_grad():
+        c(next(iter(train)))
+        with pytest.raises(ShapeChangedError, match=r"a layout table: .*layout_widths / "
+                                                     r"layout_spills to both"):
+            c(next(iter(test)))
