@@ -166,3 +166,52 @@ def test_dropout_mask_is_never_redrawn():
     torch.testing.assert_close(x.grad, w * kept * 2.0)
     assert p.marked >= 1  # relu's mask was marked
     torch._dynamo.reset()
+
+
+@given(rows=st.integers(1, 12), picks=st.integers(0, 30), dim=st.integers(1, 4),
+       negative=st.booleans(), seed=st.integers(0, 2**16))
+def test_index_put_as_index_add_equals_aten(rows, picks, dim, negative, seed):
+    """The gradient of ``x[index]`` (negative ids too) as index_add equals index_put's."""
+    g = torch.Generator().manual_seed(seed)
+    index = torch.randint(0, rows, (picks,), generator=g)
+    if negative:
+        index = index - rows  # the same rows, counted from the end
+    values = torch.randn(picks, dim, generator=g, dtype=torch.float64)
+    zeros = torch.zeros(rows, dim, dtype=torch.float64)
+    ours = I._index_put_as_index_add(zeros, [index], values, True)
+    ref = aten.index_put(zeros, [index], values, True)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=1e-12)
+
+
+def test_index_put_other_forms_keep_inductors_lowering():
+    z = torch.zeros(4, 3)
+    i = torch.tensor([0, 1])
+    assert I._index_put_as_index_add(z, [i], torch.ones(2, 3), False) is NotImplemented
+    assert I._index_put_as_index_add(z, [i, i], torch.ones(2), True) is NotImplemented
+    assert I._index_put_as_index_add(z, [i > 0], torch.ones(1, 3), True) is NotImplemented
+    assert I._index_put_as_index_add(z, [i], torch.ones(3), True) is NotImplemented  # broadcast
+
+
+@pytest.mark.slow  # one real inductor compile
+def test_bracket_gather_gradient_adds_without_atomics_on_two_threads():
+    """``x[index]``'s gradient runs ATen's index_add with more than one thread: no
+    atomic adds in the generated code, and the gradient equals eager's."""
+    from graph_adapter.backends import _CountingBackend
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch._dynamo.reset()
+        be = _CountingBackend("inductor")
+        cf = torch.compile(lambda x, i: (torch.relu(x[i]) * 2.0).sum(), backend=be,
+                           fullgraph=True)
+        x = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
+        i = torch.randint(0, 50, (400,), generator=torch.Generator().manual_seed(0))
+        cf(x, i).backward()
+        ours, x.grad = x.grad, None
+        (torch.relu(x[i]) * 2.0).sum().backward()
+        torch.testing.assert_close(ours, x.grad, rtol=0, atol=1e-12)
+        assert be.atomic_adds is False
+    finally:
+        torch.set_num_threads(old)
+        torch._dynamo.reset()
