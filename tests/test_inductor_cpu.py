@@ -215,3 +215,54 @@ def test_bracket_gather_gradient_adds_without_atomics_on_two_threads():
     finally:
         torch.set_num_threads(old)
         torch._dynamo.reset()
+
+
+def _wrapped(model):
+    return ipu_wrap(model, loss_fn=masked_loss("mse"))
+
+
+class _ConvNet(torch.nn.Module):
+    def __init__(self, conv, pool):
+        super().__init__()
+        self.conv, self.pool = conv, pool
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.lin = torch.nn.Linear(8, 1)
+
+    def forward(self, x, edge_index, batch):
+        return self.lin(self.pool(torch.relu(self.norm(self.conv(x, edge_index))), batch)).squeeze(-1)
+
+
+@pytest.mark.slow  # one real inductor compile each
+@pytest.mark.parametrize("layer", ["gat", "sage_max", "edgeconv_maxpool"])
+def test_compiled_gradients_equal_eager_where_masks_come_from_max_and_softmax(layer):
+    """Booleans from max aggregations, softmax's scatter max and max pooling are
+    recomputed too (from a reduction's output): gradients still equal eager's, and
+    nothing is added atomically at 2 threads."""
+    from torch_geometric.nn import EdgeConv, GATConv, SAGEConv, global_add_pool, global_max_pool
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        conv, pool = {
+            "gat": (GATConv(4, 8), global_add_pool),
+            "sage_max": (SAGEConv(4, 8, aggr="max"), global_add_pool),
+            "edgeconv_maxpool": (EdgeConv(torch.nn.Sequential(torch.nn.Linear(8, 8),
+                                                              torch.nn.ReLU())), global_max_pool),
+        }[layer]
+        w = _wrapped(_ConvNet(conv, pool).double())
+        eager = copy.deepcopy(w)
+        gen = torch.Generator().manual_seed(0)
+        flat = pad_batch(random_graphs(gen, 4), 30, 61, 7)
+        flat = {k: (v.double() if v.is_floating_point() else v) for k, v in flat.items()}
+        c = compile(w, "inductor")
+        c(flat)["loss"].backward()
+        eager(flat)["loss"].backward()
+        for (k, p), q in zip(w.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12,
+                                       msg=lambda s: f"{layer} {k}: {s}")
+        assert c.atomic_adds is False
+    finally:
+        torch.set_num_threads(old)
+        torch._dynamo.reset()
