@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 import torch
 
 __all__ = ["recompute_bool_masks", "use_index_add_fallback", "decompositions", "config_patches",
-           "compile_and_scan"]
+           "compile_and_scan", "merge_atomic"]
 
 #: Bumped whenever :func:`_mark_bool_masks` changes what it marks (inductor's
 #: cache keys compiled graphs by it).
@@ -197,6 +197,12 @@ def decompositions(index_add_fallback: bool) -> Optional[Dict[Any, Callable]]:
 def config_patches() -> Dict[str, Any]:
     """The inductor config this package sets for a compile (user ``options`` go on top)."""
     return {"joint_custom_post_pass": recompute_bool_masks()}
+
+
+def merge_atomic(*found: Optional[bool]) -> Optional[bool]:
+    """What several compiles' :func:`compile_and_scan` answers say together: ``True``
+    if any graph adds atomically, else ``None`` if any could not be read, else ``False``."""
+    return True if True in found else (None if None in found else False)
 
 
 def compile_and_scan(compile: Callable[[], Any]) -> Tuple[Any, Optional[bool]]:

@@ -283,10 +283,7 @@ class _CountingBackend:
             with config.patch({**_inductor_cpu.config_patches(), **(self.options or {})}):
                 fn, atomic = _inductor_cpu.compile_and_scan(
                     lambda: compile_fx(gm, example_inputs, decompositions=decomps))
-            # True once any graph adds atomically; None (unknown) wins over False
-            if self.atomic_adds is not True:
-                self.atomic_adds = True if atomic else (None if atomic is None else
-                                                        self.atomic_adds)
+            self.atomic_adds = _inductor_cpu.merge_atomic(self.atomic_adds, atomic)
             return fn
         return torch._dynamo.lookup_backend(self.name)(gm, example_inputs)
 
@@ -393,8 +390,8 @@ class PerModeEngine:
     @property
     def atomic_adds(self) -> Optional[bool]:
         """Whether either mode's generated code adds atomically (``None``: unknown)."""
-        found = [getattr(e, "atomic_adds", False) for e in self._engines.values()]
-        return True if True in found else (None if None in found else False)
+        return _inductor_cpu.merge_atomic(*(getattr(e, "atomic_adds", False)
+                                            for e in self._engines.values()))
 
     def engine_for(self, training: bool) -> Any:
         """The engine that runs batches in this mode."""
