@@ -86,7 +86,8 @@ def _mark_bool_masks(graph: torch.fx.Graph) -> int:
 @functools.lru_cache(maxsize=None)
 def _pass_class() -> type:
     # Defined on first use: importing torch._inductor costs about a second and
-    # 800 modules, which ``import graph_adapter`` must not pay.
+    # 800 modules. torch_geometric 2.8 imports it already, but graph_adapter
+    # does not count on that.
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
     class RecomputeBoolMasks(CustomGraphPass):
