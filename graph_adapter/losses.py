@@ -31,41 +31,78 @@ def _expand(mask: Tensor, like: Tensor) -> Tensor:
     return mask.view(mask.shape + (1,) * (like.dim() - mask.dim())).expand_as(like)
 
 
+def _rows(mask: Tensor, like: Tensor) -> Tensor:
+    """``mask`` viewed to broadcast along ``like``'s trailing dims (no expand)."""
+    mask = mask.bool()
+    return mask.view(mask.shape + (1,) * (like.dim() - mask.dim()))
+
+
 def masked_mean(values: Tensor, mask: Optional[Tensor] = None) -> Tensor:
     """Mean of ``values`` over elements where ``mask`` (broadcast along trailing dims)."""
     if mask is None:
         return values.mean()
     m = _expand(mask, values)
-    total = torch.where(m, values, torch.zeros_like(values)).sum()
+    # a 0-d zero, not zeros_like: the same where, without a full tensor of zeros
+    total = torch.where(m, values, values.new_zeros(())).sum()
     return total / m.sum().clamp(min=1).to(values.dtype)
 
 
 def _valid(target: Tensor, mask: Optional[Tensor], like: Tensor) -> Tensor:
-    valid = torch.ones_like(like, dtype=torch.bool) if mask is None else _expand(mask, like)
+    """Where an element counts: its row is real and its target is not NaN; ``like``'s shape.
+
+    ``target == target`` is the NaN test (one op; ``~isnan`` is two).
+    """
     if target.is_floating_point():
-        valid = valid & ~torch.isnan(target.expand_as(like))
-    return valid
+        valid = target == target
+        if mask is not None:
+            valid = _rows(mask, like) & valid
+    elif mask is not None:
+        valid = _rows(mask, like)
+    else:
+        return torch.ones_like(like, dtype=torch.bool)
+    return valid if valid.shape == like.shape else valid.expand_as(like)
 
 
 def _elementwise(fn: Callable[[Tensor, Tensor], Tensor], pred: Tensor, target: Tensor,
                  mask: Optional[Tensor]) -> Tensor:
-    target = target.to(pred.dtype).view_as(pred) if target.numel() == pred.numel() else target
+    target = target.view_as(pred) if target.numel() == pred.numel() else target
     valid = _valid(target, mask, pred)
-    safe_target = torch.where(valid, target.expand_as(pred), torch.zeros_like(pred))
-    safe_pred = torch.where(valid, pred, torch.zeros_like(pred))
-    loss = fn(safe_pred, safe_target)
-    loss = torch.where(valid, loss, torch.zeros_like(loss))
+    # Both inputs of fn are made finite (padding targets are NaN: a NaN there
+    # would reach the gradient as 0 * NaN) and its output is zeroed off the valid
+    # elements (fn(0, 0) need not be 0: BCE gives log 2). One 0-d zero serves
+    # the three wheres.
+    zero = pred.new_zeros(())
+    safe_target = torch.where(valid, target.to(pred.dtype), zero)
+    safe_pred = torch.where(valid, pred, zero)
+    loss = torch.where(valid, fn(safe_pred, safe_target), zero)
     return loss.sum() / valid.sum().clamp(min=1).to(pred.dtype)
+
+
+def _of_difference(fn: Callable[[Tensor], Tensor], pred: Tensor, target: Tensor,
+                   mask: Optional[Tensor]) -> Tensor:
+    """``_elementwise`` for a loss of ``pred - target`` with ``fn(0) == 0`` (MSE, L1).
+
+    One ``where`` on the difference does what ``_elementwise``'s three do: a
+    NaN target's difference is replaced, not multiplied by zero, so the
+    gradient there is ``fn'(0) * 0``-free (``where``'s backward selects), and
+    ``fn(0) == 0`` needs no mask after ``fn``. On valid elements the
+    difference, the loss and its gradient are those of ``_elementwise``, bit
+    for bit (same ops, same order).
+    """
+    target = target.view_as(pred) if target.numel() == pred.numel() else target
+    valid = _valid(target, mask, pred)
+    diff = torch.where(valid, pred - target.to(pred.dtype), pred.new_zeros(()))
+    return fn(diff).sum() / valid.sum().clamp(min=1).to(pred.dtype)
 
 
 def masked_mse_loss(pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -> Tensor:
     """Mean squared error over real rows and non-NaN targets."""
-    return _elementwise(lambda p, t: (p - t) ** 2, pred, target, mask)
+    return _of_difference(lambda d: d ** 2, pred, target, mask)
 
 
 def masked_l1_loss(pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -> Tensor:
     """Mean absolute error over real rows and non-NaN targets."""
-    return _elementwise(lambda p, t: (p - t).abs(), pred, target, mask)
+    return _of_difference(torch.abs, pred, target, mask)
 
 
 def masked_bce_with_logits(pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -> Tensor:
@@ -85,9 +122,9 @@ def masked_cross_entropy(logits: Tensor, target: Tensor, mask: Optional[Tensor] 
     valid = target != ignore_index
     if mask is not None:
         valid = valid & mask.bool().view(-1)
-    safe = torch.where(valid, target, torch.zeros_like(target))
+    safe = torch.where(valid, target, target.new_zeros(()))
     loss = F.cross_entropy(logits, safe, reduction="none")
-    loss = torch.where(valid, loss, torch.zeros_like(loss))
+    loss = torch.where(valid, loss, loss.new_zeros(()))
     return loss.sum() / valid.sum().clamp(min=1).to(logits.dtype)
 
 
