@@ -75,7 +75,10 @@ def _eager_ok(x: Tensor) -> bool:
         return False
     if type(x) not in (Tensor, nn.Parameter) or x.device.type not in ("cpu", "cuda"):
         return False  # FakeTensor, FunctionalTensor, meta, IPU, ... (tracing)
-    return _get_current_dispatch_mode() is None  # no make_fx / fake mode active
+    # no make_fx / fake mode active; a mode that only watches the ops (the op
+    # counter of graph_adapter.app.bench.opcount) leaves them real
+    mode = _get_current_dispatch_mode()
+    return mode is None or getattr(mode, "observes_only", False) is True
 
 
 def real_prefix(mask: Tensor, frame: Optional[dict] = None) -> Optional[int]:
@@ -94,6 +97,20 @@ def real_prefix(mask: Tensor, frame: Optional[dict] = None) -> Optional[int]:
     if cache is not None:
         cache[id(mask)] = (mask, ok)
     return ok
+
+
+def _zero_rows(rows: int, like: Tensor, frame: Optional[dict]) -> Tensor:
+    """``rows`` zero rows shaped like ``like``'s, one tensor per frame and shape:
+    the norms of a forward share it (``cat`` only reads it, nothing else sees it)."""
+    shape = (rows,) + tuple(like.shape[1:])
+    if frame is None:
+        return like.new_zeros(shape)
+    cache = frame.setdefault("_zero_rows", {})
+    key = (shape, like.dtype, like.device)
+    z = cache.get(key)
+    if z is None:
+        z = cache[key] = like.new_zeros(shape)
+    return z
 
 
 def _update_running_stats(bn: nn.modules.batchnorm._BatchNorm, mean: Tensor, var: Tensor,
@@ -140,7 +157,7 @@ def masked_batch_norm(x: Tensor, mask: Tensor, bn: nn.modules.batchnorm._BatchNo
             y = nn.modules.batchnorm._BatchNorm.forward(bn, x[:n])
             if n == x.size(0):
                 return y
-            return torch.cat([y, y.new_zeros((x.size(0) - n,) + tuple(y.shape[1:]))])
+            return torch.cat([y, _zero_rows(x.size(0) - n, y, frame)])
     shape = [-1] + [1] * (x.dim() - 1)
     m = mask.to(x.dtype).view(shape)
     mb = mask.view(shape) if mask.dtype == torch.bool else m != 0

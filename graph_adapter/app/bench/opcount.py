@@ -1,0 +1,375 @@
+"""The eager wrapper's overhead over eager PyG, counted: ATen ops and Python calls per step.
+
+Wall-clock ratios on a shared machine move by 10-20% from one process to the
+next; the work a step does does not. This module counts, for one training
+step (forward, loss, backward, ``zero_grad`` + Adam) and one ``no_grad``
+forward, on the same graphs:
+
+* ``pyg``: the model on PyG's unpadded ``Batch`` (``Batch.from_data_list``),
+  the plain ``torch.nn.functional`` loss;
+* ``wrapped``: ``ipu_wrap(model, loss_fn=masked_loss(...))`` on the padded flat
+  dict of the same graphs (:func:`graph_adapter.collate_padded`).
+
+Two counts, taken in separate runs of the step (one counter must not count
+the other):
+
+* **ATen ops**: every op that reaches the Python dispatch key (a
+  ``TorchDispatchMode``: after autograd and the ``CompositeImplicit``
+  decompositions, i.e. about one op a kernel), by origin. A forward op's
+  origin is the innermost frame of the library on the stack
+  (``graph_adapter/losses.py`` -> ``loss``, ``norm.py`` -> ``norm``,
+  ``spec.py``/``collate.py`` -> ``unflatten``, ``wrap.py``/``format.py`` ->
+  ``wrap``, ``static*.py`` -> ``static``), else the step's phase (``model``:
+  PyG and torch code of the model; ``loss``: the baseline's loss). A backward
+  op takes the origin of the forward call that made its autograd node (a
+  ``TorchFunctionMode`` tags each node's ``metadata``), prefixed
+  ``backward/``; ``backward/accumulate`` is the parameters' gradient
+  accumulation. ``optimizer`` is ``zero_grad`` + ``Adam.step``.
+* **Python calls**: ``sys.setprofile`` ``call`` events (Python frames
+  entered), by the callee's package (``graph_adapter/<module>``,
+  ``torch_geometric``, ``torch``, ``other``).
+
+Counts are deterministic for fixed shapes, so a test can pin them
+(``tests/test_opcount.py``); timings cannot be. The norm layer's eager fast
+path (:func:`graph_adapter.norm.masked_batch_norm`) checks that no dispatch
+mode is active; the counter declares itself an observer
+(``observes_only = True``), which that check lets through, so the counted
+path is the one a user runs.
+
+Usage: ``python -m graph_adapter.app.bench.opcount [--limit 64] [--batch 64]
+[--hidden 64] [--layers 4] [--loss l1] [--model gine]``: prints the table.
+``main(argv)`` returns the counts.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import os
+import sys
+from typing import Any, Callable, Counter, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import graph_adapter as ga
+
+__all__ = ["OpCount", "count_step", "compare", "format_table", "main"]
+
+_PKG = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_APP = os.path.join(_PKG, "app") + os.sep
+_TORCH = os.path.dirname(torch.__file__) + os.sep
+_HERE = os.path.abspath(__file__)
+try:
+    import torch_geometric
+    _PYG = os.path.dirname(torch_geometric.__file__) + os.sep
+except ImportError:  # pragma: no cover - PyG is a dependency
+    _PYG = "\0"
+
+#: library module (file stem) -> origin name; a module not listed is its own origin.
+_ORIGIN_OF = {
+    "losses": "loss", "norm": "norm",
+    "spec": "unflatten", "_spec_values": "unflatten", "_spec_checks": "unflatten",
+    "collate": "unflatten", "_view": "unflatten", "pytree": "unflatten",
+    "wrap": "wrap", "_wrap_inputs": "wrap", "format": "wrap",
+    "static": "static", "static_scatter": "static", "static_index": "static",
+    "static_geometry": "static", "static_layout": "static", "_gather": "static",
+    "_scan": "static", "_layout": "static",
+}
+
+
+def _library_origin(frame: Any) -> Optional[str]:
+    """The origin of the innermost frame outside torch and this module, when it is
+    the library's (not ``app/``); None when it is the model's (PyG, ``app/``, user)."""
+    while frame is not None:
+        fn = frame.f_code.co_filename
+        if fn.startswith(_TORCH) or fn == _HERE:
+            frame = frame.f_back
+            continue
+        if fn.startswith(_PKG) and not fn.startswith(_APP):
+            stem = os.path.splitext(os.path.basename(fn))[0]
+            return _ORIGIN_OF.get(stem, stem)
+        return None
+    return None
+
+
+class _State:
+    """What the step is doing (set by the step), and whether its library frames
+    are origins (not for the baseline: the stand-ins of ``static`` are
+    installed process-wide and pass PyG's calls through outside a wrapped
+    forward)."""
+
+    def __init__(self, library: bool = True):
+        self.phase = "model"
+        self.library = library
+
+    def origin(self, frame: Any) -> str:
+        return (_library_origin(frame) if self.library else None) or self.phase
+
+
+class _Tagger(TorchFunctionMode):
+    """Tags the autograd nodes a forward call creates with that call's origin."""
+
+    def __init__(self, state: _State):
+        super().__init__()
+        self.state = state
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.state.phase in ("optimizer", "backward"):
+            return out
+        origin = self.state.origin(sys._getframe(1))
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(t, Tensor) and t.grad_fn is not None:
+                _tag(t.grad_fn, origin)
+        return out
+
+
+def _tag(node: Any, origin: str) -> None:
+    """Tag ``node`` and the untagged nodes behind it (made inside the same call)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n is None or "origin" in n.metadata:
+            continue
+        n.metadata["origin"] = origin
+        stack.extend(nxt for nxt, _ in n.next_functions)
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts the ATen ops reaching the Python dispatch key, by origin."""
+
+    #: graph_adapter.norm's eager fast path runs under a mode that only observes
+    observes_only = True
+
+    def __init__(self, state: _State):
+        super().__init__()
+        self.state = state
+        self.counts: Counter[Tuple[str, str]] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        phase = self.state.phase
+        if phase == "backward":
+            node = torch._C._current_autograd_node()
+            if node is None:
+                origin = "backward/engine"
+            elif type(node).__name__ == "AccumulateGrad":
+                origin = "backward/accumulate"
+            else:
+                origin = "backward/" + node.metadata.get("origin", "?")
+        elif phase == "optimizer":
+            origin = "optimizer"
+        else:
+            origin = self.state.origin(sys._getframe(1))
+        self.counts[(origin, func.overloadpacket.__name__)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _package_of(filename: str) -> str:
+    if filename.startswith(_PKG) and not filename.startswith(_APP):
+        stem = os.path.splitext(os.path.basename(filename))[0]
+        return "graph_adapter/" + _ORIGIN_OF.get(stem, stem)
+    if filename.startswith(_PYG):
+        return "torch_geometric"
+    if filename.startswith(_TORCH):
+        return "torch"
+    return "other"
+
+
+class OpCount:
+    """The counts of one step: ``ops[(origin, aten op)]`` and ``py_calls[package]``."""
+
+    def __init__(self, ops: Counter[Tuple[str, str]], py_calls: Counter[str]):
+        self.ops = ops
+        self.py_calls = py_calls
+
+    @property
+    def total_ops(self) -> int:
+        return sum(self.ops.values())
+
+    @property
+    def total_py_calls(self) -> int:
+        return sum(self.py_calls.values())
+
+    def by_origin(self) -> Dict[str, int]:
+        out: Counter[str] = collections.Counter()
+        for (origin, _), n in self.ops.items():
+            out[origin] += n
+        return dict(out)
+
+    def ops_of(self, origin: str) -> Dict[str, int]:
+        return {op: n for (o, op), n in self.ops.items() if o == origin}
+
+
+def count_step(step: Callable[[_State], None], warmup: int = 1, library: bool = True) -> OpCount:
+    """Count one call of ``step(state)``; ``step`` sets ``state.phase`` to
+    ``"model"``/``"loss"``/``"backward"``/``"optimizer"`` as it goes.
+
+    ``warmup`` uncounted calls first (Adam creates its state on the first
+    step). Then one call under the op counter, one under the Python profiler.
+    """
+    for _ in range(warmup):
+        step(_State())
+    state = _State(library)
+    counter = _OpCounter(state)
+    with _Tagger(state), counter:
+        step(state)
+    calls: Counter[str] = collections.Counter()
+
+    def prof(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            calls[_package_of(frame.f_code.co_filename)] += 1
+
+    state = _State(library)
+    sys.setprofile(prof)
+    try:
+        step(state)
+    finally:
+        sys.setprofile(None)
+    return OpCount(counter.counts, calls)
+
+
+# --------------------------------------------------------------------------
+# The two steps
+# --------------------------------------------------------------------------
+_PYG_LOSS = {"l1": F.l1_loss, "mse": F.mse_loss}
+
+
+def pyg_step(model: nn.Module, batch: Any, loss: str = "l1", train: bool = True,
+             call: Optional[Callable[[nn.Module, Any], Tensor]] = None) -> Callable[[_State], None]:
+    """Eager PyG: ``call(model, batch)`` (default ``model(x, edge_index, edge_attr,
+    batch)``), the ``torch.nn.functional`` loss on ``batch.y``, backward, Adam."""
+    call = call or _call_named
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.train(train)
+
+    def step(state: _State) -> None:
+        if not train:
+            with torch.no_grad():
+                state.phase = "model"
+                call(model, batch)
+            return
+        state.phase = "model"
+        out = call(model, batch)
+        state.phase = "loss"
+        value = _PYG_LOSS[loss](out.view(-1), batch.y.view(-1))
+        state.phase = "optimizer"
+        opt.zero_grad()
+        state.phase = "backward"
+        value.backward()
+        state.phase = "optimizer"
+        opt.step()
+    return step
+
+
+def _call_named(model: nn.Module, b: Any) -> Tensor:
+    return model(b.x, b.edge_index, b.edge_attr, b.batch)
+
+
+def wrapped_step(model: nn.Module, flat: Mapping[str, Tensor], loss: str = "l1",
+                 train: bool = True) -> Callable[[_State], None]:
+    """``ipu_wrap(model, loss_fn=masked_loss(loss))`` eager on the padded ``flat``
+    (no loss in inference, as eager PyG computes none), backward, Adam."""
+    w = ga.ipu_wrap(model, loss_fn=ga.masked_loss(loss) if train else None).train(train)
+    opt = torch.optim.Adam(w.parameters(), lr=1e-3)
+
+    def step(state: _State) -> None:
+        if not train:
+            with torch.no_grad():
+                state.phase = "model"
+                w(flat)
+            return
+        state.phase = "model"
+        value = w(flat)["loss"]
+        state.phase = "optimizer"
+        opt.zero_grad()
+        state.phase = "backward"
+        value.backward()
+        state.phase = "optimizer"
+        opt.step()
+    return step
+
+
+def compare(model: nn.Module, graphs: Sequence[Any], budget: Optional[Any] = None,
+            loss: str = "l1", train: bool = True) -> Dict[str, OpCount]:
+    """``{"pyg": ..., "wrapped": ...}`` counts of one step on ``graphs`` (one batch).
+
+    ``budget`` (default: ``Budget.fit(graphs, len(graphs))``) pads them.
+    Each side gets its own deep copy of ``model``.
+    """
+    from torch_geometric.data import Batch
+
+    graphs = list(graphs)
+    if budget is None:
+        budget = ga.Budget.fit(graphs, len(graphs))
+    flat = ga.collate_padded(graphs, budget)
+    batch = Batch.from_data_list(graphs)
+    return {"pyg": count_step(pyg_step(copy.deepcopy(model), batch, loss, train), library=False),
+            "wrapped": count_step(wrapped_step(copy.deepcopy(model), flat, loss, train))}
+
+
+def format_table(counts: Mapping[str, OpCount], title: str = "") -> str:
+    """The counts side by side, by origin, with the difference."""
+    a, b = counts["pyg"], counts["wrapped"]
+    oa, ob = a.by_origin(), b.by_origin()
+    rows = [f"{title}", f"{'ATen ops by origin':32s}{'eager PyG':>10s}{'ipu_wrap':>10s}{'extra':>8s}"]
+    for o in sorted(set(oa) | set(ob), key=lambda o: (o.startswith("backward"), o)):
+        rows.append(f"  {o:30s}{oa.get(o, 0):10d}{ob.get(o, 0):10d}{ob.get(o, 0) - oa.get(o, 0):+8d}")
+    rows.append(f"  {'total':30s}{a.total_ops:10d}{b.total_ops:10d}{b.total_ops - a.total_ops:+8d}")
+    rows.append(f"{'Python calls by package':32s}")
+    for p in sorted(set(a.py_calls) | set(b.py_calls)):
+        x, y = a.py_calls.get(p, 0), b.py_calls.get(p, 0)
+        rows.append(f"  {p:30s}{x:10d}{y:10d}{y - x:+8d}")
+    rows.append(f"  {'total':30s}{a.total_py_calls:10d}{b.total_py_calls:10d}"
+                f"{b.total_py_calls - a.total_py_calls:+8d}")
+    return "\n".join(rows)
+
+
+def _op_diff(counts: Mapping[str, OpCount]) -> List[str]:
+    """Per (origin, op) differences, largest first."""
+    a, b = counts["pyg"].ops, counts["wrapped"].ops
+    keys = set(a) | set(b)
+    diff = sorted(((b.get(k, 0) - a.get(k, 0), k) for k in keys), key=lambda t: (-abs(t[0]), t[1]))
+    return [f"  {o:24s} {op:28s} {d:+d}" for d, (o, op) in diff if d]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """Print the training-step and inference tables; return ``{"train": {...}, "infer": {...}}``
+    of :class:`OpCount` s."""
+    from ..datasets import load_nci5k
+    from ..models import build_model
+
+    ap = argparse.ArgumentParser(prog="python -m graph_adapter.app.bench.opcount")
+    ap.add_argument("--batch", type=int, default=64, help="graphs in the one batch")
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--model", default="gine")
+    ap.add_argument("--loss", default="l1", choices=sorted(_PYG_LOSS))
+    ap.add_argument("--ops", action="store_true", help="also list the per-op differences")
+    args = ap.parse_args(argv)
+    data, _ = load_nci5k(limit=args.batch)
+    for d in data:
+        del d.smiles
+        d.y = d.y.view(-1)
+    torch.manual_seed(0)
+    model = build_model(args.model, args.hidden, args.layers)
+    res: Dict[str, Any] = {}
+    for mode in ("train", "infer"):
+        counts = compare(model, data, loss=args.loss, train=mode == "train")
+        res[mode] = counts
+        title = ("training step (forward, loss, backward, zero_grad + Adam)" if mode == "train"
+                 else "inference (forward under no_grad)")
+        print(format_table(counts, f"{args.model} {args.layers}x{args.hidden}, {len(data)} "
+                                   f"molecules, {title}"))
+        if args.ops:
+            print("per-op differences (ipu_wrap - PyG):")
+            print("\n".join(_op_diff(counts)))
+        print()
+    return res
+
+
+if __name__ == "__main__":  # pragma: no cover - a script
+    main()
