@@ -39,7 +39,7 @@ __all__ = [
     "levels_of_rows", "pick_level", "level_of_rows", "masks_by_level", "mask_of_rows",
     "has_micro_batch_dim", "num_micro_batches", "split_micro_batches",
     "stack_micro_batches", "strip_micro_batch", "micro_batch",
-    "loss_of",
+    "to_device", "loss_of",
 ]
 
 #: Padding nodes every batch keeps (per node type): ``Budget.nodes`` includes
@@ -230,6 +230,24 @@ def strip_micro_batch(flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
             f"or index it: {{k: v[i] for k, v in flat.items()}}."
         )
     return micro_batch(flat, 0)
+
+
+def to_device(flat: Mapping[str, Tensor], device: Any) -> Dict[str, Tensor]:
+    """Every tensor of ``flat`` on ``device``, copied with ``non_blocking=True``.
+
+    From pinned host memory (``FixedSizeLoader(..., pin_memory=True)``) the
+    copies to a GPU then overlap with the work already queued there; from
+    ordinary memory ``non_blocking`` changes nothing (the copy is synchronous).
+    Keys, dtypes and shapes are unchanged, so a compiled model sees the same
+    signature on every batch. A value that is not a tensor is named.
+    """
+    out: Dict[str, Tensor] = {}
+    for k, v in flat.items():
+        if not isinstance(v, Tensor):
+            raise TypeError(f"to_device: key {k!r} is a {type(v).__qualname__}, not a tensor; "
+                            f"a flat dict holds tensors only")
+        out[k] = v.to(device, non_blocking=True)
+    return out
 
 
 # --------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from ._scan import _TRIM_FROM, _release_freed_memory
 from ._view import as_graphs
 from .budget import RESERVED_NODES, Budget
 from .collate import Collator
-from .format import stack_micro_batches
+from .format import stack_micro_batches, to_device
 from .spec import Field
 from .packing import PACKERS, _FlatPlan, _plan_epoch_flat, find_oversize, plan_efficiency
 
@@ -169,6 +169,10 @@ class FixedSizeLoader:
             capacities instead of fitting them. Pass a loader's fitted
             ``collator.layout_widths`` / ``collator.layout_spills`` to another
             (train and test loaders of one compiled model: one shape).
+        device: move every yielded batch there (``non_blocking`` copies;
+            with ``pin_memory=True`` they overlap with GPU work:
+            :func:`graph_adapter.format.to_device`); default: leave batches
+            on the host.
         **dataloader_kwargs: passed to ``torch.utils.data.DataLoader``
             (``num_workers``, ``pin_memory``, ``persistent_workers``,
             ``prefetch_factor``, ...).
@@ -197,7 +201,8 @@ class FixedSizeLoader:
                  float_dtype: Optional[torch.dtype] = None, exclude: Sequence[str] = (),
                  validate: bool = True, layout: Optional[str] = None,
                  layout_widths: Optional[Tuple[int, int]] = None,
-                 layout_spills: Optional[Tuple[int, int]] = None, **dataloader_kwargs: Any):
+                 layout_spills: Optional[Tuple[int, int]] = None,
+                 device: Optional[Union[str, torch.device]] = None, **dataloader_kwargs: Any):
         if isinstance(budget, str):
             budget = Budget.from_json(budget)
         elif isinstance(budget, dict):
@@ -260,6 +265,7 @@ class FixedSizeLoader:
         # batch ids [items, F] (-1: a fully padded fill batch): 8 bytes a graph
         self._cache: Optional[Tuple[int, _FlatPlan, np.ndarray]] = None
         self._raw: Optional[Tuple[int, _FlatPlan]] = None
+        self.device = None if device is None else torch.device(device)
         self._dl = DataLoader(_Fetch(dataset, self.collator.columnar),
                               batch_sampler=_PlanSampler(self),
                               collate_fn=_Collate(self.collator, micro_batches),
@@ -356,7 +362,9 @@ class FixedSizeLoader:
             self._epoch += 1
         self._started = True
         self._epoch_set = False
-        return iter(self._dl)
+        if self.device is None:
+            return iter(self._dl)
+        return (to_device(b, self.device) for b in self._dl)
 
     # ---------------------------------------------------------------- info
     @property
@@ -379,10 +387,12 @@ class FixedSizeLoader:
         return s
 
     def empty_batch(self) -> Dict[str, torch.Tensor]:
-        """A fully padded item (handy to compile or trace ahead of time)."""
+        """A fully padded item (handy to compile or trace ahead of time), on ``device``."""
         if self.micro_batches > 1:
-            return self.collator.collate_micro([[]] * self.micro_batches)
-        return self.collator.empty()
+            item = self.collator.collate_micro([[]] * self.micro_batches)
+        else:
+            item = self.collator.empty()
+        return item if self.device is None else to_device(item, self.device)
 
     @property
     def stats(self) -> LoaderStats:

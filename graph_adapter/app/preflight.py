@@ -66,6 +66,9 @@ def _check_values(cfg: DemoConfig) -> None:
         raise DemoSettingError(f"model={cfg.model!r}; choose one of {sorted(MODELS)}")
     if cfg.backend not in backend_names():
         raise DemoSettingError(f"backend={cfg.backend!r}; choose one of {', '.join(backend_names())}")
+    if cfg.backend == "inductor_cudagraphs":  # the demo trains on the CPU
+        raise DemoSettingError("backend='inductor_cudagraphs' records CUDA graphs and the demo "
+                               "runs on the CPU; use --backend inductor (or auto)")
     for name in ("epochs", "batch_graphs", "hidden", "layers"):
         value = getattr(cfg, name)
         if value < 1:
