@@ -34,7 +34,16 @@ def _expand(mask: Tensor, like: Tensor) -> Tensor:
 def _rows(mask: Tensor, like: Tensor) -> Tensor:
     """``mask`` viewed to broadcast along ``like``'s trailing dims (no expand)."""
     mask = mask.bool()
+    if mask.dim() == like.dim():
+        return mask  # a view to the same shape would be one more op
     return mask.view(mask.shape + (1,) * (like.dim() - mask.dim()))
+
+
+def _as_pred(target: Tensor, pred: Tensor) -> Tensor:
+    """``target`` viewed as ``pred`` when it has as many elements (``[G]`` for ``[G, 1]``)."""
+    if target.shape == pred.shape or target.numel() != pred.numel():
+        return target
+    return target.view_as(pred)
 
 
 def masked_mean(values: Tensor, mask: Optional[Tensor] = None) -> Tensor:
@@ -65,7 +74,7 @@ def _valid(target: Tensor, mask: Optional[Tensor], like: Tensor) -> Tensor:
 
 def _elementwise(fn: Callable[[Tensor, Tensor], Tensor], pred: Tensor, target: Tensor,
                  mask: Optional[Tensor]) -> Tensor:
-    target = target.view_as(pred) if target.numel() == pred.numel() else target
+    target = _as_pred(target, pred)
     valid = _valid(target, mask, pred)
     # Both inputs of fn are made finite (padding targets are NaN: a NaN there
     # would reach the gradient as 0 * NaN) and its output is zeroed off the valid
@@ -89,7 +98,7 @@ def _of_difference(fn: Callable[[Tensor], Tensor], pred: Tensor, target: Tensor,
     difference, the loss and its gradient are those of ``_elementwise``, bit
     for bit (same ops, same order).
     """
-    target = target.view_as(pred) if target.numel() == pred.numel() else target
+    target = _as_pred(target, pred)
     valid = _valid(target, mask, pred)
     diff = torch.where(valid, pred - target.to(pred.dtype), pred.new_zeros(()))
     return fn(diff).sum() / valid.sum().clamp(min=1).to(pred.dtype)
@@ -118,10 +127,11 @@ def masked_cross_entropy(logits: Tensor, target: Tensor, mask: Optional[Tensor] 
 
     Targets equal to ``ignore_index`` are skipped too (as torch does).
     """
-    target = target.view(-1).long()
+    target = (target if target.dim() == 1 else target.view(-1)).long()
     valid = target != ignore_index
     if mask is not None:
-        valid = valid & mask.bool().view(-1)
+        mask = mask.bool()
+        valid = valid & (mask if mask.dim() == 1 else mask.view(-1))
     safe = torch.where(valid, target, target.new_zeros(()))
     loss = F.cross_entropy(logits, safe, reduction="none")
     loss = torch.where(valid, loss, loss.new_zeros(()))
