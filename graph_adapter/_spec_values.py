@@ -16,7 +16,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 __all__ = ["SpecError", "MissingKeyError", "UnexpectedKeyError", "DtypeMismatchError",
            "ShapeMismatchError", "UnsupportedAttributeError", "DeviceMismatchError",
-           "BatchMismatchError", "SpecFormatError", "ClassNotAllowedError",
+           "BatchMismatchError", "SpecFormatError", "ClassNotAllowedError", "InputValueError",
            "encode", "decode", "dumps"]
 
 
@@ -59,6 +59,13 @@ class DeviceMismatchError(SpecError, ValueError):
 
 class BatchMismatchError(SpecError, ValueError):
     """A flat dict's row counts disagree with the batch its spec describes."""
+
+
+class InputValueError(SpecError, ValueError):
+    """A value of a flat dict breaks the padded format: an index out of its range, an
+    unsorted ``batch``, a mask that contradicts ``batch`` or ``edge_index``
+    (:mod:`graph_adapter._diagnose`). ``.key``, ``.position`` and ``.value``
+    name the first offending entry."""
 
 
 class SpecFormatError(SpecError, ValueError):

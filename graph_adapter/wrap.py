@@ -38,10 +38,12 @@ from ._wrap_inputs import (MissingInputError, Signature, UnboundInputError, chec
                            check_format, choose_mode, compare_signature, input_signature,
                            missing_required, require_graph_mask)
 from .spec import class_path, resolve_class, infer_spec, unflatten
-from ._spec_values import SpecError
+from ._spec_values import InputValueError, SpecError
+from ._diagnose import DIAGNOSED, named_error, raise_for_values
 
 __all__ = ["ipu_wrap", "IPUWrapped", "unpad", "strip_micro_batch", "has_micro_batch_dim",
-           "MissingInputError", "UnboundInputError", "AmbiguousLevelError", "OUTPUT_KEY", "LOSS_KEY"]
+           "MissingInputError", "UnboundInputError", "AmbiguousLevelError", "InputValueError",
+           "OUTPUT_KEY", "LOSS_KEY"]
 
 class StaticData(Data):
     """``Data`` whose ``num_nodes`` is the static ``node_mask`` length.
@@ -285,16 +287,8 @@ class IPUWrapped(nn.Module):
                 self._specs[key] = spec
         return spec
 
-    def forward(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
-        eager = not torch.compiler.is_compiling()
-        if self.check_inputs and eager:
-            require_graph_mask(flat)
-        flat = strip_micro_batch(flat)
-        mode = self._mode(tuple(flat))
-        if eager:
-            spec = self._eager_spec(flat, mode)
-        else:  # traced: pure Python over keys and static shapes, no state
-            spec = infer_spec(flat, data_cls=None if is_hetero(flat) else StaticData)
+    def _call(self, flat: Mapping[str, Tensor], spec: Any, mode: str) -> Tuple[Any, Any]:
+        """``(output, loss or None)``: the batch rebuilt, the model and the loss called."""
         batch = unflatten(flat, spec, validate=False)
         frame = static.make_frame(flat)
         static.push_frame(frame)
@@ -306,6 +300,32 @@ class IPUWrapped(nn.Module):
             loss = None if self.loss_fn is None else self.loss_fn(out, batch)
         finally:
             static.pop_frame()
+        return out, loss
+
+    def forward(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
+        eager = not torch.compiler.is_compiling()
+        if self.check_inputs and eager:
+            require_graph_mask(flat)
+        flat = strip_micro_batch(flat)
+        mode = self._mode(tuple(flat))
+        if eager:
+            spec = self._eager_spec(flat, mode)
+        else:  # traced: pure Python over keys and static shapes, no state
+            spec = infer_spec(flat, data_cls=None if is_hetero(flat) else StaticData)
+        if not eager:
+            out, loss = self._call(flat, spec, mode)
+        else:
+            if self.check_inputs == "values":  # opt-in: reads values, every call
+                raise_for_values(flat)
+            try:
+                out, loss = self._call(flat, spec, mode)
+            except DIAGNOSED as exc:
+                # Only after a failure (no cost on the happy path): name the bad
+                # value (an index out of range...) that a bare torch error does not.
+                err = named_error(flat, exc)
+                if err is None:
+                    raise
+                raise err from exc
         res: Dict[str, Tensor] = {}
         _flatten_output(out, OUTPUT_KEY, res)
         if loss is not None:

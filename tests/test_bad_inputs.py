@@ -276,3 +276,359 @@ def test_unpad_raises_on_a_tie_instead_of_guessing():
                                     "idx": "graph"})
     assert torch.equal(got[1].x, gs[1].x)
     assert json.loads(Budget.fit(gs, 2).to_json())  # (fit never makes such a tie)
+
+
+# ==================================================================
+# Bad values in a flat dict given to ipu_wrap's forward (graph_adapter/_diagnose.py)
+# ==================================================================
+# The eager checks read no values (once per signature), so a hand-made dict with
+# a bad value reaches the model. When the model raises, the wrapped forward names
+# the key; the silent cases (a wrong result, no error) are caught by the opt-in
+# check_inputs="values".
+import copy  # noqa: E402
+
+from torch_geometric.data import Batch  # noqa: E402
+from torch_geometric.nn import GINConv, aggr, global_add_pool  # noqa: E402
+
+import graph_adapter as ga  # noqa: E402
+import graph_adapter.wrap as W  # noqa: E402
+from graph_adapter._diagnose import value_problems  # noqa: E402
+from graph_adapter.wrap import InputValueError, ipu_wrap  # noqa: E402
+
+from strategies import graph_lists, hetero_graph_lists, model_graph_lists  # noqa: E402
+
+
+class TNet(torch.nn.Module):
+    """Named tensors: GIN layer + add pool (PyG's index_select and scatter)."""
+
+    def __init__(self, f=3):
+        super().__init__()
+        self.conv = GINConv(torch.nn.Linear(f, 8))
+        self.lin = torch.nn.Linear(8, 2)
+
+    def forward(self, x, edge_index, batch):
+        return self.lin(global_add_pool(self.conv(x, edge_index).relu(), batch))
+
+
+class DNet(TNet):
+    def forward(self, data):
+        return super().forward(data.x, data.edge_index, data.batch)
+
+
+class Bracket(torch.nn.Module):
+    """Bracket indexing ``h[edge_index[0]]``: a negative index wraps silently."""
+
+    def __init__(self, f=3):
+        super().__init__()
+        self.lin = torch.nn.Linear(f, 2)
+
+    def forward(self, x, edge_index, batch):
+        h = self.lin(x)
+        agg = torch.zeros_like(h).index_add(0, edge_index[1], h[edge_index[0]])
+        return global_add_pool(agg + h, batch)
+
+
+class SortNet(torch.nn.Module):
+    """SortAggregation: PyG's to_dense_batch assumes a sorted batch vector."""
+
+    def __init__(self, f=3):
+        super().__init__()
+        self.lin = torch.nn.Linear(f, 4)
+        self.pool = aggr.SortAggregation(k=6)  # every node of a graph (<= 6)
+
+    def forward(self, x, edge_index, batch):
+        return self.pool(self.lin(x), batch)
+
+
+def _flat():
+    return Collator(graphs(6), B).collate_indices([0, 1, 2])
+
+
+def _set(flat, key, pos, value):
+    out = dict(flat)
+    out[key] = flat[key].clone()
+    out[key][pos] = value
+    return out
+
+
+# every case: flat -> (bad flat, key, position, value); N = 40 nodes, G = 5 slots
+def _ei_beyond(f):
+    return _set(f, "edge_index", (1, 3), 40), "edge_index", (1, 3), 40
+
+
+def _ei_negative(f):
+    return _set(f, "edge_index", (0, 2), -1), "edge_index", (0, 2), -1
+
+
+def _ei_below_minus_n(f):
+    return _set(f, "edge_index", (0, 2), -41), "edge_index", (0, 2), -41
+
+
+def _batch_beyond(f):
+    return _set(f, "batch", 39, 5), "batch", (39,), 5
+
+
+def _batch_negative(f):
+    return _set(f, "batch", 0, -1), "batch", (0,), -1
+
+
+RAISING = [_ei_beyond, _ei_negative, _ei_below_minus_n, _batch_beyond, _batch_negative]
+
+
+# (SortNet reads no edge_index; Bracket wraps -1 silently: see the silent cases)
+@pytest.mark.parametrize("net, case", [
+    (net, case) for net in (TNet, DNet, Bracket, SortNet) for case in RAISING
+    if not (net is SortNet and "_ei_" in case.__name__) and not (net is Bracket and case is _ei_negative)
+], ids=lambda v: getattr(v, "__name__", "").strip("_"))
+def test_bad_index_value_raises_named_error_chained_from_torchs(net, case):
+    torch.manual_seed(0)
+    w = ipu_wrap(net())
+    flat = _flat()
+    w(flat)  # the signature passes its checks (cached)
+    bad, key, pos, value = case(flat)
+    with pytest.raises(InputValueError) as ei:
+        w(bad)
+    e = ei.value
+    assert (e.key, e.position, e.value) == (key, pos, value)
+    msg = str(e)
+    assert f"key {key!r}" in msg and f"value {value}" in msg
+    assert ("[0, 40)" if key == "edge_index" else "[0, 5)") in msg
+    assert "FixedSizeLoader" in msg  # what to do
+    assert isinstance(e, ga.SpecError) and isinstance(e, ValueError)
+    # chained from torch's / PyG's own error, which stays readable
+    assert isinstance(e.__cause__, (IndexError, RuntimeError, ValueError))
+    assert not isinstance(e.__cause__, InputValueError)
+
+
+def _unsorted(f):
+    """Node 0 (slot 0) and the first node of slot 1 swap rows: every node keeps its
+    graph and edges, only the batch vector is no longer sorted."""
+    i = int((f["batch"] == 1).nonzero()[0])
+    perm = torch.arange(f["x"].size(0))
+    perm[0], perm[i] = i, 0
+    out = dict(f, x=f["x"][perm], batch=f["batch"][perm], node_mask=f["node_mask"][perm])
+    out["edge_index"] = perm[f["edge_index"]]  # perm is its own inverse
+    return out, "batch", (1,), 0
+
+
+def _real_edge_to_padding_node(f):
+    return _set(f, "edge_index", (1, 0), 39), "edge_index", (1, 0), 39
+
+
+def _padding_edge_to_real_node(f):
+    e = int(f["edge_mask"].sum())
+    return _set(f, "edge_index", (1, e), 0), "edge_index", (1, e), 0  # N - 1 -> 0
+
+
+def _edge_across_graphs(f):
+    last = int(f["node_mask"].sum()) - 1  # a real node of graph 2
+    assert int(f["batch"][int(f["edge_index"][0, 0])]) == 0
+    return _set(f, "edge_index", (1, 0), last), "edge_index", (1, 0), last
+
+
+def _real_node_in_padding_slot(f):
+    n = int(f["node_mask"].sum())
+    return _set(f, "node_mask", n, True), "node_mask", (n,), 1
+
+
+def _padding_node_in_real_slot(f):
+    n = int(f["node_mask"].sum())
+    out = _set(f, "batch", n, 2)  # first padding node, into real slot 2 (stays sorted)
+    out["ptr"] = torch.cat([torch.zeros(1, dtype=torch.long),
+                            torch.bincount(out["batch"], minlength=5).cumsum(0)])
+    return out, "node_mask", (n,), 0
+
+
+def _ptr_off(f):
+    return _set(f, "ptr", 1, int(f["ptr"][1]) + 1), "ptr", (1,), int(f["ptr"][1]) + 1
+
+
+SILENT = [_unsorted, _real_edge_to_padding_node, _padding_edge_to_real_node, _edge_across_graphs,
+          _real_node_in_padding_slot, _padding_node_in_real_slot, _ptr_off]
+
+
+@pytest.mark.parametrize("case", SILENT + [_ei_negative], ids=lambda c: c.__name__[1:])
+def test_silent_cases_need_the_values_check(case):
+    """Each breaks a FORMAT.md rule without an error from the model (Bracket, SortNet);
+    check_inputs="values" names it before the model runs."""
+    torch.manual_seed(0)
+    flat = _flat()
+    bad, key, pos, value = case(flat)
+    net = Bracket() if case is _ei_negative else SortNet()
+    ipu_wrap(net)(bad)  # no error (a wrong result: the rules say why)
+    with pytest.raises(InputValueError) as ei:
+        ipu_wrap(net, check_inputs="values")(bad)
+    e = ei.value
+    assert (e.key, e.position, e.value) == (key, pos, value)
+    assert f"key {key!r}" in str(e) and "FixedSizeLoader" in str(e)
+    assert e.__cause__ is None
+
+
+def test_silent_cases_change_the_result():
+    """Why they are rules: the real rows of the output change (no error)."""
+    torch.manual_seed(0)
+    flat = _flat()
+    # (a real node in a padding slot and a wrong ptr change what a loss, a norm or
+    # unpad reads, not these models' outputs; a padding edge's message is not zero
+    # once a layer has given padding rows a value: Bracket's linear layer does)
+    for net, cases in ((SortNet(), [_unsorted]),
+                       (TNet(), [_real_edge_to_padding_node, _edge_across_graphs,
+                                 _padding_node_in_real_slot]),
+                       (Bracket(), [_padding_edge_to_real_node])):
+        w = ipu_wrap(net)
+        ref = w(flat)["output"][flat["graph_mask"]]
+        for case in cases:
+            out = w(case(flat)[0])["output"][flat["graph_mask"]]
+            assert not torch.allclose(out, ref), (type(net).__name__, case.__name__)
+    w = ipu_wrap(Bracket())
+    ref = w(flat)["output"][flat["graph_mask"]]
+    assert not torch.allclose(w(_ei_negative(flat)[0])["output"][flat["graph_mask"]], ref)
+
+
+def test_hetero_edge_index_checked_against_its_types():
+    """Row 0 of 'b__s__a/edge_index' indexes 'b' nodes: a value in range for 'a' is not."""
+    g = torch.Generator().manual_seed(0)
+    data = []
+    for _ in range(6):
+        h = HeteroData()
+        h["a"].x = torch.randn(5, 3, generator=g)
+        h["b"].x = torch.randn(2, 3, generator=g)
+        h["a", "r", "b"].edge_index = torch.stack([torch.randint(0, 5, (4,), generator=g),
+                                                   torch.randint(0, 2, (4,), generator=g)])
+        h["b", "s", "a"].edge_index = torch.stack([torch.randint(0, 2, (3,), generator=g),
+                                                   torch.randint(0, 5, (3,), generator=g)])
+        h.y = torch.randn(1, generator=g)
+        data.append(h)
+    flat = next(iter(FixedSizeLoader(data, ga.Budget.fit(data, 3))))
+    assert value_problems(flat) == []
+    na, nb = flat["a/node_mask"].numel(), flat["b/node_mask"].numel()
+    assert na > nb + 1
+
+    class Hetero(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            from torch_geometric.nn import HeteroConv, SAGEConv
+            self.conv = HeteroConv({("a", "r", "b"): SAGEConv(3, 4), ("b", "s", "a"): SAGEConv(3, 4)})
+
+        def forward(self, data):
+            h = self.conv(data.x_dict, data.edge_index_dict)
+            return global_add_pool(h["a"], data["a"].batch)
+
+    w = ipu_wrap(Hetero())
+    w(flat)
+    key = "b__s__a/edge_index"
+    for row, value, bound in ((0, nb, nb), (1, na, na), (0, -1, nb)):
+        bad = _set(flat, key, (row, 0), value)
+        with pytest.raises(InputValueError) as ei:
+            w(bad)
+        assert (ei.value.key, ei.value.position, ei.value.value) == (key, (row, 0), value)
+        assert f"[0, {bound})" in str(ei.value) and "source type 'b'" in str(ei.value)
+
+
+def test_layout_table_out_of_range_is_named():
+    data = graphs(6)
+    flat = Collator(data, B, layout="ell").collate_indices([0, 1, 2])
+    assert value_problems(flat) == []
+    E = flat["edge_index"].size(1)
+
+    class Sum(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = GINConv(torch.nn.Linear(3, 4))
+
+        def forward(self, x, edge_index):
+            return self.conv(x, edge_index)
+
+    bad = _set(flat, "in_slots", (0, 0), E + 1)
+    w = ipu_wrap(Sum())
+    w(flat)
+    with pytest.raises(InputValueError) as ei:
+        ipu_wrap(Sum(), check_inputs="values")(bad)
+    assert ei.value.key == "in_slots" and f"[0, {E + 1})" in str(ei.value)
+    try:  # the model may or may not fail on it; if it does, the error names the key
+        w(bad)
+    except InputValueError as e:
+        assert e.key == "in_slots"
+
+
+def test_a_models_own_error_on_good_values_is_re_raised_unchanged():
+    class Raises(torch.nn.Module):
+        def forward(self, x, edge_index, batch):
+            raise IndexError("the model's own")
+
+    flat = _flat()
+    with pytest.raises(IndexError) as ei:
+        ipu_wrap(Raises())(flat)
+    assert type(ei.value) is IndexError and str(ei.value) == "the model's own"
+    assert ei.value.__cause__ is None and ei.value.__context__ is None
+
+
+def test_a_failing_diagnosis_never_hides_the_original(monkeypatch):
+    import graph_adapter._diagnose as D
+
+    def broken(flat):
+        raise RuntimeError("diagnosis broke")
+    monkeypatch.setattr(D, "value_problems", broken)
+    bad = _ei_beyond(_flat())[0]
+    with pytest.raises((IndexError, RuntimeError, ValueError)) as ei:
+        ipu_wrap(TNet())(bad)
+    assert "diagnosis broke" not in str(ei.value)
+
+
+def test_compiled_forward_unchanged():
+    """Under torch.compile the forward traces as before (one graph, no diagnosis)."""
+    torch.manual_seed(0)
+    w = ipu_wrap(TNet())
+    flat = _flat()
+    ref = w(flat)["output"]
+    compiled = torch.compile(w, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(flat)["output"], ref)
+    torch._dynamo.reset()
+
+
+# ------------------------------------------------------------------ no false alarms
+@pytest.mark.filterwarnings("ignore:graph_adapter. these attributes")
+@given(data=graph_lists(), k=st.integers(1, 4))
+def test_loader_batches_break_no_value_rule(data, k):
+    for flat in FixedSizeLoader(data, Budget.fit(data, min(k, len(data)))):
+        assert value_problems(flat) == []
+
+
+@pytest.mark.filterwarnings("ignore:graph_adapter. these attributes")
+@given(data=hetero_graph_lists(), k=st.integers(1, 3))
+def test_hetero_loader_batches_break_no_value_rule(data, k):
+    for flat in FixedSizeLoader(data, Budget.fit(data, min(k, len(data)))):
+        assert value_problems(flat) == []
+
+
+@given(data=model_graph_lists(min_size=1, max_size=6, nonempty_last=True),
+       k=st.integers(1, 4), layout=st.sampled_from([None, "ell", "hyb"]))
+def test_values_check_never_fires_on_valid_batches(data, k, layout):
+    """check_inputs="values" passes every loader batch, and the wrapped output on
+    real graphs equals the un-wrapped model's (float64)."""
+    data = [d.clone() for d in data]
+    for d in data:
+        d.x = d.x[:, :3].double()
+    torch.manual_seed(0)
+    plain = TNet().double().eval()
+    wrapped = ipu_wrap(copy.deepcopy(plain), check_inputs="values").eval()
+    loader = FixedSizeLoader(data, Budget.fit(data, min(k, len(data))), layout=layout)
+    for flat in loader:
+        assert value_problems(flat) == []
+        real = loader.collator.unpad(flat)
+        b = Batch.from_data_list(real)
+        ref = plain(b.x, b.edge_index, b.batch)
+        out = wrapped(flat)["output"]
+        torch.testing.assert_close(out[flat["graph_mask"]][:ref.size(0)], ref,
+                                   atol=1e-9, rtol=1e-9)
+
+
+@given(pos=st.integers(0, 10**6), row=st.integers(0, 1),
+       value=st.one_of(st.integers(40, 10**4), st.integers(-10**4, -1)))
+def test_any_edge_index_out_of_range_is_named(pos, row, value):
+    flat = _flat()
+    col = pos % flat["edge_index"].size(1)
+    bad = _set(flat, "edge_index", (row, col), value)
+    with pytest.raises(InputValueError) as ei:
+        ipu_wrap(TNet())(bad) if value >= 0 else ipu_wrap(TNet(), check_inputs="values")(bad)
+    assert (ei.value.key, ei.value.position, ei.value.value) == ("edge_index", (row, col), value)
