@@ -53,6 +53,10 @@ def _row_mask(rows: int, op: str) -> Optional[Tensor]:
     frame = static.current_frame()
     if frame is None:
         return None
+    cache = frame.setdefault("_row_mask", {})  # the norms of a forward share their row counts
+    hit = cache.get(rows)
+    if hit is not None:
+        return hit
     mask, levels = mask_of_rows(rows, frame["masks"])
     if mask is None:
         raise static.StaticSizeError(
@@ -66,6 +70,7 @@ def _row_mask(rows: int, op: str) -> Optional[Tensor]:
             f"slots, so it cannot tell node rows from graph rows; choose a budget where "
             f"they differ."
         )
+    cache[rows] = mask
     return mask
 
 
