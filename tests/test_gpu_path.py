@@ -148,3 +148,10 @@ def test_the_demo_refuses_cudagraphs_before_loading_data():
 
     with pytest.raises(DemoSettingError, match="--backend inductor"):
         check_demo_settings(DemoConfig(backend="inductor_cudagraphs"))
+
+
+def test_the_layout_benchmark_asks_for_a_gpu_for_the_cuda_graph_variant():
+    from graph_adapter.app.bench import layout
+
+    with pytest.raises(SystemExit, match="need --device cuda"):
+        layout.main(["--variants", "wrap_inductor_cudagraphs"])

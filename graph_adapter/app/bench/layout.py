@@ -21,6 +21,13 @@ on pre-collated batches:
   short spill list (``--hyb-widths D`` adds ``wrap_inductor_hyb<D>`` with
   width ``D``).
 
+* ``wrap_inductor_cudagraphs`` (``--device cuda`` only): ``"inductor_cudagraphs"``,
+  the default layout with CUDA graphs (one replay a step).
+
+With ``--device cuda`` every model and pre-collated batch is moved to the
+GPU first and each timed pass ends with ``torch.cuda.synchronize()``; the
+host-to-device copy is not timed (the loader's ``device=`` overlaps it).
+
 The HYB routing applies in inference too (its narrow slot sums run in
 parallel over nodes; the scatter forward is ATen's serial kernel at more than
 one thread); ELL's wide tables do not (inference keeps the scatter there).
@@ -65,10 +72,19 @@ __all__ = ["VARIANTS", "main"]
 #: Variant names, in the printed order (``--hyb-widths D`` appends ``wrap_inductor_hyb<D>``).
 VARIANTS = ("pyg", "wrap_eager", "wrap_inductor", "wrap_inductor_atomic", "wrap_inductor_ell",
             "wrap_inductor_hyb")
+#: Variants that need a CUDA device (``--device cuda``).
+CUDA_VARIANTS = ("wrap_inductor_cudagraphs",)
 
 
 def _pyg_call(model: torch.nn.Module) -> Callable[[Batch], torch.Tensor]:
     return lambda b: model(b.x, b.edge_index, b.edge_attr, b.batch)
+
+
+def _synced(fn: Callable[[], None], device: torch.device) -> Callable[[], None]:
+    def run() -> None:
+        fn()
+        torch.cuda.synchronize(device)
+    return run
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
@@ -88,16 +104,25 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                     help=f"comma-separated subset of {','.join(VARIANTS[1:])} (pyg always runs)")
     ap.add_argument("--hyb-widths", type=int, action="append", default=[], metavar="D",
                     help="also time layout='hyb' with widths (D, D) (repeatable)")
+    ap.add_argument("--device", default="cpu",
+                    help="cpu, or cuda (adds wrap_inductor_cudagraphs; docs/benchmarks.md, "
+                         "'On a GPU')")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: this process's CPU time (steadier under load; with 1 thread "
                          "it is the work done, with more it includes OpenMP's spinning)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()[0]
-    variants = list(VARIANTS) + [f"wrap_inductor_hyb{d}" for d in args.hyb_widths]
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    variants = (list(VARIANTS) + [f"wrap_inductor_hyb{d}" for d in args.hyb_widths]
+                + (list(CUDA_VARIANTS) if cuda else []))
     if args.variants:
         keep = set(args.variants.split(","))
         unknown = keep - set(variants)
+        if unknown & set(CUDA_VARIANTS):
+            raise SystemExit(f"--variants {sorted(unknown & set(CUDA_VARIANTS))} need "
+                             f"--device cuda")
         if unknown:
             raise SystemExit(f"unknown --variants {sorted(unknown)}; choose from {variants[1:]}")
         variants = ["pyg"] + [v for v in variants[1:] if v in keep]
@@ -112,7 +137,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     layouts.update({f"wrap_inductor_hyb{d}": ("hyb", (d, d)) for d in args.hyb_widths})
     plain = list(ga.FixedSizeLoader(data, budget))
     batches: Dict[str, Any] = {"wrap_eager": plain, "wrap_inductor": plain,
-                               "wrap_inductor_atomic": plain}
+                               "wrap_inductor_atomic": plain, "wrap_inductor_cudagraphs": plain}
     widths: Dict[str, Any] = {}
     spills: Dict[str, Any] = {}
     for k, (lay, w) in layouts.items():
@@ -123,25 +148,37 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             spills[k] = loader.collator.layout_spills
     pyg = [Batch.from_data_list(data[i:i + args.batch]) for i in range(0, len(data), args.batch)]
     batches["pyg"] = pyg
+    if device.type != "cpu":  # the batches live on the device; the copies are not timed
+        moved: Dict[int, Any] = {}  # variants sharing one list share its copy
+        for k, bs in batches.items():
+            if id(bs) not in moved:
+                moved[id(bs)] = [b.to(device) if k == "pyg" else ga.format.to_device(b, device)
+                                 for b in bs]
+            batches[k] = moved[id(bs)]
+        pyg = batches["pyg"]
     n = len(data)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+          f"torch {torch.__version__}, threads {torch.get_num_threads()}"
+          + (f", {torch.cuda.get_device_name(device)}" if cuda else ", CPU only"))
     print(f"data: {n} molecules (NCI-5k), {args.batch} graphs a batch, budget {budget}")
     for k in widths:
         print(f"  {k}: widths (Din, Dout) = {widths[k]}"
               + (f", spill capacity (Kin, Kout) = {spills[k]}" if spills[k] else ""))
 
     torch.manual_seed(0)
-    base = build_model("gine", args.hidden, args.layers)
+    base = build_model("gine", args.hidden, args.layers).to(device)
     loss_fn = ga.masked_loss("l1")
 
     def compiled(k: str, m: torch.nn.Module) -> Any:
         if k == "wrap_eager":
             return m
+        if k == "wrap_inductor_cudagraphs":
+            return ga.compile(m, "inductor_cudagraphs")
         return ga.compile(m, "inductor",
                           index_add_fallback=False if k == "wrap_inductor_atomic" else None)
 
-    res: Dict[str, Any] = {"widths": widths, "spills": spills, "ratios": {}, "spread": {},
+    res: Dict[str, Any] = {"device": str(device), "widths": widths, "spills": spills,
+                           "ratios": {}, "spread": {},
                            "clock": args.clock, "threads": args.threads}
     for mode in ("train", "infer"):
         names = list(variants)
@@ -158,6 +195,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                 fns[k] = trainer(ms[k], lambda f, c=calls[k]: c(f)["loss"], batches[k])
         else:
             fns = {k: inferer(calls[k], batches[k]) for k in names}
+        if cuda:  # a pass ends when the GPU has done its work
+            fns = {k: _synced(fn, device) for k, fn in fns.items()}
         t0 = time.perf_counter()
         for fn in fns.values():  # warm-up: compiles, allocator, Adam state
             fn()
@@ -178,7 +217,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
               "wrap_inductor": "ipu_wrap + inductor (scatter)",
               "wrap_inductor_atomic": "  same, inductor's atomic scatter",
               "wrap_inductor_ell": "ipu_wrap + inductor (ELL)",
-              "wrap_inductor_hyb": "ipu_wrap + inductor (HYB)"}
+              "wrap_inductor_hyb": "ipu_wrap + inductor (HYB)",
+              "wrap_inductor_cudagraphs": "ipu_wrap + inductor + CUDA graphs"}
     for k in variants:
         label = labels.get(k, f"ipu_wrap + inductor (HYB, width {k[len('wrap_inductor_hyb'):]})")
         cells = []
