@@ -632,3 +632,8 @@ def test_any_edge_index_out_of_range_is_named(pos, row, value):
     with pytest.raises(InputValueError) as ei:
         ipu_wrap(TNet())(bad) if value >= 0 else ipu_wrap(TNet(), check_inputs="values")(bad)
     assert (ei.value.key, ei.value.position, ei.value.value) == ("edge_index", (row, col), value)
+
+
+def test_check_inputs_takes_bool_or_values():
+    with pytest.raises(ValueError, match=r"check_inputs='value'.*'values'"):
+        ipu_wrap(TNet(), check_inputs="value")
