@@ -637,3 +637,15 @@ def test_any_edge_index_out_of_range_is_named(pos, row, value):
 def test_check_inputs_takes_bool_or_values():
     with pytest.raises(ValueError, match=r"check_inputs='value'.*'values'"):
         ipu_wrap(TNet(), check_inputs="value")
+
+
+@given(seed=st.integers(0, 2**16), num=st.integers(1, 5), extra=st.tuples(
+    st.integers(1, 6), st.integers(0, 6), st.integers(1, 6)))
+def test_hand_padded_batches_break_no_value_rule(seed, num, extra):
+    """tests/_padding.pad_batch (the hand-made dicts of the other tests) keeps the rules."""
+    from _padding import pad_batch, random_graphs
+    gs = random_graphs(torch.Generator().manual_seed(seed), num)
+    b = Batch.from_data_list(gs)
+    flat = pad_batch(gs, b.num_nodes + extra[0] + 1, b.edge_index.size(1) + extra[1],
+                     num + extra[2])
+    assert value_problems(flat) == []
