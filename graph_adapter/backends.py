@@ -343,8 +343,9 @@ class CudaGraphEngine(DynamoEngine):
     feed batches already on the GPU (``FixedSizeLoader(..., device="cuda",
     pin_memory=True)`` copies them without blocking). A replay reuses its
     output buffers: each call marks a new step
-    (``torch.compiler.cudagraph_mark_step_begin``), so an output is valid until
-    the next call; clone what you keep longer (inductor raises if a stale
+    (``torch.compiler.cudagraph_mark_step_begin``, once per call, however many
+    micro-batches), so an output is valid until the next call; clone what you
+    keep longer (inductor raises if a stale
     output is read). The model must be on a CUDA device: on any other,
     inductor would silently run without graphs, so this raises instead.
     """
@@ -360,9 +361,11 @@ class CudaGraphEngine(DynamoEngine):
         super().__init__(wrapped, dataclasses.replace(settings, backend="inductor",
                                                       options=options))
 
-    def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
+    def begin_call(self) -> None:
+        """A new step: the replays of the last call may now be overwritten. Once per
+        :class:`Compiled` call, not per micro-batch: the micro-batches of one call
+        (and their saved activations) all stay valid until its backward."""
         torch.compiler.cudagraph_mark_step_begin()
-        return self._fn(flat)
 
 
 class EagerEngine:
@@ -513,6 +516,9 @@ class Compiled:
         sig = signature_of(flat)
         self._admit(sig)
         key = (sig, self.wrapped.training)
+        begin = getattr(self._engine, "begin_call", None)  # engines that need a step mark
+        if begin is not None:
+            begin()
         return _per_micro_batch(lambda mb: self._engine.run(mb, key), flat)
 
     def _admit(self, sig: Signature) -> None:

@@ -134,6 +134,14 @@ def test_cudagraphs_passes_cuda_graphs_to_inductor_and_marks_a_step_every_call(m
     assert compiled.compile_count == 1 and compiled.backend == "inductor_cudagraphs"
     for o, w in zip(outs, want):
         torch.testing.assert_close(o, w)
+    # micro-batches: one step mark per call (a mark between them would let the second
+    # replay overwrite the first one's outputs and saved activations)
+    stacked = ga.format.stack_micro_batches(batches[:2])
+    marks.clear()
+    with torch.no_grad():
+        out = compiled(stacked)[OUTPUT_KEY]
+    assert len(marks) == 1 and out.shape[0] == 2
+    torch.testing.assert_close(out[1], want[1])
 
 
 def test_cudagraphs_is_a_registered_backend_with_a_help_line():
