@@ -40,7 +40,7 @@ A dict made by ``FixedSizeLoader`` / ``collate_padded`` satisfies all of it
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -82,28 +82,26 @@ def _int(t: Tensor) -> bool:
 
 
 def _first(bad: Tensor) -> Optional[Tuple[int, ...]]:
-    """The first True position of ``bad`` (row-major), or None: one host sync."""
-    flat = bad.reshape(-1)
-    if flat.numel() == 0:
+    """The first True position of ``bad`` (row-major), or None: one host sync when
+    nothing is bad (``nonzero`` runs only on a bad value)."""
+    if bad.numel() == 0 or not bool(bad.any()):
         return None
-    i = int(torch.argmax(flat.to(torch.uint8)))
-    if not bool(flat[i]):
-        return None
-    return tuple(int(j) for j in torch.unravel_index(torch.tensor(i), bad.shape)) if bad.dim() \
-        else ()
+    return tuple(int(j) for j in bad.nonzero()[0])
 
 
 def _pos(p: Tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, p)) + "]"
 
 
-def _range(key: str, t: Tensor, hi: Tensor, what: str, problems: List[Problem]) -> bool:
-    """``0 <= t < hi`` (``hi`` broadcast against ``t``); record the first offender."""
+def _range(key: str, t: Tensor, hi: Union[int, Tensor], what: str,
+           problems: List[Problem]) -> bool:
+    """``0 <= t < hi`` (``hi`` an int, or a tensor broadcast against ``t``); record the
+    first offender."""
     p = _first((t < 0) | (t >= hi))
     if p is None:
         return True
     v = int(t[p])
-    bound = int(hi.expand_as(t)[p])
+    bound = hi if isinstance(hi, int) else int(hi.expand_as(t)[p])
     neg = (" A negative index fails in index_select and wraps silently in bracket indexing "
            "(x[idx] reads row N + idx)." if v < 0 else "")
     problems.append(Problem(key, p, v, (
@@ -149,7 +147,7 @@ def value_problems(flat: Mapping[str, Tensor]) -> List[Problem]:
                     f"row 1: the destination type {store[2]!r} has {nd}, the length of {kd!r}")
         elif len(store) <= 1 and store in nodes:
             n, kn = nodes[store]
-            hi = torch.tensor(n, device=v.device)
+            hi = n
             what = f"the batch has {n} nodes, the length of {kn!r}"
         else:
             continue
@@ -161,7 +159,7 @@ def value_problems(flat: Mapping[str, Tensor]) -> List[Problem]:
         if v is None or E is None or not _int(v) or v.numel() == 0:
             continue
         if k in (ELL_IN, ELL_OUT):
-            _range(k, v, torch.tensor(E + 1, device=v.device),
+            _range(k, v, E + 1,
                    f"edge ids of 'edge_index' ({E} edges) and the padding id {E}", problems)
         elif v.dim() == 2 and v.size(0) == 2 and () in nodes:
             hi = torch.tensor([E + 1, nodes[()][0]], device=v.device).view(2, 1)
@@ -174,7 +172,7 @@ def value_problems(flat: Mapping[str, Tensor]) -> List[Problem]:
         b = flat.get(kb)
         if b is None or G is None or not _int(b) or b.dim() != 1:
             continue
-        if not _range(kb, b, torch.tensor(G, device=b.device),
+        if not _range(kb, b, G,
                       f"graph slots: {G}, the length of {GRAPH_MASK!r}", problems):
             continue
         down = _first(b[1:] < b[:-1]) if b.numel() > 1 else None
