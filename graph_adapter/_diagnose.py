@@ -106,8 +106,16 @@ def _range(key: str, t: Tensor, hi: Union[int, Tensor], what: str,
            "(x[idx] reads row N + idx)." if v < 0 else "")
     problems.append(Problem(key, p, v, (
         f"key {key!r} has the value {v} at position {_pos(p)}, outside the valid range "
-        f"[0, {bound}) ({what}).{neg} Fix that entry, or drop the row it is in. {_FIX}")))
+        f"[0, {bound}) ({what}).{neg} {_fix_entry(key, p)} {_FIX}")))
     return False
+
+
+def _fix_entry(key: str, p: Tuple[int, ...]) -> str:
+    if parse_key(key)[1] == "edge_index" and len(p) == 2:
+        return (f"Fix that entry, drop edge {p[1]} (column {p[1]} of every edge-level key), "
+                f"or make it a padding edge (both ends the last node of their type, "
+                f"edge_mask False).")
+    return "Fix that entry."
 
 
 def _node_counts(flat: Mapping[str, Tensor]) -> Dict[StoreKey, Tuple[int, str]]:
@@ -263,9 +271,13 @@ def value_problems(flat: Mapping[str, Tensor]) -> List[Problem]:
             problems.append(Problem(k, (1, j), int(v[1, j]), (
                 f"key {k!r}: column {j} ({int(v[0, j])} -> {int(v[1, j])}) is a real edge from "
                 f"graph slot {int(gs[j])} to graph slot {int(gd[j])} (by "
-                f"{key_of(src_t, BATCH)!r}/{key_of(dst_t, BATCH)!r}): a real edge stays inside "
+                f"{_keys(key_of(src_t, BATCH), key_of(dst_t, BATCH))}): a real edge stays inside "
                 f"its graph, or one graph's result depends on another's. {_FIX}")))
     return problems
+
+
+def _keys(a: str, b: str) -> str:
+    return repr(a) if a == b else f"{a!r} and {b!r}"
 
 
 def _message(problems: List[Problem]) -> str:
