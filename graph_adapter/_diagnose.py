@@ -35,11 +35,16 @@ so it costs nothing there; ``ipu_wrap(..., check_inputs="values")`` runs
 :func:`value_problems` before every eager call instead, to catch the silent
 cases (measured cost: ``docs/wrapping.md``, "What the wrapped model checks").
 
+Inside a poptorch model (or its emulation: ``poptorch.isRunningOnIpu()``) the
+tensors hold no values, so neither runs there (``"values"`` warns).
+
 A dict made by ``FixedSizeLoader`` / ``collate_padded`` satisfies all of it
 (tests/test_bad_inputs.py checks that on random batches).
 """
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
@@ -295,6 +300,17 @@ def _error(problems: List[Problem]) -> InputValueError:
     return err
 
 
+def _inside_poptorch() -> bool:
+    """Whether this forward runs inside a poptorch model (or its emulation), whose
+    tensors hold no values: reading one is an error there. Reads ``sys.modules``
+    (never imports poptorch), as graph_adapter.lightning does."""
+    pt = sys.modules.get("poptorch")
+    try:
+        return pt is not None and bool(pt.isRunningOnIpu())
+    except Exception:  # noqa: BLE001 - a poptorch without it: assume eager
+        return False
+
+
 def named_error(flat: Mapping[str, Tensor], exc: BaseException) -> Optional[InputValueError]:
     """The :class:`InputValueError` that explains ``exc``, or ``None`` (re-raise ``exc``).
 
@@ -302,7 +318,7 @@ def named_error(flat: Mapping[str, Tensor], exc: BaseException) -> Optional[Inpu
     graph_adapter's own (a :class:`SpecError`) is left alone, and so is any
     failure of the diagnosis itself: it must never hide the original error.
     """
-    if isinstance(exc, SpecError) or not isinstance(exc, DIAGNOSED):
+    if isinstance(exc, SpecError) or not isinstance(exc, DIAGNOSED) or _inside_poptorch():
         return None
     try:
         problems = value_problems(flat)
@@ -312,7 +328,15 @@ def named_error(flat: Mapping[str, Tensor], exc: BaseException) -> Optional[Inpu
 
 
 def raise_for_values(flat: Mapping[str, Tensor]) -> None:
-    """Raise :class:`InputValueError` for the first bad value (``check_inputs="values"``)."""
+    """Raise :class:`InputValueError` for the first bad value (``check_inputs="values"``).
+
+    Inside a poptorch model (values unreadable) it checks nothing and warns.
+    """
+    if _inside_poptorch():
+        warnings.warn("ipu_wrap(check_inputs='values'): inside a poptorch model the input's "
+                      "values cannot be read; nothing was checked. Run the batch through the "
+                      "wrapped model on the CPU (eager) to check it.", UserWarning, stacklevel=3)
+        return
     problems = value_problems(flat)
     if problems:
         raise _error(problems)

@@ -383,7 +383,8 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
             ``check_inputs="values"`` checks every value rule before each
             eager call (it reads values: about 0.13 ms per call for a batch
             of 1k nodes, 3% of an inference call, so it is for debugging a
-            hand-made dict).
+            hand-made dict; inside a poptorch model, whose tensors hold no
+            values, it warns and checks nothing).
 
     Raises (at call time, eager):
         MissingInputError: a required parameter has no key.

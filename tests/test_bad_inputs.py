@@ -649,3 +649,16 @@ def test_hand_padded_batches_break_no_value_rule(seed, num, extra):
     flat = pad_batch(gs, b.num_nodes + extra[0] + 1, b.edge_index.size(1) + extra[1],
                      num + extra[2])
     assert value_problems(flat) == []
+
+
+def test_inside_poptorch_values_are_not_read():
+    """A poptorch model's tensors hold no values (the emulation raises on a read):
+    check_inputs="values" warns and checks nothing; no diagnosis after a failure."""
+    from graph_adapter.ipu import EmulatorError, emulate_poptorch
+    flat = _flat()
+    with emulate_poptorch() as pt:
+        with pytest.warns(UserWarning, match="values cannot be read"):
+            pt.inferenceModel(ipu_wrap(TNet(), check_inputs="values"))(_unsorted(flat)[0])
+        with pytest.raises(EmulatorError) as ei:  # PyG's own value read, as before
+            pt.inferenceModel(ipu_wrap(TNet()))(_ei_beyond(flat)[0])
+        assert not isinstance(ei.value, InputValueError)
