@@ -52,7 +52,7 @@ from torch import Tensor
 
 from ._spec_values import InputValueError, SpecError
 from .format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR,
-                     SPILL_IN, SPILL_OUT, StoreKey, key_of, parse_key)
+                     StoreKey, key_of, parse_key)
 
 __all__ = ["Problem", "value_problems", "named_error", "raise_for_values", "DIAGNOSED"]
 
@@ -152,7 +152,8 @@ def value_problems(flat: Mapping[str, Tensor]) -> List[Problem]:
         if not (_is_index(attr) and _int(v)) or v.numel() == 0:
             continue
         if len(store) == 3 and v.dim() >= 1 and v.size(0) == 2:
-            (ns, ks), (nd, kd) = nodes.get(store[:1], (None, None)), nodes.get(store[2:], (None, None))
+            (ns, ks) = nodes.get(store[:1], (None, None))
+            (nd, kd) = nodes.get(store[2:], (None, None))
             if ns is None or nd is None:
                 continue
             hi = torch.tensor([ns, nd], device=v.device).view(2, *([1] * (v.dim() - 1)))
@@ -247,10 +248,11 @@ def value_problems(flat: Mapping[str, Tensor]) -> List[Problem]:
         if p is not None:
             j = p[0]
             end, t = ("source", src_t) if not bool(real_s[j]) else ("destination", dst_t)
-            problems.append(Problem(k, (0 if end == "source" else 1, j), int(v[0 if end == "source" else 1, j]), (
+            r = 0 if end == "source" else 1
+            problems.append(Problem(k, (r, j), int(v[r, j]), (
                 f"key {k!r}: column {j} ({int(v[0, j])} -> {int(v[1, j])}) is a real edge "
                 f"({key_of(store, EDGE_MASK)}[{j}] = True) whose {end} is a padding node "
-                f"({key_of(t, NODE_MASK)}[{int(v[0 if end == 'source' else 1, j])}] = False). A "
+                f"({key_of(t, NODE_MASK)}[{int(v[r, j])}] = False). A "
                 f"real edge joins real nodes of one graph; its message would reach (or come "
                 f"from) a padding row and change the real result without an error. {_FIX}")))
             continue

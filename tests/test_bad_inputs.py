@@ -291,7 +291,6 @@ from torch_geometric.data import Batch  # noqa: E402
 from torch_geometric.nn import GINConv, aggr, global_add_pool  # noqa: E402
 
 import graph_adapter as ga  # noqa: E402
-import graph_adapter.wrap as W  # noqa: E402
 from graph_adapter._diagnose import value_problems  # noqa: E402
 from graph_adapter.wrap import InputValueError, ipu_wrap  # noqa: E402
 
