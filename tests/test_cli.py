@@ -55,39 +55,55 @@ def test_check_delegates_to_check_main(monkeypatch):
 
 @pytest.mark.filterwarnings("ignore")
 def test_demo_cli_end_to_end(tmp_path, capsys):
+    """The demo trains (eager backend, 300 molecules, 5 short epochs: about a second): the
+    adapter's and eager PyG's test MAE end well below the mean predictor's, their training
+    loss well below its first epoch's (measured: MAE 0.46x and 0.41x the mean predictor's,
+    last epoch's loss 0.49x the first's; an optimizer that does not step gives 1.0x)."""
     pytest.importorskip("rdkit")
     out_json = tmp_path / "demo.json"
-    rc = cli.main(["demo", "--limit", "200", "--epochs", "1", "--backend", "eager",
-                   "--hidden", "32", "--layers", "2", "--quiet", "--json", str(out_json),
-                   "--no-pyg-compile"])
+    rc = cli.main(["demo", "--limit", "300", "--epochs", "5", "--batch-graphs", "32",
+                   "--lr", "0.005", "--backend", "eager", "--hidden", "32", "--layers", "2",
+                   "--quiet", "--json", str(out_json), "--no-pyg-compile"])
     out = capsys.readouterr().out
     assert rc == 0, out
     for needle in ("padding efficiency", "graphs compiled", "graphs/s", "test MAE", "eager PyG"):
         assert needle in out
     res = json.loads(out_json.read_text())
-    assert res["num_graphs"] == 200 and res["num_train"] + res["num_test"] == 200
+    assert res["num_graphs"] == 300 and res["num_train"] + res["num_test"] == 300
     a, e = res["adapter"], res["eager"]
     assert res["pyg_compiled"] is None  # --no-pyg-compile
     assert a["distinct_shapes"] == 1  # one budget, one shape
     assert a["compiles"] is None  # the eager backend compiles nothing
     assert 0.5 < res["node_efficiency"] <= 1.0
-    assert a["train_graphs"] == e["train_graphs"] == res["num_train"]  # every graph once
+    # every graph once an epoch
+    assert a["train_graphs"] == e["train_graphs"] == 5 * res["num_train"]
     assert a["eval_graphs"] == e["eval_graphs"] == res["num_test"]
-    assert math.isfinite(a["test_mae"]) and math.isfinite(e["test_mae"])
     assert all(math.isfinite(v) for v in a["epoch_loss"] + e["epoch_loss"])
+    for run in (a, e):  # it learned: far below predicting the training mean
+        assert run["test_mae"] < 0.75 * res["_mean_mae"], (run["test_mae"], res["_mean_mae"])
+        assert run["epoch_loss"][-1] < 0.75 * run["epoch_loss"][0], run["epoch_loss"]
     assert a["train_graphs_per_second"] > 0 and e["train_graphs_per_second"] > 0
+    # inference timed side by side: the ratio and its range over the rounds are in the JSON
+    med, lo, hi = a["inference_ratio_to_eager"]
+    assert lo <= med <= hi and len(a["infer_round_seconds"]) == res["infer_rounds"]
+    assert "interleaved rounds" in out
 
 
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_every_model_trains_through_the_adapter(model):
+    """Three epochs of about 7 steps (batches of 16): the mean training loss falls by more
+    than batch-to-batch noise (measured: last epoch 0.49x-0.93x the first's, attentivefp
+    the slowest; an optimizer that does not step gives 1.00x-1.01x)."""
     pytest.importorskip("rdkit")
-    r = run_demo(limit=60, epochs=2, backend="aot_eager", model=model, hidden=16, layers=2,
+    r = run_demo(limit=160, epochs=3, batch_graphs=16, lr=5e-3, test_fraction=0.25,
+                 backend="aot_eager", model=model, hidden=16, layers=2,
                  eager_baseline=False, pyg_compile=False, progress=False)
     assert r.adapter.compiles == 2 and r.adapter.distinct_shapes == 1
+    assert r.adapter.steps >= 15  # (the packer fills 6-7 batches an epoch here)
     loss = r.adapter.epoch_loss
-    assert len(loss) == 2 and all(math.isfinite(v) for v in loss), loss
-    assert loss[1] < loss[0], f"{model}: the training loss did not fall: {loss}"
+    assert len(loss) == 3 and all(math.isfinite(v) for v in loss), loss
+    assert loss[-1] < 0.97 * loss[0], f"{model}: the training loss did not fall: {loss}"
     assert math.isfinite(r.adapter.test_mae)
 
 

@@ -13,8 +13,9 @@ import graph_adapter as ga
 from graph_adapter.app import demo
 from graph_adapter.app.demo import run_demo
 from graph_adapter.app.repeat import repeat_gap
-from graph_adapter.app.results import (REPORT_WIDTH, WARMUP_FACTOR, RunStats, steady_rate,
-                                       warmup_steps)
+from graph_adapter.app.preflight import DemoSettingError
+from graph_adapter.app.results import (REPORT_WIDTH, WARMUP_FACTOR, RunStats, median_range,
+                                       round_ratios, steady_rate, warmup_rounds, warmup_steps)
 
 pytest.importorskip("rdkit")
 
@@ -46,8 +47,9 @@ def test_eager_backend_report_says_no_compiler_and_counts_what_ran():
         assert len(run.step_seconds) == run.steps
         assert run.repeat_gap == 0.0  # eager on CPU repeats bit for bit
         assert run.infer_repeat_gap == 0.0
-        # inference steps: the test split, the training split, the test split again
-        assert sum(run.infer_step_graphs) == 2 * r.num_test + r.num_train
+        # the MAE pass over the test split, then the interleaved rounds over it again
+        assert sum(run.infer_step_graphs) == r.num_test == run.infer_round_graphs
+        assert len(run.infer_round_seconds) == r.infer_rounds == r.config.infer_rounds
     assert _row(text, "deterministic").split()[-6:] == ["yes", "/", "yes"] * 2
     assert "not deterministic" not in text
     assert max(len(line) for line in text.splitlines()) <= REPORT_WIDTH
@@ -164,7 +166,8 @@ def test_inference_that_does_not_repeat_is_reported(monkeypatch):
     text = r.report()
     assert _row(text, "deterministic").split()[-3:] == ["yes", "/", "no"]
     note = " ".join(text.split("[1]", 1)[1].split())
-    assert "eager PyG is not deterministic here (the test split's two passes" in note
+    assert (f"eager PyG is not deterministic here (the test split's passes (the MAE pass, "
+            f"then {r.infer_rounds} timed rounds) gave errors up to") in note
 
 
 # --------------------------------------------------------------------------
@@ -268,3 +271,161 @@ def test_report_names_the_layout_and_train_and_test_share_its_tables():
     assert none.layout is None and "layout: PyG's scatter" in none.report()
     # the same model, same data: the layout changes no number of the eager run
     assert none.adapter.test_mae == pytest.approx(r.adapter.test_mae, rel=1e-4)
+
+
+# --------------------------------------------------------------------------
+# inference timed in interleaved rounds
+# --------------------------------------------------------------------------
+class _FakeClock:
+    """Time moves only when a fake step (or a fake data loader) says so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class _SlowLoading(list):
+    """Batches whose loading takes 100 fake seconds each: never in a round's time."""
+
+    def __init__(self, items, clock):
+        super().__init__(items)
+        self.clock = clock
+
+    def __iter__(self):
+        for b in super().__iter__():
+            self.clock.now += 100.0
+            yield b
+
+
+def test_time_interleaved_runs_each_run_once_a_round_in_rotating_turns():
+    clock = _FakeClock()
+    calls = []
+
+    def step_of(name, seconds_a_batch):
+        def step(batch):
+            assert not torch.is_grad_enabled()
+            calls.append((name, batch))
+            clock.now += seconds_a_batch
+            return float(batch), 1
+        return step
+
+    runs = {"a": (step_of("a", 1.0), _SlowLoading([1, 2], clock)),
+            "b": (step_of("b", 2.0), _SlowLoading([3], clock)),
+            "c": (step_of("c", 3.0), _SlowLoading([4, 5, 6], clock))}
+    res = demo.time_interleaved(runs, 3, clock=clock)
+    a, b, c = [("a", 1), ("a", 2)], [("b", 3)], [("c", 4), ("c", 5), ("c", 6)]
+    assert calls == a + b + c + b + c + a + c + a + b  # round r starts with run r mod 3
+    # step time only: the loading's 100 s never counts
+    assert res == {"a": ([2.0] * 3, [[1.0, 2.0]] * 3), "b": ([2.0] * 3, [[3.0]] * 3),
+                   "c": ([9.0] * 3, [[4.0, 5.0, 6.0]] * 3)}
+
+
+def test_interleaved_ratio_is_the_median_of_the_per_round_ratios():
+    # the whole machine 3x slower in rounds 2-4, every run alike: each round's ratio holds
+    slow = [1, 1, 3, 3, 3, 1, 1]
+    assert round_ratios([0.5 * f for f in slow], 100, slow, 100) == pytest.approx([2.0] * 7)
+    assert round_ratios([1.0, 2.0], 50, [1.0, 1.0], 100) == pytest.approx([0.5, 0.25])
+    assert round_ratios([5.0, 1.0, 2.0], 10, [5.0, 2.0, 2.0], 10, skip=1) == [2.0, 1.0]
+    assert median_range([3.0, 1.0, 8.0]) == (3.0, 1.0, 8.0)
+    # per-round ratios 2, 6, 1: median 2 (mean 3; the ratio of the median rates: 4)
+    a = RunStats("a", infer_round_seconds=[1.0, 1.0, 4.0], infer_round_graphs=10)
+    e = RunStats("e", infer_round_seconds=[2.0, 6.0, 4.0], infer_round_graphs=10)
+    assert a.inference_ratio(e) == (2.0, 1.0, 6.0)
+    assert a.eval_graphs_per_second == 10.0 and e.eval_graphs_per_second == 10 / 4
+    # warm-up rounds: left out of every run alike (the most any run's rule leaves out)
+    a.infer_warmup_rounds = e.infer_warmup_rounds = 1
+    assert a.inference_ratio(e) == (3.5, 1.0, 6.0) and a.eval_graphs_per_second == 10 / 2.5
+    assert a.warmup_inference_steps == 1
+
+
+def test_warmup_rounds_is_the_most_any_run_leaves_out():
+    assert warmup_rounds({"a": [5, 1, 1, 1, 1], "b": [1, 4, 1, 1, 1]}) == 1
+    assert warmup_rounds({"a": [5, 1, 1, 1, 1], "b": [6, 6, 1, 1, 1]}) == 2
+    assert warmup_rounds({"a": [1.0, 1.0]}) == 0 and warmup_rounds({}) == 0
+
+
+@given(st.lists(st.floats(1e-3, 10.0), min_size=1, max_size=12),
+       st.lists(st.floats(0.2, 5.0), min_size=1, max_size=12), st.floats(0.1, 10.0))
+def test_a_machine_slower_in_some_rounds_moves_no_ratio(base, slowdown, speedup):
+    """What interleaving is for: a slowdown that hits every run of a round alike (load,
+    the virtual machine's speed) leaves every per-round ratio, so their median, as it is."""
+    n = min(len(base), len(slowdown))
+    base, slowdown = base[:n], slowdown[:n]
+    fast = [t / speedup for t in base]
+    steady = round_ratios(fast, 7, base, 7)
+    moved = round_ratios([t * f for t, f in zip(fast, slowdown)], 7,
+                         [t * f for t, f in zip(base, slowdown)], 7)
+    assert moved == pytest.approx(steady) and steady == pytest.approx([speedup] * n)
+    assert warmup_rounds({"a": base, "b": fast}) == warmup_steps(base) <= n // 2
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_report_gives_the_interleaved_ratio_and_its_range():
+    r = run_demo(backend="eager", **TINY)
+    a, e = r.adapter, r.eager
+    a.infer_round_seconds, e.infer_round_seconds = [1.0, 1.0, 4.0], [2.0, 6.0, 4.0]
+    a.infer_round_graphs = e.infer_round_graphs = 10
+    a.infer_warmup_rounds = e.infer_warmup_rounds = 0
+    r.infer_rounds = 3
+    text = r.report()
+    flat = " ".join(text.split())
+    assert ("graph_adapter / eager PyG, steady graphs/s: training "
+            f"{a.train_graphs_per_second / e.train_graphs_per_second:.2f}x, inference 2.00x "
+            "(median of 3 interleaved rounds, range 1.00-6.00; same model") in flat
+    assert "in 3 interleaved rounds (each round runs each run once, in turn" in flat
+    assert _row(text, "inference, graphs/s").split()[-2:] == ["10", "2"]  # 10 / 4 s
+    assert r.as_dict()["adapter"]["inference_ratio_to_eager"] == [2.0, 1.0, 6.0]
+    assert "compiled during the timed inference rounds" not in flat
+    r.infer_round_compiles = 2
+    assert "2 graphs compiled during the timed inference rounds" in " ".join(r.report().split())
+    assert max(len(line) for line in r.report().splitlines()) <= REPORT_WIDTH
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_inference_is_timed_after_every_run_has_trained(monkeypatch):
+    """One interleaved timing, after the last training run, over each run's test batches."""
+    events = []
+    real_train, real_timed = demo.train_epochs, demo.time_interleaved
+
+    def train(stats, *args, **kwargs):
+        events.append(("train", stats.name))
+        return real_train(stats, *args, **kwargs)
+
+    def timed(runs, rounds, **kwargs):
+        events.append(("rounds", tuple(runs), rounds,
+                       tuple(sum(step(b)[1] for b in batches) for step, batches in
+                             runs.values())))
+        return real_timed(runs, rounds, **kwargs)
+
+    monkeypatch.setattr(demo, "train_epochs", train)
+    monkeypatch.setattr(demo, "time_interleaved", timed)
+    r = run_demo(backend="eager", infer_rounds=4, **TINY)
+    assert events == [("train", "graph_adapter"), ("train", "eager PyG"),
+                      ("rounds", ("graph_adapter", "eager PyG"), 4, (r.num_test,) * 2)]
+    assert r.infer_round_compiles == 0 and r.infer_rounds_seconds > 0
+    for run in r.runs():
+        assert len(run.infer_round_seconds) == 4
+
+
+def test_infer_rounds_must_be_a_positive_int():
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(DemoSettingError, match="infer_rounds"):
+            run_demo(backend="eager", infer_rounds=bad, **TINY)
+
+
+def test_layout_is_fitted_by_a_collator_as_the_loader_would():
+    """Every molecule (about 5 s): a subset fits other tables (spill lists of 72 from the
+    first half against 105 from all, at 32 graphs a batch)."""
+    from graph_adapter.app.datasets import load_nci5k
+
+    graphs, _ = load_nci5k()
+    for d in graphs:
+        del d.smiles
+    budget = ga.Budget.fit(graphs, 32, seed=0)
+    for name in ("hyb", "ell"):
+        c = ga.FixedSizeLoader(graphs, budget, layout=name).collator
+        assert demo._layout_of(graphs, budget, name) == {
+            "layout": name, "layout_widths": c.layout_widths, "layout_spills": c.layout_spills}
+    assert demo._layout_of(graphs, budget, None) == {}

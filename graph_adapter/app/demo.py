@@ -12,22 +12,37 @@ What :func:`run_demo` does, in order:
    :func:`graph_adapter.backends.compile` (``"auto"``: resolved by
    :func:`graph_adapter.backends.resolve_backend`), one compiled model for
    training and evaluation, whatever the backend;
-4. trains ``epochs`` epochs, evaluates the MAE on the test split, and times
-   inference (the test split twice, the training split once);
+4. trains ``epochs`` epochs and evaluates the MAE on the test split (one
+   pass: the inference compile, for compiled backends);
 5. trains identical copies of the model (same initial weights, same loss,
    same optimizer) in plain eager PyG, with ``torch_geometric.loader.DataLoader``
    over the same training split, and (``pyg_compile``) the same under
    ``torch.compile(model, dynamic=True)`` (PyG's documented compile route), in
    the same process, for the throughput and MAE comparison;
-6. returns a :class:`~graph_adapter.app.results.DemoResult`; its ``report()``
+6. times inference of every run's (already compiled) evaluation step over
+   its test batches in ``infer_rounds`` interleaved rounds
+   (:func:`time_interleaved`): each round runs each run once, in turn, so
+   that the runs timed in one round share the machine's state of the moment
+   (a burst of other work, this virtual machine's speed) and their ratio
+   does not move with it; every round's errors are compared with the MAE
+   pass's (``infer_repeat_gap``);
+7. returns a :class:`~graph_adapter.app.results.DemoResult`; its ``report()``
    formats it.
 
 Every run goes through the same epoch loop (:func:`train_epochs`) and the same
 evaluation loop (:func:`evaluate`); they differ only in their step functions.
-Throughput is steady state: every step is timed, and the leading steps of
-each mode slower than :data:`~graph_adapter.app.results.WARMUP_FACTOR` x that
-mode's median (the compile among them) are left out
-(:func:`~graph_adapter.app.results.warmup_steps`).
+Throughput is steady state. Training: every step is timed, and the leading
+steps slower than :data:`~graph_adapter.app.results.WARMUP_FACTOR` x the
+run's median step (the compile among them) are left out
+(:func:`~graph_adapter.app.results.warmup_steps`). Training is not
+interleaved: each run trains in turn (its ratio to eager PyG reproduced
+within 8% over four quiet runs; interleaving epochs would run three models,
+three optimizers and three progress bars in lockstep). Inference: the
+interleaved rounds, after every compile; the leading rounds in which any run
+was slower than that factor x its median round are left out
+(:func:`~graph_adapter.app.results.warmup_rounds`); a run's rate is its test
+graphs over its median round, a ratio the median of the per-round ratios
+(:func:`~graph_adapter.app.results.round_ratios`).
 The models live in :mod:`graph_adapter.app.models`, the figures and the
 report in :mod:`graph_adapter.app.results`.
 """
@@ -40,7 +55,8 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Optional, Tuple
+from typing import (Any, Callable, Dict, Hashable, Iterable, Iterator, List, Optional,
+                    Sequence, Tuple)
 
 import torch
 from torch import nn
@@ -53,10 +69,11 @@ from .datasets import load_nci5k
 from .models import MODELS, AtomBondEncoder, MolRegressor, build_model
 from .preflight import DemoSettingError, check_demo_settings
 from .repeat import known_nondeterminism, repeat_gap
-from .results import DemoConfig, DemoResult, RunStats, write_plot
+from .results import DemoConfig, DemoResult, RunStats, warmup_rounds, write_plot
 
 __all__ = ["MODELS", "DemoConfig", "DemoResult", "RunStats", "AtomBondEncoder", "MolRegressor",
-           "build_model", "run_demo", "train_epochs", "evaluate", "write_plot"]
+           "build_model", "run_demo", "train_epochs", "evaluate", "time_interleaved",
+           "write_plot"]
 
 #: one training step: a batch -> (its loss as a float, the number of real graphs in it)
 Step = Callable[[Any], Tuple[float, int]]
@@ -189,10 +206,106 @@ def evaluate(stats: RunStats, step: EvalStep, batches: Iterable[Any],
     stats.test_mae = sum(errs) / max(1, n)
     if timing_batches is not None:
         _infer(stats, step, timing_batches)
-        again = _infer(stats, step, batches)
-        # (NaN twice counts as a repeat, as in repeat_gap)
-        stats.infer_repeat_gap = max((0.0 if a == b or (a != a and b != b) else abs(a - b)
-                                      for a, b in zip(errs, again)), default=0.0)
+        stats.infer_repeat_gap = _errors_gap(errs, _infer(stats, step, batches))
+
+
+def _errors_gap(a: Sequence[float], b: Sequence[float]) -> float:
+    """How far apart two passes' per-batch errors came (0.0: bit for bit; NaN twice counts
+    as a repeat, as in :func:`~graph_adapter.app.repeat.repeat_gap`)."""
+    return max((0.0 if x == y or (x != x and y != y) else abs(x - y) for x, y in zip(a, b)),
+               default=0.0)
+
+
+def time_interleaved(runs: Dict[str, Tuple[EvalStep, Sequence[Any]]], rounds: int,
+                     clock: Callable[[], float] = time.perf_counter
+                     ) -> Dict[str, Tuple[List[float], List[List[float]]]]:
+    """Each run's evaluation step over its batches, in ``rounds`` interleaved rounds.
+
+    A round runs every run once over all its batches, in turn, so that the runs
+    of one round share the machine's state of the moment (other work, the
+    CPU's speed): their ratio is steady even where the absolute rates are not.
+    Round ``i`` starts with run ``i mod len(runs)`` (the order rotates: no run
+    always follows the same one). No gradients.
+
+    Args:
+        runs: name -> ``(step, batches)``: ``step(batch)`` returns ``(sum of
+            absolute errors over the batch's real graphs, their number)``
+            (:data:`EvalStep`); ``batches`` is a sequence, the same every round
+            (collated once: no data loading in the times).
+        rounds: how many rounds.
+        clock: the timer (a fake one in tests).
+
+    Returns:
+        name -> ``(seconds, errors)``: ``seconds[r]`` is round ``r``'s time of
+        that run, the sum of its steps' times (step time only, as in
+        training); ``errors[r]`` its per-batch error sums in round ``r`` (to
+        check that inference repeats).
+    """
+    names = list(runs)
+    out: Dict[str, Tuple[List[float], List[List[float]]]] = {k: ([], []) for k in names}
+    with torch.no_grad():
+        for r in range(rounds):
+            for i in range(len(names)):
+                name = names[(r + i) % len(names)]
+                step, batches = runs[name]
+                seconds, errs = 0.0, []
+                for batch in batches:
+                    t0 = clock()
+                    err, _ = step(batch)
+                    seconds += clock() - t0
+                    errs.append(err)
+                out[name][0].append(seconds)
+                out[name][1].append(errs)
+    return out
+
+
+@dataclasses.dataclass
+class _Timed:
+    """One run's inference, ready for the interleaved rounds: its evaluation step (the
+    model in eval mode, compiled where the run compiles), its test batches (collated
+    once) and the MAE pass's per-batch errors (the reference of the repeat check)."""
+
+    stats: RunStats
+    step: EvalStep
+    batches: List[Any]
+    errors: List[float]
+
+
+def _measure_mae(stats: RunStats, step: EvalStep, batches: List[Any]) -> _Timed:
+    """The test MAE (:func:`evaluate`: one pass, the inference compile in its first step)
+    and what the interleaved rounds need afterwards."""
+    errors: List[float] = []
+
+    def recording(batch) -> Tuple[float, int]:
+        err, n = step(batch)
+        errors.append(err)
+        return err, n
+
+    evaluate(stats, recording, batches)
+    return _Timed(stats, step, batches, errors)
+
+
+def _time_inference(timed: List[_Timed], rounds: int, progress: bool) -> Tuple[float, int]:
+    """Every run's inference in ``rounds`` interleaved rounds (:func:`time_interleaved`);
+    fills each run's ``infer_round_*`` and ``infer_repeat_gap`` (over every round and the
+    MAE pass). Returns ``(seconds taken, graphs Dynamo compiled meanwhile)`` (0 expected:
+    every step compiled in the MAE pass)."""
+    if not timed or rounds < 1:
+        return 0.0, 0
+    _log(f"timing inference: {rounds} interleaved rounds over the test split ...", progress)
+    graphs_before = _graphs_compiled()
+    t0 = time.perf_counter()
+    with _quiet_dynamo():
+        res = time_interleaved({t.stats.name: (t.step, t.batches) for t in timed}, rounds)
+    seconds = time.perf_counter() - t0
+    skip = warmup_rounds({name: secs for name, (secs, _) in res.items()})
+    for t in timed:
+        secs, errs = res[t.stats.name]
+        t.stats.infer_round_seconds = secs
+        t.stats.infer_round_graphs = t.stats.eval_graphs
+        t.stats.infer_warmup_rounds = skip
+        t.stats.infer_repeat_gap = max(_errors_gap(t.errors, e) for e in errs)
+    return seconds, _graphs_compiled() - graphs_before
 
 
 def _scheduler(opt, epochs: int):
@@ -248,7 +361,10 @@ def _layout_of(graphs, budget, name: Optional[str]) -> Dict[str, Any]:
     that the train and test loaders give one compiled model batches of one shape."""
     if not name:
         return {}
-    c = ga.FixedSizeLoader(graphs, budget, layout=name).collator
+    from graph_adapter.collate import Collator
+
+    # (the collator is what fits the tables; a FixedSizeLoader would build one the same way)
+    c = Collator(graphs, budget, layout=name)
     return {"layout": name, "layout_widths": c.layout_widths, "layout_spills": c.layout_spills}
 
 
@@ -256,8 +372,9 @@ def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backe
                    result_fill: List[float], layout: Dict[str, Any]):
     """Train and evaluate ``model`` through FixedSizeLoader + ipu_wrap + compile.
 
-    Returns ``(stats, loader_stats, compiled)``; appends each epoch-1 batch's
-    node fill (real nodes / node budget) to ``result_fill``.
+    Returns ``(stats, loader_stats, compiled, timed)`` (``timed``: its inference, for
+    the interleaved rounds); appends each epoch-1 batch's node fill (real nodes /
+    node budget) to ``result_fill``.
     """
     t_run = time.perf_counter()
     stats = RunStats(name="graph_adapter")
@@ -314,14 +431,13 @@ def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backe
     if _mode_backend(compiled, training=False) != "eager":
         _log(f"graph_adapter [{backend}]: compiling for inference (the first test batch) ...",
              cfg.progress)
-    loader.set_epoch(0)
-    evaluate(stats, eval_step, test_loader, timing_batches=loader)
+    timed = _measure_mae(stats, eval_step, list(test_loader))
     if backend != "eager":  # (eager's count is of programs run, not compiles)
         stats.compiles_training = compiles_after_training
         stats.compiles = int(compiled.compile_count)
     stats.test_mae_eager_eval = _eval_eager(model, test, cfg.batch_graphs)
     stats.run_seconds = time.perf_counter() - t_run
-    return stats, loader_stats, compiled
+    return stats, loader_stats, compiled, timed
 
 
 def _mode_backend(compiled: Any, training: bool) -> str:
@@ -335,10 +451,11 @@ def _mode_backend(compiled: Any, training: bool) -> str:
         compiled.train(was)
 
 
-def _train_pyg(model: nn.Module, train, test, cfg: DemoConfig, compiled: bool) -> RunStats:
+def _train_pyg(model: nn.Module, train, test, cfg: DemoConfig, compiled: bool) -> _Timed:
     """Train and evaluate ``model`` in plain PyG (``DataLoader``, unpadded batches): eager,
     or (``compiled``) under ``torch.compile(model, dynamic=True)``, PyG's documented
-    route for variable-size batches, graph breaks and all."""
+    route for variable-size batches, graph breaks and all. Returns its figures and its
+    inference, for the interleaved rounds."""
     import torch.nn.functional as F
     from torch_geometric.loader import DataLoader
 
@@ -375,12 +492,12 @@ def _train_pyg(model: nn.Module, train, test, cfg: DemoConfig, compiled: bool) -
         if compiled:
             _log(f"{stats.name}: compiling for inference (the first test batch) ...",
                  cfg.progress)
-        evaluate(stats, _eager_abs_error(fn), test_loader, timing_batches=loader)
+        timed = _measure_mae(stats, _eager_abs_error(fn), list(test_loader))
     if compiled:
         stats.compiles_training = graphs_after_training - graphs_before
         stats.compiles = _graphs_compiled() - graphs_before
     stats.run_seconds = time.perf_counter() - t_run
-    return stats
+    return timed
 
 
 # --------------------------------------------------------------------------
@@ -404,6 +521,11 @@ def run_demo(cfg: Optional[DemoConfig] = None, **overrides: Any) -> DemoResult:
     setting; prints a warning line on stderr for a setting far from useful values.
     """
     cfg = dataclasses.replace(cfg or DemoConfig(), **overrides)
+    if isinstance(cfg.infer_rounds, bool) or not isinstance(cfg.infer_rounds, int) \
+            or cfg.infer_rounds < 1:
+        raise DemoSettingError(f"infer_rounds must be an int >= 1 (interleaved inference "
+                               f"rounds), got {cfg.infer_rounds!r} (default "
+                               f"{DemoConfig.infer_rounds})")
     for warning in check_demo_settings(cfg):  # raises before any slow work
         _log(f"graph-adapter demo: warning: {warning}")
     if cfg.threads:
@@ -453,14 +575,23 @@ def _run(cfg: DemoConfig) -> DemoResult:
 
     fill: List[float] = []
     layout = _layout_of(graphs, budget, cfg.layout)
-    adapter, st, compiled = _train_adapter(model, train, test, budget, cfg, backend, fill,
-                                           layout)
+    adapter, st, compiled, adapter_timed = _train_adapter(model, train, test, budget, cfg,
+                                                          backend, fill, layout)
     training_backend = _mode_backend(compiled, training=True)
-    eager = pyg_compiled = None
+    timed = [adapter_timed]
     if cfg.eager_baseline:
-        eager = _train_pyg(copy.deepcopy(pyg_model), train, test, cfg, compiled=False)
+        timed.append(_train_pyg(copy.deepcopy(pyg_model), train, test, cfg, compiled=False))
     if cfg.pyg_compile:
-        pyg_compiled = _train_pyg(copy.deepcopy(pyg_model), train, test, cfg, compiled=True)
+        timed.append(_train_pyg(copy.deepcopy(pyg_model), train, test, cfg, compiled=True))
+    by_name = {t.stats.name: t.stats for t in timed}
+    eager, pyg_compiled = by_name.get("eager PyG"), by_name.get("PyG compiled")
+    # after every training run and every compile: the runs' inference side by side
+    adapter_compiles = compiled.compile_count
+    infer_seconds, round_graphs = _time_inference(timed, cfg.infer_rounds, cfg.progress)
+    # (0 expected: every step compiled in its MAE pass; the adapter's own count covers the
+    # backends that compile outside Dynamo, eager's counts programs run, not compiles)
+    round_compiles = max(round_graphs, 0 if backend == "eager" else
+                         int(compiled.compile_count) - int(adapter_compiles))
     threads = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled()
     nondeterminism = {}
@@ -482,7 +613,9 @@ def _run(cfg: DemoConfig) -> DemoResult:
         inference_backend=_mode_backend(compiled, training=False),
         nondeterminism=nondeterminism,
         layout={"name": layout["layout"], "widths": list(layout["layout_widths"]),
-                "spills": list(layout["layout_spills"] or [])} if layout else None)
+                "spills": list(layout["layout_spills"] or [])} if layout else None,
+        infer_rounds=cfg.infer_rounds, infer_rounds_seconds=infer_seconds,
+        infer_round_compiles=round_compiles)
     result._mean_mae = float((y_test - y_mean).abs().mean())
     result.total_seconds = time.perf_counter() - t_all
     result.load_average = [load_start, os.getloadavg()[0]]

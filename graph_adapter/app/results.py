@@ -10,7 +10,7 @@ import dataclasses
 import math
 import statistics
 import textwrap
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -19,7 +19,8 @@ from .models import MODELS
 from .repeat import PROBE_STEPS
 
 __all__ = ["DemoConfig", "RunStats", "DemoResult", "write_plot", "check_plot_extra",
-           "UNCOMPILED_BACKENDS", "WARMUP_FACTOR", "warmup_steps", "steady_rate"]
+           "UNCOMPILED_BACKENDS", "WARMUP_FACTOR", "warmup_steps", "steady_rate",
+           "warmup_rounds", "round_ratios", "median_range"]
 
 #: The report's line width (fits a terminal and the docs' code blocks).
 REPORT_WIDTH = 88
@@ -55,6 +56,31 @@ def steady_rate(seconds: Sequence[float], graphs: Sequence[int]) -> float:
     return sum(graphs[k:]) / t if t > 0 else float("nan")
 
 
+def warmup_rounds(seconds: Mapping[str, Sequence[float]], factor: float = WARMUP_FACTOR) -> int:
+    """How many leading interleaved rounds are warm-up: the most :func:`warmup_steps`
+    leaves out of any one run's round times (``seconds``: run name -> each round's time).
+
+    One count for every run: a round is kept or left out for all its runs at once, so
+    that the per-round ratios (:func:`round_ratios`) pair runs timed side by side."""
+    return max((warmup_steps(v, factor) for v in seconds.values()), default=0)
+
+
+def round_ratios(seconds: Sequence[float], graphs: int, base_seconds: Sequence[float],
+                 base_graphs: int, skip: int = 0) -> List[float]:
+    """Each interleaved round's rate ratio of a run to a base run: ``(graphs /
+    seconds[r]) / (base_graphs / base_seconds[r])`` for the rounds ``r >= skip``
+    (``graphs``: real graphs in one pass of each; NaN for a round without time)."""
+    return [(graphs * b) / (base_graphs * t) if t > 0 and b > 0 and base_graphs > 0
+            else float("nan") for t, b in zip(seconds[skip:], base_seconds[skip:])]
+
+
+def median_range(values: Sequence[float]) -> Tuple[float, float, float]:
+    """``(median, min, max)`` of ``values`` (NaN three times when empty)."""
+    if not values:
+        return (float("nan"),) * 3
+    return statistics.median(values), min(values), max(values)
+
+
 @dataclasses.dataclass
 class DemoConfig:
     """Settings of :func:`run_demo` (the CLI flags of ``graph-adapter demo``)."""
@@ -87,6 +113,9 @@ class DemoConfig:
     # torch.use_deterministic_algorithms(True) for the run: compiled kernels fall back to
     # ATen's deterministic ones instead of multi-threaded atomic adds
     deterministic: bool = False
+    # inference is timed after every run has trained and compiled, in this many
+    # interleaved rounds over the test split (each round runs each run once, in turn)
+    infer_rounds: int = 30
 
 
 @dataclasses.dataclass
@@ -107,11 +136,17 @@ class RunStats:
     eval_first_step_seconds: float = 0.0  # includes the compile for compiled backends
     eval_graphs: int = 0
     eval_batches: int = 0
-    # every inference step: the test split, then the training split and the test split
-    # again (the steady figure needs more steps than a test split has; the second test
-    # pass checks that inference repeats)
+    # every step of the MAE pass over the test split (the first: the inference compile,
+    # for compiled backends)
     infer_step_seconds: List[float] = dataclasses.field(default_factory=list)
     infer_step_graphs: List[int] = dataclasses.field(default_factory=list)
+    # the interleaved inference rounds (run_demo: after every run's training and MAE
+    # pass, each round runs each run once over its test batches, in turn): this run's
+    # time in each round, step time only; the real graphs of one pass; the leading
+    # rounds left out as warm-up (one count for every run: warmup_rounds)
+    infer_round_seconds: List[float] = dataclasses.field(default_factory=list)
+    infer_round_graphs: int = 0
+    infer_warmup_rounds: int = 0
     batches_per_epoch: int = 0  # counted over the epochs trained (mean, rounded)
     mean_graphs_per_batch: float = 0.0  # real graphs per training step, counted
     distinct_shapes: int = 0  # distinct (nodes, edges, graphs) batch shapes, epoch 1
@@ -121,7 +156,8 @@ class RunStats:
     # the same few steps run twice from one state, after training: how far apart their
     # losses came (0.0: bit for bit; None: not checked); see graph_adapter.app.repeat
     repeat_gap: Optional[float] = None
-    # the test split evaluated twice: how far apart the per-batch absolute-error sums came
+    # the test split evaluated again and again (the MAE pass, then every interleaved
+    # round): how far apart the per-batch absolute-error sums came (0.0: bit for bit)
     infer_repeat_gap: Optional[float] = None
     test_mae: float = float("nan")
     # adapter run: its trained weights evaluated by plain eager PyG (unpadded batches)
@@ -135,7 +171,10 @@ class RunStats:
 
     @property
     def warmup_inference_steps(self) -> int:
-        """Leading inference steps left out of the steady figure (:func:`warmup_steps`)."""
+        """Leading inference rounds left out of the steady figure (``infer_warmup_rounds``);
+        without rounds, leading steps of the MAE pass (:func:`warmup_steps`)."""
+        if self.infer_round_seconds:
+            return self.infer_warmup_rounds
         return warmup_steps(self.infer_step_seconds)
 
     @property
@@ -146,8 +185,24 @@ class RunStats:
 
     @property
     def eval_graphs_per_second(self) -> float:
-        """Steady-state inference throughput: the inference steps after the warm-up."""
+        """Steady-state inference throughput: one pass's graphs over the median of the
+        interleaved rounds after the warm-up; without rounds, the MAE pass's steps
+        after the warm-up (:func:`steady_rate`)."""
+        if self.infer_round_seconds:
+            t = statistics.median(self.infer_round_seconds[self.infer_warmup_rounds:])
+            return self.infer_round_graphs / t if t > 0 else float("nan")
         return steady_rate(self.infer_step_seconds, self.infer_step_graphs)
+
+    def inference_ratio(self, base: "RunStats") -> Tuple[float, float, float]:
+        """``(median, min, max)`` over the interleaved rounds of this run's inference rate
+        over ``base``'s, rounds after the warm-up; without rounds in both, the ratio of
+        the steady rates three times."""
+        if self.infer_round_seconds and base.infer_round_seconds:
+            return median_range(round_ratios(
+                self.infer_round_seconds, self.infer_round_graphs, base.infer_round_seconds,
+                base.infer_round_graphs, max(self.infer_warmup_rounds, base.infer_warmup_rounds)))
+        ratio = self.eval_graphs_per_second / base.eval_graphs_per_second
+        return ratio, ratio, ratio
 
 
 @dataclasses.dataclass
@@ -186,6 +241,13 @@ class DemoResult:
     nondeterminism: Dict[str, str] = dataclasses.field(default_factory=dict)
     #: the adapter's layout: {"name", "widths", "spills"}, or None (PyG's scatter)
     layout: Optional[Dict[str, Any]] = None
+    #: interleaved inference rounds run (after every training run; 0: none) and their
+    #: wall time
+    infer_rounds: int = 0
+    infer_rounds_seconds: float = 0.0
+    #: graphs compiled during the timed rounds (0 expected: every run compiled its
+    #: evaluation step in its MAE pass; otherwise the rounds' times include compiles)
+    infer_round_compiles: int = 0
 
     def runs(self) -> List[RunStats]:
         """The runs of this demo, in the report's column order."""
@@ -200,6 +262,10 @@ class DemoResult:
                 d[key]["eval_graphs_per_second"] = run.eval_graphs_per_second
                 d[key]["warmup_training_steps"] = run.warmup_training_steps
                 d[key]["warmup_inference_steps"] = run.warmup_inference_steps
+                # (median, min, max) of the per-round ratios to eager PyG's inference
+                d[key]["inference_ratio_to_eager"] = (
+                    list(run.inference_ratio(self.eager)) if self.eager is not None
+                    and self.eager.eval_graphs_per_second > 0 else None)
         d["_mean_mae"] = self._mean_mae
         return d
 
@@ -270,7 +336,7 @@ class DemoResult:
         each("graphs compiled (train / infer)", self._compiles)
         each("first step, s (train / infer)",
              lambda r: f"{r.first_step_seconds:.1f} / {r.eval_first_step_seconds:.1f}")
-        each("warm-up steps (train / infer) [2]",
+        each("warm-up (train steps / infer rounds)",
              lambda r: f"{r.warmup_training_steps} / {r.warmup_inference_steps}")
         each("training, graphs/s, steady [2]", lambda r: f"{r.train_graphs_per_second:,.0f}")
         each("inference, graphs/s, steady [2]", lambda r: f"{r.eval_graphs_per_second:,.0f}")
@@ -301,19 +367,18 @@ class DemoResult:
     def _footer(self) -> List[str]:
         c = self.config
         lines = ["[1] each distinct shape is a recompile for torch.compile(dynamic=False)",
-                 f"[2] steady state: graphs/s over the steps after the warm-up, step time only "
-                 f"(data loading is in the wall time); warm-up (steps left out) = the leading "
-                 f"steps of each mode "
-                 f"slower than {WARMUP_FACTOR:g}x that mode's median step (the compile among "
-                 f"them). Inference is timed over the test split twice and the training split "
-                 f"once"]
+                 f"[2] steady state, step time only (data loading is in the wall time). "
+                 f"Training: graphs/s over the steps after the warm-up = the leading steps "
+                 f"slower than {WARMUP_FACTOR:g}x the run's median step (the compile among "
+                 f"them); the runs train one after the other. " + self._inference_note()]
         if self.pyg_compiled is not None:
             lines.append("[3] PyG's documented compile route: eager PyG's model under "
                          "torch.compile(dynamic=True), on the same DataLoader batches (graph "
                          "breaks included: a graph compiled is one piece between two breaks)")
         lines.append(f"[4] training: the first {PROBE_STEPS} training steps run twice from one "
                      f"state after training (then put back) gave the same losses bit for bit; "
-                     f"inference: the test split's two passes gave the same errors bit for bit")
+                     f"inference: the test split's {self._passes()} gave the same errors bit "
+                     f"for bit")
         if self.training_backend and self.training_backend != self.backend:
             lines.append(f"graph_adapter's training ran on {self.training_backend!r}, its "
                          f"inference on {self.inference_backend!r} ({self.backend}); "
@@ -323,8 +388,8 @@ class DemoResult:
                 [self.nondeterminism[r.name]] if r.name in self.nondeterminism else
                 [f"the same training steps from one state gave losses {r.repeat_gap:.1e} apart"])
             if r.infer_repeat_gap:
-                causes.append(f"the test split's two passes gave errors {r.infer_repeat_gap:.1e} "
-                              f"apart")
+                causes.append(f"the test split's {self._passes()} gave errors up to "
+                              f"{r.infer_repeat_gap:.1e} apart")
             if causes:
                 fix = ("--deterministic makes it repeat" if not c.deterministic else
                        "--threads 1 makes it repeat")
@@ -334,14 +399,20 @@ class DemoResult:
         if e is not None and e.train_graphs_per_second > 0 and e.eval_graphs_per_second > 0:
             for r in self.runs():
                 if r is not e:
+                    med, lo, hi = r.inference_ratio(e)
+                    rounds = (f"median of {self._kept_rounds()} interleaved rounds, range "
+                              f"{lo:.2f}-{hi:.2f}; " if r.infer_round_seconds else "")
                     lines.append(
                         f"{r.name} / eager PyG, steady graphs/s: training "
                         f"{r.train_graphs_per_second / e.train_graphs_per_second:.2f}x, inference "
-                        f"{r.eval_graphs_per_second / e.eval_graphs_per_second:.2f}x (same model, "
-                        f"loss, optimizer and data, measured in this run)")
+                        f"{med:.2f}x ({rounds}same model, loss, optimizer and data, measured in "
+                        f"this run)")
                     payback = self._payback(r, e)
                     if payback:
                         lines.append(payback)
+        if self.infer_round_compiles:
+            lines.append(f"{_count(self.infer_round_compiles, 'graph')} compiled during the "
+                         f"timed inference rounds: the inference figures include compiles")
         if self._busy():
             lines.append(f"other work kept the CPUs busy during this run (load average "
                          f"{self._load()}, {self.cpu_count} CPUs): times and throughput are "
@@ -350,12 +421,41 @@ class DemoResult:
         lines.append(f"test MAE baseline (predict the training mean): {self._mean_mae:.2f}")
         parts = [f"loading molecules {self.load_seconds:.0f} s"] + [
             f"{r.name} {r.run_seconds:.0f} s" for r in self.runs()]
+        if self.infer_rounds:
+            parts.append(f"inference rounds {self.infer_rounds_seconds:.0f} s")
         lines.append(f"total {self.total_seconds:.0f} s ({', '.join(parts)})")
         if c.plot:
             lines.append(f"plot written to {c.plot}")
         return lines
 
     _mean_mae: float = float("nan")
+
+    def _rounds_run(self) -> int:
+        """The interleaved rounds the runs have (the field, or counted: a result built
+        by hand)."""
+        return self.infer_rounds or max((len(r.infer_round_seconds) for r in self.runs()),
+                                        default=0)
+
+    def _kept_rounds(self) -> int:
+        return self._rounds_run() - self.adapter.infer_warmup_rounds
+
+    def _passes(self) -> str:
+        n = self._rounds_run()
+        return f"passes (the MAE pass, then {n} timed rounds)" if n else "passes"
+
+    def _inference_note(self) -> str:
+        n = self._rounds_run()
+        if not n:
+            return (f"Inference: the MAE pass's steps after the leading ones slower than "
+                    f"{WARMUP_FACTOR:g}x its median step")
+        return (f"Inference: after every run has trained and compiled its evaluation step "
+                f"(in its MAE pass), the runs are timed over the test split in {n} "
+                f"interleaved rounds (each round runs each run once, in turn, so that the "
+                f"runs of one round share the machine's state); graphs/s = the test split "
+                f"over the run's median round, a ratio = the median of the per-round ratios; "
+                f"warm-up = the leading rounds in which any run was slower than "
+                f"{WARMUP_FACTOR:g}x its median round ({self.adapter.infer_warmup_rounds} "
+                f"left out)")
 
     def _training_repeats(self, r: RunStats) -> Optional[bool]:
         """Known causes first (a short probe can miss them), then the probe's measurement."""
