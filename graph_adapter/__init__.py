@@ -40,8 +40,8 @@ from .packing import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
 from .collate import Collator, collate_padded, unpad_batch
 from .loader import FixedSizeLoader, LoaderStats
 from . import losses
-from .wrap import (AmbiguousLevelError, IPUWrapped, MissingInputError, UnboundInputError, ipu_wrap,
-                   unpad)
+from .wrap import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
+                   UnboundInputError, ipu_wrap, unpad)
 from .static import StaticSizeError
 from .losses import masked_loss
 from .backends import Compiled, ShapeChangedError, compile
@@ -82,6 +82,7 @@ __all__ = [
     "unpad",
     "IPUWrapped",
     "MissingInputError",
+    "InputValueError",
     "StaticSizeError",
     "losses",
     "masked_loss",

@@ -60,6 +60,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _inductor_cpu, ipu, static
+from ._diagnose import DIAGNOSED, named_error
 from .spec import SpecError
 from .format import (
     GRAPH_MASK,
@@ -240,6 +241,21 @@ def _describe_change(old: Signature, new: Signature) -> str:
                     if k.rsplit("/", 1)[-1] in LAYOUT_KEYS else "")
             return f"key {k!r} has shape {n[k][1]}, the compiled program takes {o[k][1]}{hint}"
     return "signatures differ"
+
+
+def _named_value_error(flat: Mapping[str, Tensor], exc: BaseException) -> Optional[Exception]:
+    """The first micro-batch's :class:`~graph_adapter.InputValueError` explaining ``exc``
+    (:func:`graph_adapter._diagnose.named_error`), or ``None``."""
+    try:
+        parts = (split_micro_batches(flat) if GRAPH_MASK in flat and has_micro_batch_dim(flat)
+                 else [dict(flat)])
+    except Exception:  # noqa: BLE001 - the original error stands
+        return None
+    for part in parts:
+        err = named_error(part, exc)
+        if err is not None:
+            return err
+    return None
 
 
 def _per_micro_batch(run: Callable[[Dict[str, Tensor]], Dict[str, Tensor]],
@@ -519,7 +535,15 @@ class Compiled:
         begin = getattr(self._engine, "begin_call", None)  # engines that need a step mark
         if begin is not None:
             begin()
-        return _per_micro_batch(lambda mb: self._engine.run(mb, key), flat)
+        try:
+            return _per_micro_batch(lambda mb: self._engine.run(mb, key), flat)
+        except DIAGNOSED as exc:
+            # Only after a failure (nothing on the happy path): a compiled kernel's
+            # "index out of bounds" names no key; a bad value in the batch is named.
+            err = _named_value_error(flat, exc)
+            if err is None:
+                raise
+            raise err from exc
 
     def _admit(self, sig: Signature) -> None:
         if sig in self.signatures:

@@ -45,7 +45,8 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._poptorch_ops import NO_HANDLER
-from .format import LOSS_KEY, loss_of
+from ._diagnose import value_problems
+from .format import GRAPH_MASK, LOSS_KEY, has_micro_batch_dim, loss_of, split_micro_batches
 from .ipu.inputs import host_micro_batch, map_tensors, named_tensors
 from .ipu.options import IPUOptions
 from .ipu.state import reassigned_state, state_addresses
@@ -65,6 +66,9 @@ KINDS: Dict[str, str] = {
     "batch-split": "an input's dim 0 does not split into the F micro-batches",
     "reassigned-state": "a buffer or parameter is reassigned (or removed) in forward (poptorch: "
     "'Buffer ... is reassigned within the model')",
+    "bad-value": "an input value breaks a rule of the padded format (docs/dev/FORMAT.md): an "
+    "index out of range, an unsorted batch, an edge touching a padding node; some fail, "
+    "some give wrong results silently",
     "error": "forward (or backward) raised",
 }
 
@@ -549,11 +553,35 @@ def _input_findings(flat: Any, model: nn.Module, options: Optional[IPUOptions]) 
                 findings.append(Finding("narrowed-dtype", name, "<input>",
                                         f"int64 values in [{lo}, {hi}] do not fit int32, which "
                                         f"poptorch narrows them to"))
+    findings += _value_findings(flat)
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):
         if t.dtype == torch.float64:
             findings.append(Finding("narrowed-dtype", name, "<parameters>",
                                     "float64 parameter/buffer: the IPU computes in float32",
                                     "warning"))
+    return findings
+
+
+def _value_findings(flat: Any) -> List[Finding]:
+    """The padded format's value rules (:func:`graph_adapter._diagnose.value_problems`),
+    per micro-batch; nothing for an input that is not a flat dict of tensors."""
+    if not isinstance(flat, Mapping) or GRAPH_MASK not in flat \
+            or not all(isinstance(v, Tensor) for v in flat.values()):
+        return []
+    try:
+        parts = split_micro_batches(flat) if has_micro_batch_dim(flat) else [flat]
+    except Exception:  # noqa: BLE001 - inconsistent leading dims: batch-split reports them
+        return []
+    findings = []
+    for i, part in enumerate(parts):
+        where = "<input>" if len(parts) == 1 else f"<input, micro-batch {i}>"
+        try:
+            problems = value_problems(part)
+        except Exception as exc:  # noqa: BLE001 - a dict too odd to check: say so
+            findings.append(Finding("bad-value", "value check", where,
+                                    f"the values could not be checked: {exc}", "warning"))
+            continue
+        findings += [Finding("bad-value", p.key, where, p.message) for p in problems]
     return findings
 
 

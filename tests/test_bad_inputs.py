@@ -661,3 +661,48 @@ def test_inside_poptorch_values_are_not_read():
         with pytest.raises(EmulatorError) as ei:  # PyG's own value read, as before
             pt.inferenceModel(ipu_wrap(TNet()))(_ei_beyond(flat)[0])
         assert not isinstance(ei.value, InputValueError)
+
+
+# ---- the compiled path and check(): the same rules, named -------------------------
+@pytest.mark.parametrize("case", [_ei_beyond, _batch_beyond], ids=lambda c: c.__name__.strip("_"))
+def test_a_compiled_model_names_the_bad_value_too(case):
+    """A compiled kernel's own error ("index out of bounds") names no key: Compiled
+    diagnoses the batch after the failure (aot_eager: no code generation here)."""
+    torch.manual_seed(0)
+    flat = _flat()
+    compiled = ga.compile(ipu_wrap(DNet()), "aot_eager")
+    compiled(flat)
+    bad, key, pos, value = case(flat)
+    with pytest.raises(InputValueError) as ei:
+        compiled(bad)
+    assert (ei.value.key, ei.value.position, ei.value.value) == (key, pos, value)
+    assert isinstance(ei.value.__cause__, (IndexError, RuntimeError, ValueError))
+    # micro-batches: the bad one is found in the stack
+    stacked = ga.format.stack_micro_batches([flat, bad])
+    with pytest.raises(InputValueError, match=f"key {key!r}"):
+        compiled(stacked)
+
+
+def test_a_compiled_models_own_error_on_good_values_is_re_raised_unchanged():
+    class Fails(torch.nn.Module):
+        def forward(self, x, edge_index, batch):
+            raise RuntimeError("the model's own failure")
+
+    compiled = ga.compile(ipu_wrap(Fails()), "eager")
+    with pytest.raises(RuntimeError, match="the model's own failure") as ei:
+        compiled(_flat())
+    assert not isinstance(ei.value, InputValueError)
+
+
+def test_check_reports_bad_values_as_findings():
+    torch.manual_seed(0)
+    w = ipu_wrap(TNet())
+    flat = _flat()
+    assert not ga.check(w, flat).by_kind("bad-value")
+    bad = _unsorted(flat)[0]
+    found = ga.check(w, bad).by_kind("bad-value")
+    assert found and found[0].op == "batch" and found[0].severity == "error"
+    assert "sorted" in found[0].message
+    report = ga.check(w, ga.format.stack_micro_batches([flat, _ei_beyond(flat)[0]]))
+    (f,) = report.by_kind("bad-value")
+    assert f.op == "edge_index" and "micro-batch 1" in f.location
