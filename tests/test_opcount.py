@@ -96,3 +96,12 @@ def test_table_names_every_origin(counts):
     for origin in counts["train"]["wrapped"].by_origin():
         assert origin in table
     assert "total" in table and "Python calls" in table
+
+
+def test_instruction_table_splits_padding_and_wrapper():
+    counts = dict(zip(oc.WORK_VARIANTS, [100, 110, 121, 50, 55, 55]))
+    table = oc.format_instructions(counts)
+    lines = {line.split("  ")[1].strip(): line for line in table.splitlines()[1:]}
+    assert lines["padding (padded / PyG)"].split()[-2:] == ["1.100x", "1.100x"]
+    assert lines["wrapper (ipu_wrap / padded)"].split()[-2:] == ["1.100x", "1.000x"]
+    assert lines["ipu_wrap / PyG"].split()[-2:] == ["1.210x", "1.100x"]

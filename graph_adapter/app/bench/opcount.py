@@ -36,8 +36,17 @@ mode is active; the counter declares itself an observer
 (``observes_only = True``), which that check lets through, so the counted
 path is the one a user runs.
 
-Usage: ``python -m graph_adapter.app.bench.opcount [--limit 64] [--batch 64]
-[--hidden 64] [--layers 4] [--loss l1] [--model gine]``: prints the table.
+A third count, optional (``--instructions``, needs valgrind): the
+instructions one epoch executes under callgrind (single-threaded), for eager
+PyG, the same model called on the padded tensors (``pyg_padded``: the
+padding's work without the wrapper's) and ``ipu_wrap``; load-independent, so
+it splits the wrapped eager overhead into padding and wrapper on a busy
+machine (:func:`instructions`).
+
+Usage: ``python -m graph_adapter.app.bench.opcount [--batch 64] [--hidden 64]
+[--layers 4] [--loss l1] [--model gine] [--ops] [--instructions [--limit 256]]``:
+prints the tables (the first ``--batch`` molecules of NCI-5k as the one
+batch of the op count; ``--instructions`` always runs the demo's GINE).
 ``main(argv)`` returns the counts.
 """
 from __future__ import annotations
@@ -57,7 +66,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import graph_adapter as ga
 
-__all__ = ["OpCount", "count_step", "compare", "format_table", "main"]
+__all__ = ["OpCount", "count_step", "compare", "format_table", "WORK_VARIANTS", "instructions",
+           "format_instructions", "main"]
 
 _PKG = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _APP = os.path.join(_PKG, "app") + os.sep
@@ -336,6 +346,135 @@ def _op_diff(counts: Mapping[str, OpCount]) -> List[str]:
     return [f"  {o:24s} {op:28s} {d:+d}" for d, (o, op) in diff if d]
 
 
+# --------------------------------------------------------------------------
+# Instructions per epoch (callgrind): the work, whatever the load
+# --------------------------------------------------------------------------
+#: the variants of :func:`instructions`, in the order they run
+WORK_VARIANTS = ("train/pyg", "train/pyg_padded", "train/ipu_wrap",
+                 "infer/pyg", "infer/pyg_padded", "infer/ipu_wrap")
+
+
+def _work_fns(limit: int, batch: int, hidden: int, layers: int) -> Dict[str, Callable[[], None]]:
+    """One epoch of each variant over the first ``limit`` molecules (pre-collated batches).
+
+    ``pyg_padded`` is the model called directly (no wrapper, plain BatchNorm,
+    ``F.l1_loss``) on the padded tensors of the ``FixedSizeLoader`` batches (NaN
+    padding targets replaced by 0): the same rows as ``ipu_wrap``, none of its
+    work, so ``pyg_padded - pyg`` is the padding's cost and ``ipu_wrap -
+    pyg_padded`` the wrapper's (masks, norm, loss, rebuild, Python).
+    """
+    from torch_geometric.data import Batch
+
+    from ..datasets import load_nci5k
+    from ..models import build_model
+    from .throughput import inferer, trainer
+
+    data, _ = load_nci5k(limit=limit)
+    for d in data:
+        del d.smiles
+        d.y = d.y.view(-1)
+    flats = list(ga.FixedSizeLoader(data, ga.Budget.fit(data, batch)))
+    pyg = [Batch.from_data_list(data[i:i + batch]) for i in range(0, len(data), batch)]
+    padded = [(f, torch.nan_to_num(f["y"])) for f in flats]
+    torch.manual_seed(0)
+    base = build_model("gine", hidden, layers)
+    m = {k: copy.deepcopy(base) for k in ("pyg", "pad", "infer_pyg", "infer_pad")}
+    w = ga.ipu_wrap(copy.deepcopy(base), loss_fn=ga.masked_loss("l1")).train()
+    we = ga.ipu_wrap(copy.deepcopy(base)).eval()
+    for k in ("infer_pyg", "infer_pad"):
+        m[k].eval()
+
+    def on(model: nn.Module, x: Mapping[str, Tensor]) -> Tensor:
+        return model(x["x"], x["edge_index"], x["edge_attr"], x["batch"])
+
+    return {
+        "train/pyg": trainer(m["pyg"], lambda b: F.l1_loss(
+            on(m["pyg"], b).view(-1), b.y), pyg),
+        "train/pyg_padded": trainer(m["pad"], lambda fy: F.l1_loss(
+            on(m["pad"], fy[0]).view(-1), fy[1]), padded),
+        "train/ipu_wrap": trainer(w, lambda f: w(f)["loss"], flats),
+        "infer/pyg": inferer(lambda b: on(m["infer_pyg"], b), pyg),
+        "infer/pyg_padded": inferer(lambda f: on(m["infer_pad"], f), flats),
+        "infer/ipu_wrap": inferer(we, flats),
+    }
+
+
+def _child(out_dir: str, limit: int, batch: int, hidden: int, layers: int) -> None:
+    """Run under callgrind (collection off): warm up, then dump one stats file per variant."""
+    torch.set_num_threads(1)  # no OpenMP spinning in the count
+    fns = _work_fns(limit, batch, hidden, layers)
+    for fn in fns.values():  # warm-up: allocator, Adam state, caches
+        fn()
+        fn()
+    for fn in fns.values():
+        torch._C._valgrind_toggle_and_dump_stats()  # collection on (dumps ~nothing)
+        fn()
+        torch._C._valgrind_toggle_and_dump_stats()  # off: this dump is the variant's
+
+
+def instructions(limit: int = 256, batch: int = 64, hidden: int = 64,
+                 layers: int = 4) -> Dict[str, int]:
+    """Instructions (callgrind's ``Ir``) one epoch of each :data:`WORK_VARIANTS` runs.
+
+    Runs this module under ``valgrind --tool=callgrind`` in a child process
+    (about a minute and a half for 256 molecules); single-threaded. The count
+    is the work done, independent of other processes' load; it weighs an
+    instruction of the Python interpreter like one of a matmul kernel, so it
+    is a proxy for time, not a time.
+
+    Raises:
+        RuntimeError: valgrind is not installed (``apt-get install valgrind``).
+    """
+    import glob
+    import shutil
+    import subprocess
+    import tempfile
+
+    if shutil.which("valgrind") is None:
+        raise RuntimeError("instructions() needs valgrind on PATH (apt-get install valgrind)")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "cg.out")
+        cmd = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--dump-instr=no",
+               f"--callgrind-out-file={out}", sys.executable, "-m",
+               "graph_adapter.app.bench.opcount", "--_child", tmp, "--limit", str(limit),
+               "--batch", str(batch), "--hidden", str(hidden), "--layers", str(layers)]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the callgrind run failed ({proc.returncode}):\n"
+                               f"{proc.stderr[-3000:]}")
+        dumps = sorted(glob.glob(out + ".*"), key=lambda f: int(f.rsplit(".", 1)[1]))
+        totals = []
+        for f in dumps:
+            with open(f) as fh:
+                for line in fh:
+                    if line.startswith(("summary:", "totals:")):
+                        totals.append(int(line.split()[1]))
+                        break
+        # dumps alternate: (collection switched on: ~0), (the variant)
+        counts = totals[1::2]
+        if len(counts) != len(WORK_VARIANTS):
+            raise RuntimeError(f"expected {len(WORK_VARIANTS)} variant dumps, got {totals}")
+        return dict(zip(WORK_VARIANTS, counts))
+
+
+def format_instructions(counts: Mapping[str, int]) -> str:
+    """The instruction counts with the padding / wrapper split."""
+    rows = [f"{'instructions per epoch (callgrind Ir)':40s}{'training':>16s}{'inference':>16s}"]
+    for v, label in (("pyg", "eager PyG (DataLoader batches)"),
+                     ("pyg_padded", "same model on the padded tensors"),
+                     ("ipu_wrap", "ipu_wrap eager (FixedSizeLoader)")):
+        cells = "".join(f"{counts[f'{m}/{v}'] / 1e6:13.1f} M " for m in ("train", "infer"))
+        rows.append(f"  {label:38s}{cells}")
+    for what, a, b in (("padding (padded / PyG)", "pyg", "pyg_padded"),
+                       ("wrapper (ipu_wrap / padded)", "pyg_padded", "ipu_wrap"),
+                       ("ipu_wrap / PyG", "pyg", "ipu_wrap")):
+        cells = "".join(f"{counts[f'{m}/{b}'] / counts[f'{m}/{a}']:15.3f}x"
+                        for m in ("train", "infer"))
+        rows.append(f"  {what:38s}{cells}")
+    return "\n".join(rows)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Print the training-step and inference tables; return ``{"train": {...}, "infer": {...}}``
     of :class:`OpCount` s."""
@@ -349,7 +488,15 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     ap.add_argument("--model", default="gine")
     ap.add_argument("--loss", default="l1", choices=sorted(_PYG_LOSS))
     ap.add_argument("--ops", action="store_true", help="also list the per-op differences")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count the instructions of one epoch of each variant under "
+                         "callgrind (needs valgrind; --limit molecules; ~90 s for 256)")
+    ap.add_argument("--limit", type=int, default=256, help="molecules for --instructions")
+    ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args._child is not None:
+        _child(args._child, args.limit, args.batch, args.hidden, args.layers)
+        return {}
     data, _ = load_nci5k(limit=args.batch)
     for d in data:
         del d.smiles
@@ -368,6 +515,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             print("per-op differences (ipu_wrap - PyG):")
             print("\n".join(_op_diff(counts)))
         print()
+    if args.instructions:
+        res["instructions"] = instructions(args.limit, args.batch, args.hidden, args.layers)
+        print(f"{args.limit} molecules, {args.batch} graphs a batch, 1 thread:")
+        print(format_instructions(res["instructions"]))
     return res
 
 
