@@ -5,10 +5,21 @@ import torch
 from hypothesis import strategies as st
 from torch_geometric.data import Data, HeteroData
 
-__all__ = ["graphs", "graph_lists", "hetero_graphs", "hetero_graph_lists", "schemas",
+__all__ = ["PairData", "graphs", "graph_lists", "hetero_graphs", "hetero_graph_lists", "schemas",
            "model_graphs", "model_graph_lists", "paddings", "ab_hetero_graphs"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
+
+
+class PairData(Data):
+    """PyG's documented recipe for pairs of graphs (``__inc__`` per edge index)."""
+
+    def __inc__(self, key, value, *args, **kwargs):
+        if key == "edge_index_s":
+            return self.x_s.size(0)
+        if key == "edge_index_t":
+            return self.x_t.size(0)
+        return super().__inc__(key, value, *args, **kwargs)
 _INT_DTYPES = (torch.int64, torch.int32, torch.uint8)
 
 

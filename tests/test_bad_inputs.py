@@ -130,13 +130,7 @@ def test_non_tensor_attribute_on_some_graphs_only_is_reported():
 
 
 # ------------------------------------------------------------------ inputs that should work
-class PairData(Data):
-    def __inc__(self, key, value, *args, **kwargs):
-        if key == "edge_index_s":
-            return self.x_s.size(0)
-        if key == "edge_index_t":
-            return self.x_t.size(0)
-        return super().__inc__(key, value, *args, **kwargs)
+from strategies import PairData  # noqa: E402
 
 
 def _pairs():

@@ -251,15 +251,7 @@ def test_own_spec_and_static_spec_still_work():
 # --------------------------------------------------------------------------
 # PyG inputs without ptr, and tensors flatten cannot take
 # --------------------------------------------------------------------------
-class PairData(Data):
-    """PyG's documented recipe for pairs of graphs."""
-
-    def __inc__(self, key, value, *args, **kwargs):
-        if key == "edge_index_s":
-            return self.x_s.size(0)
-        if key == "edge_index_t":
-            return self.x_t.size(0)
-        return super().__inc__(key, value, *args, **kwargs)
+from strategies import PairData  # noqa: E402
 
 
 def _pair(n, m):
