@@ -63,6 +63,7 @@ from torch import nn
 
 import graph_adapter as ga
 from graph_adapter.backends import resolve_backend
+from graph_adapter.collate import Collator
 from graph_adapter.format import loss_of
 
 from .datasets import load_nci5k
@@ -361,9 +362,7 @@ def _layout_of(graphs, budget, name: Optional[str]) -> Dict[str, Any]:
     that the train and test loaders give one compiled model batches of one shape."""
     if not name:
         return {}
-    from graph_adapter.collate import Collator
-
-    # (the collator is what fits the tables; a FixedSizeLoader would build one the same way)
+    # (the collator is what fits the tables: a FixedSizeLoader builds one the same way)
     c = Collator(graphs, budget, layout=name)
     return {"layout": name, "layout_widths": c.layout_widths, "layout_spills": c.layout_spills}
 
