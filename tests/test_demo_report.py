@@ -358,7 +358,9 @@ def test_a_machine_slower_in_some_rounds_moves_no_ratio(base, slowdown, speedup)
     moved = round_ratios([t * f for t, f in zip(fast, slowdown)], 7,
                          [t * f for t, f in zip(base, slowdown)], 7)
     assert moved == pytest.approx(steady) and steady == pytest.approx([speedup] * n)
-    assert warmup_rounds({"a": base, "b": fast}) == warmup_steps(base) <= n // 2
+    # (not warmup_steps(base) alone: rounding can move a step sitting on the limit)
+    k = warmup_rounds({"a": base, "b": fast})
+    assert k == max(warmup_steps(base), warmup_steps(fast)) <= n // 2
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
