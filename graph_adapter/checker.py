@@ -52,7 +52,7 @@ from .ipu.options import IPUOptions
 from .ipu.state import reassigned_state, state_addresses
 
 __all__ = ["KINDS", "POPTORCH_MESSAGES", "Finding", "CheckReport", "check", "dispatcher_rules",
-           "state_addresses", "reassigned_state"]
+           "state_addresses", "reassigned_state", "value_problems"]
 
 #: Every kind of finding, with what it means.
 KINDS: Dict[str, str] = {

@@ -4,7 +4,7 @@
         [--rounds 15] [--threads 1] [--batches 12]
     (or python benchmarks/bench_value_check.py ...)
 
-Prints the per-call cost of ``graph_adapter._diagnose.value_problems`` on the
+Prints the per-call cost of ``graph_adapter.checker.value_problems`` on the
 demo's loader batches (NCI molecules, ``Budget.fit(graphs, --graphs)``) and the
 eager training step / inference call of the demo's GINE model (hidden 64, 4
 layers, masked L1 loss) with ``check_inputs=True`` (default) and ``"values"``,
@@ -34,7 +34,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     import torch
 
     import graph_adapter as ga
-    from graph_adapter._diagnose import value_problems
+    from graph_adapter.checker import value_problems
     from graph_adapter.app.datasets import load_nci5k
     from graph_adapter.app.models import build_model
 
