@@ -417,7 +417,7 @@ def instructions(limit: int = 256, batch: int = 64, hidden: int = 64,
     """Instructions (callgrind's ``Ir``) one epoch of each :data:`WORK_VARIANTS` runs.
 
     Runs this module under ``valgrind --tool=callgrind`` in a child process
-    (about a minute and a half for 256 molecules); single-threaded. The count
+    (about ten minutes for 256 molecules on a 2-core VM); single-threaded. The count
     is the work done, independent of other processes' load; it weighs an
     instruction of the Python interpreter like one of a matmul kernel, so it
     is a proxy for time, not a time.
@@ -490,7 +490,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     ap.add_argument("--ops", action="store_true", help="also list the per-op differences")
     ap.add_argument("--instructions", action="store_true",
                     help="also count the instructions of one epoch of each variant under "
-                         "callgrind (needs valgrind; --limit molecules; ~90 s for 256)")
+                         "callgrind (needs valgrind; --limit molecules; ~10 min for 256)")
     ap.add_argument("--limit", type=int, default=256, help="molecules for --instructions")
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
