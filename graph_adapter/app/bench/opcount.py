@@ -265,14 +265,18 @@ def pyg_step(model: nn.Module, batch: Any, loss: str = "l1", train: bool = True,
         state.phase = "model"
         out = call(model, batch)
         state.phase = "loss"
-        value = _PYG_LOSS[loss](out.view(-1), batch.y.view(-1))
-        state.phase = "optimizer"
-        opt.zero_grad()
-        state.phase = "backward"
-        value.backward()
-        state.phase = "optimizer"
-        opt.step()
+        _backward_and_step(state, opt, _PYG_LOSS[loss](out.view(-1), batch.y.view(-1)))
     return step
+
+
+def _backward_and_step(state: _State, opt: torch.optim.Optimizer, value: Tensor) -> None:
+    """zero_grad, backward, Adam step, each counted under its phase."""
+    state.phase = "optimizer"
+    opt.zero_grad()
+    state.phase = "backward"
+    value.backward()
+    state.phase = "optimizer"
+    opt.step()
 
 
 def _call_named(model: nn.Module, b: Any) -> Tensor:
@@ -293,13 +297,7 @@ def wrapped_step(model: nn.Module, flat: Mapping[str, Tensor], loss: str = "l1",
                 w(flat)
             return
         state.phase = "model"
-        value = w(flat)["loss"]
-        state.phase = "optimizer"
-        opt.zero_grad()
-        state.phase = "backward"
-        value.backward()
-        state.phase = "optimizer"
-        opt.step()
+        _backward_and_step(state, opt, w(flat)["loss"])
     return step
 
 
