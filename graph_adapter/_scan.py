@@ -25,7 +25,7 @@ from ._stored import Stored, stored_of, stored_sizes
 from ._view import check_graph_item
 from .budget import Budget
 from .format import (BATCH, EDGE_MASK, EDGE_TYPE_SEP, GRAPH_MASK, NODE_MASK, PTR, RESERVED_KEYS,
-                     SEP, StoreKey, key_of, store_name)
+                     SEP, StoreKey, is_index_attr, key_of, store_name)
 from .packing import GraphSizes
 from .spec import Field
 
@@ -525,7 +525,7 @@ def _with_level(f: Field, level: str, rows: np.ndarray) -> Field:
 def _homo_inc(first: Any, key: str, v: Tensor) -> str:
     """``"none"``, ``"nodes"`` (PyG's default ``__inc__`` of an index key) or ``"custom"``."""
     inc = first.__inc__(key, v)
-    is_index = "index" in key or key == "face"
+    is_index = is_index_attr(key)
     if isinstance(inc, (int, np.integer)) and int(inc) == 0 and not is_index:
         return "none"
     if is_index and type(first).__inc__ is _data_inc() and isinstance(inc, int):

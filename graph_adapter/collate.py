@@ -53,7 +53,8 @@ from ._scan import _TRIM_FROM, Dim, Scan, _release_freed_memory
 from .budget import RESERVED_NODES, Budget
 from .format import (BATCH, EDGE_MASK, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR,
                      RESERVED_KEYS,
-                     has_micro_batch_dim, is_hetero, key_of, levels_of_rows, parse_key,
+                     has_micro_batch_dim, is_hetero, is_index_attr, key_of, levels_of_rows,
+                     parse_key,
                      split_micro_batches, stack_micro_batches, store_name)
 from .packing import GraphSizes
 from .spec import Field
@@ -553,7 +554,7 @@ def _guess_field(k: str, v: Tensor, flat: Mapping[str, Tensor], levels: Mapping[
                  G: int) -> Field:
     """A key's field without a schema: by its store (hetero), else by its row count."""
     store, attr = parse_key(k)
-    inc = "nodes" if ("index" in attr or attr == "face") else "none"
+    inc = "nodes" if is_index_attr(attr) else "none"
     cat = v.dim() - 1 if inc == "nodes" else 0
     size = v.shape[cat] if v.dim() else 0
     level = levels.get(k)

@@ -35,7 +35,7 @@ __all__ = [
     "RESERVED_KEYS", "RESERVED_NODES",
     "ELL_IN", "ELL_OUT", "SPILL_IN", "SPILL_OUT", "LAYOUT_KEYS",
     "OUTPUT_KEY", "LOSS_KEY",
-    "key_of", "parse_key", "store_name", "is_hetero", "mask_key",
+    "key_of", "parse_key", "store_name", "is_index_attr", "is_hetero", "mask_key",
     "levels_of_rows", "pick_level", "level_of_rows", "masks_by_level", "mask_of_rows",
     "has_micro_batch_dim", "num_micro_batches", "split_micro_batches",
     "stack_micro_batches", "strip_micro_batch", "micro_batch",
@@ -106,6 +106,13 @@ def parse_key(key: str) -> Tuple[StoreKey, str]:
         return (), key
     store, attr = key.rsplit(SEP, 1)
     return tuple(store.split(EDGE_TYPE_SEP)), attr
+
+
+def is_index_attr(attr: str) -> bool:
+    """Whether PyG's ``Data.__inc__`` increments ``attr`` by the node count when it
+    batches graphs (``edge_index``, ``face`` and every attribute with ``index`` in its
+    name), so that its values are node ids of the batch."""
+    return "index" in attr or attr == "face"
 
 
 def is_hetero(keys: Collection[str]) -> bool:
