@@ -52,9 +52,11 @@ from torch import Tensor
 
 from ._spec_values import InputValueError, SpecError
 from .format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR,
-                     StoreKey, key_of, parse_key)
+                     StoreKey, has_micro_batch_dim, is_index_attr, key_of, parse_key,
+                     split_micro_batches)
 
-__all__ = ["Problem", "value_problems", "named_error", "raise_for_values", "DIAGNOSED"]
+__all__ = ["Problem", "value_problems", "micro_batches_of", "named_error", "raise_for_values",
+           "DIAGNOSED"]
 
 #: The errors of a model call after which :func:`named_error` looks for a bad
 #: value (torch's index errors are IndexError or RuntimeError; PyG's own range
@@ -75,11 +77,6 @@ class Problem:
 
     def __repr__(self) -> str:
         return f"Problem({self.key!r}, {self.position}, {self.value})"
-
-
-def _is_index(attr: str) -> bool:
-    # PyG's Data.__inc__ increments these by the node count (and so does the collator)
-    return ("index" in attr or attr == "face") and attr not in LAYOUT_KEYS
 
 
 def _int(t: Tensor) -> bool:
@@ -149,7 +146,7 @@ def value_problems(flat: Mapping[str, Tensor]) -> List[Problem]:
     # 1. ranges of index keys
     for k, v in flat.items():
         store, attr = parse_key(k)
-        if not (_is_index(attr) and _int(v)) or v.numel() == 0:
+        if not (is_index_attr(attr) and _int(v)) or v.numel() == 0:
             continue
         if len(store) == 3 and v.dim() >= 1 and v.size(0) == 2:
             (ns, ks) = nodes.get(store[:1], (None, None))
@@ -313,20 +310,36 @@ def _inside_poptorch() -> bool:
         return False
 
 
+def micro_batches_of(flat: Mapping[str, Tensor]) -> List[Dict[str, Tensor]]:
+    """``flat``'s micro-batches (split on a leading micro-batch dim), ``[flat]`` without
+    one, ``[]`` when its leading dims do not split (a malformed dict: nothing to check)."""
+    try:
+        if GRAPH_MASK in flat and has_micro_batch_dim(flat):
+            return split_micro_batches(flat)
+    except Exception:  # noqa: BLE001 - inconsistent leading dims
+        return []
+    return [dict(flat)]
+
+
 def named_error(flat: Mapping[str, Tensor], exc: BaseException) -> Optional[InputValueError]:
     """The :class:`InputValueError` that explains ``exc``, or ``None`` (re-raise ``exc``).
 
-    Called only after the model call raised (eager mode). An error of
+    Called only after a model call raised, outside any trace: by the eager
+    ``IPUWrapped.forward`` and by ``Compiled`` (whose dict may stack micro-batches:
+    the first micro-batch with a bad value is named). An error of
     graph_adapter's own (a :class:`SpecError`) is left alone, and so is any
     failure of the diagnosis itself: it must never hide the original error.
     """
     if isinstance(exc, SpecError) or not isinstance(exc, DIAGNOSED) or _inside_poptorch():
         return None
-    try:
-        problems = value_problems(flat)
-    except Exception:  # noqa: BLE001 - a dict too odd to check: the original error stands
-        return None
-    return _error(problems) if problems else None
+    for part in micro_batches_of(flat):
+        try:
+            problems = value_problems(part)
+        except Exception:  # noqa: BLE001 - a dict too odd to check: the original error stands
+            return None
+        if problems:
+            return _error(problems)
+    return None
 
 
 def raise_for_values(flat: Mapping[str, Tensor]) -> None:

@@ -243,21 +243,6 @@ def _describe_change(old: Signature, new: Signature) -> str:
     return "signatures differ"
 
 
-def _named_value_error(flat: Mapping[str, Tensor], exc: BaseException) -> Optional[Exception]:
-    """The first micro-batch's :class:`~graph_adapter.InputValueError` explaining ``exc``
-    (:func:`graph_adapter._diagnose.named_error`), or ``None``."""
-    try:
-        parts = (split_micro_batches(flat) if GRAPH_MASK in flat and has_micro_batch_dim(flat)
-                 else [dict(flat)])
-    except Exception:  # noqa: BLE001 - the original error stands
-        return None
-    for part in parts:
-        err = named_error(part, exc)
-        if err is not None:
-            return err
-    return None
-
-
 def _per_micro_batch(run: Callable[[Dict[str, Tensor]], Dict[str, Tensor]],
                      flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
     """``run`` on each micro-batch of ``flat``, outputs stacked on a new dim 0 (``[F, ...]``)."""
@@ -540,7 +525,7 @@ class Compiled:
         except DIAGNOSED as exc:
             # Only after a failure (nothing on the happy path): a compiled kernel's
             # "index out of bounds" names no key; a bad value in the batch is named.
-            err = _named_value_error(flat, exc)
+            err = named_error(flat, exc)
             if err is None:
                 raise
             raise err from exc

@@ -45,8 +45,8 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._poptorch_ops import NO_HANDLER
-from ._diagnose import value_problems
-from .format import GRAPH_MASK, LOSS_KEY, has_micro_batch_dim, loss_of, split_micro_batches
+from ._diagnose import micro_batches_of, value_problems
+from .format import GRAPH_MASK, LOSS_KEY, loss_of
 from .ipu.inputs import host_micro_batch, map_tensors, named_tensors
 from .ipu.options import IPUOptions
 from .ipu.state import reassigned_state, state_addresses
@@ -568,10 +568,7 @@ def _value_findings(flat: Any) -> List[Finding]:
     if not isinstance(flat, Mapping) or GRAPH_MASK not in flat \
             or not all(isinstance(v, Tensor) for v in flat.values()):
         return []
-    try:
-        parts = split_micro_batches(flat) if has_micro_batch_dim(flat) else [flat]
-    except Exception:  # noqa: BLE001 - inconsistent leading dims: batch-split reports them
-        return []
+    parts = micro_batches_of(flat)  # [] for leading dims that do not split: batch-split says so
     findings = []
     for i, part in enumerate(parts):
         where = "<input>" if len(parts) == 1 else f"<input, micro-batch {i}>"
