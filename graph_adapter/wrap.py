@@ -311,13 +311,11 @@ class IPUWrapped(nn.Module):
             require_graph_mask(flat)
         flat = strip_micro_batch(flat)
         mode = self._mode(tuple(flat))
-        if eager:
-            spec = self._eager_spec(flat, mode)
-        else:  # traced: pure Python over keys and static shapes, no state
+        if not eager:  # traced: pure Python over keys and static shapes, no state
             spec = infer_spec(flat, data_cls=None if is_hetero(flat) else StaticData)
-        if not eager:
             out, loss = self._call(flat, spec, mode)
         else:
+            spec = self._eager_spec(flat, mode)
             if self.check_inputs == "values":  # opt-in: reads values, every call
                 raise_for_values(flat)
             try:
