@@ -186,16 +186,13 @@ def _infer(stats: RunStats, step: EvalStep, batches: Iterable[Any]) -> List[floa
     return errs
 
 
-def evaluate(stats: RunStats, step: EvalStep, batches: Iterable[Any],
-             timing_batches: Optional[Iterable[Any]] = None) -> None:
-    """The test MAE and inference timings, recorded in ``stats`` (no gradients).
+def evaluate(stats: RunStats, step: EvalStep, batches: Iterable[Any]) -> List[float]:
+    """The test MAE and the pass's step times, recorded in ``stats`` (no gradients).
 
     Fills ``test_mae``, ``eval_graphs``, ``eval_batches``, ``eval_seconds``
     and ``eval_first_step_seconds`` (the compile, for compiled backends) from
-    one pass over ``batches`` (the test split). With ``timing_batches``, then
-    runs those (more steps for the steady inference figure) and ``batches``
-    again (re-iterable: a loader or a list): ``infer_repeat_gap`` is how far
-    apart the two passes' per-batch errors came (0.0: bit for bit).
+    one pass over ``batches`` (the test split). Returns each batch's sum of
+    absolute errors (the reference of the repeat check of the timed rounds).
     """
     t_start = time.perf_counter()
     errs = _infer(stats, step, batches)
@@ -205,9 +202,7 @@ def evaluate(stats: RunStats, step: EvalStep, batches: Iterable[Any],
     stats.eval_first_step_seconds = stats.infer_step_seconds[0] if errs else 0.0
     stats.eval_graphs = n
     stats.test_mae = sum(errs) / max(1, n)
-    if timing_batches is not None:
-        _infer(stats, step, timing_batches)
-        stats.infer_repeat_gap = _errors_gap(errs, _infer(stats, step, batches))
+    return errs
 
 
 def _errors_gap(a: Sequence[float], b: Sequence[float]) -> float:
@@ -275,15 +270,7 @@ class _Timed:
 def _measure_mae(stats: RunStats, step: EvalStep, batches: List[Any]) -> _Timed:
     """The test MAE (:func:`evaluate`: one pass, the inference compile in its first step)
     and what the interleaved rounds need afterwards."""
-    errors: List[float] = []
-
-    def recording(batch) -> Tuple[float, int]:
-        err, n = step(batch)
-        errors.append(err)
-        return err, n
-
-    evaluate(stats, recording, batches)
-    return _Timed(stats, step, batches, errors)
+    return _Timed(stats, step, batches, evaluate(stats, step, batches))
 
 
 def _time_inference(timed: List[_Timed], rounds: int, progress: bool) -> Tuple[float, int]:
@@ -520,11 +507,6 @@ def run_demo(cfg: Optional[DemoConfig] = None, **overrides: Any) -> DemoResult:
     setting; prints a warning line on stderr for a setting far from useful values.
     """
     cfg = dataclasses.replace(cfg or DemoConfig(), **overrides)
-    if isinstance(cfg.infer_rounds, bool) or not isinstance(cfg.infer_rounds, int) \
-            or cfg.infer_rounds < 1:
-        raise DemoSettingError(f"infer_rounds must be an int >= 1 (interleaved inference "
-                               f"rounds), got {cfg.infer_rounds!r} (default "
-                               f"{DemoConfig.infer_rounds})")
     for warning in check_demo_settings(cfg):  # raises before any slow work
         _log(f"graph-adapter demo: warning: {warning}")
     if cfg.threads:

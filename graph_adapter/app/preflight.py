@@ -74,6 +74,11 @@ def _check_values(cfg: DemoConfig) -> None:
         if value < 1:
             raise DemoSettingError(f"{name} must be >= 1, got {value} "
                                    f"(default {getattr(DemoConfig, name)})")
+    if isinstance(cfg.infer_rounds, bool) or not isinstance(cfg.infer_rounds, int) \
+            or cfg.infer_rounds < 1:
+        raise DemoSettingError(f"infer_rounds must be an int >= 1 (interleaved inference "
+                               f"rounds), got {cfg.infer_rounds!r} (default "
+                               f"{DemoConfig.infer_rounds})")
     if not (math.isfinite(cfg.lr) and cfg.lr > 0):
         raise DemoSettingError(f"lr must be a positive number, got {cfg.lr} (default {DemoConfig.lr})")
     if cfg.limit is not None and cfg.limit < 2:
