@@ -50,6 +50,9 @@ def test_eager_backend_report_says_no_compiler_and_counts_what_ran():
         # the MAE pass over the test split, then the interleaved rounds over it again
         assert sum(run.infer_step_graphs) == r.num_test == run.infer_round_graphs
         assert len(run.infer_round_seconds) == r.infer_rounds == r.config.infer_rounds
+        # training side by side too: over the first batches of epoch 1 (here: all of them)
+        assert len(run.train_round_seconds) == r.train_rounds == r.config.train_rounds
+        assert run.train_round_graphs == r.num_train
     assert _row(text, "deterministic").split()[-6:] == ["yes", "/", "yes"] * 2
     assert "not deterministic" not in text
     assert max(len(line) for line in text.splitlines()) <= REPORT_WIDTH
@@ -251,6 +254,7 @@ def test_payback_line_is_the_compile_over_the_seconds_saved_an_epoch():
     r = run_demo(backend="eager", **TINY)
     a, e = r.adapter, r.eager
     assert r._payback(a, e) is None  # eager: a first step of well under a second
+    a.train_round_seconds = e.train_round_seconds = []  # the epochs' figures, then
     a.first_step_seconds = 12.0
     a.step_seconds, a.step_graphs = [0.5] * 4, [100] * 4  # steady 200 graphs/s
     e.step_seconds, e.step_graphs = [1.0] * 4, [100] * 4  # steady 100 graphs/s
@@ -373,8 +377,10 @@ def test_report_gives_the_interleaved_ratio_and_its_range():
     r.infer_rounds = 3
     text = r.report()
     flat = " ".join(text.split())
+    t_med, t_lo, t_hi = a.training_ratio(e)
     assert ("graph_adapter / eager PyG, steady graphs/s: training "
-            f"{a.train_graphs_per_second / e.train_graphs_per_second:.2f}x, inference 2.00x "
+            f"{t_med:.2f}x (median of {r.train_rounds} interleaved rounds, range "
+            f"{t_lo:.2f}-{t_hi:.2f}), inference 2.00x "
             "(median of 3 interleaved rounds, range 1.00-6.00; same model") in flat
     assert "in 3 interleaved rounds (each round runs each run once, in turn" in flat
     assert _row(text, "inference, graphs/s").split()[-2:] == ["10", "2"]  # 10 / 4 s
@@ -396,19 +402,24 @@ def test_inference_is_timed_after_every_run_has_trained(monkeypatch):
         return real_train(stats, *args, **kwargs)
 
     def timed(runs, rounds, **kwargs):
-        events.append(("rounds", tuple(runs), rounds,
-                       tuple(sum(step(b)[1] for b in batches) for step, batches in
-                             runs.values())))
+        grad = kwargs.get("grad", False)
+        with torch.enable_grad() if grad else torch.no_grad():
+            graphs = tuple(sum(step(b)[1] for b in batches) for step, batches in runs.values())
+        events.append(("train rounds" if grad else "rounds", tuple(runs), rounds, graphs))
         return real_timed(runs, rounds, **kwargs)
 
     monkeypatch.setattr(demo, "train_epochs", train)
     monkeypatch.setattr(demo, "time_interleaved", timed)
-    r = run_demo(backend="eager", infer_rounds=4, **TINY)
+    r = run_demo(backend="eager", infer_rounds=4, train_rounds=3, **TINY)
     assert events == [("train", "graph_adapter"), ("train", "eager PyG"),
+                      ("train rounds", ("graph_adapter", "eager PyG"), 3, (r.num_train,) * 2),
                       ("rounds", ("graph_adapter", "eager PyG"), 4, (r.num_test,) * 2)]
     assert r.infer_round_compiles == 0 and r.infer_rounds_seconds > 0
+    assert r.train_round_compiles == 0 and r.train_rounds_seconds > 0
     for run in r.runs():
-        assert len(run.infer_round_seconds) == 4
+        assert len(run.infer_round_seconds) == 4 and len(run.train_round_seconds) == 3
+        # (the spy's extra training steps were put back with the rounds': inference repeats)
+        assert run.infer_repeat_gap == 0.0
 
 
 def test_infer_rounds_must_be_a_positive_int():

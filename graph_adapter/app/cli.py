@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="skip the third run, eager PyG's model under "
                            "torch.compile(dynamic=True) (PyG's compile route; its compiles are "
                            "most of the demo's time with a cold compile cache)")
+    demo.add_argument("--train-rounds", type=int, default=d.train_rounds, metavar="N",
+                      help=f"interleaved rounds timing every run's training step side by "
+                           f"side, after every run has trained (0: the runs' own epochs); "
+                           f"default {d.train_rounds}")
+    demo.add_argument("--infer-rounds", type=int, default=d.infer_rounds, metavar="N",
+                      help=f"interleaved rounds timing every run's inference over the test "
+                           f"split side by side; default {d.infer_rounds}")
     demo.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     demo.add_argument("--deterministic", action="store_true",
                       help="torch.use_deterministic_algorithms(True) for the run: the same "
@@ -121,7 +128,8 @@ def _run_demo(args: argparse.Namespace) -> int:
                      layers=args.layers, lr=args.lr, limit=args.limit, path=args.data,
                      eager_baseline=not args.no_eager, pyg_compile=not args.no_pyg_compile,
                      progress=not args.quiet,
-                     plot=args.plot, threads=args.threads, deterministic=args.deterministic)
+                     plot=args.plot, threads=args.threads, deterministic=args.deterministic,
+                     train_rounds=args.train_rounds, infer_rounds=args.infer_rounds)
     try:
         result = run_demo(cfg)
     except (ImportError, FileNotFoundError, DemoSettingError) as e:

@@ -19,30 +19,38 @@ What :func:`run_demo` does, in order:
    over the same training split, and (``pyg_compile``) the same under
    ``torch.compile(model, dynamic=True)`` (PyG's documented compile route), in
    the same process, for the throughput and MAE comparison;
-6. times inference of every run's (already compiled) evaluation step over
-   its test batches in ``infer_rounds`` interleaved rounds
-   (:func:`time_interleaved`): each round runs each run once, in turn, so
-   that the runs timed in one round share the machine's state of the moment
-   (a burst of other work, this virtual machine's speed) and their ratio
-   does not move with it; every round's errors are compared with the MAE
-   pass's (``infer_repeat_gap``);
-7. returns a :class:`~graph_adapter.app.results.DemoResult`; its ``report()``
+6. times training of every run's (already compiled) training step over a
+   fixed list of its training batches (the first ones of its epoch 1
+   holding :data:`~graph_adapter.app.results.TRAIN_ROUND_GRAPHS` real
+   graphs) in ``train_rounds`` interleaved rounds (:func:`time_interleaved`):
+   each round runs each run once, in turn, so that the runs timed in one
+   round share the machine's state of the moment (a burst of other work,
+   this virtual machine's speed) and their ratio does not move with it; each
+   run's weights, buffers, optimizer state and mode are put back afterwards,
+   so the rounds change no reported figure;
+7. times inference of every run's (already compiled) evaluation step over
+   its test batches in ``infer_rounds`` interleaved rounds the same way;
+   every round's errors are compared with the MAE pass's
+   (``infer_repeat_gap``: the restored training state is checked there too);
+8. returns a :class:`~graph_adapter.app.results.DemoResult`; its ``report()``
    formats it.
 
 Every run goes through the same epoch loop (:func:`train_epochs`) and the same
 evaluation loop (:func:`evaluate`); they differ only in their step functions.
-Throughput is steady state. Training: every step is timed, and the leading
-steps slower than :data:`~graph_adapter.app.results.WARMUP_FACTOR` x the
-run's median step (the compile among them) are left out
-(:func:`~graph_adapter.app.results.warmup_steps`). Training is not
-interleaved: each run trains in turn (its ratio to eager PyG reproduced
-within 8% over four quiet runs; interleaving epochs would run three models,
-three optimizers and three progress bars in lockstep). Inference: the
-interleaved rounds, after every compile; the leading rounds in which any run
-was slower than that factor x its median round are left out
-(:func:`~graph_adapter.app.results.warmup_rounds`); a run's rate is its test
-graphs over its median round, a ratio the median of the per-round ratios
-(:func:`~graph_adapter.app.results.round_ratios`).
+Throughput is steady state, from the interleaved rounds, after every compile:
+the leading rounds in which any run was slower than
+:data:`~graph_adapter.app.results.WARMUP_FACTOR` x its median round are left
+out (:func:`~graph_adapter.app.results.warmup_rounds`); a run's rate is its
+round's graphs over its median round, a ratio the median of the per-round
+ratios (:func:`~graph_adapter.app.results.round_ratios`). The runs train one
+after the other (each in its own epochs: interleaving epochs would run three
+models, three optimizers and three progress bars in lockstep), and a whole
+process or period of this virtual machine can run 20% slower than another:
+timed that way the training ratio to eager PyG moved from 1.11x to 1.40x in
+three quiet runs. Each run's own epochs are still timed (every step; the
+leading steps slower than that factor x the run's median step, the compile
+among them, left out: :func:`~graph_adapter.app.results.warmup_steps`) and
+reported second.
 The models live in :mod:`graph_adapter.app.models`, the figures and the
 report in :mod:`graph_adapter.app.results`.
 """
@@ -69,8 +77,9 @@ from graph_adapter.format import loss_of
 from .datasets import load_nci5k
 from .models import MODELS, AtomBondEncoder, MolRegressor, build_model
 from .preflight import DemoSettingError, check_demo_settings
-from .repeat import known_nondeterminism, repeat_gap
-from .results import DemoConfig, DemoResult, RunStats, warmup_rounds, write_plot
+from .repeat import _restore, _snapshot, known_nondeterminism, repeat_gap
+from .results import (TRAIN_ROUND_GRAPHS, DemoConfig, DemoResult, RunStats, warmup_rounds,
+                      write_plot)
 
 __all__ = ["MODELS", "DemoConfig", "DemoResult", "RunStats", "AtomBondEncoder", "MolRegressor",
            "build_model", "run_demo", "train_epochs", "evaluate", "time_interleaved",
@@ -212,34 +221,39 @@ def _errors_gap(a: Sequence[float], b: Sequence[float]) -> float:
                default=0.0)
 
 
-def time_interleaved(runs: Dict[str, Tuple[EvalStep, Sequence[Any]]], rounds: int,
-                     clock: Callable[[], float] = time.perf_counter
-                     ) -> Dict[str, Tuple[List[float], List[List[float]]]]:
-    """Each run's evaluation step over its batches, in ``rounds`` interleaved rounds.
+def time_interleaved(runs: Dict[str, Tuple[Callable[[Any], Tuple[float, int]], Sequence[Any]]],
+                     rounds: int, clock: Callable[[], float] = time.perf_counter,
+                     grad: bool = False) -> Dict[str, Tuple[List[float], List[List[float]]]]:
+    """Each run's step over its batches, in ``rounds`` interleaved rounds.
 
     A round runs every run once over all its batches, in turn, so that the runs
     of one round share the machine's state of the moment (other work, the
     CPU's speed): their ratio is steady even where the absolute rates are not.
     Round ``i`` starts with run ``i mod len(runs)`` (the order rotates: no run
-    always follows the same one). No gradients.
+    always follows the same one).
 
     Args:
-        runs: name -> ``(step, batches)``: ``step(batch)`` returns ``(sum of
-            absolute errors over the batch's real graphs, their number)``
-            (:data:`EvalStep`); ``batches`` is a sequence, the same every round
-            (collated once: no data loading in the times).
+        runs: name -> ``(step, batches)``: ``step(batch)`` returns ``(value,
+            real graphs)``: an evaluation step (:data:`EvalStep`: the sum of
+            absolute errors over the batch's real graphs) or, with ``grad``, a
+            training step (:data:`Step`: the loss; it steps the optimizer, so
+            the caller puts the state back afterwards); ``batches`` is a
+            sequence, the same every round (collated once: no data loading in
+            the times).
         rounds: how many rounds.
         clock: the timer (a fake one in tests).
+        grad: run with gradients (training steps); without (the default), under
+            ``torch.no_grad()``.
 
     Returns:
-        name -> ``(seconds, errors)``: ``seconds[r]`` is round ``r``'s time of
-        that run, the sum of its steps' times (step time only, as in
-        training); ``errors[r]`` its per-batch error sums in round ``r`` (to
-        check that inference repeats).
+        name -> ``(seconds, values)``: ``seconds[r]`` is round ``r``'s time of
+        that run, the sum of its steps' times (step time only); ``values[r]``
+        its steps' first values in round ``r`` (per-batch error sums: to
+        check that inference repeats; losses).
     """
     names = list(runs)
     out: Dict[str, Tuple[List[float], List[List[float]]]] = {k: ([], []) for k in names}
-    with torch.no_grad():
+    with torch.enable_grad() if grad else torch.no_grad():
         for r in range(rounds):
             for i in range(len(names)):
                 name = names[(r + i) % len(names)]
@@ -256,15 +270,34 @@ def time_interleaved(runs: Dict[str, Tuple[EvalStep, Sequence[Any]]], rounds: in
 
 
 @dataclasses.dataclass
+class _Training:
+    """One run's training, ready for the interleaved training rounds: its training step
+    (the one its epochs ran), a fixed list of its training batches (collated once), their
+    real graphs, every module whose state a step changes and its optimizer (to put back
+    afterwards), and what switches the run between train and eval mode (the compiled
+    model, or the PyG module)."""
+
+    step: Step
+    batches: List[Any]
+    graphs: int
+    modules: List[nn.Module]
+    optimizer: torch.optim.Optimizer
+    mode: Any  # has .training and .train(bool)
+
+
+@dataclasses.dataclass
 class _Timed:
     """One run's inference, ready for the interleaved rounds: its evaluation step (the
     model in eval mode, compiled where the run compiles), its test batches (collated
-    once) and the MAE pass's per-batch errors (the reference of the repeat check)."""
+    once) and the MAE pass's per-batch errors (the reference of the repeat check); and
+    its training for the training rounds (``None``: left out, its state cannot be put
+    back)."""
 
     stats: RunStats
     step: EvalStep
     batches: List[Any]
     errors: List[float]
+    training: Optional[_Training] = None
 
 
 def _measure_mae(stats: RunStats, step: EvalStep, batches: List[Any]) -> _Timed:
@@ -273,15 +306,26 @@ def _measure_mae(stats: RunStats, step: EvalStep, batches: List[Any]) -> _Timed:
     return _Timed(stats, step, batches, evaluate(stats, step, batches))
 
 
-def _time_inference(timed: List[_Timed], rounds: int, progress: bool) -> Tuple[float, int]:
+def _first_graphs(batches: Iterable[Any], graphs_of: Callable[[Any], int],
+                  graphs: int) -> Tuple[List[Any], int]:
+    """The leading ``batches`` that hold at least ``graphs`` real graphs (all of them when
+    they hold fewer), and the real graphs they hold."""
+    out, n = [], 0
+    for b in batches:
+        if n >= graphs:
+            break
+        out.append(b)
+        n += graphs_of(b)
+    return out, n
+
+
+def _time_inference(timed: List[_Timed], rounds: int, progress: bool) -> float:
     """Every run's inference in ``rounds`` interleaved rounds (:func:`time_interleaved`);
     fills each run's ``infer_round_*`` and ``infer_repeat_gap`` (over every round and the
-    MAE pass). Returns ``(seconds taken, graphs Dynamo compiled meanwhile)`` (0 expected:
-    every step compiled in the MAE pass)."""
+    MAE pass). Returns the seconds taken."""
     if not timed or rounds < 1:
-        return 0.0, 0
+        return 0.0
     _log(f"timing inference: {rounds} interleaved rounds over the test split ...", progress)
-    graphs_before = _graphs_compiled()
     t0 = time.perf_counter()
     with _quiet_dynamo():
         res = time_interleaved({t.stats.name: (t.step, t.batches) for t in timed}, rounds)
@@ -293,7 +337,65 @@ def _time_inference(timed: List[_Timed], rounds: int, progress: bool) -> Tuple[f
         t.stats.infer_round_graphs = t.stats.eval_graphs
         t.stats.infer_warmup_rounds = skip
         t.stats.infer_repeat_gap = max(_errors_gap(t.errors, e) for e in errs)
-    return seconds, _graphs_compiled() - graphs_before
+    return seconds
+
+
+def _time_training(timed: List[_Timed], rounds: int, progress: bool,
+                   clock: Callable[[], float] = time.perf_counter) -> float:
+    """Every run's training step over its fixed batches in ``rounds`` interleaved rounds
+    (:func:`time_interleaved` with gradients), the runs side by side as in inference;
+    fills each run's ``train_round_*``. Returns the seconds taken (snapshots included).
+
+    The rounds step the optimizers, so each run's state (weights, buffers such as
+    BatchNorm's running statistics, optimizer state, the RNG) is copied before and put
+    back after (as :func:`~graph_adapter.app.repeat.repeat_gap` does), and each run's
+    mode too: nothing reported (the MAE, the losses, the inference rounds' repeat check)
+    depends on whether the rounds ran. Runs without a ``training`` are left out (their
+    training figures stay those of their own epochs), and so is a run alone (no ratio to
+    take: its own epochs say as much)."""
+    runs = [t for t in timed if t.training is not None]
+    if len(runs) < 2 or rounds < 1:
+        return 0.0
+    graphs = min(t.training.graphs for t in runs)
+    _log(f"timing training: {rounds} interleaved rounds over about {graphs:,} training "
+         f"graphs a run ...", progress)
+    t0 = time.perf_counter()
+    states = [_snapshot(t.training.modules, t.training.optimizer) for t in runs]
+    modes = [bool(t.training.mode.training) for t in runs]
+    try:
+        for t in runs:
+            t.training.mode.train(True)
+        with _quiet_dynamo():
+            res = time_interleaved({t.stats.name: (t.training.step, t.training.batches)
+                                    for t in runs}, rounds, clock=clock, grad=True)
+    finally:
+        # (every snapshot holds the RNG state of before the rounds)
+        for t, state, mode in zip(runs, states, modes):
+            _restore(state, t.training.modules, t.training.optimizer)
+            t.training.mode.train(mode)
+    seconds = time.perf_counter() - t0
+    skip = warmup_rounds({name: secs for name, (secs, _) in res.items()})
+    for t in runs:
+        t.stats.train_round_seconds = res[t.stats.name][0]
+        t.stats.train_round_graphs = t.training.graphs
+        t.stats.train_warmup_rounds = skip
+    return seconds
+
+
+class _CompileCount:
+    """Graphs compiled since it was made: Dynamo's own counter and, for a backend
+    that compiles outside Dynamo, the adapter's compiled model's count (eager's counts
+    programs run, not compiles, so it is not read)."""
+
+    def __init__(self, compiled: Any, backend: str) -> None:
+        self.compiled = compiled if backend != "eager" else None
+        self.dynamo, self.own = _graphs_compiled(), self._own()
+
+    def _own(self) -> int:
+        return int(self.compiled.compile_count) if self.compiled is not None else 0
+
+    def since(self) -> int:
+        return max(_graphs_compiled() - self.dynamo, self._own() - self.own)
 
 
 def _scheduler(opt, epochs: int):
@@ -410,14 +512,20 @@ def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backe
                  compiles=train_mode_backend != "eager",
                  shape_of=lambda flat: tuple(tuple(v.shape) for v in flat.values()))
     compiles_after_training = int(compiled.compile_count)
+    training = None
     if not compiled.steps_optimizer:  # (the optimizer state inside a backend is not restorable)
         loader.set_epoch(0)
         stats.repeat_gap = repeat_gap(step, loader, [wrapped], opt)
+        loader.set_epoch(0)  # epoch 1's first batches, for the interleaved training rounds
+        training = _Training(step, *_first_graphs(
+            loader, lambda flat: int(flat["graph_mask"].sum()),
+            min(TRAIN_ROUND_GRAPHS, len(train))), [wrapped], opt, compiled)
     compiled.eval()
     if _mode_backend(compiled, training=False) != "eager":
         _log(f"graph_adapter [{backend}]: compiling for inference (the first test batch) ...",
              cfg.progress)
     timed = _measure_mae(stats, eval_step, list(test_loader))
+    timed.training = training
     if backend != "eager":  # (eager's count is of programs run, not compiles)
         stats.compiles_training = compiles_after_training
         stats.compiles = int(compiled.compile_count)
@@ -447,8 +555,12 @@ def _train_pyg(model: nn.Module, train, test, cfg: DemoConfig, compiled: bool) -
 
     t_run = time.perf_counter()
     stats = RunStats(name="PyG compiled" if compiled else "eager PyG")
-    loader = DataLoader(train, batch_size=cfg.batch_graphs, shuffle=True,
-                        generator=torch.Generator().manual_seed(cfg.seed))
+
+    def shuffled() -> DataLoader:
+        return DataLoader(train, batch_size=cfg.batch_graphs, shuffle=True,
+                          generator=torch.Generator().manual_seed(cfg.seed))
+
+    loader = shuffled()
     test_loader = DataLoader(test, batch_size=cfg.batch_graphs, shuffle=False)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     sched = _scheduler(opt, cfg.epochs)
@@ -479,6 +591,11 @@ def _train_pyg(model: nn.Module, train, test, cfg: DemoConfig, compiled: bool) -
             _log(f"{stats.name}: compiling for inference (the first test batch) ...",
                  cfg.progress)
         timed = _measure_mae(stats, _eager_abs_error(fn), list(test_loader))
+    # epoch 1's first batches (a fresh loader, seeded as the training one), for the
+    # interleaved training rounds
+    timed.training = _Training(step, *_first_graphs(
+        shuffled(), lambda b: int(b.num_graphs), min(TRAIN_ROUND_GRAPHS, len(train))),
+        [model], opt, model)
     if compiled:
         stats.compiles_training = graphs_after_training - graphs_before
         stats.compiles = _graphs_compiled() - graphs_before
@@ -566,13 +683,15 @@ def _run(cfg: DemoConfig) -> DemoResult:
         timed.append(_train_pyg(copy.deepcopy(pyg_model), train, test, cfg, compiled=True))
     by_name = {t.stats.name: t.stats for t in timed}
     eager, pyg_compiled = by_name.get("eager PyG"), by_name.get("PyG compiled")
-    # after every training run and every compile: the runs' inference side by side
-    adapter_compiles = compiled.compile_count
-    infer_seconds, round_graphs = _time_inference(timed, cfg.infer_rounds, cfg.progress)
-    # (0 expected: every step compiled in its MAE pass; the adapter's own count covers the
-    # backends that compile outside Dynamo, eager's counts programs run, not compiles)
-    round_compiles = max(round_graphs, 0 if backend == "eager" else
-                         int(compiled.compile_count) - int(adapter_compiles))
+    # after every training run and every compile: the runs' training, then their
+    # inference, side by side (0 compiles expected in either: every step compiled in its
+    # epochs or its MAE pass)
+    count = _CompileCount(compiled, backend)
+    train_seconds = _time_training(timed, cfg.train_rounds, cfg.progress)
+    train_compiles = count.since()
+    count = _CompileCount(compiled, backend)
+    infer_seconds = _time_inference(timed, cfg.infer_rounds, cfg.progress)
+    round_compiles = count.since()
     threads = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled()
     nondeterminism = {}
@@ -596,7 +715,9 @@ def _run(cfg: DemoConfig) -> DemoResult:
         layout={"name": layout["layout"], "widths": list(layout["layout_widths"]),
                 "spills": list(layout["layout_spills"] or [])} if layout else None,
         infer_rounds=cfg.infer_rounds, infer_rounds_seconds=infer_seconds,
-        infer_round_compiles=round_compiles)
+        infer_round_compiles=round_compiles,
+        train_rounds=cfg.train_rounds if any(t.stats.train_round_seconds for t in timed) else 0,
+        train_rounds_seconds=train_seconds, train_round_compiles=train_compiles)
     result._mean_mae = float((y_test - y_mean).abs().mean())
     result.total_seconds = time.perf_counter() - t_all
     result.load_average = [load_start, os.getloadavg()[0]]

@@ -79,6 +79,11 @@ def _check_values(cfg: DemoConfig) -> None:
         raise DemoSettingError(f"infer_rounds must be an int >= 1 (interleaved inference "
                                f"rounds), got {cfg.infer_rounds!r} (default "
                                f"{DemoConfig.infer_rounds})")
+    if isinstance(cfg.train_rounds, bool) or not isinstance(cfg.train_rounds, int) \
+            or cfg.train_rounds < 0:
+        raise DemoSettingError(f"train_rounds must be an int >= 0 (interleaved training "
+                               f"rounds; 0: the runs' own epochs), got {cfg.train_rounds!r} "
+                               f"(default {DemoConfig.train_rounds})")
     if not (math.isfinite(cfg.lr) and cfg.lr > 0):
         raise DemoSettingError(f"lr must be a positive number, got {cfg.lr} (default {DemoConfig.lr})")
     if cfg.limit is not None and cfg.limit < 2:

@@ -20,7 +20,7 @@ from .repeat import PROBE_STEPS
 
 __all__ = ["DemoConfig", "RunStats", "DemoResult", "write_plot", "check_plot_extra",
            "UNCOMPILED_BACKENDS", "WARMUP_FACTOR", "warmup_steps", "steady_rate",
-           "warmup_rounds", "round_ratios", "median_range"]
+           "warmup_rounds", "round_ratios", "median_range", "TRAIN_ROUND_GRAPHS"]
 
 #: The report's line width (fits a terminal and the docs' code blocks).
 REPORT_WIDTH = 88
@@ -33,6 +33,12 @@ UNCOMPILED_BACKENDS = ("eager",)
 #: inference) slower than this multiple of that mode's median step are warm-up (the
 #: compile, the first calls after it, lazily built optimizer state) and are left out.
 WARMUP_FACTOR = 1.5
+
+#: Training graphs each run steps over in one interleaved training round (the first
+#: batches of its epoch 1 holding at least this many; the whole training split when it
+#: is smaller): about 0.2-0.4 s a run at the demo's defaults on a quiet 2-core machine,
+#: long enough that a moment's burst of other work is a small part of a round.
+TRAIN_ROUND_GRAPHS = 2048
 
 
 def warmup_steps(seconds: Sequence[float], factor: float = WARMUP_FACTOR) -> int:
@@ -81,6 +87,14 @@ def median_range(values: Sequence[float]) -> Tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
+def _round_rate(seconds: Sequence[float], graphs: int, skip: int) -> float:
+    """``graphs`` over the median of the rounds after the first ``skip`` (NaN without
+    time)."""
+    kept = seconds[skip:]
+    t = statistics.median(kept) if kept else 0.0
+    return graphs / t if t > 0 else float("nan")
+
+
 @dataclasses.dataclass
 class DemoConfig:
     """Settings of :func:`run_demo` (the CLI flags of ``graph-adapter demo``)."""
@@ -116,6 +130,11 @@ class DemoConfig:
     # inference is timed after every run has trained and compiled, in this many
     # interleaved rounds over the test split (each round runs each run once, in turn)
     infer_rounds: int = 30
+    # training too, before those: each run's training step over the same number of
+    # training graphs (TRAIN_ROUND_GRAPHS) in this many interleaved rounds, its weights and
+    # optimizer state put back afterwards (0: the training figures of the runs' own
+    # epochs, run after run)
+    train_rounds: int = 15
 
 
 @dataclasses.dataclass
@@ -147,6 +166,14 @@ class RunStats:
     infer_round_seconds: List[float] = dataclasses.field(default_factory=list)
     infer_round_graphs: int = 0
     infer_warmup_rounds: int = 0
+    # the interleaved training rounds (run_demo: after every run's training and MAE pass,
+    # before the inference rounds; each round runs each run's training step once over its
+    # fixed training batches, in turn, and the state is put back afterwards): this run's
+    # time in each round, step time only; the real graphs of its batches; the leading
+    # rounds left out as warm-up (one count for every run)
+    train_round_seconds: List[float] = dataclasses.field(default_factory=list)
+    train_round_graphs: int = 0
+    train_warmup_rounds: int = 0
     batches_per_epoch: int = 0  # counted over the epochs trained (mean, rounded)
     mean_graphs_per_batch: float = 0.0  # real graphs per training step, counted
     distinct_shapes: int = 0  # distinct (nodes, edges, graphs) batch shapes, epoch 1
@@ -178,10 +205,32 @@ class RunStats:
         return warmup_steps(self.infer_step_seconds)
 
     @property
-    def train_graphs_per_second(self) -> float:
-        """Steady-state training throughput: the steps after the warm-up
-        (:func:`warmup_steps`), step time only."""
+    def epoch_graphs_per_second(self) -> float:
+        """Steady-state training throughput in the run's own epochs (the runs train one
+        after the other): the steps after the warm-up (:func:`warmup_steps`), step time
+        only."""
         return steady_rate(self.step_seconds, self.step_graphs)
+
+    @property
+    def train_graphs_per_second(self) -> float:
+        """Steady-state training throughput: the round's training graphs over the median
+        of the interleaved training rounds after the warm-up; without rounds, the run's
+        own epochs (:attr:`epoch_graphs_per_second`)."""
+        if self.train_round_seconds:
+            return _round_rate(self.train_round_seconds, self.train_round_graphs,
+                               self.train_warmup_rounds)
+        return self.epoch_graphs_per_second
+
+    def training_ratio(self, base: "RunStats") -> Tuple[float, float, float]:
+        """``(median, min, max)`` over the interleaved training rounds of this run's
+        training rate over ``base``'s, rounds after the warm-up; without rounds in both,
+        the ratio of the steady rates of their own epochs three times."""
+        if self.train_round_seconds and base.train_round_seconds:
+            return median_range(round_ratios(
+                self.train_round_seconds, self.train_round_graphs, base.train_round_seconds,
+                base.train_round_graphs, max(self.train_warmup_rounds, base.train_warmup_rounds)))
+        ratio = self.epoch_graphs_per_second / base.epoch_graphs_per_second
+        return ratio, ratio, ratio
 
     @property
     def eval_graphs_per_second(self) -> float:
@@ -189,8 +238,8 @@ class RunStats:
         interleaved rounds after the warm-up; without rounds, the MAE pass's steps
         after the warm-up (:func:`steady_rate`)."""
         if self.infer_round_seconds:
-            t = statistics.median(self.infer_round_seconds[self.infer_warmup_rounds:])
-            return self.infer_round_graphs / t if t > 0 else float("nan")
+            return _round_rate(self.infer_round_seconds, self.infer_round_graphs,
+                               self.infer_warmup_rounds)
         return steady_rate(self.infer_step_seconds, self.infer_step_graphs)
 
     def inference_ratio(self, base: "RunStats") -> Tuple[float, float, float]:
@@ -248,6 +297,13 @@ class DemoResult:
     #: graphs compiled during the timed rounds (0 expected: every run compiled its
     #: evaluation step in its MAE pass; otherwise the rounds' times include compiles)
     infer_round_compiles: int = 0
+    #: interleaved training rounds run (before the inference rounds; 0: none, the
+    #: training figures are the runs' own epochs), their wall time (snapshots and
+    #: restores included) and the graphs compiled meanwhile (0 expected: every run
+    #: compiled its training step in its epochs)
+    train_rounds: int = 0
+    train_rounds_seconds: float = 0.0
+    train_round_compiles: int = 0
 
     def runs(self) -> List[RunStats]:
         """The runs of this demo, in the report's column order."""
@@ -259,6 +315,7 @@ class DemoResult:
             run = getattr(self, key)
             if run is not None:
                 d[key]["train_graphs_per_second"] = run.train_graphs_per_second
+                d[key]["epoch_graphs_per_second"] = run.epoch_graphs_per_second
                 d[key]["eval_graphs_per_second"] = run.eval_graphs_per_second
                 d[key]["warmup_training_steps"] = run.warmup_training_steps
                 d[key]["warmup_inference_steps"] = run.warmup_inference_steps
@@ -266,6 +323,10 @@ class DemoResult:
                 d[key]["inference_ratio_to_eager"] = (
                     list(run.inference_ratio(self.eager)) if self.eager is not None
                     and self.eager.eval_graphs_per_second > 0 else None)
+                # the same for training (interleaved rounds; without them, the epochs')
+                d[key]["training_ratio_to_eager"] = (
+                    list(run.training_ratio(self.eager)) if self.eager is not None
+                    and self.eager.epoch_graphs_per_second > 0 else None)
         d["_mean_mae"] = self._mean_mae
         return d
 
@@ -336,9 +397,11 @@ class DemoResult:
         each("graphs compiled (train / infer)", self._compiles)
         each("first step, s (train / infer)",
              lambda r: f"{r.first_step_seconds:.1f} / {r.eval_first_step_seconds:.1f}")
-        each("warm-up (train steps / infer rounds)",
-             lambda r: f"{r.warmup_training_steps} / {r.warmup_inference_steps}")
+        each("warm-up (steps; train / infer rounds)", self._warmup)
         each("training, graphs/s, steady [2]", lambda r: f"{r.train_graphs_per_second:,.0f}")
+        if any(r.train_round_seconds for r in runs):  # the epochs' figure, second
+            each("  in its own epochs, run after run",
+                 lambda r: f"{r.epoch_graphs_per_second:,.0f}")
         each("inference, graphs/s, steady [2]", lambda r: f"{r.eval_graphs_per_second:,.0f}")
         each("training wall time, s (all epochs)", lambda r: f"{r.train_seconds:.1f}")
         each(f"final train L1 loss (epoch {self.config.epochs})",
@@ -348,6 +411,13 @@ class DemoResult:
         each("deterministic (train / infer) [4]", self._deterministic)
         widths = [max(len(r[i]) for r in rows if len(r) > i) for i in range(len(rows[0]))]
         return ["  ".join(f"{cell:<{w}}" for cell, w in zip(r, widths)).rstrip() for r in rows]
+
+    def _warmup(self, r: RunStats) -> str:
+        """Leading steps of the run's epochs; leading training rounds (with rounds) and
+        inference rounds (or MAE-pass steps) left out."""
+        train = f"{r.warmup_training_steps}; {r.train_warmup_rounds} / " \
+            if r.train_round_seconds else f"{r.warmup_training_steps}; - / "
+        return train + str(r.warmup_inference_steps)
 
     def _payback(self, r: RunStats, e: RunStats) -> Optional[str]:
         """When ``r``'s training compile (its first step) pays for itself against eager
@@ -367,10 +437,8 @@ class DemoResult:
     def _footer(self) -> List[str]:
         c = self.config
         lines = ["[1] each distinct shape is a recompile for torch.compile(dynamic=False)",
-                 f"[2] steady state, step time only (data loading is in the wall time). "
-                 f"Training: graphs/s over the steps after the warm-up = the leading steps "
-                 f"slower than {WARMUP_FACTOR:g}x the run's median step (the compile among "
-                 f"them); the runs train one after the other. " + self._inference_note()]
+                 "[2] steady state, step time only (data loading is in the wall time). "
+                 + self._training_note() + " " + self._inference_note()]
         if self.pyg_compiled is not None:
             lines.append("[3] PyG's documented compile route: eager PyG's model under "
                          "torch.compile(dynamic=True), on the same DataLoader batches (graph "
@@ -396,20 +464,26 @@ class DemoResult:
                 lines.append(f"{r.name} is not deterministic here ({'; '.join(causes)}): its test "
                              f"MAE varies from run to run; {fix}")
         e = self.eager
-        if e is not None and e.train_graphs_per_second > 0 and e.eval_graphs_per_second > 0:
+        if e is not None and e.epoch_graphs_per_second > 0 and e.eval_graphs_per_second > 0:
             for r in self.runs():
                 if r is not e:
+                    t_med, t_lo, t_hi = r.training_ratio(e)
+                    t_rounds = (f" (median of {self._kept_train_rounds()} interleaved rounds, "
+                                f"range {t_lo:.2f}-{t_hi:.2f})" if r.train_round_seconds and
+                                e.train_round_seconds else " (in the runs' own epochs)")
                     med, lo, hi = r.inference_ratio(e)
                     rounds = (f"median of {self._kept_rounds()} interleaved rounds, range "
                               f"{lo:.2f}-{hi:.2f}; " if r.infer_round_seconds else "")
                     lines.append(
-                        f"{r.name} / eager PyG, steady graphs/s: training "
-                        f"{r.train_graphs_per_second / e.train_graphs_per_second:.2f}x, inference "
-                        f"{med:.2f}x ({rounds}same model, loss, optimizer and data, measured in "
-                        f"this run)")
+                        f"{r.name} / eager PyG, steady graphs/s: training {t_med:.2f}x"
+                        f"{t_rounds}, inference {med:.2f}x ({rounds}same model, loss, "
+                        f"optimizer and data, measured in this run)")
                     payback = self._payback(r, e)
                     if payback:
                         lines.append(payback)
+        if self.train_round_compiles:
+            lines.append(f"{_count(self.train_round_compiles, 'graph')} compiled during the "
+                         f"timed training rounds: the training figures include compiles")
         if self.infer_round_compiles:
             lines.append(f"{_count(self.infer_round_compiles, 'graph')} compiled during the "
                          f"timed inference rounds: the inference figures include compiles")
@@ -421,6 +495,8 @@ class DemoResult:
         lines.append(f"test MAE baseline (predict the training mean): {self._mean_mae:.2f}")
         parts = [f"loading molecules {self.load_seconds:.0f} s"] + [
             f"{r.name} {r.run_seconds:.0f} s" for r in self.runs()]
+        if self.train_rounds:
+            parts.append(f"training rounds {self.train_rounds_seconds:.0f} s")
         if self.infer_rounds:
             parts.append(f"inference rounds {self.infer_rounds_seconds:.0f} s")
         lines.append(f"total {self.total_seconds:.0f} s ({', '.join(parts)})")
@@ -438,6 +514,38 @@ class DemoResult:
 
     def _kept_rounds(self) -> int:
         return self._rounds_run() - self.adapter.infer_warmup_rounds
+
+    def _train_rounds_run(self) -> int:
+        """The interleaved training rounds the runs have (the field, or counted)."""
+        return self.train_rounds or max((len(r.train_round_seconds) for r in self.runs()),
+                                        default=0)
+
+    def _kept_train_rounds(self) -> int:
+        warm = max((r.train_warmup_rounds for r in self.runs() if r.train_round_seconds),
+                   default=0)
+        return self._train_rounds_run() - warm
+
+    def _training_note(self) -> str:
+        epochs = (f"graphs/s over the steps after the warm-up = the leading steps slower "
+                  f"than {WARMUP_FACTOR:g}x the run's median step (the compile among them)")
+        timed = [r for r in self.runs() if r.train_round_seconds]
+        if not timed:
+            return f"Training: {epochs}; the runs train one after the other."
+        n = self._train_rounds_run()
+        lo, hi = (f(r.train_round_graphs for r in timed) for f in (min, max))
+        graphs = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+        left = [r.name for r in self.runs() if not r.train_round_seconds]
+        return (f"Training: after every run has trained and been evaluated, each run's "
+                f"training step (forward, backward, optimizer step) is timed over the first "
+                f"batches of its epoch 1 ({graphs} graphs) in {n} "
+                f"interleaved rounds, its weights and optimizer state put back afterwards; "
+                f"graphs/s = those graphs over the run's median round, a ratio = the median "
+                f"of the per-round ratios; warm-up = the leading rounds in which any run was "
+                f"slower than {WARMUP_FACTOR:g}x its median round ("
+                f"{n - self._kept_train_rounds()} left out)"
+                + (f"; {', '.join(left)}: its own epochs (its optimizer state cannot be "
+                   f"put back)" if left else "")
+                + f". In its own epochs (the runs one after the other): {epochs}.")
 
     def _passes(self) -> str:
         n = self._rounds_run()
