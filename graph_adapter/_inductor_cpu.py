@@ -27,12 +27,19 @@ on CPU"), and one reading (4):
 4. **The backward is compiled with the forward** (:func:`compile_and_scan`),
    so that the code of both can be read for ``atomic_add``
    (``Compiled.atomic_adds``: whether sums change order from run to run).
+5. **A linear layer of a sum of embedding lookups projects the tables**
+   (``pre_grad_custom_pass``, :mod:`graph_adapter._fx_rewrites`): the
+   demo's four per-layer edge projections of ``[E, 64]`` bond embeddings
+   become products of the 30 bond-table rows, looked up inside the
+   message kernel (compiled inference 26.4 -> 21.4 ms an epoch of 1000
+   molecules under load, same process). Not CPU-specific: it applies on
+   every device inductor compiles for.
 
 Every setting keeps the results (equal to eager in the float64 tests): only
 what is stored between the passes and which kernel adds change (an
 ``index_add`` may add in another order than a generated loop). User
 ``options`` override them (``options={"joint_custom_post_pass": None}``
-turns 1 off).
+turns 1 off, ``options={"pre_grad_custom_pass": None}`` turns 5 off).
 """
 from __future__ import annotations
 
@@ -197,7 +204,10 @@ def decompositions(index_add_fallback: bool) -> Optional[Dict[Any, Callable]]:
 
 def config_patches() -> Dict[str, Any]:
     """The inductor config this package sets for a compile (user ``options`` go on top)."""
-    return {"joint_custom_post_pass": recompute_bool_masks()}
+    from ._fx_rewrites import project_embedding_tables_pass
+
+    return {"joint_custom_post_pass": recompute_bool_masks(),
+            "pre_grad_custom_pass": project_embedding_tables_pass()}
 
 
 def merge_atomic(*found: Optional[bool]) -> Optional[bool]:

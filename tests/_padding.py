@@ -95,3 +95,17 @@ def untied(nodes: int, edges: int, graphs: int, grow: str = "edges") -> Tuple[in
         else:
             N += 1
     return N, E, G
+
+
+def molecule_like_graphs(num: int = 8, seed: int = 0) -> List[Data]:
+    """Random graphs with the demo's categorical columns (9 atom, 3 bond; codes 0/1)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(num):
+        n = int(torch.randint(2, 7, (1,), generator=g))
+        m = int(torch.randint(1, 2 * n + 1, (1,), generator=g))
+        out.append(Data(x=torch.randint(0, 2, (n, 9), generator=g),
+                        edge_index=torch.randint(0, n, (2, m), generator=g),
+                        edge_attr=torch.randint(0, 2, (m, 3), generator=g),
+                        y=torch.randn(1, generator=g)))
+    return out

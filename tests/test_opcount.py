@@ -21,26 +21,14 @@ from torch_geometric.data import Data
 from graph_adapter.app.bench import opcount as oc
 from graph_adapter.app.models import build_model
 
-
-def _molecules(num=8, seed=0):
-    """Random graphs with the demo's categorical columns (9 atom, 3 bond; codes 0/1)."""
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(num):
-        n = int(torch.randint(2, 7, (1,), generator=g))
-        m = int(torch.randint(1, 2 * n + 1, (1,), generator=g))
-        out.append(Data(x=torch.randint(0, 2, (n, 9), generator=g),
-                        edge_index=torch.randint(0, n, (2, m), generator=g),
-                        edge_attr=torch.randint(0, 2, (m, 3), generator=g),
-                        y=torch.randn(1, generator=g)))
-    return out
+from _padding import molecule_like_graphs
 
 
 @pytest.fixture(scope="module")
 def counts():
     torch.manual_seed(0)
     model = build_model("gine", 16, 2)
-    return {mode: oc.compare(model, _molecules(), train=mode == "train")
+    return {mode: oc.compare(model, molecule_like_graphs(), train=mode == "train")
             for mode in ("train", "infer")}
 
 
@@ -83,7 +71,7 @@ def test_library_python_calls_bounded(counts):
 
 def test_counts_are_deterministic_and_the_baseline_has_no_library_origin(counts):
     torch.manual_seed(0)
-    again = oc.compare(build_model("gine", 16, 2), _molecules(), train=True)
+    again = oc.compare(build_model("gine", 16, 2), molecule_like_graphs(), train=True)
     for side in ("pyg", "wrapped"):
         assert again[side].ops == counts["train"][side].ops
     assert set(counts["train"]["pyg"].by_origin()) <= {

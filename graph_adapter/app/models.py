@@ -89,8 +89,11 @@ class MolRegressor(nn.Module):
             self.gnn = pygm.AttentiveFP(hidden, hidden, hidden, edge_dim=hidden,
                                         num_layers=layers, num_timesteps=2)
         self.head = pygm.MLP([hidden, hidden, 1], norm=None)
-        self.register_buffer("y_mean", torch.tensor(float(y_mean)))
-        self.register_buffer("y_std", torch.tensor(float(y_std)))
+        # shape [1], not 0-dim: Dynamo reads a 0-dim buffer as a Python float
+        # (`.item()`), which a dynamic=False compile cannot keep; it then traces
+        # the whole model a second time (TensorifyScalarRestartAnalysis)
+        self.register_buffer("y_mean", torch.tensor([float(y_mean)]))
+        self.register_buffer("y_std", torch.tensor([float(y_std)]))
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, batch: Tensor) -> Tensor:
         from torch_geometric.nn import global_add_pool, global_mean_pool

@@ -1,0 +1,155 @@
+"""graph_adapter._fx_rewrites: ``linear(sum of embedding lookups)`` becomes lookups in
+projected tables, keeping outputs and gradients (float64), and only where it
+is exactly that pattern and pays; inductor runs it as its pre-grad pass."""
+import copy
+from typing import List, Sequence
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+from graph_adapter import _fx_rewrites as R
+from graph_adapter import _inductor_cpu as I
+
+
+class _EncodeProject(nn.Module):
+    """Sum of one embedding per column of ``codes``, then ``linears`` projections of it."""
+
+    def __init__(self, vocab: Sequence[int], d_in: int, d_out: int, bias: bool = True,
+                 linears: int = 1, **embedding_kwargs) -> None:
+        super().__init__()
+        self.embeddings = nn.ModuleList(nn.Embedding(n, d_in, **embedding_kwargs) for n in vocab)
+        self.lins = nn.ModuleList(nn.Linear(d_in, d_out, bias=bias) for _ in range(linears))
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        h = self.embeddings[0](codes[:, 0])
+        for i in range(1, len(self.embeddings)):
+            h = h + self.embeddings[i](codes[:, i])
+        return sum(lin(h).relu() for lin in self.lins)
+
+
+def _rewritten(model: nn.Module, *inputs: torch.Tensor):
+    """``(compiled model, counts)``: Dynamo's graph of ``model``, rewritten, run eagerly
+    (with autograd, so gradients are those of the rewritten graph)."""
+    counts: List[int] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs):
+        counts.append(R.project_embedding_tables(gm.graph))
+        gm.recompile()
+        return gm.forward
+
+    torch._dynamo.reset()  # one module class, many shapes: a fresh cache each time
+    fn = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
+    fn(*inputs)
+    return fn, counts
+
+
+def _codes(vocab: Sequence[int], rows: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.stack([torch.randint(0, n, (rows,), generator=g) for n in vocab], dim=1)
+
+
+def _outputs_and_grads(fn, model: nn.Module, codes: torch.Tensor):
+    out = fn(codes)
+    grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
+    return out, grads
+
+
+@given(vocab=st.lists(st.integers(1, 8), min_size=1, max_size=4),
+       d_in=st.integers(1, 6), d_out=st.integers(1, 5), bias=st.booleans(),
+       linears=st.integers(1, 2), extra_rows=st.integers(0, 30), seed=st.integers(0, 2**16))
+def test_rewrite_keeps_outputs_and_gradients(vocab, d_in, d_out, bias, linears, extra_rows,
+                                             seed):
+    torch.manual_seed(seed)
+    model = _EncodeProject(vocab, d_in, d_out, bias, linears).double()
+    codes = _codes(vocab, 2 * sum(vocab) + extra_rows, seed)  # tables <= half the lookups
+    fn, counts = _rewritten(model, codes)
+    assert counts == [linears]
+    ours, our_grads = _outputs_and_grads(fn, model, codes)
+    ref, ref_grads = _outputs_and_grads(model, model, codes)
+    torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_linears_of_one_sum_share_one_stacked_table():
+    model = _EncodeProject([5, 3, 2], 4, 4, linears=3).double()
+    captured = []
+
+    def backend(gm, example_inputs):
+        assert R.project_embedding_tables(gm.graph) == 3
+        captured.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(model, backend=backend, fullgraph=True)(_codes([5, 3, 2], 40, 0))
+    graph = captured[0].graph
+    assert sum(n.target is torch.cat for n in graph.nodes) == 1
+    # no [rows, d_in] x [d_in, d_out] product of the summed lookups is left
+    assert sum(n.target in R._LINEAR for n in graph.nodes) == 3
+
+
+@pytest.mark.parametrize("case", ["padding_idx", "max_norm", "big_tables", "not_a_lookup"])
+def test_other_forms_are_left_alone(case):
+    vocab, rows = [6, 4], 40
+    kwargs = {"padding_idx": {"padding_idx": 0}, "max_norm": {"max_norm": 1.0}}.get(case, {})
+    if case == "big_tables":
+        vocab, rows = [30, 20], 60  # 50 table rows > half of 60 lookups: no gain
+    model = _EncodeProject(vocab, 4, 3, **kwargs).double()
+    codes = _codes(vocab, rows, 1)
+    if case == "not_a_lookup":
+        class Mixed(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = model
+
+            def forward(self, codes):
+                h = self.inner.embeddings[0](codes[:, 0]) + codes[:, 1:2].double()
+                return self.inner.lins[0](h)
+
+        model = Mixed()
+    ref = model(codes)
+    fn, counts = _rewritten(model, codes)
+    assert counts == [0]
+    torch.testing.assert_close(fn(codes), ref)
+
+
+def test_inductor_runs_the_rewrite_as_its_pre_grad_pass():
+    patches = I.config_patches()
+    assert isinstance(patches["pre_grad_custom_pass"], R._pass_class())
+    assert patches["pre_grad_custom_pass"].uuid() == f"graph_adapter.ProjectEmbeddingTables.v{R._PASS_VERSION}"
+
+
+@pytest.mark.slow
+def test_demo_model_compiled_with_inductor_is_rewritten_and_keeps_gradients(monkeypatch):
+    """The demo's GINE: its 4 edge projections are rewritten; compiled outputs and
+    gradients equal eager ones (float64); ``pre_grad_custom_pass=None`` turns it off."""
+    import graph_adapter as ga
+    from graph_adapter.app.models import build_model
+
+    from _padding import molecule_like_graphs
+
+    counts: List[int] = []
+    orig = R.project_embedding_tables
+    monkeypatch.setattr(R, "project_embedding_tables", lambda g: counts.append(orig(g)) or counts[-1])
+    graphs = molecule_like_graphs(60, seed=0)
+    budget = ga.Budget.fit(graphs, 24)  # ~100 edge rows: more than 2x the 30 bond rows
+    flat = next(iter(ga.FixedSizeLoader(graphs, budget)))
+    flat = {k: v.double() if v.is_floating_point() else v for k, v in flat.items()}
+    torch.manual_seed(0)
+    base = build_model("gine", 16, 2).double()
+    eager = ga.ipu_wrap(copy.deepcopy(base), loss_fn=ga.masked_loss("l1"))
+    for options, expected in (({"force_disable_caches": True}, 2),
+                              ({"force_disable_caches": True, "pre_grad_custom_pass": None}, 0)):
+        counts.clear()
+        wrapped = ga.ipu_wrap(copy.deepcopy(base), loss_fn=ga.masked_loss("l1"))
+        compiled = ga.compile(wrapped, "inductor", options=options)
+        out, ref = compiled(flat), eager(flat)
+        assert sum(counts) == expected
+        torch.testing.assert_close(out["output"], ref["output"], rtol=1e-10, atol=1e-10)
+        grads = torch.autograd.grad(out["loss"], list(wrapped.parameters()))
+        ref_grads = torch.autograd.grad(ref["loss"], list(eager.parameters()))
+        for a, b in zip(grads, ref_grads):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
