@@ -132,7 +132,10 @@ def project_embedding_tables(graph: fx.Graph) -> int:
         graph.erase_node(node)
         done += 1
     if done:
-        graph.eliminate_dead_code()
+        # No eliminate_dead_code() here: on this torch-level graph it also drops
+        # in-place updates nobody reads (BatchNorm's running statistics, updated
+        # by a masked norm's `mul_`/`add_`). A lookup sum left unused is removed
+        # later, by the dead-code passes of the functionalized graph.
         graph.lint()
     return done
 

@@ -153,3 +153,9 @@ def test_demo_model_compiled_with_inductor_is_rewritten_and_keeps_gradients(monk
         ref_grads = torch.autograd.grad(ref["loss"], list(eager.parameters()))
         for a, b in zip(grads, ref_grads):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+        # the in-place updates of the step (BatchNorm's running statistics) happen too
+        eager_buffers = dict(eager.named_buffers())
+        for name, buf in wrapped.named_buffers():
+            torch.testing.assert_close(buf, eager_buffers[name], rtol=1e-10, atol=1e-10,
+                                       msg=lambda m, name=name: f"buffer {name}: {m}")
+        eager = ga.ipu_wrap(copy.deepcopy(base), loss_fn=ga.masked_loss("l1"))  # fresh stats
