@@ -284,7 +284,10 @@ class _CountingBackend:
 
             decomps = _inductor_cpu.decompositions(
                 _inductor_cpu.use_index_add_fallback(self.index_add_fallback))
-            with config.patch({**_inductor_cpu.config_patches(), **(self.options or {})}):
+            patches = _inductor_cpu.config_patches(
+                cpu_inference=_inductor_cpu.is_cpu_inference(example_inputs))
+            with config.patch({**patches, **(self.options or {})}), \
+                    _inductor_cpu.quiet_proxy_executor_notice():
                 fn, atomic = _inductor_cpu.compile_and_scan(
                     lambda: compile_fx(gm, example_inputs, decompositions=decomps))
             self.atomic_adds = _inductor_cpu.merge_atomic(self.atomic_adds, atomic)

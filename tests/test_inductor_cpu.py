@@ -266,3 +266,51 @@ def test_compiled_gradients_equal_eager_where_masks_come_from_max_and_softmax(la
     finally:
         torch.set_num_threads(old)
         torch._dynamo.reset()
+
+
+def test_cpu_inference_graphs_get_the_cpp_wrapper():
+    x = torch.zeros(3)
+    with torch.no_grad():
+        assert I.is_cpu_inference([x, 2])
+    assert not I.is_cpu_inference([x])  # grad mode: a backward may follow
+    with torch.no_grad():
+        assert not I.is_cpu_inference([x, torch.zeros(2, device="meta")])
+    assert I.config_patches(cpu_inference=True)["cpp_wrapper"] is True
+    assert "cpp_wrapper" not in I.config_patches()
+
+
+def test_proxy_executor_notice_is_dropped_only_while_compiling(caplog):
+    import logging
+
+    logger = logging.getLogger("torch._inductor.ir")
+    msg = "%s is missing a c-shim implementation, using proxy executor as fallback"
+    with caplog.at_level(logging.WARNING, logger="torch._inductor.ir"):
+        with I.quiet_proxy_executor_notice():
+            logger.warning(msg, "aten.index_add.default")
+            logger.warning("another warning")
+        logger.warning(msg, "aten.index_add.default")
+    assert [r.getMessage() for r in caplog.records] == [
+        "another warning", msg % "aten.index_add.default"]
+
+
+@pytest.mark.slow
+def test_compiled_inference_with_the_cpp_wrapper_equals_eager(monkeypatch):
+    """An eval-mode model compiled under no_grad gets the C++ wrapper and gives eager's
+    outputs."""
+    from graph_adapter.app.models import build_model
+
+    from _padding import molecule_like_graphs
+    import graph_adapter as ga
+
+    graphs = molecule_like_graphs(30, seed=2)
+    flat = next(iter(ga.FixedSizeLoader(graphs, ga.Budget.fit(graphs, 10), layout="hyb")))
+    torch.manual_seed(0)
+    wrapped = ipu_wrap(build_model("gine", 16, 2)).eval()
+    compiled = compile(wrapped, "inductor", options={"force_disable_caches": True})
+    asked = []
+    patches = I.config_patches
+    monkeypatch.setattr(I, "config_patches", lambda **kw: asked.append(kw) or patches(**kw))
+    with torch.no_grad():
+        out, ref = compiled(flat)["output"], wrapped(flat)["output"]
+    assert asked == [{"cpu_inference": True}]
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
