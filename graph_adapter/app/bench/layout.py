@@ -21,6 +21,10 @@ on pre-collated batches:
   short spill list (``--hyb-widths D`` adds ``wrap_inductor_hyb<D>`` with
   width ``D``).
 
+* ``wrap_inductor_hyb_plain``: the same HYB batches compiled without the
+  embedding-table projection (``_fx_rewrites``) and, in inference, without
+  the C++ wrapper (``options=PLAIN_OPTIONS``): what those two settings add.
+
 * ``wrap_inductor_cudagraphs`` (``--device cuda`` only): ``"inductor_cudagraphs"``,
   the default layout with CUDA graphs (one replay a step).
 
@@ -71,7 +75,10 @@ __all__ = ["VARIANTS", "main"]
 
 #: Variant names, in the printed order (``--hyb-widths D`` appends ``wrap_inductor_hyb<D>``).
 VARIANTS = ("pyg", "wrap_eager", "wrap_inductor", "wrap_inductor_atomic", "wrap_inductor_ell",
-            "wrap_inductor_hyb")
+            "wrap_inductor_hyb", "wrap_inductor_hyb_plain")
+#: ``wrap_inductor_hyb_plain``: HYB without the two newest inductor settings (the
+#: embedding-table projection and, for inference, the C++ wrapper), to measure them.
+PLAIN_OPTIONS = {"pre_grad_custom_pass": None, "cpp_wrapper": False}
 #: Variants that need a CUDA device (``--device cuda``).
 CUDA_VARIANTS = ("wrap_inductor_cudagraphs",)
 
@@ -140,6 +147,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                                "wrap_inductor_atomic": plain, "wrap_inductor_cudagraphs": plain}
     widths: Dict[str, Any] = {}
     spills: Dict[str, Any] = {}
+    if "wrap_inductor_hyb_plain" in variants:
+        layouts["wrap_inductor_hyb_plain"] = ("hyb", None)
     for k, (lay, w) in layouts.items():
         if k in variants:
             loader = ga.FixedSizeLoader(data, budget, layout=lay, layout_widths=w)
@@ -175,7 +184,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         if k == "wrap_inductor_cudagraphs":
             return ga.compile(m, "inductor_cudagraphs")
         return ga.compile(m, "inductor",
-                          index_add_fallback=False if k == "wrap_inductor_atomic" else None)
+                          index_add_fallback=False if k == "wrap_inductor_atomic" else None,
+                          options=PLAIN_OPTIONS if k == "wrap_inductor_hyb_plain" else None)
 
     res: Dict[str, Any] = {"device": str(device), "widths": widths, "spills": spills,
                            "ratios": {}, "spread": {},
@@ -218,6 +228,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
               "wrap_inductor_atomic": "  same, inductor's atomic scatter",
               "wrap_inductor_ell": "ipu_wrap + inductor (ELL)",
               "wrap_inductor_hyb": "ipu_wrap + inductor (HYB)",
+              "wrap_inductor_hyb_plain": "  same, no table projection / C++ wrapper",
               "wrap_inductor_cudagraphs": "ipu_wrap + inductor + CUDA graphs"}
     for k in variants:
         label = labels.get(k, f"ipu_wrap + inductor (HYB, width {k[len('wrap_inductor_hyb'):]})")
