@@ -89,12 +89,6 @@ def _pays(terms: List[Tuple[fx.Node, fx.Node]], out: fx.Node) -> bool:
     return sum(int(r.shape[0]) for r in rows) <= _MAX_ROW_SHARE * int(lookups.shape[0])
 
 
-def _last(graph: fx.Graph, nodes: Tuple[fx.Node, ...]) -> fx.Node:
-    """The one of ``nodes`` that comes last in ``graph``."""
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    return max(nodes, key=order.__getitem__)
-
-
 def project_embedding_tables(graph: fx.Graph) -> int:
     """Rewrite every ``linear(sum of embedding lookups)`` of ``graph`` in place (module
     doc); return how many linears were rewritten. The caller recompiles the module
@@ -111,10 +105,11 @@ def project_embedding_tables(graph: fx.Graph) -> int:
         if not terms or not _pays(terms, inp):
             continue
         tables = tuple(t for _, t in terms)
-        if tables not in stacked:  # (shared by every linear of the same tables)
-            with graph.inserting_after(_last(graph, tables)):
-                stacked[tables] = graph.call_function(torch.cat, (list(tables),))
         with graph.inserting_before(node):
+            if tables not in stacked:
+                # before the first linear of these tables, shared by the later ones
+                # (not after the tables: they are placeholders, which come first)
+                stacked[tables] = graph.call_function(torch.cat, (list(tables),))
             # one product for all the tables: [sum of rows, D_in] x [D_in, D_out]
             projected = graph.call_function(F.linear, (stacked[tables], weight))
             out: Optional[fx.Node] = None
@@ -142,7 +137,7 @@ def project_embedding_tables(graph: fx.Graph) -> int:
 
 #: Bumped whenever :func:`project_embedding_tables` changes what it rewrites
 #: (inductor's cache keys compiled graphs by it).
-_PASS_VERSION = 1
+_PASS_VERSION = 2
 
 
 @functools.lru_cache(maxsize=None)

@@ -87,6 +87,8 @@ def test_linears_of_one_sum_share_one_stacked_table():
     torch.compile(model, backend=backend, fullgraph=True)(_codes([5, 3, 2], 40, 0))
     graph = captured[0].graph
     assert sum(n.target is torch.cat for n in graph.nodes) == 1
+    ops = [n.op for n in graph.nodes]  # the placeholders (tables among them) still come first
+    assert ops.index("call_function") > max(i for i, op in enumerate(ops) if op == "placeholder")
     # no [rows, d_in] x [d_in, d_out] product of the summed lookups is left
     assert sum(n.target in R._LINEAR for n in graph.nodes) == 3
 
