@@ -19,14 +19,7 @@ from graph_adapter.app.results import (REPORT_WIDTH, WARMUP_FACTOR, RunStats, me
 
 pytest.importorskip("rdkit")
 
-TINY = dict(limit=40, epochs=1, hidden=8, layers=1, batch_graphs=16, progress=False,
-            pyg_compile=False)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
+from _demo import TINY, _fresh_dynamo  # noqa: E402,F401  (an autouse fixture)
 
 
 def _row(report: str, label: str) -> str:
