@@ -226,8 +226,8 @@ def config_patches(cpu_inference: bool = False) -> Dict[str, Any]:
 #: 6. **Inference graphs on the CPU run from C++** (``cpp_wrapper``): the
 #: generated ``call`` that allocates buffers, checks input sizes and launches
 #: each kernel is C++ instead of Python. Measured on the demo's model
-#: (2 threads, one process, interleaved): compiled inference 7-10% faster
-#: (``docs/benchmarks.md``), for about 3 s more of cold compile per graph.
+#: (2 threads, one process, interleaved): compiled inference 6-10% faster
+#: (``docs/benchmarks.md``), for about 4 s more of cold compile per graph.
 #: Training graphs keep the Python wrapper (+3% there, not worth a slower
 #: compile of both passes).
 CPU_INFERENCE_PATCHES: Dict[str, Any] = {"cpp_wrapper": True}

@@ -89,9 +89,9 @@ class MolRegressor(nn.Module):
             self.gnn = pygm.AttentiveFP(hidden, hidden, hidden, edge_dim=hidden,
                                         num_layers=layers, num_timesteps=2)
         self.head = pygm.MLP([hidden, hidden, 1], norm=None)
-        # shape [1], not 0-dim: Dynamo reads a 0-dim buffer as a Python float
-        # (`.item()`), which a dynamic=False compile cannot keep; it then traces
-        # the whole model a second time (TensorifyScalarRestartAnalysis)
+        # shape [1], not 0-dim: with 0-dim buffers Dynamo read them as Python
+        # floats (`.item()`) and then traced this whole model a second time in
+        # eval mode (TensorifyScalarRestartAnalysis: two compiles for one graph)
         self.register_buffer("y_mean", torch.tensor([float(y_mean)]))
         self.register_buffer("y_std", torch.tensor([float(y_std)]))
 
