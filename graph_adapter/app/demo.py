@@ -77,7 +77,7 @@ from graph_adapter.format import loss_of
 from .datasets import load_nci5k
 from .models import MODELS, AtomBondEncoder, MolRegressor, build_model
 from .preflight import DemoSettingError, check_demo_settings
-from .repeat import _restore, _snapshot, known_nondeterminism, repeat_gap
+from .repeat import known_nondeterminism, repeat_gap, restore, snapshot
 from .results import (TRAIN_ROUND_GRAPHS, DemoConfig, DemoResult, RunStats, warmup_rounds,
                       write_plot)
 
@@ -360,7 +360,7 @@ def _time_training(timed: List[_Timed], rounds: int, progress: bool,
     _log(f"timing training: {rounds} interleaved rounds over about {graphs:,} training "
          f"graphs a run ...", progress)
     t0 = time.perf_counter()
-    states = [_snapshot(t.training.modules, t.training.optimizer) for t in runs]
+    states = [snapshot(t.training.modules, t.training.optimizer) for t in runs]
     modes = [bool(t.training.mode.training) for t in runs]
     try:
         for t in runs:
@@ -371,7 +371,7 @@ def _time_training(timed: List[_Timed], rounds: int, progress: bool,
     finally:
         # (every snapshot holds the RNG state of before the rounds)
         for t, state, mode in zip(runs, states, modes):
-            _restore(state, t.training.modules, t.training.optimizer)
+            restore(state, t.training.modules, t.training.optimizer)
             t.training.mode.train(mode)
     seconds = time.perf_counter() - t0
     skip = warmup_rounds({name: secs for name, (secs, _) in res.items()})

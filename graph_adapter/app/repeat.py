@@ -16,19 +16,22 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-__all__ = ["repeat_gap", "known_nondeterminism", "PROBE_STEPS"]
+__all__ = ["repeat_gap", "known_nondeterminism", "snapshot", "restore", "PROBE_STEPS"]
 
 #: Training steps the probe runs (twice).
 PROBE_STEPS = 3
 
 
-def _snapshot(modules: Sequence[nn.Module], optimizer: torch.optim.Optimizer) -> Tuple[Any, ...]:
+def snapshot(modules: Sequence[nn.Module], optimizer: torch.optim.Optimizer) -> Tuple[Any, ...]:
+    """A copy of a run's training state: the modules' state dicts (weights and buffers),
+    the optimizer's state and the RNG (:func:`restore` puts it back)."""
     return ([copy.deepcopy(m.state_dict()) for m in modules],
             copy.deepcopy(optimizer.state_dict()), torch.get_rng_state())
 
 
-def _restore(state: Tuple[Any, ...], modules: Sequence[nn.Module],
-             optimizer: torch.optim.Optimizer) -> None:
+def restore(state: Tuple[Any, ...], modules: Sequence[nn.Module],
+            optimizer: torch.optim.Optimizer) -> None:
+    """Put back what :func:`snapshot` copied."""
     # load_state_dict copies into the existing tensors: compiled code keeps its inputs
     for m, sd in zip(modules, state[0]):
         m.load_state_dict(sd)
@@ -56,12 +59,12 @@ def repeat_gap(step: Callable[[Any], Tuple[float, int]], batches: Iterable[Any],
         sample.append(batch)
         if len(sample) == steps:
             break
-    state = _snapshot(modules, optimizer)
+    state = snapshot(modules, optimizer)
     losses = []
     for _ in range(2):
-        _restore(state, modules, optimizer)
+        restore(state, modules, optimizer)
         losses.append([step(b)[0] for b in sample])
-    _restore(state, modules, optimizer)
+    restore(state, modules, optimizer)
     # NaN twice counts as a repeat (the run is broken, but repeatably so)
     return max((0.0 if a == b or (a != a and b != b) else abs(a - b)
                 for a, b in zip(*losses)), default=0.0)

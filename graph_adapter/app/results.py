@@ -10,7 +10,7 @@ import dataclasses
 import math
 import statistics
 import textwrap
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -93,6 +93,20 @@ def _round_rate(seconds: Sequence[float], graphs: int, skip: int) -> float:
     kept = seconds[skip:]
     t = statistics.median(kept) if kept else 0.0
     return graphs / t if t > 0 else float("nan")
+
+
+def _rounds_ratio(rounds: Tuple[Sequence[float], int, int],
+                  base: Tuple[Sequence[float], int, int],
+                  steady_ratio: Callable[[], float]) -> Tuple[float, float, float]:
+    """``(median, min, max)`` of the per-round ratios of two runs' interleaved rounds
+    (each ``(seconds per round, graphs a round, warm-up rounds)``; the larger warm-up
+    is left out of both); without rounds in both, ``steady_ratio()`` three times."""
+    (seconds, graphs, warm), (base_seconds, base_graphs, base_warm) = rounds, base
+    if seconds and base_seconds:
+        return median_range(round_ratios(seconds, graphs, base_seconds, base_graphs,
+                                         max(warm, base_warm)))
+    ratio = steady_ratio()
+    return ratio, ratio, ratio
 
 
 @dataclasses.dataclass
@@ -225,12 +239,10 @@ class RunStats:
         """``(median, min, max)`` over the interleaved training rounds of this run's
         training rate over ``base``'s, rounds after the warm-up; without rounds in both,
         the ratio of the steady rates of their own epochs three times."""
-        if self.train_round_seconds and base.train_round_seconds:
-            return median_range(round_ratios(
-                self.train_round_seconds, self.train_round_graphs, base.train_round_seconds,
-                base.train_round_graphs, max(self.train_warmup_rounds, base.train_warmup_rounds)))
-        ratio = self.epoch_graphs_per_second / base.epoch_graphs_per_second
-        return ratio, ratio, ratio
+        return _rounds_ratio(
+            (self.train_round_seconds, self.train_round_graphs, self.train_warmup_rounds),
+            (base.train_round_seconds, base.train_round_graphs, base.train_warmup_rounds),
+            lambda: self.epoch_graphs_per_second / base.epoch_graphs_per_second)
 
     @property
     def eval_graphs_per_second(self) -> float:
@@ -246,12 +258,10 @@ class RunStats:
         """``(median, min, max)`` over the interleaved rounds of this run's inference rate
         over ``base``'s, rounds after the warm-up; without rounds in both, the ratio of
         the steady rates three times."""
-        if self.infer_round_seconds and base.infer_round_seconds:
-            return median_range(round_ratios(
-                self.infer_round_seconds, self.infer_round_graphs, base.infer_round_seconds,
-                base.infer_round_graphs, max(self.infer_warmup_rounds, base.infer_warmup_rounds)))
-        ratio = self.eval_graphs_per_second / base.eval_graphs_per_second
-        return ratio, ratio, ratio
+        return _rounds_ratio(
+            (self.infer_round_seconds, self.infer_round_graphs, self.infer_warmup_rounds),
+            (base.infer_round_seconds, base.infer_round_graphs, base.infer_warmup_rounds),
+            lambda: self.eval_graphs_per_second / base.eval_graphs_per_second)
 
 
 @dataclasses.dataclass
