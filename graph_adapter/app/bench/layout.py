@@ -140,21 +140,22 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         d.y = d.y.view(-1)
     budget = ga.Budget.fit(data, args.batch)
     layouts: Dict[str, Any] = {"wrap_inductor_ell": ("ell", None),
-                               "wrap_inductor_hyb": ("hyb", None)}
+                               "wrap_inductor_hyb": ("hyb", None),
+                               "wrap_inductor_hyb_plain": ("hyb", None)}
     layouts.update({f"wrap_inductor_hyb{d}": ("hyb", (d, d)) for d in args.hyb_widths})
     plain = list(ga.FixedSizeLoader(data, budget))
     batches: Dict[str, Any] = {"wrap_eager": plain, "wrap_inductor": plain,
                                "wrap_inductor_atomic": plain, "wrap_inductor_cudagraphs": plain}
     widths: Dict[str, Any] = {}
     spills: Dict[str, Any] = {}
-    if "wrap_inductor_hyb_plain" in variants:
-        layouts["wrap_inductor_hyb_plain"] = ("hyb", None)
+    collated: Dict[Any, Any] = {}  # variants of one layout share its batches
     for k, (lay, w) in layouts.items():
         if k in variants:
-            loader = ga.FixedSizeLoader(data, budget, layout=lay, layout_widths=w)
-            batches[k] = list(loader)
-            widths[k] = loader.collator.layout_widths
-            spills[k] = loader.collator.layout_spills
+            if (lay, w) not in collated:
+                loader = ga.FixedSizeLoader(data, budget, layout=lay, layout_widths=w)
+                collated[lay, w] = (list(loader), loader.collator.layout_widths,
+                                    loader.collator.layout_spills)
+            batches[k], widths[k], spills[k] = collated[lay, w]
     pyg = [Batch.from_data_list(data[i:i + args.batch]) for i in range(0, len(data), args.batch)]
     batches["pyg"] = pyg
     if device.type != "cpu":  # the batches live on the device; the copies are not timed
