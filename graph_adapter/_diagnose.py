@@ -56,6 +56,7 @@ from .format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, LAYOUT_KEYS,
                      split_micro_batches)
 
 __all__ = ["Problem", "value_problems", "micro_batches_of", "named_error", "raise_for_values",
+           "BoundsPlan", "bounds_plan", "raise_for_bounds",
            "DIAGNOSED"]
 
 #: The errors of a model call after which :func:`named_error` looks for a bad
@@ -131,6 +132,46 @@ def _node_counts(flat: Mapping[str, Tensor]) -> Dict[StoreKey, Tuple[int, str]]:
     return out
 
 
+def _index_ranges(flat: Mapping[str, Tensor], nodes: Optional[Dict[StoreKey, Tuple[int, str]]] = None
+                  ) -> List[Tuple[str, Union[int, Tuple[int, int]], str]]:
+    """``(key, bound, what)`` for every index range rule of one micro-batch: the key's
+    values must lie in ``[0, bound)``; ``bound`` a pair for a ``[2, ...]`` table whose
+    two rows index different things (hetero ``edge_index``: source and destination
+    types; a spill table: edge ids and node ids). Reads keys and shapes only."""
+    nodes = _node_counts(flat) if nodes is None else nodes
+    out: List[Tuple[str, Union[int, Tuple[int, int]], str]] = []
+    # index keys: node ids of their store
+    for k, v in flat.items():
+        store, attr = parse_key(k)
+        if not (is_index_attr(attr) and _int(v)) or v.numel() == 0:
+            continue
+        if len(store) == 3 and v.dim() >= 1 and v.size(0) == 2:
+            (ns, ks) = nodes.get(store[:1], (None, None))
+            (nd, kd) = nodes.get(store[2:], (None, None))
+            if ns is None or nd is None:
+                continue
+            out.append((k, (ns, nd),
+                        f"row 0: the source type {store[0]!r} has {ns} nodes, the length of "
+                        f"{ks!r}; row 1: the destination type {store[2]!r} has {nd}, the length "
+                        f"of {kd!r}"))
+        elif len(store) <= 1 and store in nodes:
+            n, kn = nodes[store]
+            out.append((k, n, f"the batch has {n} nodes, the length of {kn!r}"))
+    # the layout tables (homogeneous only): edge ids, E the padding id
+    E = flat["edge_index"].size(-1) if "edge_index" in flat else None
+    for k in LAYOUT_KEYS:
+        v = flat.get(k)
+        if v is None or E is None or not _int(v) or v.numel() == 0:
+            continue
+        if k in (ELL_IN, ELL_OUT):
+            out.append((k, E + 1, f"edge ids of 'edge_index' ({E} edges) and the padding id {E}"))
+        elif v.dim() == 2 and v.size(0) == 2 and () in nodes:
+            out.append((k, (E + 1, nodes[()][0]),
+                        f"row 0: edge ids, [0, {E}], {E} the padding id; row 1: node ids in "
+                        f"[0, {nodes[()][0]})"))
+    return out
+
+
 def value_problems(flat: Mapping[str, Tensor]) -> List[Problem]:
     """Every rule of the padded format (module docstring) that ``flat``'s values break.
 
@@ -143,39 +184,12 @@ def value_problems(flat: Mapping[str, Tensor]) -> List[Problem]:
     nodes = _node_counts(flat)
     G = flat[GRAPH_MASK].size(-1) if GRAPH_MASK in flat else None
     ok_index: Dict[str, bool] = {}
-    # 1. ranges of index keys
-    for k, v in flat.items():
-        store, attr = parse_key(k)
-        if not (is_index_attr(attr) and _int(v)) or v.numel() == 0:
-            continue
-        if len(store) == 3 and v.dim() >= 1 and v.size(0) == 2:
-            (ns, ks) = nodes.get(store[:1], (None, None))
-            (nd, kd) = nodes.get(store[2:], (None, None))
-            if ns is None or nd is None:
-                continue
-            hi = torch.tensor([ns, nd], device=v.device).view(2, *([1] * (v.dim() - 1)))
-            what = (f"row 0: the source type {store[0]!r} has {ns} nodes, the length of {ks!r}; "
-                    f"row 1: the destination type {store[2]!r} has {nd}, the length of {kd!r}")
-        elif len(store) <= 1 and store in nodes:
-            n, kn = nodes[store]
-            hi = n
-            what = f"the batch has {n} nodes, the length of {kn!r}"
-        else:
-            continue
+    # 1-2. ranges of index keys and of the layout tables
+    for k, hi, what in _index_ranges(flat, nodes):
+        v = flat[k]
+        if isinstance(hi, tuple):  # one bound per row of a [2, ...] table
+            hi = torch.tensor(hi, device=v.device).view(2, *([1] * (v.dim() - 1)))
         ok_index[k] = _range(k, v, hi, what, problems)
-    # 2. the layout tables (homogeneous only)
-    E = flat["edge_index"].size(-1) if "edge_index" in flat else None
-    for k in LAYOUT_KEYS:
-        v = flat.get(k)
-        if v is None or E is None or not _int(v) or v.numel() == 0:
-            continue
-        if k in (ELL_IN, ELL_OUT):
-            _range(k, v, E + 1,
-                   f"edge ids of 'edge_index' ({E} edges) and the padding id {E}", problems)
-        elif v.dim() == 2 and v.size(0) == 2 and () in nodes:
-            hi = torch.tensor([E + 1, nodes[()][0]], device=v.device).view(2, 1)
-            _range(k, v, hi, f"row 0: edge ids, [0, {E}], {E} the padding id; row 1: node ids "
-                             f"in [0, {nodes[()][0]})", problems)
     # 3. batch vectors, ptr, node masks, per node store
     batches: Dict[StoreKey, Tensor] = {}
     for store in nodes:
@@ -355,3 +369,65 @@ def raise_for_values(flat: Mapping[str, Tensor]) -> None:
     problems = value_problems(flat)
     if problems:
         raise _error(problems)
+
+
+# --------------------------------------------------------------------------
+# The index bounds alone, cheaply, before a compiled call
+# --------------------------------------------------------------------------
+#: ``(key, row dim, row, bound)``: ``flat[key]`` (its ``row`` along ``row dim``
+#: when ``row`` is not None) must lie in ``[0, bound)``.
+BoundsPlan = Tuple[Tuple[str, int, Optional[int], int], ...]
+
+
+def bounds_plan(flat: Mapping[str, Tensor]) -> BoundsPlan:
+    """The index range rules of ``flat`` (:func:`value_problems`' steps 1-2 and
+    ``batch`` in ``[0, G)``) as a plan for :func:`raise_for_bounds`.
+
+    Reads keys and shapes only, so a caller builds it once per input signature.
+    ``flat`` may stack micro-batches: the bounds are those of one micro-batch,
+    and a plan's row dims count from the end so that they hold for both.
+    """
+    parts = micro_batches_of(flat)
+    if not parts:
+        return ()
+    one = parts[0]
+    plan: List[Tuple[str, int, Optional[int], int]] = []
+    for k, hi, _ in _index_ranges(one):
+        if isinstance(hi, tuple):
+            plan.extend((k, -one[k].dim(), r, b) for r, b in enumerate(hi))
+        else:
+            plan.append((k, 0, None, hi))
+    G = one[GRAPH_MASK].size(-1) if GRAPH_MASK in one else None
+    for store in _node_counts(one):
+        b = one.get(key_of(store, BATCH))
+        if G is not None and b is not None and _int(b) and b.numel() > 0:
+            plan.append((key_of(store, BATCH), 0, None, G))
+    return tuple(plan)
+
+
+def raise_for_bounds(flat: Mapping[str, Tensor], plan: BoundsPlan) -> None:
+    """Raise :class:`InputValueError` when a value of ``flat`` breaks a bound of ``plan``.
+
+    One ``aminmax`` per key (a few microseconds each on the CPU; on a GPU each
+    read of the result waits for the device). Code that inductor generates
+    does not raise a Python error for an index out of range: on the CPU it
+    reads or writes out of bounds without an error, or throws from an OpenMP
+    region, which ends the process; so a compiled call checks first. Only a
+    failed check reads the values again, through :func:`value_problems`, to
+    name the first bad value.
+    """
+    for k, dim, row, bound in plan:
+        v = flat[k] if row is None else flat[k].select(dim, row)
+        lo, hi = torch.aminmax(v)
+        if int(lo) < 0 or int(hi) >= bound:
+            break
+    else:
+        return
+    for part in micro_batches_of(flat):
+        problems = value_problems(part)
+        if problems:
+            raise _error(problems)
+    # (unreachable while the plan and value_problems agree on the bounds)
+    value = int(lo) if int(lo) < 0 else int(hi)
+    raise _error([Problem(k, (), value, f"key {k!r} has the value {value}, outside the valid "
+                                        f"range [0, {bound}). {_FIX}")])

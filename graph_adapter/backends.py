@@ -60,7 +60,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _inductor_cpu, ipu, static
-from ._diagnose import DIAGNOSED, named_error
+from ._diagnose import DIAGNOSED, BoundsPlan, bounds_plan, named_error, raise_for_bounds
 from .spec import SpecError
 from .format import (
     GRAPH_MASK,
@@ -442,6 +442,13 @@ class PerModeEngine:
         return self._engines[key[1]].run(flat, key)  # key: (signature, training)
 
 
+def _generates_code(engine: Any) -> bool:
+    """Whether ``engine`` runs code that inductor generated (in either mode)."""
+    if isinstance(engine, PerModeEngine):
+        return any(_generates_code(e) for e in engine._engines.values())
+    return isinstance(engine, DynamoEngine) and engine._counter.name == "inductor"
+
+
 #: The registered per-mode backend of each (training, inference) pair of AUTO_RULE.
 _PER_MODE = {("eager", "inductor"): "inductor_eval"}
 
@@ -465,7 +472,7 @@ class Compiled:
 
     def __init__(self, wrapped: nn.Module, backend: str, allow_new_shapes: bool = False,
                  options: Optional[Dict[str, Any]] = None, strict: bool = False,
-                 index_add_fallback: Optional[bool] = None):
+                 index_add_fallback: Optional[bool] = None, check_bounds: Optional[bool] = None):
         entry = _backend(backend, _device_of(wrapped))
         if entry.engine is None:
             raise ValueError(f"backend {backend!r} does not run in this process; use compile()")
@@ -477,6 +484,8 @@ class Compiled:
         static.install(getattr(wrapped, "model", wrapped))
         self._engine = entry.engine(wrapped, EngineSettings(entry.name, options, strict,
                                                              index_add_fallback))
+        self.check_bounds = check_bounds
+        self._bounds: Dict[Signature, BoundsPlan] = {}  # per signature; empty: not checked
 
     # ---- the compiled-model interface ------------------------------------
     @property
@@ -519,6 +528,11 @@ class Compiled:
     def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
         sig = signature_of(flat)
         self._admit(sig)
+        plan = self._bounds.get(sig)
+        if plan is None:
+            plan = self._bounds[sig] = self._plan_bounds(flat)
+        if plan:
+            raise_for_bounds(flat, plan)
         key = (sig, self.wrapped.training)
         begin = getattr(self._engine, "begin_call", None)  # engines that need a step mark
         if begin is not None:
@@ -532,6 +546,23 @@ class Compiled:
             if err is None:
                 raise
             raise err from exc
+
+    def _plan_bounds(self, flat: Mapping[str, Tensor]) -> BoundsPlan:
+        """The index bounds to check before each call of this signature (``()``: none).
+
+        ``check_bounds=None`` checks where the engine generates code (inductor)
+        and the index tensors are on the CPU: generated code has no Python
+        error for an out-of-range index (it reads or writes out of bounds, or
+        ends the process from an OpenMP region), while ATen's kernels (eager,
+        aot_eager, export) raise one that :func:`named_error` explains after
+        the fact. On a GPU the check would wait for the device every call, so
+        it runs there only with ``check_bounds=True``.
+        """
+        want = self.check_bounds
+        if want is None:
+            want = _generates_code(self._engine) and all(
+                v.device.type == "cpu" for v in flat.values() if isinstance(v, Tensor))
+        return bounds_plan(flat) if want else ()
 
     def _admit(self, sig: Signature) -> None:
         if sig in self.signatures:
@@ -637,7 +668,7 @@ def load(path: str) -> LoadedProgram:
 def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool = False,
             options: Optional[Dict[str, Any]] = None, optimizer: Any = None,
             strict: bool = False, index_add_fallback: Optional[bool] = None,
-            **kwargs: Any) -> Any:
+            check_bounds: Optional[bool] = None, **kwargs: Any) -> Any:
     """Compile an ``ipu_wrap``-ped model for fixed-size batches.
 
     Args:
@@ -658,6 +689,19 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             instead of generated atomic adds. ``None`` (default): when torch
             uses more than one thread at compile time (inductor's own rule
             for ``scatter_reduce``).
+        check_bounds: check every index key of each batch against its range
+            (``[0, N)`` node ids, ``batch`` in ``[0, G)``, the layout tables)
+            before the compiled call, and raise :class:`InputValueError`
+            naming the key, position and value. ``None`` (default): where the
+            backend generates code (``"inductor"``, ``"inductor_eval"``) and
+            the batch is on the CPU, because inductor's code does not raise a
+            Python error for a bad index (it reads or writes out of bounds,
+            or ends the process). Costs one ``aminmax`` per index key (5-26
+            us a call for the demo's batches, docs/wrapping.md); on a GPU
+            each check waits for the device, so it is off there unless
+            ``True``. The other backends run ATen kernels, which raise, and
+            the bad value is named after the failure. IPU backends: not
+            supported (``True`` raises).
         kwargs: backend-specific (see :func:`graph_adapter.ipu.compile_ipu`);
             the in-process backends take none.
 
@@ -669,24 +713,33 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
     entry = _backend(backend, _device_of(wrapped))
     return entry.build(wrapped, entry.name, allow_new_shapes=allow_new_shapes, options=options,
                        optimizer=optimizer, strict=strict,
-                       index_add_fallback=index_add_fallback, **kwargs)
+                       index_add_fallback=index_add_fallback, check_bounds=check_bounds,
+                       **kwargs)
 
 
 def _build_compiled(wrapped: nn.Module, name: str, *, allow_new_shapes: bool = False,
                     options: Optional[Dict[str, Any]] = None, optimizer: Any = None,
                     strict: bool = False, index_add_fallback: Optional[bool] = None,
-                    **kwargs: Any) -> Compiled:
+                    check_bounds: Optional[bool] = None, **kwargs: Any) -> Compiled:
     """The build of every engine backend (``optimizer`` unused: the caller steps it)."""
     if kwargs:
         raise TypeError(f"unexpected keyword arguments for backend {name!r}: {sorted(kwargs)}")
     return Compiled(wrapped, name, allow_new_shapes=allow_new_shapes, options=options,
-                    strict=strict, index_add_fallback=index_add_fallback)
+                    strict=strict, index_add_fallback=index_add_fallback,
+                    check_bounds=check_bounds)
 
 
 def _build_ipu(wrapped: nn.Module, name: str, *, allow_new_shapes: bool = False,
                options: Any = None, optimizer: Any = None, strict: bool = False,
-               index_add_fallback: Optional[bool] = None, **kwargs: Any) -> Any:
-    """The build of the IPU backends (``strict`` and ``index_add_fallback`` do not apply)."""
+               index_add_fallback: Optional[bool] = None, check_bounds: Optional[bool] = None,
+               **kwargs: Any) -> Any:
+    """The build of the IPU backends (``strict``, ``index_add_fallback`` and
+    ``check_bounds`` do not apply)."""
+    if check_bounds:
+        raise ValueError(f"compile(check_bounds=True) is for the in-process backends; "
+                         f"{name!r} runs the batch on the IPU, where graph_adapter does not "
+                         f"read its values. Check a batch on the host with "
+                         f"ipu_wrap(model, check_inputs='values') before compiling.")
     if allow_new_shapes:
         kwargs["allow_new_shapes"] = True
     # Looked up on the package at call time, so that it can be replaced (tests do).
