@@ -60,7 +60,8 @@ import torch
 from torch import Tensor, nn
 
 from . import _inductor_cpu, ipu, static
-from ._diagnose import DIAGNOSED, BoundsPlan, bounds_plan, named_error, raise_for_bounds
+from ._diagnose import (DIAGNOSED, BoundsPlan, bounds_plan, micro_batches_of, named_error,
+                        raise_for_bounds, raise_for_values)
 from .spec import SpecError
 from .format import (
     GRAPH_MASK,
@@ -442,6 +443,13 @@ class PerModeEngine:
         return self._engines[key[1]].run(flat, key)  # key: (signature, training)
 
 
+def _traces(engine: Any, training: bool) -> bool:
+    """Whether ``engine`` runs the wrapped forward traced (not eagerly) in this mode."""
+    if isinstance(engine, PerModeEngine):
+        return _traces(engine.engine_for(training), training)
+    return not isinstance(engine, EagerEngine)
+
+
 def _generates_code(engine: Any) -> bool:
     """Whether ``engine`` runs code that inductor generated (in either mode)."""
     if isinstance(engine, PerModeEngine):
@@ -528,12 +536,18 @@ class Compiled:
     def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
         sig = signature_of(flat)
         self._admit(sig)
-        plan = self._bounds.get(sig)
-        if plan is None:
-            plan = self._bounds[sig] = self._plan_bounds(flat)
-        if plan:
-            raise_for_bounds(flat, plan)
         key = (sig, self.wrapped.training)
+        if getattr(self.wrapped, "check_inputs", None) == "values" and _traces(self._engine, key[1]):
+            # ipu_wrap(check_inputs="values") reads values in eager calls only; a traced
+            # forward cannot, so the values are checked here, on the host, before the call.
+            for part in micro_batches_of(flat):
+                raise_for_values(part)
+        else:
+            plan = self._bounds.get(sig)
+            if plan is None:
+                plan = self._bounds[sig] = self._plan_bounds(flat)
+            if plan:
+                raise_for_bounds(flat, plan)
         begin = getattr(self._engine, "begin_call", None)  # engines that need a step mark
         if begin is not None:
             begin()

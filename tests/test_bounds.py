@@ -142,3 +142,36 @@ def test_inductor_names_a_bad_index(case):
             compiled(bad)
     assert (ei.value.key, ei.value.position, ei.value.value) == (key, pos, value)
     assert compiled.compile_count == 1
+
+
+# ---- ipu_wrap(check_inputs="values") under a compiler ------------------------------
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "export"])
+def test_the_values_check_runs_once_per_call_on_every_backend(backend, monkeypatch):
+    """A traced forward cannot read values, so Compiled checks them on the host
+    before the call; the eager engine's forward checks them itself (not twice)."""
+    import graph_adapter._diagnose as D
+    from test_bad_inputs import _unsorted
+    calls = []
+    real = D.raise_for_values
+    monkeypatch.setattr(D, "raise_for_values", lambda f: (calls.append(1), real(f)))
+    import graph_adapter.backends as B
+    import graph_adapter.wrap as W
+    monkeypatch.setattr(B, "raise_for_values", D.raise_for_values)
+    monkeypatch.setattr(W, "raise_for_values", D.raise_for_values)
+    flat = _flat()
+    compiled = ga.compile(ipu_wrap(DNet(), check_inputs="values"), backend)
+    compiled(flat)
+    assert len(calls) == 1
+    bad, key, pos, value = _unsorted(flat)
+    with pytest.raises(InputValueError) as ei:
+        compiled(bad)
+    assert (ei.value.key, ei.value.position, ei.value.value) == (key, pos, value)
+    unchecked = ga.compile(ipu_wrap(DNet()), backend)
+    unchecked(flat)
+    unchecked(bad)  # the default reads no values: a wrong result, no error (documented)
+
+
+def test_per_mode_backends_check_values_where_they_trace():
+    from graph_adapter.backends import _traces
+    compiled = ga.compile(ipu_wrap(DNet(), check_inputs="values"), "inductor_eval")
+    assert not _traces(compiled._engine, True) and _traces(compiled._engine, False)
