@@ -56,7 +56,7 @@ from .format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, LAYOUT_KEYS,
                      split_micro_batches)
 
 __all__ = ["Problem", "value_problems", "micro_batches_of", "named_error", "raise_for_values",
-           "BoundsPlan", "bounds_plan", "raise_for_bounds",
+           "BoundsPlan", "bounds_plan", "raise_for_bounds", "check_before_call",
            "DIAGNOSED"]
 
 #: The errors of a model call after which :func:`named_error` looks for a bad
@@ -431,3 +431,14 @@ def raise_for_bounds(flat: Mapping[str, Tensor], plan: BoundsPlan) -> None:
     value = int(lo) if int(lo) < 0 else int(hi)
     raise _error([Problem(k, (), value, f"key {k!r} has the value {value}, outside the valid "
                                         f"range [0, {bound}). {_FIX}")])
+
+
+def check_before_call(flat: Mapping[str, Tensor], values: bool, plan: BoundsPlan) -> None:
+    """What the caller of a traced forward checks on the host: every value rule
+    (``values``: the wrapped model has ``check_inputs="values"``, which a traced
+    forward cannot honour), else the bounds of ``plan`` (``()``: nothing)."""
+    if values:
+        for part in micro_batches_of(flat):
+            raise_for_values(part)
+    elif plan:
+        raise_for_bounds(flat, plan)

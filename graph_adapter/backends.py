@@ -60,8 +60,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _inductor_cpu, ipu, static
-from ._diagnose import (DIAGNOSED, BoundsPlan, bounds_plan, micro_batches_of, named_error,
-                        raise_for_bounds, raise_for_values)
+from ._diagnose import DIAGNOSED, BoundsPlan, bounds_plan, check_before_call, named_error
 from .spec import SpecError
 from .format import (
     GRAPH_MASK,
@@ -537,17 +536,14 @@ class Compiled:
         sig = signature_of(flat)
         self._admit(sig)
         key = (sig, self.wrapped.training)
-        if getattr(self.wrapped, "check_inputs", None) == "values" and _traces(self._engine, key[1]):
-            # ipu_wrap(check_inputs="values") reads values in eager calls only; a traced
-            # forward cannot, so the values are checked here, on the host, before the call.
-            for part in micro_batches_of(flat):
-                raise_for_values(part)
-        else:
-            plan = self._bounds.get(sig)
-            if plan is None:
-                plan = self._bounds[sig] = self._plan_bounds(flat)
-            if plan:
-                raise_for_bounds(flat, plan)
+        # ipu_wrap(check_inputs="values") reads values in eager calls only; a traced
+        # forward cannot, so the values are checked here, on the host, before the call.
+        values = getattr(self.wrapped, "check_inputs", None) == "values" and \
+            _traces(self._engine, key[1])
+        plan = self._bounds.get(sig)
+        if plan is None:
+            plan = self._bounds[sig] = self._plan_bounds(flat)
+        check_before_call(flat, values, plan)
         begin = getattr(self._engine, "begin_call", None)  # engines that need a step mark
         if begin is not None:
             begin()
@@ -714,8 +710,10 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             us a call for the demo's batches, docs/wrapping.md); on a GPU
             each check waits for the device, so it is off there unless
             ``True``. The other backends run ATen kernels, which raise, and
-            the bad value is named after the failure. IPU backends: not
-            supported (``True`` raises).
+            the bad value is named after the failure. ``"poptorch"``: checked
+            on the host before each call unless ``False`` (what the IPU does
+            with a bad index is not measured); ``"ipu-emulator"`` runs the
+            forward eagerly, which names a bad value itself.
         kwargs: backend-specific (see :func:`graph_adapter.ipu.compile_ipu`);
             the in-process backends take none.
 
@@ -747,13 +745,10 @@ def _build_ipu(wrapped: nn.Module, name: str, *, allow_new_shapes: bool = False,
                options: Any = None, optimizer: Any = None, strict: bool = False,
                index_add_fallback: Optional[bool] = None, check_bounds: Optional[bool] = None,
                **kwargs: Any) -> Any:
-    """The build of the IPU backends (``strict``, ``index_add_fallback`` and
-    ``check_bounds`` do not apply)."""
-    if check_bounds:
-        raise ValueError(f"compile(check_bounds=True) is for the in-process backends; "
-                         f"{name!r} runs the batch on the IPU, where graph_adapter does not "
-                         f"read its values. Check a batch on the host with "
-                         f"ipu_wrap(model, check_inputs='values') before compiling.")
+    """The build of the IPU backends (``strict`` and ``index_add_fallback`` do not
+    apply; ``check_bounds`` goes to the poptorch runner, which checks host batches)."""
+    if check_bounds is not None:
+        kwargs["check_bounds"] = check_bounds
     if allow_new_shapes:
         kwargs["allow_new_shapes"] = True
     # Looked up on the package at call time, so that it can be replaced (tests do).

@@ -121,9 +121,31 @@ def test_check_bounds_true_names_what_aten_would_wrap_silently():
     assert checked.compile_count == 0  # raised before any compile
 
 
-def test_ipu_backends_refuse_check_bounds():
-    with pytest.raises(ValueError, match="check_bounds=True.*IPU"):
-        ga.compile(ipu_wrap(DNet()), "ipu-emulator", check_bounds=True)
+def test_the_poptorch_runner_checks_host_batches():
+    """Inside a poptorch model values cannot be read (the emulated module raises on a
+    read): the runner checks the host batch first, bounds by default, every rule with
+    check_inputs="values" (and the forward's "nothing was checked" warning is moot)."""
+    import warnings
+    from graph_adapter.ipu import EmulatorError, IPUOptions, compile_ipu, emulate_poptorch
+    from test_bad_inputs import _unsorted
+    flat = _flat()
+    bad, key, pos, value = _ei_beyond(flat)
+    with emulate_poptorch() as pt:
+        runner = compile_ipu(ipu_wrap(DNet()), "poptorch", IPUOptions(), poptorch=pt)
+        runner(flat)
+        with pytest.raises(InputValueError) as ei:
+            runner(bad)
+        assert (ei.value.key, ei.value.position, ei.value.value) == (key, pos, value)
+        off = ga.compile(ipu_wrap(DNet()), "poptorch", poptorch=pt, check_bounds=False)
+        with pytest.raises(EmulatorError):  # the read inside, as before
+            off(bad)
+        values = compile_ipu(ipu_wrap(DNet(), check_inputs="values"), "poptorch",
+                             IPUOptions(), poptorch=pt)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            values(flat)
+            with pytest.raises(InputValueError, match="not sorted"):
+                values(_unsorted(flat)[0])
 
 
 @pytest.mark.slow
@@ -154,9 +176,7 @@ def test_the_values_check_runs_once_per_call_on_every_backend(backend, monkeypat
     calls = []
     real = D.raise_for_values
     monkeypatch.setattr(D, "raise_for_values", lambda f: (calls.append(1), real(f)))
-    import graph_adapter.backends as B
     import graph_adapter.wrap as W
-    monkeypatch.setattr(B, "raise_for_values", D.raise_for_values)
     monkeypatch.setattr(W, "raise_for_values", D.raise_for_values)
     flat = _flat()
     compiled = ga.compile(ipu_wrap(DNet(), check_inputs="values"), backend)

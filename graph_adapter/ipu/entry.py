@@ -14,8 +14,9 @@ __all__ = ["IPU_BACKENDS", "compile_ipu"]
 
 
 def _emulator(wrapped: nn.Module, options: IPUOptions, optimizer: Optional[torch.optim.Optimizer],
-              training: bool, **kwargs: Any) -> IPUEmulator:
-    """On CPU: what poptorch does with inputs, outputs and optimizer steps."""
+              training: bool, check_bounds: Optional[bool] = None, **kwargs: Any) -> IPUEmulator:
+    """On CPU: what poptorch does with inputs, outputs and optimizer steps
+    (``check_bounds`` unused: the emulator's eager forward names a bad value)."""
     return IPUEmulator(wrapped, options, optimizer=optimizer, training=training, **kwargs)
 
 

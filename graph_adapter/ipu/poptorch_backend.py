@@ -11,12 +11,14 @@ model built on first use, host batches narrowed before the call.
 """
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import torch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
+from .._diagnose import BoundsPlan, bounds_plan, check_before_call
 from ..format import LOSS_KEY, loss_of
 from .inputs import map_tensors, narrow
 
@@ -155,13 +157,15 @@ def build_poptorch(
     poptorch_options: Any = None,
     pyg_arg_parser: bool = False,
     allow_new_shapes: bool = False,
+    check_bounds: Optional[bool] = None,
     **kwargs: Any,
 ) -> "PoptorchRunner":
     """A :class:`PoptorchRunner` in mode ``training`` (its poptorch model built now).
 
     ``poptorch``: a module to use instead of importing it (tests pass a
     stand-in); ``poptorch_options``: a ``poptorch.Options`` to fill in;
-    ``pyg_arg_parser``: opt in to :func:`register_pyg_arg_parser`; the
+    ``pyg_arg_parser``: opt in to :func:`register_pyg_arg_parser`;
+    ``check_bounds=False`` skips the runner's host check of index bounds; the
     other ``kwargs`` go to ``poptorch.trainingModel`` / ``inferenceModel``.
     """
     pt = poptorch if poptorch is not None else import_poptorch()
@@ -179,7 +183,7 @@ def build_poptorch(
         return pt.inferenceModel(wrapped, options=opts, **kwargs)
 
     return PoptorchRunner(wrapped, build, training, optimizer, allow_new_shapes,
-                          half_inputs=options.half_inputs)
+                          half_inputs=options.half_inputs, check_bounds=check_bounds is not False)
 
 
 def _signature(inputs: Any) -> Tuple[Any, Tuple[Any, ...]]:
@@ -208,8 +212,10 @@ class PoptorchRunner:
 
     def __init__(self, wrapped: nn.Module, build: Any, training: bool,
                  optimizer: Optional[torch.optim.Optimizer] = None,
-                 allow_new_shapes: bool = False, half_inputs: bool = False) -> None:
+                 allow_new_shapes: bool = False, half_inputs: bool = False,
+                 check_bounds: bool = True) -> None:
         self.wrapped = wrapped
+        self.check_bounds = check_bounds
         self.half_inputs = half_inputs
         self.training = bool(training)
         self.optimizer = optimizer
@@ -218,6 +224,7 @@ class PoptorchRunner:
         self._build = build
         self._models: Dict[bool, Any] = {}
         self._signatures: Dict[bool, Any] = {}
+        self._bounds: Dict[Any, BoundsPlan] = {}  # per host-batch shape
         self._model()  # build the first mode's model now: wiring errors surface at compile()
 
     @property
@@ -232,6 +239,7 @@ class PoptorchRunner:
         return model
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        values = self._check_host_batch(args, kwargs)
         args, kwargs = map_tensors((tuple(args), dict(kwargs)), narrow)
         if self.half_inputs:  # IPUOptions.half_inputs: floating inputs travel as float16
             args, kwargs = map_tensors((args, kwargs), lambda t: t.half() if t.is_floating_point() else t)
@@ -242,11 +250,32 @@ class PoptorchRunner:
         if known is not None and new:
             # poptorch's own advice for new inputs: destroy() and call again (recompiles).
             model.destroy()
-        out = model(*args, **kwargs)
+        with warnings.catch_warnings():
+            if values:  # checked on the host: the forward's "nothing was checked" is moot
+                warnings.filterwarnings("ignore", message=r"ipu_wrap\(check_inputs='values'\)")
+            out = model(*args, **kwargs)
         if new:
             self._signatures[self.training] = sig
             self.compile_count += 1
         return out
+
+    def _check_host_batch(self, args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+        """Check a flat-dict batch on the host, where its values can still be read:
+        the index bounds (what the IPU does with an index out of range was not
+        measured; a named error here makes that moot), or every value rule when
+        the wrapped model has ``check_inputs="values"`` (returns True then).
+        Other inputs (not one flat dict) are not checked."""
+        if kwargs or len(args) != 1 or not isinstance(args[0], Mapping) or \
+                not all(isinstance(v, Tensor) for v in args[0].values()):
+            return False
+        flat = args[0]
+        values = getattr(self.wrapped, "check_inputs", None) == "values"
+        shapes = tuple((k, v.shape, v.dtype) for k, v in flat.items())
+        plan = self._bounds.get(shapes)
+        if plan is None:
+            plan = self._bounds[shapes] = bounds_plan(flat) if self.check_bounds else ()
+        check_before_call(flat, values, plan)
+        return values
 
     # ---- the compiled-model interface ------------------------------------
     def train(self, mode: bool = True) -> "PoptorchRunner":
