@@ -50,6 +50,7 @@ from .format import GRAPH_MASK, LOSS_KEY, loss_of
 from .ipu.inputs import host_micro_batch, map_tensors, named_tensors
 from .ipu.options import IPUOptions
 from .ipu.state import reassigned_state, state_addresses
+from .wrap import IPUWrapped
 
 __all__ = ["KINDS", "POPTORCH_MESSAGES", "Finding", "CheckReport", "check", "dispatcher_rules",
            "state_addresses", "reassigned_state", "value_problems"]
@@ -607,6 +608,9 @@ def check(
     # What the model sees on the device: micro-batch 0 (a leading dim 1 for F > 1).
     sample = flat if options is None else host_micro_batch(flat, options.micro_batches, 0)
     model = _copy_model(wrapped)
+    for m in model.modules():
+        if isinstance(m, IPUWrapped):
+            m.trim = False  # poptorch runs the padded path: check that one
     model.train(training)
     findings += _fake_pass(model, sample, training, loss_key)
     findings += _real_pass(model, sample)

@@ -31,15 +31,17 @@ from . import static
 from . import static_geometry, static_index, static_scatter  # noqa: F401 - they register their stand-ins with static
 from . import static_layout  # noqa: F401 - registers the ELL routing hooks with static
 from .norm import mask_norms
-from .format import (LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP, has_micro_batch_dim,
-                     is_hetero, key_of, mask_of_rows, masks_by_level, micro_batch,
+from .format import (GRAPH_MASK, LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP,
+                     has_micro_batch_dim, is_hetero, key_of, mask_of_rows, masks_by_level, micro_batch,
                      num_micro_batches, parse_key, store_name, strip_micro_batch)
 from ._wrap_inputs import (MissingInputError, Signature, UnboundInputError, check_binding,
                            check_format, choose_mode, compare_signature, input_signature,
                            missing_required, require_graph_mask)
 from .spec import class_path, resolve_class, infer_spec, unflatten
 from ._spec_values import InputValueError, SpecError
-from ._diagnose import DIAGNOSED, named_error, raise_for_values
+from ._diagnose import DIAGNOSED, _inside_poptorch, named_error, raise_for_values
+from ._trim import TrimError, TrimPlan  # noqa: F401 - TrimError: what trim=True raises
+from .norm import _eager_ok
 
 __all__ = ["ipu_wrap", "IPUWrapped", "unpad", "strip_micro_batch", "has_micro_batch_dim",
            "MissingInputError", "UnboundInputError", "AmbiguousLevelError", "InputValueError",
@@ -73,6 +75,8 @@ resolve_class(class_path(StaticData), True)
 #: entries of each eager cache of an IPUWrapped (cleared when full: a loader
 #: has a handful of signatures, a stream of new shapes must not grow memory).
 _CACHE_SIZE = 64
+#: ``_eager_spec(key=...)`` not given
+_NO_KEY = object()
 
 
 def _signature_key(flat: Mapping[str, Any]) -> Optional[Tuple]:
@@ -152,7 +156,7 @@ class IPUWrapped(nn.Module):
     def __init__(self, model: nn.Module, loss_fn: Optional[Callable] = None,
                  inputs: str = "auto", bind: Optional[Mapping[str, str]] = None,
                  mask_norm: bool = True, extra_kwargs: Optional[Mapping[str, Any]] = None,
-                 check_inputs: Union[bool, str] = True):
+                 check_inputs: Union[bool, str] = True, trim: bool = False):
         super().__init__()
         self.model = model
         self.loss_fn = loss_fn
@@ -198,6 +202,16 @@ class IPUWrapped(nn.Module):
         # signature, and the (signature, device, mode) triples whose checks passed.
         self._specs: Dict[Tuple, Any] = {}
         self._checked: set = set()
+        if not isinstance(trim, bool):
+            raise TypeError(f"ipu_wrap(trim={trim!r}); pass True (eager calls run on the real "
+                            f"rows) or False (the padded path, the default)")
+        #: eager calls run the model on the real rows (graph_adapter/_trim.py)
+        self.trim = trim
+        # per input signature: how to trim it and the padded path's outputs
+        self._trim_plans: Dict[Tuple, TrimPlan] = {}
+        #: with ``trim=True``, eager calls that ran trimmed and that took the padded
+        #: path (a signature's first call, or a dict that cannot be trimmed)
+        self.trim_stats: Dict[str, int] = {"trimmed": 0, "padded": 0}
 
     def reset_inputs(self) -> None:
         """Forget the first batch's signature (and the binding checks) so the next batch sets them anew."""
@@ -258,7 +272,7 @@ class IPUWrapped(nn.Module):
                 raise missing_required(self.model, p, key, flat)
         return kw
 
-    def _eager_spec(self, flat: Mapping[str, Tensor], mode: str) -> Any:
+    def _eager_spec(self, flat: Mapping[str, Tensor], mode: str, key: Any = _NO_KEY) -> Any:
         """The eager path's checks and spec, each done once per input signature.
 
         Every check of :meth:`_check` and :func:`infer_spec` reads only keys,
@@ -269,9 +283,10 @@ class IPUWrapped(nn.Module):
         signature (a key, a shape, a dtype or a device that changed) runs
         everything again. A dict that cannot be keyed (a value that is not a
         tensor, a symbolic shape) takes the uncached path, which names the
-        problem.
+        problem. ``key``: the signature when the caller has it already.
         """
-        key = _signature_key(flat)
+        if key is _NO_KEY:
+            key = _signature_key(flat)
         if self.check_inputs:
             param = _first_param(self.model)
             checked = None if key is None else (key, None if param is None else param.device, mode)
@@ -290,8 +305,22 @@ class IPUWrapped(nn.Module):
                 self._specs[key] = spec
         return spec
 
-    def _call(self, flat: Mapping[str, Tensor], spec: Any, mode: str) -> Tuple[Any, Any]:
-        """``(output, loss or None)``: the batch rebuilt, the model and the loss called."""
+    def _call(self, flat: Mapping[str, Tensor], spec: Any, mode: str,
+              padded: bool = True) -> Tuple[Any, Any]:
+        """``(output, loss or None)``: the batch rebuilt, the model and the loss called.
+
+        ``padded=False`` (a trimmed dict, real rows only): no static-size frame,
+        so the model runs as eager PyG does.
+        """
+        if not padded:
+            # the batch object only where something reads it (eager: nothing traced)
+            batch = (unflatten(flat, spec, validate=False)
+                     if mode == "data" or self.loss_fn is not None else None)
+            if mode == "data":
+                out = self.model(batch, **self.extra_kwargs)
+            else:
+                out = self.model(**self._kwargs(flat))
+            return out, None if self.loss_fn is None else self.loss_fn(out, batch)
         batch = unflatten(flat, spec, validate=False)
         frame = static.make_frame(flat)
         static.push_frame(frame)
@@ -311,15 +340,22 @@ class IPUWrapped(nn.Module):
             require_graph_mask(flat)
         flat = strip_micro_batch(flat)
         mode = self._mode(tuple(flat))
+        plan = counts = None
         if not eager:  # traced: pure Python over keys and static shapes, no state
             spec = infer_spec(flat, data_cls=None if is_hetero(flat) else StaticData)
             out, loss = self._call(flat, spec, mode)
         else:
-            spec = self._eager_spec(flat, mode)
+            key = _signature_key(flat)
+            spec = self._eager_spec(flat, mode, key)
             if self.check_inputs == "values":  # opt-in: reads values, every call
                 raise_for_values(flat)
+            if self.trim:  # opt-in: the real rows only (graph_adapter/_trim.py)
+                plan, counts = self._trim_plan(flat, spec, key)
             try:
-                out, loss = self._call(flat, spec, mode)
+                if counts is not None:
+                    out, loss = self._call(plan.trim(flat, counts), plan.spec, mode, padded=False)
+                else:
+                    out, loss = self._call(flat, spec, mode)
             except DIAGNOSED as exc:
                 # Only after a failure (no cost on the happy path): name the bad
                 # value (an index out of range...) that a bare torch error does not.
@@ -334,13 +370,40 @@ class IPUWrapped(nn.Module):
                 raise TypeError(f"loss_fn must return a scalar tensor, got "
                                 f"{type(loss).__qualname__}{tuple(getattr(loss, 'shape', ()))}")
             res[LOSS_KEY] = loss
+        if plan is not None:
+            if counts is not None:
+                self.trim_stats["trimmed"] += 1
+                return plan.pad(res, counts)
+            self.trim_stats["padded"] += 1
+            if plan.outputs is None and plan.why_not is None:
+                plan.record(res)  # the first call of a signature: the levels to pad back to
         return res
+
+    def _trim_plan(self, flat: Mapping[str, Tensor], spec: Any,
+                   key: Optional[Tuple]) -> Tuple[Optional[TrimPlan], Optional[List[int]]]:
+        """``(plan, real counts)`` of an eager call with ``trim=True``; counts
+        ``None``: this call takes the padded path (the signature's first call,
+        which records its outputs; a dict that is not to be trimmed; inside a
+        poptorch model or its emulation, a trace, a fake tensor)."""
+        gm = flat.get(GRAPH_MASK)
+        if key is None or gm is None or _inside_poptorch() or not _eager_ok(gm):
+            return None, None
+        key = (key, self.training)  # train/eval may return other outputs
+        plan = self._trim_plans.get(key)
+        if plan is None:
+            if len(self._trim_plans) >= _CACHE_SIZE:
+                self._trim_plans.clear()
+            self._trim_plans[key] = plan = TrimPlan.of(flat, spec)
+            return plan, None
+        if plan.why_not is not None or plan.outputs is None:
+            return plan, None
+        return plan, plan.counts(flat)
 
 
 def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: str = "auto",
              bind: Optional[Mapping[str, str]] = None, mask_norm: bool = True,
              extra_kwargs: Optional[Mapping[str, Any]] = None,
-             check_inputs: Union[bool, str] = True) -> IPUWrapped:
+             check_inputs: Union[bool, str] = True, trim: bool = False) -> IPUWrapped:
     """Wrap a PyG model so that it takes a padded flat dict and returns a fixed-key dict.
 
     Args:
@@ -383,6 +446,25 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
             of 1k nodes, 3% of an inference call, so it is for debugging a
             hand-made dict; inside a poptorch model, whose tensors hold no
             values, it warns and checks nothing).
+        trim: eager calls run the model on the real rows only (opt-in; see
+            ``docs/wrapping.md``, "Trimmed eager calls"). The padded dict is
+            cut to its real prefix (nodes ``[:n]``, edges ``[:e]``, graph
+            slots ``[:g]``, ``ptr`` ``[:g + 1]``; per type in hetero dicts;
+            the ``layout="ell"/"hyb"`` tables left out), the model runs as
+            eager PyG with no static-size substitution, and every output is
+            padded back with zero rows to the padded path's shape (same keys,
+            shapes, dtypes; real rows, loss, gradients and BatchNorm running
+            statistics equal to the padded path's). The first call of each
+            input signature (and train/eval mode) runs the padded path and
+            records each output's level from its row count; a dict whose
+            masks are not prefixes, with fewer than two real rows at a level
+            or whose last real graph has no node (of some type) takes the
+            padded path too. It reads the masks (one host read a call). While
+            compiling or tracing, inside poptorch or its emulation and on fake
+            tensors it changes nothing. The padded path (``trim=False``, the
+            default) stays the reference: static sizes and their errors, the
+            padding-invariance tests and ``graph_adapter.check`` run it.
+            Dropout draws other random numbers on fewer rows.
 
     Raises (at call time, eager):
         MissingInputError: a required parameter has no key.
@@ -394,9 +476,12 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
         ValueError: a leading micro-batch dim larger than 1.
         InputValueError: a bad value (a ``SpecError`` and ``ValueError``;
             ``.key``, ``.position``, ``.value``), see ``check_inputs``.
+        graph_adapter._trim.TrimError: with ``trim=True``, a trimmed output
+            whose rows are not the real count of the level it had on the
+            padded path (a model that sizes it from data): pass ``trim=False``.
     """
     return IPUWrapped(model, loss_fn=loss_fn, inputs=inputs, bind=bind, mask_norm=mask_norm,
-                      extra_kwargs=extra_kwargs, check_inputs=check_inputs)
+                      extra_kwargs=extra_kwargs, check_inputs=check_inputs, trim=trim)
 
 
 # --------------------------------------------------------------------------

@@ -226,7 +226,7 @@ def _outcome(w, f):
 class _Uncached(W.IPUWrapped):
     """The reference: every call checks and infers, as before the caches."""
 
-    def _eager_spec(self, flat, mode):
+    def _eager_spec(self, flat, mode, key=None):
         if self.check_inputs:
             self._check(flat, mode)
         return infer_spec(flat, data_cls=StaticData)

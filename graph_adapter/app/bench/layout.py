@@ -7,6 +7,8 @@ on pre-collated batches:
 
 * ``pyg``: eager PyG on unpadded ``Batch``es (``DataLoader``'s batching);
 * ``wrap_eager``: ``ipu_wrap(model)`` eager on padded batches;
+* ``wrap_eager_trim``: ``ipu_wrap(model, trim=True)`` eager on the same
+  padded batches: the model runs on their real rows only, outputs padded back;
 * ``wrap_inductor``: ``graph_adapter.compile(..., "inductor")``, default
   layout (PyG's gather + ``index_add`` scatter; with 2 threads the gather's
   gradient runs ATen's ``index_add`` kernel, ``index_add_fallback``);
@@ -74,7 +76,7 @@ from .throughput import inferer, set_inductor_env, timed_interleaved, trainer
 __all__ = ["VARIANTS", "main"]
 
 #: Variant names, in the printed order (``--hyb-widths D`` appends ``wrap_inductor_hyb<D>``).
-VARIANTS = ("pyg", "wrap_eager", "wrap_inductor", "wrap_inductor_atomic", "wrap_inductor_ell",
+VARIANTS = ("pyg", "wrap_eager", "wrap_eager_trim", "wrap_inductor", "wrap_inductor_atomic", "wrap_inductor_ell",
             "wrap_inductor_hyb", "wrap_inductor_hyb_plain")
 #: ``wrap_inductor_hyb_plain``: HYB without the two newest inductor settings (the
 #: embedding-table projection and, for inference, the C++ wrapper), to measure them.
@@ -144,7 +146,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                                "wrap_inductor_hyb_plain": ("hyb", None)}
     layouts.update({f"wrap_inductor_hyb{d}": ("hyb", (d, d)) for d in args.hyb_widths})
     plain = list(ga.FixedSizeLoader(data, budget))
-    batches: Dict[str, Any] = {"wrap_eager": plain, "wrap_inductor": plain,
+    batches: Dict[str, Any] = {"wrap_eager": plain, "wrap_eager_trim": plain,
+                               "wrap_inductor": plain,
                                "wrap_inductor_atomic": plain, "wrap_inductor_cudagraphs": plain}
     widths: Dict[str, Any] = {}
     spills: Dict[str, Any] = {}
@@ -180,7 +183,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     loss_fn = ga.masked_loss("l1")
 
     def compiled(k: str, m: torch.nn.Module) -> Any:
-        if k == "wrap_eager":
+        if k in ("wrap_eager", "wrap_eager_trim"):
             return m
         if k == "wrap_inductor_cudagraphs":
             return ga.compile(m, "inductor_cudagraphs")
@@ -196,7 +199,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         train = mode == "train"
         pyg_model = copy.deepcopy(base).train(train)
         # inference: no loss inside the wrapper (eager PyG's inference computes none)
-        ms = {k: ga.ipu_wrap(copy.deepcopy(base), loss_fn=loss_fn if train else None).train(train)
+        ms = {k: ga.ipu_wrap(copy.deepcopy(base), loss_fn=loss_fn if train else None,
+                             trim=k == "wrap_eager_trim").train(train)
               for k in names[1:]}
         calls = {"pyg": _pyg_call(pyg_model), **{k: compiled(k, ms[k]) for k in names[1:]}}
         if train:
@@ -225,6 +229,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     print(f"{'graphs/s (ratio to eager PyG; range over rounds)':48s}"
           f"{'training':>28s}{'inference':>28s}")
     labels = {"pyg": "eager PyG (DataLoader batches)", "wrap_eager": "ipu_wrap eager",
+              "wrap_eager_trim": "ipu_wrap eager, trim=True",
               "wrap_inductor": "ipu_wrap + inductor (scatter)",
               "wrap_inductor_atomic": "  same, inductor's atomic scatter",
               "wrap_inductor_ell": "ipu_wrap + inductor (ELL)",
