@@ -87,9 +87,10 @@ def test_table_names_every_origin(counts):
 
 
 def test_instruction_table_splits_padding_and_wrapper():
-    counts = dict(zip(oc.WORK_VARIANTS, [100, 110, 121, 50, 55, 55]))
+    counts = dict(zip(oc.WORK_VARIANTS, [100, 110, 121, 102, 50, 55, 55, 49]))
     table = oc.format_instructions(counts)
     lines = {line.split("  ")[1].strip(): line for line in table.splitlines()[1:]}
     assert lines["padding (padded / PyG)"].split()[-2:] == ["1.100x", "1.100x"]
     assert lines["wrapper (ipu_wrap / padded)"].split()[-2:] == ["1.100x", "1.000x"]
     assert lines["ipu_wrap / PyG"].split()[-2:] == ["1.210x", "1.100x"]
+    assert lines["ipu_wrap(trim=True) / PyG"].split()[-2:] == ["1.020x", "0.980x"]

@@ -348,8 +348,8 @@ def _op_diff(counts: Mapping[str, OpCount]) -> List[str]:
 # Instructions per epoch (callgrind): the work, whatever the load
 # --------------------------------------------------------------------------
 #: the variants of :func:`instructions`, in the order they run
-WORK_VARIANTS = ("train/pyg", "train/pyg_padded", "train/ipu_wrap",
-                 "infer/pyg", "infer/pyg_padded", "infer/ipu_wrap")
+WORK_VARIANTS = ("train/pyg", "train/pyg_padded", "train/ipu_wrap", "train/ipu_wrap_trim",
+                 "infer/pyg", "infer/pyg_padded", "infer/ipu_wrap", "infer/ipu_wrap_trim")
 
 
 def _work_fns(limit: int, batch: int, hidden: int, layers: int) -> Dict[str, Callable[[], None]]:
@@ -360,6 +360,9 @@ def _work_fns(limit: int, batch: int, hidden: int, layers: int) -> Dict[str, Cal
     padding targets replaced by 0): the same rows as ``ipu_wrap``, none of its
     work, so ``pyg_padded - pyg`` is the padding's cost and ``ipu_wrap -
     pyg_padded`` the wrapper's (masks, norm, loss, rebuild, Python).
+    ``ipu_wrap_trim`` is ``ipu_wrap(..., trim=True)``: the model on the real
+    rows, outputs padded back (the first call of each batch signature takes
+    the padded path; the warm-up runs it).
     """
     from torch_geometric.data import Batch
 
@@ -379,6 +382,8 @@ def _work_fns(limit: int, batch: int, hidden: int, layers: int) -> Dict[str, Cal
     m = {k: copy.deepcopy(base) for k in ("pyg", "pad", "infer_pyg", "infer_pad")}
     w = ga.ipu_wrap(copy.deepcopy(base), loss_fn=ga.masked_loss("l1")).train()
     we = ga.ipu_wrap(copy.deepcopy(base)).eval()
+    wt = ga.ipu_wrap(copy.deepcopy(base), loss_fn=ga.masked_loss("l1"), trim=True).train()
+    wte = ga.ipu_wrap(copy.deepcopy(base), trim=True).eval()
     for k in ("infer_pyg", "infer_pad"):
         m[k].eval()
 
@@ -391,9 +396,11 @@ def _work_fns(limit: int, batch: int, hidden: int, layers: int) -> Dict[str, Cal
         "train/pyg_padded": trainer(m["pad"], lambda fy: F.l1_loss(
             on(m["pad"], fy[0]).view(-1), fy[1]), padded),
         "train/ipu_wrap": trainer(w, lambda f: w(f)["loss"], flats),
+        "train/ipu_wrap_trim": trainer(wt, lambda f: wt(f)["loss"], flats),
         "infer/pyg": inferer(lambda b: on(m["infer_pyg"], b), pyg),
         "infer/pyg_padded": inferer(lambda f: on(m["infer_pad"], f), flats),
         "infer/ipu_wrap": inferer(we, flats),
+        "infer/ipu_wrap_trim": inferer(wte, flats),
     }
 
 
@@ -461,12 +468,14 @@ def format_instructions(counts: Mapping[str, int]) -> str:
     rows = [f"{'instructions per epoch (callgrind Ir)':40s}{'training':>16s}{'inference':>16s}"]
     for v, label in (("pyg", "eager PyG (DataLoader batches)"),
                      ("pyg_padded", "same model on the padded tensors"),
-                     ("ipu_wrap", "ipu_wrap eager (FixedSizeLoader)")):
+                     ("ipu_wrap", "ipu_wrap eager (FixedSizeLoader)"),
+                     ("ipu_wrap_trim", "ipu_wrap(trim=True) eager")):
         cells = "".join(f"{counts[f'{m}/{v}'] / 1e6:13.1f} M " for m in ("train", "infer"))
         rows.append(f"  {label:38s}{cells}")
     for what, a, b in (("padding (padded / PyG)", "pyg", "pyg_padded"),
                        ("wrapper (ipu_wrap / padded)", "pyg_padded", "ipu_wrap"),
-                       ("ipu_wrap / PyG", "pyg", "ipu_wrap")):
+                       ("ipu_wrap / PyG", "pyg", "ipu_wrap"),
+                       ("ipu_wrap(trim=True) / PyG", "pyg", "ipu_wrap_trim")):
         cells = "".join(f"{counts[f'{m}/{b}'] / counts[f'{m}/{a}']:15.3f}x"
                         for m in ("train", "infer"))
         rows.append(f"  {what:38s}{cells}")
