@@ -144,6 +144,13 @@ def test_hetero_batches_trim_per_type():
     assert trimmed.trim_stats["trimmed"] >= 1
 
 
+def _five_graphs(seed, extra_nodes=3):
+    """Five random graphs padded with ``extra_nodes`` nodes, 2 edges, 2 graph slots."""
+    graphs = random_graphs(torch.Generator().manual_seed(seed), 5)
+    b = Batch.from_data_list(graphs)
+    return pad_batch(graphs, b.num_nodes + extra_nodes, b.edge_index.size(1) + 2, 7)
+
+
 def _with_hole_in_edge_mask(flat):
     """``flat`` with its last padding edge moved before its last real edge: a
     valid padded dict whose edge mask is not a prefix (a hole after 2+ real edges)."""
@@ -156,9 +163,7 @@ def _with_hole_in_edge_mask(flat):
 
 
 def test_a_mask_that_is_not_a_prefix_takes_the_padded_path():
-    graphs = random_graphs(torch.Generator().manual_seed(2), 5)
-    b = Batch.from_data_list(graphs)
-    flat = pad_batch(graphs, b.num_nodes + 3, b.edge_index.size(1) + 2, 7)
+    flat = _five_graphs(seed=2)
     torch.manual_seed(0)
     padded, trimmed = _pair(make("gcn"), loss_fn=masked_loss("mse"))
     _warm(trimmed, flat)
@@ -178,9 +183,7 @@ def test_an_output_sized_from_data_raises_trim_error():
         def forward(self, x, edge_index):
             return self.lin(x[: x.size(0) // 2])  # rows from the batch, not a level
 
-    graphs = random_graphs(torch.Generator().manual_seed(3), 5)
-    b = Batch.from_data_list(graphs)
-    flat = pad_batch(graphs, b.num_nodes + 4, b.edge_index.size(1) + 2, 7)
+    flat = _five_graphs(seed=3, extra_nodes=4)
     wrapped = ga.ipu_wrap(FirstHalf(), trim=True)
     wrapped(flat)
     with pytest.raises(TrimError, match=r"output 'output'.*trim=False"):
@@ -188,9 +191,7 @@ def test_an_output_sized_from_data_raises_trim_error():
 
 
 def test_compiled_and_emulated_calls_never_trim():
-    graphs = random_graphs(torch.Generator().manual_seed(4), 5)
-    b = Batch.from_data_list(graphs)
-    flat = pad_batch(graphs, b.num_nodes + 3, b.edge_index.size(1) + 2, 7)
+    flat = _five_graphs(seed=4)
     torch.manual_seed(0)
     padded, trimmed = _pair(make("gin_bn"), loss_fn=masked_loss("mse"))
     _warm(trimmed, flat)
@@ -204,9 +205,7 @@ def test_compiled_and_emulated_calls_never_trim():
 
 
 def test_check_runs_the_padded_path():
-    graphs = random_graphs(torch.Generator().manual_seed(5), 5)
-    b = Batch.from_data_list(graphs)
-    flat = pad_batch(graphs, b.num_nodes + 3, b.edge_index.size(1) + 2, 7)
+    flat = _five_graphs(seed=5)
     padded, trimmed = _pair(make("gcn"), loss_fn=masked_loss("mse"))
     _warm(trimmed, flat)
     assert ga.check(trimmed, flat).ok == ga.check(padded, flat).ok

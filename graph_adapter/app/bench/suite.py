@@ -114,11 +114,14 @@ def _layout_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
             print(buf.getvalue())
     rows = []
     for mode, what in (("train", "training step"), ("infer", "inference")):
-        for k, name in (("wrap_inductor", "scatter"), ("wrap_inductor_ell", "ELL layout"),
-                        ("wrap_inductor_hyb", "HYB layout")):
+        for k, name in (("wrap_eager", "ipu_wrap eager, padded"),
+                        ("wrap_eager_trim", "ipu_wrap eager, trim=True"),
+                        ("wrap_inductor", "inductor, scatter"),
+                        ("wrap_inductor_ell", "inductor, ELL layout"),
+                        ("wrap_inductor_hyb", "inductor, HYB layout")):
             if k not in res[mode]:  # the layouts' inference is the scatter path's
                 continue
-            rows.append(("layout", f"{what}, graphs/s (inductor, {name})",
+            rows.append(("layout", f"{what}, graphs/s ({name})",
                          f"{res[mode][k]:,.0f}", f"{res[mode]['pyg']:,.0f}", "eager PyG, unpadded",
                          f"{res['ratios'][k][mode]:.2f}x"))
     return rows
