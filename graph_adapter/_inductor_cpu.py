@@ -1,6 +1,6 @@
 """How ``graph_adapter.compile(..., "inductor")`` steers inductor's code.
 
-Five settings, each measured on the demo's model (GINEConv 4 x 64 +
+Six settings, each measured on the demo's model (GINEConv 4 x 64 +
 BatchNorm, 64 molecules a batch; ``docs/benchmarks.md``, "Compiled training
 on CPU"), and one reading (4):
 
@@ -35,6 +35,9 @@ on CPU"), and one reading (4):
    molecules under load, same process). Not CPU-specific: it applies on
    every device inductor compiles for.
 6. **CPU inference graphs get the C++ wrapper** (:data:`CPU_INFERENCE_PATCHES`).
+7. **The** ``index_add`` **setting is part of inductor's cache key**
+   (:func:`key_decompositions`): the decomposition table is not, and a graph
+   compiled with atomic adds was served to a compile with the fallback.
 
 Every setting keeps the results (equal to eager in the float64 tests): only
 what is stored between the passes and which kernel adds change (an
@@ -52,7 +55,8 @@ from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
 
 import torch
 
-__all__ = ["recompute_bool_masks", "use_index_add_fallback", "decompositions", "config_patches",
+__all__ = ["recompute_bool_masks", "use_index_add_fallback", "decompositions", "key_decompositions",
+           "config_patches",
            "CPU_INFERENCE_PATCHES", "is_cpu_inference", "quiet_proxy_executor_notice",
            "compile_and_scan", "merge_atomic"]
 
@@ -205,6 +209,48 @@ def decompositions(index_add_fallback: bool) -> Optional[Dict[Any, Callable]]:
             table[op] = _embedding_backward_as_index_add
     table[aten.index_put.default] = _index_put_as_index_add
     return table
+
+
+@functools.lru_cache(maxsize=None)
+def _keyed_pass_class() -> type:
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class KeyedByDecompositions(CustomGraphPass):
+        """Inductor's ``post_grad_custom_pre_pass``: runs ``inner`` (a user's pass, or
+        nothing) and puts ``tag`` into inductor's cache key."""
+
+        def __init__(self, tag: str, inner: Any) -> None:
+            self.tag, self.inner = tag, inner
+
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            if self.inner is not None:
+                self.inner(graph)
+
+        def uuid(self) -> Any:
+            return (self.tag, None if self.inner is None else self.inner.uuid())
+
+    return KeyedByDecompositions
+
+
+def key_decompositions(index_add_fallback: bool, inner: Any) -> Any:
+    """The ``post_grad_custom_pre_pass`` that keys a compile by the ``index_add`` setting.
+
+    Inductor's caches (FX graph and AOTAutograd) key a compile by its graph,
+    inputs and config, not by the decomposition table handed to
+    ``compile_fx``: a graph compiled with atomic adds (``index_add_fallback``
+    off, or the default at 1 thread) was served from the cache to a later
+    compile with the fallback (the demo's model: 0.6x eager PyG instead of
+    1.5x at 2 threads). A custom pass's ``uuid()`` is part of both keys, so the
+    setting goes there, around the user's own pass (``inner``) if there is
+    one. A pass that is not a ``CustomGraphPass`` makes inductor skip its
+    cache already, and is left as it is.
+    """
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    if inner is not None and not isinstance(inner, CustomGraphPass):
+        return inner
+    return _keyed_pass_class()(f"graph_adapter.index_add_fallback={bool(index_add_fallback)}",
+                               inner)
 
 
 def config_patches(cpu_inference: bool = False) -> Dict[str, Any]:

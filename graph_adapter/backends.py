@@ -282,11 +282,15 @@ class _CountingBackend:
             from torch._inductor import config
             from torch._inductor.compile_fx import compile_fx
 
-            decomps = _inductor_cpu.decompositions(
-                _inductor_cpu.use_index_add_fallback(self.index_add_fallback))
-            patches = _inductor_cpu.config_patches(
-                cpu_inference=_inductor_cpu.is_cpu_inference(example_inputs))
-            with config.patch({**patches, **(self.options or {})}), \
+            fallback = _inductor_cpu.use_index_add_fallback(self.index_add_fallback)
+            decomps = _inductor_cpu.decompositions(fallback)
+            patches = {**_inductor_cpu.config_patches(
+                cpu_inference=_inductor_cpu.is_cpu_inference(example_inputs)),
+                **(self.options or {})}
+            # the decomposition table is not in inductor's cache key: put it there
+            patches["post_grad_custom_pre_pass"] = _inductor_cpu.key_decompositions(
+                fallback, patches.get("post_grad_custom_pre_pass", config.post_grad_custom_pre_pass))
+            with config.patch(patches), \
                     _inductor_cpu.quiet_proxy_executor_notice():
                 fn, atomic = _inductor_cpu.compile_and_scan(
                     lambda: compile_fx(gm, example_inputs, decompositions=decomps))
