@@ -468,7 +468,9 @@ def _train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backe
     stats = RunStats(name="graph_adapter")
     loader = ga.FixedSizeLoader(train, budget, shuffle=True, seed=cfg.seed, **layout)
     test_loader = ga.FixedSizeLoader(test, budget, shuffle=False, **layout)
-    wrapped = ga.ipu_wrap(model, loss_fn=ga.masked_loss("l1"))
+    # trim: where a step runs eagerly (backend "eager"; "inductor_eval"'s training) the
+    # model sees the real rows only, as eager PyG does; compiled calls stay padded
+    wrapped = ga.ipu_wrap(model, loss_fn=ga.masked_loss("l1"), trim=True)
     opt = torch.optim.Adam(wrapped.parameters(), lr=cfg.lr)
     sched = _scheduler(opt, cfg.epochs)
     # one compiled model for training and evaluation (.train() / .eval()); backends that
