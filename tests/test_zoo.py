@@ -104,6 +104,7 @@ def test_a_cause_the_probe_does_not_reproduce_is_reported(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # ~4 min: not in the main suite; .ci/run runs it as its own step
 def test_full_run_writes_the_table(tmp_path):
     path = tmp_path / "zoo.md"
     path.write_text(f"x\n{zoo.BEGIN}\n{zoo.END}\ny\n")
