@@ -41,8 +41,8 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .format import (GRAPH_MASK, LAYOUT_KEYS, MASK_OF_LEVEL, PTR, BATCH, is_index_attr,
-                     mask_key, parse_key)
+from .format import (GRAPH_MASK, LAYOUT_KEYS, LEVEL_OF_MASK, MASK_OF_LEVEL, PTR, BATCH,
+                     cat_dim_of, is_index_attr, mask_key, parse_key)
 from .spec import Spec
 
 __all__ = ["TrimError", "TrimPlan", "MIN_ROWS"]
@@ -50,18 +50,9 @@ __all__ = ["TrimError", "TrimPlan", "MIN_ROWS"]
 #: Fewer real rows than this at any level and the call takes the padded path.
 MIN_ROWS = 2
 
-_LEVEL_OF_MASK = {m: lv for lv, m in MASK_OF_LEVEL.items()}
-
-
 class TrimError(RuntimeError):
     """A trimmed call's output does not fit the padded path's (its rows are not
     the real count of the level it had there, or its keys, dtype or shape differ)."""
-
-
-def _cat_dim(attr: str) -> int:
-    """The dim PyG concatenates a key along (``infer_spec``'s rule): the last
-    for ``edge_index``, ``edge_mask`` and every ``*index`` key, else 0."""
-    return -1 if attr in ("edge_index", "edge_mask") or attr.endswith("index") else 0
 
 
 @dataclasses.dataclass
@@ -97,7 +88,7 @@ class TrimPlan:
     @classmethod
     def of(cls, flat: Mapping[str, Tensor], spec: Spec) -> "TrimPlan":
         """The plan for ``flat``'s signature (keys, shapes, dtypes only; no value read)."""
-        mask_keys = tuple(k for k in flat if parse_key(k)[1] in _LEVEL_OF_MASK)
+        mask_keys = tuple(k for k in flat if parse_key(k)[1] in LEVEL_OF_MASK)
         mask_rows = tuple(flat[k].size(-1) for k in mask_keys)
         index = {k: i for i, k in enumerate(mask_keys)}
 
@@ -131,7 +122,7 @@ class TrimPlan:
                              f"({tuple(t.shape)})")
             mk = mask_key(store, f.level)
             mi = index.get(mk)
-            dim = _cat_dim(attr)
+            dim = cat_dim_of(attr)
             if mi is None or t.dim() == 0 or t.size(dim) != mask_rows[mi]:
                 return never(f"key {f.key!r} ({tuple(t.shape)}) has no rows of {mk!r}")
             slices.append((f.key, mi, dim % t.dim(), 0))

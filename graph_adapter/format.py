@@ -32,10 +32,11 @@ from torch import Tensor
 __all__ = [
     "SEP", "EDGE_TYPE_SEP", "LEVELS", "StoreKey",
     "BATCH", "PTR", "NODE_MASK", "EDGE_MASK", "GRAPH_MASK", "MASKS", "MASK_OF_LEVEL",
+    "LEVEL_OF_MASK",
     "RESERVED_KEYS", "RESERVED_NODES",
     "ELL_IN", "ELL_OUT", "SPILL_IN", "SPILL_OUT", "LAYOUT_KEYS",
     "OUTPUT_KEY", "LOSS_KEY",
-    "key_of", "parse_key", "store_name", "is_index_attr", "is_hetero", "mask_key",
+    "key_of", "parse_key", "store_name", "cat_dim_of", "is_index_attr", "is_hetero", "mask_key",
     "levels_of_rows", "pick_level", "level_of_rows", "masks_by_level", "mask_of_rows",
     "has_micro_batch_dim", "num_micro_batches", "split_micro_batches",
     "stack_micro_batches", "strip_micro_batch", "micro_batch",
@@ -63,6 +64,8 @@ GRAPH_MASK = "graph_mask"
 #: The three masks, True on real rows.
 MASKS = (NODE_MASK, EDGE_MASK, GRAPH_MASK)
 MASK_OF_LEVEL = {"node": NODE_MASK, "edge": EDGE_MASK, "graph": GRAPH_MASK}
+#: The level each mask marks (the inverse of ``MASK_OF_LEVEL``).
+LEVEL_OF_MASK = {m: lv for lv, m in MASK_OF_LEVEL.items()}
 #: Attribute names the padded format owns; a dataset may not use them.
 RESERVED_KEYS = (BATCH, PTR, NODE_MASK, EDGE_MASK, GRAPH_MASK)
 #: Optional static aggregation layout (``layout="ell"``): ``[N, Din]`` ids of
@@ -106,6 +109,12 @@ def parse_key(key: str) -> Tuple[StoreKey, str]:
         return (), key
     store, attr = key.rsplit(SEP, 1)
     return tuple(store.split(EDGE_TYPE_SEP)), attr
+
+
+def cat_dim_of(attr: str) -> int:
+    """The dim PyG concatenates ``attr`` along when it batches graphs: the last
+    for ``edge_index``, ``edge_mask`` and every ``*index`` attribute, else 0."""
+    return -1 if attr in ("edge_index", EDGE_MASK) or attr.endswith("index") else 0
 
 
 def is_index_attr(attr: str) -> bool:

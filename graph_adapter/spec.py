@@ -50,8 +50,8 @@ from ._levels import level_of_attr
 from ._spec_values import (BatchMismatchError, ClassNotAllowedError, DeviceMismatchError,
                            DtypeMismatchError, MissingKeyError, ShapeMismatchError, SpecError,
                            SpecFormatError, UnexpectedKeyError, UnsupportedAttributeError, dumps)
-from .format import (EDGE_TYPE_SEP, GRAPH_MASK, LEVELS, MASK_OF_LEVEL, PTR, SEP, StoreKey,
-                     is_hetero, key_of, levels_of_rows, parse_key, pick_level)
+from .format import (EDGE_TYPE_SEP, GRAPH_MASK, LEVEL_OF_MASK, LEVELS, PTR, SEP, StoreKey,
+                     cat_dim_of, is_hetero, key_of, levels_of_rows, parse_key, pick_level)
 
 __all__ = [
     "SEP",
@@ -489,14 +489,14 @@ def infer_spec(
         data_cls = HeteroData if is_hetero(flat) else Data
     mask_rows: Dict[Tuple[StoreKey, str], int] = {}
     for key, (store, attr) in parsed.items():
-        if attr in _MASK_LEVEL:
-            mask_rows[(store, _MASK_LEVEL[attr])] = flat[key].size(0)
+        if attr in LEVEL_OF_MASK:
+            mask_rows[(store, LEVEL_OF_MASK[attr])] = flat[key].size(0)
     fields = []
     for key in sorted(flat, key=lambda k: _order(parsed[k])):
         store, attr = parsed[key]
         t = flat[key]
-        cat = -1 if attr in ("edge_index", "edge_mask") or attr.endswith("index") else 0
-        level = _MASK_LEVEL.get(attr, "other")
+        cat = cat_dim_of(attr)
+        level = LEVEL_OF_MASK.get(attr, "other")
         if level == "other" and t.dim() and attr != PTR:
             level = pick_level(levels_of_rows(t.size(cat), _store_sizes(store, mask_rows)), attr) \
                 or "other"
@@ -506,7 +506,6 @@ def infer_spec(
     return Spec(class_path(data_cls), is_batch, tuple(fields), tuple(node_types), tuple(edge_types))
 
 
-_MASK_LEVEL = {m: lv for lv, m in MASK_OF_LEVEL.items()}
 
 
 def _store_sizes(store: StoreKey, mask_rows: Mapping[Tuple[StoreKey, str], int]) -> Dict[str, int]:
