@@ -2,23 +2,23 @@
 
 The data path, one module a stage:
 
-* :mod:`graph_adapter.spec`: PyG object <-> flat dict of tensors + a static spec
-* :mod:`graph_adapter.pytree`: PyG classes as ``torch.utils._pytree`` nodes
-* :mod:`graph_adapter.budget`: fixed budgets of nodes, edges and graphs, learned from data
-* :mod:`graph_adapter.packing`: which graphs go into which fixed-size batch
-* :mod:`graph_adapter.collate`: a list of graphs -> a padded flat dict (masks included)
-* :mod:`graph_adapter.loader`: ``FixedSizeLoader``, whose batches never change shape
-* :mod:`graph_adapter.wrap`: ``ipu_wrap(model)``, the model behind a fixed-key dict; ``unpad``
-* :mod:`graph_adapter.static`: static sizes for PyG ops, active only inside a wrapped forward
-* :mod:`graph_adapter.norm`: BatchNorm & co. over real rows only
-* :mod:`graph_adapter.losses`: masked losses
+* :mod:`graph_adapter.data.spec`: PyG object <-> flat dict of tensors + a static spec
+* :mod:`graph_adapter.data.pytree`: PyG classes as ``torch.utils._pytree`` nodes
+* :mod:`graph_adapter.data.budget`: fixed budgets of nodes, edges and graphs, learned from data
+* :mod:`graph_adapter.data.packing`: which graphs go into which fixed-size batch
+* :mod:`graph_adapter.data.collate`: a list of graphs -> a padded flat dict (masks included)
+* :mod:`graph_adapter.data.loader`: ``FixedSizeLoader``, whose batches never change shape
+* :mod:`graph_adapter.nn.wrap`: ``ipu_wrap(model)``, the model behind a fixed-key dict; ``unpad``
+* :mod:`graph_adapter.nn.static`: static sizes for PyG ops, active only inside a wrapped forward
+* :mod:`graph_adapter.nn.norm`: BatchNorm & co. over real rows only
+* :mod:`graph_adapter.nn.losses`: masked losses
 * :mod:`graph_adapter.backends`: ``compile(wrapped, backend=...)``, one compile per budget
 * :mod:`graph_adapter.ipu`: ``IPUOptions``, the poptorch backend and its CPU emulator
 * :mod:`graph_adapter.checker`: what poptorch's dispatcher would reject, found on CPU
 
 Importing this package never imports poptorch.
 """
-from .spec import (
+from .data.spec import (
     BatchMismatchError,
     ClassNotAllowedError,
     DeviceMismatchError,
@@ -34,16 +34,16 @@ from .spec import (
     flatten,
     unflatten,
 )
-from .pytree import register_pytree
-from .budget import Budget
-from .packing import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
-from .collate import Collator, collate_padded, unpad_batch
-from .loader import FixedSizeLoader, LoaderStats
-from . import losses
-from .wrap import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
+from .data.pytree import register_pytree
+from .data.budget import Budget
+from .data.packing import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
+from .data.collate import Collator, collate_padded, unpad_batch
+from .data.loader import FixedSizeLoader, LoaderStats
+from .nn import losses
+from .nn.wrap import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
                    UnboundInputError, ipu_wrap, unpad)
-from .static import StaticSizeError
-from .losses import masked_loss
+from .nn.static import StaticSizeError
+from .nn.losses import masked_loss
 from .backends import Compiled, ShapeChangedError, compile
 from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
 from .checker import CheckReport, Finding, check

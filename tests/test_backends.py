@@ -7,8 +7,8 @@ import torch
 from torch_geometric.nn import GIN, global_mean_pool
 
 from graph_adapter.backends import ShapeChangedError, compile, load
-from graph_adapter.losses import masked_loss
-from graph_adapter.wrap import ipu_wrap
+from graph_adapter.nn.losses import masked_loss
+from graph_adapter.nn.wrap import ipu_wrap
 
 from _padding import pad_batch, random_graphs
 
@@ -170,8 +170,8 @@ def test_auto_and_ipu_dispatch(monkeypatch):
 
 
 def test_epoch_from_fixed_size_loader_compiles_once_per_mode():
-    import graph_adapter.loader as loader_mod
-    from graph_adapter.budget import Budget
+    import graph_adapter.data.loader as loader_mod
+    from graph_adapter.data.budget import Budget
 
     gen = torch.Generator().manual_seed(0)
     dataset = random_graphs(gen, 60)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from torch_geometric.data import Data, HeteroData
 
 from graph_adapter import Budget, FixedSizeLoader
-from graph_adapter.collate import Collator, unpad_batch
+from graph_adapter.data.collate import Collator, unpad_batch
 
 
 def graphs(n=8, nodes=4, seed=0):
@@ -273,7 +273,7 @@ def test_unpad_raises_on_a_tie_instead_of_guessing():
 
 
 # ==================================================================
-# Bad values in a flat dict given to ipu_wrap's forward (graph_adapter/_diagnose.py)
+# Bad values in a flat dict given to ipu_wrap's forward (graph_adapter/data/values.py)
 # ==================================================================
 # The eager checks read no values (once per signature), so a hand-made dict with
 # a bad value reaches the model. When the model raises, the wrapped forward names
@@ -285,8 +285,8 @@ from torch_geometric.data import Batch  # noqa: E402
 from torch_geometric.nn import GINConv, aggr, global_add_pool  # noqa: E402
 
 import graph_adapter as ga  # noqa: E402
-from graph_adapter._diagnose import value_problems  # noqa: E402
-from graph_adapter.wrap import InputValueError, ipu_wrap  # noqa: E402
+from graph_adapter.data.values import value_problems  # noqa: E402
+from graph_adapter.nn.wrap import InputValueError, ipu_wrap  # noqa: E402
 
 from strategies import graph_lists, hetero_graph_lists, model_graph_lists  # noqa: E402
 
@@ -557,7 +557,7 @@ def test_a_models_own_error_on_good_values_is_re_raised_unchanged():
 
 
 def test_a_failing_diagnosis_never_hides_the_original(monkeypatch):
-    import graph_adapter._diagnose as D
+    import graph_adapter.data.values as D
 
     def broken(flat):
         raise RuntimeError("diagnosis broke")

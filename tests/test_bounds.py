@@ -15,9 +15,9 @@ from torch_geometric.data import Batch
 
 import graph_adapter as ga
 from graph_adapter import Budget, FixedSizeLoader, ipu_wrap
-from graph_adapter._diagnose import bounds_plan, raise_for_bounds, value_problems
-from graph_adapter.format import stack_micro_batches
-from graph_adapter.wrap import InputValueError
+from graph_adapter.data.values import bounds_plan, raise_for_bounds, value_problems
+from graph_adapter.data.format import stack_micro_batches
+from graph_adapter.nn.wrap import InputValueError
 
 from strategies import hetero_graph_lists, model_graph_lists
 from test_bad_inputs import Bracket, DNet, _batch_beyond, _ei_beyond, _ei_negative, _flat
@@ -171,12 +171,12 @@ def test_inductor_names_a_bad_index(case):
 def test_the_values_check_runs_once_per_call_on_every_backend(backend, monkeypatch):
     """A traced forward cannot read values, so Compiled checks them on the host
     before the call; the eager engine's forward checks them itself (not twice)."""
-    import graph_adapter._diagnose as D
+    import graph_adapter.data.values as D
     from test_bad_inputs import _unsorted
     calls = []
     real = D.raise_for_values
     monkeypatch.setattr(D, "raise_for_values", lambda f: (calls.append(1), real(f)))
-    import graph_adapter.wrap as W
+    import graph_adapter.nn.wrap as W
     monkeypatch.setattr(W, "raise_for_values", D.raise_for_values)
     flat = _flat()
     compiled = ga.compile(ipu_wrap(DNet(), check_inputs="values"), backend)

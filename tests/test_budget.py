@@ -7,8 +7,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from graph_adapter.budget import Budget
-from graph_adapter.packing import graph_sizes, plan_epoch
+from graph_adapter.data.budget import Budget
+from graph_adapter.data.packing import graph_sizes, plan_epoch
 
 SETTINGS = settings(deadline=None)
 

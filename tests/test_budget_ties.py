@@ -19,11 +19,11 @@ from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.nn import global_add_pool
 from torch_geometric.utils import scatter
 
-from graph_adapter.budget import Budget
-from graph_adapter.collate import Collator
-from graph_adapter.loader import FixedSizeLoader
-from graph_adapter.packing import GraphSizes
-from graph_adapter.wrap import ipu_wrap
+from graph_adapter.data.budget import Budget
+from graph_adapter.data.collate import Collator
+from graph_adapter.data.loader import FixedSizeLoader
+from graph_adapter.data.packing import GraphSizes
+from graph_adapter.nn.wrap import ipu_wrap
 
 SETTINGS = settings(deadline=None)
 DOCS = "docs/dev/FORMAT.md#the-level-of-a-key"

@@ -218,11 +218,11 @@ def test_report_shape():
 
 
 def test_ipu_wrapped_gin_from_the_loader_passes():
-    import graph_adapter.wrap as wrap
-    import graph_adapter.loader as loader_mod
+    import graph_adapter.nn.wrap as wrap
+    import graph_adapter.data.loader as loader_mod
     from torch_geometric.data import Data
-    from graph_adapter.budget import Budget
-    from graph_adapter.losses import masked_loss
+    from graph_adapter.data.budget import Budget
+    from graph_adapter.nn.losses import masked_loss
 
     g = torch.Generator().manual_seed(0)
     ds = [Data(x=torch.randn(k, 4, generator=g), edge_index=torch.randint(0, k, (2, 2 * k), generator=g),

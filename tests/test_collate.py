@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 from torch_geometric.data import Batch, Data
 
-from graph_adapter.budget import Budget
-from graph_adapter.collate import Collator, collate_padded, unpad_batch
+from graph_adapter.data.budget import Budget
+from graph_adapter.data.collate import Collator, collate_padded, unpad_batch
 from _padding import check_padding_slots, untied
 
 SETTINGS = settings(deadline=None)
@@ -272,7 +272,7 @@ def test_batches_never_share_memory():
 
 
 def test_columnar_loader_with_worker_and_pin_memory():
-    from graph_adapter.loader import FixedSizeLoader
+    from graph_adapter.data.loader import FixedSizeLoader
 
     graphs = make_graphs([(3, 2), (5, 4), (2, 1), (6, 6)] * 3)
     b = Budget(nodes=20, edges=21, graphs=5)

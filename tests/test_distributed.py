@@ -30,8 +30,8 @@ def _worker(rank: int, world: int, port: int, out_path: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from graph_adapter.budget import Budget
-    from graph_adapter.loader import FixedSizeLoader
+    from graph_adapter.data.budget import Budget
+    from graph_adapter.data.loader import FixedSizeLoader
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)

@@ -307,10 +307,10 @@ def test_micro_batch_without_graphs_takes_no_step_and_keeps_statistics():
 
 
 def test_half_inputs_run_with_finite_masked_loss():
-    import graph_adapter.wrap as wrap
-    import graph_adapter.loader as loader_mod
-    from graph_adapter.budget import Budget
-    from graph_adapter.losses import masked_loss
+    import graph_adapter.nn.wrap as wrap
+    import graph_adapter.data.loader as loader_mod
+    from graph_adapter.data.budget import Budget
+    from graph_adapter.nn.losses import masked_loss
 
     ds = _graphs()
     opts = IPUOptions(2, 1, 2, half_inputs=True)
@@ -392,10 +392,10 @@ class _Net(nn.Module):
 
 
 def test_ipu_wrap_loader_emulator_equals_plain_loop():
-    import graph_adapter.wrap as wrap
-    import graph_adapter.loader as loader_mod
-    from graph_adapter.budget import Budget
-    from graph_adapter.losses import masked_loss
+    import graph_adapter.nn.wrap as wrap
+    import graph_adapter.data.loader as loader_mod
+    from graph_adapter.data.budget import Budget
+    from graph_adapter.nn.losses import masked_loss
 
     ds = _graphs()
     opts = IPUOptions(2, 1, 2)

@@ -1,4 +1,4 @@
-"""graph_adapter._fx_rewrites: ``linear(sum of embedding lookups)`` becomes lookups in
+"""graph_adapter.backends._fx_rewrites: ``linear(sum of embedding lookups)`` becomes lookups in
 projected tables, keeping outputs and gradients (float64), and only where it
 is exactly that pattern and pays; inductor runs it as its pre-grad pass."""
 import copy

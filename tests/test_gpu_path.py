@@ -20,7 +20,7 @@ from torch_geometric.nn import GCNConv, global_add_pool
 
 import graph_adapter as ga
 from graph_adapter import backends
-from graph_adapter.format import OUTPUT_KEY, to_device
+from graph_adapter.data.format import OUTPUT_KEY, to_device
 
 from strategies import graph_lists
 

@@ -8,10 +8,10 @@ import torch
 from hypothesis import given, settings, strategies as st
 from torch_geometric.data import Batch, HeteroData
 
-from graph_adapter.budget import Budget
-from graph_adapter.collate import HeteroCollator, unpad_hetero
-from graph_adapter.loader import FixedSizeLoader
-from graph_adapter.spec import infer_spec, unflatten
+from graph_adapter.data.budget import Budget
+from graph_adapter.data.collate import HeteroCollator, unpad_hetero
+from graph_adapter.data.loader import FixedSizeLoader
+from graph_adapter.data.spec import infer_spec, unflatten
 
 from strategies import hetero_graph_lists
 from _padding import check_padding_slots
@@ -264,7 +264,7 @@ def test_hetero_budget_fit_and_loader_with_unsorted_types():
 
 
 def test_one_collator_and_one_unpad_for_both_kinds():
-    from graph_adapter.collate import Collator, unpad_batch
+    from graph_adapter.data.collate import Collator, unpad_batch
 
     graphs = tag(_two_type_graphs())
     budget = Budget.tight(graphs, 3)
@@ -281,7 +281,7 @@ def test_one_collator_and_one_unpad_for_both_kinds():
         for h in back:
             same_graph(h, graphs[int(h.idx)])
     # schema fields carry the collate attributes and round-trip through JSON
-    from graph_adapter.spec import Field
+    from graph_adapter.data.spec import Field
 
     ei = next(f for f in c.schema if f.key == "author__writes__paper/edge_index")
     assert (ei.level, ei.inc, ei.cat_dim, ei.trail) == ("edge", "nodes", 1, (2,))

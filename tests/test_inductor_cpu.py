@@ -1,4 +1,4 @@
-"""graph_adapter._inductor_cpu: what ``compile(..., "inductor")`` changes in inductor's
+"""graph_adapter.backends._inductor_cpu: what ``compile(..., "inductor")`` changes in inductor's
 CPU training code keeps every number: the embedding gradient as ``index_add``
 equals ATen's, boolean masks are recomputed (none saved for the backward) and
 the gradients equal eager's, dropout's mask is never redrawn."""
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from graph_adapter import _inductor_cpu as I
 from graph_adapter import compile, ipu_wrap
-from graph_adapter.losses import masked_loss
+from graph_adapter.nn.losses import masked_loss
 
 from _padding import pad_batch, random_graphs
 

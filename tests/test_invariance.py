@@ -17,8 +17,8 @@ from torch_geometric.nn import (GAT, GCN, GIN, GraphSAGE, global_add_pool, globa
 from torch_geometric.nn.aggr import SoftmaxAggregation, SumAggregation
 from torch_geometric.utils import scatter, softmax
 
-from graph_adapter.losses import masked_loss
-from graph_adapter.wrap import ipu_wrap
+from graph_adapter.nn.losses import masked_loss
+from graph_adapter.nn.wrap import ipu_wrap
 
 from _padding import pad_batch, random_graphs
 from strategies import model_graph_lists, paddings
@@ -208,8 +208,8 @@ def test_padding_invariance_compiled_masked_norm(seed):
 def test_fully_padded_batch_moves_no_statistics(momentum):
     """A micro-batch without a real graph in train(): running_mean / running_var
     and num_batches_tracked stay bit-identical."""
-    from graph_adapter.budget import Budget
-    from graph_adapter.collate import Collator
+    from graph_adapter.data.budget import Budget
+    from graph_adapter.data.collate import Collator
 
     torch.manual_seed(0)
     model = make("gin_bn")
@@ -229,9 +229,9 @@ def test_fully_padded_batch_moves_no_statistics(momentum):
 def test_loader_fill_batches_leave_running_stats_as_real_micro_batches_alone():
     """micro_batches=3, world_size=2: training over every micro-batch the loader
     yields (fill ones included) == training over the real micro-batches only."""
-    from graph_adapter.budget import Budget
-    from graph_adapter.format import split_micro_batches
-    from graph_adapter.loader import FixedSizeLoader
+    from graph_adapter.data.budget import Budget
+    from graph_adapter.data.format import split_micro_batches
+    from graph_adapter.data.loader import FixedSizeLoader
 
     graphs = random_graphs(torch.Generator().manual_seed(2), 5)  # 5 graphs, 6 slots: fill
     budget = Budget(nodes=40, edges=60, graphs=4)

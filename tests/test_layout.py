@@ -27,9 +27,9 @@ from torch_geometric.nn import BatchNorm, GINConv, SAGEConv
 import graph_adapter as ga
 from graph_adapter import static_layout
 from graph_adapter import _layout
-from graph_adapter._layout import DegreeWidthError
-from graph_adapter.collate import Collator
-from graph_adapter.format import ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT
+from graph_adapter.data._layout import DegreeWidthError
+from graph_adapter.data.collate import Collator
+from graph_adapter.data.format import ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT
 
 from strategies import model_graph_lists, paddings
 from _padding import untied

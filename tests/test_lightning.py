@@ -46,10 +46,10 @@ def test_move_flat_refuses_pyg_objects():
 
 
 def test_trainer_fit_on_cpu_loss_falls():
-    import graph_adapter.wrap as wrap
-    import graph_adapter.loader as loader_mod
-    from graph_adapter.budget import Budget
-    from graph_adapter.losses import masked_loss
+    import graph_adapter.nn.wrap as wrap
+    import graph_adapter.data.loader as loader_mod
+    from graph_adapter.data.budget import Budget
+    from graph_adapter.nn.losses import masked_loss
 
     ds = _graphs()
     loader = loader_mod.FixedSizeLoader(ds, Budget.tight(ds, 8), shuffle=True)
@@ -85,11 +85,11 @@ def test_ipu_strategy_options_keep_F_for_inference():
 
 def test_training_step_marks_its_loss_inside_poptorch():
     """Inside a poptorch model FlatDictModule marks its loss (poptorch needs one) and logs nothing."""
-    from graph_adapter.budget import Budget
+    from graph_adapter.data.budget import Budget
     from graph_adapter.ipu import IPUOptions, emulate_poptorch
-    from graph_adapter.loader import FixedSizeLoader
-    from graph_adapter.losses import masked_loss
-    from graph_adapter.wrap import ipu_wrap
+    from graph_adapter.data.loader import FixedSizeLoader
+    from graph_adapter.nn.losses import masked_loss
+    from graph_adapter.nn.wrap import ipu_wrap
 
     ds = _graphs(16)
     opts = IPUOptions(device_iterations=2, gradient_accumulation=2)

@@ -8,9 +8,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 from torch_geometric.data import Batch, Data
 
-from graph_adapter.budget import Budget
-from graph_adapter.collate import unpad_batch
-from graph_adapter.loader import FixedSizeLoader
+from graph_adapter.data.budget import Budget
+from graph_adapter.data.collate import unpad_batch
+from graph_adapter.data.loader import FixedSizeLoader
 
 SETTINGS = settings(deadline=None)
 

@@ -1,4 +1,4 @@
-"""The masked losses (graph_adapter/losses.py) after the op cuts of issue 14 item 2.
+"""The masked losses (graph_adapter/nn/losses.py) after the op cuts of issue 14 item 2.
 
 The losses were rewritten to dispatch fewer ATen ops (one ``where`` on the
 difference for MSE/L1, a 0-d zero instead of ``zeros_like``, ``t == t`` as the
@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import Tensor
 
-from graph_adapter.losses import (masked_bce_with_logits, masked_cross_entropy, masked_l1_loss,
+from graph_adapter.nn.losses import (masked_bce_with_logits, masked_cross_entropy, masked_l1_loss,
                                   masked_mean, masked_mse_loss)
 
 

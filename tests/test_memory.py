@@ -1,6 +1,6 @@
 """The loader's planning state is arrays, not Python ints (issue 15, "Memory").
 
-The packers and the loader keep a plan as two arrays (``packing._FlatPlan``):
+The packers and the loader keep a plan as two arrays (``packing.FlatPlan``):
 these tests check that the array bookkeeping gives exactly the plans of the
 plain list algorithm (a reference copy below), and that planning an epoch
 leaves a few bytes a graph allocated, not the ~40 of a list of Python ints.
@@ -15,9 +15,9 @@ import torch
 from hypothesis import given, strategies as st
 from torch_geometric.data import Data
 
-from graph_adapter.budget import Budget
-from graph_adapter.loader import FixedSizeLoader, _split_to_multiple
-from graph_adapter.packing import _FlatPlan, pack_greedy
+from graph_adapter.data.budget import Budget
+from graph_adapter.data.loader import FixedSizeLoader, _split_to_multiple
+from graph_adapter.data.packing import FlatPlan, pack_greedy
 
 
 def _greedy_reference(matrix, order, cap, graph_cap, open_batches):
@@ -69,7 +69,7 @@ def test_array_greedy_packer_equals_list_algorithm(seed, n, dims, graph_cap, ope
 @given(st.lists(st.integers(1, 9), max_size=30), st.integers(1, 12))
 def test_split_to_multiple_equals_list_algorithm(counts, unit):
     plan = [list(range(sum(counts[:j]), sum(counts[:j + 1]))) for j in range(len(counts))]
-    got = _split_to_multiple(_FlatPlan.from_lists(plan), unit).to_lists()
+    got = _split_to_multiple(FlatPlan.from_lists(plan), unit).to_lists()
     assert got == _split_reference(plan, unit)
 
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from graph_adapter.budget import Budget
-from graph_adapter.packing import (GraphSizes, find_oversize, pack_greedy, pack_histogram,
+from graph_adapter.data.budget import Budget
+from graph_adapter.data.packing import (GraphSizes, find_oversize, pack_greedy, pack_histogram,
                                    plan_efficiency, plan_epoch)
 
 SETTINGS = settings(deadline=None)
@@ -113,7 +113,7 @@ def test_unrolled_greedy_is_the_generic_greedy(rows, dims, graph_cap, open_batch
 
 
 def test_fit_plans_a_sample_of_a_large_dataset(monkeypatch):
-    import graph_adapter.budget as budget_mod
+    import graph_adapter.data.budget as budget_mod
 
     rng = np.random.default_rng(0)
     sizes = np.stack([rng.integers(1, 30, 400), rng.integers(0, 60, 400)], axis=1)

@@ -17,9 +17,9 @@ from hypothesis import given, strategies as st
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn import ClusterGCNConv
 
-from graph_adapter.budget import RESERVED_NODES, Budget
-from graph_adapter.loader import FixedSizeLoader
-from graph_adapter.wrap import ipu_wrap
+from graph_adapter.data.budget import RESERVED_NODES, Budget
+from graph_adapter.data.loader import FixedSizeLoader
+from graph_adapter.nn.wrap import ipu_wrap
 
 from _padding import untied
 

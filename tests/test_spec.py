@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from torch_geometric.data import Batch, Data, HeteroData
 
 import graph_adapter as ga
-from graph_adapter.spec import infer_spec, key_of, parse_key
+from graph_adapter.data.spec import infer_spec, key_of, parse_key
 from strategies import graph_lists, graphs, hetero_graph_lists, hetero_graphs
 
 
@@ -127,7 +127,7 @@ def test_hetero_one_schema_gives_one_key_order(hs):
 def test_spec_json_is_plain_json(data_list):
     _, spec = ga.flatten(Batch.from_data_list(data_list))
     text = spec.to_json()
-    assert json.loads(text)["format"] == "graph_adapter.spec/1"
+    assert json.loads(text)["format"] == "graph_adapter.data.spec/1"
     assert ga.Spec.from_json(text) == spec
     assert ga.Spec.from_json(spec.static().to_json()) == spec.static()
 

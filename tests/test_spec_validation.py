@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from torch_geometric.data import Batch, Data, HeteroData
 
 import graph_adapter as ga
-from graph_adapter.spec import (BatchMismatchError, ClassNotAllowedError, Spec, SpecError,
+from graph_adapter.data.spec import (BatchMismatchError, ClassNotAllowedError, Spec, SpecError,
                                 SpecFormatError, UnsupportedAttributeError)
 from strategies import graph_lists, hetero_graph_lists
 
@@ -130,7 +130,7 @@ def _doc():
     (lambda d: d["fields"][0].update(level="nodes"), "fields[0].level"),
     (lambda d: d["fields"][0].update(key="z"), "fields[0].key"),
     (lambda d: d["fields"][0].pop("attr"), "'attr'"),
-    (lambda d: d.update(format="graph_adapter.spec/2"), "'format'"),
+    (lambda d: d.update(format="graph_adapter.data.spec/2"), "'format'"),
     (lambda d: d.update(constants=[[[], "name", "{not json"]]), "'name'"),
     (lambda d: d.update(batch_info=d["batch_info"].replace('["num_graphs",2]', '["num_graphs",3]')),
      "slice_dict"),
@@ -202,7 +202,7 @@ def test_allow_modules_lets_a_module_be_imported(tmp_path):
     code = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {str(tmp_path)!r})
-        import graph_adapter.spec as S
+        import graph_adapter.data.spec as S
         doc = json.loads({json.dumps(json.dumps(dict(_doc(), data_cls="ga_spec_mod_b:SpecModData")))})
         try:
             S.Spec.from_dict(doc)

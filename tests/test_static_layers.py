@@ -19,7 +19,7 @@ from torch_geometric.nn.aggr import SortAggregation
 import torch_geometric.utils as U
 
 from graph_adapter import check, static
-from graph_adapter.wrap import ipu_wrap
+from graph_adapter.nn.wrap import ipu_wrap
 
 from _compile_count import compile_counted
 from _padding import pad_batch, random_graphs

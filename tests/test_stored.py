@@ -6,9 +6,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 from torch_geometric.data import Data, Dataset, InMemoryDataset
 
-from graph_adapter.budget import Budget
-from graph_adapter.loader import FixedSizeLoader
-from graph_adapter.packing import graph_sizes
+from graph_adapter.data.budget import Budget
+from graph_adapter.data.loader import FixedSizeLoader
+from graph_adapter.data.packing import graph_sizes
 
 SETTINGS = settings(deadline=None)
 
@@ -107,7 +107,7 @@ def test_a_transform_reads_graph_by_graph():
 
 @pytest.mark.parametrize("chunk", [1, 2, 1 << 16])
 def test_storage_path_names_the_graph_with_a_bad_index(monkeypatch, chunk):
-    import graph_adapter._scan as scan
+    import graph_adapter.data._scan as scan
 
     monkeypatch.setattr(scan, "_RANGE_CHUNK", chunk)  # the range check runs chunk by chunk
     graphs = make_graphs([(3, 4), (5, 2), (2, 3), (4, 4)])

@@ -1,5 +1,5 @@
 """torch_scatter's functions inside a wrapped forward: static stand-ins
-(graph_adapter.static_scatter) that equal torch_scatter's own results."""
+(graph_adapter.nn.static_scatter) that equal torch_scatter's own results."""
 import copy
 
 import pytest
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torch_geometric.data import Batch
 
 from graph_adapter import check, static
-from graph_adapter.wrap import ipu_wrap
+from graph_adapter.nn.wrap import ipu_wrap
 
 from _compile_count import compile_counted
 from _padding import pad_batch, random_graphs

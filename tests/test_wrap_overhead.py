@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.nn import global_add_pool
 
-import graph_adapter.spec as S
-import graph_adapter.wrap as W
-from graph_adapter.spec import (DeviceMismatchError, DtypeMismatchError, ShapeMismatchError,
+import graph_adapter.data.spec as S
+import graph_adapter.nn.wrap as W
+from graph_adapter.data.spec import (DeviceMismatchError, DtypeMismatchError, ShapeMismatchError,
                                 UnsupportedAttributeError, infer_spec, unflatten)
-from graph_adapter.wrap import StaticData, ipu_wrap
+from graph_adapter.nn.wrap import StaticData, ipu_wrap
 
 from _padding import pad_batch, random_graphs
 

@@ -4,10 +4,10 @@ What :func:`run_demo` does, in order:
 
 1. loads rdkit's 5000 NCI molecules (:func:`graph_adapter.app.datasets.load_nci5k`,
    target: TPSA) and splits them into train and test (seeded);
-2. learns a budget with :meth:`Budget.fit <graph_adapter.budget.Budget.fit>`
+2. learns a budget with :meth:`Budget.fit <graph_adapter.data.budget.Budget.fit>`
    (from graph sizes only, never targets) and packs the training split with
-   :class:`~graph_adapter.loader.FixedSizeLoader`;
-3. wraps the model with :func:`~graph_adapter.wrap.ipu_wrap` (masked L1 loss
+   :class:`~graph_adapter.data.loader.FixedSizeLoader`;
+3. wraps the model with :func:`~graph_adapter.nn.wrap.ipu_wrap` (masked L1 loss
    inside the compiled region) and compiles it with
    :func:`graph_adapter.backends.compile` (``"auto"``: resolved by
    :func:`graph_adapter.backends.resolve_backend`), one compiled model for
@@ -71,8 +71,8 @@ from torch import nn
 
 import graph_adapter as ga
 from graph_adapter.backends import resolve_backend
-from graph_adapter.collate import Collator
-from graph_adapter.format import loss_of
+from graph_adapter.data.collate import Collator
+from graph_adapter.data.format import loss_of
 
 from .datasets import load_nci5k
 from .models import MODELS, AtomBondEncoder, MolRegressor, build_model

@@ -12,7 +12,7 @@ from typing import Any, List
 from torch import Tensor
 
 from .inputs import named_tensors
-from .poptorch_backend import import_poptorch
+from .sdk import import_poptorch
 
 __all__ = ["OUTPUT_MODES", "IPUOptions"]
 

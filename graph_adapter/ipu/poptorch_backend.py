@@ -12,40 +12,22 @@ model built on first use, host batches narrowed before the call.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import torch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
-from .._diagnose import BoundsPlan, bounds_plan, check_before_call
-from ..format import LOSS_KEY, loss_of
+from ..data.values import BoundsPlan, bounds_plan, check_before_call
+from ..data.format import LOSS_KEY, loss_of
 from .inputs import map_tensors, narrow
-
-if TYPE_CHECKING:  # the options module imports this one
-    from .options import IPUOptions
+from .options import IPUOptions
+from .sdk import import_poptorch
 
 __all__ = [
     "import_poptorch", "make_pyg_arg_parser", "register_pyg_arg_parser",
     "build_poptorch", "PoptorchRunner",
 ]
-
-
-def import_poptorch() -> Any:
-    """``import poptorch``, or an ``ImportError`` that says where it comes from.
-
-    The original error is chained (``__cause__``) and quoted.
-    """
-    try:
-        import poptorch  # noqa: F401  (ships with the Graphcore Poplar SDK)
-    except ImportError as exc:  # pragma: no cover - depends on the machine
-        raise ImportError(
-            "graph_adapter's 'poptorch' backend needs poptorch, which ships with Graphcore's "
-            "Poplar SDK and is not on PyPI: install the SDK and its poptorch wheel, then "
-            "`source enable.sh`. To test IPU code without hardware use "
-            f"backend='ipu-emulator'. (Original error: {exc!r})"
-        ) from exc
-    return poptorch
 
 
 # --------------------------------------------------------------------------
@@ -60,7 +42,7 @@ def make_pyg_arg_parser(poptorch: Any) -> Any:
     ``smiles`` list) and a batch's ``num_graphs`` / ``to_data_list()``
     metadata are kept, not dropped.
     """
-    from ..spec import flatten, unflatten
+    from ..data.spec import flatten, unflatten
 
     class PyGArgParser(poptorch.ICustomArgParser):  # type: ignore[misc,name-defined]
         def yieldTensors(self, struct):  # noqa: N802 (poptorch's name)

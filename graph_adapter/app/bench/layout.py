@@ -16,7 +16,7 @@ on pre-collated batches:
   (inductor's own generated scatter, atomic adds);
 * ``wrap_inductor_ell``: batches from ``FixedSizeLoader(..., layout="ell")``:
   PyG's gather and sum aggregation are routed through
-  :mod:`graph_adapter.static_layout` (gathers both ways), tables as wide as
+  :mod:`graph_adapter.nn.static_layout` (gathers both ways), tables as wide as
   the dataset's largest degree;
 * ``wrap_inductor_hyb``: ``layout="hyb"``: tables as wide as the 99.5th
   percentile of the degrees, the edges past a node's width summed from a

@@ -35,7 +35,7 @@ def rss_mib() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _trim() -> None:
+def trim_heap() -> None:
     """Hand the heap's free pages back to the OS (glibc; a no-op elsewhere)."""
     try:
         import ctypes
@@ -80,12 +80,12 @@ def _run(kind: str, n: int, batch: int, q) -> None:
 
     ds = _dataset(n)
     gc.collect()
-    _trim()
+    trim_heap()
     cold = rss_mib()
     for _ in _loader(kind, ds[:_WARM], batch):  # first use: code, not data
         pass
     gc.collect()
-    _trim()
+    trim_heap()
     before = rss_mib()
     copy_mib = 0.0
     loader = _loader(kind, ds, batch)

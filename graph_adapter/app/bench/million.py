@@ -70,7 +70,7 @@ def _run(kind: str, n: int, batch: int, pyg_batches: int, q) -> None:
 
     import torch
 
-    from .memory import _trim, rss_mib
+    from .memory import rss_mib, trim_heap
 
     torch.set_num_threads(1)
     import graph_adapter as ga
@@ -78,7 +78,7 @@ def _run(kind: str, n: int, batch: int, pyg_batches: int, q) -> None:
     ds = build_dataset(n)
     gc.collect()
     out: Dict[str, float] = {"dataset_mib": dataset_mib(ds)}
-    _trim()  # no free heap pages left from building the dataset to hide growth in
+    trim_heap()  # no free heap pages left from building the dataset to hide growth in
     before = rss_mib()
     if kind == "pyg":
         from torch_geometric.loader import DataLoader

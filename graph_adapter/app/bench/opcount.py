@@ -17,7 +17,7 @@ the other):
   ``TorchDispatchMode``: after autograd and the ``CompositeImplicit``
   decompositions, i.e. about one op a kernel), by origin. A forward op's
   origin is the innermost frame of the library on the stack
-  (``graph_adapter/losses.py`` -> ``loss``, ``norm.py`` -> ``norm``,
+  (``graph_adapter/nn/losses.py`` -> ``loss``, ``norm.py`` -> ``norm``,
   ``spec.py``/``collate.py`` -> ``unflatten``, ``wrap.py``/``format.py`` ->
   ``wrap``, ``static*.py`` -> ``static``), else the step's phase (``model``:
   PyG and torch code of the model; ``loss``: the baseline's loss). A backward
@@ -31,7 +31,7 @@ the other):
 
 Counts are deterministic for fixed shapes, so a test can pin them
 (``tests/test_opcount.py``); timings cannot be. The norm layer's eager fast
-path (:func:`graph_adapter.norm.masked_batch_norm`) checks that no dispatch
+path (:func:`graph_adapter.nn.norm.masked_batch_norm`) checks that no dispatch
 mode is active; the counter declares itself an observer
 (``observes_only = True``), which that check lets through, so the counted
 path is the one a user runs.
@@ -82,13 +82,19 @@ except ImportError:  # pragma: no cover - PyG is a dependency
 #: library module (file stem) -> origin name; a module not listed is its own origin.
 _ORIGIN_OF = {
     "losses": "loss", "norm": "norm",
-    "spec": "unflatten", "_spec_values": "unflatten", "_spec_checks": "unflatten",
+    "spec": "unflatten", "errors": "unflatten", "_spec_checks": "unflatten",
     "collate": "unflatten", "_view": "unflatten", "pytree": "unflatten",
-    "wrap": "wrap", "_wrap_inputs": "wrap", "format": "wrap",
+    "wrap": "wrap", "_inputs": "wrap", "format": "wrap",
     "static": "static", "static_scatter": "static", "static_index": "static",
     "static_geometry": "static", "static_layout": "static", "_gather": "static",
     "_scan": "static", "_layout": "static",
 }
+
+
+def _stem(filename: str) -> str:
+    """A library file's module name: its stem, or its folder's for a package's ``__init__``."""
+    stem = os.path.splitext(os.path.basename(filename))[0]
+    return os.path.basename(os.path.dirname(filename)) if stem == "__init__" else stem
 
 
 def _library_origin(frame: Any) -> Optional[str]:
@@ -100,7 +106,7 @@ def _library_origin(frame: Any) -> Optional[str]:
             frame = frame.f_back
             continue
         if fn.startswith(_PKG) and not fn.startswith(_APP):
-            stem = os.path.splitext(os.path.basename(fn))[0]
+            stem = _stem(fn)
             return _ORIGIN_OF.get(stem, stem)
         return None
     return None
@@ -152,7 +158,7 @@ def _tag(node: Any, origin: str) -> None:
 class _OpCounter(TorchDispatchMode):
     """Counts the ATen ops reaching the Python dispatch key, by origin."""
 
-    #: graph_adapter.norm's eager fast path runs under a mode that only observes
+    #: graph_adapter.nn.norm's eager fast path runs under a mode that only observes
     observes_only = True
 
     def __init__(self, state: _State):
@@ -180,7 +186,7 @@ class _OpCounter(TorchDispatchMode):
 
 def _package_of(filename: str) -> str:
     if filename.startswith(_PKG) and not filename.startswith(_APP):
-        stem = os.path.splitext(os.path.basename(filename))[0]
+        stem = _stem(filename)
         return "graph_adapter/" + _ORIGIN_OF.get(stem, stem)
     if filename.startswith(_PYG):
         return "torch_geometric"

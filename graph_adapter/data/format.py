@@ -70,7 +70,7 @@ LEVEL_OF_MASK = {m: lv for lv, m in MASK_OF_LEVEL.items()}
 RESERVED_KEYS = (BATCH, PTR, NODE_MASK, EDGE_MASK, GRAPH_MASK)
 #: Optional static aggregation layout (``layout="ell"``): ``[N, Din]`` ids of
 #: each node's real in-edges and ``[N, Dout]`` of its real out-edges, padded
-#: with ``E`` (see graph_adapter/_layout.py). Homogeneous batches only.
+#: with ``E`` (see graph_adapter/data/_layout.py). Homogeneous batches only.
 ELL_IN = "in_slots"
 ELL_OUT = "out_slots"
 #: ``layout="hyb"``: the same tables, narrower, plus ``[2, K]`` lists of the

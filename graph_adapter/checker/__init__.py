@@ -16,7 +16,7 @@ and returns a :class:`CheckReport`:
    every occurrence of the above (not just the first) and what fake mode
    misses: ``.cpu()`` / ``.numpy()`` / ``.tolist()`` / ``.to("cpu")`` in
    forward (poptorch: "Illegal move to CPU"), ops poptorch has no handler for
-   (:data:`graph_adapter._poptorch_ops.NO_HANDLER`), float64 computed in
+   (:data:`graph_adapter.ipu._poptorch_ops.NO_HANDLER`), float64 computed in
    forward.
 
 Plus static checks of the inputs and parameters: float64 that will be
@@ -44,13 +44,13 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ._poptorch_ops import NO_HANDLER
-from ._diagnose import micro_batches_of, value_problems
-from .format import GRAPH_MASK, LOSS_KEY, loss_of
-from .ipu.inputs import host_micro_batch, map_tensors, named_tensors
-from .ipu.options import IPUOptions
-from .ipu.state import reassigned_state, state_addresses
-from .wrap import IPUWrapped
+from ..ipu._poptorch_ops import NO_HANDLER
+from ..data.values import micro_batches_of, value_problems
+from ..data.format import GRAPH_MASK, LOSS_KEY, loss_of
+from ..ipu.inputs import host_micro_batch, map_tensors, named_tensors
+from ..ipu.options import IPUOptions
+from ..ipu.state import reassigned_state, state_addresses
+from ..nn.wrap import IPUWrapped
 
 __all__ = ["KINDS", "POPTORCH_MESSAGES", "Finding", "CheckReport", "check", "dispatcher_rules",
            "state_addresses", "reassigned_state", "value_problems"]
@@ -564,7 +564,7 @@ def _input_findings(flat: Any, model: nn.Module, options: Optional[IPUOptions]) 
 
 
 def _value_findings(flat: Any) -> List[Finding]:
-    """The padded format's value rules (:func:`graph_adapter._diagnose.value_problems`),
+    """The padded format's value rules (:func:`graph_adapter.data.values.value_problems`),
     per micro-batch; nothing for an input that is not a flat dict of tensors."""
     if not isinstance(flat, Mapping) or GRAPH_MASK not in flat \
             or not all(isinstance(v, Tensor) for v in flat.values()):

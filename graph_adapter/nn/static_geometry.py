@@ -6,8 +6,8 @@ neighbours: a data-dependent count, and C++ kernels no compiler can trace.
 SchNet, DimeNet++, ``DynamicEdgeConv`` and point-cloud models call them in
 forward.
 
-Inside a wrapped forward (a frame of :mod:`graph_adapter.static` is active)
-:func:`graph_adapter.static.install` substitutes these functions with dense,
+Inside a wrapped forward (a frame of :mod:`graph_adapter.nn.static` is active)
+:func:`graph_adapter.nn.static.install` substitutes these functions with dense,
 static versions (no ``torch_cluster`` needed):
 
 * distances between every query row ``y[i]`` and every candidate ``x[j]``

@@ -47,7 +47,7 @@ from ._spec_checks import (SPEC_FORMAT, allow_modules, check_batch_info, check_b
                            check_flat, decode_constants, field_fields_of, resolve_data_class,
                            spec_fields_of)
 from ._levels import level_of_attr
-from ._spec_values import (BatchMismatchError, ClassNotAllowedError, DeviceMismatchError,
+from .errors import (BatchMismatchError, ClassNotAllowedError, DeviceMismatchError,
                            DtypeMismatchError, MissingKeyError, ShapeMismatchError, SpecError,
                            SpecFormatError, UnexpectedKeyError, UnsupportedAttributeError, dumps)
 from .format import (EDGE_TYPE_SEP, GRAPH_MASK, LEVEL_OF_MASK, LEVELS, PTR, SEP, StoreKey,
@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------
-# Key naming: the rules live in graph_adapter.format (re-exported here)
+# Key naming: the rules live in graph_adapter.data.format (re-exported here)
 # --------------------------------------------------------------------------
 def _check_name(name: str, what: str) -> None:
     if SEP in name:
@@ -247,7 +247,7 @@ class Spec:
         Every field is type-checked (``"false"`` is not a bool), counts must
         agree, and ``data_cls`` must name a ``Data``/``HeteroData`` subclass
         of an imported or allowed module (``allow_modules``, or
-        :func:`graph_adapter.spec.allow_modules`); see ``docs/flat_dict.md``.
+        :func:`graph_adapter.data.spec.allow_modules`); see ``docs/flat_dict.md``.
         """
         kw = spec_fields_of(d)
         resolve_class(kw["data_cls"], kw["is_batch"], allow_modules)

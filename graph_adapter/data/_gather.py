@@ -4,7 +4,7 @@ A :class:`Gather` copies the rows of some graphs out of a *columnar* copy of
 one attribute (the rows of every graph of the dataset, cat dim first) into a
 freshly allocated output of a fixed shape, adds index offsets where asked and
 fills the tail with a given padding value.  Which rows, which offsets and
-which padding value is decided by :mod:`graph_adapter.collate`.
+which padding value is decided by :mod:`graph_adapter.data.collate`.
 """
 from __future__ import annotations
 

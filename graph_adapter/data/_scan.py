@@ -7,7 +7,7 @@ graph.  A hetero graph has one store per node type (node-level attributes),
 per edge type (edge-level; ``*index*`` keys are ``[2, E]`` and offset by the
 source/destination node counts) and the global store (graph-level).
 
-The *size dims* are the columns of :class:`~graph_adapter.packing.GraphSizes`:
+The *size dims* are the columns of :class:`~graph_adapter.data.packing.GraphSizes`:
 ``("node", store)`` and ``("edge", store)``, in the budget's order
 (homogeneous: ``("node", ())``, ``("edge", ())``).
 """
@@ -86,7 +86,7 @@ def _dtype_name(dt: torch.dtype) -> str:
 
 
 class Scan:
-    """Sizes (``sizes``), schema (``fields``, :class:`~graph_adapter.spec.Field`
+    """Sizes (``sizes``), schema (``fields``, :class:`~graph_adapter.data.spec.Field`
     per tensor attribute), excluded attributes (``excluded``), custom
     increments (``incs``) and, with ``columnar=True``, every attribute's
     rows of every graph, cat dim first (``columns``).
@@ -489,10 +489,10 @@ _RANGE_CHUNK = 1 << 16
 
 #: Graph count from which a collator (after its scan) and a loader (after
 #: planning an epoch) hand their freed scratch memory back to the OS.
-_TRIM_FROM = 10_000
+TRIM_FROM = 10_000
 
 
-def _release_freed_memory() -> None:
+def release_freed_memory() -> None:
     """Give the heap pages freed so far back to the OS (glibc's
     ``malloc_trim``; a no-op elsewhere; about a millisecond).  A scan of many
     tiny graphs frees tens of MiB of scratch (per-graph lists, torch.cat's

@@ -2,8 +2,8 @@
 
 No ``Batch.from_data_list``: outputs are preallocated at the budget's shape,
 offsets come from cumulative sums, and copies are numpy gathers
-(:mod:`graph_adapter._gather`) from a *columnar* copy of the dataset, built
-once by :class:`Collator` in one pass (:mod:`graph_adapter._scan`).  A
+(:mod:`graph_adapter.data._gather`) from a *columnar* copy of the dataset, built
+once by :class:`Collator` in one pass (:mod:`graph_adapter.data._scan`).  A
 homogeneous graph is the one-store case of a hetero one: one collator, one
 unpad.
 
@@ -14,12 +14,12 @@ node type / edge type (homogeneous: the one store):
   occupy the leading rows of every tensor, exactly as ``Batch.from_data_list``
   would lay them out (``edge_index`` offset by ``ptr``);
 * padding nodes (at least two: the budget reserves them, see
-  :data:`graph_adapter.budget.RESERVED_NODES`) fill the padding graph slots
+  :data:`graph_adapter.data.budget.RESERVED_NODES`) fill the padding graph slots
   ``g .. G - 1``: one each while they last, the rest in the last slot
   ``G - 1`` (so ``batch.max() == G - 1`` and the padding edges' node
   ``N - 1`` is in it).  No padding slot is empty when there are at least as
   many padding nodes as padding slots, which the packer guarantees (see
-  :func:`graph_adapter.packing.plan_epoch`): every per-graph op (log of a
+  :func:`graph_adapter.data.packing.plan_epoch`): every per-graph op (log of a
   sum, max, softmax...) then sees a non-empty set on padding rows too, so
   its value and gradient stay finite;
 * padding edges run from the last node ``N - 1`` of the source type to the
@@ -32,7 +32,7 @@ node type / edge type (homogeneous: the one store):
 
 Keys: every tensor attribute of the graphs, with PyG's collate semantics
 (``__cat_dim__``, ``__inc__``), plus ``batch``, ``ptr`` and the masks, named
-by :func:`graph_adapter.format.key_of`.  A homogeneous key's level (node, edge
+by :func:`graph_adapter.data.format.key_of`.  A homogeneous key's level (node, edge
 or graph) is decided as PyG does on the first graph, checked against every
 graph of the dataset.  Non-tensor attributes (e.g. a ``smiles`` string) cannot
 live in a tensor dict: they are excluded, listed in ``excluded_keys`` and
@@ -49,7 +49,7 @@ from torch import Tensor
 
 from ._gather import Gather
 from ._layout import LAYOUTS, DegreeWidthError, fit_layout, graph_of_node, layout_tables
-from ._scan import _TRIM_FROM, Dim, Scan, _release_freed_memory
+from ._scan import TRIM_FROM, Dim, Scan, release_freed_memory
 from .budget import RESERVED_NODES, Budget
 from .format import (BATCH, EDGE_MASK, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR,
                      RESERVED_KEYS,
@@ -120,14 +120,14 @@ class Collator:
             ``in_slots`` ``[N, Din]`` / ``out_slots`` ``[N, Dout]`` (ids of each
             node's real in-/out-edges, padded with ``E``), which a wrapped
             model's PyG layers then aggregate through
-            (:mod:`graph_adapter.static_layout`). Homogeneous only.
+            (:mod:`graph_adapter.nn.static_layout`). Homogeneous only.
             ``"hyb"``: narrower tables plus ``[2, K]`` lists of the edges past
             a node's width (``in_spill`` / ``out_spill``, see ``_layout.py``).
         layout_widths: ``(Din, Dout)``; default: the dataset's largest in- and
             out-degree (``"hyb"``: the 99.5th percentile of the degrees). A
             graph with a node beyond them (``"hyb"``: a batch spilling more
             than the capacity fitted from the dataset) raises
-            :class:`~graph_adapter._layout.DegreeWidthError` naming it.
+            :class:`~graph_adapter.data._layout.DegreeWidthError` naming it.
         layout_spills: ``"hyb"`` only, with ``layout_widths``: the spill
             capacities ``(Kin, Kout)`` instead of fitting them; with the
             widths, what another collator fitted (``layout_widths`` /
@@ -166,8 +166,8 @@ class Collator:
         if layout is not None:
             self.layout_widths, self.layout_spills = self._fit_layout(layout_widths, dataset,
                                                                       layout_spills)
-        if self.sizes.num_graphs >= _TRIM_FROM:
-            _release_freed_memory()  # the scan's scratch (see the function)
+        if self.sizes.num_graphs >= TRIM_FROM:
+            release_freed_memory()  # the scan's scratch (see the function)
         if warn:
             self._warn_excluded()
 
@@ -175,7 +175,7 @@ class Collator:
                     spills: Optional[Tuple[int, int]] = None
                     ) -> Tuple[Tuple[int, int], Optional[Tuple[int, int]]]:
         """``((Din, Dout), spill capacities or None)`` of the layout's tables
-        (given, or fitted from the dataset: graph_adapter/_layout.py)."""
+        (given, or fitted from the dataset: graph_adapter/data/_layout.py)."""
         if self.is_hetero:
             raise ValueError(f"layout={self.layout!r} is for homogeneous datasets only (a "
                              "HeteroData dataset has one edge_index per edge type); pass "

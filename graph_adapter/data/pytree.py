@@ -3,7 +3,7 @@
 With these registrations ``torch.export.export(model, (batch,))`` accepts a
 model whose forward takes a PyG object, and ``torch.export.save``/``load``
 round-trip the program: the children are the tensors of :func:`flatten` (in
-key order) and the context is its :class:`~graph_adapter.spec.Spec`, dumped
+key order) and the context is its :class:`~graph_adapter.data.spec.Spec`, dumped
 as JSON (never pickle).
 
 ``Data``, ``HeteroData``, ``DataBatch`` and ``HeteroDataBatch`` are registered

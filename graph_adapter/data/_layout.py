@@ -8,7 +8,7 @@ edges whose source ``edge_index[0]`` is ``n``), padded to static widths
 zero row appended to the edge values). With these two tables, a sum over the
 in-edges of every node is a gather plus a dense sum, and so is its backward
 (over ``out_slots``): no atomics, which is what makes compiled training fast
-(:mod:`graph_adapter.static_layout`).
+(:mod:`graph_adapter.nn.static_layout`).
 
 Padding edges (the collator's self-loops on the last padding node) are left
 out of both tables: they only touch padding nodes. Within a node's row the

@@ -3,7 +3,7 @@
 Wraps :class:`torch.utils.data.DataLoader`: a batch sampler yields the packed
 batches of an epoch (lists of dataset indices, planned up front so that
 ``len(loader)`` is known), and the collate function is the padded collate of
-:mod:`graph_adapter.collate`.  ``num_workers``, ``pin_memory`` and the other
+:mod:`graph_adapter.data.collate`.  ``num_workers``, ``pin_memory`` and the other
 DataLoader arguments pass through.
 """
 from __future__ import annotations
@@ -16,13 +16,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ._scan import _TRIM_FROM, _release_freed_memory
+from ._scan import TRIM_FROM, release_freed_memory
 from ._view import as_graphs
 from .budget import RESERVED_NODES, Budget
 from .collate import Collator
 from .format import stack_micro_batches, to_device
 from .spec import Field
-from .packing import PACKERS, _FlatPlan, _plan_epoch_flat, find_oversize, plan_efficiency
+from .packing import PACKERS, FlatPlan, plan_epoch_flat, find_oversize, plan_efficiency
 
 __all__ = ["FixedSizeLoader", "LoaderStats"]
 
@@ -107,7 +107,7 @@ class _PlanSampler(Sampler):
         return _item_lists(plan, items)
 
 
-def _item_lists(plan: _FlatPlan, items: np.ndarray) -> Iterator[List[List[int]]]:
+def _item_lists(plan: FlatPlan, items: np.ndarray) -> Iterator[List[List[int]]]:
     for row in items:
         yield [plan.batch(j) if j >= 0 else [] for j in row.tolist()]
 
@@ -117,7 +117,7 @@ class FixedSizeLoader:
 
     Args:
         dataset: a PyG dataset or a list of ``Data``.
-        budget: the :class:`~graph_adapter.budget.Budget` (or its dict/JSON).
+        budget: the :class:`~graph_adapter.data.budget.Budget` (or its dict/JSON).
         shuffle: shuffle the graphs (greedy packer) or the batches (histogram
             packer) every epoch.
         seed: base seed; the plan of epoch ``e`` is a function of
@@ -130,7 +130,7 @@ class FixedSizeLoader:
             sizes of each graph that fits no batch; ``"skip"`` leaves them
             out, warns and reports them in ``stats``.
         packer: ``"greedy"`` (streaming, shuffled order) or ``"histogram"``
-            (offline, highest fill); see :mod:`graph_adapter.packing`.
+            (offline, highest fill); see :mod:`graph_adapter.data.packing`.
         open_batches: batches the greedy packer keeps open.
         index_dtype: ``torch.int64`` or ``torch.int32`` for index tensors
             (``edge_index``, ``batch``, ``ptr``) on the host.
@@ -171,7 +171,7 @@ class FixedSizeLoader:
             (train and test loaders of one compiled model: one shape).
         device: move every yielded batch there (``non_blocking`` copies;
             with ``pin_memory=True`` they overlap with GPU work:
-            :func:`graph_adapter.format.to_device`); default: leave batches
+            :func:`graph_adapter.data.format.to_device`); default: leave batches
             on the host.
         **dataloader_kwargs: passed to ``torch.utils.data.DataLoader``
             (``num_workers``, ``pin_memory``, ``persistent_workers``,
@@ -261,10 +261,10 @@ class FixedSizeLoader:
         self._epoch = 0
         self._epoch_set = False
         self._started = False
-        # plans are kept as arrays (packing._FlatPlan), items as an int array of
+        # plans are kept as arrays (packing.FlatPlan), items as an int array of
         # batch ids [items, F] (-1: a fully padded fill batch): 8 bytes a graph
-        self._cache: Optional[Tuple[int, _FlatPlan, np.ndarray]] = None
-        self._raw: Optional[Tuple[int, _FlatPlan]] = None
+        self._cache: Optional[Tuple[int, FlatPlan, np.ndarray]] = None
+        self._raw: Optional[Tuple[int, FlatPlan]] = None
         self.device = None if device is None else torch.device(device)
         self._dl = DataLoader(_Fetch(dataset, self.collator.columnar),
                               batch_sampler=_PlanSampler(self),
@@ -318,17 +318,17 @@ class FixedSizeLoader:
         dataset indices, rank ``r`` taking batches ``r, r + world_size, ...``."""
         return self._plan_items(self._next_epoch() if epoch is None else int(epoch))[0].to_lists()
 
-    def _packed(self, e: int) -> _FlatPlan:
+    def _packed(self, e: int) -> FlatPlan:
         """The packer's plan of epoch ``e``, before balancing."""
         if self._raw is not None and self._raw[0] == e:
             return self._raw[1]
-        raw = _plan_epoch_flat(self.sizes, self.budget, packer=self.packer,
+        raw = plan_epoch_flat(self.sizes, self.budget, packer=self.packer,
                                shuffle=self.shuffle, seed=self.seed, epoch=e,
                                indices=self._keep, open_batches=self.open_batches)
         self._raw = (e, raw)
         return raw
 
-    def _plan_items(self, e: int) -> Tuple[_FlatPlan, np.ndarray]:
+    def _plan_items(self, e: int) -> Tuple[FlatPlan, np.ndarray]:
         """The balanced plan of epoch ``e`` and this rank's items (cached): the
         items are batch ids of the plan, ``[items, F]``, ``-1`` for a fully
         padded fill batch.  Rank ``r`` takes batches ``r, r + W, ...``, fills
@@ -345,8 +345,8 @@ class FixedSizeLoader:
         ids[:mine.size] = mine
         items = ids.reshape(n_items, F)
         self._cache = (e, plan, items)
-        if self.sizes.num_graphs >= _TRIM_FROM:
-            _release_freed_memory()  # the packer's whole-dataset temporaries
+        if self.sizes.num_graphs >= TRIM_FROM:
+            release_freed_memory()  # the packer's whole-dataset temporaries
         return plan, items
 
     def _items(self) -> np.ndarray:
@@ -403,7 +403,7 @@ class FixedSizeLoader:
         mine = np.zeros(plan.num_batches, dtype=bool)
         mine[real] = True
         counts = plan.counts()
-        eff = plan_efficiency(_FlatPlan(plan.flat[mine.repeat(counts)],
+        eff = plan_efficiency(FlatPlan(plan.flat[mine.repeat(counts)],
                                         np.concatenate([[0], np.cumsum(counts[mine])])),
                               self.sizes, self.budget, extra_batches=batches - real.size)
         return LoaderStats(
@@ -423,7 +423,7 @@ class FixedSizeLoader:
                 f"micro_batches={self.micro_batches}, rank={self.rank}/{self.world_size})")
 
 
-def _split_to_multiple(plan: _FlatPlan, unit: int) -> _FlatPlan:
+def _split_to_multiple(plan: FlatPlan, unit: int) -> FlatPlan:
     """``plan`` with batches split in two until its length is a multiple of
     ``unit`` (ranks x micro-batches), so that no rank gets a fill batch without
     a real graph; stops early when every batch holds a single graph.
@@ -445,4 +445,4 @@ def _split_to_multiple(plan: _FlatPlan, unit: int) -> _FlatPlan:
         if counts[j] < 2:
             break
         bounds = np.insert(bounds, j + 1, bounds[j] + counts[j] // 2)
-    return _FlatPlan(plan.flat, bounds)
+    return FlatPlan(plan.flat, bounds)

@@ -28,7 +28,7 @@ on CPU"), and one reading (4):
    so that the code of both can be read for ``atomic_add``
    (``Compiled.atomic_adds``: whether sums change order from run to run).
 5. **A linear layer of a sum of embedding lookups projects the tables**
-   (``pre_grad_custom_pass``, :mod:`graph_adapter._fx_rewrites`): the
+   (``pre_grad_custom_pass``, :mod:`graph_adapter.backends._fx_rewrites`): the
    demo's four per-layer edge projections of ``[E, 64]`` bond embeddings
    become products of the 30 bond-table rows, looked up inside the
    message kernel (compiled inference 26.4 -> 21.4 ms an epoch of 1000

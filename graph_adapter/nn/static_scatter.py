@@ -8,16 +8,16 @@ that have no fake (meta) kernel: ``torch.compile``, ``torch.export`` and
 poptorch's dispatcher cannot trace them; and every function computes
 ``int(index.max()) + 1`` when ``dim_size`` is missing.
 
-When ``torch_scatter`` is installed, :func:`graph_adapter.static.install`
+When ``torch_scatter`` is installed, :func:`graph_adapter.nn.static.install`
 swaps each function below, wherever code looks it up (the ``torch_scatter``
 and ``torch_sparse`` modules, PyG's modules, the user's model modules), for
 a replacement that calls the original **unless a wrapped forward is running**
-(a frame of :mod:`graph_adapter.static` is active). Inside one, the
+(a frame of :mod:`graph_adapter.nn.static` is active). Inside one, the
 replacement computes the same values with plain ATen ops whose shapes are
 static (``scatter_add``, ``scatter_reduce``, ``gather``, ``searchsorted``):
 
 * a missing ``dim_size`` comes from the padded budget
-  (:func:`graph_adapter.static.index_size`: the batch vector -> ``G``, an
+  (:func:`graph_adapter.nn.static.index_size`: the batch vector -> ``G``, an
   edge -> node index -> ``N``);
 * ``max``/``min`` return ``(values, argmax)`` like ``torch_scatter``: empty
   slots hold 0 and the arg ``src.size(dim)``; ties go to the first position;

@@ -5,7 +5,7 @@ data-dependent shape (poptorch's dispatcher and ``torch.export`` reject it),
 although the padded format knows the answer:
 
 * ``GPSConv.forward``: ``h[mask]`` after ``to_dense_batch``. The static
-  ``to_dense_batch`` (:mod:`graph_adapter.static`) puts every one of the
+  ``to_dense_batch`` (:mod:`graph_adapter.nn.static`) puts every one of the
   ``N`` nodes in a ``[G, N, F]`` dense batch and records where
   (``frame["dense_masks"]``), so ``h[mask]`` is the gather of those ``N``
   positions, in node order, as PyG's boolean read gives.
@@ -45,16 +45,16 @@ although the padded format knows the answer:
   ``edge_index`` its ids are node ids of the batch (the packer checks
   ``0 <= id < num_nodes``), so ``N`` hyperedge slots hold them all; the
   unused slots are empty (PyG's ``B = 1 / 0 -> 0``) and reach no node. Any
-  other hyperedge index raises :class:`~graph_adapter.static.StaticSizeError`
+  other hyperedge index raises :class:`~graph_adapter.nn.static.StaticSizeError`
   asking for ``num_edges=`` (your hyperedge budget).
 
 How: :func:`install` wraps exactly those methods; inside a wrapped forward
-(a frame of :mod:`graph_adapter.static` is active) each runs under a
+(a frame of :mod:`graph_adapter.nn.static` is active) each runs under a
 :class:`torch.overrides.TorchFunctionMode` that applies the rules above
 (Dynamo traces the mode, so ``torch.compile(fullgraph=True)`` sees only
 static ops). A result of a rewritten read used any other way (its size, a
 plain read, an arithmetic with a tensor) raises
-:class:`~graph_adapter.static.StaticSizeError` naming the op, never a wrong
+:class:`~graph_adapter.nn.static.StaticSizeError` naming the op, never a wrong
 value. Outside a wrapped forward the methods run unchanged.
 """
 from __future__ import annotations

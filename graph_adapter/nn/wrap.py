@@ -4,13 +4,13 @@ The wrapped module's ``forward(flat)`` takes a padded flat dict (the
 ``FixedSizeLoader`` format, ``docs/dev/FORMAT.md``), with or without a leading
 micro-batch dim of size 1, rebuilds the PyG batch inside forward (traceable:
 ``torch.compile(fullgraph=True)``, ``torch.export``), calls the model with the
-static sizes of :mod:`graph_adapter.static` active, and returns a dict with
+static sizes of :mod:`graph_adapter.nn.static` active, and returns a dict with
 fixed keys:
 
 * a tensor output -> ``"output"``;
 * a tuple/list -> ``"output/0"``, ``"output/1"``, ... (nested: ``"output/0/1"``);
 * a dict -> ``"output/<key>"``;
-* a ``Data``/``Batch`` -> ``"output/<key>"`` with :func:`graph_adapter.spec.key_of`
+* a ``Data``/``Batch`` -> ``"output/<key>"`` with :func:`graph_adapter.data.spec.key_of`
   naming (``"output/x"``, hetero ``"output/paper/x"``);
 * ``"loss"``: ``loss_fn(output, batch)`` when a ``loss_fn`` is given.
 
@@ -31,17 +31,17 @@ from . import static
 from . import static_geometry, static_index, static_scatter  # noqa: F401 - they register their stand-ins with static
 from . import static_layout  # noqa: F401 - registers the ELL routing hooks with static
 from .norm import mask_norms
-from .format import (GRAPH_MASK, LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP,
+from ..data.format import (GRAPH_MASK, LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP,
                      has_micro_batch_dim, is_hetero, key_of, mask_of_rows, masks_by_level, micro_batch,
                      num_micro_batches, parse_key, store_name, strip_micro_batch)
-from ._wrap_inputs import (MissingInputError, Signature, UnboundInputError, check_binding,
+from ._inputs import (MissingInputError, Signature, UnboundInputError, check_binding,
                            check_format, choose_mode, compare_signature, input_signature,
                            missing_required, require_graph_mask)
-from .spec import class_path, resolve_class, infer_spec, unflatten
-from ._spec_values import InputValueError, SpecError
-from ._diagnose import DIAGNOSED, _inside_poptorch, named_error, raise_for_values
+from ..data.spec import class_path, resolve_class, infer_spec, unflatten
+from ..data.errors import InputValueError, SpecError
+from ..data.values import DIAGNOSED, inside_poptorch, named_error, raise_for_values
 from ._trim import TrimError, TrimPlan  # noqa: F401 - TrimError: what trim=True raises
-from .norm import _eager_ok
+from .norm import eager_ok
 
 __all__ = ["ipu_wrap", "IPUWrapped", "unpad", "strip_micro_batch", "has_micro_batch_dim",
            "MissingInputError", "UnboundInputError", "AmbiguousLevelError", "InputValueError",
@@ -205,7 +205,7 @@ class IPUWrapped(nn.Module):
         if not isinstance(trim, bool):
             raise TypeError(f"ipu_wrap(trim={trim!r}); pass True (eager calls run on the real "
                             f"rows) or False (the padded path, the default)")
-        #: eager calls run the model on the real rows (graph_adapter/_trim.py)
+        #: eager calls run the model on the real rows (graph_adapter/nn/_trim.py)
         self.trim = trim
         # per input signature: how to trim it and the padded path's outputs
         self._trim_plans: Dict[Tuple, TrimPlan] = {}
@@ -245,7 +245,7 @@ class IPUWrapped(nn.Module):
         return self._chosen_inputs or self._requested_inputs
 
     def _check(self, flat: Mapping[str, Tensor], mode: str) -> None:
-        """The eager checks of the input dict (module :mod:`graph_adapter._wrap_inputs`)."""
+        """The eager checks of the input dict (module :mod:`graph_adapter.nn._inputs`)."""
         sig = input_signature(flat)
         param = _first_param(self.model)
         check_format(flat, sig, None if param is None else param.device)
@@ -349,7 +349,7 @@ class IPUWrapped(nn.Module):
             spec = self._eager_spec(flat, mode, key)
             if self.check_inputs == "values":  # opt-in: reads values, every call
                 raise_for_values(flat)
-            if self.trim:  # opt-in: the real rows only (graph_adapter/_trim.py)
+            if self.trim:  # opt-in: the real rows only (graph_adapter/nn/_trim.py)
                 plan, counts = self._trim_plan(flat, spec, key)
             try:
                 if counts is not None:
@@ -386,7 +386,7 @@ class IPUWrapped(nn.Module):
         which records its outputs; a dict that is not to be trimmed; inside a
         poptorch model or its emulation, a trace, a fake tensor)."""
         gm = flat.get(GRAPH_MASK)
-        if key is None or gm is None or _inside_poptorch() or not _eager_ok(gm):
+        if key is None or gm is None or inside_poptorch() or not eager_ok(gm):
             return None, None
         key = (key, self.training)  # train/eval may return other outputs
         plan = self._trim_plans.get(key)
@@ -413,7 +413,7 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
             flat keys by name).
         loss_fn: optional ``fn(output, batch) -> scalar``, called inside the
             wrapped forward; its value is returned under ``"loss"``. See
-            :mod:`graph_adapter.losses` for masked helpers.
+            :mod:`graph_adapter.nn.losses` for masked helpers.
         inputs: ``"auto"``: named tensors when every required parameter of
             forward is a key of the flat dict (``forward(x, edge_index,
             batch)``, ``forward(z, pos, batch)``), the batch object when forward
@@ -422,7 +422,7 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
             tell. ``"data"`` or ``"tensors"`` choose yourself.
         bind: ``{parameter: flat key}`` overrides for named-tensor models.
         mask_norm: swap the model's ``BatchNorm1d`` layers (in place) for
-            masked ones (:mod:`graph_adapter.norm`). State-dict keys are kept.
+            masked ones (:mod:`graph_adapter.nn.norm`). State-dict keys are kept.
         extra_kwargs: constant keyword arguments passed to every call (also
             how to leave a defaulted parameter unbound on purpose:
             ``extra_kwargs={"edge_attr": None}``).
@@ -476,7 +476,7 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
         ValueError: a leading micro-batch dim larger than 1.
         InputValueError: a bad value (a ``SpecError`` and ``ValueError``;
             ``.key``, ``.position``, ``.value``), see ``check_inputs``.
-        graph_adapter._trim.TrimError: with ``trim=True``, a trimmed output
+        graph_adapter.nn._trim.TrimError: with ``trim=True``, a trimmed output
             whose rows are not the real count of the level it had on the
             padded path (a model that sizes it from data): pass ``trim=False``.
     """

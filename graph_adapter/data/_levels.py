@@ -1,5 +1,5 @@
 """The level (node, edge, graph, other) of one attribute of a PyG object, for
-:func:`graph_adapter.spec.flatten`."""
+:func:`graph_adapter.data.spec.flatten`."""
 from __future__ import annotations
 
 import torch
@@ -7,7 +7,7 @@ from torch import Tensor
 from torch_geometric.data import Batch, HeteroData
 from torch_geometric.data.data import BaseData
 
-from ._spec_values import UnsupportedAttributeError
+from .errors import UnsupportedAttributeError
 from .format import MASK_OF_LEVEL, PTR, StoreKey, key_of, pick_level
 
 __all__ = ["level_of_attr"]

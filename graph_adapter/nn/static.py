@@ -60,7 +60,7 @@ from torch_geometric.index import index2ptr as index2ptr_orig
 from torch_geometric.nn.aggr.base import Aggregation
 from torch_geometric.utils import num_nodes as _num_nodes_mod
 
-from .format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, NODE_MASK, PTR, SPILL_IN,
+from ..data.format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, NODE_MASK, PTR, SPILL_IN,
                      SPILL_OUT, is_hetero,
                      levels_of_rows, masks_by_level, parse_key)
 
@@ -131,7 +131,7 @@ def make_frame(flat: Dict[str, Tensor]) -> Dict[str, Any]:
         frame["node_mask"] = flat.get(NODE_MASK)
         frame["edge_mask"] = flat.get(EDGE_MASK)
         frame["batches"] = [flat[BATCH]] if BATCH in flat else []
-        # ELL tables (layout="ell"): graph_adapter.static_layout routes PyG's
+        # ELL tables (layout="ell"): graph_adapter.nn.static_layout routes PyG's
         # gather and sum/mean aggregation over the batch's edge_index through them
         frame["edge_index"] = flat.get("edge_index")
         # (+ the spill lists of layout="hyb", else None)
@@ -150,11 +150,11 @@ def make_frame(flat: Dict[str, Tensor]) -> Dict[str, Any]:
 _SKIP = (
     os.path.dirname(torch.__file__),
     os.path.dirname(torch_geometric.__file__),
-    os.path.dirname(os.path.abspath(__file__)),
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # graph_adapter/
     os.path.dirname(os.__file__),
 )
 # The bundled application (demo, zoo) calls the library as a user would: its lines count.
-_APP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "app") + os.sep
+_APP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "app") + os.sep
 
 
 def _user_line() -> str:
@@ -184,7 +184,7 @@ def index_size(frame: Dict[str, Any], index: Tensor, op: str, arg: str) -> int:
     """Static output size for an index whose size argument (``arg`` of ``op``) is missing.
 
     The batch vector maps nodes to graphs (``G``); otherwise the index's level
-    (:func:`graph_adapter.format.levels_of_rows` of its length) says: an
+    (:func:`graph_adapter.data.format.levels_of_rows` of its length) says: an
     edge-level index maps edges to nodes (``N``), a node-level one nodes to
     graphs (``G``).  Raises :class:`StaticSizeError` when it cannot tell.
     """
@@ -266,7 +266,7 @@ def _record_dense_mask(frame: Dict[str, Any], mask: Tensor, batch: Tensor, graph
     """Where each node sits in the flattened ``[G * width]`` dense batch (node order).
 
     Every node fits (``width`` is the node count), so ``dense[mask]`` is the
-    gather of these positions (:mod:`graph_adapter.static_index` uses it).
+    gather of these positions (:mod:`graph_adapter.nn.static_index` uses it).
     """
     counts = torch.zeros(graphs, dtype=batch.dtype, device=batch.device)
     counts = counts.scatter_add(0, batch, torch.ones_like(batch))
@@ -412,8 +412,8 @@ def register(prefix: str, originals: Dict[str, Callable], replacements: Dict[str
              module_prefixes: Tuple[str, ...] = ()) -> None:
     """Add a table of stand-ins (``name -> original`` / ``name -> replacement``).
 
-    Called by :mod:`graph_adapter.static_geometry` and
-    :mod:`graph_adapter.static_scatter` when imported (``graph_adapter.wrap``
+    Called by :mod:`graph_adapter.nn.static_geometry` and
+    :mod:`graph_adapter.nn.static_scatter` when imported (``graph_adapter.nn.wrap``
     imports them); ``module_prefixes`` are extra top-level packages to scan.
     """
     _TABLES.append((prefix, originals, replacements, module_prefixes))
@@ -442,7 +442,7 @@ def install(*objects: Any) -> None:
     """Install the substitutions (idempotent; new modules are scanned).
 
     Scans every loaded ``torch_geometric`` module (and, when installed,
-    ``torch_scatter``/``torch_sparse``: :mod:`graph_adapter.static_scatter`), plus the modules that
+    ``torch_scatter``/``torch_sparse``: :mod:`graph_adapter.nn.static_scatter`), plus the modules that
     define ``objects`` (models, modules, functions: e.g. your model whose
     file did ``from torch_geometric.utils import scatter``) and the classes
     of their submodules.

@@ -1,4 +1,4 @@
-"""The errors of :mod:`graph_adapter.spec` and the exact JSON form of non-tensor values.
+"""The errors of :mod:`graph_adapter.data.spec` and the exact JSON form of non-tensor values.
 
 A spec keeps every non-tensor attribute (and a batch's metadata) as JSON
 text, never pickle: :func:`encode` / :func:`decode` round-trip tuples, dicts
@@ -64,7 +64,7 @@ class BatchMismatchError(SpecError, ValueError):
 class InputValueError(SpecError, ValueError):
     """A value of a flat dict breaks the padded format: an index out of its range, an
     unsorted ``batch``, a mask that contradicts ``batch`` or ``edge_index``
-    (:mod:`graph_adapter._diagnose`). ``.key``, ``.position`` and ``.value``
+    (:mod:`graph_adapter.data.values`). ``.key``, ``.position`` and ``.value``
     name the first offending entry."""
 
 

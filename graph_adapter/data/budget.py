@@ -32,14 +32,14 @@ Heterogeneous budgets give ``nodes`` per node type and ``edges`` per edge type
 **No two row counts of a budget are equal** (``N``, ``E``, ``G`` pairwise
 different; hetero: every node type's, every edge type's and the graph count).
 Inside ``ipu_wrap`` the masked layers (the masked BatchNorm) find the mask of a
-tensor by its row count alone (:func:`graph_adapter.format.mask_of_rows`), so
+tensor by its row count alone (:func:`graph_adapter.data.format.mask_of_rows`), so
 with ``N == E`` an edge-level BatchNorm would get the node mask and compute
 its statistics over the wrong rows, without an error.  ``Budget(...)`` (and so
 ``from_json``) refuses such a tie with a ``ValueError`` naming both counts and
 the fix (one more padding slot, which changes no result); :meth:`Budget.fit`
 and :meth:`Budget.tight` never produce one (they add a row where two would be
 equal).  Hetero budgets follow the same rule across types, same level
-included: :func:`~graph_adapter.format.mask_of_rows` takes the *first* mask of
+included: :func:`~graph_adapter.data.format.mask_of_rows` takes the *first* mask of
 a level whose length matches, so two node types with as many rows each would
 give one type's BatchNorm the other type's mask.
 """

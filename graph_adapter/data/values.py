@@ -1,6 +1,6 @@
 """Which value of a flat dict is wrong: the index ranges and mask rules of the padded format.
 
-The eager checks of :mod:`graph_adapter._wrap_inputs` read keys, shapes,
+The eager checks of :mod:`graph_adapter.nn._inputs` read keys, shapes,
 dtypes and devices only (once per input signature, to keep the wrapper's
 eager overhead small), so a hand-made flat dict with a bad *value* reaches
 the model. Some bad values then fail deep inside PyG with an error that names
@@ -50,7 +50,7 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from ._spec_values import InputValueError, SpecError
+from .errors import InputValueError, SpecError
 from .format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR,
                      StoreKey, has_micro_batch_dim, is_index_attr, key_of, parse_key,
                      split_micro_batches)
@@ -313,7 +313,7 @@ def _error(problems: List[Problem]) -> InputValueError:
     return err
 
 
-def _inside_poptorch() -> bool:
+def inside_poptorch() -> bool:
     """Whether this forward runs inside a poptorch model (or its emulation), whose
     tensors hold no values: reading one is an error there. Reads ``sys.modules``
     (never imports poptorch), as graph_adapter.lightning does."""
@@ -344,7 +344,7 @@ def named_error(flat: Mapping[str, Tensor], exc: BaseException) -> Optional[Inpu
     graph_adapter's own (a :class:`SpecError`) is left alone, and so is any
     failure of the diagnosis itself: it must never hide the original error.
     """
-    if isinstance(exc, SpecError) or not isinstance(exc, DIAGNOSED) or _inside_poptorch():
+    if isinstance(exc, SpecError) or not isinstance(exc, DIAGNOSED) or inside_poptorch():
         return None
     for part in micro_batches_of(flat):
         try:
@@ -361,7 +361,7 @@ def raise_for_values(flat: Mapping[str, Tensor]) -> None:
 
     Inside a poptorch model (values unreadable) it checks nothing and warns.
     """
-    if _inside_poptorch():
+    if inside_poptorch():
         warnings.warn("ipu_wrap(check_inputs='values'): inside a poptorch model the input's "
                       "values cannot be read; nothing was checked. Run the batch through the "
                       "wrapped model on the CPU (eager) to check it.", UserWarning, stacklevel=3)

@@ -1,9 +1,9 @@
-"""Checks of :mod:`graph_adapter.spec`: loading a spec from JSON (checked, and without
+"""Checks of :mod:`graph_adapter.data.spec`: loading a spec from JSON (checked, and without
 running code), and whether a flat dict holds the batch a full spec describes.
 
 A spec's JSON may come from a file someone else wrote. Loading it must either
 give exactly the object the JSON describes or raise a named
-:class:`~graph_adapter.spec.SpecError`; never a ``KeyError`` from a missing
+:class:`~graph_adapter.data.spec.SpecError`; never a ``KeyError`` from a missing
 field, never ``bool("false") == True``.
 
 It must also not run code. A spec names its data class as
@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data, HeteroData
 
-from ._spec_values import (BatchMismatchError, ClassNotAllowedError, DtypeMismatchError,
+from .errors import (BatchMismatchError, ClassNotAllowedError, DtypeMismatchError,
                            MissingKeyError, ShapeMismatchError, SpecFormatError,
                            UnexpectedKeyError, decode)
 from .format import GRAPH_MASK, LEVELS, PTR, key_of
@@ -39,7 +39,7 @@ __all__ = ["allow_modules", "allowed_modules", "resolve_data_class", "spec_field
            "field_fields_of", "check_batch_info", "check_batch_sizes", "check_flat", "decode_constants",
            "SPEC_FORMAT"]
 
-SPEC_FORMAT = "graph_adapter.spec/1"
+SPEC_FORMAT = "graph_adapter.data.spec/1"
 
 # --------------------------------------------------------------------------
 # Modules a spec may import
@@ -51,7 +51,7 @@ def allow_modules(*names: str) -> None:
     """Let specs import these modules (and their submodules) by name.
 
     Without this a spec can only name classes of modules that are already
-    imported. Example: ``graph_adapter.spec.allow_modules("my_project.data")``.
+    imported. Example: ``graph_adapter.data.spec.allow_modules("my_project.data")``.
     """
     for n in names:
         if not isinstance(n, str) or not n:
@@ -89,7 +89,7 @@ def resolve_data_class(data_cls: Any, allow: Iterable[str] = ()) -> type:
             raise ClassNotAllowedError(
                 f"the spec names class {data_cls!r}, whose module {module!r} is not imported; a "
                 f"spec never imports a module by itself. Import it first, or allow it with "
-                f"graph_adapter.spec.allow_modules({module!r}) or "
+                f"graph_adapter.data.spec.allow_modules({module!r}) or "
                 f"Spec.from_json(text, allow_modules=[{module!r}]).")
         mod = importlib.import_module(module)
     obj: Any = mod

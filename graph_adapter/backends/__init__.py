@@ -5,7 +5,7 @@ Backends are one registry (:func:`register_backend`, in the spirit of
 the compiled model. The built-in ones:
 
 * ``"inductor"``: ``torch.compile(wrapped, fullgraph=True, dynamic=False)``,
-  with the CPU training settings of :mod:`graph_adapter._inductor_cpu`
+  with the CPU training settings of :mod:`graph_adapter.backends._inductor_cpu`
   (boolean masks recomputed in the backward instead of stored; with more
   than one thread the gradients of gathers and embeddings as ATen's
   ``index_add``, ``index_add_fallback``).
@@ -59,10 +59,12 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Proto
 import torch
 from torch import Tensor, nn
 
-from . import _inductor_cpu, ipu, static
-from ._diagnose import DIAGNOSED, BoundsPlan, bounds_plan, check_before_call, named_error
-from .spec import SpecError
-from .format import (
+from . import _inductor_cpu
+from .. import ipu
+from ..nn import static
+from ..data.values import DIAGNOSED, BoundsPlan, bounds_plan, check_before_call, named_error
+from ..data.spec import SpecError
+from ..data.format import (
     GRAPH_MASK,
     LAYOUT_KEYS,
     has_micro_batch_dim,
@@ -82,7 +84,7 @@ AUTO = "auto"
 #: What ``"auto"`` runs without poptorch, per (device type, training mode):
 #: measured with ``graph_adapter/app/bench/layout.py`` and ``throughput.py``
 #: (docs/benchmarks.md, "Which backend auto picks"). On CPU, with the settings
-#: of :mod:`graph_adapter._inductor_cpu`, compiled training ran 1.3-1.4x eager
+#: of :mod:`graph_adapter.backends._inductor_cpu`, compiled training ran 1.3-1.4x eager
 #: PyG (the demo's GINE) and 1.1x (a GIN 4 x 128), compiled inference
 #: 1.3-1.7x: inductor in both modes, as on GPUs (unmeasured there: chosen for
 #: CUDA graphs). ``"inductor_eval"`` keeps training eager (no training compile:
@@ -98,7 +100,7 @@ Signature = Tuple[Tuple[str, str, Tuple[int, ...]], ...]
 class ShapeChangedError(SpecError, ValueError):
     """A batch's keys, dtypes or shapes differ from those the model was compiled for.
 
-    A :class:`~graph_adapter.spec.SpecError`, as the wrapped model's own input
+    A :class:`~graph_adapter.data.spec.SpecError`, as the wrapped model's own input
     checks are: ``except SpecError`` catches both."""
 
 

@@ -2,7 +2,7 @@
 
 When a padded batch carries the ELL tables (``FixedSizeLoader(...,
 layout="ell" | "hyb")``, keys ``in_slots`` / ``out_slots``, see
-:mod:`graph_adapter._layout` and ``docs/dev/FORMAT.md``), the two halves of
+:mod:`graph_adapter.data._layout` and ``docs/dev/FORMAT.md``), the two halves of
 a message-passing step become gathers in the forward *and* the backward:
 
 * :func:`ell_gather` ``(x, index, slots)``: ``x[index]`` (``x_j = x[src]``);
@@ -23,7 +23,7 @@ padding nodes differ from the ``index_add`` path (real rows are equal: padding
 edges only touch padding nodes).
 
 Routing, so that models stay unmodified: inside a wrapped forward whose
-batch has the tables (a frame of :mod:`graph_adapter.static` with ``ell``),
+batch has the tables (a frame of :mod:`graph_adapter.nn.static` with ``ell``),
 PyG's ``x_j`` / ``x_i`` gather (``MessagePassing._index_select``, told the
 row by the ``_set_size`` call PyG makes just before it) uses :func:`ell_gather`
 when its index is a row of the batch's ``edge_index`` and the layer's flow is

@@ -1,4 +1,4 @@
-"""What :func:`~graph_adapter.wrap.ipu_wrap`'s forward checks about its input, in eager mode.
+"""What :func:`~graph_adapter.nn.wrap.ipu_wrap`'s forward checks about its input, in eager mode.
 
 Three checks, each raising a named error that says which key and what to do:
 
@@ -30,9 +30,9 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._spec_values import (DeviceMismatchError, DtypeMismatchError, MissingKeyError,
+from ..data.errors import (DeviceMismatchError, DtypeMismatchError, MissingKeyError,
                            ShapeMismatchError, UnsupportedAttributeError)
-from .format import BATCH, GRAPH_MASK, MASKS, PTR, parse_key
+from ..data.format import BATCH, GRAPH_MASK, MASKS, PTR, parse_key
 
 __all__ = ["MissingInputError", "UnboundInputError", "Signature", "input_signature",
            "require_graph_mask", "check_format", "missing_required", "compare_signature", "check_binding", "choose_mode", "RESERVED_ATTRS"]

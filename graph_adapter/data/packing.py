@@ -4,7 +4,7 @@ A *packing plan* is a list of batches, each a list of dataset indices (plain
 Python ints, so a plan is JSON-serialisable).  Every index given to a packer
 appears in exactly one batch; a packer never drops a graph (graphs that do not
 fit a budget at all are the loader's business: see ``oversize``).  Inside, the
-packers and the loader keep a plan as two int64 arrays (:class:`_FlatPlan`:
+packers and the loader keep a plan as two int64 arrays (:class:`FlatPlan`:
 the indices batch after batch and the batch boundaries), 8 bytes a graph: a
 list of Python ints costs about 40 a graph, and its many small objects
 fragment the heap (``graph_adapter/app/bench/memory.py`` measures it).
@@ -45,7 +45,7 @@ __all__ = ["GraphSizes", "graph_sizes", "pack_greedy", "pack_histogram", "plan_e
 Plan = List[List[int]]
 
 
-class _FlatPlan:
+class FlatPlan:
     """A packing plan as arrays: ``flat`` (``[graphs]``, the dataset indices
     batch after batch; int32 while they fit, else int64) and ``bounds`` (int64
     ``[batches + 1]``, batch ``j`` is ``flat[bounds[j]:bounds[j + 1]]``).
@@ -78,14 +78,14 @@ class _FlatPlan:
         return [a.tolist() for a in np.split(self.flat, self.bounds[1:-1])]
 
     @classmethod
-    def from_lists(cls, plan: Plan) -> "_FlatPlan":
+    def from_lists(cls, plan: Plan) -> "FlatPlan":
         counts = np.fromiter((len(b) for b in plan), np.int64, len(plan))
         flat = np.fromiter((i for b in plan for i in b), np.int64, int(counts.sum()))
         return cls(flat, _bounds(counts))
 
     @classmethod
     def from_assignment(cls, items: np.ndarray, bins: np.ndarray,
-                        rank: np.ndarray) -> "_FlatPlan":
+                        rank: np.ndarray) -> "FlatPlan":
         """The plan that puts ``items[p]`` (arrival order) into bin ``bins[p]``,
         the bins ordered by ``rank[bin]`` and each holding its items in arrival
         order; empty bins are dropped."""
@@ -242,8 +242,8 @@ def pack_greedy(matrix: np.ndarray, order: Sequence[int], cap: np.ndarray, graph
 
 
 def _pack_greedy_flat(matrix: np.ndarray, order: Sequence[int], cap: np.ndarray,
-                      graph_cap: int, open_batches: int = 8) -> _FlatPlan:
-    """:func:`pack_greedy` as a :class:`_FlatPlan`.  The loop records only the
+                      graph_cap: int, open_batches: int = 8) -> FlatPlan:
+    """:func:`pack_greedy` as a :class:`FlatPlan`.  The loop records only the
     open batch each graph joins (an id per graph, in a compact ``array``) and
     the order in which batches close; the plan is then one stable sort."""
     if open_batches < 1:
@@ -253,14 +253,14 @@ def _pack_greedy_flat(matrix: np.ndarray, order: Sequence[int], cap: np.ndarray,
     _check_fits(matrix, order, cap)
     m = order.size
     if graph_cap <= 1:  # every graph alone, in arrival order
-        return _FlatPlan(order.copy(), np.arange(m + 1, dtype=np.int64))
+        return FlatPlan(order.copy(), np.arange(m + 1, dtype=np.int64))
     if len(cap) <= 3:  # homogeneous graphs (nodes, edges, slot weight): the fast loop
         bin_of, emitted, nb = _greedy3(matrix, order, cap, graph_cap, open_batches)
     else:
         bin_of, emitted, nb = _greedy_any(matrix, order, cap, graph_cap, open_batches)
     rank = np.empty(nb, np.int64)
     rank[np.frombuffer(emitted, np.int64)] = np.arange(nb)
-    return _FlatPlan.from_assignment(order, np.frombuffer(bin_of, np.int64), rank)
+    return FlatPlan.from_assignment(order, np.frombuffer(bin_of, np.int64), rank)
 
 
 def _greedy_any(matrix, order, cap, graph_cap, open_batches):
@@ -338,7 +338,7 @@ def pack_histogram(matrix: np.ndarray, indices: Sequence[int], cap: np.ndarray, 
 
 def _pack_histogram_flat(matrix: np.ndarray, indices: Sequence[int], cap: np.ndarray,
                          graph_cap: int, rng: Optional[np.random.Generator] = None,
-                         max_tries: int = 64) -> _FlatPlan:
+                         max_tries: int = 64) -> FlatPlan:
     """Offline longest-first packing over the size histogram, for the fewest
     batches.
 
@@ -354,7 +354,7 @@ def _pack_histogram_flat(matrix: np.ndarray, indices: Sequence[int], cap: np.nda
     """
     indices = _as_index_array(indices)
     if indices.size == 0:
-        return _FlatPlan(np.zeros(0, np.int64), np.zeros(1, np.int64))
+        return FlatPlan(np.zeros(0, np.int64), np.zeros(1, np.int64))
     if graph_cap < 1:
         raise ValueError("graph_cap must be >= 1")
     if rng is not None:
@@ -385,7 +385,7 @@ def _pack_histogram_flat(matrix: np.ndarray, indices: Sequence[int], cap: np.nda
 
 
 def _lpt(keys, counts, gorder, by_group, starts, indices, cap2, capf, nb
-         ) -> Optional[_FlatPlan]:
+         ) -> Optional[FlatPlan]:
     used = np.zeros((nb, cap2.shape[0]), dtype=np.int64)
     load = np.zeros(nb, dtype=np.float64)  # max relative load of each batch
     bin_of = array("q")  # the batch of each graph, in arrival order
@@ -403,7 +403,7 @@ def _lpt(keys, counts, gorder, by_group, starts, indices, cap2, capf, nb
             load[j] = after[j]
             bin_of.append(j)
     arrival = indices[np.concatenate([by_group[starts[g]:starts[g + 1]] for g in gorder])]
-    return _FlatPlan.from_assignment(arrival, np.frombuffer(bin_of, np.int64),
+    return FlatPlan.from_assignment(arrival, np.frombuffer(bin_of, np.int64),
                                      np.arange(nb, dtype=np.int64))
 
 
@@ -443,16 +443,16 @@ def plan_epoch(sizes: GraphSizes, budget, *, packer: str = "greedy", shuffle: bo
     each padding graph slot (:func:`slot_dims`), so no padding slot is empty
     (``fill_slots=False``: not, as before issue 15; only to probe a graph cap).
     """
-    return _plan_epoch_flat(sizes, budget, packer=packer, shuffle=shuffle, seed=seed,
+    return plan_epoch_flat(sizes, budget, packer=packer, shuffle=shuffle, seed=seed,
                             epoch=epoch, indices=indices, open_batches=open_batches,
                             fill_slots=fill_slots).to_lists()
 
 
-def _plan_epoch_flat(sizes: GraphSizes, budget, *, packer: str = "greedy",
+def plan_epoch_flat(sizes: GraphSizes, budget, *, packer: str = "greedy",
                      shuffle: bool = True, seed: int = 0, epoch: int = 0,
                      indices: Optional[Sequence[int]] = None, open_batches: int = 8,
-                     fill_slots: bool = True) -> _FlatPlan:
-    """:func:`plan_epoch` as a :class:`_FlatPlan` (what the loader keeps)."""
+                     fill_slots: bool = True) -> FlatPlan:
+    """:func:`plan_epoch` as a :class:`FlatPlan` (what the loader keeps)."""
     sizes = graph_sizes(sizes)
     cap, gcap = _capacity(sizes, budget)
     if indices is None:
@@ -475,18 +475,18 @@ def _plan_epoch_flat(sizes: GraphSizes, budget, *, packer: str = "greedy",
             counts = plan.counts()[bp]
             pos = [plan.bounds[b] + rng.permutation(c) for b, c in zip(bp.tolist(),
                                                                        counts.tolist())]
-            plan = _FlatPlan(plan.flat[np.concatenate(pos)], _bounds(counts))
+            plan = FlatPlan(plan.flat[np.concatenate(pos)], _bounds(counts))
         return plan
     raise ValueError(f"unknown packer {packer!r}; choose one of {PACKERS}")
 
 
-def plan_efficiency(plan: Union[Plan, _FlatPlan], sizes: GraphSizes, budget,
+def plan_efficiency(plan: Union[Plan, FlatPlan], sizes: GraphSizes, budget,
                     extra_batches: int = 0) -> Dict[str, Any]:
     """Real slots / budget slots over a plan (plus ``extra_batches`` fully
     padded batches).  Budget slots include the reserved padding nodes/graph."""
     sizes = graph_sizes(sizes)
-    if not isinstance(plan, _FlatPlan):
-        plan = _FlatPlan.from_lists(plan)
+    if not isinstance(plan, FlatPlan):
+        plan = FlatPlan.from_lists(plan)
     nb = plan.num_batches + int(extra_batches)
     nd = sizes.num_node_dims
     flat = plan.flat
