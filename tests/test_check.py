@@ -275,7 +275,7 @@ def test_what_poptorch_accepts_is_not_reported(what):
 
 
 def test_bincount_minlength_is_static_in_the_fake_pass():
-    from graph_adapter.checker import _fake_pass  # noqa: the pass itself, to see its shape
+    from graph_adapter.checker.report import _fake_pass  # noqa: the pass itself, to see its shape
 
     class Shape(nn.Module):
         def forward(self, b):
@@ -340,7 +340,7 @@ def test_extension_op_without_fake_kernel_is_unsupported_not_an_error():
         assert "unsupported-op" in kinds and "error" not in kinds, str(report)
         assert "no fake (meta) kernel" in report.by_kind("unsupported-op")[0].message
     # The real pass finds it too (it records every occurrence, the fake pass only the first).
-    from graph_adapter.checker import _real_pass  # noqa: the pass itself
+    from graph_adapter.checker.report import _real_pass  # noqa: the pass itself
 
     found = _real_pass(Bad("scatter_max"), flat_batch())
     assert [f.kind for f in found] == ["unsupported-op"] and "scatter_max" in found[0].op

@@ -48,6 +48,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
+from .dispatcher import dispatcher_rules
 from .emulator import EmulatorError, IPUEmulator
 from .options import IPUOptions
 
@@ -334,8 +335,6 @@ class _Engine(IPUEmulator):
         self._trace = _Trace()
 
     def _call_model(self, mb: Any) -> Any:
-        from ..checker import dispatcher_rules  # the checker imports this package
-
         args, kwargs = self.decode(mb)
         self._trace = _Trace()
         _STATE.trace = self._trace
