@@ -48,6 +48,18 @@ from .backends import Compiled, ShapeChangedError, compile
 from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
 from .checker import CheckReport, Finding, check
 
+from . import _moved
+
+_moved.install()  # graph_adapter.spec & co.: deprecated aliases of their new paths
+
+
+def __getattr__(name: str):
+    # ``graph_adapter.spec`` as an attribute (it was one before the move): the alias too
+    if name in _moved.MOVED:
+        return _moved.moved_module(name)
+    raise AttributeError(f"module 'graph_adapter' has no attribute {name!r}")
+
+
 __version__ = "0.1.0"
 
 __all__ = [
