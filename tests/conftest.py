@@ -49,7 +49,7 @@ settings.load_profile(os.environ.get(
 # ----------------------------------------------------------- skips under CI
 #: (node id prefix, regex the skip reason must match, why the skip is expected)
 CI_EXPECTED_SKIPS = [
-    ("tests/test_poptorch.py", r"poptorch",
+    ("tests/ipu/test_poptorch.py", r"poptorch",
      "real poptorch: ships only with Graphcore's Poplar SDK, not on PyPI"),
     ("tests/test_docs.py::test_block_runs", r"needs poptorch, not installed",
      "docs blocks that call poptorch (no Poplar SDK on CI)"),
@@ -59,7 +59,7 @@ CI_EXPECTED_SKIPS = [
      "docs blocks marked `skip (REASON)` (signatures, excerpts); the reason is required"),
     ("tests/lightning_graphcore_venv/", r"lightning-graphcore .* own venv",
      "lightning-graphcore pins an old lightning; its tests run in the IPU CI venv, not the main one"),
-    ("tests/test_torch_scatter.py", r"torch_scatter is not installed",
+    ("tests/nn/test_torch_scatter.py", r"torch_scatter is not installed",
      "torch_scatter has no PyPI wheel for this torch (a 20-minute source build); "
      ".ci/run installs a prebuilt wheel when one is at ../shared/wheels"),
 ]

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
 import json
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
@@ -40,13 +39,13 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch_geometric.data import Batch, Data, HeteroData
-from torch_geometric.data.batch import DynamicInheritance
 from torch_geometric.data.data import BaseData
 
 from ._spec_checks import (SPEC_FORMAT, allow_modules, check_batch_info, check_batch_sizes,
-                           check_flat, decode_constants, field_fields_of, resolve_data_class,
-                           spec_fields_of)
+                           check_flat, decode_constants, field_fields_of, spec_fields_of)
+from . import classes
 from ._levels import level_of_attr
+from .classes import class_path, resolve_class
 from .errors import (BatchMismatchError, ClassNotAllowedError, DeviceMismatchError,
                            DtypeMismatchError, MissingKeyError, ShapeMismatchError, SpecError,
                            SpecFormatError, UnexpectedKeyError, UnsupportedAttributeError, dumps)
@@ -276,84 +275,6 @@ class Spec:
 
 
 # --------------------------------------------------------------------------
-# Classes: resolved eagerly, once, outside any compiled region.
-# --------------------------------------------------------------------------
-def class_path(cls: type) -> str:
-    """``"module:qualname"`` of a class, as a :class:`Spec` names it."""
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-_CLASSES: Dict[Tuple[str, bool], type] = {}
-
-
-def resolve_class(data_cls: str, is_batch: bool, allow_modules: Iterable[str] = ()) -> type:
-    """The concrete class a spec names; cached so that compiled code only reads a dict.
-
-    Only ``Data``/``HeteroData`` subclasses of imported (or allowed) modules
-    resolve: a :class:`ClassNotAllowedError` otherwise, before anything is
-    called (see :mod:`graph_adapter._spec_load`).
-    """
-    cached = _CLASSES.get((data_cls, is_batch)) if isinstance(data_cls, str) else None
-    if cached is not None:
-        return cached
-    obj = resolve_data_class(data_cls, allow_modules)
-    if is_batch:
-        # PyG makes ``DataBatch`` & co. on demand (``DynamicInheritance``).
-        obj = type(Batch(_base_cls=obj))
-    _CLASSES[(data_cls, is_batch)] = obj
-    return obj
-
-
-for _cls in (Data, HeteroData):  # the classes infer_spec() names, resolved up front
-    for _is_batch in (False, True):
-        resolve_class(class_path(_cls), _is_batch)
-
-
-def _new(cls: type) -> BaseData:
-    """An empty instance of ``cls``.
-
-    A concrete batch class must be passed itself as ``_base_cls``: its
-    metaclass would otherwise derive yet another class (``DataDataBatch``).
-    """
-    if issubclass(cls, Batch):
-        return cls(_base_cls=cls)
-    return cls()
-
-
-# Batch classes -> the keyword arguments PyG's ``DynamicInheritance.__call__``
-# passes to ``__init__`` (``None`` for each required parameter).
-_INIT_FILL: Dict[type, Dict[str, None]] = {}
-
-
-def _new_eager(cls: type) -> BaseData:
-    """:func:`_new` without PyG's per-instance ``inspect.signature`` (eager only).
-
-    ``DynamicInheritance.__call__`` (PyG's batch metaclass) reads the
-    signature of ``__init__`` on every instantiation (~17 us) to fill
-    ``None`` for its required parameters; for a concrete batch class it then
-    calls the next metaclass's ``__call__``. Here the fill is computed once per
-    class and that call made directly: the same instance. Any other class, or
-    a PyG whose metaclass is not as read here, takes :func:`_new`.
-    """
-    meta = type(cls)
-    if not (issubclass(cls, Batch) and issubclass(meta, DynamicInheritance)):
-        return _new(cls)
-    fill = _INIT_FILL.get(cls)
-    if fill is None:
-        params = list(inspect.signature(cls.__init__).parameters.items())[1:]
-        fill = {k: None for k, v in params  # PyG's own rule, as it reads it
-                if k not in ("args", "kwargs") and v.default is inspect.Parameter.empty}
-        _INIT_FILL[cls] = fill
-    return super(DynamicInheritance, cls).__call__(**fill)
-
-
-def _base_class(obj: BaseData) -> type:
-    if isinstance(obj, Batch):
-        return type(obj).__bases__[-1]
-    return type(obj)
-
-
-# --------------------------------------------------------------------------
 # flatten
 # --------------------------------------------------------------------------
 def _stores(obj: BaseData):
@@ -454,7 +375,7 @@ def flatten(
         )
 
     spec = Spec(
-        data_cls=class_path(_base_class(obj)),
+        data_cls=class_path(classes.base_class(obj)),
         is_batch=is_batch,
         fields=tuple(fields),
         node_types=tuple(obj.node_types) if isinstance(obj, HeteroData) else (),
@@ -465,7 +386,7 @@ def flatten(
     # The class is in hand: remember it (the latest one of that name wins), so
     # that unflatten never resolves it by name, also for classes that no
     # import reaches (defined in a function, redefined in a notebook).
-    _CLASSES[(spec.data_cls, is_batch)] = type(obj)
+    classes.remember(spec.data_cls, is_batch, type(obj))
     return flat, spec
 
 
@@ -563,7 +484,7 @@ def unflatten(flat: Mapping[str, Tensor], spec: Spec, validate: bool = True) -> 
             check_batch_sizes(flat, spec)
     compiling = torch.compiler.is_compiling()
     cls = resolve_class(spec.data_cls, spec.is_batch)
-    out = _new(cls) if compiling else _new_eager(cls)
+    out = classes.new(cls) if compiling else classes.new_eager(cls)
     # Create hetero stores in the original order (also the empty ones).
     for nt in spec.node_types:
         out[nt]

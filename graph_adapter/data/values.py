@@ -39,7 +39,7 @@ Inside a poptorch model (or its emulation: ``poptorch.isRunningOnIpu()``) the
 tensors hold no values, so neither runs there (``"values"`` warns).
 
 A dict made by ``FixedSizeLoader`` / ``collate_padded`` satisfies all of it
-(tests/test_bad_inputs.py checks that on random batches).
+(tests/data/test_bad_inputs.py checks that on random batches).
 """
 from __future__ import annotations
 

@@ -19,7 +19,16 @@ One module a job:
   in forward (poptorch's reassignment rule);
 * :mod:`~graph_adapter.ipu.poptorch_emulation`: :func:`emulate_poptorch`, an
   emulated ``poptorch`` module (in ``sys.modules``) on top of the emulator,
-  for code written against poptorch itself (lightning-graphcore, scripts).
+  for code written against poptorch itself (lightning-graphcore, scripts);
+* :mod:`~graph_adapter.ipu.dispatcher`: the dispatcher's rules (no value
+  reads, no data-dependent shapes, no host moves, ops with a handler) as
+  watches on a CPU forward, which the emulation enforces and
+  :mod:`graph_adapter.checker` reports;
+* :mod:`~graph_adapter.ipu.sdk`: :func:`import_poptorch`, the one import of
+  the real poptorch.
+
+It may import :mod:`graph_adapter.nn` and :mod:`graph_adapter.data`; never
+``checker``, ``backends``, ``lightning`` or ``app``.
 
 What was verified in poptorch's sources, and what is assumed, is written down
 in ``docs/ipu.md``.

@@ -25,8 +25,8 @@ from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.nn import BatchNorm, GINConv, SAGEConv
 
 import graph_adapter as ga
-from graph_adapter import static_layout
-from graph_adapter import _layout
+from graph_adapter.nn import static_layout
+from graph_adapter.data import _layout
 from graph_adapter.data._layout import DegreeWidthError
 from graph_adapter.data.collate import Collator
 from graph_adapter.data.format import ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT

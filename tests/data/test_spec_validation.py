@@ -148,7 +148,7 @@ def test_bad_json_gets_a_named_error(edit, names):
 def test_num_graphs_must_agree_with_a_static_ptr():
     flat = {"x": torch.randn(4, 2), "ptr": torch.tensor([0, 3, 4]),
             "graph_mask": torch.ones(2, dtype=torch.bool), "node_mask": torch.ones(4, dtype=torch.bool)}
-    spec = ga.spec.infer_spec(flat)
+    spec = ga.data.spec.infer_spec(flat)
     info = json.dumps({"__dict__": [["inc_dict", {"__dict__": []}], ["num_graphs", 5],
                                      ["num_nodes", []], ["slice_dict", {"__dict__": []}]]})
     with pytest.raises(SpecFormatError, match=r"'(ptr|graph_mask)' has \d+ (rows|graph slots) but batch_info.num_graphs is 5"):
@@ -193,7 +193,7 @@ def test_a_spec_never_imports_a_module_by_itself(tmp_path, monkeypatch):
     # Allowed by a parameter: the module is imported and the class used.
     spec = Spec.from_dict(doc, allow_modules=["ga_spec_mod_a"])
     assert "ga_spec_mod_a" in sys.modules
-    assert ga.spec.resolve_class(spec.data_cls, False).__qualname__ == "SpecModData"
+    assert ga.data.spec.resolve_class(spec.data_cls, False).__qualname__ == "SpecModData"
     monkeypatch.delitem(sys.modules, "ga_spec_mod_a")
 
 

@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch_geometric.data import Batch
 from torch_geometric.nn import global_add_pool
 
-from graph_adapter import norm as N
+from graph_adapter.nn import norm as N
 from graph_adapter.nn.wrap import ipu_wrap
 
 from _padding import pad_batch, random_graphs

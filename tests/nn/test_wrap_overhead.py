@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.nn import global_add_pool
 
-import graph_adapter.data.spec as S
+import graph_adapter.data.classes as C
 import graph_adapter.nn.wrap as W
 from graph_adapter.data.spec import (DeviceMismatchError, DtypeMismatchError, ShapeMismatchError,
                                 UnsupportedAttributeError, infer_spec, unflatten)
@@ -294,7 +294,7 @@ def test_eager_unflatten_equals_the_metaclass_path(monkeypatch, case):
     cls = {"static": StaticData, "data": Data, "needy": Needy, "hetero": None}[case]
     spec = infer_spec(flat, data_cls=cls)
     fast = unflatten(flat, spec, validate=False)
-    monkeypatch.setattr(S, "_new_eager", S._new)
+    monkeypatch.setattr(C, "new_eager", C.new)
     slow = unflatten(flat, spec, validate=False)
     assert type(fast) is type(slow)
     assert set(fast.__dict__) == set(slow.__dict__)

@@ -1,6 +1,6 @@
 """Padding invariance at the edge of the format: a fully padded batch (a
 loader's tail, a rank with fewer batches) changes nothing.  (Fully padded
-micro-batches under the IPU emulator: tests/test_emulator.py.)
+micro-batches under the IPU emulator: tests/ipu/test_emulator.py.)
 
 A fully padded batch has no real graph: in train() the wrapped model's loss is
 0, every gradient is 0 and no BatchNorm buffer moves (not even

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch_geometric.data import Batch
 
-from graph_adapter import check, static
+from graph_adapter import check
+from graph_adapter.nn import static
 from graph_adapter.nn.wrap import ipu_wrap
 
 from _compile_count import compile_counted
@@ -17,7 +18,7 @@ from _padding import pad_batch, random_graphs
 torch_scatter = pytest.importorskip(
     "torch_scatter", reason="torch_scatter is not installed (pip install ../shared/wheels/"
     "torch_scatter-*.whl, or build it: pip wheel --no-build-isolation torch-scatter)")
-from graph_adapter import static_scatter  # noqa: E402
+from graph_adapter.nn import static_scatter  # noqa: E402
 
 ts = torch_scatter
 

@@ -7,7 +7,7 @@ from torch_geometric.nn import GATConv, GCNConv, global_mean_pool
 from torch_geometric.nn.aggr import MeanAggregation
 import torch_geometric.utils as U
 
-from graph_adapter import static
+from graph_adapter.nn import static
 from graph_adapter.nn.wrap import ipu_wrap
 
 from _padding import pad_batch, random_graphs

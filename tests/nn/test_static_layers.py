@@ -18,7 +18,8 @@ from torch_geometric.nn import (ChebConv, ClusterGCNConv, GINConv, GPSConv, Hype
 from torch_geometric.nn.aggr import SortAggregation
 import torch_geometric.utils as U
 
-from graph_adapter import check, static
+from graph_adapter import check
+from graph_adapter.nn import static
 from graph_adapter.nn.wrap import ipu_wrap
 
 from _compile_count import compile_counted
@@ -203,7 +204,7 @@ def test_mask_reading_layers_are_clean_and_compile_once(name):
 
 def test_misused_masked_read_raises():
     """A rewritten read used for anything but the layer's pattern raises, naming the op."""
-    from graph_adapter import static_index
+    from graph_adapter.nn import static_index
 
     b, flat = padded_pair(0, 3, 2, 2, 1)
     frame = static.make_frame(flat)

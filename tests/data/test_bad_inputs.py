@@ -672,7 +672,7 @@ def test_a_compiled_model_names_the_bad_value_too(case):
     assert (ei.value.key, ei.value.position, ei.value.value) == (key, pos, value)
     assert isinstance(ei.value.__cause__, (IndexError, RuntimeError, ValueError))
     # micro-batches: the bad one is found in the stack
-    stacked = ga.format.stack_micro_batches([flat, bad])
+    stacked = ga.data.format.stack_micro_batches([flat, bad])
     with pytest.raises(InputValueError, match=f"key {key!r}"):
         compiled(stacked)
 
@@ -697,6 +697,6 @@ def test_check_reports_bad_values_as_findings():
     found = ga.check(w, bad).by_kind("bad-value")
     assert found and found[0].op == "batch" and found[0].severity == "error"
     assert "sorted" in found[0].message
-    report = ga.check(w, ga.format.stack_micro_batches([flat, _ei_beyond(flat)[0]]))
+    report = ga.check(w, ga.data.format.stack_micro_batches([flat, _ei_beyond(flat)[0]]))
     (f,) = report.by_kind("bad-value")
     assert f.op == "edge_index" and "micro-batch 1" in f.location

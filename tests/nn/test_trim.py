@@ -1,7 +1,7 @@
 """ipu_wrap(model, trim=True): eager calls on the real rows give the padded path's results.
 
 The padded path (``trim=False``) is the reference, itself padding invariant
-(tests/test_invariance.py). Trimmed calls must agree with it on the real rows
+(tests/nn/test_invariance.py). Trimmed calls must agree with it on the real rows
 of every output, the loss, every parameter gradient and the BatchNorm running
 statistics, return the same keys, shapes and dtypes (padding rows zero), and
 fall back to the padded path, counted in ``trim_stats``, where trimming would
