@@ -1,20 +1,24 @@
 """graph_adapter: run unmodified PyG GNNs under compilers that demand stable inputs.
 
-The data path, one module a stage:
+The data path, one subpackage a stage (imports run upward only: each uses the
+ones above it):
 
-* :mod:`graph_adapter.data.spec`: PyG object <-> flat dict of tensors + a static spec
-* :mod:`graph_adapter.data.pytree`: PyG classes as ``torch.utils._pytree`` nodes
-* :mod:`graph_adapter.data.budget`: fixed budgets of nodes, edges and graphs, learned from data
-* :mod:`graph_adapter.data.packing`: which graphs go into which fixed-size batch
-* :mod:`graph_adapter.data.collate`: a list of graphs -> a padded flat dict (masks included)
-* :mod:`graph_adapter.data.loader`: ``FixedSizeLoader``, whose batches never change shape
-* :mod:`graph_adapter.nn.wrap`: ``ipu_wrap(model)``, the model behind a fixed-key dict; ``unpad``
-* :mod:`graph_adapter.nn.static`: static sizes for PyG ops, active only inside a wrapped forward
-* :mod:`graph_adapter.nn.norm`: BatchNorm & co. over real rows only
-* :mod:`graph_adapter.nn.losses`: masked losses
-* :mod:`graph_adapter.backends`: ``compile(wrapped, backend=...)``, one compile per budget
-* :mod:`graph_adapter.ipu`: ``IPUOptions``, the poptorch backend and its CPU emulator
-* :mod:`graph_adapter.checker`: what poptorch's dispatcher would reject, found on CPU
+* :mod:`graph_adapter.data`: the host side. The padded format, PyG object <->
+  flat dict + JSON spec, budgets, packing, collate, ``FixedSizeLoader``, unpad
+* :mod:`graph_adapter.nn`: inside the wrapped forward. ``ipu_wrap(model)``,
+  static sizes for PyG's ops, BatchNorm & co. over real rows, masked losses
+* :mod:`graph_adapter.ipu`: ``IPUOptions``, the poptorch backend, its CPU
+  emulator and the dispatcher's rules
+* :mod:`graph_adapter.checker`: ``check``, what poptorch's dispatcher would
+  reject, found on CPU
+* :mod:`graph_adapter.backends`: ``compile(wrapped, backend=...)``, one
+  compile per budget
+* :mod:`graph_adapter.lightning`: a Lightning module around a wrapped model
+* :mod:`graph_adapter.app`: the ``graph-adapter`` command (never imported here)
+
+The public names below are re-exported here; the module paths of before the
+split (``graph_adapter.spec``, ``.wrap``, ``.losses``, ...) are deprecated
+aliases (:mod:`graph_adapter._moved`).
 
 Importing this package never imports poptorch.
 """
