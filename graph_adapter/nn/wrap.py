@@ -40,12 +40,12 @@ from ._inputs import (MissingInputError, Signature, UnboundInputError, check_bin
 from ..data.spec import class_path, resolve_class, infer_spec, unflatten
 from ..data.errors import InputValueError, SpecError
 from ..data.values import DIAGNOSED, inside_poptorch, named_error, raise_for_values
-from ._trim import TrimError, TrimPlan  # noqa: F401 - TrimError: what trim=True raises
+from ._trim import TrimError, TrimPlan
 from .norm import eager_ok
 
 __all__ = ["ipu_wrap", "IPUWrapped", "unpad", "strip_micro_batch", "has_micro_batch_dim",
            "MissingInputError", "UnboundInputError", "AmbiguousLevelError", "InputValueError",
-           "OUTPUT_KEY", "LOSS_KEY"]
+           "TrimError", "OUTPUT_KEY", "LOSS_KEY"]
 
 class StaticData(Data):
     """``Data`` whose ``num_nodes`` is the static ``node_mask`` length.
@@ -476,7 +476,7 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
         ValueError: a leading micro-batch dim larger than 1.
         InputValueError: a bad value (a ``SpecError`` and ``ValueError``;
             ``.key``, ``.position``, ``.value``), see ``check_inputs``.
-        graph_adapter.nn._trim.TrimError: with ``trim=True``, a trimmed output
+        graph_adapter.nn.wrap.TrimError: with ``trim=True``, a trimmed output
             whose rows are not the real count of the level it had on the
             padded path (a model that sizes it from data): pass ``trim=False``.
     """

@@ -10,7 +10,9 @@ from torch_geometric.nn import GIN, global_add_pool
 
 from graph_adapter.app.check_cli import build_check_parser, check_main
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHECKER_TESTS = os.path.join(TESTS, "checker")  # test_check.py: the models checked
 
 
 @pytest.fixture
@@ -19,7 +21,7 @@ def factories(tmp_path, monkeypatch):
     def write(body: str) -> None:
         (tmp_path / "ga_factories.py").write_text(textwrap.dedent(f"""
             import sys
-            sys.path.insert(0, {TESTS!r})
+            sys.path[:0] = [{TESTS!r}, {CHECKER_TESTS!r}, {HERE!r}]
             import torch
             from graph_adapter.ipu import IPUOptions
             from test_check import CleanGIN, Bad, flat_batch
@@ -69,7 +71,7 @@ class _NamedTensorsGIN(nn.Module):
 def test_check_wraps_a_model_that_was_not_wrapped(factories, capsys):
     """Not ipu_wrap-ped, forward(x, edge_index, batch): checked as ipu_wrap(model), said so."""
     factories(f"""
-        sys.path.insert(0, {TESTS!r})
+        sys.path[:0] = [{TESTS!r}, {CHECKER_TESTS!r}, {HERE!r}]
         from test_check_cli import _NamedTensorsGIN
 
         def plain():

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import graph_adapter as ga
-from graph_adapter.app import demo
+from graph_adapter.app import demo, demo_loops, demo_rounds, demo_runs
 from graph_adapter.app.demo import run_demo
 from graph_adapter.app.repeat import repeat_gap
 from graph_adapter.app.preflight import DemoSettingError
@@ -146,7 +146,7 @@ def test_inference_that_does_not_repeat_is_reported(monkeypatch):
     """The test split's second pass is compared with the first: a step whose result
     depends on something outside the model (here a counter) is caught and named."""
     calls = iter(range(10_000))
-    real = demo._eager_abs_error
+    real = demo_runs._eager_abs_error
 
     def noisy(model):
         step = real(model)
@@ -156,7 +156,7 @@ def test_inference_that_does_not_repeat_is_reported(monkeypatch):
             return err + 1e-3 * next(calls), n
         return run
 
-    monkeypatch.setattr(demo, "_eager_abs_error", noisy)
+    monkeypatch.setattr(demo_runs, "_eager_abs_error", noisy)
     r = run_demo(backend="eager", **TINY)
     assert r.eager.infer_repeat_gap > 0 and r.adapter.infer_repeat_gap == 0.0
     text = r.report()
@@ -206,7 +206,7 @@ def test_the_progress_bar_opens_after_the_first_step(monkeypatch):
         opened.append((len(steps), total, initial))
         return None
 
-    monkeypatch.setattr(demo, "_progress", fake_progress)
+    monkeypatch.setattr(demo_loops, "_progress", fake_progress)
 
     def step(batch):
         steps.append(batch)
@@ -401,8 +401,8 @@ def test_inference_is_timed_after_every_run_has_trained(monkeypatch):
         events.append(("train rounds" if grad else "rounds", tuple(runs), rounds, graphs))
         return real_timed(runs, rounds, **kwargs)
 
-    monkeypatch.setattr(demo, "train_epochs", train)
-    monkeypatch.setattr(demo, "time_interleaved", timed)
+    monkeypatch.setattr(demo_runs, "train_epochs", train)
+    monkeypatch.setattr(demo_rounds, "time_interleaved", timed)
     r = run_demo(backend="eager", infer_rounds=4, train_rounds=3, **TINY)
     assert events == [("train", "graph_adapter"), ("train", "eager PyG"),
                       ("train rounds", ("graph_adapter", "eager PyG"), 3, (r.num_train,) * 2),

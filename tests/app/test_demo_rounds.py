@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from graph_adapter.app import demo
+from graph_adapter.app import demo, demo_rounds
 from graph_adapter.app.cli import build_parser
 from graph_adapter.app.demo import run_demo
 from graph_adapter.app.preflight import DemoSettingError
@@ -83,8 +83,8 @@ def _training_run(name, clock, seconds, modes_seen, graphs_a_batch=4, batches=3)
         return float(loss.detach()), graphs_a_batch
 
     stats = RunStats(name)
-    training = demo._Training(step, data, graphs_a_batch * batches, [net], opt, net)
-    return demo._Timed(stats, lambda b: (0.0, 0), [], [], training), net, opt
+    training = demo_rounds.Training(step, data, graphs_a_batch * batches, [net], opt, net)
+    return demo_rounds.Timed(stats, lambda b: (0.0, 0), [], [], training), net, opt
 
 
 # --------------------------------------------------------------------------
@@ -120,7 +120,7 @@ def test_time_training_fills_the_rounds_and_leaves_warmup_rounds_out_of_every_ru
     ta, _, _ = _training_run("a", clock, lambda r: (4.0 if r == 0 else 1.0) * slow.get(r, 1.0),
                              modes)
     tb, _, _ = _training_run("b", clock, lambda r: 2.0 * slow.get(r, 1.0), modes)
-    seconds = demo._time_training([ta, tb], 5, progress=False, clock=clock)
+    seconds = demo_rounds.time_training([ta, tb], 5, progress=False, clock=clock)
     assert seconds >= 0
     a, b = ta.stats, tb.stats
     assert a.train_round_seconds == [12.0, 3.0, 3.0, 9.0, 3.0]
@@ -140,7 +140,7 @@ def test_time_training_puts_state_and_mode_back():
     runs = [_training_run(n, clock, lambda r: 1.0, modes) for n in ("a", "b")]
     before = [_state([net], opt) for _, net, opt in runs]
     rng = torch.get_rng_state()
-    demo._time_training([t for t, _, _ in runs], 3, progress=False, clock=clock)
+    demo_rounds.time_training([t for t, _, _ in runs], 3, progress=False, clock=clock)
     assert len(modes) == 2 * 3 * 3 and all(mode for _, mode in modes)
     for (t, net, opt), state in zip(runs, before):
         assert not net.training  # back in eval mode, as the MAE pass left it
@@ -155,37 +155,37 @@ def test_time_training_leaves_out_runs_that_cannot_be_put_back_and_a_run_alone()
     tb, _, _ = _training_run("b", clock, lambda r: 1.0, modes)
     tc, _, _ = _training_run("c", clock, lambda r: 1.0, modes)
     tc.training = None  # (an optimizer stepped inside the backend: no state to restore)
-    demo._time_training([ta, tb, tc], 2, progress=False, clock=clock)
+    demo_rounds.time_training([ta, tb, tc], 2, progress=False, clock=clock)
     assert len(ta.stats.train_round_seconds) == len(tb.stats.train_round_seconds) == 2
     assert tc.stats.train_round_seconds == []
     modes.clear()
-    assert demo._time_training([tc, _training_run("d", clock, lambda r: 1.0, modes)[0]], 2,
-                               progress=False) == 0.0
+    assert demo_rounds.time_training([tc, _training_run("d", clock, lambda r: 1.0, modes)[0]],
+                                     2, progress=False) == 0.0
     assert modes == []  # a run alone: nothing to compare it with, not run
 
 
 def test_first_graphs_takes_leading_batches_until_enough_real_graphs():
     sizes = [5, 7, 3, 9]
-    assert demo._first_graphs(sizes, int, 12) == ([5, 7], 12)
-    assert demo._first_graphs(sizes, int, 13) == ([5, 7, 3], 15)
-    assert demo._first_graphs(sizes, int, 100) == (sizes, 24)  # fewer: every batch
+    assert demo_rounds.first_graphs(sizes, int, 12) == ([5, 7], 12)
+    assert demo_rounds.first_graphs(sizes, int, 13) == ([5, 7, 3], 15)
+    assert demo_rounds.first_graphs(sizes, int, 100) == (sizes, 24)  # fewer: every batch
 
 
 def test_compile_count_reads_dynamo_and_the_adapters_own_count(monkeypatch):
     graphs = [10]
-    monkeypatch.setattr(demo, "_graphs_compiled", lambda: graphs[0])
+    monkeypatch.setattr(demo_rounds, "graphs_compiled", lambda: graphs[0])
 
     class Compiled:
         compile_count = 2
 
     c = Compiled()
-    count = demo._CompileCount(c, "inductor")
+    count = demo_rounds.CompileCount(c, "inductor")
     assert count.since() == 0
     c.compile_count = 3  # a backend compiling outside Dynamo
     assert count.since() == 1
     graphs[0] = 14
     assert count.since() == 4
-    eager = demo._CompileCount(c, "eager")  # (eager's count is of programs run)
+    eager = demo_rounds.CompileCount(c, "eager")  # (eager's count is of programs run)
     c.compile_count = 9
     assert eager.since() == 0
 
@@ -199,7 +199,7 @@ def test_training_rounds_change_no_reported_figure(monkeypatch):
     bit (so the inference rounds that follow repeat the MAE pass's errors exactly), and
     the rounds trained the runs' own training steps on epoch 1's first batches."""
     seen = {}
-    real = demo._time_training
+    real = demo.time_training
 
     def spy(timed, rounds, progress, **kwargs):
         runs = [t for t in timed if t.training is not None]
@@ -213,7 +213,7 @@ def test_training_rounds_change_no_reported_figure(monkeypatch):
                 t.training.mode.training == modes[t.stats.name])
         return out
 
-    monkeypatch.setattr(demo, "_time_training", spy)
+    monkeypatch.setattr(demo, "time_training", spy)
     r = run_demo(backend="eager", train_rounds=3, **TINY)
     assert seen == {"graph_adapter": (True, True), "eager PyG": (True, True)}
     for run in r.runs():

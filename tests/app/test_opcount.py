@@ -63,7 +63,7 @@ def test_rebuilding_the_batch_dispatches_no_aten_op(counts, mode):
 
 def test_library_python_calls_bounded(counts):
     """The library's own Python calls a wrapped step makes (the checks are cached:
-    tests/test_wrap_overhead.py); loose, as the exact number moves with any edit."""
+    tests/nn/test_wrap_overhead.py); loose, as the exact number moves with any edit."""
     calls = counts["train"]["wrapped"].py_calls
     mine = sum(n for k, n in calls.items() if k.startswith("graph_adapter/"))
     assert 0 < mine <= 150, oc.format_table(counts["train"])

@@ -3,7 +3,7 @@ code now: the padding rows and the shapes row of `graph-adapter bench`
 (docs/benchmarks.md), and the 98.8% of node slots the README, concepts and
 migrating pages quote.  (Throughput rows are measurements that move between
 runs; they are not checked here.  The "2 compiles (train + eval) with
-inductor" row: tests/test_inductor_training.py.)
+inductor" row: tests/backends/test_inductor_training.py.)
 """
 import os
 import re
@@ -15,7 +15,7 @@ import graph_adapter as ga
 from graph_adapter.app.bench import efficiency
 from graph_adapter.app.datasets import load_nci5k
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EPOCHS = 3  # what `graph-adapter bench` (not --quick) averages over
 
 

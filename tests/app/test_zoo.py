@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from graph_adapter.app import zoo
+from graph_adapter.app import zoo, zoo_why
 
-DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "zoo.md")
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "zoo.md")
 
 
 def _parse(doc):
@@ -62,7 +62,7 @@ def test_the_table_covers_every_layer_pyg_ships():
 def test_the_alternatives_the_notes_name_are_green():
     table = _table_rows()
     for name in ("MemPooling", "SortAggregation"):
-        assert name in zoo._POOL_FIX
+        assert name in zoo_why._POOL_FIX
         key = next(k for k in table if k[1] == name)
         assert table[key][:4] == ["✅"] * 4, (key, table[key])
 
@@ -95,7 +95,7 @@ def test_a_cause_the_probe_does_not_reproduce_is_reported(monkeypatch):
     (here: the RNN probe on a row whose compile is green) makes the row
     'unexplained', which the table test rejects."""
     family, entry = _entry("LCMAggregation")
-    monkeypatch.setitem(zoo.WHY_NOT, "LCMAggregation", zoo.WhyNot((zoo._rnn,), "x"))
+    monkeypatch.setitem(zoo.WHY_NOT, "LCMAggregation", zoo.WhyNot((zoo_why._rnn,), "x"))
     res = zoo.run_row(family, "LCMAggregation", entry)
     assert res["note"].startswith("unexplained: the probe _rnn did not reproduce"), res["note"]
     monkeypatch.delitem(zoo.WHY_NOT, "LCMAggregation")

@@ -214,7 +214,7 @@ def test_inductor_index_add_fallback_gradients():
     """The gradient of a gather through ATen's index_add equals eager's."""
     from torch.profiler import profile
 
-    from graph_adapter.backends import _CountingBackend
+    from graph_adapter.backends.engines import _CountingBackend
 
     def f(x, i):
         return (x.index_select(0, i) * 2.0).sum()
@@ -264,8 +264,9 @@ def test_registry_names_and_auto():
 
 def test_register_backend_build_and_engine(monkeypatch):
     from graph_adapter import backends as B
+    from graph_adapter.backends import registry
 
-    monkeypatch.setattr(B, "_REGISTRY", dict(B._REGISTRY))
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     built = {}
 
     def build(wrapped, name, **settings):

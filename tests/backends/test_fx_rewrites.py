@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from graph_adapter import _fx_rewrites as R
-from graph_adapter import _inductor_cpu as I
+from graph_adapter.backends import _fx_rewrites as R
+from graph_adapter.backends import _inductor_cpu as I
 
 
 class _EncodeProject(nn.Module):

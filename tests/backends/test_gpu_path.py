@@ -20,6 +20,7 @@ from torch_geometric.nn import GCNConv, global_add_pool
 
 import graph_adapter as ga
 from graph_adapter import backends
+from graph_adapter.backends import engines, registry
 from graph_adapter.data.format import OUTPUT_KEY, to_device
 
 from strategies import graph_lists
@@ -118,8 +119,8 @@ def test_cudagraphs_passes_cuda_graphs_to_inductor_and_marks_a_step_every_call(m
             return gm.forward
 
     marks = []
-    monkeypatch.setattr(backends, "_CountingBackend", Recorder)
-    monkeypatch.setattr(backends, "_device_of", lambda m: torch.device("cuda"))
+    monkeypatch.setattr(engines, "_CountingBackend", Recorder)
+    monkeypatch.setattr(engines, "device_of", lambda m: torch.device("cuda"))
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
     torch.manual_seed(0)
     wrapped = ga.ipu_wrap(_Net()).eval()
@@ -136,7 +137,7 @@ def test_cudagraphs_passes_cuda_graphs_to_inductor_and_marks_a_step_every_call(m
         torch.testing.assert_close(o, w)
     # micro-batches: one step mark per call (a mark between them would let the second
     # replay overwrite the first one's outputs and saved activations)
-    stacked = ga.format.stack_micro_batches(batches[:2])
+    stacked = ga.data.format.stack_micro_batches(batches[:2])
     marks.clear()
     with torch.no_grad():
         out = compiled(stacked)[OUTPUT_KEY]
@@ -146,7 +147,7 @@ def test_cudagraphs_passes_cuda_graphs_to_inductor_and_marks_a_step_every_call(m
 
 def test_cudagraphs_is_a_registered_backend_with_a_help_line():
     assert "inductor_cudagraphs" in backends.backend_names()
-    assert "CUDA" in backends._REGISTRY["inductor_cudagraphs"].doc
+    assert "CUDA" in registry._REGISTRY["inductor_cudagraphs"].doc
 
 
 def test_the_demo_refuses_cudagraphs_before_loading_data():

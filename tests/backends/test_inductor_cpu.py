@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph_adapter import _inductor_cpu as I
+from graph_adapter.backends import _inductor_cpu as I
 from graph_adapter import compile, ipu_wrap
 from graph_adapter.nn.losses import masked_loss
 
@@ -154,7 +154,7 @@ def test_dropout_mask_is_never_redrawn():
         y = torch.nn.functional.dropout(torch.relu(x), 0.5, training=True) * w
         return y, y.sum()
 
-    from graph_adapter.backends import _CountingBackend
+    from graph_adapter.backends.engines import _CountingBackend
 
     torch._dynamo.reset()
     cf = torch.compile(f, backend=_CountingBackend("inductor", {"joint_custom_post_pass": p}),
@@ -196,7 +196,7 @@ def test_index_put_other_forms_keep_inductors_lowering():
 def test_bracket_gather_gradient_adds_without_atomics_on_two_threads():
     """``x[index]``'s gradient runs ATen's index_add with more than one thread: no
     atomic adds in the generated code, and the gradient equals eager's."""
-    from graph_adapter.backends import _CountingBackend
+    from graph_adapter.backends.engines import _CountingBackend
 
     old = torch.get_num_threads()
     torch.set_num_threads(2)

@@ -192,6 +192,6 @@ def test_the_values_check_runs_once_per_call_on_every_backend(backend, monkeypat
 
 
 def test_per_mode_backends_check_values_where_they_trace():
-    from graph_adapter.backends import _traces
+    from graph_adapter.backends.engines import traces
     compiled = ga.compile(ipu_wrap(DNet(), check_inputs="values"), "inductor_eval")
-    assert not _traces(compiled._engine, True) and _traces(compiled._engine, False)
+    assert not traces(compiled._engine, True) and traces(compiled._engine, False)

@@ -30,7 +30,7 @@ the other):
   ``torch_geometric``, ``torch``, ``other``).
 
 Counts are deterministic for fixed shapes, so a test can pin them
-(``tests/test_opcount.py``); timings cannot be. The norm layer's eager fast
+(``tests/app/test_opcount.py``); timings cannot be. The norm layer's eager fast
 path (:func:`graph_adapter.nn.norm.masked_batch_norm`) checks that no dispatch
 mode is active; the counter declares itself an observer
 (``observes_only = True``), which that check lets through, so the counted

@@ -1,0 +1,305 @@
+"""``compile()``, :func:`register_backend` and :class:`Compiled` (the in-process backends' model).
+
+:func:`compile` looks the backend up in :mod:`~graph_adapter.backends.registry`
+and calls its build: for the backends registered with an ``engine``
+(:mod:`~graph_adapter.backends.engines`), a :class:`Compiled`, which checks
+each batch's signature and runs the engine one micro-batch at a time; for the
+IPU ones, :func:`graph_adapter.ipu.compile_ipu`. The built-in backends are
+registered at the end of this module.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from .. import ipu
+from ..nn import static
+from ..data.values import DIAGNOSED, BoundsPlan, bounds_plan, check_before_call, named_error
+from .engines import (CudaGraphEngine, DynamoEngine, EagerEngine, EngineSettings, ExportEngine,
+                      PerModeEngine, generates_code, traces)
+from .program import (ShapeChangedError, Signature, describe_change, per_micro_batch,
+                      save_program, signature_of)
+from .registry import Backend, add_backend, backend_entry, backend_names, device_of
+
+__all__ = ["CompiledModel", "Compiled", "compile", "register_backend", "BACKENDS"]
+
+
+class CompiledModel(Protocol):
+    """The one interface of what :func:`compile` returns, for every backend."""
+
+    #: True when a training call runs backward and the optimizer step itself.
+    steps_optimizer: bool
+
+    def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]: ...
+    def train(self, mode: bool = True) -> "CompiledModel": ...
+    def eval(self) -> "CompiledModel": ...
+    @property
+    def training(self) -> bool: ...
+    @property
+    def compile_count(self) -> int: ...
+    def parameters(self) -> Iterator[nn.Parameter]: ...
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+
+# --------------------------------------------------------------------------
+# Compiled: what the in-process backends return
+# --------------------------------------------------------------------------
+class Compiled:
+    """What :func:`compile` returns for an in-process backend: call it with flat dicts.
+
+    The caller runs backward and the optimizer step (``steps_optimizer`` is False).
+
+    Attributes:
+        wrapped: the ``ipu_wrap``-ped module (parameters are shared).
+        backend: the backend name.
+        compile_count: compiles so far (see :mod:`graph_adapter.backends`).
+        signatures: the admitted input signatures.
+    """
+
+    steps_optimizer = False
+
+    def __init__(self, wrapped: nn.Module, backend: str, allow_new_shapes: bool = False,
+                 options: Optional[Dict[str, Any]] = None, strict: bool = False,
+                 index_add_fallback: Optional[bool] = None, check_bounds: Optional[bool] = None):
+        entry = backend_entry(backend, device_of(wrapped))
+        if entry.engine is None:
+            raise ValueError(f"backend {backend!r} does not run in this process; use compile()")
+        self.wrapped = wrapped
+        self.backend = entry.name
+        self.allow_new_shapes = allow_new_shapes
+        self.strict = strict
+        self.signatures: List[Signature] = []
+        static.install(getattr(wrapped, "model", wrapped))
+        self._engine = entry.engine(wrapped, EngineSettings(entry.name, options, strict,
+                                                             index_add_fallback))
+        self.check_bounds = check_bounds
+        self._bounds: Dict[Signature, BoundsPlan] = {}  # per signature; empty: not checked
+
+    # ---- the compiled-model interface ------------------------------------
+    @property
+    def compile_count(self) -> int:
+        return self._engine.compile_count
+
+    @property
+    def atomic_adds(self) -> Optional[bool]:
+        """Whether the code compiled so far adds with atomics (sums in an order that
+        changes from run to run on more than one thread): read from inductor's
+        generated code; ``False`` for backends that generate none; ``None``
+        when it could not be read."""
+        return getattr(self._engine, "atomic_adds", False)
+
+    @property
+    def mode_backend(self) -> str:
+        """The backend that runs batches in the current mode (``"inductor_eval"``:
+        ``"eager"`` in training mode, ``"inductor"`` in eval mode)."""
+        if isinstance(self._engine, PerModeEngine):
+            return self._engine.train_backend if self.training else self._engine.eval_backend
+        return self.backend
+
+    def train(self, mode: bool = True) -> "Compiled":
+        self.wrapped.train(mode)
+        return self
+
+    def eval(self) -> "Compiled":
+        return self.train(False)
+
+    @property
+    def training(self) -> bool:
+        return self.wrapped.training
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return self.wrapped.parameters()
+
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Nothing to do: the caller steps its own optimizer."""
+
+    def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
+        sig = signature_of(flat)
+        self._admit(sig)
+        key = (sig, self.wrapped.training)
+        # ipu_wrap(check_inputs="values") reads values in eager calls only; a traced
+        # forward cannot, so the values are checked here, on the host, before the call.
+        values = getattr(self.wrapped, "check_inputs", None) == "values" and \
+            traces(self._engine, key[1])
+        plan = self._bounds.get(sig)
+        if plan is None:
+            plan = self._bounds[sig] = self._plan_bounds(flat)
+        check_before_call(flat, values, plan)
+        begin = getattr(self._engine, "begin_call", None)  # engines that need a step mark
+        if begin is not None:
+            begin()
+        try:
+            return per_micro_batch(lambda mb: self._engine.run(mb, key), flat)
+        except DIAGNOSED as exc:
+            # Only after a failure (nothing on the happy path): a compiled kernel's
+            # "index out of bounds" names no key; a bad value in the batch is named.
+            err = named_error(flat, exc)
+            if err is None:
+                raise
+            raise err from exc
+
+    def _plan_bounds(self, flat: Mapping[str, Tensor]) -> BoundsPlan:
+        """The index bounds to check before each call of this signature (``()``: none).
+
+        ``check_bounds=None`` checks where the engine generates code (inductor)
+        and the index tensors are on the CPU: generated code has no Python
+        error for an out-of-range index (it reads or writes out of bounds, or
+        ends the process from an OpenMP region), while ATen's kernels (eager,
+        aot_eager, export) raise one that :func:`named_error` explains after
+        the fact. On a GPU the check would wait for the device every call, so
+        it runs there only with ``check_bounds=True``.
+        """
+        want = self.check_bounds
+        if want is None:
+            want = generates_code(self._engine) and all(
+                v.device.type == "cpu" for v in flat.values() if isinstance(v, Tensor))
+        return bounds_plan(flat) if want else ()
+
+    def _admit(self, sig: Signature) -> None:
+        if sig in self.signatures:
+            return
+        if self.signatures and not self.allow_new_shapes:
+            raise ShapeChangedError(
+                f"graph_adapter.compile({self.backend!r}): this batch does not fit the compiled "
+                f"program: {describe_change(self.signatures[0], sig)}. Every batch must come from "
+                f"one budget (FixedSizeLoader pads to it); to compile once more for a new budget "
+                f"pass allow_new_shapes=True."
+            )
+        self.signatures.append(sig)
+
+    # ---- export ------------------------------------------------------------
+    @property
+    def programs(self) -> Dict[Tuple[Signature, bool], Any]:
+        """``{(signature, training): ExportedProgram}`` (export backend)."""
+        return dict(getattr(self._engine, "programs", {}))
+
+    def save(self, path: str, which: int = 0) -> None:
+        """Save an exported program (the ``which``-th) with its signature (export backend)."""
+        if not isinstance(self._engine, ExportEngine):
+            raise ValueError("save() needs backend='export'")
+        if not self._engine.programs:
+            raise ValueError("nothing exported yet: call the compiled model on one batch first")
+        (sig, training), ep = list(self._engine.programs.items())[which]
+        save_program(ep, path, sig, training)
+
+
+# --------------------------------------------------------------------------
+# compile()
+# --------------------------------------------------------------------------
+def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool = False,
+            options: Optional[Dict[str, Any]] = None, optimizer: Any = None,
+            strict: bool = False, index_add_fallback: Optional[bool] = None,
+            check_bounds: Optional[bool] = None, **kwargs: Any) -> Any:
+    """Compile an ``ipu_wrap``-ped model for fixed-size batches.
+
+    Args:
+        wrapped: the module ``ipu_wrap`` returned.
+        backend: one of :data:`BACKENDS` (:func:`backend_names`); ``"auto"``
+            is resolved for the device of ``wrapped``'s parameters
+            (:func:`resolve_backend`).
+        allow_new_shapes: admit batches of a new budget (one more compile each)
+            instead of raising :class:`ShapeChangedError`.
+        options: inductor config overrides (``"inductor"``), or poptorch
+            options (``"poptorch"``/``"ipu-emulator"``).
+        optimizer: the optimizer of training. Backends that step it
+            themselves (``steps_optimizer``: the IPU ones) take it here and
+            start in training mode; the others leave stepping to the caller.
+        strict: strict ``torch.export`` (``"export"``).
+        index_add_fallback: ``"inductor"`` on CPU: run the gradient of
+            ``index_select`` (PyG's gathers) with ATen's ``index_add`` kernel
+            instead of generated atomic adds. ``None`` (default): when torch
+            uses more than one thread at compile time (inductor's own rule
+            for ``scatter_reduce``).
+        check_bounds: check every index key of each batch against its range
+            (``[0, N)`` node ids, ``batch`` in ``[0, G)``, the layout tables)
+            before the compiled call, and raise :class:`InputValueError`
+            naming the key, position and value. ``None`` (default): where the
+            backend generates code (``"inductor"``, ``"inductor_eval"``) and
+            the batch is on the CPU, because inductor's code does not raise a
+            Python error for a bad index (it reads or writes out of bounds,
+            or ends the process). Costs one ``aminmax`` per index key (5-26
+            us a call for the demo's batches, docs/wrapping.md); on a GPU
+            each check waits for the device, so it is off there unless
+            ``True``. The other backends run ATen kernels, which raise, and
+            the bad value is named after the failure. ``"poptorch"``: checked
+            on the host before each call unless ``False`` (what the IPU does
+            with a bad index is not measured); ``"ipu-emulator"`` runs the
+            forward eagerly, which names a bad value itself.
+        kwargs: backend-specific (see :func:`graph_adapter.ipu.compile_ipu`);
+            the in-process backends take none.
+
+    Returns:
+        A :class:`CompiledModel`: a :class:`Compiled` for the in-process
+        backends, what :func:`graph_adapter.ipu.compile_ipu` returns for the
+        IPU ones.
+    """
+    entry = backend_entry(backend, device_of(wrapped))
+    return entry.build(wrapped, entry.name, allow_new_shapes=allow_new_shapes, options=options,
+                       optimizer=optimizer, strict=strict,
+                       index_add_fallback=index_add_fallback, check_bounds=check_bounds,
+                       **kwargs)
+
+
+def _build_compiled(wrapped: nn.Module, name: str, *, allow_new_shapes: bool = False,
+                    options: Optional[Dict[str, Any]] = None, optimizer: Any = None,
+                    strict: bool = False, index_add_fallback: Optional[bool] = None,
+                    check_bounds: Optional[bool] = None, **kwargs: Any) -> Compiled:
+    """The build of every engine backend (``optimizer`` unused: the caller steps it)."""
+    if kwargs:
+        raise TypeError(f"unexpected keyword arguments for backend {name!r}: {sorted(kwargs)}")
+    return Compiled(wrapped, name, allow_new_shapes=allow_new_shapes, options=options,
+                    strict=strict, index_add_fallback=index_add_fallback,
+                    check_bounds=check_bounds)
+
+
+def _build_ipu(wrapped: nn.Module, name: str, *, allow_new_shapes: bool = False,
+               options: Any = None, optimizer: Any = None, strict: bool = False,
+               index_add_fallback: Optional[bool] = None, check_bounds: Optional[bool] = None,
+               **kwargs: Any) -> Any:
+    """The build of the IPU backends (``strict`` and ``index_add_fallback`` do not
+    apply; ``check_bounds`` goes to the poptorch runner, which checks host batches)."""
+    if check_bounds is not None:
+        kwargs["check_bounds"] = check_bounds
+    if allow_new_shapes:
+        kwargs["allow_new_shapes"] = True
+    # Looked up on the package at call time, so that it can be replaced (tests do).
+    return ipu.compile_ipu(wrapped, name, options=options, optimizer=optimizer, **kwargs)
+
+
+# --------------------------------------------------------------------------
+# register_backend() and the built-in backends
+# --------------------------------------------------------------------------
+def register_backend(name: str, build: Optional[Callable[..., Any]] = None, *,
+                     engine: Optional[Callable[..., Any]] = None, doc: str = "") -> None:
+    """Add a backend: give ``build`` (returns a :class:`CompiledModel`) or an ``engine``.
+
+    With ``engine``, :class:`Compiled` does the signature checks and the
+    micro-batch loop and the engine runs one micro-batch (see the built-in
+    engines, :mod:`graph_adapter.backends.engines`). Raises ``ValueError`` for
+    a name already taken.
+    """
+    if name in backend_names():  # "auto" included
+        raise ValueError(f"backend {name!r} is already registered")
+    if (build is None) == (engine is None):
+        raise TypeError("register_backend needs exactly one of build= and engine=")
+    add_backend(Backend(name, build if build is not None else _build_compiled, doc, engine))
+
+
+register_backend("inductor", engine=DynamoEngine,
+                 doc="torch.compile(fullgraph=True, dynamic=False) with inductor")
+register_backend("inductor_cudagraphs", engine=CudaGraphEngine,
+                 doc="inductor with CUDA graphs (reduce-overhead): one replay a step; CUDA only")
+register_backend("aot_eager", engine=DynamoEngine,
+                 doc="Dynamo + AOTAutograd without code generation (cheap; counts compiles)")
+register_backend("eager", engine=EagerEngine, doc="no compiler, same checks and bookkeeping")
+register_backend("inductor_eval", engine=PerModeEngine,
+                 doc="inductor in eval mode, eager (no compiler) in training mode")
+register_backend("export", engine=ExportEngine,
+                 doc="torch.export per signature; save()/load() keep the program")
+for _name, _build in ipu.IPU_BACKENDS.items():
+    register_backend(_name, _build_ipu, doc=(_build.__doc__ or "").strip().splitlines()[0])
+
+#: Every accepted backend name, "auto" included (the registry's names at import).
+BACKENDS = backend_names()

@@ -1,0 +1,230 @@
+"""Engines: how an in-process backend runs one micro-batch.
+
+:class:`~graph_adapter.backends.compiled.Compiled` does the signature checks
+and the micro-batch loop; its engine (the registry entry's ``engine``, built
+with :class:`EngineSettings`) runs one micro-batch (``run(flat, key)``) and
+counts its compiles (``compile_count``): :class:`DynamoEngine` (``"inductor"``,
+``"aot_eager"``), :class:`CudaGraphEngine`, :class:`EagerEngine`,
+:class:`ExportEngine` and :class:`PerModeEngine` (one engine a mode).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from . import _inductor_cpu
+from .registry import device_of, get_backend
+from .program import Signature
+
+__all__ = ["EngineSettings", "DynamoEngine", "CudaGraphEngine", "EagerEngine", "ExportEngine",
+           "PerModeEngine", "traces", "generates_code"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineSettings:
+    """What ``compile()`` passes to an engine."""
+
+    backend: str
+    options: Optional[Dict[str, Any]] = None
+    strict: bool = False
+    index_add_fallback: Optional[bool] = None
+
+
+class _CountingBackend:
+    """A Dynamo backend that counts how often it is asked to compile a graph."""
+
+    def __init__(self, name: str, options: Optional[Dict[str, Any]] = None,
+                 index_add_fallback: Optional[bool] = None):
+        self.name = name
+        self.options = options
+        self.index_add_fallback = index_add_fallback
+        self.count = 0
+        # whether inductor's generated code adds atomically (see _inductor_cpu.compile_and_scan)
+        self.atomic_adds: Optional[bool] = False
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[Any]):
+        self.count += 1
+        if self.name == "inductor":
+            from torch._inductor import config
+            from torch._inductor.compile_fx import compile_fx
+
+            fallback = _inductor_cpu.use_index_add_fallback(self.index_add_fallback)
+            decomps = _inductor_cpu.decompositions(fallback)
+            patches = {**_inductor_cpu.config_patches(
+                cpu_inference=_inductor_cpu.is_cpu_inference(example_inputs)),
+                **(self.options or {})}
+            # the decomposition table is not in inductor's cache key: put it there
+            patches["post_grad_custom_pre_pass"] = _inductor_cpu.key_decompositions(
+                fallback, patches.get("post_grad_custom_pre_pass", config.post_grad_custom_pre_pass))
+            with config.patch(patches), \
+                    _inductor_cpu.quiet_proxy_executor_notice():
+                fn, atomic = _inductor_cpu.compile_and_scan(
+                    lambda: compile_fx(gm, example_inputs, decompositions=decomps))
+            self.atomic_adds = _inductor_cpu.merge_atomic(self.atomic_adds, atomic)
+            return fn
+        return torch._dynamo.lookup_backend(self.name)(gm, example_inputs)
+
+
+_entries = itertools.count()
+
+
+def _own_entry(wrapped: nn.Module) -> Callable[[Mapping[str, Tensor]], Dict[str, Tensor]]:
+    """``wrapped.__call__`` behind a function with a code object of its own.
+
+    Dynamo keeps its compiled graphs, and its recompile limit (8), per code
+    object. Compiling the module itself would share ``nn.Module._call_impl``'s
+    code with every other compiled module in the process, so the ninth
+    ``compile()`` of a notebook session would fail under ``fullgraph=True``.
+    A fresh code object gives each :class:`Compiled` its own cache and limit.
+    """
+    def entry(flat):
+        return wrapped(flat)
+
+    entry.__code__ = entry.__code__.replace(co_name=f"graph_adapter_entry_{next(_entries)}")
+    return entry
+
+
+class DynamoEngine:
+    """``"inductor"`` / ``"aot_eager"``: ``torch.compile(fullgraph=True, dynamic=False)``."""
+
+    def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
+        self._counter = _CountingBackend(settings.backend, settings.options,
+                                         settings.index_add_fallback)
+        self._fn = torch.compile(_own_entry(wrapped), backend=self._counter, fullgraph=True,
+                                 dynamic=False)
+
+    @property
+    def compile_count(self) -> int:
+        """Graphs the Dynamo backend was asked to compile."""
+        return self._counter.count
+
+    @property
+    def atomic_adds(self) -> Optional[bool]:
+        """Whether inductor's code for this model adds atomically (``None``: unknown)."""
+        return self._counter.atomic_adds if self._counter.name == "inductor" else False
+
+    def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
+        # Dynamo guards on the mode and shapes itself; ``key`` is not needed.
+        return self._fn(flat)
+
+
+class CudaGraphEngine(DynamoEngine):
+    """``"inductor_cudagraphs"``: inductor with CUDA graphs (``mode="reduce-overhead"``).
+
+    Static shapes are what CUDA graphs need: one graph is recorded per budget
+    and mode, then replayed, so a step costs one launch instead of one per
+    kernel. Inductor copies each batch into the graph's static input buffers;
+    feed batches already on the GPU (``FixedSizeLoader(..., device="cuda",
+    pin_memory=True)`` copies them without blocking). A replay reuses its
+    output buffers: each call marks a new step
+    (``torch.compiler.cudagraph_mark_step_begin``, once per call, however many
+    micro-batches), so an output is valid until the next call; clone what you
+    keep longer (inductor raises if a stale
+    output is read). The model must be on a CUDA device: on any other,
+    inductor would silently run without graphs, so this raises instead.
+    """
+
+    def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
+        device = device_of(wrapped)
+        if device.type != "cuda":
+            raise ValueError(
+                f"backend 'inductor_cudagraphs' records CUDA graphs, but the model's parameters "
+                f"are on {device}; move the model to the GPU first (wrapped.to('cuda')), or use "
+                f"backend='inductor' on this device.")
+        options = {"triton.cudagraphs": True, **(settings.options or {})}
+        super().__init__(wrapped, dataclasses.replace(settings, backend="inductor",
+                                                      options=options))
+
+    def begin_call(self) -> None:
+        """A new step: the replays of the last call may now be overwritten. Once per
+        :class:`Compiled` call, not per micro-batch: the micro-batches of one call
+        (and their saved activations) all stay valid until its backward."""
+        torch.compiler.cudagraph_mark_step_begin()
+
+
+class EagerEngine:
+    """``"eager"``: the module itself; a compile is a new (signature, mode, grad mode)."""
+
+    def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
+        self._wrapped = wrapped
+        self._seen: set = set()
+
+    @property
+    def compile_count(self) -> int:
+        return len(self._seen)
+
+    def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
+        self._seen.add((key, torch.is_grad_enabled()))
+        return self._wrapped(flat)
+
+
+class ExportEngine:
+    """``"export"``: one ``torch.export`` program per (signature, mode)."""
+
+    def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
+        self._wrapped = wrapped
+        self._strict = settings.strict
+        self.programs: Dict[Tuple[Signature, bool], Any] = {}
+        self._modules: Dict[Tuple[Signature, bool], Callable] = {}
+
+    @property
+    def compile_count(self) -> int:
+        return len(self.programs)
+
+    def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
+        mod = self._modules.get(key)
+        if mod is None:
+            ep = torch.export.export(self._wrapped, (dict(flat),), strict=self._strict)
+            self.programs[key] = ep
+            mod = self._modules[key] = ep.module()
+        return mod(dict(flat))
+
+
+class PerModeEngine:
+    """One engine for training mode and another for eval mode (``"inductor_eval"``:
+    eager training, inductor inference); ``compile_count`` counts real compiles
+    only (the eager engine's count is of signatures seen, not of compiles)."""
+
+    train_backend = "eager"
+    eval_backend = "inductor"
+
+    def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
+        self._engines = {
+            mode: get_backend(name).engine(wrapped, dataclasses.replace(settings, backend=name))
+            for mode, name in ((True, self.train_backend), (False, self.eval_backend))}
+
+    @property
+    def compile_count(self) -> int:
+        names = {True: self.train_backend, False: self.eval_backend}
+        return sum(e.compile_count for mode, e in self._engines.items() if names[mode] != "eager")
+
+    @property
+    def atomic_adds(self) -> Optional[bool]:
+        """Whether either mode's generated code adds atomically (``None``: unknown)."""
+        return _inductor_cpu.merge_atomic(*(getattr(e, "atomic_adds", False)
+                                            for e in self._engines.values()))
+
+    def engine_for(self, training: bool) -> Any:
+        """The engine that runs batches in this mode."""
+        return self._engines[bool(training)]
+
+    def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
+        return self._engines[key[1]].run(flat, key)  # key: (signature, training)
+
+
+def traces(engine: Any, training: bool) -> bool:
+    """Whether ``engine`` runs the wrapped forward traced (not eagerly) in this mode."""
+    if isinstance(engine, PerModeEngine):
+        return traces(engine.engine_for(training), training)
+    return not isinstance(engine, EagerEngine)
+
+
+def generates_code(engine: Any) -> bool:
+    """Whether ``engine`` runs code that inductor generated (in either mode)."""
+    if isinstance(engine, PerModeEngine):
+        return any(generates_code(e) for e in engine._engines.values())
+    return isinstance(engine, DynamoEngine) and engine._counter.name == "inductor"

@@ -1,0 +1,153 @@
+"""A compiled program's input signature, and saved exports.
+
+The *signature* of a batch is its keys, dtypes and shapes (without a
+micro-batch dim, :func:`signature_of`): a
+:class:`~graph_adapter.backends.compiled.Compiled` admits one (or, with
+``allow_new_shapes``, one per budget), and a batch that differs raises
+:class:`ShapeChangedError` naming the first key that differs. It and a
+:class:`LoadedProgram` both run a batch with a leading micro-batch dim one
+micro-batch at a time (:func:`per_micro_batch`).
+
+:func:`save_program` (what :meth:`Compiled.save` writes) keeps an exported
+program with its signature as JSON (``torch.export.save`` + an extra file,
+``graph_adapter.json``); :func:`load` returns a :class:`LoadedProgram`, which
+checks its batches as the compiled model did.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict, Iterator, Mapping, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from ..data.spec import SpecError
+from ..data.format import (
+    GRAPH_MASK,
+    LAYOUT_KEYS,
+    has_micro_batch_dim,
+    num_micro_batches,
+    split_micro_batches,
+    stack_micro_batches,
+)
+
+__all__ = ["Signature", "ShapeChangedError", "signature_of", "describe_change",
+           "per_micro_batch", "save_program", "LoadedProgram", "load"]
+
+Signature = Tuple[Tuple[str, str, Tuple[int, ...]], ...]
+
+
+class ShapeChangedError(SpecError, ValueError):
+    """A batch's keys, dtypes or shapes differ from those the model was compiled for.
+
+    A :class:`~graph_adapter.data.spec.SpecError`, as the wrapped model's own input
+    checks are: ``except SpecError`` catches both."""
+
+
+def signature_of(flat: Mapping[str, Tensor]) -> Signature:
+    """``((key, dtype, shape), ...)`` in key order (shapes without a micro-batch dim)."""
+    strip = has_micro_batch_dim(flat) if GRAPH_MASK in flat else False
+    out = []
+    for k in sorted(flat):
+        v = flat[k]
+        shape = tuple(v.shape[1:] if strip else v.shape)
+        out.append((k, str(v.dtype).replace("torch.", ""), shape))
+    return tuple(out)
+
+
+def describe_change(old: Signature, new: Signature) -> str:
+    """The first key (in key order) whose presence, dtype or shape differs, in words."""
+    o = {k: (d, s) for k, d, s in old}
+    n = {k: (d, s) for k, d, s in new}
+    for k in sorted(set(o) | set(n)):
+        if k not in n:
+            return f"key {k!r} is missing (the compiled program takes it: dtype {o[k][0]}, shape {o[k][1]})"
+        if k not in o:
+            return f"key {k!r} is new (dtype {n[k][0]}, shape {n[k][1]}); the compiled program does not take it"
+        if o[k][0] != n[k][0]:
+            return f"key {k!r} has dtype {n[k][0]}, the compiled program takes {o[k][0]}"
+        if o[k][1] != n[k][1]:
+            hint = (" (a layout table: loaders that fitted their layouts apart, e.g. train and "
+                    "test; fit it once on every graph and pass that loader's "
+                    "collator.layout_widths / layout_spills to both)"
+                    if k.rsplit("/", 1)[-1] in LAYOUT_KEYS else "")
+            return f"key {k!r} has shape {n[k][1]}, the compiled program takes {o[k][1]}{hint}"
+    return "signatures differ"
+
+
+def per_micro_batch(run: Callable[[Dict[str, Tensor]], Dict[str, Tensor]],
+                    flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
+    """``run`` on each micro-batch of ``flat``, outputs stacked on a new dim 0 (``[F, ...]``)."""
+    if GRAPH_MASK in flat and num_micro_batches(flat) > 1:
+        return stack_micro_batches([run(mb) for mb in split_micro_batches(flat)])
+    return run(dict(flat))
+
+
+def save_program(ep: Any, path: str, sig: Signature, training: bool) -> None:
+    meta = {
+        "format": "graph_adapter.export/1",
+        "signature": [[k, d, list(s)] for k, d, s in sig],
+        "training": training,
+    }
+    # torch.export.save pickles example_inputs: drop them (they hold a batch
+    # of the user's data and are not needed to run the program).
+    saved = getattr(ep, "_example_inputs", None)
+    try:
+        ep._example_inputs = None
+        torch.export.save(ep, path, extra_files={"graph_adapter.json": json.dumps(meta)})
+    finally:
+        ep._example_inputs = saved
+
+
+class LoadedProgram:
+    """A saved export: call it with flat dicts of the saved signature.
+
+    Its mode is the one it was exported in: ``.train(mode)`` for the other
+    mode raises ``ValueError``.
+    """
+
+    backend = "export"
+    compile_count = 0
+    steps_optimizer = False
+
+    def __init__(self, ep: Any, meta: Dict[str, Any]):
+        self.program = ep
+        self.signature: Signature = tuple((k, d, tuple(s)) for k, d, s in meta["signature"])
+        self.training = bool(meta["training"])
+        self._module = ep.module()
+
+    def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
+        sig = signature_of(flat)
+        if sig != self.signature:
+            raise ShapeChangedError(
+                f"loaded program: {describe_change(self.signature, sig)}; it was exported for "
+                f"one budget only."
+            )
+        return per_micro_batch(self._module, flat)
+
+    def train(self, mode: bool = True) -> "LoadedProgram":
+        if bool(mode) != self.training:
+            raise ValueError(f"this program was exported in {'train' if self.training else 'eval'} "
+                             f"mode; export it again in the other mode")
+        return self
+
+    def eval(self) -> "LoadedProgram":
+        return self.train(False)
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return self._module.parameters()
+
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Nothing to do: the caller steps its own optimizer."""
+
+
+def load(path: str) -> LoadedProgram:
+    """Load a program saved by :meth:`Compiled.save`."""
+    extra = {"graph_adapter.json": ""}
+    ep = torch.export.load(path, extra_files=extra)
+    if not extra["graph_adapter.json"]:
+        raise ValueError(f"{path} was not saved by graph_adapter (no graph_adapter.json inside)")
+    meta = json.loads(extra["graph_adapter.json"])
+    if meta.get("format") != "graph_adapter.export/1":
+        raise ValueError(f"{path}: unknown format {meta.get('format')!r}")
+    return LoadedProgram(ep, meta)
