@@ -368,6 +368,12 @@ def test_report_gives_the_interleaved_ratio_and_its_range():
     a.infer_round_graphs = e.infer_round_graphs = 10
     a.infer_warmup_rounds = e.infer_warmup_rounds = 0
     r.infer_rounds = 3
+    # the training rounds too, so that a busy machine's warm-up rounds (left out of
+    # the count) cannot change the text under test
+    a.train_round_seconds, e.train_round_seconds = [1.0, 2.0, 1.0], [2.0, 3.0, 3.0]
+    a.train_round_graphs = e.train_round_graphs = 10
+    a.train_warmup_rounds = e.train_warmup_rounds = 0
+    r.train_rounds = 3
     text = r.report()
     flat = " ".join(text.split())
     t_med, t_lo, t_hi = a.training_ratio(e)
