@@ -27,7 +27,9 @@ per-micro-batch losses poptorch hands back in ``on_train_batch_end`` /
 """
 from __future__ import annotations
 
+import importlib
 import sys
+import warnings
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional
 
 import torch
@@ -131,6 +133,19 @@ def ipu_strategy_options(options: Any, poptorch: Any = None,
     return kwargs
 
 
+def _is_ipu_strategy(strategy: Any) -> bool:
+    """lightning-graphcore's ``IPUStrategy`` (or a subclass), without importing it."""
+    return any(c.__name__ == "IPUStrategy" and c.__module__.startswith("lightning_graphcore")
+               for c in type(strategy).__mro__)
+
+
+def _default_precision_class() -> type:
+    """Lightning's default (32-bit) precision plugin class: ``Precision`` in newer
+    Lightning, ``PrecisionPlugin`` in 2.0."""
+    plugins = importlib.import_module(pl.__name__ + ".plugins.precision")
+    return getattr(plugins, "Precision", None) or getattr(plugins, "PrecisionPlugin")
+
+
 class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
     """A ``LightningModule`` for a wrapped model that takes a flat dict.
 
@@ -178,6 +193,38 @@ class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
         loss = _loss(self.model(batch), self.loss_key)
         self.log("val_loss", loss.detach(), prog_bar=True, batch_size=1)
         return loss
+
+    def setup(self, stage: str) -> None:
+        """Give lightning-graphcore's ``IPUStrategy`` the precision plugin it needs.
+
+        graphium builds its trainer as ``Trainer(strategy=IPUStrategy(training_opts=...,
+        inference_opts=...), accelerator=IPUAccelerator(), devices=1)``, with no
+        precision plugin: Lightning 2.0 then keeps its default one, which runs
+        backward on the host, outside the poptorch model ("element 0 of tensors does
+        not require grad"). Lightning calls this hook before the strategy sets up,
+        so the default plugin is swapped for ``IPUPrecision("32-true")`` here, with a
+        warning naming the explicit form. Any other non-IPU plugin raises
+        :class:`TypeError` naming the fix.
+        """
+        strategy = getattr(self.trainer, "strategy", None)
+        if strategy is None or not _is_ipu_strategy(strategy):
+            return
+        plugin = strategy.precision_plugin
+        if type(plugin).__name__ == "IPUPrecision":
+            return
+        from lightning_graphcore import IPUPrecision
+
+        if type(plugin) is not _default_precision_class() or plugin.precision != "32-true":
+            raise TypeError(
+                f"lightning-graphcore's IPUStrategy needs precision_plugin=IPUPrecision(...), got "
+                f"{type(plugin).__name__}({plugin.precision!r}): build it with "
+                f"IPUStrategy(**graph_adapter.lightning.ipu_strategy_options(opts, precision=...))")
+        strategy.precision_plugin = IPUPrecision("32-true")
+        warnings.warn(
+            "graph_adapter: IPUStrategy had Lightning's default precision plugin, which runs "
+            "backward outside the poptorch model; using lightning_graphcore.IPUPrecision('32-true') "
+            "(pass it yourself: IPUStrategy(**ipu_strategy_options(opts)))", UserWarning,
+            stacklevel=2)
 
     def _on_poptorch_strategy(self) -> bool:
         # lightning-graphcore's IPUStrategy keeps its poptorch models here.

@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import traceback
+import warnings
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 import torch
@@ -62,16 +63,20 @@ class CheckReport:
 
     ok: bool
     findings: List[Finding]
+    #: Errors of the checker's own code while it watched the model (never findings
+    #: about the model; each is also warned about: please report them).
+    internal_errors: List[str] = dataclasses.field(default_factory=list)
 
     @classmethod
-    def of(cls, findings: Iterable[Finding]) -> "CheckReport":
+    def of(cls, findings: Iterable[Finding], internal_errors: Iterable[str] = ()) -> "CheckReport":
         seen, unique = set(), []
         for f in findings:
             key = (f.kind, f.op.split(" (")[0], f.location)
             if key not in seen:
                 seen.add(key)
                 unique.append(f)
-        return cls(ok=not any(f.severity == "error" for f in unique), findings=unique)
+        return cls(ok=not any(f.severity == "error" for f in unique), findings=unique,
+                   internal_errors=list(dict.fromkeys(internal_errors)))
 
     @property
     def errors(self) -> List[Finding]:
@@ -93,16 +98,19 @@ class CheckReport:
             f"NOT OK: {len(self.errors)} error(s)")
         if self.warnings:
             head += f", {len(self.warnings)} warning(s)"
-        return "\n".join([head] + [
+        lines = [head] + [
             ("" if f.severity == "error" else "warning: ") + str(f) for f in self.findings
-        ])
+        ]
+        lines += [f"checker internal error (not about the model): {e}" for e in self.internal_errors]
+        return "\n".join(lines)
 
 
 
 # --------------------------------------------------------------------------
 # The passes
 # --------------------------------------------------------------------------
-def _fake_pass(model: nn.Module, sample: Any, training: bool, loss_key: str) -> List[Finding]:
+def _fake_pass(model: nn.Module, sample: Any, training: bool, loss_key: str,
+               internal: Optional[List[str]] = None) -> List[Finding]:
     from torch._subclasses.fake_tensor import (
         DataDependentOutputException,
         DynamicOutputShapeException,
@@ -118,6 +126,8 @@ def _fake_pass(model: nn.Module, sample: Any, training: bool, loss_key: str) -> 
         state[n] = mode.from_tensor(b)
     fake = map_tensors(sample, mode.from_tensor)
     watch = FunctionWatch(fake=True)
+    if internal is not None:
+        watch.internal_errors = internal  # the checker's own errors go there, not into findings
     try:
         with mode, watch:
             out = functional_call(model, state, (fake,))
@@ -148,9 +158,11 @@ def _fake_pass(model: nn.Module, sample: Any, training: bool, loss_key: str) -> 
     return []
 
 
-def _real_pass(model: nn.Module, sample: Any) -> List[Finding]:
+def _real_pass(model: nn.Module, sample: Any, internal: Optional[List[str]] = None) -> List[Finding]:
     findings: List[Finding] = []
     fwatch = FunctionWatch(findings)
+    if internal is not None:
+        fwatch.internal_errors = internal
     dwatch = DispatchWatch(findings, fwatch)
     before = state_addresses(model)
     try:
@@ -239,11 +251,16 @@ def check(
         if isinstance(m, IPUWrapped):
             m.trim = False  # poptorch runs the padded path: check that one
     model.train(training)
-    findings += _fake_pass(model, sample, training, loss_key)
-    findings += _real_pass(model, sample)
+    internal: List[str] = []
+    findings += _fake_pass(model, sample, training, loss_key, internal)
+    findings += _real_pass(model, sample, internal)
     order = {k: i for i, k in enumerate(KINDS)}
     findings.sort(key=lambda f: (f.severity != "error", order.get(f.kind, 99)))
-    return CheckReport.of(findings)
+    report = CheckReport.of(findings, internal)
+    for e in report.internal_errors:
+        warnings.warn(f"graph_adapter.check: an internal error of the checker, not a finding "
+                      f"about the model (please report it): {e}", RuntimeWarning, stacklevel=2)
+    return report
 
 
 def _copy_model(model: nn.Module) -> nn.Module:

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import os
 import traceback
+import weakref
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
@@ -34,7 +35,7 @@ from ._poptorch_ops import NO_HANDLER
 from .state import reassigned_state, state_addresses
 
 __all__ = ["KINDS", "POPTORCH_MESSAGES", "ADVICE", "NO_FAKE_KERNEL", "Finding", "FunctionWatch",
-           "DispatchWatch", "NoFakeKernel", "dispatcher_rules", "where", "with_via"]
+           "DispatchWatch", "HostTensors", "NoFakeKernel", "dispatcher_rules", "where", "with_via"]
 
 
 #: Every kind of finding, with what it means.
@@ -186,6 +187,86 @@ ADVICE = {
 
 
 # --------------------------------------------------------------------------
+# Where a tensor lives: the device, or the host
+# --------------------------------------------------------------------------
+_INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
+                    "__ifloordiv__", "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__",
+                    "__ilshift__", "__irshift__", "__imatmul__"}
+
+
+def _tensor_leaves(obj: Any) -> List[Tensor]:
+    return [t for t in torch.utils._pytree.tree_leaves(obj) if isinstance(t, Tensor)]
+
+
+def _mutates(short: str) -> bool:
+    """Whether a Tensor method of this name writes into its first argument."""
+    return (short.endswith("_") and not short.endswith("__")) or short in _INPLACE_DUNDERS
+
+
+class HostTensors:
+    """Which tensors of a forward live on the host, as under poptorch's dispatcher.
+
+    poptorch intercepts ops on IPU tensors only (``RegisterAtenOverloads.cpp``:
+    ``TORCH_LIBRARY_IMPL(_, IPU, m)`` registers the fallback for the IPU
+    dispatch key; ``emptyBase`` allocates a tensor with no IPU device with
+    ``at::native::empty_cpu``; ``copyInplace`` turns a CPU tensor copied onto
+    the IPU into a constant). So a tensor created in forward from Python
+    values without a device read off a tensor (``torch.as_tensor(h.shape[:-1])``,
+    ``torch.tensor(3)``, ``torch.zeros(4)``) is a CPU tensor: reading it runs on
+    the host, eagerly. What is computed from host tensors only stays on the
+    host; one device tensor among the arguments makes the result a device
+    tensor. Inputs, parameters, buffers and every tensor this class was not
+    told about count as device tensors (the conservative default).
+
+    Tensors are kept by weak reference (an ``id()`` is reused once a tensor dies).
+    """
+
+    def __init__(self) -> None:
+        self._host: Dict[int, Any] = {}
+
+    def is_host(self, t: Tensor) -> bool:
+        ref = self._host.get(id(t))
+        return ref is not None and ref() is t
+
+    def is_host_call(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+                     tensor_devices: Sequence[torch.device] = ()) -> bool:
+        """Whether a call runs on the host: its tensor arguments are all host tensors,
+        or it has none and names no device read off a tensor (``device=x.device``)."""
+        from_tensors = {id(d) for d in tensor_devices}
+        leaves = torch.utils._pytree.tree_leaves((tuple(args), dict(kwargs)))
+        if any(isinstance(a, torch.device) and id(a) in from_tensors for a in leaves):
+            return False
+        return all(self.is_host(t) for t in leaves if isinstance(t, Tensor))
+
+    def mark(self, t: Tensor) -> None:
+        key = id(t)
+
+        def forget(ref: Any, key: int = key) -> None:
+            if self._host.get(key) is ref:
+                del self._host[key]
+
+        self._host[key] = weakref.ref(t, forget)
+
+    def unmark(self, t: Tensor) -> None:
+        if self.is_host(t):
+            del self._host[id(t)]
+
+    def record(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], out: Any,
+               host: bool) -> None:
+        """After a top-level call: its tensor outputs live where the call ran; a host
+        tensor written with device values (in place, or as ``out=``) becomes a device one."""
+        if host:
+            for t in _tensor_leaves(out):
+                self.mark(t)
+            return
+        written = _tensor_leaves(out) + _tensor_leaves(kwargs.get("out"))
+        if args and isinstance(args[0], Tensor) and _mutates(_short_fn(name)):
+            written.append(args[0])
+        for t in written:
+            self.unmark(t)
+
+
+# --------------------------------------------------------------------------
 # The passes
 # --------------------------------------------------------------------------
 class FunctionWatch(TorchFunctionMode):
@@ -200,33 +281,67 @@ class FunctionWatch(TorchFunctionMode):
         # Devices read off tensors (t.device): on the IPU they are the IPU, so a
         # .to() onto one is no host transfer. Kept alive so their id()s stay unique.
         self.tensor_devices: List[torch.device] = []
+        self.origins = HostTensors()
+        # True while a top-level call runs on host tensors only (DispatchWatch
+        # then records nothing: poptorch runs such ops on the CPU, eagerly).
+        self.on_host = False
+        # Errors of the watch's own code (never findings about the model).
+        self.internal_errors: List[str] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = _fn_name(func)
-        if self.findings is not None:
-            self._inspect(func, name, args, kwargs)
-        if self.fake and not self.stack:
+        top = not self.stack
+        host = False
+        if top:
+            host = self._guard(lambda: self.origins.is_host_call(args, kwargs, self.tensor_devices),
+                               name, False)
+            if self.findings is not None and not host:
+                finding = self._guard(lambda: self._inspect(func, name, args, kwargs), name, None)
+                if finding is not None:
+                    self.findings.append(finding)  # may raise: dispatcher_rules' first error
+        if self.fake and top and not host:
             replaced = _fake_standin(func, name, args, kwargs)
             if replaced is not None:
                 return replaced
         self.stack.append(name)
+        previous, self.on_host = self.on_host, self.on_host or host
         try:
-            out = func(*args, **kwargs)
+            if host and self.fake:
+                # A host tensor holds data under poptorch too: compute it for real.
+                from torch._subclasses.fake_tensor import unset_fake_temporarily
+                with unset_fake_temporarily():
+                    out = func(*args, **kwargs)
+            else:
+                out = func(*args, **kwargs)
         except Exception:
             if self.failed is None:
                 self.failed = name
             raise
         finally:
             self.stack.pop()
+            self.on_host = previous
         if isinstance(out, torch.device) and getattr(func, "__self__", None) is Tensor.device:
             self.tensor_devices.append(out)
+        if top:
+            # After a (reported) move to the CPU the result is a host tensor: what is
+            # computed from it is the same problem, reported once, at the move.
+            moved = not host and self._guard(
+                lambda: _moves_to_host(name, args, kwargs, self.tensor_devices), name, False)
+            self._guard(lambda: self.origins.record(name, args, kwargs, out, host or moved),
+                        name, None)
         return out
 
-    def _inspect(self, func, name: str, args, kwargs) -> None:
+    def _guard(self, step: Callable[[], Any], name: str, default: Any) -> Any:
+        """Run one of the watch's own steps; an error in it is the watch's, never the model's."""
+        try:
+            return step()
+        except Exception as exc:  # noqa: BLE001 - kept apart from the model's findings
+            self.internal_errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            return default
+
+    def _inspect(self, func, name: str, args, kwargs) -> Optional[Finding]:
         short = _short_fn(name)
-        if self.stack:  # only calls made by user code / PyG, not torch's own inner calls
-            return
         kind, message = None, ""
         if short in _HOST_FUNCS and name.startswith("torch.Tensor"):
             kind = "host-transfer"
@@ -238,9 +353,9 @@ class FunctionWatch(TorchFunctionMode):
         elif _is_extension_op(func) and not _has_fake_kernel(func):
             kind, message = "unsupported-op", NO_FAKE_KERNEL
         if kind is None:
-            return
+            return None
         location, via = where(traceback.extract_stack()[:-2])
-        self.findings.append(Finding(kind, name, location, with_via(message or ADVICE[kind], via)))
+        return Finding(kind, name, location, with_via(message or ADVICE[kind], via))
 
 
 NO_FAKE_KERNEL = (
@@ -255,7 +370,9 @@ def _is_extension_op(func: Any) -> bool:
     """A ``torch.ops.<namespace>`` op outside PyTorch's own namespaces (e.g. torch_scatter)."""
     if not isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return False
-    return func._qualified_op_name.split("::")[0] not in _CORE_NAMESPACES
+    # An OpOverload has ``namespace``; only an OpOverloadPacket has ``_qualified_op_name``.
+    namespace = getattr(func, "namespace", None) or func._qualified_op_name.split("::")[0]
+    return namespace not in _CORE_NAMESPACES
 
 
 def _has_fake_kernel(func: Any) -> bool:
@@ -300,6 +417,15 @@ def _fake_standin(func: Any, name: str, args: Sequence[Any], kwargs: Mapping[str
     return torch.zeros(minlength, dtype=dtype, device=args[0].device)
 
 
+def _moves_to_host(name: str, args: Sequence[Any], kwargs: Mapping[str, Any],
+                   tensor_devices: Sequence[torch.device] = ()) -> bool:
+    """Whether a call is a Tensor method that moves its tensor to the CPU (``.cpu()``, ``.to("cpu")``)."""
+    if not name.startswith("torch.Tensor"):
+        return False
+    short = _short_fn(name)
+    return short == "cpu" or (short == "to" and _targets_cpu(args[1:], kwargs, tensor_devices))
+
+
 def _targets_cpu(args: Sequence[Any], kwargs: Mapping[str, Any],
                  tensor_devices: Sequence[torch.device] = ()) -> bool:
     """Whether ``.to(*args, **kwargs)`` names the CPU (a device read off a tensor does not)."""
@@ -323,6 +449,8 @@ class DispatchWatch(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if self.fwatch.on_host:  # poptorch runs it on the CPU, eagerly: no rule applies
+            return out
         packet = func._overloadpacket.__name__
         aten = f"aten.{func._overloadpacket.__name__}"
         caller = self.fwatch.stack[0] if self.fwatch.stack else ""

@@ -18,6 +18,7 @@ import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
 from ..data.format import GRAPH_MASK, LOSS_KEY, loss_of
+from .dispatcher import dispatcher_rules
 from .inputs import host_micro_batch, map_tensors, named_tensors, narrow
 from .options import IPUOptions
 
@@ -335,9 +336,12 @@ class IPUEmulator:
             _validate(sigs[n], named[n], n)
 
     def _call_model(self, mb: Any) -> Any:
-        """Run the model on one micro-batch ``(args, kwargs)``; subclasses add rules here."""
+        """Run the model on one micro-batch ``(args, kwargs)`` under poptorch's dispatcher
+        rules (:func:`~graph_adapter.ipu.dispatcher.dispatcher_rules`, the same rules as
+        ``emulate_poptorch()`` and ``check()``): the first violation raises :class:`EmulatorError`."""
         args, kwargs = mb
-        return self.model(*args, **kwargs)
+        with dispatcher_rules(self.model, error=EmulatorError):
+            return self.model(*args, **kwargs)
 
     def _micro_loss(self, out: Any) -> Tensor:
         """The loss to differentiate in one micro-batch's output."""

@@ -523,6 +523,41 @@ def _module() -> types.ModuleType:
     return _MODULE
 
 
+#: Modules that read ``package_available("poptorch")`` once, at import, into a
+#: module constant (lightning-graphcore 0.1.0, ``accelerator.py`` / ``strategy.py``):
+#: imported before the emulation, they keep "no poptorch" for good.
+_READ_AT_IMPORT = ("lightning_graphcore.accelerator", "lightning_graphcore.strategy")
+
+
+def _refuse_stale_lookups() -> None:
+    """Raise when a module that reads poptorch at import already decided it is missing."""
+    for name in _READ_AT_IMPORT:
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "_POPTORCH_AVAILABLE", None) is False:
+            raise EmulatorError(
+                f"{name} was imported before emulate_poptorch() and has recorded that poptorch is "
+                f"missing: call graph_adapter.ipu.emulate_poptorch() before importing "
+                f"lightning_graphcore (or anything that imports it)")
+
+
+def _forget_poptorch_lookups() -> None:
+    """Clear lightning-utilities' memoised ``package_available`` / ``module_available``.
+
+    Lightning imports them and calls ``package_available("poptorch")`` at
+    import (an ``lru_cache``): anything that imported Lightning first (graphium
+    does) would make every later lookup, lightning-graphcore's included, see
+    no poptorch. Cleared, the next lookup finds the emulation (its module has a
+    ``__spec__``).
+    """
+    mod = sys.modules.get("lightning_utilities.core.imports")
+    if mod is None:
+        return
+    for name in ("package_available", "module_available"):
+        clear = getattr(getattr(mod, name, None), "cache_clear", None)
+        if clear is not None:
+            clear()
+
+
 class emulate_poptorch:  # noqa: N801 - used as a function: emulate_poptorch()
     """Put the emulated ``poptorch`` in ``sys.modules`` now; as a context manager, restore on exit.
 
@@ -531,19 +566,28 @@ class emulate_poptorch:  # noqa: N801 - used as a function: emulate_poptorch()
     restores the previous ``sys.modules["poptorch"]`` (or its absence) on
     exit, as does :meth:`restore`. Modules that imported poptorch meanwhile
     (lightning-graphcore binds it at import) keep the emulated module.
+
+    Import order: Lightning may be imported first (graphium imports it): the
+    emulation clears lightning-utilities' memoised ``package_available`` so
+    later lookups find it. lightning-graphcore itself must be imported after
+    it (it records poptorch's absence in module constants at import); if it
+    was imported first, this raises :class:`EmulatorError` saying so.
     """
 
     def __init__(self) -> None:
+        _refuse_stale_lookups()
         self._missing = object()
         self._previous = sys.modules.get("poptorch", self._missing)
         self.module = _module()
         sys.modules["poptorch"] = self.module
+        _forget_poptorch_lookups()
 
     def restore(self) -> None:
         if self._previous is self._missing:
             sys.modules.pop("poptorch", None)
         else:
             sys.modules["poptorch"] = self._previous
+        _forget_poptorch_lookups()  # a later lookup sees what is there now
 
     def __enter__(self) -> types.ModuleType:
         return self.module

@@ -127,7 +127,7 @@ def test_clean_gin_with_micro_batches_and_options():
     # poptorch's meta kernel: "Bincount `minlength` must be specified" (RegisterMetaOps.cpp.inc)
     ("bincount", "data-dependent-shape", "bincount"),
     # torch_scatter's C++ op has no fake kernel: the dispatcher cannot run it
-    ("scatter_max", "unsupported-op", "scatter_max"),
+    pytest.param("scatter_max", "unsupported-op", "scatter_max", marks=pytest.mark.needs_scatter),
 ])
 def test_each_problem_is_caught_and_named(problem, kind, op):
     report = check(Bad(problem), flat_batch(), training=False)
@@ -332,8 +332,8 @@ def test_model_holding_non_leaf_tensors_is_checked():
     assert not model.conv.att_x.is_leaf  # the user's model is untouched
 
 
+@pytest.mark.needs_scatter
 def test_extension_op_without_fake_kernel_is_unsupported_not_an_error():
-    pytest.importorskip("torch_scatter")
     for training in (False, True):
         report = check(Bad("scatter_max"), flat_batch(), training=training)
         kinds = [f.kind for f in report.findings]

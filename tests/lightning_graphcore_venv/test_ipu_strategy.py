@@ -148,3 +148,77 @@ def test_unmarked_loss_is_refused_as_poptorch_refuses_it(trained):
     with emulate_poptorch():
         with pytest.raises(EmulatorError, match="Couldn't find a loss in graph!"):
             _trainer(opts, max_steps=1).fit(module, train_dataloaders=loader)
+
+
+def _graphium_trainer(opts, **kw):
+    """graphium's own form (graphium/config/_loader.py, load_trainer): both options, no
+    precision plugin."""
+    strategy = lg.IPUStrategy(training_opts=opts.to_poptorch(),
+                              inference_opts=opts.for_inference().to_poptorch())
+    return pl.Trainer(strategy=strategy, accelerator=lg.IPUAccelerator(), devices=1, logger=False,
+                      enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, **kw)
+
+
+def test_graphiums_trainer_form_trains_with_a_warning_naming_the_explicit_form(trained):
+    """Issue 27 item 2: with no precision plugin Lightning 2.0 keeps its default one (backward
+    on the host: "element 0 of tensors does not require grad"); FlatDictModule.setup swaps in
+    IPUPrecision("32-true") and says so."""
+    opts = trained["ipu_opts"]
+    with emulate_poptorch():
+        torch.manual_seed(0)
+        module = FlatDictModule(ga.ipu_wrap(trained["Net"](), loss_fn=ga.masked_loss("mse")), lr=1e-2)
+        before = _trainer(opts).validate(module, trained["val"], verbose=False)[0]["val_loss"]
+        trainer = _graphium_trainer(opts, max_epochs=3)
+        with pytest.warns(UserWarning, match=r"using lightning_graphcore.IPUPrecision\('32-true'\)"):
+            trainer.fit(module, train_dataloaders=trained["train"])
+        assert type(trainer.strategy.precision_plugin).__name__ == "IPUPrecision"
+        # one optimizer step a host batch; the shuffled loader packs its epochs anew
+        # (measured here: 47 steps for len() 16, 3 epochs)
+        assert 3 * (len(trained["train"]) - 1) <= trainer.global_step <= 3 * len(trained["train"])
+        after = _trainer(opts).validate(module, trained["val"], verbose=False)[0]["val_loss"]
+    print("graphium form: val_loss before, after:", before, after)
+    assert after < 0.9 * before, (before, after)
+
+
+def test_another_precision_plugin_on_the_ipu_strategy_is_named(trained):
+    from lightning.pytorch.plugins.precision import MixedPrecisionPlugin
+
+    opts = trained["ipu_opts"]
+    with emulate_poptorch():
+        strategy = lg.IPUStrategy(training_opts=opts.to_poptorch(),
+                                  inference_opts=opts.for_inference().to_poptorch(),
+                                  precision_plugin=MixedPrecisionPlugin("16-mixed", "cpu"))
+        module = FlatDictModule(ga.ipu_wrap(trained["Net"](), loss_fn=ga.masked_loss("mse")))
+        trainer = pl.Trainer(strategy=strategy, accelerator=lg.IPUAccelerator(), devices=1,
+                             logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             max_steps=1)
+        with pytest.raises(TypeError, match=r"IPUStrategy needs precision_plugin=IPUPrecision.*"
+                           r"ipu_strategy_options\(opts"):
+            trainer.fit(module, train_dataloaders=trained["train"])
+
+
+_ORDER = """
+import {first}
+from lightning_utilities.core.imports import package_available
+from graph_adapter.ipu import emulate_poptorch
+emulate_poptorch()
+import lightning_graphcore as lg
+print(package_available("poptorch"), lg.IPUAccelerator.is_available())
+"""
+
+
+def test_emulation_after_lightning_was_imported(tmp_path):
+    """Issue 25 item 3: graphium imports Lightning before the user's emulate_poptorch()."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", _ORDER.format(first="lightning.pytorch")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2:] == ["True", "True"], proc.stdout
+    # lightning-graphcore itself imported first: one line says what to do.
+    proc = subprocess.run([sys.executable, "-c", _ORDER.format(first="lightning_graphcore")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert ("lightning_graphcore.accelerator was imported before emulate_poptorch()"
+            in proc.stderr), proc.stderr[-3000:]
