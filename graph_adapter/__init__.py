@@ -43,6 +43,7 @@ from .data.budget import Budget
 from .data.packing import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
 from .data.collate import Collator, collate_padded, unpad_batch
 from .data.loader import FixedSizeLoader, LoaderStats
+from .data.neighbor import FixedSizeNeighborLoader, NeighborLoaderStats
 from .nn import losses
 from .nn.wrap import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
                    UnboundInputError, ipu_wrap, unpad)
@@ -94,6 +95,8 @@ __all__ = [
     "unpad_batch",
     "FixedSizeLoader",
     "LoaderStats",
+    "FixedSizeNeighborLoader",
+    "NeighborLoaderStats",
     "ipu_wrap",
     "unpad",
     "IPUWrapped",

@@ -1,0 +1,313 @@
+"""A large graph as CSC + a vectorised torch neighbour sampler (no compiled extension).
+
+PyG 2.8's ``NeighborLoader`` needs pyg-lib or torch-sparse; this module needs
+torch only. It samples as PyG's ``NeighborSampler`` does for node-level
+training with ``directed=True`` (the default):
+
+* hop ``h`` samples, for every node *added* in hop ``h - 1`` (the seeds for
+  hop 0), ``num_neighbors[h]`` of its in-neighbours (sources ``u`` of edges
+  ``u -> v``): without replacement (each of a node's in-edges at most once,
+  uniformly: a uniformly random ``k``-subset), all of them where the fanout
+  is ``-1`` or the node has at most ``k``, or ``k`` draws with replacement
+  with ``replace=True``;
+* a sampled source not seen before becomes a new row (rows in order of first
+  appearance, seeds first); one already seen keeps its row and is not
+  expanded again;
+* the subgraph's ``edge_index`` is ``[source row, destination row]`` of the
+  sampled edges only (a directed subgraph: message flow towards the seeds),
+  ``e_id`` their ids in the input ``edge_index``;
+* ``disjoint=True``: every seed grows its own tree (a node reached from two
+  seeds is two rows); ``seed_of`` gives each row's seed position.
+
+Randomness comes only from the ``torch.Generator`` passed in, so a sample is
+a function of (graph, seeds, fanouts, generator state): the loaders seed one
+per batch from ``(seed, epoch, batch index)``, deterministic with any number
+of workers.
+
+Cost: hop ``h`` sorts one random key per in-edge of its frontier (sum of the
+frontier's in-degrees), so graphs with very high-degree hubs pay for the hub's
+whole neighbour list; a Floyd-style subset draw would avoid it (not done).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["CSC", "Sample", "FanoutError", "check_fanouts", "sample_neighbors", "sample_hop"]
+
+
+class FanoutError(ValueError):
+    """A ``num_neighbors`` that is not a non-empty list of ints ``>= -1`` (or, per
+    edge type, lists of one length for edge types the graph has)."""
+
+
+def check_fanouts(num_neighbors: Sequence[int], where: str = "num_neighbors") -> List[int]:
+    """``num_neighbors`` as a list of ints, or a :class:`FanoutError` naming the bad entry."""
+    if isinstance(num_neighbors, (int, str)) or not hasattr(num_neighbors, "__len__"):
+        raise FanoutError(f"{where}={num_neighbors!r}: give one fanout per hop as a list, "
+                          f"e.g. [10, 5] (-1 = all neighbours)")
+    fan = list(num_neighbors)
+    if not fan:
+        raise FanoutError(f"{where}=[]: give at least one hop, e.g. [10, 5]")
+    for i, k in enumerate(fan):
+        if isinstance(k, bool) or not isinstance(k, int) or k < -1:
+            raise FanoutError(f"{where}[{i}]={k!r}: a fanout is an int >= 0, or -1 for all "
+                              f"neighbours")
+    return fan
+
+
+@dataclass
+class CSC:
+    """In-neighbour lists of a graph: for destination ``v`` its sources are
+    ``row[colptr[v]:colptr[v + 1]]`` and their edge ids ``perm[...]``.
+
+    ``colptr`` [N + 1] int64, ``row`` [E] int64, ``perm`` [E] int64 (edge id in
+    the input ``edge_index`` of each CSC slot; ``None`` when not kept).
+    Within a destination, sources keep the input edge order (stable sort).
+    """
+
+    colptr: Tensor
+    row: Tensor
+    perm: Optional[Tensor]
+    num_nodes: int
+    _scratch: Optional[Tensor] = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_edge_index(cls, edge_index: Tensor, num_nodes: int, keep_edge_ids: bool = True
+                        ) -> "CSC":
+        """Build the CSC of ``edge_index`` [2, E] (``u -> v``: row 0 source, row 1 destination)."""
+        if edge_index.dim() != 2 or edge_index.size(0) != 2:
+            raise ValueError(f"edge_index has shape {tuple(edge_index.shape)}; expected [2, E]")
+        if edge_index.is_floating_point():
+            raise TypeError(f"edge_index has dtype {edge_index.dtype}; expected an integer dtype")
+        ei = edge_index.long()
+        if ei.numel() and (int(ei.min()) < 0 or int(ei.max()) >= num_nodes):
+            bad = int(((ei < 0) | (ei >= num_nodes)).any(0).nonzero()[0])
+            raise ValueError(f"edge_index column {bad} = {ei[:, bad].tolist()} is outside "
+                             f"[0, {num_nodes}) (num_nodes={num_nodes})")
+        dst = ei[1]
+        perm = torch.sort(dst, stable=True).indices
+        counts = torch.bincount(dst, minlength=num_nodes)
+        colptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+        torch.cumsum(counts, 0, out=colptr[1:])
+        row = ei[0][perm]
+        return cls(colptr, row, perm if keep_edge_ids else None, num_nodes)
+
+    def scratch(self) -> Tensor:
+        """A ``[N]`` int64 array of ``-1`` kept for the sampler (made on first use)."""
+        if self._scratch is None:
+            self._scratch = torch.full((self.num_nodes,), -1, dtype=torch.long)
+        return self._scratch
+
+    def in_degree(self, nodes: Tensor) -> Tensor:
+        """In-degree of each of ``nodes``."""
+        return self.colptr[nodes + 1] - self.colptr[nodes]
+
+
+@dataclass
+class Sample:
+    """One sampled subgraph (global ids; rows = positions in ``n_id``).
+
+    ``n_id`` [n]: global node id of each row, seeds first (in the order given);
+    ``edge_index`` [2, m]: ``[source row, destination row]``, hop by hop;
+    ``e_id`` [m]: input edge id of each sampled edge (``None`` without ids);
+    ``nodes_per_hop`` / ``edges_per_hop``: rows / edges added by each hop
+    (``nodes_per_hop[0]`` = the seeds); ``seed_of`` [n]: the seed position of
+    each row's tree (``disjoint=True``; else ``None``).
+    """
+
+    n_id: Tensor
+    edge_index: Tensor
+    e_id: Optional[Tensor]
+    nodes_per_hop: List[int]
+    edges_per_hop: List[int]
+    seed_of: Optional[Tensor] = None
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.n_id.numel())
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.size(1))
+
+
+def _segments(counts: Tensor) -> Tensor:
+    """``[0]*c0 + [1]*c1 + ...`` for ``counts`` [F]."""
+    return torch.repeat_interleave(torch.arange(counts.numel()), counts)
+
+
+def sample_hop(csc: CSC, frontier: Tensor, k: int, replace: bool, gen: torch.Generator
+               ) -> tuple:
+    """Sample ``k`` in-edges of each of ``frontier`` (global ids) [F].
+
+    Returns ``(seg, pos)``: for every sampled edge, the frontier position of
+    its destination and its CSC slot, grouped by frontier position in order.
+    Without replacement a node with more than ``k`` in-edges gets a uniformly
+    random ``k``-subset (random keys sorted within each node's segment), in
+    CSC order; ``k == -1`` or fewer than ``k`` in-edges: all of them.
+    """
+    start = csc.colptr[frontier]
+    deg = csc.colptr[frontier + 1] - start
+    if replace and k >= 0:
+        cnt = torch.where(deg > 0, torch.full_like(deg, k), torch.zeros_like(deg))
+        seg = _segments(cnt)
+        r = torch.rand(seg.numel(), generator=gen, dtype=torch.float64)
+        pos = start[seg] + (r * deg[seg]).long().clamp(max=(deg[seg] - 1).clamp(min=0))
+        return seg, pos
+    seg = _segments(deg)
+    seg_start = torch.cumsum(deg, 0) - deg  # first expanded slot of each segment
+    off = torch.arange(seg.numel()) - seg_start[seg]
+    pos = start[seg] + off
+    if k < 0:
+        return seg, pos
+    big = deg > k
+    if not bool(big.any()):
+        return seg, pos
+    # A uniform k-subset of each big segment: sort (segment, random key), keep
+    # the first k of each segment, then restore CSC order (a boolean keep mask
+    # over the expanded order keeps it).
+    r = torch.rand(seg.numel(), generator=gen, dtype=torch.float64)
+    order = torch.argsort(seg.double() + r)  # r in [0, 1): segments stay apart
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel()) - seg_start[seg[order]]
+    keep = (~big[seg]) | (rank < k)
+    return seg[keep], pos[keep]
+
+
+def _first_occurrence_unique(keys: Tensor) -> Tensor:
+    """Distinct values of ``keys`` in order of first occurrence."""
+    if keys.numel() == 0:
+        return keys
+    uniq, inv = torch.unique(keys, return_inverse=True)
+    first = torch.full((uniq.numel(),), keys.numel(), dtype=torch.long)
+    first.scatter_reduce_(0, inv, torch.arange(keys.numel()), reduce="amin")
+    return uniq[torch.argsort(first)]
+
+
+class _Rows:
+    """Row ids of node keys seen so far (sorted keys + their rows: searchsorted lookups)."""
+
+    def __init__(self, keys: Tensor):
+        self.keys_in_order = [keys]
+        self.n = keys.numel()
+        self.sorted, idx = torch.sort(keys)
+        self.rows = idx
+
+    def lookup(self, keys: Tensor) -> Tensor:
+        """Row of each key, ``-1`` where unseen."""
+        if self.sorted.numel() == 0:
+            return torch.full_like(keys, -1)
+        at = torch.searchsorted(self.sorted, keys).clamp(max=self.sorted.numel() - 1)
+        hit = self.sorted[at] == keys
+        return torch.where(hit, self.rows[at], torch.full_like(keys, -1))
+
+    def add(self, new: Tensor) -> None:
+        """Give ``new`` (distinct, unseen keys) the next rows, in order."""
+        if new.numel() == 0:
+            return
+        rows = torch.arange(self.n, self.n + new.numel())
+        self.keys_in_order.append(new)
+        self.n += new.numel()
+        allk = torch.cat([self.sorted, new])
+        allr = torch.cat([self.rows, rows])
+        self.sorted, o = torch.sort(allk)
+        self.rows = allr[o]
+
+
+class _ArrayRows:
+    """Row ids of global node ids in a scratch array [N] (``-1`` = unseen): O(1)
+    lookups for the non-disjoint case; :meth:`reset` leaves it all ``-1`` again."""
+
+    def __init__(self, scratch: Tensor, keys: Tensor):
+        self.scratch, self.n, self.touched = scratch, keys.numel(), [keys]
+        scratch[keys] = torch.arange(keys.numel())
+
+    def lookup(self, keys: Tensor) -> Tensor:
+        return self.scratch[keys]
+
+    def add(self, new: Tensor) -> None:
+        self.scratch[new] = torch.arange(self.n, self.n + new.numel())
+        self.touched.append(new)
+        self.n += new.numel()
+
+    def reset(self) -> None:
+        for t in self.touched:
+            self.scratch[t] = -1
+
+
+def sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *,
+                     replace: bool = False, disjoint: bool = False,
+                     generator: Optional[torch.Generator] = None) -> Sample:
+    """Sample the ``len(num_neighbors)``-hop directed subgraph around ``seeds``.
+
+    Args:
+        csc: the graph (:meth:`CSC.from_edge_index`).
+        seeds: [B] global node ids, distinct (a repeated seed would be two rows
+            only with ``disjoint=True``).
+        num_neighbors: fanout per hop (``-1`` = all in-neighbours).
+        replace: sample with replacement (``k`` draws per node with any in-edge).
+        disjoint: one tree per seed (rows are (seed, node) pairs).
+        generator: the only source of randomness.
+
+    Returns a :class:`Sample` (see the module docstring for the order).
+    """
+    fan = check_fanouts(num_neighbors)
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    seeds = seeds.long().reshape(-1)
+    N = csc.num_nodes
+    B = seeds.numel()
+    tree = torch.arange(B) if disjoint else None
+    keys = tree * N + seeds if disjoint else seeds
+    if not disjoint and _first_occurrence_unique(seeds).numel() != B:
+        raise ValueError("sample_neighbors: the seeds repeat a node; give distinct seeds "
+                         "(or disjoint=True, one tree per seed)")
+    # Non-disjoint: a scratch array of the graph's size (O(1) lookups), one per
+    # CSC and process (workers fork their own copy); disjoint keys are
+    # (tree, node) pairs: sorted keys + searchsorted.
+    rows = _Rows(keys) if disjoint else _ArrayRows(csc.scratch(), keys)
+    n_ids = [seeds]
+    trees = [tree] if disjoint else []
+    frontier, frontier_rows, frontier_tree = seeds, torch.arange(B), tree
+    src_rows: List[Tensor] = []
+    dst_rows: List[Tensor] = []
+    e_ids: List[Tensor] = []
+    nodes_per_hop, edges_per_hop = [B], []
+    try:
+        for k in fan:
+            seg, pos = sample_hop(csc, frontier, k, replace, gen)
+            src = csc.row[pos]
+            src_key = frontier_tree[seg] * N + src if disjoint else src
+            known = rows.lookup(src_key)
+            new = _first_occurrence_unique(src_key[known < 0])
+            rows.add(new)
+            r = rows.lookup(src_key)
+            src_rows.append(r)
+            dst_rows.append(frontier_rows[seg])
+            if csc.perm is not None:
+                e_ids.append(csc.perm[pos])
+            new_nodes = new % N if disjoint else new
+            n_ids.append(new_nodes)
+            new_tree = new // N if disjoint else None
+            if disjoint:
+                trees.append(new_tree)
+            nodes_per_hop.append(int(new.numel()))
+            edges_per_hop.append(int(r.numel()))
+            frontier = new_nodes
+            frontier_rows = torch.arange(rows.n - new.numel(), rows.n)
+            frontier_tree = new_tree
+    finally:  # leave the scratch all -1 for the next call, even after an error
+        if not disjoint:
+            rows.reset()
+    edge_index = torch.stack([torch.cat(src_rows), torch.cat(dst_rows)])
+    return Sample(
+        n_id=torch.cat(n_ids),
+        edge_index=edge_index,
+        e_id=torch.cat(e_ids) if csc.perm is not None else None,
+        nodes_per_hop=nodes_per_hop,
+        edges_per_hop=edges_per_hop,
+        seed_of=torch.cat(trees) if disjoint else None,
+    )

@@ -1,0 +1,536 @@
+"""``FixedSizeNeighborLoader``: node-level training on one large graph, at one shape.
+
+Every batch is the directed subgraph sampled around ``batch_size`` seed nodes
+(:func:`graph_adapter.data.csr.sample_neighbors`, PyG ``NeighborLoader``
+semantics), padded to one :class:`~graph_adapter.data.budget.Budget` and
+flattened to the format of ``docs/dev/FORMAT.md``, as ``collate_padded`` lays
+out one graph (bit for bit: ``tests/data/test_neighbor.py`` checks it):
+
+* one real graph slot (the subgraph) and one padding slot: ``graphs=2``,
+  ``batch`` = 0 on the real rows, 1 on padding rows, ``ptr = [0, n, N]``;
+* rows: the seeds first (in batch order), then the nodes of hop 1, hop 2, ...
+  (PyG's order); padding rows after them (zero features, at least two);
+* ``edge_index`` ``[source row, destination row]`` (messages flow towards the
+  seeds), padding edges the self-loop ``(N - 1, N - 1)``;
+* extra keys, all node-level (``[N]``) or edge-level (``[E]``):
+  ``n_id`` global node id of each row (padding rows: ``pad_id``, default
+  ``-1``: never a node id; clamp it before an embedding lookup),
+  ``e_id`` input edge id of each sampled edge (padding: ``pad_id``),
+  ``seed_mask`` True on the seed rows (a node-level mask with the node count,
+  so FORMAT's level rules read it as node-level; it is not a reserved name),
+  ``seed_of`` with ``disjoint=True``: the seed position of each row's tree;
+* every node-level tensor attribute of the graph (``x``, ``y``,
+  ``train_mask``, ...) gathered by ``n_id``, every edge-level one
+  (``edge_attr``, ...) by ``e_id``; graph-level attributes are left out
+  (listed in ``excluded_keys``).
+
+Loss and outputs on the seed rows only: the masked helpers of
+:mod:`graph_adapter.nn.losses` with the seed mask,
+``ipu_wrap(model, loss_fn=lambda out, b: losses.masked_cross_entropy(out, b["y"],
+b["seed_mask"]))`` (a mean over the seeds; a fill batch gives 0), and on the
+host ``out[:loader.seeds_in(flat)]`` (seed rows are the first) with their
+global ids ``flat["n_id"][flat["seed_mask"]]``.
+
+Budgets (``budget=None``): sampled from the loader's own sampler
+(``fit_batches`` batches, streams apart from the training ones) at the
+``success_ratio`` quantile of the real node and edge counts, plus the reserved
+padding nodes, ties nudged apart (FORMAT: no two row counts equal). A sampled
+subgraph over the budget is handled by ``oversize``:
+
+* ``"trim"`` (default): keep the first rows (the seeds and the nearest hops:
+  rows are in hop order) and the first edges (hop order) that fit: the
+  farthest hop loses its last-sampled nodes and edges, deterministically.
+  Every cut is counted in ``loader.stats`` (``trimmed_batches``,
+  ``trimmed_nodes``, ``trimmed_edges``) and warned about once per epoch;
+* ``"error"``: raise :class:`SubgraphOversizeError` naming the batch, its
+  sizes and the budget.
+
+Every input node is a seed exactly once per epoch, across ranks too: batch
+``b`` of rank ``r`` holds the seeds of chunk ``b * world_size + r`` of the
+epoch's (shuffled) seed order; ranks get equally many batches, the tail ones
+possibly short or fully padded (``seed_mask`` all False: a masked loss of 0).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .budget import RESERVED_NODES, Budget
+from .csr import CSC, FanoutError, Sample, check_fanouts, sample_neighbors
+from .format import (BATCH, EDGE_MASK, GRAPH_MASK, NODE_MASK, PTR, RESERVED_KEYS,
+                     stack_micro_batches)
+
+__all__ = ["FixedSizeNeighborLoader", "NeighborLoaderStats", "SubgraphOversizeError",
+           "InputNodesError", "OVERSIZE_POLICIES", "N_ID", "E_ID", "SEED_MASK", "SEED_OF",
+           "fit_neighbor_budget", "pad_sample", "trim_sample", "check_hetero_fanouts"]
+
+N_ID = "n_id"
+E_ID = "e_id"
+SEED_MASK = "seed_mask"
+SEED_OF = "seed_of"
+#: Keys the loader adds; a graph attribute may not use them.
+ADDED_KEYS = (N_ID, E_ID, SEED_MASK, SEED_OF)
+OVERSIZE_POLICIES = ("trim", "error")
+
+
+class SubgraphOversizeError(RuntimeError):
+    """A sampled subgraph exceeds the budget and ``oversize="error"``."""
+
+
+class InputNodesError(ValueError):
+    """``input_nodes`` names a node the graph lacks (or repeats one)."""
+
+
+@dataclass
+class NeighborLoaderStats:
+    """One epoch of this rank: fill (real slots / budget slots over every yielded
+    batch, fill batches included) and every cut the oversize policy made."""
+
+    epoch: int = 0
+    batches: int = 0
+    fill_batches: int = 0  # batches without a seed (the distributed / micro-batch tail)
+    seeds: int = 0  # seeds of this rank this epoch
+    total_seeds: int = 0  # seeds of all ranks (the input nodes)
+    node_efficiency: float = 0.0
+    edge_efficiency: float = 0.0
+    trimmed_batches: int = 0
+    trimmed_nodes: int = 0
+    trimmed_edges: int = 0
+    rank: int = 0
+    world_size: int = 1
+    excluded_keys: Dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def check_hetero_fanouts(edge_types: Sequence[Tuple[str, str, str]],
+                         num_neighbors: Dict[Any, Sequence[int]]) -> int:
+    """Validate a per-edge-type fanout dict against a graph's edge types.
+
+    Returns the number of hops; raises :class:`FanoutError` naming an edge type
+    the graph lacks or a list whose length differs from the others.
+    """
+    known = {tuple(et) for et in edge_types}
+    hops = None
+    for et, fan in num_neighbors.items():
+        key = tuple(et) if not isinstance(et, str) else tuple(et.split("__"))
+        if key not in known:
+            raise FanoutError(f"num_neighbors has a fanout for edge type {et!r}, which the graph "
+                              f"lacks; its edge types: {sorted(known)}")
+        fan = check_fanouts(fan, where=f"num_neighbors[{et!r}]")
+        if hops is None:
+            hops = len(fan)
+        elif len(fan) != hops:
+            raise FanoutError(f"num_neighbors[{et!r}] has {len(fan)} hops, the other edge types "
+                              f"{hops}: give every edge type one fanout per hop")
+    if hops is None:
+        raise FanoutError("num_neighbors={}: give a fanout list per edge type")
+    return hops
+
+
+def _seed_tensor(input_nodes: Any, num_nodes: int) -> Tensor:
+    """``input_nodes`` (None / index / bool mask) as a 1-d int64 tensor of distinct ids."""
+    if input_nodes is None:
+        return torch.arange(num_nodes)
+    if isinstance(input_nodes, tuple):
+        raise InputNodesError(f"input_nodes={input_nodes[:1]!r}...: (node_type, index) is for "
+                              f"HeteroData; this graph is homogeneous: pass the index itself")
+    t = torch.as_tensor(input_nodes)
+    if t.dtype == torch.bool:
+        if t.numel() != num_nodes:
+            raise InputNodesError(f"input_nodes is a bool mask of {t.numel()} entries; the graph "
+                                  f"has {num_nodes} nodes: give one entry per node")
+        return t.nonzero().view(-1)
+    if t.is_floating_point():
+        raise InputNodesError(f"input_nodes has dtype {t.dtype}; give node ids (int) or a bool mask")
+    t = t.long().view(-1)
+    bad = (t < 0) | (t >= num_nodes)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise InputNodesError(f"input_nodes[{i}] = {int(t[i])} is out of range: the graph has "
+                              f"{num_nodes} nodes (ids 0..{num_nodes - 1})")
+    if torch.unique(t).numel() != t.numel():
+        raise InputNodesError("input_nodes repeats a node: every seed is seen exactly once per "
+                              "epoch, so give distinct ids (torch.unique(input_nodes))")
+    return t
+
+
+def _attributes(data: Any) -> Tuple[Dict[str, Tensor], Dict[str, Tensor], Dict[str, str]]:
+    """Node-level and edge-level tensor attributes of ``data``; the rest, excluded with why."""
+    node, edge, excluded = {}, {}, {}
+    for k, v in data.items():
+        if k == "edge_index":
+            continue
+        if k in RESERVED_KEYS or k in ADDED_KEYS:
+            raise ValueError(f"the graph has an attribute {k!r}, a name the padded batches own "
+                             f"(reserved: {RESERVED_KEYS + ADDED_KEYS}); rename it")
+        if not isinstance(v, Tensor):
+            excluded[k] = f"not a tensor ({type(v).__name__})"
+        elif v.dim() > 0 and data.is_node_attr(k) and v.size(0) == data.num_nodes:
+            node[k] = v
+        elif v.dim() > 0 and data.is_edge_attr(k) and v.size(0) == data.num_edges:
+            edge[k] = v
+        else:
+            excluded[k] = "graph-level (neither node- nor edge-level): not sampled"
+    return node, edge, excluded
+
+
+def pad_sample(sample: Sample, budget: Budget, node_attrs: Dict[str, Tensor],
+               edge_attrs: Dict[str, Tensor], num_seeds: int, pad_id: int = -1,
+               ) -> Dict[str, Tensor]:
+    """The padded flat dict of one sample that fits ``budget`` (``graphs=2``).
+
+    Same layout as ``collate_padded([subgraph], budget)`` (keys sorted), plus
+    ``n_id`` / ``e_id`` padded with ``pad_id`` and ``seed_mask``.
+    """
+    N, E = int(budget.nodes), int(budget.edges)
+    n, m = sample.num_nodes, sample.num_edges
+    out: Dict[str, Tensor] = {}
+    for k, v in node_attrs.items():
+        t = v.new_zeros((N,) + tuple(v.shape[1:]))
+        t[:n] = v[sample.n_id]
+        out[k] = t
+    for k, v in edge_attrs.items():
+        t = v.new_zeros((E,) + tuple(v.shape[1:]))
+        t[:m] = v[sample.e_id]
+        out[k] = t
+    ei = torch.full((2, E), N - 1, dtype=torch.long)
+    ei[:, :m] = sample.edge_index
+    out["edge_index"] = ei
+    nid = torch.full((N,), pad_id, dtype=torch.long)
+    nid[:n] = sample.n_id
+    out[N_ID] = nid
+    if sample.e_id is not None:
+        eid = torch.full((E,), pad_id, dtype=torch.long)
+        eid[:m] = sample.e_id
+        out[E_ID] = eid
+    sm = torch.zeros(N, dtype=torch.bool)
+    sm[:num_seeds] = True
+    out[SEED_MASK] = sm
+    if sample.seed_of is not None:
+        so = torch.full((N,), -1, dtype=torch.long)
+        so[:n] = sample.seed_of
+        out[SEED_OF] = so
+    # FORMAT: real graph in slot 0; padding nodes fill slots g..G-1, one each
+    # while they last, the rest in G-1. A fill batch (n == 0) has g == 0.
+    first_pad = n if n > 0 else 1
+    batch = torch.ones(N, dtype=torch.long)
+    batch[:first_pad] = 0
+    out[BATCH] = batch
+    out[PTR] = torch.tensor([0, first_pad, N])
+    nm = torch.zeros(N, dtype=torch.bool)
+    nm[:n] = True
+    out[NODE_MASK] = nm
+    em = torch.zeros(E, dtype=torch.bool)
+    em[:m] = True
+    out[EDGE_MASK] = em
+    out[GRAPH_MASK] = torch.tensor([n > 0, False])
+    return {k: out[k] for k in sorted(out)}
+
+
+def trim_sample(sample: Sample, max_nodes: int, max_edges: int) -> Tuple[Sample, int, int]:
+    """Cut ``sample`` to ``max_nodes`` rows and ``max_edges`` edges: the first rows
+    (hop order) and the first edges (hop order) between kept rows.
+
+    Returns ``(sample, nodes cut, edges cut)``; seeds are never cut (the
+    budget holds ``batch_size`` real nodes).
+    """
+    n, m = sample.num_nodes, sample.num_edges
+    if n <= max_nodes and m <= max_edges:
+        return sample, 0, 0
+    keep_n = min(n, max_nodes)
+    ei = sample.edge_index
+    keep_e = (ei[0] < keep_n) & (ei[1] < keep_n)
+    idx = keep_e.nonzero().view(-1)[:max_edges]
+    hop_end = np.cumsum(sample.nodes_per_hop)
+    nodes_per_hop = [int(min(b, keep_n) - min(a, keep_n))
+                     for a, b in zip(np.concatenate([[0], hop_end[:-1]]), hop_end)]
+    e_end = np.cumsum(sample.edges_per_hop)
+    hop_of_edge = np.searchsorted(e_end, idx.numpy(), side="right")
+    edges_per_hop = np.bincount(hop_of_edge, minlength=len(sample.edges_per_hop)).tolist()
+    cut = Sample(
+        n_id=sample.n_id[:keep_n], edge_index=ei[:, idx],
+        e_id=None if sample.e_id is None else sample.e_id[idx],
+        nodes_per_hop=nodes_per_hop, edges_per_hop=edges_per_hop,
+        seed_of=None if sample.seed_of is None else sample.seed_of[:keep_n])
+    return cut, n - keep_n, m - int(idx.numel())
+
+
+def _distinct(nodes: int, edges: int, graphs: int) -> Tuple[int, int]:
+    """Nudge ``edges`` (then ``nodes``) up by one until the three counts differ."""
+    while edges in (nodes, graphs):
+        edges += 1
+    while nodes in (edges, graphs):
+        nodes += 1
+    return nodes, edges
+
+
+def fit_neighbor_budget(sizes: Sequence[Tuple[int, int]], batch_size: int,
+                        success_ratio: float = 0.99, round_to: int = 1) -> Budget:
+    """A ``graphs=2`` budget holding ``success_ratio`` of the sampled ``(nodes, edges)``.
+
+    The node count is the quantile of the real node counts (at least
+    ``batch_size``: the seeds always fit) plus the reserved padding nodes; the
+    edge count the quantile of the edge counts (at least 1); both rounded up to
+    ``round_to``; ties nudged apart.
+    """
+    if not 0 < success_ratio <= 1:
+        raise ValueError(f"success_ratio={success_ratio}; choose a quantile in (0, 1]")
+    arr = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
+    q = np.quantile(arr, success_ratio, axis=0, method="higher")
+    nodes = max(int(q[0]), batch_size) + RESERVED_NODES
+    edges = max(int(q[1]), 1)
+    r = max(int(round_to), 1)
+    nodes, edges = -(-nodes // r) * r, -(-edges // r) * r
+    nodes, edges = _distinct(nodes, edges, 2)
+    return Budget(nodes=nodes, edges=edges, graphs=2)
+
+
+def _chunk_seed(seed: int, epoch: int, chunk: int, stream: int = 0) -> int:
+    return int(np.random.SeedSequence([seed, stream, epoch, chunk]).generate_state(1)[0])
+
+
+class _Batches(torch.utils.data.Dataset):
+    """Item ``i`` of an epoch: ``(flat dict, (nodes cut, edges cut))`` (picklable for workers)."""
+
+    def __init__(self, loader: "FixedSizeNeighborLoader", epoch: int, chunks: List[int]):
+        self.loader, self.epoch, self.chunks = loader, epoch, chunks
+
+    def __len__(self) -> int:
+        return len(self.chunks) // self.loader.micro_batches
+
+    def __getitem__(self, i: int):
+        F = self.loader.micro_batches
+        parts = [self.loader._batch(self.epoch, c) for c in self.chunks[i * F:(i + 1) * F]]
+        flats = [p[0] for p in parts]
+        cuts = (sum(p[1] for p in parts), sum(p[2] for p in parts), sum(p[1] + p[2] > 0 for p in parts))
+        flat = flats[0] if F == 1 else stack_micro_batches(flats)
+        return flat, cuts
+
+
+class FixedSizeNeighborLoader:
+    """Yields padded flat dicts of one signature, each the subgraph sampled around a seed batch.
+
+    Args:
+        data: a homogeneous ``torch_geometric.data.Data`` (one large graph).
+        num_neighbors: fanout per hop, e.g. ``[10, 5]`` (``-1`` = all).
+        batch_size: seeds per batch.
+        input_nodes: the seeds: ``None`` (every node), an index tensor or a
+            bool mask over the nodes.
+        shuffle: shuffle the seed order every epoch (from ``(seed, epoch)``).
+        budget: a :class:`Budget` with ``graphs=2`` (its nodes hold at least
+            ``batch_size`` real nodes), its dict/JSON, or ``None``: fitted from
+            the sampler's output (:func:`fit_neighbor_budget`).
+        seed: base seed: the seed order and every sample are functions of
+            ``(seed, epoch, chunk)``, with any ``num_workers``.
+        replace: sample with replacement.
+        disjoint: one tree per seed (adds ``seed_of``).
+        oversize: ``"trim"`` (default; counted, warned) or ``"error"``.
+        success_ratio / fit_batches / round_to: budget fitting (quantile,
+            sampled batches, rounding of both counts).
+        micro_batches: ``F`` > 1 stacks F batches on a new leading dim.
+        rank / world_size: distributed sharding (every seed once over all ranks).
+        pad_id: the ``n_id`` / ``e_id`` value of padding rows.
+        num_workers: sampling worker processes (``torch.utils.data.DataLoader``).
+        sampler_threads: torch intra-op threads while sampling and padding a
+            batch (default 1: its ops are small; the setting is restored
+            after each batch); ``None`` leaves torch's setting.
+    """
+
+    def __init__(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *,
+                 input_nodes: Any = None, shuffle: bool = False,
+                 budget: Union[Budget, dict, str, None] = None, seed: int = 0,
+                 replace: bool = False, disjoint: bool = False, oversize: str = "trim",
+                 success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
+                 micro_batches: int = 1, rank: int = 0, world_size: int = 1,
+                 pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1):
+        if hasattr(data, "node_types") and hasattr(data, "edge_types") and data.edge_types:
+            if isinstance(num_neighbors, dict):
+                check_hetero_fanouts(data.edge_types, num_neighbors)
+            raise NotImplementedError("FixedSizeNeighborLoader samples homogeneous graphs only so "
+                                      "far (hetero: issue 22, not built); convert with "
+                                      "data.to_homogeneous()")
+        if isinstance(num_neighbors, dict):
+            raise FanoutError("num_neighbors is a dict (a fanout per edge type) but the graph is "
+                              "homogeneous: give one list, e.g. [10, 5]")
+        self.num_neighbors = check_fanouts(num_neighbors)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r}; give a positive int")
+        if oversize not in OVERSIZE_POLICIES:
+            raise ValueError(f"oversize={oversize!r}; choose one of {OVERSIZE_POLICIES}")
+        if not (0 <= rank < world_size):
+            raise ValueError(f"rank={rank}, world_size={world_size}: need 0 <= rank < world_size")
+        if micro_batches < 1:
+            raise ValueError(f"micro_batches={micro_batches}; give F >= 1")
+        self.data = data
+        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        self.replace, self.disjoint, self.oversize = replace, disjoint, oversize
+        self.micro_batches, self.rank, self.world_size = micro_batches, rank, world_size
+        self.pad_id, self.num_workers = pad_id, num_workers
+        self.sampler_threads = sampler_threads
+        self.num_nodes = int(data.num_nodes)
+        self.seeds = _seed_tensor(input_nodes, self.num_nodes)
+        self.node_attrs, self.edge_attrs, self.excluded_keys = _attributes(data)
+        self.csc = CSC.from_edge_index(data.edge_index, self.num_nodes, keep_edge_ids=True)
+        self._epoch = 0
+        self._explicit_epoch: Optional[int] = None
+        self.stats = NeighborLoaderStats(rank=rank, world_size=world_size,
+                                         total_seeds=int(self.seeds.numel()),
+                                         excluded_keys=dict(self.excluded_keys))
+        if budget is None:
+            budget = self._fit_budget(success_ratio, fit_batches, round_to)
+        elif isinstance(budget, str):
+            budget = Budget.from_json(budget)
+        elif isinstance(budget, dict):
+            budget = Budget.from_dict(budget)
+        if budget.is_hetero or budget.graphs != 2:
+            raise ValueError(f"budget {budget}: a neighbour-sampling batch is one subgraph, so "
+                             f"the budget has graphs=2 (one real slot, one padding slot)")
+        if int(budget.nodes) - RESERVED_NODES < batch_size:
+            raise ValueError(f"budget nodes={budget.nodes} holds {int(budget.nodes) - RESERVED_NODES}"
+                             f" real nodes, fewer than batch_size={batch_size} seeds: give "
+                             f"nodes >= {batch_size + RESERVED_NODES}")
+        self.budget = budget
+
+    # -- the epoch's plan ------------------------------------------------
+    @property
+    def num_chunks(self) -> int:
+        """Seed chunks of an epoch over all ranks (a multiple of ``world_size x F``)."""
+        per = self.world_size * self.micro_batches
+        raw = math.ceil(self.seeds.numel() / self.batch_size)
+        return max(per, -(-raw // per) * per)
+
+    def __len__(self) -> int:
+        return self.num_chunks // (self.world_size * self.micro_batches)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pick the epoch of the next iteration (as ``DistributedSampler.set_epoch``)."""
+        self._explicit_epoch = int(epoch)
+
+    def seed_order(self, epoch: int) -> Tensor:
+        """The epoch's seed order (a function of ``(seed, epoch)``)."""
+        if not self.shuffle:
+            return self.seeds
+        cached = getattr(self, "_order", None)
+        if cached is not None and cached[0] == epoch:
+            return cached[1]  # one permutation an epoch, not one a batch
+        g = torch.Generator().manual_seed(_chunk_seed(self.seed, epoch, 0, stream=1))
+        order = self.seeds[torch.randperm(self.seeds.numel(), generator=g)]
+        self._order = (epoch, order)
+        return order
+
+    def chunk_seeds(self, epoch: int, chunk: int) -> Tensor:
+        """The seeds of ``chunk`` (global numbering) in ``epoch``: possibly short or empty."""
+        order = self.seed_order(epoch)
+        return order[chunk * self.batch_size:(chunk + 1) * self.batch_size]
+
+    def chunks_of_rank(self) -> List[int]:
+        """The chunks this rank yields, in order: ``b * world_size + rank``."""
+        return [b * self.world_size + self.rank for b in range(self.num_chunks // self.world_size)]
+
+    # -- sampling ----------------------------------------------------------
+    def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0) -> Sample:
+        """The unpadded sample of ``seeds`` (deterministic for ``(seed, stream, epoch, chunk)``)."""
+        g = torch.Generator().manual_seed(_chunk_seed(self.seed, epoch, chunk, stream))
+        return sample_neighbors(self.csc, seeds, self.num_neighbors, replace=self.replace,
+                                disjoint=self.disjoint, generator=g)
+
+    def _fit_budget(self, success_ratio: float, fit_batches: int, round_to: int) -> Budget:
+        n = max(1, min(int(fit_batches), math.ceil(self.seeds.numel() / self.batch_size)))
+        sizes = []
+        before = torch.get_num_threads()
+        if self.sampler_threads is not None:
+            torch.set_num_threads(self.sampler_threads)
+        try:
+            for c in range(n):  # stream 2: not the training samples, same distribution
+                s = self.sample(self.chunk_seeds(0, c), 0, c, stream=2)
+                sizes.append((s.num_nodes, s.num_edges))
+        finally:
+            torch.set_num_threads(before)
+        self.fit_sizes = sizes
+        return fit_neighbor_budget(sizes, self.batch_size, success_ratio, round_to)
+
+    def _batch(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+        if self.sampler_threads is None or torch.get_num_threads() == self.sampler_threads:
+            return self._batch_now(epoch, chunk)
+        # The sampler's ops are small: torch's intra-op threads cost more than they
+        # give (measured 20x slower at 2 threads than 1 on a loaded 2-core box,
+        # docs/large_graphs.md); the model's own setting comes back after.
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.sampler_threads)
+        try:
+            return self._batch_now(epoch, chunk)
+        finally:
+            torch.set_num_threads(before)
+
+    def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+        seeds = self.chunk_seeds(epoch, chunk)
+        s = self.sample(seeds, epoch, chunk)
+        cap_n = int(self.budget.nodes) - RESERVED_NODES
+        cap_e = int(self.budget.edges)
+        cut_n = cut_e = 0
+        if s.num_nodes > cap_n or s.num_edges > cap_e:
+            if self.oversize == "error":
+                raise SubgraphOversizeError(
+                    f"epoch {epoch}, chunk {chunk} (seeds {seeds[:4].tolist()}...): the sampled "
+                    f"subgraph has {s.num_nodes} nodes and {s.num_edges} edges; the budget holds "
+                    f"{cap_n} real nodes and {cap_e} edges ({self.budget}). Give a larger budget, "
+                    f"budget=None with a higher success_ratio, or oversize='trim'")
+            s, cut_n, cut_e = trim_sample(s, cap_n, cap_e)
+        flat = pad_sample(s, self.budget, self.node_attrs, self.edge_attrs, int(seeds.numel()),
+                          self.pad_id)
+        return flat, cut_n, cut_e
+
+    def batch(self, epoch: int, chunk: int) -> Dict[str, Tensor]:
+        """The padded batch of ``chunk`` in ``epoch`` (what iteration yields for it, F = 1)."""
+        return self._batch(epoch, chunk)[0]
+
+    # -- iteration -----------------------------------------------------------
+    def __iter__(self) -> Iterator[Dict[str, Tensor]]:
+        epoch = self._explicit_epoch if self._explicit_epoch is not None else self._epoch
+        self._explicit_epoch = None
+        self._epoch = epoch + 1
+        chunks = self.chunks_of_rank()
+        ds = _Batches(self, epoch, chunks)
+        st = NeighborLoaderStats(epoch=epoch, rank=self.rank, world_size=self.world_size,
+                                 total_seeds=int(self.seeds.numel()),
+                                 excluded_keys=dict(self.excluded_keys))
+        self.stats = st
+        real_n = real_e = 0
+        it = (torch.utils.data.DataLoader(ds, batch_size=None, shuffle=False,
+                                          num_workers=self.num_workers)
+              if self.num_workers > 0 else (ds[i] for i in range(len(ds))))
+        for flat, (cn, ce, tb) in it:
+            nm, sm = flat[NODE_MASK], flat[SEED_MASK]
+            st.batches += self.micro_batches
+            st.fill_batches += int((~flat[GRAPH_MASK].view(-1, 2)[:, 0]).sum())
+            st.seeds += int(sm.sum())
+            real_n += int(nm.sum())
+            real_e += int(flat[EDGE_MASK].sum())
+            st.trimmed_nodes += cn
+            st.trimmed_edges += ce
+            st.trimmed_batches += tb
+            st.node_efficiency = real_n / (st.batches * int(self.budget.nodes))
+            st.edge_efficiency = real_e / (st.batches * int(self.budget.edges))
+            yield flat
+        if st.trimmed_batches:
+            warnings.warn(
+                f"FixedSizeNeighborLoader epoch {epoch}: {st.trimmed_batches} of {st.batches} "
+                f"sampled subgraphs exceeded {self.budget} and were trimmed (oversize='trim': "
+                f"{st.trimmed_nodes} farthest-hop nodes and {st.trimmed_edges} edges cut, "
+                f"loader.stats); a larger success_ratio or budget cuts fewer", stacklevel=2)
+
+    def keys(self) -> List[str]:
+        """The keys of every batch, in order."""
+        return list(self.batch(0, 0).keys())
+
+    def seeds_in(self, flat: Dict[str, Tensor]) -> int:
+        """The number of seed rows of a batch (its first rows)."""
+        return int(flat[SEED_MASK].sum())
