@@ -15,6 +15,7 @@ Skips under CI: with ``GRAPH_ADAPTER_CI=1`` (set by ``.ci/run``) a skipped
 test fails unless it matches :data:`CI_EXPECTED_SKIPS`, so a broken module or
 a broken extra (rdkit, lightning) cannot turn tests into a green "skipped".
 """
+import importlib.util
 import os
 import re
 import tempfile
@@ -59,12 +60,19 @@ CI_EXPECTED_SKIPS = [
      "docs blocks marked `skip (REASON)` (signatures, excerpts); the reason is required"),
     ("tests/lightning_graphcore_venv/", r"lightning-graphcore .* own venv",
      "lightning-graphcore pins an old lightning; its tests run in the IPU CI venv, not the main one"),
+    ("tests/graphium_venv/", r"graphium 2\.4\.7 .* own venv",
+     "graphium pins an old lightning and torchmetrics; .ci/graphium runs it in its own venv"),
     ("tests/nn/test_torch_scatter.py", r"torch_scatter is not installed",
      "torch_scatter has no PyPI wheel for this torch (a 20-minute source build); "
-     ".ci/run installs a prebuilt wheel when one is at ../shared/wheels"),
+     ".ci/run runs these tests in a venv of their own with the prebuilt wheels"),
+    ("tests/", r"^needs_scatter: ",
+     "tests marked needs_scatter (torch_scatter / torch_sparse): the README's environment has "
+     "neither; .ci/run runs them (-m needs_scatter) in .cache/venv-scatter with the wheels"),
 ]
 
 _CI = os.environ.get("GRAPH_ADAPTER_CI") == "1"
+#: the optional packages behind the ``needs_scatter`` marker
+SCATTER_PACKAGES = ("torch_scatter", "torch_sparse")
 _unexpected_collect_skips = []
 
 
@@ -79,6 +87,22 @@ def expected_skip(nodeid: str, reason: str) -> bool:
     """Whether a skip of ``nodeid`` with ``reason`` is on the CI allow-list."""
     return any(nodeid.startswith(prefix) and re.search(pattern, reason)
                for prefix, pattern, _why in CI_EXPECTED_SKIPS)
+
+
+def pytest_runtest_setup(item):
+    """A test marked ``needs_scatter`` skips (with a reason CI expects) where torch_scatter or
+    torch_sparse is missing; with ``GRAPH_ADAPTER_REQUIRE_SCATTER=1`` (.ci/run's scatter step)
+    a missing one fails instead, so that step cannot go green by skipping."""
+    if item.get_closest_marker("needs_scatter") is None:
+        return
+    missing = [m for m in SCATTER_PACKAGES if importlib.util.find_spec(m) is None]
+    if not missing:
+        return
+    why = (f"needs_scatter: {', '.join(missing)} not installed (pip install --no-deps "
+           f"../shared/wheels/torch_scatter-*.whl ../shared/wheels/torch_sparse-*.whl)")
+    if os.environ.get("GRAPH_ADAPTER_REQUIRE_SCATTER") == "1":
+        pytest.fail(why + " under GRAPH_ADAPTER_REQUIRE_SCATTER=1", pytrace=False)
+    pytest.skip(why)
 
 
 @pytest.hookimpl(hookwrapper=True)

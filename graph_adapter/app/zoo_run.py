@@ -5,6 +5,7 @@ run like rows.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
@@ -16,6 +17,7 @@ from torch import nn
 from torch_geometric.data import Batch, Data
 
 from graph_adapter import check, ipu_wrap
+from graph_adapter.backends.engines import has_rnn, rnn_settings
 
 from .zoo_layers import BUDGET, EDGE_DIM, F, Row, call
 from .zoo_why import CELLS, WHY_NOT, Try
@@ -151,7 +153,9 @@ def _compiles(model: nn.Module, flats, modes: Tuple[bool, ...] = (True, False),
 
         w = ipu_wrap(copy.deepcopy(model), inputs="tensors").train(train)
         compiled = torch.compile(w, fullgraph=True, dynamic=False, backend=counting)
-        with torch.set_grad_enabled(grad):
+        # the settings graph_adapter.compile scopes to each call of a model with an RNN
+        rnn = rnn_settings() if has_rnn(w) else contextlib.nullcontext()
+        with torch.set_grad_enabled(grad), rnn:
             for flat in flats:
                 compiled(flat)
         counts.append(n[0])

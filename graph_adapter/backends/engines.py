@@ -9,6 +9,7 @@ counts its compiles (``compile_count``): :class:`DynamoEngine` (``"inductor"``,
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -21,7 +22,7 @@ from .registry import device_of, get_backend
 from .program import Signature
 
 __all__ = ["EngineSettings", "DynamoEngine", "CudaGraphEngine", "EagerEngine", "ExportEngine",
-           "PerModeEngine", "traces", "generates_code"]
+           "PerModeEngine", "traces", "generates_code", "has_rnn", "rnn_settings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,14 +89,38 @@ def _own_entry(wrapped: nn.Module) -> Callable[[Mapping[str, Tensor]], Dict[str,
     return entry
 
 
+def has_rnn(module: nn.Module) -> bool:
+    """Whether ``module`` holds a ``torch.nn`` RNN/LSTM/GRU (PyG's ``Set2Set``,
+    ``LSTMAggregation``, ``GRUAggregation``, JumpingKnowledge ``mode="lstm"``)."""
+    return any(isinstance(m, nn.RNNBase) for m in module.modules())
+
+
+@contextlib.contextmanager
+def rnn_settings():
+    """What Dynamo needs to trace an ``nn.RNNBase``, for one compiled call, restored after:
+    ``torch._dynamo.config.allow_rnn`` (off by default: Dynamo refuses to wrap RNNs), and
+    with grad enabled (training, or eval() without no_grad: AOTAutograd traces a backward
+    either way) oneDNN off (AOTAutograd cannot trace oneDNN's LSTM kernel: "expected all
+    tensors_saved_with_vc_check to be Tensors"; docs/zoo.md)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch._dynamo.config.patch(allow_rnn=True))
+        if torch.is_grad_enabled():
+            stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
+        yield
+
+
 class DynamoEngine:
-    """``"inductor"`` / ``"aot_eager"``: ``torch.compile(fullgraph=True, dynamic=False)``."""
+    """``"inductor"`` / ``"aot_eager"``: ``torch.compile(fullgraph=True, dynamic=False)``.
+
+    A model with an ``nn.RNNBase`` inside runs every call under :func:`rnn_settings`
+    (the user's settings are untouched outside the call)."""
 
     def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
         self._counter = _CountingBackend(settings.backend, settings.options,
                                          settings.index_add_fallback)
         self._fn = torch.compile(_own_entry(wrapped), backend=self._counter, fullgraph=True,
                                  dynamic=False)
+        self._rnn = has_rnn(wrapped)
 
     @property
     def compile_count(self) -> int:
@@ -109,6 +134,9 @@ class DynamoEngine:
 
     def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
         # Dynamo guards on the mode and shapes itself; ``key`` is not needed.
+        if self._rnn:
+            with rnn_settings():
+                return self._fn(flat)
         return self._fn(flat)
 
 

@@ -277,6 +277,8 @@ class Scan:
                 for f, dt, pre, post, c, rows_f, cols_f, incs_f in checks:
                     v = s[f.attr]
                     sh = v.shape
+                    if v.requires_grad or v.device.type != "cpu":
+                        raise not_collatable(self._at(i), f.key, v)
                     if v.dtype != dt:
                         raise ValueError(f"{self._at(i)}: key {f.key!r} has dtype "
                                          f"{v.dtype}, graph 0 has {dt}")
@@ -323,6 +325,9 @@ class Scan:
         rows = {f.key: stored.counts(f.attr) for f in protos}
         cols: Dict[str, Any] = {f.key: stored.column(f.attr, f.cat_dim) if columnar else None
                                 for f in protos}
+        for k, col in cols.items():
+            if col is not None and (col.requires_grad or col.device.type != "cpu"):
+                raise not_collatable("the dataset's storage", k, col)
         return rows, cols, {}, matrix
 
     def _check_graph(self, d: Any, i: int) -> None:
@@ -490,6 +495,22 @@ _RANGE_CHUNK = 1 << 16
 #: Graph count from which a collator (after its scan) and a loader (after
 #: planning an epoch) hand their freed scratch memory back to the OS.
 TRIM_FROM = 10_000
+
+
+def not_collatable(at: str, key: str, v: Tensor) -> ValueError:
+    """The error for a graph tensor that collation cannot copy into a padded batch: one that
+    requires grad (part of an autograd graph) or that is not on the CPU (collation builds
+    batches on the host; FixedSizeLoader's device moves them afterwards)."""
+    if v.requires_grad:
+        return ValueError(
+            f"{at}: key {key!r} requires grad (it is part of an autograd graph, e.g. a model's "
+            f"output); collation copies values into a padded batch and would drop its graph: "
+            f"store it detached (data.{key.rsplit('/', 1)[-1]} = value.detach()) or build the "
+            f"dataset under torch.no_grad().")
+    return ValueError(
+        f"{at}: key {key!r} is on {v.device}; collation builds padded batches on the CPU: move "
+        f"the graph there (data.cpu()) and let the loader move batches (FixedSizeLoader(..., "
+        f"device=...) or to_device(batch, device)).")
 
 
 def release_freed_memory() -> None:

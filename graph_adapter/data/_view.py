@@ -17,11 +17,17 @@ from torch import Tensor
 __all__ = ["GraphView", "as_graphs", "check_graph_item"]
 
 
-def check_graph_item(item: Any, i: int) -> None:
-    """Raise a ``TypeError`` naming dataset index ``i`` unless ``item`` is a PyG graph."""
+def check_graph_item(item: Any, i: int, first: Any = None) -> None:
+    """Raise a ``TypeError`` naming dataset index ``i`` unless ``item`` is a PyG graph
+    (and, given graph 0 as ``first``, of graph 0's kind: ``Data`` or ``HeteroData``)."""
     from torch_geometric.data import Data, HeteroData
 
     if isinstance(item, (Data, HeteroData)):
+        if first is not None and isinstance(item, HeteroData) != isinstance(first, HeteroData):
+            raise TypeError(
+                f"dataset item at index {i} is a {type(item).__name__}, item 0 is a "
+                f"{type(first).__name__}: a dataset is all Data or all HeteroData (one Budget, "
+                f"one schema); split it, or make every graph one kind with transform=.")
         return
     hint = ""
     if isinstance(item, dict):

@@ -22,7 +22,8 @@ from .budget import RESERVED_NODES, Budget
 from .collate import Collator
 from .format import stack_micro_batches, to_device
 from .spec import Field
-from .packing import PACKERS, FlatPlan, plan_epoch_flat, find_oversize, plan_efficiency
+from .packing import (PACKERS, FlatPlan, plan_epoch_flat, find_oversize, oversize_reasons,
+                      plan_efficiency)
 
 __all__ = ["FixedSizeLoader", "LoaderStats"]
 
@@ -275,7 +276,14 @@ class FixedSizeLoader:
     def _oversize_message(self, bad) -> str:
         """Names the first oversize graphs, their sizes per node/edge type and the budget."""
         b = self.budget
-        parts = [f"dataset index {int(i)} has {self._describe_sizes(i)}" for i in bad[:5]]
+        why = oversize_reasons(self.sizes, b)
+        parts = [f"dataset index {int(i)} has {self._describe_sizes(i)}"
+                 + ("" if why[i] != "empty padding slot" else
+                    f" (alone in a batch it would leave a padding graph slot without a "
+                    f"padding node: n - 1 > nodes - graphs = {b.nodes - b.graphs}; "
+                    f"docs/dev/FORMAT.md promises no empty padding graph slot; give "
+                    f"nodes >= graphs + n - 1 or fewer graph slots)")
+                 for i in bad[:5]]
         more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
         if b.is_hetero:
             holds = ("at most " + ", ".join(f"{n} {t} nodes" for t, n in

@@ -40,7 +40,7 @@ import numpy as np
 from .format import RESERVED_NODES, store_name
 
 __all__ = ["GraphSizes", "graph_sizes", "pack_greedy", "pack_histogram", "plan_epoch",
-           "plan_efficiency", "find_oversize", "slot_dims", "PACKERS"]
+           "plan_efficiency", "find_oversize", "oversize_reasons", "slot_dims", "PACKERS"]
 
 Plan = List[List[int]]
 
@@ -223,11 +223,38 @@ def _capacity(sizes: GraphSizes, budget):
 
 
 def find_oversize(sizes: GraphSizes, budget) -> np.ndarray:
-    """Indices of graphs that fit no batch of ``budget`` (sorted)."""
+    """Indices of graphs that fit no batch of ``budget`` (sorted).
+
+    A graph is oversize when its nodes or edges exceed the real capacity
+    (``N - 2`` nodes, ``E`` edges), or when, alone in a batch, it would leave
+    a padding graph slot without a padding node: ``N - n`` padding nodes for
+    ``G - 1`` padding slots, so ``n - 1 > N - G`` breaks the "no empty
+    padding graph slot" rule of ``docs/dev/FORMAT.md`` (homogeneous budgets;
+    see :func:`oversize_reasons`)."""
+    return np.nonzero(oversize_reasons(sizes, budget) != "")[0]
+
+
+def oversize_reasons(sizes: GraphSizes, budget) -> np.ndarray:
+    """Per graph, why it fits no batch of ``budget``: ``""`` (it fits),
+    ``"capacity"`` (more nodes or edges than the batch holds) or
+    ``"empty padding slot"`` (alone in a batch it leaves a padding graph slot
+    without a padding node: ``n - 1 > N - G``; homogeneous budgets only)."""
     cap, gcap = _capacity(sizes, budget)
+    out = np.full(sizes.num_graphs, "", dtype=object)
     if gcap < 1:
-        return np.arange(sizes.num_graphs)
-    return np.nonzero(np.any(sizes.matrix > cap[None, :], axis=1))[0]
+        out[:] = "capacity"
+        return out
+    m = sizes.matrix
+    nd = sizes.num_node_dims
+    jcap = cap[:nd] + RESERVED_NODES - budget.graphs  # N - G per node dim
+    # homogeneous only: a hetero graph may lack a node type, so a slot without
+    # nodes of one type is what real graphs have too (slot_dims still keeps a
+    # node of each type with N_t >= G per padding slot where it can); a
+    # homogeneous budget has N >= G (Budget refuses fewer)
+    if sizes.node_types is None:
+        out[m[:, 0] - 1 > jcap[0]] = "empty padding slot"
+    out[np.any(m > cap[None, :], axis=1)] = "capacity"
+    return out
 
 
 # --------------------------------------------------------------------- greedy

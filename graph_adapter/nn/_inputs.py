@@ -9,6 +9,10 @@ Three checks, each raising a named error that says which key and what to do:
   dtype, its shape other than the row dim, and its device (the errors
   ``Spec.validate`` gives). Keys may come and go (an inference batch
   without ``y``); row counts may change (another budget);
+* :func:`check_still_bound`: a key that fed the model at the first call of
+  this training mode (a parameter in ``inputs="tensors"``, the batch object
+  in ``inputs="data"``) is in every later dict of that mode, as poptorch
+  demands ("Missing arguments");
 * :func:`check_binding` (named-tensor models): no parameter with a default
   silently left unbound while a flat key that looks like it binds to nothing
   (``edge_atr`` for ``edge_attr=None``, ``batch`` for ``batch_index=None``).
@@ -20,6 +24,13 @@ once per input signature (every key's shape, dtype and device, with the
 model's device and the input mode) and skips them for a dict whose signature
 passed before (``IPUWrapped._eager_spec``; ``reset_inputs`` forgets). A check
 that reads values must not be added here without keying that record on it.
+
+After a failed eager call (torch's own error, deep inside the model) the
+wrapped forward asks :func:`row_mismatches` (computed with the checks, once per
+signature, from shapes only) whether a node-, edge- or graph-level key of the
+first call now has rows its mask does not have, and raises a
+:class:`~graph_adapter.data.errors.ShapeMismatchError` naming the key, chained
+from torch's error.
 """
 from __future__ import annotations
 
@@ -32,9 +43,11 @@ from torch import Tensor
 
 from ..data.errors import (DeviceMismatchError, DtypeMismatchError, MissingKeyError,
                            ShapeMismatchError, UnsupportedAttributeError)
-from ..data.format import BATCH, GRAPH_MASK, MASKS, PTR, parse_key
+from ..data.format import (BATCH, GRAPH_MASK, LEVEL_OF_MASK, MASKS, PTR, cat_dim_of, levels_of_rows,
+                           mask_key, parse_key)
 
-__all__ = ["MissingInputError", "UnboundInputError", "Signature", "input_signature",
+__all__ = ["MissingInputError", "UnboundInputError", "Signature", "input_signature", "RowLevels",
+           "row_levels", "row_mismatches", "bound_keys", "check_still_bound", "InputRecord",
            "require_graph_mask", "check_format", "missing_required", "compare_signature", "check_binding", "choose_mode", "RESERVED_ATTRS"]
 
 #: attributes that never need a parameter (the masks, ``ptr``).
@@ -142,6 +155,114 @@ def compare_signature(first: Signature, now: Signature) -> None:
             raise err(f"ipu_wrap: input key {k!r} {what}: {fix}. (compile() would refuse this "
                       f"batch too. To start over with a new schema on purpose, call "
                       f"wrapped.reset_inputs().)")
+
+
+# --------------------------------------------------------------------------
+# Keys bound at the first call, and each key's level (its rows against the masks)
+# --------------------------------------------------------------------------
+#: key -> (rows along PyG's cat dim, the levels whose mask had that many rows)
+RowLevels = Dict[str, Tuple[int, Tuple[str, ...]]]
+
+
+def _mask_rows(flat: Mapping[str, Tensor], store: Tuple, level: str) -> Optional[int]:
+    m = flat.get(mask_key(store, level))
+    return None if m is None or m.dim() == 0 else int(m.shape[-1])
+
+
+def row_levels(flat: Mapping[str, Tensor]) -> RowLevels:
+    """``{key: (rows, levels whose mask has that many rows)}`` for every key but the
+    masks and ``ptr`` (shapes only: no value is read)."""
+    out: RowLevels = {}
+    for k, t in flat.items():
+        store, attr = parse_key(k)
+        if attr in LEVEL_OF_MASK or attr == PTR or not isinstance(t, Tensor) or t.dim() == 0:
+            continue
+        rows = int(t.shape[cat_dim_of(attr)])
+        sizes = {lv: _mask_rows(flat, store, lv) for lv in ("node", "edge", "graph")}
+        out[k] = (rows, levels_of_rows(rows, sizes))
+    return out
+
+
+def row_mismatches(first: RowLevels, now: RowLevels, flat: Mapping[str, Tensor]) -> List[str]:
+    """One line per key that had a level's rows at the first call and now matches
+    none of those levels' masks (``'x' has 13 rows, node_mask has 12``)."""
+    lines = []
+    for k, (rows, levels) in now.items():
+        if k not in first or not first[k][1] or set(levels) & set(first[k][1]):
+            continue
+        store = parse_key(k)[0]
+        masks = ", ".join(f"{mask_key(store, lv)} has {_mask_rows(flat, store, lv)}"
+                          for lv in first[k][1])
+        lines.append(f"input key {k!r} has {rows} rows along dim {cat_dim_of(parse_key(k)[1])}, "
+                     f"{masks} (at the first call it had {first[k][0]}: the "
+                     f"{'/'.join(first[k][1])}-level rows)")
+    return lines
+
+
+def bound_keys(mode: str, params: List[inspect.Parameter], keys: Collection[str],
+               bind: Mapping[str, str], extra: Mapping[str, Any]) -> Dict[str, str]:
+    """``{key: what it fed}`` for one call: in ``inputs="tensors"`` the keys that fed a
+    parameter (``{"edge_attr": "parameter 'edge_attr'"}``), in ``inputs="data"`` every
+    key of the batch object (``"batch.edge_attr"``); masks and ``ptr`` are always there."""
+    if mode == "tensors":
+        return {bind.get(p.name, p.name): f"parameter {p.name!r}" for p in params
+                if p.name not in extra and bind.get(p.name, p.name) in keys}
+    return {k: f"batch{'.' if parse_key(k)[0] == () else '/'}{k}" for k in keys
+            if parse_key(k)[1] not in RESERVED_ATTRS}
+
+
+def check_still_bound(model: Any, first: Mapping[str, str], keys: Collection[str],
+                      training: bool) -> None:
+    """Raise :class:`MissingInputError` for a key that fed the model at the first call of
+    this training mode and is missing now (the model would silently run without it)."""
+    for k, fed in first.items():
+        if k not in keys:
+            raise MissingInputError(
+                f"ipu_wrap: input key {k!r} fed {fed} of {_model_name(model)} at the first "
+                f"{'training' if training else 'eval'} call, but this dict has no {k!r} (keys: "
+                f"{sorted(keys)}): the model would run without it (poptorch refuses this too: "
+                f"'Missing arguments: {k}'). Pass {k!r} in every batch, or call "
+                f"wrapped.reset_inputs() to start over with these keys on purpose.")
+
+
+class InputRecord:
+    """What the eager checks remember between calls (``reset_inputs`` makes a new one):
+    the first call's signature and rows, the keys bound at the first call of each
+    training mode, and per checked signature the row mismatches to name on a failure."""
+
+    def __init__(self) -> None:
+        self.first: Optional[Signature] = None
+        self.first_rows: Optional[RowLevels] = None
+        self.bound: Dict[bool, Dict[str, str]] = {}
+        self.notes: Dict[Any, List[str]] = {}
+
+    def check(self, model: Any, flat: Mapping[str, Tensor], sig: Signature, mode: str,
+              training: bool, params: List[inspect.Parameter], bind: Mapping[str, str],
+              extra: Mapping[str, Any], key: Any = None) -> None:
+        """:func:`compare_signature`, :func:`check_still_bound` and the row record, for a
+        dict whose signature ``key`` was not checked before (shapes only)."""
+        rows = row_levels(flat)
+        if self.first is None:
+            self.first, self.first_rows = sig, rows
+        else:
+            compare_signature(self.first, sig)
+        first_bound = self.bound.setdefault(training, bound_keys(mode, params, flat, bind, extra))
+        check_still_bound(model, first_bound, flat, training)
+        if key is not None:
+            if len(self.notes) >= 64:
+                self.notes.clear()
+            self.notes[key] = row_mismatches(self.first_rows or {}, rows, flat)
+
+    def named_error(self, key: Any, exc: BaseException) -> Optional[ShapeMismatchError]:
+        """The named error for a failed call of a checked signature, or ``None``."""
+        lines = self.notes.get(key) if key is not None else None
+        if not lines:
+            return None
+        return ShapeMismatchError(
+            f"ipu_wrap: the model failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}) "
+            f"on a dict whose rows do not match its masks: {'; '.join(lines)}. Every node-, "
+            f"edge- or graph-level key has the rows of its mask (docs/dev/FORMAT.md); build "
+            f"batches with FixedSizeLoader.")
 
 
 # --------------------------------------------------------------------------

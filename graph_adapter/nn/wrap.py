@@ -34,8 +34,8 @@ from .norm import mask_norms
 from ..data.format import (GRAPH_MASK, LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP,
                      has_micro_batch_dim, is_hetero, key_of, mask_of_rows, masks_by_level, micro_batch,
                      num_micro_batches, parse_key, store_name, strip_micro_batch)
-from ._inputs import (MissingInputError, Signature, UnboundInputError, check_binding,
-                           check_format, choose_mode, compare_signature, input_signature,
+from ._inputs import (InputRecord, MissingInputError, UnboundInputError, check_binding,
+                           check_format, choose_mode, input_signature,
                            missing_required, require_graph_mask)
 from ..data.spec import class_path, resolve_class, infer_spec, unflatten
 from ..data.errors import InputValueError, SpecError
@@ -196,7 +196,7 @@ class IPUWrapped(nn.Module):
             raise ValueError(f"ipu_wrap(check_inputs={check_inputs!r}); pass True (checks once per "
                              f"input signature), False, or 'values' (also every value, every call)")
         self.check_inputs = check_inputs
-        self._first_inputs: Optional[Signature] = None
+        self._record = InputRecord()  # first call's signature, bound keys per mode, row notes
         self._checked_keys: set = set()
         # Eager hot path (see _eager_spec): the inferred spec per input
         # signature, and the (signature, device, mode) triples whose checks passed.
@@ -215,7 +215,7 @@ class IPUWrapped(nn.Module):
 
     def reset_inputs(self) -> None:
         """Forget the first batch's signature (and the binding checks) so the next batch sets them anew."""
-        self._first_inputs = None
+        self._record = InputRecord()
         self._checked_keys = set()
         self._checked = set()
 
@@ -249,10 +249,8 @@ class IPUWrapped(nn.Module):
         sig = input_signature(flat)
         param = _first_param(self.model)
         check_format(flat, sig, None if param is None else param.device)
-        if self._first_inputs is None:
-            self._first_inputs = sig
-        else:
-            compare_signature(self._first_inputs, sig)
+        self._record.check(self.model, flat, sig, mode, self.training, self._params, self.bind,
+                           self.extra_kwargs, _signature_key(flat))
         keys = frozenset(flat)
         if mode == "tensors" and keys not in self._checked_keys:
             check_binding(self.model, self._params, keys, self.bind, self.extra_kwargs,
@@ -289,7 +287,8 @@ class IPUWrapped(nn.Module):
             key = _signature_key(flat)
         if self.check_inputs:
             param = _first_param(self.model)
-            checked = None if key is None else (key, None if param is None else param.device, mode)
+            checked = None if key is None else (key, None if param is None else param.device, mode,
+                                                self.training)  # keys bound per training mode
             if checked is None or checked not in self._checked:
                 self._check(flat, mode)
                 if checked is not None:
@@ -359,7 +358,7 @@ class IPUWrapped(nn.Module):
             except DIAGNOSED as exc:
                 # Only after a failure (no cost on the happy path): name the bad
                 # value (an index out of range...) that a bare torch error does not.
-                err = named_error(flat, exc)
+                err = self._record.named_error(key, exc) or named_error(flat, exc)
                 if err is None:
                     raise
                 raise err from exc

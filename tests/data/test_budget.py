@@ -97,8 +97,9 @@ def test_fit_every_graph_fits_and_reports(pairs, k):
 def test_fit_success_ratio_monotone_and_round_to():
     rng = np.random.default_rng(0)
     m = np.stack([rng.integers(5, 40, 500), rng.integers(5, 90, 500)], axis=1)
-    lo = Budget.fit(m, 16, success_ratio=0.5, num_samples=500)
-    hi = Budget.fit(m, 16, success_ratio=0.99, num_samples=500)
+    # success_ratio sizes the opt-in fill_to_brim budget only
+    lo = Budget.fit(m, 16, success_ratio=0.5, num_samples=500, fill_to_brim=True)
+    hi = Budget.fit(m, 16, success_ratio=0.99, num_samples=500, fill_to_brim=True)
     assert lo.nodes <= hi.nodes and lo.edges <= hi.edges
     assert abs(hi.report["sampled_fit_ratio"] - 0.99) < 0.02
     r = Budget.fit(m, 16, round_to=8, num_samples=500)

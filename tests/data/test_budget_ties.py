@@ -41,7 +41,7 @@ def _suggested(msg: str) -> Budget:
 @pytest.mark.parametrize("nodes, edges, graphs, first, second, value, fix, loser, winner", [
     (30, 30, 5, "nodes", "edges", 30, "edges=31", "an edge", "node"),
     (6, 10, 6, "nodes", "graphs", 6, "nodes=7", "a graph", "node"),
-    (6, 10, 10, "edges", "graphs", 10, "edges=11", "an edge", "graph"),
+    (12, 10, 10, "edges", "graphs", 10, "edges=11", "an edge", "graph"),
 ])
 def test_a_homogeneous_tie_names_both_levels_why_and_the_fix(nodes, edges, graphs, first,
                                                             second, value, fix, loser,

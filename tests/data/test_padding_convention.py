@@ -52,10 +52,11 @@ def test_every_loader_batch_has_two_padding_nodes(counts, how, k, packer, micro,
         budget = Budget.fit(graphs, k, num_samples=50)
     elif how == "tight":
         budget = Budget.tight(graphs, k)
-    else:  # hand-made, tight for the largest graph: capacity is nodes - 2 (an
-        # edge or graph slot more where N, E, G would tie: Budget refuses it)
-        N, E, G = untied(max(counts) + RESERVED_NODES, 2 * max(counts) + 1, k + 1,
-                         grow="graphs")
+    else:  # hand-made, tight for the largest graph: capacity is nodes - 2, and
+        # N - G >= n - 1 so that the largest graph alone leaves no empty padding
+        # slot (a node or edge slot more where N, E, G would tie: Budget refuses it)
+        N, E, G = untied(max(max(counts) + RESERVED_NODES, k + max(counts)),
+                         2 * max(counts) + 1, k + 1, grow="nodes")
         budget = Budget(nodes=N, edges=E, graphs=G)
     assert budget.capacity()[0][0] == budget.nodes - 2
     seen = 0
@@ -66,10 +67,10 @@ def test_every_loader_batch_has_two_padding_nodes(counts, how, k, packer, micro,
             for m in (item["node_mask"].reshape(-1, budget.nodes)):
                 assert int((~m).sum()) >= 2
             seen += int(item["graph_mask"].sum())
-            if how != "hand":  # fit / tight: no empty padding graph slot either
-                ptr = item["ptr"].reshape(-1, budget.graphs + 1)
-                assert bool((ptr.diff(dim=1) > 0).logical_or(
-                    item["graph_mask"].reshape(-1, budget.graphs)).all())
+            # every budget (fit, tight, hand): no empty padding graph slot either
+            ptr = item["ptr"].reshape(-1, budget.graphs + 1)
+            assert bool((ptr.diff(dim=1) > 0).logical_or(
+                item["graph_mask"].reshape(-1, budget.graphs)).all())
     assert seen == len(graphs)  # every graph exactly once
 
 
@@ -129,7 +130,8 @@ def test_cluster_gcn_through_loader_equals_unpadded(diag_lambda):
     assert len(pads) >= 2 and min(pads) >= 2
     # exactly two padding nodes in every batch, both packers
     for packer in ("greedy", "histogram"):
-        pads = _unpadded_and_padded(layer, graphs, Budget(nodes=8, edges=30, graphs=4), packer)
+        # graphs=3: N - G = 5 keeps the 6-node graph's padding slots non-empty
+        pads = _unpadded_and_padded(layer, graphs, Budget(nodes=8, edges=30, graphs=3), packer)
         assert min(pads) >= 2 and 2 in pads
 
 

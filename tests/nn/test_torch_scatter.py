@@ -15,6 +15,7 @@ from graph_adapter.nn.wrap import ipu_wrap
 from _compile_count import compile_counted
 from _padding import pad_batch, random_graphs
 
+pytestmark = pytest.mark.needs_scatter
 torch_scatter = pytest.importorskip(
     "torch_scatter", reason="torch_scatter is not installed (pip install ../shared/wheels/"
     "torch_scatter-*.whl, or build it: pip wheel --no-build-isolation torch-scatter)")
