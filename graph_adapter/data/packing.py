@@ -186,7 +186,7 @@ def graph_sizes(dataset, transform=None) -> GraphSizes:
         m = np.zeros((n, len(nts) + len(ets)), dtype=np.int64)
         for i in range(n):
             d = first if i == 0 else dataset[i]
-            check_graph_item(d, i)
+            check_graph_item(d, i, first)
             # look the stores up, never d[t]: that would add an empty store to
             # the user's graph when it lacks the type
             nodes, edges = d._node_store_dict, d._edge_store_dict
@@ -198,7 +198,7 @@ def graph_sizes(dataset, transform=None) -> GraphSizes:
     m = np.zeros((n, 2), dtype=np.int64)
     for i in range(n):
         d = first if i == 0 else dataset[i]
-        check_graph_item(d, i)
+        check_graph_item(d, i, first)
         m[i, 0] = d.num_nodes or 0
         m[i, 1] = d.num_edges
     return GraphSizes(m)

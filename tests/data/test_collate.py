@@ -39,7 +39,10 @@ def budget_for(graphs, slack=3):
     e = sum(d.num_edges for d in graphs)
     # slack >= 1 padding rows; nodes: one more (two padding nodes are reserved);
     # one row more where two counts would tie (Budget refuses a tie)
-    N, E, G = untied(n + slack + 1, e + slack, len(graphs) + slack)
+    G = len(graphs) + slack
+    # the no-empty-padding-slot rule (FORMAT.md): nodes >= graphs + largest graph - 1
+    nodes = max(n + slack + 1, G + max(max(d.num_nodes for d in graphs) - 1, 0))
+    N, E, G = untied(nodes, e + slack, G)
     return Budget(nodes=N, edges=E, graphs=G)
 
 

@@ -65,3 +65,21 @@ def test_mixed_data_and_hetero_data_is_named(order):
                                         r"or all HeteroData"):
         check_graph_item(items[1], 1, items[0])
     check_graph_item(items[0], 0, items[0])
+
+
+@pytest.mark.parametrize("first_hetero", [False, True])
+def test_a_budget_of_mixed_data_and_heterodata_names_the_graph(first_hetero):
+    """Budget.fit / Budget.tight scan sizes first: a dataset mixing Data and HeteroData
+    is refused there, naming the graph, not with PyG's own AttributeError."""
+    from torch_geometric.data import Data, HeteroData
+
+    import graph_adapter as ga
+
+    d = Data(x=torch.zeros(3, 2), edge_index=torch.tensor([[0, 1], [1, 2]]))
+    h = HeteroData()
+    h["a"].x = torch.zeros(2, 2)
+    h["a", "to", "a"].edge_index = torch.tensor([[0], [1]])
+    graphs = [h, d, h] if first_hetero else [d, h, d]
+    for fit in (ga.Budget.tight, ga.Budget.fit):
+        with pytest.raises(TypeError, match="index 1"):
+            fit(graphs, 2)

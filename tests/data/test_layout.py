@@ -43,7 +43,10 @@ def _budget(graphs, padding):
     e = sum(d.num_edges for d in graphs)
     # (+1: the collator keeps 2 padding nodes now, paddings() draws >= 1; a row
     # more where N, E, G would tie: Budget refuses it)
-    N, E, G = untied(n + padding[0] + 1, e + padding[1], len(graphs) + padding[2])
+    G = len(graphs) + padding[2]
+    # the no-empty-padding-slot rule (FORMAT.md): nodes >= graphs + largest graph - 1
+    nodes = max(n + padding[0] + 1, G + max(max(d.num_nodes for d in graphs) - 1, 0))
+    N, E, G = untied(nodes, e + padding[1], G)
     return n, e, ga.Budget(nodes=N, edges=E, graphs=G)
 
 

@@ -35,7 +35,10 @@ def _budget(graphs, padding):
     n = sum(d.num_nodes for d in graphs)
     e = sum(d.num_edges for d in graphs)
     # (+1: every batch keeps 2 padding nodes, paddings() draws >= 1)
-    N, E, G = n + padding[0] + 1, e + padding[1], len(graphs) + padding[2]
+    G = len(graphs) + padding[2]
+    # the no-empty-padding-slot rule (FORMAT.md): nodes >= graphs + largest graph - 1
+    N = max(n + padding[0] + 1, G + max(max(d.num_nodes for d in graphs) - 1, 0))
+    E = e + padding[1]
     assume(len({N, E, G}) == 3)  # the documented rule: a row count tells its level
     return Budget(nodes=N, edges=E, graphs=G)
 

@@ -96,16 +96,21 @@ def test_loader_training_steps_stay_equal():
     loader = ga.FixedSizeLoader(data, ga.Budget.fit(data, 8))
     torch.manual_seed(0)
     padded, trimmed = _pair(make("gin_bn"), loss_fn=masked_loss("mse"))
-    opts = [torch.optim.SGD(w.parameters(), lr=0.05) for w in (padded, trimmed)]
-    calls = 0
+    # (lr 0.01: at 0.05 this model diverges to inf within two epochs of these batches)
+    opts = [torch.optim.SGD(w.parameters(), lr=0.01) for w in (padded, trimmed)]
+    calls, lone = 0, 0
     for _ in range(2):
         for flat in loader:
             for w, opt in zip((padded, trimmed), opts):
                 opt.zero_grad()
                 w(flat)["loss"].backward()
                 opt.step()
+            # the rule: a call with fewer than 2 real rows at a level takes the padded path
+            # (here the partial last batch of each epoch when it holds one graph)
+            lone += calls > 0 and min(int(flat[m].sum()) for m in
+                                      ("node_mask", "edge_mask", "graph_mask")) < 2
             calls += 1
-    assert trimmed.trim_stats == {"trimmed": calls - 1, "padded": 1}
+    assert trimmed.trim_stats == {"trimmed": calls - 1 - lone, "padded": 1 + lone}
     for (k, v), w in zip(padded.model.state_dict().items(), trimmed.model.state_dict().values()):
         torch.testing.assert_close(w.float(), v.float(), atol=1e-5, rtol=1e-4, msg=lambda m: f"{k}: {m}")
 
