@@ -83,7 +83,10 @@ def test_recipe_trains_validates_and_predicts(trained):
     assert isinstance(strategy, lg.IPUStrategy)
     # Both stages got options with F = 4 (without inference_opts it would be deviceIterations(1)).
     assert strategy.inference_opts.device_iterations * strategy.inference_opts.replication_factor == 4
-    assert trainer.global_step == 3 * len(trained["train"])  # one host batch a step
+    # one host batch a step; a shuffled epoch's packing plan can hold a batch more or
+    # less than len(loader) (epoch 0's)
+    n = len(trained["train"])
+    assert 3 * (n - 1) <= trainer.global_step <= 3 * (n + 1)
     metrics = trained["metrics"]  # logged by FlatDictModule's batch-end hooks
     assert torch.isfinite(metrics["train_loss"]) and torch.isfinite(metrics["val_loss"])
 
