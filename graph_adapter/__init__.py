@@ -46,7 +46,7 @@ from .data.loader import FixedSizeLoader, LoaderStats
 from .data.neighbor import FixedSizeNeighborLoader, NeighborLoaderStats
 from .nn import losses
 from .nn.wrap import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
-                   UnboundInputError, ipu_wrap, unpad)
+                      UnboundInputError, ipu_wrap, unpad)
 from .nn.static import StaticSizeError
 from .nn.losses import masked_loss
 from .backends import Compiled, ShapeChangedError, compile

@@ -31,8 +31,8 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data, HeteroData
 
 from .errors import (BatchMismatchError, ClassNotAllowedError, DtypeMismatchError,
-                           MissingKeyError, ShapeMismatchError, SpecFormatError,
-                           UnexpectedKeyError, decode)
+                     MissingKeyError, ShapeMismatchError, SpecFormatError,
+                     UnexpectedKeyError, decode)
 from .format import GRAPH_MASK, LEVELS, PTR, key_of
 
 __all__ = ["allow_modules", "allowed_modules", "resolve_data_class", "spec_fields_of",

@@ -47,8 +47,8 @@ from . import classes
 from ._levels import level_of_attr
 from .classes import class_path, resolve_class
 from .errors import (BatchMismatchError, ClassNotAllowedError, DeviceMismatchError,
-                           DtypeMismatchError, MissingKeyError, ShapeMismatchError, SpecError,
-                           SpecFormatError, UnexpectedKeyError, UnsupportedAttributeError, dumps)
+                     DtypeMismatchError, MissingKeyError, ShapeMismatchError, SpecError,
+                     SpecFormatError, UnexpectedKeyError, UnsupportedAttributeError, dumps)
 from .format import (EDGE_TYPE_SEP, GRAPH_MASK, LEVEL_OF_MASK, LEVELS, PTR, SEP, StoreKey,
                      cat_dim_of, is_hetero, key_of, levels_of_rows, parse_key, pick_level)
 

@@ -71,7 +71,6 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _THIS_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-
 # --------------------------------------------------------------------------
 # A finding
 # --------------------------------------------------------------------------
@@ -96,7 +95,6 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.kind}  {self.op}  {self.location}  {self.message}"
-
 
 
 # --------------------------------------------------------------------------

@@ -61,8 +61,8 @@ from torch_geometric.nn.aggr.base import Aggregation
 from torch_geometric.utils import num_nodes as _num_nodes_mod
 
 from ..data.format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, NODE_MASK, PTR, SPILL_IN,
-                     SPILL_OUT, is_hetero,
-                     levels_of_rows, masks_by_level, parse_key)
+                           SPILL_OUT, is_hetero,
+                           levels_of_rows, masks_by_level, parse_key)
 
 __all__ = [
     "StaticSizeError",
