@@ -364,7 +364,6 @@ def test_per_hop_sizes_match_pyg_neighbor_loader():
         pytest.skip("torch_sparse not installed: PyG's NeighborLoader cannot sample here "
                     "(pip install --no-deps ../shared/wheels/torch_sparse-*.whl "
                     "../shared/wheels/torch_scatter-*.whl)")
-    from scipy.stats import ks_2samp
     from torch_geometric.loader import NeighborLoader
 
     d = _graph(3000, 24000, 4, edge_attr=False)  # Poisson in-degrees around 8: fanouts bite
@@ -372,12 +371,41 @@ def test_per_hop_sizes_match_pyg_neighbor_loader():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # PyG's small ops: threads only add contention (docs/large_graphs.md)
     try:
-        _compare_with_pyg(d, bs, NeighborLoader, ks_2samp)
+        _compare_with_pyg(d, bs, NeighborLoader)
     finally:
         torch.set_num_threads(threads)
 
 
-def _compare_with_pyg(d, bs, NeighborLoader, ks_2samp):
+def _ks_2samp_pvalue(a: list, b: list) -> float:
+    """Two-sample Kolmogorov-Smirnov test, asymptotic p-value (scipy's
+    ``ks_2samp(..., method="asymp")``), written out so this venv needs no scipy.
+    D is the largest gap between the two empirical CDFs over the pooled values (ties
+    are steps of both CDFs); p = Q_KS(sqrt(n_e) * D) with n_e = n*m/(n+m)."""
+    import bisect
+    import math
+    a, b = sorted(a), sorted(b)
+    d = max(abs(bisect.bisect_right(a, v) / len(a) - bisect.bisect_right(b, v) / len(b))
+            for v in a + b)
+    en = math.sqrt(len(a) * len(b) / (len(a) + len(b)))
+    lam = (en + 0.12 + 0.11 / en) * d  # Stephens' small-sample correction
+    if lam < 1e-3:
+        return 1.0
+    q = 2 * sum((-1) ** (k - 1) * math.exp(-2 * k * k * lam * lam) for k in range(1, 101))
+    return min(1.0, max(0.0, q))
+
+
+def test_ks_2samp_pvalue_separates_shifted_samples():
+    """The helper above can fail: a shifted sample gets a tiny p, the same one p=1."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(200, generator=g).tolist()
+    b = (torch.randn(200, generator=g) + 1.0).tolist()
+    assert _ks_2samp_pvalue(a, b) < 1e-6
+    assert _ks_2samp_pvalue(a, a) == 1.0
+    c = torch.randn(200, generator=g).tolist()
+    assert _ks_2samp_pvalue(a, c) > 1e-3
+
+
+def _compare_with_pyg(d, bs, NeighborLoader):
     for fan in ([6], [6, 3]):
         torch.manual_seed(0)
         with warnings.catch_warnings():
@@ -394,5 +422,5 @@ def _compare_with_pyg(d, bs, NeighborLoader, ks_2samp):
         assert len(ours) == len(theirs) == 3000 // bs
         for i, what in enumerate(("nodes", "edges")):
             a, b = [o[i] for o in ours], [t[i] for t in theirs]
-            p = ks_2samp(a, b).pvalue
+            p = _ks_2samp_pvalue(a, b)
             assert p > 1e-3, (fan, what, p, sum(a) / len(a), sum(b) / len(b))
