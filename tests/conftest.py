@@ -92,17 +92,30 @@ def expected_skip(nodeid: str, reason: str) -> bool:
                for prefix, pattern, _why in CI_EXPECTED_SKIPS)
 
 
+def _import_problem(module: str) -> str:
+    """'' if ``module`` imports, else why not. An import, not find_spec: torch_sparse is
+    found without scipy but fails to import, and PyG then treats it as absent."""
+    if importlib.util.find_spec(module) is None:
+        return f"{module} not installed"
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        return f"{module} installed but fails to import ({e})"
+    return ""
+
+
 def pytest_runtest_setup(item):
     """A test marked ``needs_scatter`` skips (with a reason CI expects) where torch_scatter or
     torch_sparse is missing; with ``GRAPH_ADAPTER_REQUIRE_SCATTER=1`` (.ci/run's scatter step)
     a missing one fails instead, so that step cannot go green by skipping."""
     if item.get_closest_marker("needs_scatter") is None:
         return
-    missing = [m for m in SCATTER_PACKAGES if importlib.util.find_spec(m) is None]
+    missing = [m for m in SCATTER_PACKAGES if _import_problem(m)]
     if not missing:
         return
-    why = (f"needs_scatter: {', '.join(missing)} not installed (pip install --no-deps "
-           f"../shared/wheels/torch_scatter-*.whl ../shared/wheels/torch_sparse-*.whl)")
+    why = (f"needs_scatter: {'; '.join(_import_problem(m) for m in missing)} (pip install "
+           f"scipy, then --no-deps ../shared/wheels/torch_scatter-*.whl "
+           f"../shared/wheels/torch_sparse-*.whl)")
     if os.environ.get("GRAPH_ADAPTER_REQUIRE_SCATTER") == "1":
         pytest.fail(why + " under GRAPH_ADAPTER_REQUIRE_SCATTER=1", pytrace=False)
     pytest.skip(why)
