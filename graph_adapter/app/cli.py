@@ -7,7 +7,8 @@ Subcommands:
   (:mod:`graph_adapter.app.demo`).
 * ``graph-adapter bench``: run the benchmarks that ship with the package
   (:mod:`graph_adapter.app.bench`: collate, padding efficiency, compiles,
-  throughput) and print one table.
+  throughput) and print one table; ``graph-adapter bench parity``: the
+  training-parity seed sweep (:mod:`graph_adapter.app.bench.parity`).
 * ``graph-adapter check package.module:factory``: what poptorch's dispatcher
   would reject, found on CPU (:mod:`graph_adapter.app.check_cli`).
 
@@ -98,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quiet", action="store_true", help="no progress output")
 
     bench = sub.add_parser(
-        "bench", help="run the benchmarks (collate, padding efficiency, throughput)",
+        "bench", help="run the benchmarks (collate, padding efficiency, throughput); "
+                      "'bench parity --help': the training-parity seed sweep",
         description="Run the benchmarks that ship with graph_adapter (collate "
                     "speed, padding efficiency against pad-to-max and PyG's DynamicBatchSampler, "
                     "compiles per epoch, step and epoch throughput against eager PyG) and print "
@@ -168,6 +170,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .check_cli import check_main
 
         return int(check_main(argv[1:]) or 0)
+    if argv[:2] == ["bench", "parity"]:  # a sweep of demo runs, with options of its own
+        from .bench.parity import main as parity_main
+
+        return int(parity_main(argv[2:]) or 0)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -29,3 +29,22 @@ def test_summary_difference_standard_error_and_verdict():
     assert "NO parity" in format_summary(far)
     with pytest.raises(ValueError, match="no seeds"):
         summarize([])
+
+
+def test_cli_runs_the_sweep_through_bench_parity(monkeypatch, capsys):
+    """``graph-adapter bench parity`` reaches the sweep with its own options (one seed a
+    row; run_seed stubbed: the demo runs themselves are the benchmark's job, not a test's)."""
+    from graph_adapter.app import cli
+    from graph_adapter.app.bench import parity
+
+    seen = []
+
+    def fake_run_seed(seed, model, backend, epochs, limit, threads):
+        seen.append((seed, model, backend, epochs))
+        return _row(seed, 5.0 + seed, 5.0)
+
+    monkeypatch.setattr(parity, "run_seed", fake_run_seed)
+    assert cli.main(["bench", "parity", "--seeds", "0", "1", "--models", "gin",
+                     "--epochs", "2"]) == 0
+    assert seen == [(0, "gin", "eager", 2), (1, "gin", "eager", 2)]
+    assert "--model gin" in capsys.readouterr().out
