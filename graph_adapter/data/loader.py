@@ -125,8 +125,19 @@ class FixedSizeLoader:
             ``(seed, e)`` only, so every rank computes the same one.
         micro_batches: ``F`` stacks F fixed-size batches on a new leading dim
             (poptorch splits dim 0 by deviceIterations x replicationFactor x
-            gradientAccumulation); every tensor gets it.  The epoch's tail is
-            filled with fully padded batches.
+            gradientAccumulation); every tensor gets it.  See ``tail``.
+        tail: how an epoch reaches a multiple of ``world_size x F`` batches.
+            ``"split"`` (default): split the fullest batches in two, so no
+            micro-batch lacks a real graph; it adds up to ``W x F - 1``
+            batches an epoch, so the mean graph count falls below what
+            ``Budget.fit(graphs_per_batch=k)`` sized for (1600 graphs, k=16,
+            W=4, F=3: 100 batches -> 108, 14.8 graphs a micro-batch).
+            ``"pad"``: split only to a multiple of ``world_size`` (every rank
+            the same number of real batches, as ``DistributedSampler`` pads
+            to equal shares) and complete each rank's last item with fully
+            padded micro-batches (``stats.padded_batches``): k graphs a
+            micro-batch, and a short last step, as ``DataLoader`` with
+            gradient accumulation has.
         oversize: ``"error"`` (default) raises naming the dataset index and
             sizes of each graph that fits no batch; ``"skip"`` leaves them
             out, warns and reports them in ``stats``.
@@ -190,7 +201,8 @@ class FixedSizeLoader:
     without a real graph unless the epoch has too few graphs to spread (fewer
     than ``world_size x F`` per item); only then is the tail filled with
     fully padded batches (``stats.padded_batches``), on which a masked
-    BatchNorm updates nothing.
+    BatchNorm updates nothing.  ``tail="pad"`` fills with padded batches
+    instead of splitting (k graphs a micro-batch; see ``tail``).
     """
 
     def __init__(self, dataset: Sequence[Any], budget: Union[Budget, dict, str], *, shuffle: bool = False,
@@ -198,6 +210,7 @@ class FixedSizeLoader:
                  packer: str = "greedy", open_batches: int = 8,
                  index_dtype: torch.dtype = torch.int64, columnar: bool = True,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
+                 tail: str = "split",
                  transform: Optional[Callable[[Any], Any]] = None,
                  float_dtype: Optional[torch.dtype] = None, exclude: Sequence[str] = (),
                  validate: bool = True, layout: Optional[str] = None,
@@ -212,6 +225,8 @@ class FixedSizeLoader:
             raise TypeError(f"budget must be a Budget, got {type(budget).__name__}")
         if oversize not in ("error", "skip"):
             raise ValueError(f"oversize must be 'error' or 'skip', got {oversize!r}")
+        if tail not in ("split", "pad"):
+            raise ValueError(f"tail must be 'split' or 'pad', got {tail!r}")
         if packer not in PACKERS:
             raise ValueError(f"packer must be one of {PACKERS}, got {packer!r}")
         if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) \
@@ -235,6 +250,7 @@ class FixedSizeLoader:
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.micro_batches = micro_batches
+        self.tail = tail
         self.oversize = oversize
         self.packer = packer
         self.open_batches = int(open_batches)
@@ -344,7 +360,7 @@ class FixedSizeLoader:
         if self._cache is not None and self._cache[0] == e:
             return self._cache[1], self._cache[2]
         F, W = self.micro_batches, self.world_size
-        plan = _split_to_multiple(self._packed(e), W * F)
+        plan = _split_to_multiple(self._packed(e), W * F if self.tail == "split" else W)
         nb = plan.num_batches
         per_rank = -(-nb // W)
         mine = np.arange(self.rank, nb, W, dtype=np.int64)
