@@ -272,7 +272,9 @@ class Budget:
         budget is never smaller than the largest single graph, so every graph
         fits.  The graph count is a cap (``graph_cap`` real graphs, default:
         the most graphs the packer put in one batch when run without a cap in
-        random order, plus one reserved slot).
+        random order, plus one reserved slot; where graphs are so small that
+        one node more or less moves the mean by over 1%, a cap of ``k`` or
+        ``k + 1`` binds instead, as ``DataLoader``'s ``batch_size`` does).
 
         ``fill_to_brim=True`` keeps the sizing before issue 23: node and edge
         budgets are the ``success_ratio`` quantiles of the sums of
