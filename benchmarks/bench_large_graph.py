@@ -36,31 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
 from torch_geometric.nn import GraphSAGE
-from torch_geometric.utils import to_undirected
 
 import graph_adapter
 from graph_adapter import FixedSizeNeighborLoader, ipu_wrap
+from graph_adapter.app.demo_node import sbm_graph  # the generator `demo --task node` uses
 from graph_adapter.nn.losses import masked_cross_entropy
-
-
-def sbm(n: int, classes: int, out_degree: float, p_in: float, signal: float, dim: int,
-        seed: int) -> Data:
-    """A stochastic block model graph with class-correlated features."""
-    g = torch.Generator().manual_seed(seed)
-    y = torch.randint(0, classes, (n,), generator=g)
-    order = torch.argsort(y)
-    counts = torch.bincount(y, minlength=classes)
-    start = torch.cumsum(counts, 0) - counts
-    deg = torch.poisson(torch.full((n,), out_degree), generator=g).long()
-    src = torch.repeat_interleave(torch.arange(n), deg)
-    same = torch.rand(src.numel(), generator=g) < p_in
-    cls = torch.where(same, y[src], torch.randint(0, classes, (src.numel(),), generator=g))
-    pick = (torch.rand(src.numel(), generator=g) * counts[cls]).long()
-    dst = order[start[cls] + pick]
-    ei = to_undirected(torch.stack([src, dst]), num_nodes=n)
-    mu = torch.randn(classes, dim, generator=g) * signal
-    x = mu[y] + torch.randn(n, dim, generator=g)
-    return Data(x=x, edge_index=ei, y=y)
 
 
 def pyg_loader_available() -> bool:
@@ -91,6 +71,47 @@ def pyg_batches(data, seeds, fan, bs, shuffle, loader_ok, ours_for_fallback):
     L._epoch += 1
 
 
+def link_section(data, fan, bs, num_links, loader_ok) -> None:
+    """2b. Link level: fill at one shape over an epoch and the sampler's rate (supervision
+    edges/s, binary negatives 1:1) against PyG's LinkNeighborLoader, side by side."""
+    from graph_adapter.data.link import FixedSizeLinkNeighborLoader
+
+    g = torch.Generator().manual_seed(2)
+    cols = torch.randperm(data.num_edges, generator=g)[:num_links]
+    eli = data.edge_index[:, cols]
+    t = time.perf_counter()
+    LL = FixedSizeLinkNeighborLoader(data, fan, eli, batch_size=bs, shuffle=True)
+    built = time.perf_counter() - t
+    print(f"\n2b. link level: {eli.size(1)} supervision edges, batch_size={bs}, binary "
+          f"negatives 1:1, num_neighbors={fan}")
+    print(f"   FixedSizeLinkNeighborLoader built in {built:.2f} s: budget {LL.budget}, "
+          f"{LL.slots} supervision slots, {len(LL)} batches an epoch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = time.perf_counter()
+        n_ours = sum(int((f["input_id"] >= 0).sum()) for f in LL)
+        dt_ours = time.perf_counter() - t
+    st = LL.stats
+    print(f"   fill over the epoch: node slots real {st.node_efficiency:.1%}, edge slots real "
+          f"{st.edge_efficiency:.1%}; {st.trimmed_batches} of {st.batches} subgraphs trimmed "
+          f"({st.trimmed_nodes} nodes, {st.trimmed_edges} edges cut, counted)")
+    print(f"   ours (padded dicts): {n_ours / dt_ours:9.0f} supervision edges/s ({dt_ours:.2f} s)")
+    if not loader_ok:
+        print("   PyG LinkNeighborLoader: unavailable (no torch-sparse / pyg-lib): not measured")
+        return
+    from torch_geometric.loader import LinkNeighborLoader
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = time.perf_counter()
+        n_pyg = sum(int(b.input_id.numel()) for b in LinkNeighborLoader(
+            data, num_neighbors=fan, edge_label_index=eli, batch_size=bs, shuffle=True,
+            neg_sampling="binary"))
+        dt_pyg = time.perf_counter() - t
+    print(f"   PyG LinkNeighborLoader (torch-sparse): {n_pyg / dt_pyg:9.0f} supervision edges/s "
+          f"({dt_pyg:.2f} s); ours / PyG = {dt_pyg / dt_ours:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=100_000)
@@ -102,6 +123,12 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--link", action="store_true",
+                    help="also section 2b: FixedSizeLinkNeighborLoader (fill, sampler rate vs "
+                         "PyG's LinkNeighborLoader)")
+    ap.add_argument("--link-edges", type=int, default=50_000,
+                    help="supervision edges of section 2b (a random subset of the edges)")
+    ap.add_argument("--no-train", action="store_true", help="stop before section 3")
     ap.add_argument("--fill-samples", type=int, default=1000,
                     help="samples for the from_loader rule (its default: 1000)")
     args = ap.parse_args()
@@ -112,7 +139,7 @@ def main() -> None:
           f"{os.getloadavg()[0]:.1f}")
 
     t = time.perf_counter()
-    data = sbm(args.nodes, args.classes, args.out_degree, 0.8, args.signal, args.dim, 0)
+    data = sbm_graph(args.nodes, args.classes, args.out_degree, 0.8, args.signal, args.dim, 0)
     print(f"SBM: {data.num_nodes} nodes, {data.num_edges} edges (avg degree "
           f"{data.num_edges / data.num_nodes:.1f}), {args.classes} classes, built in "
           f"{time.perf_counter() - t:.1f} s")
@@ -175,6 +202,11 @@ def main() -> None:
               f"({dt_pyg:.2f} s); ours / PyG = {dt_pyg / dt_ours:.2f}x")
     else:
         print("   PyG NeighborLoader: unavailable (no torch-sparse / pyg-lib): not measured")
+
+    if args.link:
+        link_section(data, fan, bs, args.link_edges, loader_ok)
+    if args.no_train:
+        return
 
     # -- 3. training and inference -----------------------------------------------
     print(f"\n3. GraphSAGE 2x128, {args.epochs} epochs, Adam 1e-2; test accuracy on "

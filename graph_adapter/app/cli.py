@@ -11,6 +11,8 @@ Subcommands:
   training-parity seed sweep (:mod:`graph_adapter.app.bench.parity`).
 * ``graph-adapter check package.module:factory``: what poptorch's dispatcher
   would reject, found on CPU (:mod:`graph_adapter.app.check_cli`).
+* ``graph-adapter export package.module:factory OUT.pt2``: a servable artifact
+  (:mod:`graph_adapter.app.export_cmd`, ``docs/deploy.md``).
 
 Exit codes: 0 success, 1 a check failed, 2 a usage error or a missing
 optional dependency / file (the message says what to install or where).
@@ -44,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="graph_adapter: run unmodified PyTorch Geometric GNNs under compilers that "
                     "demand stable input shapes (poptorch/IPU, torch.compile, torch.export).")
     p.add_argument("--version", action="version", version=f"%(prog)s {ga.__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{demo,bench,check}")
+    sub = p.add_subparsers(dest="command", metavar="{demo,bench,check,export}")
 
     demo = sub.add_parser(
         "demo", help="train a stock PyG GNN on rdkit's 5000 molecules through the adapter",
@@ -97,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="torch.use_deterministic_algorithms(True) for the run: the same "
                            "settings give the same figures (compiled code may run slower)")
     demo.add_argument("--quiet", action="store_true", help="no progress output")
+    demo.add_argument("--task", choices=("graph", "node"), default="graph",
+                      help="graph: the molecules (default); node: node classification on a "
+                           "generated large graph with FixedSizeNeighborLoader "
+                           "(graph_adapter.app.demo_node; --nodes sets its size)")
+    demo.add_argument("--nodes", type=int, default=None, help="--task node: graph size")
 
     bench = sub.add_parser(
         "bench", help="run the benchmarks (collate, padding efficiency, throughput); "
@@ -116,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("check", add_help=False,
                    help="report what poptorch's dispatcher would reject (graph-adapter check -h)")
+    sub.add_parser("export", add_help=False,
+                   help="write a trained model as a .pt2/.onnx artifact that serves without "
+                        "PyG (graph-adapter export -h)")
     return p
 
 
@@ -124,6 +134,10 @@ def _err(cmd: str, msg: str) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    if args.task == "node":
+        from .demo_node import run_node_cli
+
+        return run_node_cli(args)
     cfg = DemoConfig(epochs=args.epochs, batch_graphs=args.batch_graphs, seed=args.seed,
                      model=args.model, backend=args.backend, hidden=args.hidden,
                      layout=None if args.layout == "none" else args.layout,
@@ -170,6 +184,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .check_cli import check_main
 
         return int(check_main(argv[1:]) or 0)
+    if argv and argv[0] == "export":
+        from .export_cmd import export_main
+
+        return int(export_main(argv[1:]) or 0)
     if argv[:2] == ["bench", "parity"]:  # a sweep of demo runs, with options of its own
         from .bench.parity import main as parity_main
 

@@ -68,7 +68,8 @@ from .format import (BATCH, EDGE_MASK, GRAPH_MASK, NODE_MASK, PTR, RESERVED_KEYS
 
 __all__ = ["FixedSizeNeighborLoader", "NeighborLoaderStats", "SubgraphOversizeError",
            "InputNodesError", "OVERSIZE_POLICIES", "N_ID", "E_ID", "SEED_MASK", "SEED_OF",
-           "fit_neighbor_budget", "pad_sample", "trim_sample", "check_hetero_fanouts"]
+           "fit_neighbor_budget", "pad_sample", "trim_sample", "check_hetero_fanouts",
+           "chunk_seed"]
 
 N_ID = "n_id"
 E_ID = "e_id"
@@ -263,23 +264,27 @@ def trim_sample(sample: Sample, max_nodes: int, max_edges: int) -> Tuple[Sample,
     return cut, n - keep_n, m - int(idx.numel())
 
 
-def _distinct(nodes: int, edges: int, graphs: int) -> Tuple[int, int]:
-    """Nudge ``edges`` (then ``nodes``) up by one until the three counts differ."""
-    while edges in (nodes, graphs):
+def _distinct(nodes: int, edges: int, graphs: int, avoid: Sequence[int] = ()) -> Tuple[int, int]:
+    """Nudge ``edges`` (then ``nodes``) up by one until the three counts differ
+    (and differ from every count in ``avoid``: the link loader's slot counts)."""
+    avoid = tuple(avoid)
+    while edges in (nodes, graphs) + avoid:
         edges += 1
-    while nodes in (edges, graphs):
+    while nodes in (edges, graphs) + avoid:
         nodes += 1
     return nodes, edges
 
 
 def fit_neighbor_budget(sizes: Sequence[Tuple[int, int]], batch_size: int,
-                        success_ratio: float = 0.99, round_to: int = 1) -> Budget:
+                        success_ratio: float = 0.99, round_to: int = 1,
+                        avoid: Sequence[int] = ()) -> Budget:
     """A ``graphs=2`` budget holding ``success_ratio`` of the sampled ``(nodes, edges)``.
 
     The node count is the quantile of the real node counts (at least
     ``batch_size``: the seeds always fit) plus the reserved padding nodes; the
     edge count the quantile of the edge counts (at least 1); both rounded up to
-    ``round_to``; ties nudged apart.
+    ``round_to``; ties nudged apart, also from the row counts in ``avoid``
+    (other keys' lengths, e.g. the link loader's supervision slots).
     """
     if not 0 < success_ratio <= 1:
         raise ValueError(f"success_ratio={success_ratio}; choose a quantile in (0, 1]")
@@ -289,11 +294,13 @@ def fit_neighbor_budget(sizes: Sequence[Tuple[int, int]], batch_size: int,
     edges = max(int(q[1]), 1)
     r = max(int(round_to), 1)
     nodes, edges = -(-nodes // r) * r, -(-edges // r) * r
-    nodes, edges = _distinct(nodes, edges, 2)
+    nodes, edges = _distinct(nodes, edges, 2, avoid)
     return Budget(nodes=nodes, edges=edges, graphs=2)
 
 
-def _chunk_seed(seed: int, epoch: int, chunk: int, stream: int = 0) -> int:
+def chunk_seed(seed: int, epoch: int, chunk: int, stream: int = 0) -> int:
+    """The seed of one batch's generator: a function of ``(seed, stream, epoch, chunk)``
+    only (streams: 0 neighbours, 1 seed order, 2 budget fit, 3+ the link loader's)."""
     return int(np.random.SeedSequence([seed, stream, epoch, chunk]).generate_state(1)[0])
 
 
@@ -351,10 +358,25 @@ class FixedSizeNeighborLoader:
                  success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
                  micro_batches: int = 1, rank: int = 0, world_size: int = 1,
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1):
+        self._setup(data, num_neighbors, batch_size, shuffle=shuffle, seed=seed, replace=replace,
+                    disjoint=disjoint, oversize=oversize, micro_batches=micro_batches, rank=rank,
+                    world_size=world_size, pad_id=pad_id, num_workers=num_workers,
+                    sampler_threads=sampler_threads)
+        self.seeds = _seed_tensor(input_nodes, self.num_nodes)
+        self.stats = self._new_stats(0)
+        self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
+                                           batch_size, f"batch_size={batch_size} seeds")
+
+    def _setup(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *, shuffle: bool,
+               seed: int, replace: bool, disjoint: bool, oversize: str, micro_batches: int,
+               rank: int, world_size: int, pad_id: int, num_workers: int,
+               sampler_threads: Optional[int]) -> None:
+        """Check and keep the settings every neighbour loader shares; build the CSC."""
+        name = type(self).__name__
         if hasattr(data, "node_types") and hasattr(data, "edge_types") and data.edge_types:
             if isinstance(num_neighbors, dict):
                 check_hetero_fanouts(data.edge_types, num_neighbors)
-            raise NotImplementedError("FixedSizeNeighborLoader samples homogeneous graphs only so "
+            raise NotImplementedError(f"{name} samples homogeneous graphs only so "
                                       "far (hetero: issue 22, not built); convert with "
                                       "data.to_homogeneous()")
         if isinstance(num_neighbors, dict):
@@ -376,14 +398,15 @@ class FixedSizeNeighborLoader:
         self.pad_id, self.num_workers = pad_id, num_workers
         self.sampler_threads = sampler_threads
         self.num_nodes = int(data.num_nodes)
-        self.seeds = _seed_tensor(input_nodes, self.num_nodes)
         self.node_attrs, self.edge_attrs, self.excluded_keys = _attributes(data)
         self.csc = CSC.from_edge_index(data.edge_index, self.num_nodes, keep_edge_ids=True)
         self._epoch = 0
         self._explicit_epoch: Optional[int] = None
-        self.stats = NeighborLoaderStats(rank=rank, world_size=world_size,
-                                         total_seeds=int(self.seeds.numel()),
-                                         excluded_keys=dict(self.excluded_keys))
+
+    def _resolve_budget(self, budget: Union[Budget, dict, str, None], success_ratio: float,
+                        fit_batches: int, round_to: int, min_real: int, what: str) -> Budget:
+        """``budget`` as a :class:`Budget` (fitted when ``None``), checked: ``graphs=2``,
+        at least ``min_real`` real nodes (``what`` names them in the error)."""
         if budget is None:
             budget = self._fit_budget(success_ratio, fit_batches, round_to)
         elif isinstance(budget, str):
@@ -393,11 +416,11 @@ class FixedSizeNeighborLoader:
         if budget.is_hetero or budget.graphs != 2:
             raise ValueError(f"budget {budget}: a neighbour-sampling batch is one subgraph, so "
                              f"the budget has graphs=2 (one real slot, one padding slot)")
-        if int(budget.nodes) - RESERVED_NODES < batch_size:
+        if int(budget.nodes) - RESERVED_NODES < min_real:
             raise ValueError(f"budget nodes={budget.nodes} holds {int(budget.nodes) - RESERVED_NODES}"
-                             f" real nodes, fewer than batch_size={batch_size} seeds: give "
-                             f"nodes >= {batch_size + RESERVED_NODES}")
-        self.budget = budget
+                             f" real nodes, fewer than {what}: give "
+                             f"nodes >= {min_real + RESERVED_NODES}")
+        return budget
 
     # -- the epoch's plan ------------------------------------------------
     @property
@@ -421,7 +444,7 @@ class FixedSizeNeighborLoader:
         cached = getattr(self, "_order", None)
         if cached is not None and cached[0] == epoch:
             return cached[1]  # one permutation an epoch, not one a batch
-        g = torch.Generator().manual_seed(_chunk_seed(self.seed, epoch, 0, stream=1))
+        g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, 0, stream=1))
         order = self.seeds[torch.randperm(self.seeds.numel(), generator=g)]
         self._order = (epoch, order)
         return order
@@ -438,7 +461,7 @@ class FixedSizeNeighborLoader:
     # -- sampling ----------------------------------------------------------
     def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0) -> Sample:
         """The unpadded sample of ``seeds`` (deterministic for ``(seed, stream, epoch, chunk)``)."""
-        g = torch.Generator().manual_seed(_chunk_seed(self.seed, epoch, chunk, stream))
+        g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
         return sample_neighbors(self.csc, seeds, self.num_neighbors, replace=self.replace,
                                 disjoint=self.disjoint, generator=g)
 
@@ -499,9 +522,7 @@ class FixedSizeNeighborLoader:
         self._epoch = epoch + 1
         chunks = self.chunks_of_rank()
         ds = _Batches(self, epoch, chunks)
-        st = NeighborLoaderStats(epoch=epoch, rank=self.rank, world_size=self.world_size,
-                                 total_seeds=int(self.seeds.numel()),
-                                 excluded_keys=dict(self.excluded_keys))
+        st = self._new_stats(epoch)
         self.stats = st
         real_n = real_e = 0
         it = (torch.utils.data.DataLoader(ds, batch_size=None, shuffle=False,
@@ -512,6 +533,7 @@ class FixedSizeNeighborLoader:
             st.batches += self.micro_batches
             st.fill_batches += int((~flat[GRAPH_MASK].view(-1, 2)[:, 0]).sum())
             st.seeds += int(sm.sum())
+            self._count(st, flat)
             real_n += int(nm.sum())
             real_e += int(flat[EDGE_MASK].sum())
             st.trimmed_nodes += cn
@@ -522,10 +544,19 @@ class FixedSizeNeighborLoader:
             yield flat
         if st.trimmed_batches:
             warnings.warn(
-                f"FixedSizeNeighborLoader epoch {epoch}: {st.trimmed_batches} of {st.batches} "
+                f"{type(self).__name__} epoch {epoch}: {st.trimmed_batches} of {st.batches} "
                 f"sampled subgraphs exceeded {self.budget} and were trimmed (oversize='trim': "
                 f"{st.trimmed_nodes} farthest-hop nodes and {st.trimmed_edges} edges cut, "
                 f"loader.stats); a larger success_ratio or budget cuts fewer", stacklevel=2)
+
+    def _new_stats(self, epoch: int) -> NeighborLoaderStats:
+        """The (empty) stats of an epoch of this rank (a subclass adds its own counts)."""
+        return NeighborLoaderStats(epoch=epoch, rank=self.rank, world_size=self.world_size,
+                                   total_seeds=int(self.seeds.numel()),
+                                   excluded_keys=dict(self.excluded_keys))
+
+    def _count(self, st: NeighborLoaderStats, flat: Dict[str, Tensor]) -> None:
+        """Add a yielded batch's own counts to ``st`` (none here: a subclass hook)."""
 
     def keys(self) -> List[str]:
         """The keys of every batch, in order."""
