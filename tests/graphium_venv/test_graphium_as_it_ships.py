@@ -5,8 +5,9 @@ Covered so far: graphium's own ``FCLayer`` (the layer whose
 ``torch.prod(torch.as_tensor(h.shape[:-1])) == 0`` test blocked compiles) through the
 checker and both emulations (accepted: a host tensor's read), and
 ``graph_adapter.compat.graphium.patch()`` on the real methods (fullgraph compiles
-only once patched). Not yet covered (see the issue note): full
-``FullGraphMultiTaskNetwork`` configurations on featurized molecules.
+only once patched). Full ``FullGraphMultiTaskNetwork`` configurations on graphium's
+featurizer output: ``test_full_graph_network.py``; graphium's trainer form (docs/migrating.md's
+recipe): ``test_lightning_trainer.py``; its IPU-only paths: ``test_drop_nodes_last_graph.py``.
 """
 import importlib
 import os
