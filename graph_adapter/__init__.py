@@ -15,6 +15,13 @@ ones above it):
   compile per budget
 * :mod:`graph_adapter.lightning`: a Lightning module around a wrapped model
 * :mod:`graph_adapter.app`: the ``graph-adapter`` command (never imported here)
+* :mod:`graph_adapter.serve`: the runtime of exported artifacts
+  (``graph_adapter.export`` writes them): torch or onnxruntime, no PyG
+
+``import graph_adapter`` works without PyG too (a server that only runs an
+artifact): then ``graph_adapter.serve`` is all there is, ``__all__`` is empty
+and every name below raises an ``ImportError`` naming PyG
+(``PYG_IMPORT_ERROR`` holds why PyG did not import).
 
 The public names below are re-exported here; the module paths of before the
 split (``graph_adapter.spec``, ``.wrap``, ``.losses``, ...) are deprecated
@@ -22,47 +29,58 @@ aliases (:mod:`graph_adapter._moved`).
 
 Importing this package never imports poptorch.
 """
-from .data.spec import (
-    BatchMismatchError,
-    ClassNotAllowedError,
-    DeviceMismatchError,
-    DtypeMismatchError,
-    Field,
-    MissingKeyError,
-    ShapeMismatchError,
-    Spec,
-    SpecError,
-    SpecFormatError,
-    UnexpectedKeyError,
-    UnsupportedAttributeError,
-    flatten,
-    unflatten,
-)
-from .data.pytree import register_pytree
-from .data.budget import Budget
-from .data.packing import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
-from .data.collate import Collator, collate_padded, unpad_batch
-from .data.loader import FixedSizeLoader, LoaderStats
-from .data.neighbor import FixedSizeNeighborLoader, NeighborLoaderStats
-from .nn import losses
-from .nn.wrap import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
-                      UnboundInputError, ipu_wrap, unpad)
-from .nn.static import StaticSizeError
-from .nn.losses import masked_loss
-from .backends import Compiled, ShapeChangedError, compile
-from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
-from .checker import CheckReport, Finding, check
-
 from . import _moved
 
 _moved.install()  # graph_adapter.spec & co.: deprecated aliases of their new paths
 
+# Everything but the serving runtime (graph_adapter.serve) builds on PyG. Where PyG is not
+# importable (a server that only runs an exported artifact), the package still imports and
+# graph_adapter.serve works; the PyG-dependent names then raise an ImportError naming PyG
+# on access (``__getattr__`` below) instead of failing ``import graph_adapter.serve``.
+import importlib as _importlib
 
-def __getattr__(name: str):
-    # ``graph_adapter.spec`` as an attribute (it was one before the move): the alias too
-    if name in _moved.MOVED:
-        return _moved.moved_module(name)
-    raise AttributeError(f"module 'graph_adapter' has no attribute {name!r}")
+try:  # probed first, so that the names below import all together or all wait
+    _importlib.import_module("torch_geometric")
+except ImportError as _error:  # absent, blocked, or broken: kept for the message
+    #: why PyG did not import (None where it did): the cause of every name's ImportError
+    PYG_IMPORT_ERROR: "ImportError | None" = _error
+else:
+    PYG_IMPORT_ERROR = None
+
+if PYG_IMPORT_ERROR is None:
+    from .data.spec import (
+        BatchMismatchError,
+        ClassNotAllowedError,
+        DeviceMismatchError,
+        DtypeMismatchError,
+        Field,
+        MissingKeyError,
+        ShapeMismatchError,
+        Spec,
+        SpecError,
+        SpecFormatError,
+        UnexpectedKeyError,
+        UnsupportedAttributeError,
+        flatten,
+        unflatten,
+    )
+    from .data.pytree import register_pytree
+    from .data.budget import Budget
+    from .data.packing import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
+    from .data.collate import Collator, collate_padded, unpad_batch
+    from .data.loader import FixedSizeLoader, LoaderStats
+    from .data.neighbor import FixedSizeNeighborLoader, NeighborLoaderStats
+    from .data.link import FixedSizeLinkNeighborLoader, LinkLoaderStats
+    from .nn import losses
+    from .nn.wrap import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
+                          UnboundInputError, ipu_wrap, unpad)
+    from .nn.static import StaticSizeError
+    from .nn.losses import masked_loss
+    from .nn.link_losses import link_loss, masked_link_bce, masked_triplet_bce
+    from .backends import Compiled, ShapeChangedError, compile
+    from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
+    from .checker import CheckReport, Finding, check
+    from .backends.export import export
 
 
 __version__ = "0.1.0"
@@ -115,4 +133,34 @@ __all__ = [
     "check",
     "CheckReport",
     "Finding",
+    "export",
+    "FixedSizeLinkNeighborLoader",
+    "LinkLoaderStats",
+    "link_loss",
+    "masked_link_bce",
+    "masked_triplet_bce",
 ]
+#: the names above that need PyG: all of them (the serving runtime is a subpackage)
+PYG_NAMES = frozenset(__all__)
+if PYG_IMPORT_ERROR is not None:
+    __all__.clear()  # ``from graph_adapter import *`` without PyG: nothing that would raise
+
+
+def __getattr__(name: str):
+    # ``graph_adapter.spec`` as an attribute (it was one before the move): the alias too
+    if name in _moved.MOVED:
+        return _moved.moved_module(name)
+    if name in PYG_NAMES and PYG_IMPORT_ERROR is not None:
+        raise ImportError(
+            f"graph_adapter.{name} needs torch_geometric (PyG), which did not import here "
+            f"({type(PYG_IMPORT_ERROR).__name__}: {PYG_IMPORT_ERROR}): install it with "
+            f"`pip install torch-geometric`. Running an exported artifact needs no PyG: "
+            f"graph_adapter.serve.load(path).predict(graphs)") from PYG_IMPORT_ERROR
+    if name == "serve":  # the runtime, importable with or without PyG
+        return _importlib.import_module("graph_adapter.serve")
+    raise AttributeError(f"module 'graph_adapter' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | {"serve"})
+

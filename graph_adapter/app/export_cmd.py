@@ -1,0 +1,95 @@
+"""``graph-adapter export package.module:factory OUT.pt2|OUT.onnx``: write a servable artifact.
+
+The factory takes no arguments and returns ``(wrapped, loader)`` (an ``ipu_wrap``-ped,
+trained model and its ``FixedSizeLoader``) or ``(wrapped, budget, example_graphs)``.
+:func:`graph_adapter.backends.export.export` does the work; this prints the contract.
+Exit codes: 0 written, 1 the export failed (unsupported model, outputs beyond
+tolerance: the message says which), 2 a usage error or a missing extra.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Any, Callable, Optional, Sequence
+
+from graph_adapter.backends.export import FORMATS, ExportError, export
+
+from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
+
+__all__ = ["export_main", "build_export_parser"]
+
+PROG = "graph-adapter export"
+
+
+def build_export_parser() -> argparse.ArgumentParser:
+    """The parser of ``graph-adapter export``."""
+    p = OneLineArgumentParser(prog=PROG, description="Export a trained wrapped model to one "
+                              "artifact (AOTInductor .pt2 or .onnx) that graph_adapter.serve "
+                              "runs without PyG.")
+    p.add_argument("factory", help="package.module:factory, a function of no arguments "
+                                   "returning (wrapped, loader) or (wrapped, budget, graphs)")
+    p.add_argument("path", help="the artifact to write: *.pt2 or *.onnx")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="default: from the path's suffix")
+    return p
+
+
+def load_factory(target: str) -> Callable[[], Any]:
+    """``package.module:attr`` (importable from the current directory too), callable."""
+    module, sep, attr = target.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"expected package.module:factory, got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"{target} is not callable")
+    return obj
+
+
+def export_main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run ``graph-adapter export``; returns the exit code."""
+    parser = build_export_parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:
+        return int(exc.code or 0) and EXIT_USAGE
+    fmt = args.format or os.path.splitext(args.path)[1].lstrip(".")
+    if fmt not in FORMATS:
+        usage_error(PROG, f"cannot tell the format from {args.path!r}: end it in .pt2 or .onnx, "
+                          f"or pass --format")
+        return EXIT_USAGE
+    try:
+        made = load_factory(args.factory)()
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's code is a usage error
+        usage_error(PROG, f"cannot load {args.factory}: {type(exc).__name__}: {exc}")
+        return EXIT_USAGE
+    if not isinstance(made, tuple) or len(made) not in (2, 3):
+        usage_error(PROG, f"{args.factory} must return (wrapped, loader) or (wrapped, budget, "
+                          f"graphs), got {type(made).__name__}")
+        return EXIT_USAGE
+    example = made[2] if len(made) == 3 else None
+    try:
+        contract = export(made[0], made[1], args.path, format=fmt, example=example)
+    except (TypeError, ValueError, ImportError) as exc:  # what to pass or install
+        if isinstance(exc, ExportError):
+            usage_error(PROG, f"export failed: {exc}")
+            return 1
+        usage_error(PROG, str(exc))
+        return EXIT_USAGE
+    except ExportError as exc:
+        usage_error(PROG, f"export failed: {exc}")
+        return 1
+    size = os.path.getsize(args.path)
+    feats = ", ".join(f"{f.key} {f.dtype}{list(f.shape)}" for f in contract.features)
+    outs = ", ".join(f"{f.key} ({f.level}-level)" for f in contract.outputs)
+    print(f"wrote {args.path} ({fmt}, {size / 1e6:.2f} MB): budget nodes={contract.nodes} "
+          f"edges={contract.edges} graphs={contract.graphs}; inputs {feats}; outputs {outs}; "
+          f"max |artifact - eager| on the example batch {contract.verified_max_abs_diff:.2g}")
+    if contract.dropped_inputs:
+        print(f"not read by the model, left out of requests: {list(contract.dropped_inputs)}")
+    return 0

@@ -1,0 +1,23 @@
+"""Serving: run an artifact of ``graph_adapter.export`` on plain graphs, without PyG.
+
+``load(path).predict(graphs)``: ``graphs`` are dicts of arrays/tensors (``x``,
+``edge_index``, ``edge_attr``, ...) or PyG ``Data``; they are checked against the
+artifact's JSON contract, packed into its budget (several padded calls for many graphs,
+the layout of ``docs/dev/FORMAT.md``), run, and split back: one prediction per graph.
+See ``docs/deploy.md``.
+
+This subpackage may import the standard library, torch (the ``.pt2`` path, imported only
+when a pt2 artifact is loaded) and numpy + onnxruntime (the ``.onnx`` path, which never
+imports torch): nothing of torch_geometric, nothing else of graph_adapter (it is a stage
+of its own, rank 0, so that a server needs only the runtime).
+"""
+from .contract import Contract, InputField, OutputField
+from .errors import (ArtifactError, EdgeIndexError, FeatureDtypeError, FeatureShapeError,
+                     GraphInputError, GraphTooLargeError, MissingFeatureError,
+                     RuntimeMissingError, ServeError)
+from .runtime import Predictor, load, read_contract
+
+__all__ = ["load", "Predictor", "read_contract", "Contract", "InputField", "OutputField",
+           "ServeError", "ArtifactError", "RuntimeMissingError", "GraphInputError",
+           "MissingFeatureError", "FeatureDtypeError", "FeatureShapeError", "EdgeIndexError",
+           "GraphTooLargeError"]

@@ -1,0 +1,128 @@
+"""The input/output contract an exported artifact carries (JSON, never pickle).
+
+``graph_adapter.export`` writes it; :func:`graph_adapter.serve.load` reads it back. It
+holds the budget (the static row counts ``N`` nodes, ``E`` edges, ``G`` graph slots of
+every padded call), every input key the exported program takes, in its order, with its
+level, dtype and per-graph shape (``None`` on the dim graphs are concatenated along),
+and every output key with its level (``node``: ``[N, ...]``, ``edge``: ``[E, ...]``,
+``graph``: ``[G, ...]``), so that the runtime can pack request graphs into the layout
+of ``docs/dev/FORMAT.md`` and split the outputs per graph without PyG.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from .errors import ArtifactError
+
+__all__ = ["CONTRACT_VERSION", "CONTRACT_FILE", "ONNX_METADATA_KEY", "InputField",
+           "OutputField", "Contract"]
+
+#: bumped when a runtime of an older version could misread a newer contract
+CONTRACT_VERSION = 1
+#: the contract's name inside a ``.pt2`` archive (``<archive>/extra/<this>``)
+CONTRACT_FILE = "graph_adapter.json"
+#: the ONNX model's ``metadata_props`` key that holds the contract
+ONNX_METADATA_KEY = "graph_adapter"
+LEVELS = ("node", "edge", "graph")
+
+
+@dataclass(frozen=True)
+class InputField:
+    """One input key of the exported program.
+
+    ``kind`` is ``"feature"`` (read from each request graph) or ``"reserved"`` (``batch``,
+    ``ptr``, the masks: made by the packer). ``shape`` is the per-graph shape with
+    ``None`` on ``cat_dim``; ``inc == "nodes"`` marks an index key (``edge_index``)
+    offset by the nodes of the graphs before it; ``rows``: graph-level rows per graph.
+    """
+
+    key: str
+    kind: str
+    level: str
+    dtype: str
+    shape: Tuple[Optional[int], ...] = ()
+    inc: str = "none"
+    rows: int = 1
+
+    def __post_init__(self):
+        # read for every feature of every request graph: computed once
+        object.__setattr__(self, "_cat_dim", self.shape.index(None) if None in self.shape else 0)
+
+    @property
+    def cat_dim(self) -> int:
+        """The dim graphs are concatenated along (0 if the shape has no ``None``)."""
+        return self._cat_dim  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class OutputField:
+    """One output key: its level (how it is split per graph), dtype and padded shape."""
+
+    key: str
+    level: str
+    dtype: str
+    shape: Tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What an artifact takes and returns; ``to_json`` / ``from_json`` round-trip it."""
+
+    format: str
+    nodes: int
+    edges: int
+    graphs: int
+    inputs: Tuple[InputField, ...]
+    outputs: Tuple[OutputField, ...]
+    dropped_inputs: Tuple[str, ...] = ()
+    tolerance: Dict[str, float] = field(default_factory=dict)
+    verified_max_abs_diff: Optional[float] = None
+    versions: Dict[str, str] = field(default_factory=dict)
+    onnx_input_names: Tuple[str, ...] = ()
+    onnx_output_names: Tuple[str, ...] = ()
+
+    @property
+    def features(self) -> Tuple[InputField, ...]:
+        return tuple(f for f in self.inputs if f.kind == "feature")
+
+    @property
+    def max_graph_nodes(self) -> int:
+        """The most nodes one graph may have: two padding nodes are reserved, and every
+        padding graph slot keeps a node (``docs/dev/FORMAT.md``)."""
+        return min(self.nodes - 2, self.nodes - self.graphs + 1)
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["contract_version"] = CONTRACT_VERSION
+        return json.dumps(d, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "the artifact") -> "Contract":
+        try:
+            d: Dict[str, Any] = json.loads(text)
+            version = d.pop("contract_version")
+        except (ValueError, KeyError, AttributeError) as e:
+            raise ArtifactError(f"{where}: its graph_adapter contract is not valid JSON with a "
+                                f"contract_version ({e}); re-export it with "
+                                f"graph_adapter.export") from None
+        if version > CONTRACT_VERSION:
+            raise ArtifactError(f"{where}: contract version {version} is newer than this "
+                                f"runtime's ({CONTRACT_VERSION}); upgrade graph_adapter")
+        try:
+            inputs = tuple(InputField(**{**f, "shape": tuple(f["shape"])}) for f in d.pop("inputs"))
+            outputs = tuple(OutputField(**{**f, "shape": tuple(f["shape"])})
+                            for f in d.pop("outputs"))
+            for k in ("dropped_inputs", "onnx_input_names", "onnx_output_names"):
+                d[k] = tuple(d.get(k, ()))
+            c = cls(inputs=inputs, outputs=outputs, **d)
+        except (TypeError, KeyError) as e:
+            raise ArtifactError(f"{where}: malformed graph_adapter contract ({e})") from None
+        bad = [f.key for f in (*c.features, *c.outputs) if f.level not in LEVELS]
+        if bad:
+            raise ArtifactError(f"{where}: keys {bad} have no node/edge/graph level")
+        return c
+
+    def input_keys(self) -> List[str]:
+        return [f.key for f in self.inputs]

@@ -1,0 +1,130 @@
+"""The few array operations the packer needs, for numpy (ONNX path) and torch (pt2 path).
+
+The packer is written once against this small namespace so that the ONNX runtime
+imports no torch and the pt2 runtime no numpy.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Sequence
+
+__all__ = ["NumpyOps", "TorchOps", "dtype_name"]
+
+
+def dtype_name(value: Any) -> str:
+    """``"float32"``, ``"int64"``, ``"bool"``...: a numpy or torch dtype, by its name."""
+    return str(value.dtype).replace("torch.", "")
+
+
+def _is_torch(value: Any) -> bool:
+    return type(value).__module__.startswith("torch")
+
+
+class NumpyOps:
+    """numpy arrays (torch tensors given as inputs are read with ``.numpy()``)."""
+
+    name = "numpy"
+
+    def __init__(self):
+        import numpy
+
+        self.np = numpy
+
+    def asarray(self, value: Any) -> Any:
+        if _is_torch(value):
+            return value.detach().cpu().numpy()
+        return self.np.asarray(value)
+
+    def cast(self, a: Any, dtype: str) -> Any:
+        return a.astype(dtype, copy=False)
+
+    def from_list(self, values: Sequence[Any], dtype: str) -> Any:
+        return self.np.asarray(values, dtype=dtype)
+
+    def cat(self, parts: List[Any], dim: int) -> Any:
+        return self.np.concatenate(parts, axis=dim)
+
+    def full(self, shape: Sequence[int], value: Any, dtype: str) -> Any:
+        return self.np.full(tuple(shape), value, dtype=dtype)
+
+    def repeat_ids(self, counts: Sequence[int], dtype: str) -> Any:
+        return self.np.repeat(self.np.arange(len(counts), dtype=dtype), counts)
+
+    def prefix_mask(self, length: int, real: int) -> Any:
+        return self.np.arange(length) < real
+
+    def is_integer(self, a: Any) -> bool:
+        return a.dtype.kind in "iu"
+
+    def has_dtype(self, a: Any, dtype: str) -> bool:
+        return a.dtype == self.np.dtype(dtype)
+
+    def take(self, values: Sequence[int], ids: Any) -> Any:
+        return self.np.asarray(values, dtype=self.np.int64)[ids]
+
+    def first_bad_column(self, index: Any, lo: Any, hi: Any) -> int:
+        """The first column ``j`` of ``index`` [R, E] with a value outside ``[lo[j], hi[j])``
+        (-1: none)."""
+        bad = ((index < lo) | (index >= hi)).any(axis=0)
+        hits = self.np.flatnonzero(bad)
+        return int(hits[0]) if hits.size else -1
+
+
+class TorchOps:
+    """torch tensors (numpy arrays given as inputs are wrapped with ``torch.from_numpy``)."""
+
+    name = "torch"
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+
+    def asarray(self, value: Any) -> Any:
+        t = self.torch
+        if isinstance(value, t.Tensor):  # (detach/cpu only where needed: a hot path)
+            if value.requires_grad:
+                value = value.detach()
+            return value if value.device.type == "cpu" else value.cpu()
+        if type(value).__module__ == "numpy":
+            return t.from_numpy(value) if value.flags.c_contiguous else t.as_tensor(value)
+        return t.as_tensor(value)
+
+    def _dt(self, dtype: str) -> Any:
+        return getattr(self.torch, dtype)
+
+    def cast(self, a: Any, dtype: str) -> Any:
+        return a.to(self._dt(dtype))
+
+    def from_list(self, values: Sequence[Any], dtype: str) -> Any:
+        return self.torch.tensor(values, dtype=self._dt(dtype))
+
+    def cat(self, parts: List[Any], dim: int) -> Any:
+        return self.torch.cat(parts, dim=dim)
+
+    def full(self, shape: Sequence[int], value: Any, dtype: str) -> Any:
+        return self.torch.full(tuple(shape), value, dtype=self._dt(dtype))
+
+    def repeat_ids(self, counts: Sequence[int], dtype: str) -> Any:
+        t = self.torch
+        return t.repeat_interleave(t.arange(len(counts), dtype=self._dt(dtype)),
+                                   t.as_tensor(counts))
+
+    def prefix_mask(self, length: int, real: int) -> Any:
+        return self.torch.arange(length) < real
+
+    def is_integer(self, a: Any) -> bool:
+        return not a.dtype.is_floating_point and not a.dtype.is_complex and \
+            a.dtype != self.torch.bool
+
+    def has_dtype(self, a: Any, dtype: str) -> bool:
+        return a.dtype == self._dt(dtype)
+
+    def take(self, values: Sequence[int], ids: Any) -> Any:
+        return self.torch.tensor(list(values), dtype=self.torch.int64)[ids]
+
+    def first_bad_column(self, index: Any, lo: Any, hi: Any) -> int:
+        """The first column ``j`` of ``index`` [R, E] with a value outside ``[lo[j], hi[j])``
+        (-1: none)."""
+        bad = ((index < lo) | (index >= hi)).any(dim=0)
+        hits = bad.nonzero()
+        return int(hits[0, 0]) if hits.numel() else -1

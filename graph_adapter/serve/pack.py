@@ -1,0 +1,262 @@
+"""Request graphs -> padded calls in the artifact's layout (``docs/dev/FORMAT.md``), no PyG.
+
+A request graph is a mapping of arrays/tensors (``{"x": ..., "edge_index": ...}``) or any
+object with those attributes (PyG ``Data``). Each one is checked against the contract
+(named errors: a missing feature, a wrong dtype or width, an index outside its graph, a
+graph too large for one call), then the graphs are packed in request order into as few
+padded calls as the budget allows: real rows first, exactly as ``collate_padded`` lays
+them out; padding nodes (zero features) fill the padding graph slots ``g .. G - 1`` (one
+each while they last, the rest in slot ``G - 1``); padding edges are self-loops on the
+last node ``N - 1``; padding graph-level float rows are NaN, integer ones 0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Sequence, Set, Tuple
+
+from .contract import Contract, InputField
+from .errors import (EdgeIndexError, FeatureDtypeError, FeatureShapeError, GraphTooLargeError,
+                     MissingFeatureError)
+from .ops import dtype_name
+
+__all__ = ["Graph", "read_graph", "plan_calls", "pack_call", "slot_counts"]
+
+
+@dataclass
+class Graph:
+    """One checked request graph: its features (cast where allowed) and its sizes."""
+
+    features: Dict[str, Any]
+    nodes: int
+    edges: int
+    ignored: Tuple[str, ...] = ()
+    position: int = 0  # in the request (named by errors)
+
+
+def _get(graph: Any, key: str) -> Any:
+    if type(graph) is dict or isinstance(graph, Mapping):  # (a plain dict: the fast check)
+        return graph.get(key)
+    return getattr(graph, key, None)
+
+
+def _keys(graph: Any) -> Set[str]:
+    if isinstance(graph, Mapping):
+        return set(graph)
+    keys = getattr(graph, "keys", None)  # PyG Data: a method since PyG 2.4
+    return set(keys() if callable(keys) else (keys or ()))
+
+
+def _shape(a: Any) -> Tuple[int, ...]:
+    return tuple(int(s) for s in a.shape)
+
+
+def _checked(ops: Any, f: InputField, raw: Any, i: int) -> Any:
+    """``raw`` as an array of the contract's dtype and per-graph shape, or a named error."""
+    if isinstance(raw, (list, tuple)):  # no dtype of its own: take the contract's
+        a = ops.from_list(raw, f.dtype)
+    else:
+        a = ops.asarray(raw)
+        if not ops.has_dtype(a, f.dtype):
+            if f.inc == "nodes" and ops.is_integer(a):
+                a = ops.cast(a, f.dtype)  # any integer index dtype is the same index
+            else:
+                raise FeatureDtypeError(
+                    f"graph {i}: feature {f.key!r} is {dtype_name(a)}, the artifact was "
+                    f"exported for {f.dtype}: cast it (e.g. x.astype('{f.dtype}') / "
+                    f"x.to(torch.{f.dtype})) before predict", i, f.key)
+    shape = a.shape
+    want = f.shape
+    if len(shape) != len(want) or any(w is not None and w != s for s, w in zip(shape, want)):
+        pretty = "[" + ", ".join("n" if w is None else str(w) for w in want) + "]"
+        raise FeatureShapeError(
+            f"graph {i}: feature {f.key!r} has shape {list(_shape(a))}, the artifact takes "
+            f"{pretty} per graph ({f.level}-level; n: its {f.level} count)", i, f.key)
+    return a
+
+
+def _rows(f: InputField, a: Any) -> int:
+    return int(a.shape[f.cat_dim]) if f.shape else 1
+
+
+def read_graph(contract: Contract, ops: Any, graph: Any, i: int) -> Graph:
+    """Check request graph ``i`` against ``contract``; its features and sizes.
+
+    Node count: the rows of its node-level features (or ``num_nodes``); edge count: the
+    columns of ``edge_index`` (the rows of its edge-level features). Every feature of a
+    level must agree on it (``FeatureShapeError`` otherwise).
+    """
+    feats: Dict[str, Any] = {}
+    sizes: Dict[str, Tuple[int, str]] = {}
+    for f in contract.features:
+        raw = _get(graph, f.key)
+        if raw is None:
+            have = sorted(_keys(graph))
+            raise MissingFeatureError(
+                f"graph {i}: no feature {f.key!r}, which the exported model reads "
+                f"({f.level}-level, {f.dtype}, per-graph shape "
+                f"{[('n' if s is None else s) for s in f.shape]}); the graph has {have}", i, f.key)
+        a = _checked(ops, f, raw, i)
+        feats[f.key] = a
+        if f.level == "graph":
+            if f.shape and _rows(f, a) != f.rows:
+                raise FeatureShapeError(f"graph {i}: graph-level feature {f.key!r} has "
+                                        f"{_rows(f, a)} rows, the artifact takes {f.rows}", i, f.key)
+            continue
+        n = _rows(f, a)
+        seen = sizes.setdefault(f.level, (n, f.key))
+        if seen[0] != n:
+            raise FeatureShapeError(f"graph {i}: {f.key!r} has {n} {f.level} rows but "
+                                    f"{seen[1]!r} has {seen[0]}", i, f.key)
+    if "node" in sizes:
+        nodes = sizes["node"][0]
+    else:
+        nn = _get(graph, "num_nodes")
+        if nn is None:
+            raise MissingFeatureError(f"graph {i}: no node-level feature to count its nodes "
+                                      f"by: give num_nodes", i, "num_nodes")
+        nodes = int(nn)
+    edges = sizes.get("edge", (0, ""))[0]
+    ignored = tuple(k for k in (graph if type(graph) is dict or isinstance(graph, Mapping)
+                                else _keys(graph))
+                    if k not in feats and k != "num_nodes")
+    return Graph(feats, nodes, edges, ignored, i)
+
+
+def _too_large(contract: Contract, g: Graph, i: int) -> str:
+    return (f"graph {i} has {g.nodes} nodes and {g.edges} edges; one call of this artifact "
+            f"takes at most {contract.max_graph_nodes} nodes and {contract.edges} edges per "
+            f"graph (budget nodes={contract.nodes}, edges={contract.edges}, "
+            f"graphs={contract.graphs}). It is never cut: export with a budget fitted on data "
+            f"that includes such graphs, or leave it out")
+
+
+def plan_calls(contract: Contract, graphs: Sequence[Graph]) -> List[List[int]]:
+    """Graph positions per padded call: request order, each call filled while it fits.
+
+    A call holds at most ``G - 1`` graphs, ``N - 2`` nodes, ``E`` edges, and keeps
+    ``N - n >= G - g`` (no padding graph slot without a node). Raises
+    ``GraphTooLargeError`` before any call when a graph cannot fit even alone.
+    """
+    N, E, G = contract.nodes, contract.edges, contract.graphs
+    for i, g in enumerate(graphs):
+        if g.nodes > contract.max_graph_nodes or g.edges > E:
+            raise GraphTooLargeError(_too_large(contract, g, i), i)
+    calls: List[List[int]] = []
+    cur: List[int] = []
+    n = e = 0
+    for i, g in enumerate(graphs):
+        k = len(cur) + 1
+        if cur and (k > G - 1 or n + g.nodes > N - 2 or e + g.edges > E
+                    or N - (n + g.nodes) < G - k):
+            calls.append(cur)
+            cur, n, e = [], 0, 0
+        cur.append(i)
+        n += g.nodes
+        e += g.edges
+    if cur:
+        calls.append(cur)
+    return calls
+
+
+def slot_counts(real: Sequence[int], G: int, pad: int) -> List[int]:
+    """Nodes per graph slot: the real graphs', then ``pad`` padding nodes over the padding
+    slots, one each while they last and the rest in slot ``G - 1`` (collate's rule)."""
+    g = len(real)
+    c = list(real) + [0] * (G - g)
+    ones = min(G - 1 - g, pad - 1)
+    for s in range(g, g + max(ones, 0)):
+        c[s] = 1
+    c[G - 1] = pad - max(ones, 0)
+    return c
+
+
+def _pad_value(f: InputField) -> Any:
+    if f.level == "graph" and f.dtype.startswith(("float", "bfloat", "complex")):
+        return float("nan")
+    return False if f.dtype == "bool" else 0
+
+
+def _padded_feature(ops: Any, f: InputField, parts: List[Any], total: int, budget: int) -> Any:
+    """A feature's rows of every graph, then ``budget - total`` padding rows."""
+    if not f.shape:  # 0-d graph-level values: one row each
+        parts = [p.reshape(1) for p in parts]
+    shape = list(f.shape) if f.shape else [1]
+    shape[f.cat_dim] = budget - total
+    return ops.cat(parts + [ops.full(shape, _pad_value(f), f.dtype)], f.cat_dim)
+
+
+def pack_call(contract: Contract, ops: Any, graphs: Sequence[Graph]) -> Dict[str, Any]:
+    """One padded flat dict of ``graphs`` (they fit: :func:`plan_calls`), keys in the
+    contract's order."""
+    N, E, G = contract.nodes, contract.edges, contract.graphs
+    node_counts = [g.nodes for g in graphs]
+    n, e, k = sum(node_counts), sum(g.edges for g in graphs), len(graphs)
+    offsets, run = [], 0
+    for c in node_counts:
+        offsets.append(run)
+        run += c
+    slots = slot_counts(node_counts, G, N - n)
+    out: Dict[str, Any] = {}
+    for f in contract.inputs:
+        if f.kind == "reserved":
+            out[f.key] = _reserved(ops, f, slots, n, e, k, contract)
+            continue
+        if f.inc == "nodes":  # edge_index & co. (export takes edge-level ones only)
+            out[f.key] = _padded_index(ops, f, graphs, e, E, N, offsets)
+            continue
+        budget = {"node": N, "edge": E, "graph": G * f.rows}[f.level]
+        total = {"node": n, "edge": e, "graph": k * f.rows}[f.level]
+        out[f.key] = _padded_feature(ops, f, [g.features[f.key] for g in graphs], total, budget)
+    return out
+
+
+def _padded_index(ops: Any, f: InputField, graphs: Sequence[Graph], e: int, E: int, N: int,
+                  offsets: List[int]) -> Any:
+    """Each graph's indices offset by the nodes before it, then padding edges: self-loops
+    on the last node ``N - 1`` (a padding node: two are always reserved).
+
+    Every real index is checked to lie in its own graph's node range (one vectorised
+    test per call; ``EdgeIndexError`` names the first graph off it): an edge outside its
+    graph would join another graph's (or a padding) node without any error.
+    """
+    parts = [g.features[f.key] + off for g, off in zip(graphs, offsets)]
+    real = ops.cat(parts, f.cat_dim)
+    if e:
+        edge_counts = [g.edges for g in graphs]
+        owner = ops.repeat_ids(edge_counts, "int64")
+        lo = ops.take(offsets, owner)
+        hi = ops.take([o + g.nodes for o, g in zip(offsets, graphs)], owner)
+        j = ops.first_bad_column(real, lo, hi)
+        if j >= 0:
+            run, k = 0, 0
+            while run + edge_counts[k] <= j:
+                run += edge_counts[k]
+                k += 1
+            g = graphs[k]
+            col = g.features[f.key][:, j - run]
+            raise EdgeIndexError(
+                f"graph {g.position}: {f.key!r} column {j - run} is {col.tolist()}, outside "
+                f"its {g.nodes} nodes [0, {g.nodes}); indices are per graph, from 0",
+                g.position, f.key)
+    shape = list(f.shape)
+    shape[f.cat_dim] = E - e
+    return ops.cat([real, ops.full(shape, N - 1, f.dtype)], f.cat_dim)
+
+
+def _reserved(ops: Any, f: InputField, slots: List[int], n: int, e: int, k: int,
+              c: Contract) -> Any:
+    if f.key == "batch":
+        return ops.repeat_ids(slots, f.dtype)
+    if f.key == "ptr":
+        ptr, run = [0], 0
+        for s in slots:
+            run += s
+            ptr.append(run)
+        return ops.from_list(ptr, f.dtype)
+    if f.key == "node_mask":
+        return ops.prefix_mask(c.nodes, n)
+    if f.key == "edge_mask":
+        return ops.prefix_mask(c.edges, e)
+    if f.key == "graph_mask":
+        return ops.prefix_mask(c.graphs, k)
+    raise AssertionError(f"unknown reserved key {f.key!r}")  # export writes only these five

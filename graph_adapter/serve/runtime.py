@@ -1,0 +1,184 @@
+"""Load an exported artifact and predict: ``load(path).predict(graphs)``.
+
+``.pt2`` (an AOTInductor package) runs on torch alone; ``.onnx`` on onnxruntime + numpy
+(torch is never imported for it). Both read the artifact's JSON contract first.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from .contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract
+from .errors import ArtifactError, RuntimeMissingError
+from .ops import NumpyOps, TorchOps
+from .pack import Graph, pack_call, plan_calls, read_graph
+
+__all__ = ["load", "Predictor", "read_contract"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _pt2_contract(path: str) -> Contract:
+    with zipfile.ZipFile(path) as z:
+        names = [n for n in z.namelist() if n.endswith("/extra/" + CONTRACT_FILE)]
+        if not names:
+            raise ArtifactError(f"{path}: a .pt2 package without {CONTRACT_FILE}: not written "
+                                f"by graph_adapter.export (re-export the model with it)")
+        return Contract.from_json(z.read(names[0]).decode(), path)
+
+
+def _onnx_session(path: str, threads: Optional[int]) -> Any:
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise RuntimeMissingError(f"{path} is an ONNX artifact: it runs on onnxruntime, "
+                                  f"which is not installed (pip install "
+                                  f"'graph_adapter[serve]' or onnxruntime numpy)") from e
+    opts = ort.SessionOptions()
+    if threads is not None:
+        opts.intra_op_num_threads = int(threads)
+        opts.inter_op_num_threads = 1
+    return ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def _onnx_contract(session: Any, path: str) -> Contract:
+    meta = session.get_modelmeta().custom_metadata_map
+    if ONNX_METADATA_KEY not in meta:
+        raise ArtifactError(f"{path}: an ONNX model without the {ONNX_METADATA_KEY!r} metadata: "
+                            f"not written by graph_adapter.export (re-export it with it)")
+    return Contract.from_json(meta[ONNX_METADATA_KEY], path)
+
+
+def read_contract(path: PathLike) -> Contract:
+    """The contract of an artifact, without loading its program (pt2 needs no torch here)."""
+    path = os.fspath(path)
+    if zipfile.is_zipfile(path):
+        return _pt2_contract(path)
+    return _onnx_contract(_onnx_session(path, 1), path)
+
+
+class _Pt2:
+    def __init__(self, path: str, threads: Optional[int]):
+        try:
+            import torch
+        except ImportError as e:
+            raise RuntimeMissingError(f"{path} is a .pt2 (AOTInductor) artifact: it runs on "
+                                      f"torch, which is not installed") from e
+        if threads is not None:
+            torch.set_num_threads(int(threads))  # process-wide: AOTInductor's kernels use it
+        self.torch = torch
+        self.model = torch._inductor.aoti_load_package(path)
+
+    def __call__(self, flat: Dict[str, Any], contract: Contract) -> Dict[str, Any]:
+        with self.torch.inference_mode():
+            return dict(self.model(flat))
+
+
+class _Onnx:
+    def __init__(self, session: Any):
+        self.session = session
+
+    def __call__(self, flat: Dict[str, Any], contract: Contract) -> Dict[str, Any]:
+        feed = {name: flat[f.key] for name, f in zip(contract.onnx_input_names, contract.inputs)}
+        values = self.session.run(list(contract.onnx_output_names), feed)
+        return {f.key: v for f, v in zip(contract.outputs, values)}
+
+
+class Predictor:
+    """An artifact, loaded: ``predict(graphs)`` packs, runs and splits per graph.
+
+    Attributes:
+        contract: what the artifact takes and returns (:class:`Contract`).
+        format: ``"pt2"`` or ``"onnx"``.
+        calls: padded calls run so far.
+        ignored_keys: request keys the model does not read (labels, SMILES...), seen
+            so far: left out of the calls, listed here (never an error).
+    """
+
+    def __init__(self, contract: Contract, runner: Any, ops: Any):
+        self.contract = contract
+        self.format = contract.format
+        self._run = runner
+        self.ops = ops
+        self.calls = 0
+        self.ignored_keys: set = set()
+
+    def check(self, graphs: Sequence[Any]) -> List[Graph]:
+        """Every request graph checked against the contract (its features' keys, dtypes,
+        shapes, sizes: named errors), nothing run; index ranges are checked by ``pack``."""
+        if isinstance(graphs, Mapping) or hasattr(graphs, "edge_index"):
+            raise TypeError("predict takes a list of graphs; for one graph pass [graph]")
+        out = [read_graph(self.contract, self.ops, g, i) for i, g in enumerate(graphs)]
+        for g in out:
+            self.ignored_keys.update(g.ignored)
+        return out
+
+    def pack(self, graphs: Sequence[Any]) -> List[Dict[str, Any]]:
+        """The padded flat dicts ``predict`` would run (one per call)."""
+        checked = self.check(graphs)
+        return [pack_call(self.contract, self.ops, [checked[i] for i in call])
+                for call in plan_calls(self.contract, checked)]
+
+    def run_padded(self, flat: Dict[str, Any]) -> Dict[str, Any]:
+        """The artifact's raw outputs on one padded flat dict (keys: the contract's)."""
+        self.calls += 1
+        return self._run(flat, self.contract)
+
+    def predict(self, graphs: Sequence[Any]) -> List[Any]:
+        """One prediction per graph, in request order.
+
+        A graph-level output gives each graph its row (``[...]``: the output's trailing
+        shape), a node-level one its nodes' rows (``[n_i, ...]``), an edge-level one its
+        edges' rows. With one output key (``"output"``, a model returning one tensor) each
+        item is that array; with several, a dict ``{key: array}``. Arrays are torch
+        tensors for pt2, numpy arrays for onnx. Many graphs run as several padded calls.
+        """
+        checked = self.check(graphs)
+        preds: List[Any] = [None] * len(checked)
+        calls = plan_calls(self.contract, checked)
+        parts = [[checked[i] for i in call] for call in calls]
+        flats = [pack_call(self.contract, self.ops, part) for part in parts]  # all checked first
+        for call, part, flat in zip(calls, parts, flats):
+            out = self.run_padded(flat)
+            for i, p in zip(call, split_per_graph(self.contract, out, part)):
+                preds[i] = p
+        return preds
+
+
+def split_per_graph(contract: Contract, out: Mapping[str, Any], graphs: Sequence[Graph]
+                    ) -> List[Any]:
+    """Each real graph's rows of every output (by the output's level)."""
+    per: List[Dict[str, Any]] = [{} for _ in graphs]
+    for f in contract.outputs:
+        v = out[f.key]
+        run = 0
+        for j, g in enumerate(graphs):
+            if f.level == "graph":
+                per[j][f.key] = v[j]
+                continue
+            rows = g.nodes if f.level == "node" else g.edges
+            per[j][f.key] = v[run:run + rows]
+            run += rows
+    if len(contract.outputs) == 1:
+        key = contract.outputs[0].key
+        return [p[key] for p in per]
+    return per
+
+
+def load(path: PathLike, *, threads: Optional[int] = None) -> Predictor:
+    """Load an artifact written by ``graph_adapter.export``.
+
+    ``threads``: intra-op threads (onnxruntime's session option; for pt2,
+    ``torch.set_num_threads``, which is process-wide). Raises ``ArtifactError`` for a file
+    without a graph_adapter contract, ``RuntimeMissingError`` naming what to install.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no artifact at {path}")
+    if zipfile.is_zipfile(path):
+        contract = _pt2_contract(path)
+        return Predictor(contract, _Pt2(path, threads), TorchOps())
+    session = _onnx_session(path, threads)
+    contract = _onnx_contract(session, path)
+    return Predictor(contract, _Onnx(session), NumpyOps())
