@@ -69,7 +69,6 @@ import torch
 import graph_adapter as ga
 from graph_adapter.backends import resolve_backend
 from graph_adapter.data.collate import Collator
-from graph_adapter.ipu import IPU_BACKENDS
 
 from .datasets import load_nci5k
 from .demo_loops import evaluate, log, time_interleaved, train_epochs
@@ -164,10 +163,9 @@ def _run(cfg: DemoConfig) -> DemoResult:
     pyg_model = copy.deepcopy(model)  # same initial weights; ipu_wrap edits norms in place
 
     fill: List[float] = []
-    # The neighbour-table layouts add their spilled edges with index_add, which poptorch
-    # has no handler for (check() and the emulation say so): the IPU backends run PyG's
-    # own scatter path
-    layout = _layout_of(graphs, budget, None if backend in IPU_BACKENDS else cfg.layout)
+    # the HYB spill adds with scatter_add (nn/static_layout.SPILL_ADD), which poptorch
+    # handles: the IPU backends keep the layout too
+    layout = _layout_of(graphs, budget, cfg.layout)
     adapter, st, compiled, adapter_timed = train_adapter(model, train, test, budget, cfg,
                                                          backend, fill, layout)
     training_backend = mode_backend(compiled, training=True)

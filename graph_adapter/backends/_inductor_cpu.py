@@ -1,6 +1,6 @@
 """How ``graph_adapter.compile(..., "inductor")`` steers inductor's code.
 
-Six settings, each measured on the demo's model (GINEConv 4 x 64 +
+Settings, each measured on the demo's model (GINEConv 4 x 64 +
 BatchNorm, 64 molecules a batch; ``docs/benchmarks.md``, "Compiled training
 on CPU"), and one reading (4):
 
@@ -36,8 +36,15 @@ on CPU"), and one reading (4):
    every device inductor compiles for.
 6. **CPU inference graphs get the C++ wrapper** (:data:`CPU_INFERENCE_PATCHES`).
 7. **The** ``index_add`` **setting is part of inductor's cache key**
-   (:func:`key_decompositions`): the decomposition table is not, and a graph
-   compiled with atomic adds was served to a compile with the fallback.
+   (:func:`key_decompositions`): a graph compiled with atomic adds was served
+   to a compile with the fallback.
+8. **The decomposition table pickles by its recipe** (:class:`DecompositionTable`):
+   inductor keys its FX graph cache by the table too, by pickling every
+   entry, and one of its own entries is a pybind11 function, so every graph
+   compiled with the fallback bypassed the cache ("unpicklable type
+   pybind11_detail_function_record") and a second process compiled it again.
+   Measured on the demo's model at 2 threads: 3 bypasses before, 3 hits in
+   the second process after (``tests/backends/test_compile_cache.py``).
 
 Every setting keeps the results (equal to eager in the float64 tests): only
 what is stored between the passes and which kernel adds change (an
@@ -55,9 +62,10 @@ from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
 
 import torch
 
-__all__ = ["recompute_bool_masks", "use_index_add_fallback", "decompositions", "key_decompositions",
+__all__ = ["recompute_bool_masks", "use_index_add_fallback", "decompositions",
+           "DecompositionTable", "key_decompositions",
            "config_patches",
-           "CPU_INFERENCE_PATCHES", "is_cpu_inference", "quiet_proxy_executor_notice",
+           "CPU_INFERENCE_PATCHES", "AUTOGRAD_CACHE_PATCHES", "is_cpu_inference", "quiet_proxy_executor_notice",
            "compile_and_scan", "merge_atomic"]
 
 #: Bumped whenever :func:`_mark_bool_masks` changes what it marks (inductor's
@@ -186,6 +194,34 @@ def _index_put_as_index_add(self: torch.Tensor, indices: Any, values: torch.Tens
     return self.index_add(0, index, values)
 
 
+#: Bumped whenever :func:`decompositions` changes what it decomposes (the table is
+#: part of inductor's cache key as ``(decompositions, (True, version))``).
+_DECOMP_VERSION = 1
+
+
+class DecompositionTable(dict):
+    """A decomposition table that inductor's cache key pickles by its recipe.
+
+    Inductor (torch 2.13) puts the table handed to ``compile_fx`` into its FX
+    graph cache key (``fx_kwargs["get_decomp_fn"]``) by pickling every
+    entry; one of its own default entries is a pybind11 function, which does
+    not pickle ("Cannot produce stable cache key for unpicklable type
+    pybind11_detail_function_record"), so every graph compiled with the
+    ``index_add`` fallback bypassed the cache and was compiled again in the
+    next process. Pickled as ``decompositions(True, version)`` instead (a
+    module-level function, pickled by name), the key is stable and names
+    both the setting and :data:`_DECOMP_VERSION`.
+    """
+
+    def __reduce__(self) -> Tuple[Callable[..., Any], Tuple[bool, int]]:
+        return (_rebuild_table, (True, _DECOMP_VERSION))
+
+
+def _rebuild_table(index_add_fallback: bool, version: int) -> Optional[Dict[Any, Callable]]:
+    """What a pickled :class:`DecompositionTable` rebuilds (``version`` is only a key)."""
+    return decompositions(index_add_fallback)
+
+
 def decompositions(index_add_fallback: bool) -> Optional[Dict[Any, Callable]]:
     """Inductor's decomposition table with the ``index_add`` settings, or ``None`` for its own.
 
@@ -193,14 +229,15 @@ def decompositions(index_add_fallback: bool) -> Optional[Dict[Any, Callable]]:
     ``aten::index_add``, in inductor's fallback allow list, runs ATen's
     kernel), and ``aten.embedding_dense_backward`` and an accumulating
     ``aten.index_put`` over dim 0 (the gradient of ``x[index]``) as that
-    ``index_add``.
+    ``index_add``. A :class:`DecompositionTable`, so that inductor's FX graph
+    cache can key the compile by it.
     """
     if not index_add_fallback:
         return None
     from torch._inductor.decomposition import select_decomp_table
 
     aten = torch.ops.aten
-    table = dict(select_decomp_table())
+    table = DecompositionTable(select_decomp_table())
     for op in list(table):
         packet = getattr(op, "overloadpacket", None)
         if packet is aten.index_add:
@@ -279,6 +316,19 @@ def config_patches(cpu_inference: bool = False) -> Dict[str, Any]:
 CPU_INFERENCE_PATCHES: Dict[str, Any] = {"cpp_wrapper": True}
 
 
+#: 9. **AOTAutograd's cache takes graphs with custom autograd Functions**
+#: (``autograd_cache_allow_custom_autograd_functions``, off in torch 2.13): the
+#: ELL/HYB layouts' gathers are ``autograd.Function``s
+#: (:mod:`graph_adapter.nn.static_layout`), and without it every process traced
+#: the demo's joint graph again ("Unsupported call_function target
+#: autograd_function_apply") before inductor's cache served the kernels. The
+#: Functions' forward and backward are traced into the Dynamo graph as
+#: subgraphs, which are part of the key; torch calls the flag unsafe for
+#: Functions whose backward reads Python state outside its traced body, which
+#: graph_adapter's do not. A user's own Function in the model gets the same rule.
+AUTOGRAD_CACHE_PATCHES: Dict[str, Any] = {"autograd_cache_allow_custom_autograd_functions": True}
+
+
 def is_cpu_inference(example_inputs: Any) -> bool:
     """Whether a graph Dynamo hands to the backend is a CPU inference graph: compiled
     without grad mode (no backward will be built) and every tensor input on the CPU."""
@@ -331,7 +381,8 @@ def compile_and_scan(compile: Callable[[], Any]) -> Tuple[Any, Optional[bool]]:
     # part of the first step, where a user looks for it)
     from torch._functorch import config as functorch_config
 
-    with functorch_config.patch(force_non_lazy_backward_lowering=True):
+    with functorch_config.patch(force_non_lazy_backward_lowering=True,
+                                **AUTOGRAD_CACHE_PATCHES):
         out = compile()
     try:
         found = False

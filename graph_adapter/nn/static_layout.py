@@ -15,9 +15,10 @@ a message-passing step become gathers in the forward *and* the backward:
 The two are each other's transposes, so each one's backward is the other
 (second derivatives work too). Under ``layout="hyb"`` the tables are narrow
 and each sum adds the few edges past a node's width from a spill list
-(``in_spill`` / ``out_spill``, ``[2, K]``) with one ``index_add`` of ``K``
-rows: the gather stays a gather, the backward's atomics shrink from ``E``
-rows to ``K``. The slot id ``E`` reads as a zero
+(``in_spill`` / ``out_spill``, ``[2, K]``) with one ``scatter_add`` of ``K``
+rows (:func:`add_rows`; poptorch has a handler for it, none for
+``index_add``): the gather stays a gather, the backward's atomics shrink from
+``E`` rows to ``K``. The slot id ``E`` reads as a zero
 row (a masked gather); padding edges are in no table, so the rows of
 padding nodes differ from the ``index_add`` path (real rows are equal: padding
 edges only touch padding nodes).
@@ -52,7 +53,8 @@ from torch_geometric.nn.conv import MessagePassing
 
 from . import static
 
-__all__ = ["ell_gather", "ell_sum", "ell_mean", "install", "uninstall", "installed"]
+__all__ = ["ell_gather", "ell_sum", "ell_mean", "add_rows", "SPILL_ADD", "install", "uninstall",
+           "installed"]
 
 
 def _rows(t: Tensor, ids: Tensor) -> Tensor:
@@ -70,11 +72,31 @@ def _rows(t: Tensor, ids: Tensor) -> Tensor:
     return torch.where(keep, got, torch.zeros((), dtype=t.dtype, device=t.device))
 
 
+#: How the spilled edges of ``layout="hyb"`` are added: ``"scatter_add"`` (default;
+#: poptorch has a handler for it, none for ``index_add``, so the layout runs on the
+#: IPU backends too) or ``"index_add"`` (the spill of before). Read at trace time:
+#: a compiled model keeps the choice it was compiled with. Measured level under
+#: inductor on the demo's model (``benchmarks/bench_spill.py``, docs/benchmarks.md).
+SPILL_ADD = "scatter_add"
+
+
+def add_rows(out: Tensor, index: Tensor, rows: Tensor) -> Tensor:
+    """``out`` with ``rows[k]`` added to ``out[index[k]]`` along dim 0 (``index``:
+    ``[K]``, ``rows``: ``[K, *out.shape[1:]]``), as :data:`SPILL_ADD` says: a
+    ``scatter_add`` with the index expanded to ``rows``' shape (int64: torch
+    2.13's CPU ``scatter_add`` rejects int32), or ``index_add``. Same sums;
+    the order of the additions into one row may differ."""
+    if SPILL_ADD == "index_add":
+        return out.index_add(0, index, rows)
+    idx = index.long().view((-1,) + (1,) * (rows.dim() - 1)).expand(rows.shape)
+    return out.scatter_add(0, idx, rows)
+
+
 def _spilled(out: Tensor, msg: Tensor, spill: Optional[Tensor]) -> Tensor:
     """``out`` plus the spilled edges' rows of ``msg`` (``[2, K]``: edge id, node)."""
     if spill is None:
         return out
-    return out.index_add(0, spill[1], _rows(msg, spill[0]))
+    return add_rows(out, spill[1], _rows(msg, spill[0]))
 
 
 def _save_tables(ctx: Any, inputs: Tuple[Any, ...], output: Tensor) -> None:
@@ -147,7 +169,7 @@ def ell_mean(msg: Tensor, index: Tensor, slots: Tensor, spill: Optional[Tensor] 
     E = msg.size(0)
     deg = (slots < E).sum(1).to(msg.dtype)
     if spill is not None:
-        deg = deg.index_add(0, spill[1], (spill[0] < E).to(msg.dtype))
+        deg = add_rows(deg, spill[1], (spill[0] < E).to(msg.dtype))
     deg = deg.clamp(min=1)
     return ell_sum(msg, index, slots, spill) / deg.view((-1,) + (1,) * (msg.dim() - 1))
 

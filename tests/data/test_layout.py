@@ -230,7 +230,8 @@ def _ops_backend_with_sizes(seen):
             op = str(nd.target)
             if "index_add" in op or "scatter" in op or "index_put" in op:
                 idx = nd.args[2] if "index_add" in op or "scatter" in op else nd.args[1][0]
-                seen.add((op, tuple(idx.meta["val"].shape)))
+                # the index length (dim 0): a scatter's index is expanded to [K, F]
+                seen.add((op, tuple(idx.meta["val"].shape)[:1]))
             else:
                 seen.add((op, None))
         return make_boxed_func(gm.forward)

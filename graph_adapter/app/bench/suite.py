@@ -21,7 +21,7 @@ import torch
 import graph_adapter as ga
 
 from ..datasets import load_nci5k
-from . import collate, efficiency, layout, memory, throughput
+from . import collate, efficiency, layout, memory, models, throughput
 
 __all__ = ["BENCHMARKS", "Row", "run_suite"]
 
@@ -127,6 +127,32 @@ def _layout_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
     return rows
 
 
+def _models_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
+    """One row per model of :data:`models.MODELS` and mode, and the geomeans (1 thread)."""
+    ds, _, budget = data.get()
+    if quick:
+        ds = ds[:256]
+        budget = ga.Budget.fit(ds, 64)
+    torch.set_num_threads(1)
+    try:
+        res = {name: models.measure_model(name, ds, budget, rounds=1 if quick else 5)
+               for name in models.MODELS}
+    finally:
+        torch.set_num_threads(os.cpu_count() or 1)
+    if verbose:
+        print(models.table(res))
+    rows: List[Row] = []
+    for name, r in res.items():
+        for mode, what in (("train", "training step"), ("infer", "inference")):
+            rows.append(("models", f"{models.MODELS[name][0]}: {what}, graphs/s (inductor, 1 thread)",
+                         f"{r[mode + '_ours']:,.0f}", f"{r[mode + '_pyg']:,.0f}",
+                         "eager PyG, unpadded", f"{r[mode]:.2f}x"))
+    for mode, what in (("train", "training"), ("infer", "inference")):
+        rows.append(("models", f"geomean over the models, {what}", "", "", "eager PyG",
+                     f"{models.geomean([r[mode] for r in res.values()]):.2f}x"))
+    return rows
+
+
 #: ``graph-adapter bench --only`` names -> (progress message, rows function)
 def _memory_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
     n = 20_000 if quick else 100_000
@@ -143,6 +169,8 @@ BENCHMARKS: Dict[str, Tuple[str, Callable[[_Molecules, bool, bool], List[Row]]]]
     "throughput": ("throughput (inductor compiles: a few minutes)", _throughput_rows),
     "layout": ("aggregation layout, scatter vs ELL (inductor compiles: a few minutes)",
                _layout_rows),
+    "models": ("models table: six GNNs, compiled vs eager PyG (inductor compiles: minutes)",
+               _models_rows),
     "million": ("a million graphs in an InMemoryDataset (two fresh processes)",
                 lambda data, quick, verbose: _million_rows(quick)),
 }
