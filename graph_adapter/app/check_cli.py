@@ -22,7 +22,7 @@ from graph_adapter.nn.wrap import IPUWrapped, ipu_wrap
 
 from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
 
-__all__ = ["check_main", "build_check_parser"]
+__all__ = ["check_main", "build_check_parser", "load_factory"]
 
 PROG = "graph-adapter check"
 
@@ -42,8 +42,9 @@ def build_check_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load_factory(target: str) -> Callable[[], Any]:
-    """Import ``package.module`` (from the current directory too) and return ``factory``."""
+def load_factory(target: str) -> Callable[[], Any]:
+    """Import ``package.module`` (from the current directory too) and return ``factory``
+    (``package.module:attr.attr``, callable): the factory of ``check`` and ``export``."""
     module, sep, attr = target.partition(":")
     if not sep or not module or not attr:
         raise ValueError(f"expected package.module:factory, got {target!r}")
@@ -108,7 +109,7 @@ def check_main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0) and EXIT_USAGE
     try:
-        made = _load_factory(args.factory)()
+        made = load_factory(args.factory)()
     except Exception as exc:  # noqa: BLE001 - any failure of the user's code is a usage error
         _err(f"cannot load {args.factory}: {type(exc).__name__}: {exc}")
         return EXIT_USAGE

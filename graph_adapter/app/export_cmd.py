@@ -9,13 +9,13 @@ tolerance: the message says which), 2 a usage error or a missing extra.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from graph_adapter.backends.export import FORMATS, ExportError, export
 
+from .check_cli import load_factory
 from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
 
 __all__ = ["export_main", "build_export_parser"]
@@ -34,21 +34,6 @@ def build_export_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="default: from the path's suffix")
     return p
-
-
-def load_factory(target: str) -> Callable[[], Any]:
-    """``package.module:attr`` (importable from the current directory too), callable."""
-    module, sep, attr = target.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"expected package.module:factory, got {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise TypeError(f"{target} is not callable")
-    return obj
 
 
 def export_main(argv: Optional[Sequence[str]] = None) -> int:
