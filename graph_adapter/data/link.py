@@ -56,9 +56,9 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from .budget import RESERVED_NODES, Budget
-from .neighbor import (FixedSizeNeighborLoader, NeighborLoaderStats, SubgraphOversizeError,
-                       chunk_seed, fit_neighbor_budget, pad_sample, trim_sample)
+from .budget import Budget
+from .neighbor import (FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed,
+                       fit_neighbor_budget)
 
 __all__ = ["FixedSizeLinkNeighborLoader", "LinkLoaderStats", "LinkLabelError",
            "NEG_SAMPLING", "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID", "LINK_MASK",
@@ -312,20 +312,9 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
         sup = self.supervision(epoch, chunk)
         seeds, local = link_seeds(self._endpoints(sup))
         s = self.sample(seeds, epoch, chunk)
-        cap_n = int(self.budget.nodes) - RESERVED_NODES
-        cap_e = int(self.budget.edges)
-        cut_n = cut_e = 0
-        if s.num_nodes > cap_n or s.num_edges > cap_e:
-            if self.oversize == "error":
-                raise SubgraphOversizeError(
-                    f"epoch {epoch}, chunk {chunk} (supervision columns "
-                    f"{sup[INPUT_ID][:4].tolist()}...): the sampled subgraph has {s.num_nodes} "
-                    f"nodes and {s.num_edges} edges; the budget holds {cap_n} real nodes and "
-                    f"{cap_e} edges ({self.budget}). Give a larger budget, budget=None with a "
-                    f"higher success_ratio, or oversize='trim'")
-            s, cut_n, cut_e = trim_sample(s, cap_n, cap_e)  # seeds (first rows) are kept
-        flat = pad_sample(s, self.budget, self.node_attrs, self.edge_attrs, int(seeds.numel()),
-                          self.pad_id)
+        flat, cut_n, cut_e = self._fit_and_pad(  # seeds (first rows) are never cut
+            s, int(seeds.numel()),
+            f"epoch {epoch}, chunk {chunk} (supervision columns {sup[INPUT_ID][:4].tolist()}...)")
         flat.update(self._pad_links(sup, local))
         return {k: flat[k] for k in sorted(flat)}, cut_n, cut_e
 

@@ -496,18 +496,24 @@ class FixedSizeNeighborLoader:
     def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
         seeds = self.chunk_seeds(epoch, chunk)
         s = self.sample(seeds, epoch, chunk)
+        return self._fit_and_pad(s, int(seeds.numel()),
+                                 f"epoch {epoch}, chunk {chunk} (seeds {seeds[:4].tolist()}...)")
+
+    def _fit_and_pad(self, s, num_seeds: int, where: str) -> Tuple[Dict[str, Tensor], int, int]:
+        """Sample ``s`` into the budget (``oversize``: raise naming ``where``, or trim the
+        farthest hop, seeds never) and padded: ``(flat, nodes cut, edges cut)``."""
         cap_n = int(self.budget.nodes) - RESERVED_NODES
         cap_e = int(self.budget.edges)
         cut_n = cut_e = 0
         if s.num_nodes > cap_n or s.num_edges > cap_e:
             if self.oversize == "error":
                 raise SubgraphOversizeError(
-                    f"epoch {epoch}, chunk {chunk} (seeds {seeds[:4].tolist()}...): the sampled "
-                    f"subgraph has {s.num_nodes} nodes and {s.num_edges} edges; the budget holds "
-                    f"{cap_n} real nodes and {cap_e} edges ({self.budget}). Give a larger budget, "
-                    f"budget=None with a higher success_ratio, or oversize='trim'")
+                    f"{where}: the sampled subgraph has {s.num_nodes} nodes and {s.num_edges} "
+                    f"edges; the budget holds {cap_n} real nodes and {cap_e} edges "
+                    f"({self.budget}). Give a larger budget, budget=None with a higher "
+                    f"success_ratio, or oversize='trim'")
             s, cut_n, cut_e = trim_sample(s, cap_n, cap_e)
-        flat = pad_sample(s, self.budget, self.node_attrs, self.edge_attrs, int(seeds.numel()),
+        flat = pad_sample(s, self.budget, self.node_attrs, self.edge_attrs, num_seeds,
                           self.pad_id)
         return flat, cut_n, cut_e
 
