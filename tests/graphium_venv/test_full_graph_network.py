@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 if os.environ.get("GRAPH_ADAPTER_GRAPHIUM_CI") == "1":
     importlib.import_module("graphium")  # .ci/graphium's own venv: a failed import fails CI
@@ -134,6 +134,8 @@ _PROPERTY = {}  # built once: hypothesis calls the test body many times
 
 
 @settings(deadline=None, max_examples=10)
+@example(start=0, count=2, extra_nodes=0, extra_edges=0, extra_graphs=2, name=NAMES[0])
+@example(start=0, count=1, extra_nodes=0, extra_edges=0, extra_graphs=2, name=NAMES[0])
 @given(start=st.integers(0, 280), count=st.integers(1, 12), extra_nodes=st.integers(0, 40),
        extra_edges=st.integers(0, 60), extra_graphs=st.integers(0, 5),
        name=st.sampled_from(NAMES))
@@ -152,7 +154,9 @@ def test_padding_invariance_any_budget(start, count, extra_nodes, extra_edges, e
     graphs = ds[start:start + count]
     n = sum(g.num_nodes for g in graphs)
     e = sum(g.edge_index.size(1) for g in graphs)
-    budget = Budget(nodes=n + 2 + extra_nodes, edges=e + extra_edges,
+    # every padding graph slot gets a padding node (FORMAT.md's no-empty-slot rule):
+    # at least as many padding nodes as padding slots, besides the two reserved
+    budget = Budget(nodes=n + 2 + max(extra_nodes, extra_graphs), edges=e + extra_edges,
                     graphs=len(graphs) + 1 + extra_graphs)
     loader = FixedSizeLoader(graphs, budget)
     assert len(loader) == 1  # one padded batch holds them all
