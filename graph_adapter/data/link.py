@@ -57,8 +57,8 @@ import torch
 from torch import Tensor
 
 from .budget import Budget
-from .neighbor import (FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed,
-                       fit_neighbor_budget)
+from .csr import Sample
+from .neighbor import FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed
 
 __all__ = ["FixedSizeLinkNeighborLoader", "LinkLoaderStats", "LinkLabelError",
            "NEG_SAMPLING", "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID", "LINK_MASK",
@@ -252,20 +252,12 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
             st.negatives += int((real & ~pos).sum())
 
     def _fit_budget(self, success_ratio: float, fit_batches: int, round_to: int) -> Budget:
-        n = max(1, min(int(fit_batches), math.ceil(self.seeds.numel() / self.batch_size)))
-        sizes = []
-        before = torch.get_num_threads()
-        if self.sampler_threads is not None:
-            torch.set_num_threads(self.sampler_threads)
-        try:
-            for c in range(n):  # stream 2 (+ its own negatives): not the training samples
-                s, _ = self._sample_chunk(0, c, stream=2)
-                sizes.append((s.num_nodes, s.num_edges))
-        finally:
-            torch.set_num_threads(before)
-        self.fit_sizes = sizes
-        return fit_neighbor_budget(sizes, self.max_seeds, success_ratio, round_to,
-                                   avoid=(self.slots_needed,))
+        return super()._fit_budget(success_ratio, fit_batches, round_to,
+                                   per_batch=self.max_seeds, avoid=(self.slots_needed,))
+
+    def _fit_sample(self, chunk: int) -> Sample:
+        # stream 2 (+ its own negatives): not the training samples
+        return self._sample_chunk(0, chunk, stream=2)[0]
 
     # -- sampling ------------------------------------------------------------
     def supervision(self, epoch: int, chunk: int, stream: int = 0) -> Dict[str, Tensor]:

@@ -52,6 +52,7 @@ possibly short or fully padded (``seed_mask`` all False: a masked loss of 0).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -465,33 +466,42 @@ class FixedSizeNeighborLoader:
         return sample_neighbors(self.csc, seeds, self.num_neighbors, replace=self.replace,
                                 disjoint=self.disjoint, generator=g)
 
-    def _fit_budget(self, success_ratio: float, fit_batches: int, round_to: int) -> Budget:
+    def _fit_budget(self, success_ratio: float, fit_batches: int, round_to: int, *,
+                    per_batch: Optional[int] = None, avoid: Sequence[int] = ()) -> Budget:
+        """The budget from ``fit_batches`` samples of :meth:`_fit_sample` (``per_batch``:
+        the most seeds a batch has, default ``batch_size``; ``avoid``: counts the
+        budget must not equal)."""
         n = max(1, min(int(fit_batches), math.ceil(self.seeds.numel() / self.batch_size)))
-        sizes = []
-        before = torch.get_num_threads()
-        if self.sampler_threads is not None:
-            torch.set_num_threads(self.sampler_threads)
-        try:
-            for c in range(n):  # stream 2: not the training samples, same distribution
-                s = self.sample(self.chunk_seeds(0, c), 0, c, stream=2)
-                sizes.append((s.num_nodes, s.num_edges))
-        finally:
-            torch.set_num_threads(before)
+        with self._sampling_threads():
+            sizes = [(s.num_nodes, s.num_edges) for s in map(self._fit_sample, range(n))]
         self.fit_sizes = sizes
-        return fit_neighbor_budget(sizes, self.batch_size, success_ratio, round_to)
+        return fit_neighbor_budget(sizes, self.batch_size if per_batch is None else per_batch,
+                                   success_ratio, round_to, avoid=avoid)
 
-    def _batch(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+    def _fit_sample(self, chunk: int) -> Sample:
+        """The sample of ``chunk`` that the budget fit sees: stream 2, not the training
+        samples, same distribution."""
+        return self.sample(self.chunk_seeds(0, chunk), 0, chunk, stream=2)
+
+    @contextlib.contextmanager
+    def _sampling_threads(self) -> Iterator[None]:
+        """``sampler_threads`` torch intra-op threads inside, the caller's after. The
+        sampler's ops are small: torch's intra-op threads cost more than they give
+        (measured 20x slower at 2 threads than 1 on a loaded 2-core box,
+        docs/large_graphs.md)."""
         if self.sampler_threads is None or torch.get_num_threads() == self.sampler_threads:
-            return self._batch_now(epoch, chunk)
-        # The sampler's ops are small: torch's intra-op threads cost more than they
-        # give (measured 20x slower at 2 threads than 1 on a loaded 2-core box,
-        # docs/large_graphs.md); the model's own setting comes back after.
+            yield
+            return
         before = torch.get_num_threads()
         torch.set_num_threads(self.sampler_threads)
         try:
-            return self._batch_now(epoch, chunk)
+            yield
         finally:
             torch.set_num_threads(before)
+
+    def _batch(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+        with self._sampling_threads():
+            return self._batch_now(epoch, chunk)
 
     def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
         seeds = self.chunk_seeds(epoch, chunk)
