@@ -16,7 +16,7 @@ import torch
 
 from .results import RunStats
 
-__all__ = ["Step", "EvalStep", "log", "train_epochs", "evaluate", "time_interleaved"]
+__all__ = ["Step", "EvalStep", "log", "inductor_cache_counts", "train_epochs", "evaluate", "time_interleaved"]
 
 #: one training step: a batch -> (its loss as a float, the number of real graphs in it)
 Step = Callable[[Any], Tuple[float, int]]
@@ -41,6 +41,15 @@ def _progress(total: int, desc: str, enabled: bool, initial: int = 0):
         return None
     return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True,
                 initial=initial)
+
+
+def inductor_cache_counts() -> Tuple[int, int]:
+    """Inductor's FX graph cache so far in this process: (graphs served from the cache,
+    graphs compiled: misses and bypasses). Read from ``torch._dynamo.utils.counters``,
+    which inductor keeps whether or not anyone asks."""
+    from torch._dynamo.utils import counters
+    c = counters["inductor"]
+    return c["fxgraph_cache_hit"], c["fxgraph_cache_miss"] + c["fxgraph_cache_bypass"]
 
 
 def log(msg: str, enabled: bool = True) -> None:
@@ -83,6 +92,7 @@ def train_epochs(stats: RunStats, step: Step, batches: Callable[[int], Iterable[
                 shapes.add(shape_of(batch))
             if stats.steps == 0 and compiles:
                 log(f"{label}: compiling the training step (the first step) ...", progress)
+            cache_before = inductor_cache_counts() if stats.steps == 0 else (0, 0)
             t0 = time.perf_counter()
             loss, graphs = step(batch)
             dt = time.perf_counter() - t0
@@ -90,6 +100,8 @@ def train_epochs(stats: RunStats, step: Step, batches: Callable[[int], Iterable[
             graphs_sum += graphs
             if stats.steps == 0:
                 stats.first_step_seconds = dt
+                after = inductor_cache_counts()
+                stats.first_step_cache = (after[0] - cache_before[0], after[1] - cache_before[1])
                 bar = _progress(total, label, progress, initial=1)
             elif bar is not None:
                 bar.update(1)

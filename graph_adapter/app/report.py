@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -115,12 +115,14 @@ class DemoReport:
         saved = self.num_train / e.train_graphs_per_second - \
             self.num_train / r.train_graphs_per_second  # seconds an epoch
         head = (f"{r.name}'s training compile (first step {r.first_step_seconds:.1f} s, in its "
-                f"training wall time)")
+                f"training wall time{_cache_state(r.first_step_cache)})")
         if saved <= 0:
             return f"{head} never pays back at these speeds"
-        return (f"{head} pays back after {math.ceil(r.first_step_seconds / saved)} epochs of "
-                f"{self.num_train} graphs at these speeds ({saved:.2f} s saved an epoch); a "
-                f"warm compile cache shortens it")
+        epochs = math.ceil(r.first_step_seconds / saved)
+        verdict = (f"is paid back within this run's {self.config.epochs} epochs"
+                   if epochs <= self.config.epochs else f"pays back after {epochs} epochs")
+        return (f"{head} {verdict} of {self.num_train} graphs at these speeds ({saved:.2f} s "
+                f"saved an epoch){_cache_hint(r.first_step_cache)}")
 
     def _footer(self) -> List[str]:
         c = self.config
@@ -285,3 +287,24 @@ def wrap(lines: List[str], width: int) -> List[str]:
 def _count(n: int, noun: str) -> str:
     """``"1 thread"``, ``"2 threads"``."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _cache_state(cache: Tuple[int, int]) -> str:
+    """``"; cold cache: 3 graphs compiled"`` and the like (empty without inductor)."""
+    hits, compiled = cache
+    if hits == compiled == 0:
+        return ""
+    if compiled == 0:
+        return f"; warm cache: {_count(hits, 'graph')} from inductor's cache, none compiled"
+    return (f"; {'cold' if hits == 0 else 'partly warm'} cache: {_count(compiled, 'graph')} "
+            f"compiled" + (f", {hits} from the cache" if hits else ""))
+
+
+def _cache_hint(cache: Tuple[int, int]) -> str:
+    """What a second run changes: a cold compile's graphs are in the cache now."""
+    hits, compiled = cache
+    if compiled == 0:
+        return ""
+    return ("; the compiled graphs are now in inductor's cache (TORCHINDUCTOR_CACHE_DIR): run "
+            "the demo again and this line shows the first step and the epochs with a warm "
+            "cache")

@@ -110,6 +110,9 @@ class RunStats:
     train_graphs: int = 0  # graphs seen in training, all epochs
     train_seconds: float = 0.0  # all training epochs, wall clock, data loading included
     first_step_seconds: float = 0.0  # includes the compile for compiled backends
+    # inductor's FX graph cache during the first training step: graphs served from the
+    # cache, graphs compiled (a miss or a bypass); (0, 0) when nothing went through inductor
+    first_step_cache: Tuple[int, int] = (0, 0)
     step_seconds: List[float] = dataclasses.field(default_factory=list)  # each training step
     step_graphs: List[int] = dataclasses.field(default_factory=list)  # real graphs in each
     eval_seconds: float = 0.0  # the test split's evaluation (the MAE), wall clock

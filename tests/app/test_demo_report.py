@@ -255,8 +255,39 @@ def test_payback_line_is_the_compile_over_the_seconds_saved_an_epoch():
     line = r._payback(a, e)
     assert f"first step 12.0 s" in line and f"({saved:.2f} s saved an epoch)" in line
     assert f"pays back after {math.ceil(12.0 / saved)} epochs of {r.num_train} graphs" in line
+    assert "cache" not in line  # nothing went through inductor
+    a.first_step_cache = (0, 3)  # a cold compile: says so, and what a second run changes
+    line = r._payback(a, e)
+    assert "cold cache: 3 graphs compiled" in line and "run the demo again" in line
+    a.first_step_cache = (3, 0)  # warm: no hint, the state named
+    line = r._payback(a, e)
+    assert "warm cache: 3 graphs from inductor's cache, none compiled" in line
+    assert "run the demo again" not in line
+    e.step_seconds = [50.0] * 4  # eager PyG at 2 graphs/s: 12 s paid back in epoch 1
+    assert f"is paid back within this run's {r.config.epochs} epochs" in r._payback(a, e)
+    e.step_seconds = [1.0] * 4
     a.step_seconds = [2.0] * 4  # slower than eager PyG: the compile never pays back
     assert r._payback(a, e).endswith("never pays back at these speeds")
+
+
+def test_first_step_counts_inductor_cache_hits_and_compiles():
+    """The demo's first training step records inductor's FX-cache counts of that step
+    alone (the counters are process-wide: the step's difference, not the totals)."""
+    from torch._dynamo.utils import counters
+
+    from graph_adapter.app.demo_loops import train_epochs
+    from graph_adapter.app.results import RunStats
+
+    def step(batch):  # stands in for a compile: moves the counters as inductor would
+        counters["inductor"]["fxgraph_cache_hit"] += batch[0]
+        counters["inductor"]["fxgraph_cache_miss"] += batch[1]
+        return 1.0, 1
+
+    counters["inductor"]["fxgraph_cache_hit"] += 5  # earlier work in the process
+    st = RunStats("x", batches_per_epoch=2)
+    train_epochs(st, step, lambda epoch: [(2, 1), (7, 7)], 1, label="x", shape_of=len,
+                 progress=False)
+    assert st.first_step_cache == (2, 1)
 
 
 def test_report_names_the_layout_and_train_and_test_share_its_tables():
