@@ -1,7 +1,7 @@
 """Serving throughput and latency: pt2 / ONNX artifacts vs eager PyG, side by side in one run.
 
     python benchmarks/bench_serve.py [--limit 5000] [--hidden 64] [--layers 4]
-                                     [--rounds 5] [--latency 200] [--threads 1 2]
+                                     [--rounds 5] [--latency 200] [--threads 1]
 
 The demo's model (GINE with atom/bond embeddings, BatchNorm, add pooling; random weights,
 ``eval()``: weights do not change the cost) on rdkit's NCI-5k molecules. Two budgets, each
@@ -11,7 +11,8 @@ for one molecule a request. Every variant answers the same requests in the same 
 (interleaved, ``--rounds`` rounds of 8 batches): eager PyG is ``Batch.from_data_list`` +
 the model under ``no_grad``; the artifacts are ``serve.load(path).predict(requests)`` on
 plain dicts (torch tensors for pt2, numpy arrays for ONNX): checking, packing and
-splitting per graph included. Prints predictions/s (wall clock and per CPU-second of the
+splitting per graph included. The programs alone are also measured next to
+``graph_adapter.compile(wrapped, "inductor")`` on the same padded calls. Prints predictions/s (wall clock and per CPU-second of the
 process) and the ratio to eager PyG, p50 latency of one molecule, artifact size and load
 time. Ratios are from one process, measured side by side; the machine's load is printed.
 """
@@ -32,6 +33,7 @@ from torch_geometric.data import Batch  # noqa: E402
 from graph_adapter import serve  # noqa: E402
 from graph_adapter.app.datasets import load_nci5k  # noqa: E402
 from graph_adapter.app.models import build_model  # noqa: E402
+from graph_adapter.backends.compiled import compile as ga_compile  # noqa: E402
 from graph_adapter.backends.export import export  # noqa: E402
 from graph_adapter.data.budget import Budget  # noqa: E402
 from graph_adapter.nn.wrap import ipu_wrap  # noqa: E402
@@ -62,14 +64,17 @@ def _requests(graphs, kind):
     return [{k: d[k].numpy() for k in KEYS} for d in graphs]
 
 
-def _export_all(wrapped, data, graphs_per_call, tmp):
+def _export_all(wrapped, data, graphs_per_call, tmp, threads):
+    """Both formats for one budget; the pt2 once per thread count (``export(threads=)``:
+    inductor compiles its loops for one thread count)."""
     budget = Budget.fit(data, graphs_per_call)
     out = {}
-    for fmt in ("pt2", "onnx"):
-        path = os.path.join(tmp, f"b{graphs_per_call}.{fmt}")
+    for fmt, thr in [("onnx", None)] + [("pt2", t) for t in threads]:
+        path = os.path.join(tmp, f"b{graphs_per_call}{'' if thr is None else f'-t{thr}'}.{fmt}")
         t = time.perf_counter()
-        export(wrapped, budget, path, format=fmt, example=data[:min(graphs_per_call, 8)])
-        out[fmt] = (path, time.perf_counter() - t)
+        kw = {} if thr is None else {"threads": thr}
+        export(wrapped, budget, path, format=fmt, example=data[:min(graphs_per_call, 8)], **kw)
+        out[fmt if thr is None else (fmt, thr)] = (path, time.perf_counter() - t)
     return budget, out
 
 
@@ -89,7 +94,7 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--latency", type=int, default=200, help="single-molecule requests")
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1])
     args = ap.parse_args(argv)
     print(f"load average at start: {os.getloadavg()}; cpus: {os.cpu_count()}; "
           f"torch {torch.__version__}")
@@ -102,8 +107,8 @@ def main(argv=None):
     tmp = tempfile.mkdtemp(prefix="bench_serve_")
     # a budget sized for 300 graphs a batch on average: most 256-molecule requests fit
     # one padded call (the calls per request are printed)
-    big_budget, big = _export_all(wrapped, data, 300, tmp)
-    one_budget, one = _export_all(wrapped, data, 1, tmp)
+    big_budget, big = _export_all(wrapped, data, 300, tmp, args.threads)
+    one_budget, one = _export_all(wrapped, data, 1, tmp, args.threads)
     print(f"budgets: Budget.fit(data, 300) -> {big_budget}, batch 1 -> {one_budget}")
     for name, arts in (("300", big), ("1", one)):
         for fmt, (path, secs) in arts.items():
@@ -113,7 +118,8 @@ def main(argv=None):
     rows = []
     for threads in args.threads:
         torch.set_num_threads(threads)
-        preds = {"pt2": _load(big["pt2"][0], threads), "onnx": _load(big["onnx"][0], threads)}
+        preds = {"pt2": _load(big[("pt2", threads)][0], threads),
+                 "onnx": _load(big["onnx"][0], threads)}
         torch.set_num_threads(threads)  # serve.load(pt2, threads) sets it too: keep it
         variants = {"eager PyG": (eager, None), "pt2": (preds["pt2"][0].predict, "torch"),
                     "onnx": (preds["onnx"][0].predict, "numpy")}
@@ -153,7 +159,16 @@ def main(argv=None):
         def model_only(bt):
             with torch.no_grad():
                 return model(bt.x, bt.edge_index, bt.edge_attr, bt.batch)
+        # and graph_adapter.compile(wrapped, "inductor") on the same padded calls: what
+        # the exported program is measured against (it should be no slower)
+        compiled = ga_compile(wrapped, "inductor")
+
+        def compiled_calls(fl):
+            with torch.no_grad():
+                return [compiled(f) for f in fl]
+        compiled_calls(packed["pt2"][0])  # compiles (not timed)
         core = {"eager PyG": (model_only, collated),
+                "compiled": (compiled_calls, packed["pt2"]),
                 "pt2": (lambda fl: [preds["pt2"][0].run_padded(f) for f in fl], packed["pt2"]),
                 "onnx": (lambda fl: [preds["onnx"][0].run_padded(f) for f in fl],
                          packed["onnx"])}
@@ -171,7 +186,7 @@ def main(argv=None):
             rows.append(("model only", threads, v, n / w, n / c,
                          ctot["eager PyG"][0] / w, ctot["eager PyG"][1] / c))
         # one molecule a request: the batch-1 artifacts
-        lat_preds = {"pt2": serve.load(one["pt2"][0], threads=threads).predict,
+        lat_preds = {"pt2": serve.load(one[("pt2", threads)][0], threads=threads).predict,
                      "onnx": serve.load(one["onnx"][0], threads=threads).predict}
         torch.set_num_threads(threads)
         singles = data[:args.latency]
@@ -204,7 +219,8 @@ def main(argv=None):
               f"{'' if rw is None else f'{rw:.2f}x':>14} {'' if rc is None else f'{rc:.2f}x':>13}")
     print("p50 rows: 'x eager' is latency / eager PyG's latency (below 1: faster); 'model "
           "only': the compiled programs on pre-packed calls vs the model on pre-collated "
-          "batches (no checking, packing, collating or splitting)")
+          "batches (no checking, packing, collating or splitting); 'compiled' there is "
+          "graph_adapter.compile(wrapped, 'inductor') on the same padded calls")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ def build_export_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="the artifact to write: *.pt2 or *.onnx")
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="default: from the path's suffix")
+    p.add_argument("--threads", type=int, default=None,
+                   help="pt2: the threads the server runs it with (inductor compiles its "
+                        "loops for one thread count); default: this process's")
     return p
 
 
@@ -59,7 +62,8 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     example = made[2] if len(made) == 3 else None
     try:
-        contract = export(made[0], made[1], args.path, format=fmt, example=example)
+        kw = {} if args.threads is None else {"threads": args.threads}
+        contract = export(made[0], made[1], args.path, format=fmt, example=example, **kw)
     except (TypeError, ValueError, ImportError) as exc:  # what to pass or install
         if isinstance(exc, ExportError):
             usage_error(PROG, f"export failed: {exc}")
@@ -74,7 +78,8 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
     outs = ", ".join(f"{f.key} ({f.level}-level)" for f in contract.outputs)
     print(f"wrote {args.path} ({fmt}, {size / 1e6:.2f} MB): budget nodes={contract.nodes} "
           f"edges={contract.edges} graphs={contract.graphs}; inputs {feats}; outputs {outs}; "
-          f"max |artifact - eager| on the example batch {contract.verified_max_abs_diff:.2g}")
+          f"max |artifact - eager| on the example batch {contract.verified_max_abs_diff:.2g}"
+          + ("" if contract.threads is None else f"; compiled for {contract.threads} thread(s)"))
     if contract.dropped_inputs:
         print(f"not read by the model, left out of requests: {list(contract.dropped_inputs)}")
     return 0

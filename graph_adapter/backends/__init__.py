@@ -67,7 +67,13 @@ One module a job:
   :class:`LoadedProgram`);
 * :mod:`~graph_adapter.backends._inductor_cpu` and
   :mod:`~graph_adapter.backends._fx_rewrites` (private to this subpackage):
-  what ``"inductor"`` changes in inductor's code.
+  what ``"inductor"`` changes in inductor's code (the table projection of
+  ``_fx_rewrites`` also runs on ``graph_adapter.export``'s programs);
+* :mod:`~graph_adapter.backends._host_checks` (private): inductor's per-process
+  host checks (ISA probes, header preprocessing) answered from an earlier
+  process's records, around each inductor compile;
+* :mod:`~graph_adapter.backends._export_opt` (private): the ONNX rewrite
+  ``graph_adapter.export`` applies before writing a ``.onnx``.
 
 It may import :mod:`graph_adapter.data`, :mod:`graph_adapter.nn`,
 :mod:`graph_adapter.ipu` and :mod:`graph_adapter.checker`; never

@@ -49,6 +49,18 @@ class InputField:
     def __post_init__(self):
         # read for every feature of every request graph: computed once
         object.__setattr__(self, "_cat_dim", self.shape.index(None) if None in self.shape else 0)
+        object.__setattr__(self, "_fixed", tuple((d, s) for d, s in enumerate(self.shape)
+                                                 if s is not None))
+
+    def fits(self, shape: Tuple[int, ...]) -> bool:
+        """Whether a request graph's array of ``shape`` has this field's per-graph shape
+        (its rank, and every dim but the ``None`` one)."""
+        if len(shape) != len(self.shape):
+            return False
+        for d, s in self._fixed:  # type: ignore[attr-defined]
+            if shape[d] != s:
+                return False
+        return True
 
     @property
     def cat_dim(self) -> int:
@@ -82,6 +94,9 @@ class Contract:
     versions: Dict[str, str] = field(default_factory=dict)
     onnx_input_names: Tuple[str, ...] = ()
     onnx_output_names: Tuple[str, ...] = ()
+    #: pt2: the thread count its kernels were compiled for (inductor writes it into
+    #: their OpenMP regions: a program compiled at 2 threads ran 20% slower at 1)
+    threads: Optional[int] = None
 
     @property
     def features(self) -> Tuple[InputField, ...]:

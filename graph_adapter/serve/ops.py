@@ -5,7 +5,7 @@ imports no torch and the pt2 runtime no numpy.
 """
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 __all__ = ["NumpyOps", "TorchOps", "dtype_name"]
 
@@ -28,6 +28,7 @@ class NumpyOps:
         import numpy
 
         self.np = numpy
+        self._dtypes: Dict[str, Any] = {}
 
     def asarray(self, value: Any) -> Any:
         if _is_torch(value):
@@ -58,6 +59,17 @@ class NumpyOps:
     def has_dtype(self, a: Any, dtype: str) -> bool:
         return a.dtype == self.np.dtype(dtype)
 
+    def array_of(self, value: Any, dtype: str) -> Tuple[Any, bool]:
+        """``(asarray(value), whether its dtype is dtype)``: one call a feature."""
+        a = self.asarray(value)
+        return a, a.dtype == self._dtype(dtype)
+
+    def _dtype(self, dtype: str) -> Any:
+        d = self._dtypes.get(dtype)
+        if d is None:
+            d = self._dtypes[dtype] = self.np.dtype(dtype)
+        return d
+
     def take(self, values: Sequence[int], ids: Any) -> Any:
         return self.np.asarray(values, dtype=self.np.int64)[ids]
 
@@ -78,6 +90,14 @@ class TorchOps:
         import torch
 
         self.torch = torch
+        self._tensor = torch.Tensor
+        self._dtypes: Dict[str, Any] = {"bool": torch.bool}
+
+    def _dt(self, dtype: str) -> Any:
+        d = self._dtypes.get(dtype)  # (read for every feature of every graph: cached)
+        if d is None:
+            d = self._dtypes[dtype] = getattr(self.torch, dtype)
+        return d
 
     def asarray(self, value: Any) -> Any:
         t = self.torch
@@ -88,9 +108,6 @@ class TorchOps:
         if type(value).__module__ == "numpy":
             return t.from_numpy(value) if value.flags.c_contiguous else t.as_tensor(value)
         return t.as_tensor(value)
-
-    def _dt(self, dtype: str) -> Any:
-        return getattr(self.torch, dtype)
 
     def cast(self, a: Any, dtype: str) -> Any:
         return a.to(self._dt(dtype))
@@ -118,6 +135,15 @@ class TorchOps:
 
     def has_dtype(self, a: Any, dtype: str) -> bool:
         return a.dtype == self._dt(dtype)
+
+    def array_of(self, value: Any, dtype: str) -> Tuple[Any, bool]:
+        """``(asarray(value), whether its dtype is dtype)``: one call a feature (a CPU
+        tensor without grad, the usual request, is taken as it is)."""
+        if type(value) is self._tensor and value.is_cpu and not value.requires_grad:
+            a = value
+        else:
+            a = self.asarray(value)
+        return a, a.dtype is self._dt(dtype)
 
     def take(self, values: Sequence[int], ids: Any) -> Any:
         return self.torch.tensor(list(values), dtype=self.torch.int64)[ids]

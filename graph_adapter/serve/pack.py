@@ -55,8 +55,8 @@ def _checked(ops: Any, f: InputField, raw: Any, i: int) -> Any:
     if isinstance(raw, (list, tuple)):  # no dtype of its own: take the contract's
         a = ops.from_list(raw, f.dtype)
     else:
-        a = ops.asarray(raw)
-        if not ops.has_dtype(a, f.dtype):
+        a, same = ops.array_of(raw, f.dtype)
+        if not same:
             if f.inc == "nodes" and ops.is_integer(a):
                 a = ops.cast(a, f.dtype)  # any integer index dtype is the same index
             else:
@@ -64,18 +64,13 @@ def _checked(ops: Any, f: InputField, raw: Any, i: int) -> Any:
                     f"graph {i}: feature {f.key!r} is {dtype_name(a)}, the artifact was "
                     f"exported for {f.dtype}: cast it (e.g. x.astype('{f.dtype}') / "
                     f"x.to(torch.{f.dtype})) before predict", i, f.key)
-    shape = a.shape
-    want = f.shape
-    if len(shape) != len(want) or any(w is not None and w != s for s, w in zip(shape, want)):
+    if not f.fits(a.shape):
+        want = f.shape
         pretty = "[" + ", ".join("n" if w is None else str(w) for w in want) + "]"
         raise FeatureShapeError(
             f"graph {i}: feature {f.key!r} has shape {list(_shape(a))}, the artifact takes "
             f"{pretty} per graph ({f.level}-level; n: its {f.level} count)", i, f.key)
     return a
-
-
-def _rows(f: InputField, a: Any) -> int:
-    return int(a.shape[f.cat_dim]) if f.shape else 1
 
 
 def read_graph(contract: Contract, ops: Any, graph: Any, i: int) -> Graph:
@@ -86,9 +81,12 @@ def read_graph(contract: Contract, ops: Any, graph: Any, i: int) -> Graph:
     level must agree on it (``FeatureShapeError`` otherwise).
     """
     feats: Dict[str, Any] = {}
+    # (rows, the key that gave them) per level; a plain loop, no helper calls: this
+    # runs for every feature of every graph (7.7 us a graph of 3 features before)
     sizes: Dict[str, Tuple[int, str]] = {}
+    mapping = type(graph) is dict or isinstance(graph, Mapping)
     for f in contract.features:
-        raw = _get(graph, f.key)
+        raw = graph.get(f.key) if mapping else getattr(graph, f.key, None)
         if raw is None:
             have = sorted(_keys(graph))
             raise MissingFeatureError(
@@ -97,14 +95,16 @@ def read_graph(contract: Contract, ops: Any, graph: Any, i: int) -> Graph:
                 f"{[('n' if s is None else s) for s in f.shape]}); the graph has {have}", i, f.key)
         a = _checked(ops, f, raw, i)
         feats[f.key] = a
+        n = int(a.shape[f.cat_dim]) if f.shape else 1
         if f.level == "graph":
-            if f.shape and _rows(f, a) != f.rows:
+            if f.shape and n != f.rows:
                 raise FeatureShapeError(f"graph {i}: graph-level feature {f.key!r} has "
-                                        f"{_rows(f, a)} rows, the artifact takes {f.rows}", i, f.key)
+                                        f"{n} rows, the artifact takes {f.rows}", i, f.key)
             continue
-        n = _rows(f, a)
-        seen = sizes.setdefault(f.level, (n, f.key))
-        if seen[0] != n:
+        seen = sizes.get(f.level)
+        if seen is None:
+            sizes[f.level] = (n, f.key)
+        elif seen[0] != n:
             raise FeatureShapeError(f"graph {i}: {f.key!r} has {n} {f.level} rows but "
                                     f"{seen[1]!r} has {seen[0]}", i, f.key)
     if "node" in sizes:
@@ -115,9 +115,8 @@ def read_graph(contract: Contract, ops: Any, graph: Any, i: int) -> Graph:
             raise MissingFeatureError(f"graph {i}: no node-level feature to count its nodes "
                                       f"by: give num_nodes", i, "num_nodes")
         nodes = int(nn)
-    edges = sizes.get("edge", (0, ""))[0]
-    ignored = tuple(k for k in (graph if type(graph) is dict or isinstance(graph, Mapping)
-                                else _keys(graph))
+    edges = sizes["edge"][0] if "edge" in sizes else 0
+    ignored = tuple(k for k in (graph if mapping else _keys(graph))
                     if k not in feats and k != "num_nodes")
     return Graph(feats, nodes, edges, ignored, i)
 
@@ -219,14 +218,15 @@ def _padded_index(ops: Any, f: InputField, graphs: Sequence[Graph], e: int, E: i
     test per call; ``EdgeIndexError`` names the first graph off it): an edge outside its
     graph would join another graph's (or a padding) node without any error.
     """
-    parts = [g.features[f.key] + off for g, off in zip(graphs, offsets)]
-    real = ops.cat(parts, f.cat_dim)
+    # one cat, one shift: each edge's column moves by its graph's first node (a Python
+    # add per graph cost 1.4 ms of a 256-graph call), and is checked against its graph's
+    # node count before the shift
+    local = ops.cat([g.features[f.key] for g in graphs], f.cat_dim)
+    real = local
     if e:
         edge_counts = [g.edges for g in graphs]
         owner = ops.repeat_ids(edge_counts, "int64")
-        lo = ops.take(offsets, owner)
-        hi = ops.take([o + g.nodes for o, g in zip(offsets, graphs)], owner)
-        j = ops.first_bad_column(real, lo, hi)
+        j = ops.first_bad_column(local, 0, ops.take([g.nodes for g in graphs], owner))
         if j >= 0:
             run, k = 0, 0
             while run + edge_counts[k] <= j:
@@ -238,6 +238,7 @@ def _padded_index(ops: Any, f: InputField, graphs: Sequence[Graph], e: int, E: i
                 f"graph {g.position}: {f.key!r} column {j - run} is {col.tolist()}, outside "
                 f"its {g.nodes} nodes [0, {g.nodes}); indices are per graph, from 0",
                 g.position, f.key)
+        real = local + ops.cast(ops.take(offsets, owner), f.dtype)
     shape = list(f.shape)
     shape[f.cat_dim] = E - e
     return ops.cat([real, ops.full(shape, N - 1, f.dtype)], f.cat_dim)

@@ -64,6 +64,8 @@ def test_export_failures_have_exit_codes(here, capsys):
     assert "end it in .pt2 or .onnx" in capsys.readouterr().err
     assert main(["export", "fac:nothing", "m.onnx"]) == 2
     assert "cannot load fac:nothing" in capsys.readouterr().err
+    assert main(["export", "fac:make", "m.pt2", "--threads", "0"]) == 2  # before compiling
+    assert "threads=0: give the server's thread count" in capsys.readouterr().err
     assert main(["export", "fac:scalar", "s.onnx"]) == 1
     assert "export failed: output 'output'" in capsys.readouterr().err
     assert not (here / "s.onnx").exists()

@@ -1,11 +1,16 @@
-"""``graph_adapter.export``: what it refuses, by name, and what the artifact records (issue 26).
+"""``graph_adapter.export``: what it refuses, by name, what the artifact records, and the
+rewrites it applies to the exported program and the ONNX model (issue 26).
 
 Fast: the ONNX format (no AOTInductor compile); the pt2 path is in tests/serve/test_pt2.py.
 """
+import copy
 import os
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 pytest.importorskip("onnxruntime", reason="the serve extra (onnx, onnxscript, onnxruntime)")
@@ -41,6 +46,8 @@ def test_refuses_what_it_cannot_export_by_name(setup, tmp_path):
         export(wrapped, budget, out)
     with pytest.raises(TypeError, match="needs example="):
         export(wrapped, budget, out, format="onnx")
+    with pytest.raises(ValueError, match="threads=0: give the server's thread count"):
+        export(wrapped, budget, str(tmp_path / "m.pt2"), example=graphs[:4], threads=0)
     with pytest.raises(UnsupportedExportError, match="layout='ell'"):
         export(wrapped, FixedSizeLoader(graphs, budget, layout="ell"), out, format="onnx")
     assert not os.path.exists(out)
@@ -68,6 +75,14 @@ def test_budget_with_example_graphs_writes_a_loadable_contract(setup, tmp_path):
     assert c.versions["torch"] == torch.__version__
     assert serve.read_contract(path) == c
     assert serve.Contract.from_json(c.to_json()) == c
+    import onnx
+
+    ops = {n.op_type for n in onnx.load(path).graph.node}  # GIN's sum aggregation
+    assert "ScatterND" in ops and "ScatterElements" not in ops
+    plain = str(tmp_path / "plain.onnx")
+    export(wrapped, budget, plain, format="onnx", example=graphs[:4], rewrite=False)
+    ops = {n.op_type for n in onnx.load(plain).graph.node}
+    assert "ScatterElements" in ops and "ScatterND" not in ops
 
 
 def test_an_artifact_that_disagrees_with_eager_is_not_written(setup, tmp_path, monkeypatch):
@@ -88,3 +103,142 @@ def test_files_that_are_not_artifacts_are_named(tmp_path):
         serve.load(str(tmp_path / "missing.pt2"))
     with pytest.raises(serve.ArtifactError, match="contract version 99"):
         serve.Contract.from_json('{"contract_version": 99}')
+
+
+# ---------------------------------------------------------------- the rewrites of export
+class _EncodeProject(nn.Module):
+    """A sum of embedding lookups (one per column of ``codes``), projected by ``linears``."""
+
+    def __init__(self, vocab, d_in, d_out, bias=True, linears=1, **embedding_kwargs):
+        super().__init__()
+        self.embeddings = nn.ModuleList(nn.Embedding(n, d_in, **embedding_kwargs) for n in vocab)
+        self.lins = nn.ModuleList(nn.Linear(d_in, d_out, bias=bias) for _ in range(linears))
+
+    def forward(self, codes):
+        h = self.embeddings[0](codes[:, 0])
+        for i in range(1, len(self.embeddings)):
+            h = h + self.embeddings[i](codes[:, i])
+        return sum(lin(h).relu() for lin in self.lins)
+
+
+def _lookup_sum_linears(ep):
+    """Linears of the exported graph that read a sum of lookups ([rows, D] products)."""
+    aten = torch.ops.aten
+    return [n for n in ep.graph.nodes if n.target is aten.linear.default
+            and n.args[0].target in (aten.add.Tensor, aten.embedding.default)]
+
+
+@given(vocab=st.lists(st.integers(1, 8), min_size=1, max_size=4), d_in=st.integers(1, 6),
+       d_out=st.integers(1, 5), bias=st.booleans(), linears=st.integers(1, 2),
+       extra_rows=st.integers(0, 30), seed=st.integers(0, 2**16),
+       form=st.sampled_from(["plain", "plain", "padding_idx", "max_norm", "big_tables"]))
+# found by this test: max_norm's renorm writes the table through detach(table)
+@example(vocab=[1], d_in=1, d_out=1, bias=False, linears=1, extra_rows=0, seed=0,
+         form="max_norm")
+# each example traces two programs (~0.25 s on 2 cores): fewer than the profile's 40
+@settings(max_examples=12)
+def test_exported_programs_get_the_table_projection_and_keep_outputs(
+        vocab, d_in, d_out, bias, linears, extra_rows, seed, form):
+    """The ATen form of the compile path's rewrite (``_fx_rewrites``): each linear of a
+    lookup sum is rewritten where it pays and the tables are plain (float64 outputs
+    equal); a padding row, ``max_norm`` (a table written in place) or tables with more
+    rows than half the lookups are left as they are."""
+    torch.manual_seed(seed)
+    kwargs = {"padding_idx": {"padding_idx": 0}, "max_norm": {"max_norm": 1.0}}.get(form, {})
+    model = _EncodeProject(vocab, d_in, d_out, bias, linears, **kwargs).double().eval()
+    rows = 2 * sum(vocab) + extra_rows if form != "big_tables" else max(1, sum(vocab) // 2)
+    g = torch.Generator().manual_seed(seed)
+    codes = torch.stack([torch.randint(0, n, (rows,), generator=g) for n in vocab], dim=1)
+    with torch.no_grad():
+        ref = copy.deepcopy(model)(codes)  # max_norm renormalises the tables it reads
+        ep = torch.export.export(copy.deepcopy(model), (codes,))
+        before = len(_lookup_sum_linears(ep))
+        ep2, rewritten = E.rewritten_program(ep, codes)
+        out = ep2.module()(codes)
+    want = linears if form == "plain" else 0
+    assert (before, rewritten, len(_lookup_sum_linears(ep2))) == (linears, want, linears - want)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+
+
+def _onnx_scatter(shape, rows, form):
+    """``ScatterElements(data [shape], Expand(Reshape(i [rows], [-1, 1, ..])), updates)``,
+    the form the exporter gives PyG's ``scatter_add_`` of rows, or one ``form`` off it."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    up = [rows] + list(shape[1:])
+    attrs = {"axis": 1 if form == "axis=1" else 0}
+    if form != "opset 15":  # (reduction needs opset 16)
+        attrs["reduction"] = "mul" if form == "reduction=mul" else "add"
+    index = "i_full" if form == "index given whole" else "iexp"
+    nodes = [helper.make_node("Reshape", ["i", "ishape"], ["i2"]),
+             helper.make_node("Expand", ["i2", "eshape"], ["iexp"]),
+             helper.make_node("ScatterElements", ["data", index, "up"], ["out"], **attrs)]
+    inits = [numpy_helper.from_array(np.array([-1] + [1] * (len(shape) - 1), np.int64), "ishape"),
+             numpy_helper.from_array(np.array(up, dtype=np.int64), "eshape")]
+    inputs = [helper.make_tensor_value_info("data", TensorProto.FLOAT, list(shape)),
+              helper.make_tensor_value_info("i", TensorProto.INT64, [rows]),
+              helper.make_tensor_value_info("i_full", TensorProto.INT64, up),
+              helper.make_tensor_value_info("up", TensorProto.FLOAT, up)]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(
+        "out", TensorProto.FLOAT, list(shape))], inits)
+    opset = 15 if form == "opset 15" else 20
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _run_onnx(model, feed):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(["out"], feed)[0]
+
+
+@given(n=st.integers(1, 6), rows=st.integers(1, 12),
+       trailing=st.lists(st.integers(1, 4), min_size=1, max_size=2), seed=st.integers(0, 2**16),
+       form=st.sampled_from(["rows", "rows", "reduction=mul", "axis=1", "index given whole",
+                             "opset 15"]))
+def test_onnx_row_scatters_become_scatter_nd_with_equal_outputs(n, rows, trailing, seed, form):
+    """``ScatterElements(axis=0, add)`` of whole rows becomes ``ScatterND(add)`` (outputs
+    equal: both add each row in order) and the ``Expand`` it read is dropped; any other
+    form (another reduction or axis, an index not one per row, opset < 16) is kept."""
+    import onnx
+
+    from graph_adapter.backends._export_opt import scatter_rows_as_scatter_nd
+
+    rng = np.random.default_rng(seed)
+    shape = [n] + trailing
+    if form == "axis=1":
+        shape = [rows] + trailing  # dim 1 indexed: every other dim as the update's
+    model = _onnx_scatter(shape, rows, form)
+    onnx.checker.check_model(model)
+    up = [rows] + shape[1:]
+    high = shape[1] if form == "axis=1" else n
+    feed = {"data": rng.standard_normal(shape).astype(np.float32),
+            "i": rng.integers(0, n, rows), "i_full": rng.integers(0, high, up),
+            "up": rng.standard_normal(up).astype(np.float32)}
+    if form == "axis=1":
+        feed["i"] = rng.integers(0, high, rows)  # indexes dim 1 there
+    ref = _run_onnx(model, feed)
+    rewritten = scatter_rows_as_scatter_nd(model)
+    ops = [node.op_type for node in model.graph.node]
+    assert rewritten == (1 if form == "rows" else 0)
+    assert ("ScatterND" in ops, "Expand" in ops) == ((True, False) if form == "rows"
+                                                     else (False, True))
+    np.testing.assert_allclose(_run_onnx(model, feed), ref, rtol=1e-6, atol=1e-6)
+
+
+def test_the_export_check_reads_real_rows_and_names_a_difference_there():
+    """Padding rows (sums of the padding self-loops: 1e8 and more, rounded by the order of
+    adds) are no prediction: only the real rows are held to the tolerance."""
+    c = serve.Contract(format="onnx", nodes=5, edges=4, graphs=3, inputs=(),
+                       outputs=(serve.OutputField("output", "graph", "float32", (3, 1)),
+                                serve.OutputField("h", "node", "float32", (5, 2))),
+                       tolerance={"atol": 1e-4, "rtol": 1e-4})
+    flat = {"node_mask": torch.tensor([True, True, True, False, False]),
+            "graph_mask": torch.tensor([True, True, False])}
+    ref = {"output": torch.tensor([[1.0], [2.0], [3e9]]), "h": torch.arange(10.0).view(5, 2)}
+    got = {"output": torch.tensor([[1.0], [2.00001], [-3e9]]),
+           "h": torch.cat([torch.arange(6.0), torch.full((4,), 1e12)]).view(5, 2)}
+    assert E._max_diff(got, ref, c, flat) == pytest.approx(1e-5, rel=0.1)
+    got["h"][2, 1] += 0.1  # the third node is real
+    with pytest.raises(ExportMismatchError, match="'h'.* up to 0.1 on the real rows"):
+        E._max_diff(got, ref, c, flat)

@@ -1,9 +1,11 @@
-"""Export -> load in a fresh process without PyG -> the trained model's predictions (issue 26).
+"""Export -> load -> the trained model's predictions (issue 26).
 
-ONNX artifacts of the demo's model (GINE + BatchNorm, graph-level) and zoo models (GIN
-and GAT, node-level outputs split per graph; SchNet, whose radius graph is built inside
-the wrapped forward with a static size), served where ``torch_geometric`` and ``torch``
-cannot be imported (onnxruntime + numpy only). Hetero models are refused by name.
+ONNX artifacts of the demo's model (GINE + BatchNorm, graph-level), served in a fresh
+process where ``torch_geometric`` and ``torch`` cannot be imported (onnxruntime + numpy
+only: the one ONNX round trip through a subprocess; ``tests/serve/test_pt2.py`` has the
+``.pt2`` one), and of zoo models served in this process (the same runtime): GIN and GAT,
+node-level outputs split per graph; SchNet, whose radius graph is built inside the
+wrapped forward with a static size. Hetero models are refused by name.
 """
 import pytest
 import torch
@@ -11,6 +13,7 @@ from torch import nn
 
 pytest.importorskip("onnxruntime", reason="the serve extra (onnx, onnxscript, onnxruntime)")
 
+from graph_adapter import serve  # noqa: E402
 from graph_adapter.app.models import build_model  # noqa: E402
 from graph_adapter.app.zoo_layers import MODEL  # noqa: E402
 from graph_adapter.backends.export import UnsupportedExportError, export  # noqa: E402
@@ -36,6 +39,11 @@ def _trained(model, loader, steps=3):
         wrapped(flat)["loss"].backward()
         opt.step()
     return wrapped.eval()
+
+
+def _requests(graphs, keys):
+    """Request dicts of numpy arrays, as a client sends them."""
+    return [{k: d[k].numpy() for k in keys} for d in graphs]
 
 
 def _float_graphs(num, features, seed, pos=False):
@@ -100,12 +108,13 @@ def test_zoo_node_level_outputs_are_split_per_graph(name, tmp_path):
     path = str(tmp_path / f"{name}.onnx")
     contract = export(wrapped, loader, path, format="onnx")
     assert [f.level for f in contract.outputs] == ["node"]
-    preds, info = serve_in_fresh_process(path, graphs, ["x", "edge_index"], str(tmp_path))
-    assert info["calls"] >= 5 and "torch_geometric" not in info["top_modules"]
+    predictor = serve.load(path, threads=1)  # in this process: the demo's test above
+    preds = predictor.predict(_requests(graphs, ["x", "edge_index"]))  # serves without PyG
+    assert predictor.calls >= 5
     ref = eager_per_graph(model.eval(), graphs, lambda m, b: m(b.x, b.edge_index))
     for d, p, r in zip(graphs, preds, ref):
-        assert p[""].shape == (d.num_nodes, 16)
-        torch.testing.assert_close(torch.from_numpy(p[""]), r, atol=ATOL, rtol=ATOL)
+        assert p.shape == (d.num_nodes, 16)
+        torch.testing.assert_close(torch.from_numpy(p), r, atol=ATOL, rtol=ATOL)
 
 
 class _SchNet(nn.Module):
@@ -131,10 +140,10 @@ def test_schnet_with_its_radius_graph_inside_the_model_is_served(tmp_path):
     path = str(tmp_path / "schnet.onnx")
     contract = export(wrapped, loader, path, format="onnx")
     assert {f.key for f in contract.features} == {"z", "pos"}
-    preds, _ = serve_in_fresh_process(path, graphs, ["z", "pos"], str(tmp_path))
+    preds = serve.load(path, threads=1).predict(_requests(graphs, ["z", "pos"]))
     ref = eager_per_graph(model, graphs, lambda m, b: m(b.z, b.pos, b.batch))
     for p, r in zip(preds, ref):
-        torch.testing.assert_close(torch.from_numpy(p[""]), r[0], atol=ATOL, rtol=ATOL)
+        torch.testing.assert_close(torch.from_numpy(p), r[0], atol=ATOL, rtol=ATOL)
 
 
 def test_hetero_models_are_refused_by_name(tmp_path):
