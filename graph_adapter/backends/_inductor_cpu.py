@@ -46,6 +46,16 @@ on CPU"), and one reading (4):
    Measured on the demo's model at 2 threads: 3 bypasses before, 3 hits in
    the second process after (``tests/backends/test_compile_cache.py``).
 
+10. **The host checks of a warm process are answered from disk**
+   (:mod:`graph_adapter.backends._host_checks`, entered around the compile by
+   the inductor engine): the per-process vector-ISA ``dlopen`` probes and the
+   precompiled-header preprocessing, 1.5 s of subprocess CPU time in a warm
+   first training step of the demo's model, now 0.00-0.01 s.
+
+Tried for the cold compile and not set (``docs/benchmarks.md``, "Where a first
+step goes"): ``cpp_wrapper`` for training graphs (gcc summed 71 -> 50 s under
+load, but steady training 0.94x), kernels at ``-O2`` (no cold gain measured).
+
 Every setting keeps the results (equal to eager in the float64 tests): only
 what is stored between the passes and which kernel adds change (an
 ``index_add`` may add in another order than a generated loop). User

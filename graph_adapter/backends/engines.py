@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from . import _inductor_cpu
+from . import _host_checks, _inductor_cpu
 from .registry import device_of, get_backend
 from .program import Signature
 
@@ -61,7 +61,9 @@ class _CountingBackend:
             # the decomposition table is not in inductor's cache key: put it there
             patches["post_grad_custom_pre_pass"] = _inductor_cpu.key_decompositions(
                 fallback, patches.get("post_grad_custom_pre_pass", config.post_grad_custom_pre_pass))
-            with config.patch(patches), \
+            # (the host checks: a warm process skips inductor's ISA probes and header
+            # preprocessing where an earlier one ran them on the same files)
+            with config.patch(patches), _host_checks.remembered_host_checks(), \
                     _inductor_cpu.quiet_proxy_executor_notice():
                 fn, atomic = _inductor_cpu.compile_and_scan(
                     lambda: compile_fx(gm, example_inputs, decompositions=decomps))

@@ -2,7 +2,8 @@
 inductor's FX graph cache for every graph (training forward and backward with the
 ``index_add`` fallback, and inference) and AOTAutograd's cache for both modes (the
 HYB layout's autograd.Functions included), and the decomposition table pickles by
-its recipe, so the cache key is stable."""
+its recipe, so the cache key is stable; the second process also skips inductor's
+host checks (ISA probes, header preprocessing: ``backends/_host_checks.py``)."""
 import os
 import pickle
 import subprocess
@@ -42,7 +43,20 @@ def test_inductor_cache_key_of_the_fallback_table_is_stable():
 
 
 _CHILD = textwrap.dedent("""
-    import json, sys
+    import json, subprocess, sys
+    # count inductor's host checks: the ISA probes start `python -c`, the header check `g++ -E`
+    host_checks = {"isa_probes": 0, "header_preprocess": 0}
+    _run = subprocess.run
+
+    def _counting_run(cmd, *args, **kwargs):
+        if isinstance(cmd, (list, tuple)) and cmd:
+            if cmd[0] == sys.executable:
+                host_checks["isa_probes"] += 1
+            elif "-E" in cmd:
+                host_checks["header_preprocess"] += 1
+        return _run(cmd, *args, **kwargs)
+
+    subprocess.run = _counting_run
     import torch
     from torch._dynamo.utils import counters
     from torch_geometric.nn import GINConv, global_add_pool
@@ -81,6 +95,7 @@ _CHILD = textwrap.dedent("""
     grads = [float(p.grad.double().sum()) for p in wrapped.parameters()]
     print("COUNTERS " + json.dumps({"inductor": dict(counters["inductor"]),
                                     "aot": dict(counters["aot_autograd"]),
+                                    "host_checks": host_checks,
                                     "values": [float(loss), float(out.double().sum())] + grads}))
 """)
 
@@ -115,3 +130,6 @@ def test_second_process_hits_the_fx_graph_cache(tmp_path):
     assert second["inductor"].get("fxgraph_cache_miss", 0) == 0, second
     assert second["aot"].get("autograd_cache_hit", 0) == 2, second
     assert second["values"] == first["values"]
+    # the host checks are answered from the first process's records (backends/_host_checks)
+    assert first["host_checks"]["isa_probes"] > 0, first  # a fresh cache dir: probed
+    assert second["host_checks"] == {"isa_probes": 0, "header_preprocess": 0}, second
