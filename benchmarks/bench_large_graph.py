@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
+import multiprocessing as mp
 import os
 import platform
 import time
@@ -112,6 +114,224 @@ def link_section(data, fan, bs, num_links, loader_ok) -> None:
           f"({dt_pyg:.2f} s); ours / PyG = {dt_pyg / dt_ours:.2f}x")
 
 
+def _peak_mib() -> float:
+    """The process's peak resident set since the last :func:`_reset_peak` (Linux VmHWM)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _reset_peak() -> None:
+    """Reset VmHWM to the current RSS (Linux: ``clear_refs`` 5)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _million_run(kind, nodes, out_degree, seed_share, fan, bs, threads, q) -> None:
+    """In a fresh process: build the graph, then one loader's construction time, resident
+    memory growth (after construction, peak during it, after one epoch, peak over it) and
+    one epoch's seeds/s. Memory is read without handing freed heap pages back first: what
+    a user's process holds."""
+    from graph_adapter.app.bench.memory import rss_mib, trim_heap
+
+    torch.set_num_threads(threads)
+    data = sbm_graph(nodes, 10, out_degree, 0.8, 0.15, 32, 0)
+    perm = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(1))
+    train = perm[: int(data.num_nodes * seed_share)].clone()
+    del perm
+    graph_mib = sum(v.numel() * v.element_size() for v in data.values()) / 2**20
+    gc.collect()
+    trim_heap()  # the graph generator's freed pages are not the loader's
+    before = rss_mib()
+    _reset_peak()
+    out = {"graph_mib": graph_mib, "nodes": data.num_nodes, "edges": data.num_edges,
+           "seeds": train.numel()}
+    t = time.perf_counter()
+    if kind == "ours":
+        L = FixedSizeNeighborLoader(data, fan, bs, input_nodes=train, shuffle=True)
+        out["budget"] = str(L.budget)
+        out["csc_mib"] = L.csc.nbytes() / 2**20
+    else:
+        from torch_geometric.loader import NeighborLoader
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            L = NeighborLoader(data, num_neighbors=fan, batch_size=bs, input_nodes=train,
+                               shuffle=True)
+    out["build_s"] = time.perf_counter() - t
+    out["rss_built_mib"] = rss_mib() - before
+    out["peak_built_mib"] = _peak_mib() - before
+    n = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = time.perf_counter()
+        if kind == "ours":
+            for f in L:
+                n += int(f["seed_mask"].sum())
+        else:
+            for b in L:
+                n += b.batch_size
+        out["epoch_s"] = time.perf_counter() - t
+    out["epoch_seeds"] = n
+    out["rss_epoch_mib"] = rss_mib() - before
+    out["peak_epoch_mib"] = _peak_mib() - before
+    q.put(out)
+
+
+def million_section(args, fan, bs) -> None:
+    """4. The 1M-node / 20M-edge targets: construction <= 10 s, resident memory <= 1.3x the
+    graph's own tensors (the loader's growth <= 0.3x), an epoch of sampling >= PyG's
+    speed. Each loader in a fresh process, one after the other, in this one run."""
+    kinds = ["ours"] + (["pyg"] if pyg_loader_available() else [])
+    ctx = mp.get_context("spawn")
+    res = {}
+    for kind in kinds:
+        q = ctx.Queue()
+        p = ctx.Process(target=_million_run, args=(kind, args.million_nodes, args.out_degree,
+                                                  args.million_seeds, fan, bs, args.threads, q))
+        p.start()
+        res[kind] = q.get()
+        p.join()
+    o = res["ours"]
+    g = o["graph_mib"]
+    print(f"\n4. large graph: SBM {o['nodes']} nodes, {o['edges']} edges, graph tensors (x, "
+          f"edge_index, y) {g:.0f} MiB; {o['seeds']} seeds, batch_size={bs}, "
+          f"num_neighbors={fan}, fresh process per loader")
+    print(f"   ours: budget {o['budget']}, CSC beside the graph {o['csc_mib']:.0f} MiB")
+    print("   | loader | build s | RSS growth built | peak while building | RSS growth after "
+          "epoch | peak over epoch | epoch seeds/s |")
+    print("   |---|---:|---:|---:|---:|---:|---:|")
+    for kind in kinds:
+        r = res[kind]
+        name = "FixedSizeNeighborLoader" if kind == "ours" else "PyG NeighborLoader (torch-sparse)"
+        print(f"   | {name} | {r['build_s']:.2f} | {r['rss_built_mib']:.0f} MiB "
+              f"({r['rss_built_mib'] / g:.2f}x) | {r['peak_built_mib']:.0f} MiB "
+              f"({r['peak_built_mib'] / g:.2f}x) | {r['rss_epoch_mib']:.0f} MiB "
+              f"({r['rss_epoch_mib'] / g:.2f}x) | {r['peak_epoch_mib']:.0f} MiB "
+              f"({r['peak_epoch_mib'] / g:.2f}x) | {r['epoch_seeds'] / r['epoch_s']:.0f} |")
+    print(f"   goals: build <= 10 s (ours {o['build_s']:.2f} s); graph + loader <= 1.3x the "
+          f"graph (ours after an epoch {1 + o['rss_epoch_mib'] / g:.2f}x, peak "
+          f"{1 + o['peak_epoch_mib'] / g:.2f}x)")
+    if "pyg" in res:
+        r = res["pyg"]
+        print(f"   epoch seeds/s ours / PyG = "
+              f"{(o['epoch_seeds'] / o['epoch_s']) / (r['epoch_seeds'] / r['epoch_s']):.2f}x "
+              f"(goal >= 1x)")
+    else:
+        print("   PyG NeighborLoader: unavailable (no torch-sparse / pyg-lib): not measured")
+
+
+def profile_section(data, fan, bs, threads) -> None:
+    """5. What one inference step of GraphSAGE 2x128 spends its time on, eager ``ipu_wrap``
+    and ``ipu_wrap`` + inductor (``inductor_eval``), on one padded test batch: the
+    operators' self time (torch.profiler, 5 steps each, after 3 warm-up steps), then the
+    aggregation op alone: ATen's ``scatter_add_`` with the broadcast index PyG uses vs
+    ``index_add_`` on the same rows, side by side."""
+    from torch.profiler import ProfilerActivity, profile
+
+    L = FixedSizeNeighborLoader(data, fan, bs, seed=1)
+    flat = L.batch(0, 1)
+    torch.manual_seed(0)
+    model = GraphSAGE(data.x.size(1), 128, num_layers=2, out_channels=int(data.y.max()) + 1)
+    w = ipu_wrap(model.eval())
+    w.eval()
+    print(f"\n5. one inference step, budget {L.budget}, {threads} threads")
+    with torch.no_grad():
+        t = time.perf_counter()
+        ev = graph_adapter.compile(w, "inductor_eval")
+        ev(flat)
+        print(f"   inductor_eval first call (compile) {time.perf_counter() - t:.1f} s")
+        for name, f in (("ipu_wrap eager", w), ("ipu_wrap + inductor", ev)):
+            for _ in range(3):
+                f(flat)
+            ts = []
+            for _ in range(5):
+                t = time.perf_counter()
+                f(flat)
+                ts.append(time.perf_counter() - t)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(5):
+                    f(flat)
+            ev_tot = sum(e.self_cpu_time_total for e in prof.key_averages())
+            top = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:5]
+            print(f"   {name}: median step {sorted(ts)[2] * 1e3:.0f} ms; self time: " +
+                  ", ".join(f"{e.key[:40]} {e.self_cpu_time_total / ev_tot:.0%}" for e in top))
+        E, N = int(L.budget.edges), int(L.budget.nodes)
+        msg = torch.randn(E, 128)
+        dst = flat["edge_index"][1]
+        out = torch.zeros(N, 128)
+        for name, op in (("scatter_add_ (broadcast index)",
+                          lambda: out.zero_().scatter_add_(0, dst.view(-1, 1).expand(-1, 128), msg)),
+                         ("index_add_", lambda: out.zero_().index_add_(0, dst, msg))):
+            op()
+            ts = []
+            for _ in range(20):
+                t = time.perf_counter()
+                op()
+                ts.append(time.perf_counter() - t)
+            print(f"   aggregation alone, {E} x 128 messages into {N} rows: {name} "
+                  f"{sorted(ts)[10] * 1e3:.1f} ms (median of 20)")
+
+
+def hetero_graph(papers: int, authors: int, writes: int, cites: int, dim: int = 32):
+    """A generated bipartite + citation ``HeteroData`` (no download): ``paper`` and
+    ``author`` nodes with random features, ``writes`` (and its reverse) and ``cites``
+    edges drawn uniformly."""
+    from torch_geometric.data import HeteroData
+
+    g = torch.Generator().manual_seed(0)
+    h = HeteroData()
+    h["paper"].x = torch.randn(papers, dim, generator=g)
+    h["paper"].y = torch.randint(0, 10, (papers,), generator=g)
+    h["author"].x = torch.randn(authors, dim, generator=g)
+    w = torch.stack([torch.randint(0, authors, (writes,), generator=g),
+                     torch.randint(0, papers, (writes,), generator=g)])
+    h["author", "writes", "paper"].edge_index = w
+    h["paper", "rev_writes", "author"].edge_index = w.flip(0)
+    h["paper", "cites", "paper"].edge_index = torch.randint(0, papers, (2, cites), generator=g)
+    return h
+
+
+def hetero_section(fan, bs) -> None:
+    """6. Hetero: FixedSizeHeteroNeighborLoader's build time, fill over one epoch and
+    sampler seeds/s against PyG's NeighborLoader on the same HeteroData, side by side."""
+    from graph_adapter import FixedSizeHeteroNeighborLoader
+
+    h = hetero_graph(100_000, 50_000, 400_000, 1_000_000)
+    seeds = torch.randperm(100_000, generator=torch.Generator().manual_seed(1))[:50_000]
+    print(f"\n6. hetero: paper 100000 / author 50000 nodes, writes + rev_writes 400000 each, "
+          f"cites 1000000; {seeds.numel()} paper seeds, batch_size={bs}, num_neighbors={fan} "
+          f"for every edge type")
+    t = time.perf_counter()
+    L = FixedSizeHeteroNeighborLoader(h, fan, bs, input_nodes=("paper", seeds), shuffle=True)
+    print(f"   FixedSizeHeteroNeighborLoader built in {time.perf_counter() - t:.2f} s: "
+          f"{L.budget}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = time.perf_counter()
+        n = sum(L.seeds_in(f) for f in L)
+        dt = time.perf_counter() - t
+    st = L.stats
+    print(f"   fill over the epoch: node slots real {st.node_efficiency:.1%}, edge slots real "
+          f"{st.edge_efficiency:.1%}; {st.trimmed_batches} of {st.batches} trimmed "
+          f"({st.trimmed_nodes} nodes, {st.trimmed_edges} edges, counted)")
+    print(f"   ours (padded dicts): {n / dt:9.0f} seeds/s ({dt:.2f} s)")
+    if not pyg_loader_available():
+        print("   PyG NeighborLoader: unavailable (no torch-sparse / pyg-lib): not measured")
+        return
+    from torch_geometric.loader import NeighborLoader
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = time.perf_counter()
+        n_pyg = sum(b["paper"].batch_size for b in NeighborLoader(
+            h, num_neighbors=fan, batch_size=bs, input_nodes=("paper", seeds), shuffle=True))
+        dt_pyg = time.perf_counter() - t
+    print(f"   PyG NeighborLoader (torch-sparse): {n_pyg / dt_pyg:9.0f} seeds/s ({dt_pyg:.2f} s); "
+          f"ours / PyG = {dt_pyg / dt:.2f}x (per seed: {n_pyg / dt_pyg:.0f} vs {n / dt:.0f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=100_000)
@@ -129,6 +349,16 @@ def main() -> None:
     ap.add_argument("--link-edges", type=int, default=50_000,
                     help="supervision edges of section 2b (a random subset of the edges)")
     ap.add_argument("--no-train", action="store_true", help="stop before section 3")
+    ap.add_argument("--hetero", action="store_true",
+                    help="only section 6: the hetero loader vs PyG's on a generated HeteroData")
+    ap.add_argument("--profile-step", action="store_true",
+                    help="only section 5: what one inference step spends its time on")
+    ap.add_argument("--million", action="store_true",
+                    help="only section 4: the 1M-node / 20M-edge targets (construction time, "
+                         "memory, epoch speed vs PyG), each loader in a fresh process")
+    ap.add_argument("--million-nodes", type=int, default=1_000_000)
+    ap.add_argument("--million-seeds", type=float, default=0.5,
+                    help="share of the nodes used as seeds in section 4's epoch")
     ap.add_argument("--fill-samples", type=int, default=1000,
                     help="samples for the from_loader rule (its default: 1000)")
     args = ap.parse_args()
@@ -137,12 +367,24 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__} ({args.threads} threads), load average at start "
           f"{os.getloadavg()[0]:.1f}")
+    if args.hetero:
+        hetero_section(fan, bs)
+        print(f"\nload average at end {os.getloadavg()[0]:.1f}")
+        return
+    if args.million:
+        million_section(args, fan, bs)
+        print(f"\nload average at end {os.getloadavg()[0]:.1f}")
+        return
 
     t = time.perf_counter()
     data = sbm_graph(args.nodes, args.classes, args.out_degree, 0.8, args.signal, args.dim, 0)
     print(f"SBM: {data.num_nodes} nodes, {data.num_edges} edges (avg degree "
           f"{data.num_edges / data.num_nodes:.1f}), {args.classes} classes, built in "
           f"{time.perf_counter() - t:.1f} s")
+    if args.profile_step:
+        profile_section(data, fan, bs, args.threads)
+        print(f"\nload average at end {os.getloadavg()[0]:.1f}")
+        return
     perm = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(1))
     train = perm[: data.num_nodes // 2]
     test = perm[data.num_nodes * 3 // 4:]

@@ -71,6 +71,8 @@ if PYG_IMPORT_ERROR is None:
     from .data.loader import FixedSizeLoader, LoaderStats
     from .data.neighbor import FixedSizeNeighborLoader, NeighborLoaderStats
     from .data.link import FixedSizeLinkNeighborLoader, LinkLoaderStats
+    from .data.hetero_neighbor import FixedSizeHeteroNeighborLoader
+    from .data.cluster import FixedSizeClusterLoader
     from .nn import losses
     from .nn.wrap import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
                           UnboundInputError, ipu_wrap, unpad)
@@ -139,6 +141,8 @@ __all__ = [
     "link_loss",
     "masked_link_bce",
     "masked_triplet_bce",
+    "FixedSizeHeteroNeighborLoader",
+    "FixedSizeClusterLoader",
 ]
 #: the names above that need PyG: all of them (the serving runtime is a subpackage)
 PYG_NAMES = frozenset(__all__)

@@ -15,7 +15,8 @@ training with ``directed=True`` (the default):
   expanded again;
 * the subgraph's ``edge_index`` is ``[source row, destination row]`` of the
   sampled edges only (a directed subgraph: message flow towards the seeds),
-  ``e_id`` their ids in the input ``edge_index``;
+  ``e_id`` their ids in the input ``edge_index`` (``directed=False``: every
+  input edge between the sampled nodes instead, :func:`induced_edges`);
 * ``disjoint=True``: every seed grows its own tree (a node reached from two
   seeds is two rows); ``seed_of`` gives each row's seed position.
 
@@ -23,6 +24,13 @@ Randomness comes only from the ``torch.Generator`` passed in, so a sample is
 a function of (graph, seeds, fanouts, generator state): the loaders seed one
 per batch from ``(seed, epoch, batch index)``, deterministic with any number
 of workers.
+
+Memory: the :class:`CSC` keeps ``colptr`` and the slot order ``perm`` (int32
+below ``2**31`` edges) and reads sources through the graph's own
+``edge_index[0]``: ``4 (N + 1) + 4 E`` bytes beside the graph (plus the sampler's ``[N]`` int32 scratch
+array), built by a chunked counting sort whose
+temporaries are the chunk's size (1M nodes / 20M edges: 84 MiB with the scratch array, 2.4 s;
+docs/large_graphs.md).
 
 Cost: hop ``h`` sorts one random key per in-edge of its frontier (sum of the
 frontier's in-degrees), so graphs with very high-degree hubs pay for the hub's
@@ -36,7 +44,8 @@ from typing import List, Optional, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["CSC", "Sample", "FanoutError", "check_fanouts", "sample_neighbors", "sample_hop"]
+__all__ = ["CSC", "Sample", "FanoutError", "check_fanouts", "sample_neighbors", "sample_hop",
+           "induced_edges", "unique_in_order"]
 
 
 class FanoutError(ValueError):
@@ -61,50 +70,120 @@ def check_fanouts(num_neighbors: Sequence[int], where: str = "num_neighbors") ->
 
 @dataclass
 class CSC:
-    """In-neighbour lists of a graph: for destination ``v`` its sources are
-    ``row[colptr[v]:colptr[v + 1]]`` and their edge ids ``perm[...]``.
+    """In-neighbour lists of a graph, holding no copy of its edges: for destination
+    ``v`` the CSC slots are ``colptr[v]:colptr[v + 1]``; slot ``p`` is input edge
+    ``perm[p]``, whose source is ``src[perm[p]]`` (:meth:`sources`).
 
-    ``colptr`` [N + 1] int64, ``row`` [E] int64, ``perm`` [E] int64 (edge id in
-    the input ``edge_index`` of each CSC slot; ``None`` when not kept).
-    Within a destination, sources keep the input edge order (stable sort).
+    ``colptr`` [N + 1] and ``perm`` [E] int32 (int64 when ``E >= 2**31``); ``perm``: the
+    input edge id of each slot, sources of one destination in input edge order
+    (a stable sort); ``src`` [E]: the input ``edge_index[0]`` itself (a view, not
+    a copy). So the CSC costs ``4 (N + 1) + 4 E`` bytes beside the graph, plus
+    ``4 N`` for the sampler's scratch array once made (PyG's,
+    through torch-sparse, keeps ``colptr``, ``row`` and ``perm`` in int64:
+    ``8 (N + 1) + 16 E``). ``keep_edge_ids=False`` only drops ``e_id`` from
+    the samples.
     """
 
     colptr: Tensor
-    row: Tensor
-    perm: Optional[Tensor]
+    perm: Tensor
+    src: Tensor
     num_nodes: int
+    keep_edge_ids: bool = True
     _scratch: Optional[Tensor] = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_edge_index(cls, edge_index: Tensor, num_nodes: int, keep_edge_ids: bool = True
-                        ) -> "CSC":
-        """Build the CSC of ``edge_index`` [2, E] (``u -> v``: row 0 source, row 1 destination)."""
+    def from_edge_index(cls, edge_index: Tensor, num_nodes: int, keep_edge_ids: bool = True,
+                        chunk: int = 1 << 18, num_src_nodes: Optional[int] = None) -> "CSC":
+        """Build the CSC of ``edge_index`` [2, E] (``u -> v``: row 0 source, row 1 destination).
+
+        ``num_nodes`` is the destinations' count (the sources' too, unless
+        ``num_src_nodes`` gives theirs: a bipartite edge type of a hetero graph).
+
+        A stable counting sort by destination, ``chunk`` edges at a time, so the
+        temporaries are ``O(chunk + N)``, not the ``O(E)`` values and indices of one
+        global sort (measured on 1M nodes / 20M edges: docs/large_graphs.md).
+        """
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ValueError(f"edge_index has shape {tuple(edge_index.shape)}; expected [2, E]")
-        if edge_index.is_floating_point():
+        if edge_index.is_floating_point() or edge_index.dtype == torch.bool:
             raise TypeError(f"edge_index has dtype {edge_index.dtype}; expected an integer dtype")
-        ei = edge_index.long()
-        if ei.numel() and (int(ei.min()) < 0 or int(ei.max()) >= num_nodes):
-            bad = int(((ei < 0) | (ei >= num_nodes)).any(0).nonzero()[0])
-            raise ValueError(f"edge_index column {bad} = {ei[:, bad].tolist()} is outside "
-                             f"[0, {num_nodes}) (num_nodes={num_nodes})")
-        dst = ei[1]
-        perm = torch.sort(dst, stable=True).indices
+        E = int(edge_index.size(1))
+        n_src = num_nodes if num_src_nodes is None else int(num_src_nodes)
+        for r, n in ((0, n_src), (1, num_nodes)):
+            ix = edge_index[r]
+            if E and (int(ix.min()) < 0 or int(ix.max()) >= n):
+                bad = int(((ix < 0) | (ix >= n)).nonzero()[0])
+                raise ValueError(f"edge_index column {bad} = {edge_index[:, bad].tolist()} is "
+                                 f"outside [0, {n}) in row {r} ({n} "
+                                 f"{'source' if r == 0 else 'destination'} nodes)")
+        dst = edge_index[1]
         counts = torch.bincount(dst, minlength=num_nodes)
         colptr = torch.zeros(num_nodes + 1, dtype=torch.long)
         torch.cumsum(counts, 0, out=colptr[1:])
-        row = ei[0][perm]
-        return cls(colptr, row, perm if keep_edge_ids else None, num_nodes)
+        del counts
+        perm = _counting_order(dst, colptr, chunk)
+        if E < 2**31:  # slot offsets fit: half the bytes (read back as int64, slot_range)
+            colptr = colptr.to(torch.int32)
+        return cls(colptr, perm, edge_index[0], num_nodes, keep_edge_ids)
+
+    @property
+    def row(self) -> Tensor:
+        """The source of every CSC slot [E] int64 (a new tensor: tests and small graphs)."""
+        return self.src[self.perm].long()
+
+    def sources(self, pos: Tensor) -> Tensor:
+        """The source node (int64) of each CSC slot in ``pos``."""
+        return self.src[self.perm[pos]].long()
+
+    def edge_ids(self, pos: Tensor) -> Tensor:
+        """The input edge id (int64) of each CSC slot in ``pos``."""
+        return self.perm[pos].long()
+
+    def nbytes(self) -> int:
+        """Bytes this CSC holds beside the graph (``src`` is the graph's own tensor)."""
+        own = [self.colptr, self.perm] + ([self._scratch] if self._scratch is not None else [])
+        return sum(t.numel() * t.element_size() for t in own)
 
     def scratch(self) -> Tensor:
-        """A ``[N]`` int64 array of ``-1`` kept for the sampler (made on first use)."""
+        """A ``[N]`` array of ``-1`` kept for the sampler (made on first use): int32 below
+        ``2**31`` nodes (row ids of one sample), else int64."""
         if self._scratch is None:
-            self._scratch = torch.full((self.num_nodes,), -1, dtype=torch.long)
+            dt = torch.int32 if self.num_nodes < 2**31 else torch.long
+            self._scratch = torch.full((self.num_nodes,), -1, dtype=dt)
         return self._scratch
 
+    def slot_range(self, nodes: Tensor) -> tuple:
+        """``(first CSC slot, in-degree)`` of each of ``nodes``, int64."""
+        start = self.colptr[nodes].long()
+        return start, self.colptr[nodes + 1].long() - start
+
     def in_degree(self, nodes: Tensor) -> Tensor:
-        """In-degree of each of ``nodes``."""
-        return self.colptr[nodes + 1] - self.colptr[nodes]
+        """In-degree (int64) of each of ``nodes``."""
+        return self.slot_range(nodes)[1]
+
+
+def _counting_order(dst: Tensor, colptr: Tensor, chunk: int) -> Tensor:
+    """The CSC slot order: ``perm[p]`` = the input edge in slot ``p`` [E] (int32 below
+    ``2**31`` edges), edges of one destination in input order.
+
+    A counting sort: each chunk of edges is sorted stably on its own, an edge's
+    slot is its destination's next free slot (``fill``) plus its rank among the
+    chunk's edges of that destination; then ``fill`` moves past the chunk.
+    """
+    E = int(dst.numel())
+    perm = torch.empty(E, dtype=torch.int32 if E < 2**31 else torch.long)
+    fill = colptr[:-1].clone()
+    for s in range(0, E, max(int(chunk), 1)):
+        d = dst[s:s + chunk]
+        sd, order = torch.sort(d, stable=True)
+        n = sd.numel()
+        idx = torch.arange(n)
+        first = torch.ones(n, dtype=torch.bool)
+        first[1:] = sd[1:] != sd[:-1]
+        run_start = torch.cummax(torch.where(first, idx, torch.zeros_like(idx)), 0).values
+        perm[fill[sd] + (idx - run_start)] = (order + s).to(perm.dtype)
+        fill.index_add_(0, sd.long(), torch.ones(n, dtype=torch.long))
+    return perm
 
 
 @dataclass
@@ -150,8 +229,7 @@ def sample_hop(csc: CSC, frontier: Tensor, k: int, replace: bool, gen: torch.Gen
     random ``k``-subset (random keys sorted within each node's segment), in
     CSC order; ``k == -1`` or fewer than ``k`` in-edges: all of them.
     """
-    start = csc.colptr[frontier]
-    deg = csc.colptr[frontier + 1] - start
+    start, deg = csc.slot_range(frontier)
     if replace and k >= 0:
         cnt = torch.where(deg > 0, torch.full_like(deg, k), torch.zeros_like(deg))
         seg = _segments(cnt)
@@ -178,7 +256,7 @@ def sample_hop(csc: CSC, frontier: Tensor, k: int, replace: bool, gen: torch.Gen
     return seg[keep], pos[keep]
 
 
-def _first_occurrence_unique(keys: Tensor) -> Tensor:
+def unique_in_order(keys: Tensor) -> Tensor:
     """Distinct values of ``keys`` in order of first occurrence."""
     if keys.numel() == 0:
         return keys
@@ -224,13 +302,13 @@ class _ArrayRows:
 
     def __init__(self, scratch: Tensor, keys: Tensor):
         self.scratch, self.n, self.touched = scratch, keys.numel(), [keys]
-        scratch[keys] = torch.arange(keys.numel())
+        scratch[keys] = torch.arange(keys.numel(), dtype=scratch.dtype)
 
     def lookup(self, keys: Tensor) -> Tensor:
-        return self.scratch[keys]
+        return self.scratch[keys].long()
 
     def add(self, new: Tensor) -> None:
-        self.scratch[new] = torch.arange(self.n, self.n + new.numel())
+        self.scratch[new] = torch.arange(self.n, self.n + new.numel(), dtype=self.scratch.dtype)
         self.touched.append(new)
         self.n += new.numel()
 
@@ -239,8 +317,34 @@ class _ArrayRows:
             self.scratch[t] = -1
 
 
+def induced_edges(csc: CSC, n_id: Tensor, scratch: Tensor,
+                  src_n_id: Optional[Tensor] = None) -> tuple:
+    """Every input edge from a row of ``src_n_id`` to a row of ``n_id`` (distinct ids).
+
+    ``src_n_id`` defaults to ``n_id`` (a homogeneous graph); a bipartite edge type
+    of a hetero graph gives its source type's rows, ``scratch`` then being a
+    ``[N_src]`` array. Returns ``(edge_index [2, m] rows, e_id [m], dst_counts
+    [n])``: for each row of ``n_id`` in row order, its in-edges whose source is a
+    row, in CSC (input) order; a multi-edge is there as often as in the input.
+    ``scratch`` is an array of ``-1`` and is left so.
+    """
+    src_ids = n_id if src_n_id is None else src_n_id
+    scratch[src_ids] = torch.arange(src_ids.numel(), dtype=scratch.dtype)
+    try:
+        start, deg = csc.slot_range(n_id)
+        seg = _segments(deg)
+        pos = start[seg] + torch.arange(seg.numel()) - (torch.cumsum(deg, 0) - deg)[seg]
+        src_row = scratch[csc.sources(pos)].long()
+    finally:
+        scratch[src_ids] = -1
+    keep = src_row >= 0
+    seg = seg[keep]
+    return (torch.stack([src_row[keep], seg]), csc.edge_ids(pos[keep]),
+            torch.bincount(seg, minlength=n_id.numel()))
+
+
 def sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *,
-                     replace: bool = False, disjoint: bool = False,
+                     replace: bool = False, disjoint: bool = False, directed: bool = True,
                      generator: Optional[torch.Generator] = None) -> Sample:
     """Sample the ``len(num_neighbors)``-hop directed subgraph around ``seeds``.
 
@@ -251,18 +355,28 @@ def sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *,
         num_neighbors: fanout per hop (``-1`` = all in-neighbours).
         replace: sample with replacement (``k`` draws per node with any in-edge).
         disjoint: one tree per seed (rows are (seed, node) pairs).
+        directed: ``False``: the nodes are sampled the same way, the edges are
+            the induced subgraph's (every input edge between sampled nodes,
+            PyG's ``subgraph_type="induced"``), ordered by destination row
+            (:func:`induced_edges`); ``edges_per_hop`` then has one entry per
+            entry of ``nodes_per_hop``: the edges whose destination row came in
+            that hop (the seeds' first).
         generator: the only source of randomness.
 
     Returns a :class:`Sample` (see the module docstring for the order).
     """
     fan = check_fanouts(num_neighbors)
+    if not directed and disjoint:
+        raise NotImplementedError("sample_neighbors(directed=False, disjoint=True): an induced "
+                                  "subgraph per seed tree is not built (PyG's "
+                                  "subgraph_type='induced' with disjoint); use one of them")
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     seeds = seeds.long().reshape(-1)
     N = csc.num_nodes
     B = seeds.numel()
     tree = torch.arange(B) if disjoint else None
     keys = tree * N + seeds if disjoint else seeds
-    if not disjoint and _first_occurrence_unique(seeds).numel() != B:
+    if not disjoint and unique_in_order(seeds).numel() != B:
         raise ValueError("sample_neighbors: the seeds repeat a node; give distinct seeds "
                          "(or disjoint=True, one tree per seed)")
     # Non-disjoint: a scratch array of the graph's size (O(1) lookups), one per
@@ -279,16 +393,16 @@ def sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *,
     try:
         for k in fan:
             seg, pos = sample_hop(csc, frontier, k, replace, gen)
-            src = csc.row[pos]
+            src = csc.sources(pos)
             src_key = frontier_tree[seg] * N + src if disjoint else src
             known = rows.lookup(src_key)
-            new = _first_occurrence_unique(src_key[known < 0])
+            new = unique_in_order(src_key[known < 0])
             rows.add(new)
             r = rows.lookup(src_key)
             src_rows.append(r)
             dst_rows.append(frontier_rows[seg])
-            if csc.perm is not None:
-                e_ids.append(csc.perm[pos])
+            if csc.keep_edge_ids:
+                e_ids.append(csc.edge_ids(pos))
             new_nodes = new % N if disjoint else new
             n_ids.append(new_nodes)
             new_tree = new // N if disjoint else None
@@ -302,11 +416,20 @@ def sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *,
     finally:  # leave the scratch all -1 for the next call, even after an error
         if not disjoint:
             rows.reset()
+    n_id = torch.cat(n_ids)
+    if not directed:
+        edge_index, e_id, dst_counts = induced_edges(csc, n_id, csc.scratch())
+        hop_end = torch.tensor(nodes_per_hop).cumsum(0)
+        per_hop = torch.stack([dst_counts[a:b].sum() for a, b in
+                               zip([0] + hop_end[:-1].tolist(), hop_end.tolist())])
+        return Sample(n_id=n_id, edge_index=edge_index,
+                      e_id=e_id if csc.keep_edge_ids else None,
+                      nodes_per_hop=nodes_per_hop, edges_per_hop=per_hop.tolist())
     edge_index = torch.stack([torch.cat(src_rows), torch.cat(dst_rows)])
     return Sample(
-        n_id=torch.cat(n_ids),
+        n_id=n_id,
         edge_index=edge_index,
-        e_id=torch.cat(e_ids) if csc.perm is not None else None,
+        e_id=torch.cat(e_ids) if csc.keep_edge_ids else None,
         nodes_per_hop=nodes_per_hop,
         edges_per_hop=edges_per_hop,
         seed_of=torch.cat(trees) if disjoint else None,

@@ -1,6 +1,6 @@
 """``FixedSizeLinkNeighborLoader``: link-level training on one large graph, at one shape.
 
-PyG ``LinkNeighborLoader`` semantics (homogeneous, ``disjoint=False``): every
+PyG ``LinkNeighborLoader`` semantics (homogeneous; ``disjoint`` below): every
 batch takes ``batch_size`` supervision edges (columns of ``edge_label_index``,
 default the graph's ``edge_index``), samples negatives on the host, and grows
 the subgraph of :mod:`graph_adapter.data.neighbor` around the distinct
@@ -168,7 +168,12 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
         The rest: as :class:`FixedSizeNeighborLoader` (``shuffle``, ``seed``,
         ``replace``, ``oversize``, ``success_ratio``, ``fit_batches``,
         ``round_to``, ``micro_batches``, ``rank``, ``world_size``, ``pad_id``,
-        ``num_workers``, ``sampler_threads``); ``disjoint`` is not built.
+        ``num_workers``, ``sampler_threads``, ``directed``, ``sampler``).
+        disjoint: PyG's ``disjoint=True``: every endpoint is a seed row of its own
+            (repeats included) growing its own tree; ``seed_of`` gives each row's
+            supervision slot (a link's two endpoints, and a triplet's negatives,
+            share one); ``edge_label_index`` / ``src_index`` ... point at those
+            rows. Not with ``directed=False``.
     """
 
     def __init__(self, data: Any, num_neighbors: Sequence[int],
@@ -176,13 +181,12 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
                  *, neg_sampling: Optional[str] = "binary", neg_sampling_ratio: float = 1.0,
                  batch_size: int = 1, shuffle: bool = False,
                  budget: Union[Budget, dict, str, None] = None, seed: int = 0,
-                 replace: bool = False, disjoint: bool = False, oversize: str = "trim",
+                 replace: bool = False, disjoint: bool = False, directed: bool = True,
+                 oversize: str = "trim",
                  success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
                  micro_batches: int = 1, rank: int = 0, world_size: int = 1,
-                 pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1):
-        if disjoint:
-            raise NotImplementedError("FixedSizeLinkNeighborLoader(disjoint=True) is not built "
-                                      "(issue 22); use disjoint=False")
+                 pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
+                 sampler: str = "ours"):
         if neg_sampling not in NEG_SAMPLING:
             raise LinkLabelError(f"neg_sampling={neg_sampling!r}; choose one of {NEG_SAMPLING}")
         if neg_sampling is not None:
@@ -194,9 +198,10 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
                 raise LinkLabelError(f"neg_sampling_ratio={r} with neg_sampling='triplet': give "
                                      f"an int (negative destinations per positive), as PyG")
         self._setup(data, num_neighbors, batch_size, shuffle=shuffle, seed=seed, replace=replace,
-                    disjoint=False, oversize=oversize, micro_batches=micro_batches, rank=rank,
+                    disjoint=disjoint, directed=directed, oversize=oversize,
+                    micro_batches=micro_batches, rank=rank,
                     world_size=world_size, pad_id=pad_id, num_workers=num_workers,
-                    sampler_threads=sampler_threads)
+                    sampler_threads=sampler_threads, sampler=sampler)
         for k in LINK_KEYS:  # RandomLinkSplit leaves them on the graph: never gathered
             if k in self.node_attrs or k in self.edge_attrs or k in self.excluded_keys:
                 self.node_attrs.pop(k, None)
@@ -220,8 +225,9 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
             per_link = 2
             self.slots_needed = B + neg
         endpoints = (B * per_link if neg_sampling == "triplet" else 2 * self.slots_needed)
-        #: the most endpoint rows (seeds) a batch can have: they always fit
-        self.max_seeds = min(endpoints, self.num_nodes)
+        #: the most endpoint rows (seeds) a batch can have: they always fit (disjoint: one
+        #: row per endpoint, repeats included; else the distinct nodes)
+        self.max_seeds = endpoints if disjoint else min(endpoints, self.num_nodes)
         self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
                                            self.max_seeds,
                                            f"the {self.max_seeds} endpoints a batch can have")
@@ -294,16 +300,37 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
             return torch.cat([sup["src"], sup["dst_pos"], sup["dst_neg"].reshape(-1)])
         return sup[EDGE_LABEL_INDEX].reshape(-1)
 
+    def _seeds(self, sup: Dict[str, Tensor]) -> Tuple[Tensor, Tensor]:
+        """``(seeds, local)``: the distinct endpoints (sorted) and each endpoint's row; with
+        ``disjoint=True`` every endpoint is a seed row of its own, in endpoint order."""
+        ends = self._endpoints(sup)
+        if not self.disjoint:
+            return link_seeds(ends)
+        return ends, torch.arange(ends.numel())
+
+    def _link_of_tree(self, sup: Dict[str, Tensor]) -> Tensor:
+        """``disjoint=True``: the supervision slot each endpoint's tree serves (PyG puts a
+        link's endpoints, and a triplet's negatives, in one subgraph)."""
+        b = int(sup[INPUT_ID].numel())
+        if self.neg_sampling == "triplet":
+            k = int(self.neg_sampling_ratio)
+            return torch.cat([torch.arange(b), torch.arange(b),
+                              torch.arange(b).repeat_interleave(k)])
+        m = int(sup[EDGE_LABEL_INDEX].size(1))
+        return torch.arange(m).repeat(2)
+
     def _sample_chunk(self, epoch: int, chunk: int, stream: int = 0):
-        """``(sample, supervision)`` of a chunk: the subgraph around the distinct endpoints."""
+        """``(sample, supervision)`` of a chunk: the subgraph around the endpoints."""
         sup = self.supervision(epoch, chunk, stream)
-        seeds, _ = link_seeds(self._endpoints(sup))
+        seeds, _ = self._seeds(sup)
         return self.sample(seeds, epoch, chunk, stream), sup
 
     def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
         sup = self.supervision(epoch, chunk)
-        seeds, local = link_seeds(self._endpoints(sup))
+        seeds, local = self._seeds(sup)
         s = self.sample(seeds, epoch, chunk)
+        if self.disjoint:  # seed_of: the supervision slot of the row's tree
+            s.seed_of = self._link_of_tree(sup)[s.seed_of]
         flat, cut_n, cut_e = self._fit_and_pad(  # seeds (first rows) are never cut
             s, int(seeds.numel()),
             f"epoch {epoch}, chunk {chunk} (supervision columns {sup[INPUT_ID][:4].tolist()}...)")

@@ -2,7 +2,8 @@
 
 Every batch is the directed subgraph sampled around ``batch_size`` seed nodes
 (:func:`graph_adapter.data.csr.sample_neighbors`, PyG ``NeighborLoader``
-semantics), padded to one :class:`~graph_adapter.data.budget.Budget` and
+semantics; ``directed=False``: the induced subgraph of the sampled nodes;
+``sampler="pyg"``: PyG's own sampler, :mod:`graph_adapter.data.pyg_sampler`), padded to one :class:`~graph_adapter.data.budget.Budget` and
 flattened to the format of ``docs/dev/FORMAT.md``, as ``collate_padded`` lays
 out one graph (bit for bit: ``tests/data/test_neighbor.py`` checks it):
 
@@ -64,20 +65,16 @@ from torch import Tensor
 
 from .budget import RESERVED_NODES, Budget
 from .csr import CSC, FanoutError, Sample, check_fanouts, sample_neighbors
-from .format import (BATCH, EDGE_MASK, GRAPH_MASK, NODE_MASK, PTR, RESERVED_KEYS,
-                     stack_micro_batches)
+from .format import EDGE_MASK, GRAPH_MASK, NODE_MASK, RESERVED_KEYS, stack_micro_batches
+from .pyg_sampler import SAMPLERS, PygNeighborSampler
+from .sampled import (ADDED_KEYS, E_ID, N_ID, SEED_MASK, SEED_OF, fit_neighbor_budget,
+                      pad_sample, trim_sample)
 
 __all__ = ["FixedSizeNeighborLoader", "NeighborLoaderStats", "SubgraphOversizeError",
            "InputNodesError", "OVERSIZE_POLICIES", "N_ID", "E_ID", "SEED_MASK", "SEED_OF",
            "fit_neighbor_budget", "pad_sample", "trim_sample", "check_hetero_fanouts",
-           "chunk_seed"]
+           "seed_tensor", "chunk_seed"]
 
-N_ID = "n_id"
-E_ID = "e_id"
-SEED_MASK = "seed_mask"
-SEED_OF = "seed_of"
-#: Keys the loader adds; a graph attribute may not use them.
-ADDED_KEYS = (N_ID, E_ID, SEED_MASK, SEED_OF)
 OVERSIZE_POLICIES = ("trim", "error")
 
 
@@ -137,7 +134,7 @@ def check_hetero_fanouts(edge_types: Sequence[Tuple[str, str, str]],
     return hops
 
 
-def _seed_tensor(input_nodes: Any, num_nodes: int) -> Tensor:
+def seed_tensor(input_nodes: Any, num_nodes: int) -> Tensor:
     """``input_nodes`` (None / index / bool mask) as a 1-d int64 tensor of distinct ids."""
     if input_nodes is None:
         return torch.arange(num_nodes)
@@ -184,121 +181,6 @@ def _attributes(data: Any) -> Tuple[Dict[str, Tensor], Dict[str, Tensor], Dict[s
     return node, edge, excluded
 
 
-def pad_sample(sample: Sample, budget: Budget, node_attrs: Dict[str, Tensor],
-               edge_attrs: Dict[str, Tensor], num_seeds: int, pad_id: int = -1,
-               ) -> Dict[str, Tensor]:
-    """The padded flat dict of one sample that fits ``budget`` (``graphs=2``).
-
-    Same layout as ``collate_padded([subgraph], budget)`` (keys sorted), plus
-    ``n_id`` / ``e_id`` padded with ``pad_id`` and ``seed_mask``.
-    """
-    N, E = int(budget.nodes), int(budget.edges)
-    n, m = sample.num_nodes, sample.num_edges
-    out: Dict[str, Tensor] = {}
-    for k, v in node_attrs.items():
-        t = v.new_zeros((N,) + tuple(v.shape[1:]))
-        t[:n] = v[sample.n_id]
-        out[k] = t
-    for k, v in edge_attrs.items():
-        t = v.new_zeros((E,) + tuple(v.shape[1:]))
-        t[:m] = v[sample.e_id]
-        out[k] = t
-    ei = torch.full((2, E), N - 1, dtype=torch.long)
-    ei[:, :m] = sample.edge_index
-    out["edge_index"] = ei
-    nid = torch.full((N,), pad_id, dtype=torch.long)
-    nid[:n] = sample.n_id
-    out[N_ID] = nid
-    if sample.e_id is not None:
-        eid = torch.full((E,), pad_id, dtype=torch.long)
-        eid[:m] = sample.e_id
-        out[E_ID] = eid
-    sm = torch.zeros(N, dtype=torch.bool)
-    sm[:num_seeds] = True
-    out[SEED_MASK] = sm
-    if sample.seed_of is not None:
-        so = torch.full((N,), -1, dtype=torch.long)
-        so[:n] = sample.seed_of
-        out[SEED_OF] = so
-    # FORMAT: real graph in slot 0; padding nodes fill slots g..G-1, one each
-    # while they last, the rest in G-1. A fill batch (n == 0) has g == 0.
-    first_pad = n if n > 0 else 1
-    batch = torch.ones(N, dtype=torch.long)
-    batch[:first_pad] = 0
-    out[BATCH] = batch
-    out[PTR] = torch.tensor([0, first_pad, N])
-    nm = torch.zeros(N, dtype=torch.bool)
-    nm[:n] = True
-    out[NODE_MASK] = nm
-    em = torch.zeros(E, dtype=torch.bool)
-    em[:m] = True
-    out[EDGE_MASK] = em
-    out[GRAPH_MASK] = torch.tensor([n > 0, False])
-    return {k: out[k] for k in sorted(out)}
-
-
-def trim_sample(sample: Sample, max_nodes: int, max_edges: int) -> Tuple[Sample, int, int]:
-    """Cut ``sample`` to ``max_nodes`` rows and ``max_edges`` edges: the first rows
-    (hop order) and the first edges (hop order) between kept rows.
-
-    Returns ``(sample, nodes cut, edges cut)``; seeds are never cut (the
-    budget holds ``batch_size`` real nodes).
-    """
-    n, m = sample.num_nodes, sample.num_edges
-    if n <= max_nodes and m <= max_edges:
-        return sample, 0, 0
-    keep_n = min(n, max_nodes)
-    ei = sample.edge_index
-    keep_e = (ei[0] < keep_n) & (ei[1] < keep_n)
-    idx = keep_e.nonzero().view(-1)[:max_edges]
-    hop_end = np.cumsum(sample.nodes_per_hop)
-    nodes_per_hop = [int(min(b, keep_n) - min(a, keep_n))
-                     for a, b in zip(np.concatenate([[0], hop_end[:-1]]), hop_end)]
-    e_end = np.cumsum(sample.edges_per_hop)
-    hop_of_edge = np.searchsorted(e_end, idx.numpy(), side="right")
-    edges_per_hop = np.bincount(hop_of_edge, minlength=len(sample.edges_per_hop)).tolist()
-    cut = Sample(
-        n_id=sample.n_id[:keep_n], edge_index=ei[:, idx],
-        e_id=None if sample.e_id is None else sample.e_id[idx],
-        nodes_per_hop=nodes_per_hop, edges_per_hop=edges_per_hop,
-        seed_of=None if sample.seed_of is None else sample.seed_of[:keep_n])
-    return cut, n - keep_n, m - int(idx.numel())
-
-
-def _distinct(nodes: int, edges: int, graphs: int, avoid: Sequence[int] = ()) -> Tuple[int, int]:
-    """Nudge ``edges`` (then ``nodes``) up by one until the three counts differ
-    (and differ from every count in ``avoid``: the link loader's slot counts)."""
-    avoid = tuple(avoid)
-    while edges in (nodes, graphs) + avoid:
-        edges += 1
-    while nodes in (edges, graphs) + avoid:
-        nodes += 1
-    return nodes, edges
-
-
-def fit_neighbor_budget(sizes: Sequence[Tuple[int, int]], batch_size: int,
-                        success_ratio: float = 0.99, round_to: int = 1,
-                        avoid: Sequence[int] = ()) -> Budget:
-    """A ``graphs=2`` budget holding ``success_ratio`` of the sampled ``(nodes, edges)``.
-
-    The node count is the quantile of the real node counts (at least
-    ``batch_size``: the seeds always fit) plus the reserved padding nodes; the
-    edge count the quantile of the edge counts (at least 1); both rounded up to
-    ``round_to``; ties nudged apart, also from the row counts in ``avoid``
-    (other keys' lengths, e.g. the link loader's supervision slots).
-    """
-    if not 0 < success_ratio <= 1:
-        raise ValueError(f"success_ratio={success_ratio}; choose a quantile in (0, 1]")
-    arr = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
-    q = np.quantile(arr, success_ratio, axis=0, method="higher")
-    nodes = max(int(q[0]), batch_size) + RESERVED_NODES
-    edges = max(int(q[1]), 1)
-    r = max(int(round_to), 1)
-    nodes, edges = -(-nodes // r) * r, -(-edges // r) * r
-    nodes, edges = _distinct(nodes, edges, 2, avoid)
-    return Budget(nodes=nodes, edges=edges, graphs=2)
-
-
 def chunk_seed(seed: int, epoch: int, chunk: int, stream: int = 0) -> int:
     """The seed of one batch's generator: a function of ``(seed, stream, epoch, chunk)``
     only (streams: 0 neighbours, 1 seed order, 2 budget fit, 3+ the link loader's)."""
@@ -340,6 +222,9 @@ class FixedSizeNeighborLoader:
             ``(seed, epoch, chunk)``, with any ``num_workers``.
         replace: sample with replacement.
         disjoint: one tree per seed (adds ``seed_of``).
+        directed: ``False``: the induced subgraph of the sampled nodes (every
+            input edge between them; PyG's ``subgraph_type="induced"``), edges
+            ordered by destination row (hop order); not with ``disjoint``.
         oversize: ``"trim"`` (default; counted, warned) or ``"error"``.
         success_ratio / fit_batches / round_to: budget fitting (quantile,
             sampled batches, rounding of both counts).
@@ -350,42 +235,54 @@ class FixedSizeNeighborLoader:
         sampler_threads: torch intra-op threads while sampling and padding a
             batch (default 1: its ops are small; the setting is restored
             after each batch); ``None`` leaves torch's setting.
+        sampler: ``"ours"`` (default: torch only) or ``"pyg"``: PyG's
+            ``NeighborSampler`` (needs pyg-lib or torch-sparse;
+            :mod:`graph_adapter.data.pyg_sampler`), padded the same way.
     """
 
     def __init__(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *,
                  input_nodes: Any = None, shuffle: bool = False,
                  budget: Union[Budget, dict, str, None] = None, seed: int = 0,
-                 replace: bool = False, disjoint: bool = False, oversize: str = "trim",
+                 replace: bool = False, disjoint: bool = False, directed: bool = True,
+                 oversize: str = "trim",
                  success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
                  micro_batches: int = 1, rank: int = 0, world_size: int = 1,
-                 pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1):
+                 pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
+                 sampler: str = "ours"):
         self._setup(data, num_neighbors, batch_size, shuffle=shuffle, seed=seed, replace=replace,
-                    disjoint=disjoint, oversize=oversize, micro_batches=micro_batches, rank=rank,
-                    world_size=world_size, pad_id=pad_id, num_workers=num_workers,
-                    sampler_threads=sampler_threads)
-        self.seeds = _seed_tensor(input_nodes, self.num_nodes)
+                    disjoint=disjoint, directed=directed, oversize=oversize,
+                    micro_batches=micro_batches, rank=rank, world_size=world_size,
+                    pad_id=pad_id, num_workers=num_workers,
+                    sampler_threads=sampler_threads, sampler=sampler)
+        self.seeds = seed_tensor(input_nodes, self.num_nodes)
         self.stats = self._new_stats(0)
         self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
                                            batch_size, f"batch_size={batch_size} seeds")
 
     def _setup(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *, shuffle: bool,
                seed: int, replace: bool, disjoint: bool, oversize: str, micro_batches: int,
+               directed: bool,
                rank: int, world_size: int, pad_id: int, num_workers: int,
-               sampler_threads: Optional[int]) -> None:
+               sampler_threads: Optional[int], sampler: str = "ours") -> None:
         """Check and keep the settings every neighbour loader shares; build the CSC."""
         name = type(self).__name__
         if hasattr(data, "node_types") and hasattr(data, "edge_types") and data.edge_types:
             if isinstance(num_neighbors, dict):
                 check_hetero_fanouts(data.edge_types, num_neighbors)
-            raise NotImplementedError(f"{name} samples homogeneous graphs only so "
-                                      "far (hetero: issue 22, not built); convert with "
-                                      "data.to_homogeneous()")
+            raise NotImplementedError(f"{name} samples homogeneous graphs; for HeteroData use "
+                                      "graph_adapter.data.hetero_neighbor."
+                                      "FixedSizeHeteroNeighborLoader (or data.to_homogeneous())")
         if isinstance(num_neighbors, dict):
             raise FanoutError("num_neighbors is a dict (a fanout per edge type) but the graph is "
                               "homogeneous: give one list, e.g. [10, 5]")
         self.num_neighbors = check_fanouts(num_neighbors)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}; give a positive int")
+        if not directed and disjoint:
+            raise NotImplementedError(f"{name}(directed=False, disjoint=True): an induced "
+                                      "subgraph per seed tree is not built; use one of them")
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler={sampler!r}; choose one of {SAMPLERS}")
         if oversize not in OVERSIZE_POLICIES:
             raise ValueError(f"oversize={oversize!r}; choose one of {OVERSIZE_POLICIES}")
         if not (0 <= rank < world_size):
@@ -395,12 +292,21 @@ class FixedSizeNeighborLoader:
         self.data = data
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.replace, self.disjoint, self.oversize = replace, disjoint, oversize
+        self.directed = bool(directed)
         self.micro_batches, self.rank, self.world_size = micro_batches, rank, world_size
         self.pad_id, self.num_workers = pad_id, num_workers
         self.sampler_threads = sampler_threads
         self.num_nodes = int(data.num_nodes)
         self.node_attrs, self.edge_attrs, self.excluded_keys = _attributes(data)
-        self.csc = CSC.from_edge_index(data.edge_index, self.num_nodes, keep_edge_ids=True)
+        self.sampler = sampler
+        self._pyg = (PygNeighborSampler(data, self.num_neighbors, replace=replace,
+                                        disjoint=disjoint, directed=directed)
+                     if sampler == "pyg" else None)
+        self.csc: Optional[CSC] = None  # PyG's sampler keeps its own
+        if self._pyg is None:
+            with self._sampling_threads():  # its sorts are small chunks too (1M nodes: 3.5x
+                # slower at 2 threads than at 1 on the loaded 2-core box, large_graphs.md)
+                self.csc = CSC.from_edge_index(data.edge_index, self.num_nodes)
         self._epoch = 0
         self._explicit_epoch: Optional[int] = None
 
@@ -462,9 +368,11 @@ class FixedSizeNeighborLoader:
     # -- sampling ----------------------------------------------------------
     def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0) -> Sample:
         """The unpadded sample of ``seeds`` (deterministic for ``(seed, stream, epoch, chunk)``)."""
+        if self._pyg is not None:
+            return self._pyg.sample(seeds, chunk_seed(self.seed, epoch, chunk, stream))
         g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
         return sample_neighbors(self.csc, seeds, self.num_neighbors, replace=self.replace,
-                                disjoint=self.disjoint, generator=g)
+                                disjoint=self.disjoint, directed=self.directed, generator=g)
 
     def _fit_budget(self, success_ratio: float, fit_batches: int, round_to: int, *,
                     per_batch: Optional[int] = None, avoid: Sequence[int] = ()) -> Budget:

@@ -276,8 +276,8 @@ def test_bad_inputs_are_named():
         L(d, [2], neg_sampling="pairs")
     with pytest.raises(ValueError, match="fewer than the 16 endpoints a batch can have"):
         L(d, [2], batch_size=4, neg_sampling_ratio=1, budget=Budget(nodes=10, edges=11, graphs=2))
-    with pytest.raises(NotImplementedError, match="disjoint=True"):
-        L(d, [2], disjoint=True)
+    with pytest.raises(NotImplementedError, match="directed=False, disjoint=True"):
+        L(d, [2], disjoint=True, directed=False)
     with pytest.raises(ValueError, match="batch_size=0"):
         L(d, [2], batch_size=0)
 

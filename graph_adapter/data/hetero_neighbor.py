@@ -1,0 +1,464 @@
+"""``FixedSizeHeteroNeighborLoader``: neighbour sampling on one ``HeteroData`` graph, at one shape.
+
+PyG ``NeighborLoader`` semantics on heterogeneous graphs (``disjoint=False``), seeds of one node type (``input_nodes=(node_type, index)``):
+
+* ``num_neighbors`` is a dict ``{edge_type: [k_1, ..., k_H]}`` (one list per
+  edge type, every list ``H`` long; an edge type left out samples nothing) or
+  one list for every edge type;
+* hop ``h`` samples, for every edge type ``(src, rel, dst)``, ``k_h`` in-edges
+  (sources of type ``src``) of each ``dst`` node added in hop ``h - 1`` (the
+  seeds for hop 1), without replacement unless ``replace``
+  (:func:`graph_adapter.data.csr.sample_hop` on that edge type's CSC); a
+  source not seen before becomes a new row of its type (rows of a type in
+  order of first appearance, edge types in ``data.edge_types`` order), one
+  already seen keeps its row;
+* only the sampled edges are in the subgraph.
+
+Every batch is ``collate_padded([subgraph], budget)`` of the sampled
+``HeteroData`` with a hetero :class:`~graph_adapter.data.budget.Budget`
+(``graphs=2``: one real graph slot, one padding slot), so its keys, masks and
+padding are FORMAT.md's hetero ones (``"<node_type>/x"``,
+``"<src>__<rel>__<dst>/edge_index"``, ``"<node_type>/node_mask"``, ...), plus:
+
+* ``"<node_type>/n_id"``: global id (within its type) of each row, ``pad_id``
+  on padding rows; ``"<edge_type>/e_id"``: input edge id, ``pad_id`` on padding;
+* ``"<seed_type>/seed_mask"``: True on the seed rows (the first rows of the
+  seed type, in batch order).
+
+Budget (``budget=None``): per node type the ``success_ratio`` quantile of the
+sampled counts of ``fit_batches`` batches (the seed type at least
+``batch_size``) plus the two reserved padding nodes, per edge type the
+quantile (at least 1); ties between all counts and ``graphs`` nudged apart.
+``oversize="trim"`` keeps the first rows of each type (seeds never cut) and
+the first edges of each type between kept rows, counted in ``loader.stats``;
+``"error"`` raises. Every seed is in exactly one batch an epoch, across ranks.
+
+``directed=False``: the same nodes, and for every edge type each input
+edge between sampled rows of its two types (PyG's ``subgraph_type="induced"``).
+
+Not supported (named errors): ``disjoint=True``, ``sampler="pyg"``, ``num_workers > 0``, seeds of more than one node type,
+temporal sampling.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .budget import RESERVED_NODES, Budget
+from .collate import collate_padded
+from .csr import CSC, FanoutError, check_fanouts, induced_edges, sample_hop, unique_in_order
+from .format import EDGE_MASK, GRAPH_MASK, NODE_MASK, SEP, stack_micro_batches
+from .neighbor import (OVERSIZE_POLICIES, FixedSizeNeighborLoader, InputNodesError,
+                       NeighborLoaderStats, SubgraphOversizeError, seed_tensor,
+                       check_hetero_fanouts, chunk_seed)
+from .sampled import ADDED_KEYS, E_ID, N_ID, SEED_MASK
+
+__all__ = ["FixedSizeHeteroNeighborLoader", "HeteroSample", "sample_hetero_neighbors",
+           "fit_hetero_budget", "trim_hetero"]
+
+EdgeType = Tuple[str, str, str]
+
+
+def key_of(store: str, attr: str) -> str:
+    """The flat key ``"<store>/<attr>"`` (``store``: a node type or ``src__rel__dst``)."""
+    return store + SEP + attr
+
+
+@dataclass
+class HeteroSample:
+    """One sampled hetero subgraph: per node type ``n_id`` [n_t] (global ids within the
+    type, seeds first for the seed type); per edge type ``edge_index`` [2, m_t]
+    (``[source row, destination row]``) and ``e_id`` [m_t]."""
+
+    n_id: Dict[str, Tensor]
+    edge_index: Dict[EdgeType, Tensor]
+    e_id: Dict[EdgeType, Tensor]
+
+    def sizes(self) -> Tuple[Dict[str, int], Dict[EdgeType, int]]:
+        return ({t: int(v.numel()) for t, v in self.n_id.items()},
+                {t: int(v.size(1)) for t, v in self.edge_index.items()})
+
+
+class _TypeRows:
+    """Rows of one node type's ids in a scratch array (``-1`` = unseen)."""
+
+    def __init__(self, scratch: Tensor):
+        self.scratch, self.n, self.touched = scratch, 0, []
+
+    def lookup(self, ids: Tensor) -> Tensor:
+        return self.scratch[ids]
+
+    def add(self, new: Tensor) -> None:
+        self.scratch[new] = torch.arange(self.n, self.n + new.numel())
+        self.touched.append(new)
+        self.n += new.numel()
+
+    def reset(self) -> None:
+        for t in self.touched:
+            self.scratch[t] = -1
+
+
+def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor],
+                            seed_type: str, seeds: Tensor, fanouts: Dict[EdgeType, List[int]],
+                            *, replace: bool = False, directed: bool = True,
+                            generator: Optional[torch.Generator] = None) -> HeteroSample:
+    """Sample the ``H``-hop directed hetero subgraph around ``seeds`` (of ``seed_type``).
+
+    Args:
+        cscs: per edge type, its CSC over the destination type's nodes.
+        scratch: per node type, a ``[N_t]`` int64 array of ``-1`` (left so).
+        seed_type / seeds: the seeds' node type and distinct ids [B].
+        fanouts: per edge type, one fanout per hop (``-1`` = all; every list H long).
+        replace: draws with replacement.
+        directed: ``False``: the nodes as above, the edges of each edge type in
+            ``cscs`` every input edge between sampled rows of its two types
+            (the induced subgraph), by destination row.
+        generator: the only source of randomness.
+    """
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    seeds = seeds.long().reshape(-1)
+    rows = {t: _TypeRows(s) for t, s in scratch.items()}
+    n_ids: Dict[str, List[Tensor]] = {t: [] for t in scratch}
+    parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]] = {et: [] for et in cscs}
+    hops = len(next(iter(fanouts.values()))) if fanouts else 0
+    try:
+        rows[seed_type].add(seeds)
+        n_ids[seed_type].append(seeds)
+        frontier = {seed_type: (seeds, torch.arange(seeds.numel()))}
+        for h in range(hops):
+            drawn: List[Tuple[EdgeType, Tensor, Tensor, Tensor]] = []
+            for et, csc in cscs.items():
+                k = fanouts[et][h]
+                if et[2] not in frontier or k == 0:
+                    continue
+                nodes, node_rows = frontier[et[2]]
+                seg, pos = sample_hop(csc, nodes, k, replace, gen)
+                drawn.append((et, csc.sources(pos), node_rows[seg], csc.edge_ids(pos)))
+            nxt = {}
+            for t in scratch:  # the new rows of each type: first appearance, edge types in order
+                cand = [src for et, src, _, _ in drawn if et[0] == t]
+                if not cand:
+                    continue
+                src = torch.cat(cand)
+                new = unique_in_order(src[rows[t].lookup(src) < 0])
+                first = rows[t].n
+                rows[t].add(new)
+                n_ids[t].append(new)
+                if new.numel():
+                    nxt[t] = (new, torch.arange(first, first + new.numel()))
+            for et, src, dst_rows, eid in drawn:
+                parts[et].append((rows[et[0]].lookup(src), dst_rows, eid))
+            frontier = nxt
+    finally:
+        for r in rows.values():
+            r.reset()
+    empty = torch.zeros(0, dtype=torch.long)
+    n_id = {t: torch.cat(v) if v else empty for t, v in n_ids.items()}
+    if not directed:
+        ei, eid = {}, {}
+        for et, csc in cscs.items():
+            ei[et], eid[et], _ = induced_edges(csc, n_id[et[2]], scratch[et[0]], n_id[et[0]])
+        return HeteroSample(n_id, ei, eid)
+    return HeteroSample(
+        n_id=n_id,
+        edge_index={et: torch.stack([torch.cat([p[0] for p in ps]), torch.cat([p[1] for p in ps])])
+                    if ps else torch.zeros(2, 0, dtype=torch.long) for et, ps in parts.items()},
+        e_id={et: torch.cat([p[2] for p in ps]) if ps else empty for et, ps in parts.items()})
+
+
+def fit_hetero_budget(sizes: Sequence[Tuple[Dict[str, int], Dict[EdgeType, int]]],
+                      seed_type: str, batch_size: int, success_ratio: float = 0.99) -> Budget:
+    """A hetero ``graphs=2`` budget holding ``success_ratio`` of the sampled per-type sizes.
+
+    Per node type the quantile (the seed type at least ``batch_size``) plus the
+    reserved padding nodes; per edge type the quantile, at least 1; counts that
+    would tie (with each other or with ``graphs=2``) nudged up by one.
+    """
+    if not 0 < success_ratio <= 1:
+        raise ValueError(f"success_ratio={success_ratio}; choose a quantile in (0, 1]")
+    taken = {2}
+    nodes, edges = {}, {}
+    for t in sizes[0][0]:
+        q = int(np.quantile([s[0][t] for s in sizes], success_ratio, method="higher"))
+        v = max(q, batch_size if t == seed_type else 0) + RESERVED_NODES
+        while v in taken:
+            v += 1
+        taken.add(v)
+        nodes[t] = v
+    for et in sizes[0][1]:
+        v = max(int(np.quantile([s[1][et] for s in sizes], success_ratio, method="higher")), 1)
+        while v in taken:
+            v += 1
+        taken.add(v)
+        edges["__".join(et)] = v
+    return Budget(nodes=nodes, edges=edges, graphs=2)
+
+
+def trim_hetero(s: HeteroSample, budget: Budget) -> Tuple[HeteroSample, int, int]:
+    """``s`` cut to ``budget``: the first rows of each type, then the first edges of each
+    type between kept rows. Returns ``(sample, nodes cut, edges cut)``."""
+    cap = {t: int(budget.nodes[t]) - RESERVED_NODES for t in s.n_id}
+    n_id = {t: v[:cap[t]] for t, v in s.n_id.items()}
+    ei, eid, cut_e = {}, {}, 0
+    for et, e in s.edge_index.items():
+        keep = ((e[0] < cap[et[0]]) & (e[1] < cap[et[2]])).nonzero().view(-1)
+        keep = keep[:int(budget.edges["__".join(et)])]
+        ei[et], eid[et] = e[:, keep], s.e_id[et][keep]
+        cut_e += int(e.size(1)) - int(keep.numel())
+    cut_n = sum(int(v.numel()) - int(n_id[t].numel()) for t, v in s.n_id.items())
+    return HeteroSample(n_id, ei, eid), cut_n, cut_e
+
+
+class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
+    """Yields padded hetero flat dicts of one signature (see the module docstring).
+
+    Args:
+        data: a ``torch_geometric.data.HeteroData`` (one large graph).
+        num_neighbors: ``{edge_type: [k_1, ..., k_H]}`` or one list for all edge types.
+        batch_size: seeds per batch.
+        input_nodes: ``(node_type, index | bool mask | None)``: the seeds, of one type.
+        budget: a hetero :class:`Budget` (``graphs=2``, every node and edge type
+            of the graph), its dict/JSON, or ``None`` (fitted).
+        The rest: as :class:`FixedSizeNeighborLoader` (``shuffle``, ``seed``,
+        ``replace``, ``oversize``, ``success_ratio``, ``fit_batches``,
+        ``micro_batches``, ``rank``, ``world_size``, ``pad_id``, ``sampler_threads``).
+    """
+
+    def __init__(self, data: Any, num_neighbors: Any, batch_size: int, *,
+                 input_nodes: Any, shuffle: bool = False,
+                 budget: Union[Budget, dict, str, None] = None, seed: int = 0,
+                 replace: bool = False, disjoint: bool = False, directed: bool = True,
+                 oversize: str = "trim", success_ratio: float = 0.99, fit_batches: int = 32,
+                 micro_batches: int = 1, rank: int = 0, world_size: int = 1,
+                 pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
+                 sampler: str = "ours"):
+        name = type(self).__name__
+        for flag, bad, what in ((disjoint, True, "disjoint=True"),
+                                (sampler, "pyg", "sampler='pyg'"),
+                                (num_workers > 0, True, f"num_workers={num_workers}")):
+            if flag == bad:
+                raise NotImplementedError(f"{name}({what}) is not built (issue 22); the "
+                                          f"homogeneous FixedSizeNeighborLoader has it "
+                                          f"(data.to_homogeneous())")
+        if not (hasattr(data, "node_types") and hasattr(data, "edge_types")):
+            raise TypeError(f"{name} samples HeteroData; for a homogeneous graph use "
+                            f"FixedSizeNeighborLoader")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r}; give a positive int")
+        if oversize not in OVERSIZE_POLICIES:
+            raise ValueError(f"oversize={oversize!r}; choose one of {OVERSIZE_POLICIES}")
+        if not (0 <= rank < world_size) or micro_batches < 1:
+            raise ValueError(f"rank={rank}, world_size={world_size}, micro_batches="
+                             f"{micro_batches}: need 0 <= rank < world_size and F >= 1")
+        self.data, self.batch_size, self.shuffle, self.seed = data, batch_size, shuffle, seed
+        self.replace, self.disjoint, self.oversize = replace, False, oversize
+        self.directed = bool(directed)
+        self.micro_batches, self.rank, self.world_size = micro_batches, rank, world_size
+        self.pad_id, self.num_workers, self.sampler_threads = pad_id, 0, sampler_threads
+        self.sampler, self._pyg, self.csc = "ours", None, None
+        self._epoch, self._explicit_epoch = 0, None
+        self.edge_types: List[EdgeType] = [tuple(et) for et in data.edge_types]
+        self.fanouts = self._fanouts(num_neighbors)
+        self.num_neighbors = num_neighbors
+        self.seed_type, self.seeds = self._input_nodes(input_nodes)
+        self.num_nodes_of = {t: int(data[t].num_nodes) for t in data.node_types}
+        self.num_nodes = self.num_nodes_of[self.seed_type]
+        self.excluded_keys: Dict[str, str] = {}
+        self.node_attrs = {t: self._store_attrs(data[t], self.num_nodes_of[t], t + SEP)
+                           for t in data.node_types}
+        self.edge_attrs = {et: self._store_attrs(data[et], int(data[et].num_edges),
+                                                 "__".join(et) + SEP)
+                           for et in self.edge_types}
+        hops = len(next(iter(self.fanouts.values())))
+        for et in self.edge_types:  # an edge type left out samples nothing
+            self.fanouts.setdefault(et, [0] * hops)
+        with self._sampling_threads():  # a CSC where something is sampled (directed=False:
+            # every edge type, its edges between the sampled nodes are in the subgraph)
+            self.cscs = {et: CSC.from_edge_index(data[et].edge_index, self.num_nodes_of[et[2]],
+                                                 num_src_nodes=self.num_nodes_of[et[0]])
+                         for et in self.edge_types
+                         if not self.directed or any(k != 0 for k in self.fanouts[et])}
+        self.scratch = {t: torch.full((n,), -1, dtype=torch.long)
+                        for t, n in self.num_nodes_of.items()}
+        self.stats = self._new_stats(0)
+        self.budget = self._hetero_budget(budget, success_ratio, fit_batches)
+
+    # -- settings ------------------------------------------------------------
+    def _fanouts(self, num_neighbors: Any) -> Dict[EdgeType, List[int]]:
+        if isinstance(num_neighbors, dict):
+            check_hetero_fanouts(self.edge_types, num_neighbors)
+            return {(tuple(k) if not isinstance(k, str) else tuple(k.split("__"))):
+                    check_fanouts(v) for k, v in num_neighbors.items()}
+        fan = check_fanouts(num_neighbors)
+        if not self.edge_types:
+            raise FanoutError("the HeteroData has no edge type: nothing to sample")
+        return {et: list(fan) for et in self.edge_types}
+
+    def _input_nodes(self, input_nodes: Any) -> Tuple[str, Tensor]:
+        if isinstance(input_nodes, str):
+            input_nodes = (input_nodes, None)
+        if not (isinstance(input_nodes, tuple) and len(input_nodes) == 2
+                and isinstance(input_nodes[0], str)):
+            raise InputNodesError(
+                f"input_nodes={input_nodes!r:.60}: on HeteroData give (node_type, index | bool "
+                f"mask | None), seeds of one node type (node types: {list(self.data.node_types)})")
+        t, idx = input_nodes
+        if t not in self.data.node_types:
+            raise InputNodesError(f"input_nodes names node type {t!r}, which the graph lacks; "
+                                  f"its node types: {list(self.data.node_types)}")
+        return t, seed_tensor(idx, int(self.data[t].num_nodes))
+
+    def _store_attrs(self, store: Any, rows: int, where: str) -> Dict[str, Tensor]:
+        """The row-level tensor attributes of one store (the rest in ``excluded_keys``)."""
+        out = {}
+        for k, v in store.items():
+            if k == "edge_index":
+                continue
+            if k in ADDED_KEYS:
+                raise ValueError(f"the graph has an attribute {where}{k!r}, a name the padded "
+                                 f"batches own ({ADDED_KEYS}); rename it")
+            if isinstance(v, Tensor) and v.dim() > 0 and v.size(0) == rows:
+                out[k] = v
+            else:
+                self.excluded_keys[f"{where}{k}"] = "not a row-level tensor: not sampled"
+        return out
+
+    # -- budget ----------------------------------------------------------------
+    def _hetero_budget(self, budget: Union[Budget, dict, str, None], success_ratio: float,
+                       fit_batches: int) -> Budget:
+        if budget is None:
+            n = max(1, min(int(fit_batches), math.ceil(self.seeds.numel() / self.batch_size)))
+            with self._sampling_threads():
+                self.fit_sizes = [self._fit_sample(c).sizes() for c in range(n)]
+            return fit_hetero_budget(self.fit_sizes, self.seed_type, self.batch_size,
+                                     success_ratio)
+        if isinstance(budget, str):
+            budget = Budget.from_json(budget)
+        elif isinstance(budget, dict):
+            budget = Budget.from_dict(budget)
+        want_n, want_e = set(self.num_nodes_of), {"__".join(et) for et in self.edge_types}
+        if (not budget.is_hetero or budget.graphs != 2 or set(budget.nodes) != want_n
+                or set(budget.edges) != want_e):
+            raise ValueError(f"budget {budget}: a hetero neighbour batch needs graphs=2 and a "
+                             f"count for every node type {sorted(want_n)} and edge type "
+                             f"{sorted(want_e)}")
+        real = int(budget.nodes[self.seed_type]) - RESERVED_NODES
+        if real < self.batch_size:
+            raise ValueError(f"budget nodes[{self.seed_type!r}]={budget.nodes[self.seed_type]} "
+                             f"holds {real} real nodes, fewer than batch_size={self.batch_size} "
+                             f"seeds: give >= {self.batch_size + RESERVED_NODES}")
+        return budget
+
+    # -- sampling ----------------------------------------------------------------
+    def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0) -> HeteroSample:
+        """The unpadded sample of ``seeds`` (deterministic for ``(seed, stream, epoch, chunk)``)."""
+        g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
+        s = sample_hetero_neighbors(self.cscs, self.scratch, self.seed_type, seeds,
+                                    {et: self.fanouts[et] for et in self.cscs},
+                                    replace=self.replace, directed=self.directed, generator=g)
+        for et in self.edge_types:  # an edge type not sampled: no edge, same signature
+            if et not in s.edge_index:
+                s.edge_index[et] = torch.zeros(2, 0, dtype=torch.long)
+                s.e_id[et] = torch.zeros(0, dtype=torch.long)
+        return s
+
+    def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+        seeds = self.chunk_seeds(epoch, chunk)
+        s = self.sample(seeds, epoch, chunk)
+        ns, es = s.sizes()
+        over = [f"{t}: {ns[t]} > {int(self.budget.nodes[t]) - RESERVED_NODES} nodes" for t in ns
+                if ns[t] > int(self.budget.nodes[t]) - RESERVED_NODES]
+        over += [f"{'__'.join(et)}: {es[et]} > {int(self.budget.edges['__'.join(et)])} edges"
+                 for et in es if es[et] > int(self.budget.edges["__".join(et)])]
+        cut_n = cut_e = 0
+        if over:
+            if self.oversize == "error":
+                raise SubgraphOversizeError(
+                    f"epoch {epoch}, chunk {chunk} (seeds {seeds[:4].tolist()}...): the sampled "
+                    f"subgraph exceeds the budget ({'; '.join(over)}; {self.budget}). Give a "
+                    f"larger budget, a higher success_ratio, or oversize='trim'")
+            s, cut_n, cut_e = trim_hetero(s, self.budget)
+        return self.pad(s, int(seeds.numel())), cut_n, cut_e
+
+    def subgraph(self, s: HeteroSample, num_seeds: int) -> Any:
+        """The ``HeteroData`` of a sample (attributes gathered, ``n_id`` / ``e_id`` /
+        ``seed_mask`` added): what :meth:`pad` collates."""
+        from torch_geometric.data import HeteroData
+
+        h = HeteroData()
+        for t, nid in s.n_id.items():
+            for k, v in self.node_attrs[t].items():
+                h[t][k] = v[nid]
+            h[t][N_ID] = nid
+            h[t].num_nodes = int(nid.numel())
+        h[self.seed_type][SEED_MASK] = torch.arange(s.n_id[self.seed_type].numel()) < num_seeds
+        for et in self.edge_types:
+            ei = s.edge_index.get(et, torch.zeros(2, 0, dtype=torch.long))
+            eid = s.e_id.get(et, torch.zeros(0, dtype=torch.long))
+            h[et].edge_index = ei
+            for k, v in self.edge_attrs[et].items():
+                h[et][k] = v[eid]
+            h[et][E_ID] = eid
+        return h
+
+    def pad(self, s: HeteroSample, num_seeds: int) -> Dict[str, Tensor]:
+        """``collate_padded([subgraph], budget)`` with ``n_id`` / ``e_id`` padded by ``pad_id``."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # one graph: the collate's fill notes say nothing
+            flat = collate_padded([self.subgraph(s, num_seeds)], self.budget)
+        for t in s.n_id:
+            k = key_of(t, N_ID)
+            flat[k] = torch.where(flat[key_of(t, NODE_MASK)], flat[k], self.pad_id)
+        for et in self.edge_types:
+            name = "__".join(et)
+            k = key_of(name, E_ID)
+            flat[k] = torch.where(flat[key_of(name, EDGE_MASK)], flat[k], self.pad_id)
+        return flat
+
+    # -- iteration ---------------------------------------------------------------
+    def __iter__(self) -> Iterator[Dict[str, Tensor]]:
+        epoch = self._explicit_epoch if self._explicit_epoch is not None else self._epoch
+        self._explicit_epoch = None
+        self._epoch = epoch + 1
+        st = self._new_stats(epoch)
+        self.stats = st
+        chunks, F = self.chunks_of_rank(), self.micro_batches
+        real_n = real_e = 0
+        N = sum(int(v) for v in self.budget.nodes.values())
+        E = sum(int(v) for v in self.budget.edges.values())
+        for i in range(len(chunks) // F):
+            parts = [self._batch(epoch, c) for c in chunks[i * F:(i + 1) * F]]
+            for flat, cn, ce in parts:
+                st.batches += 1
+                st.fill_batches += int(not bool(flat[GRAPH_MASK][0]))
+                st.seeds += int(flat[key_of(self.seed_type, SEED_MASK)].sum())
+                real_n += sum(int(flat[key_of(t, NODE_MASK)].sum()) for t in self.num_nodes_of)
+                real_e += sum(int(flat[key_of("__".join(et), EDGE_MASK)].sum())
+                              for et in self.edge_types)
+                st.trimmed_nodes += cn
+                st.trimmed_edges += ce
+                st.trimmed_batches += int(cn + ce > 0)
+            st.node_efficiency = real_n / (st.batches * N)
+            st.edge_efficiency = real_e / (st.batches * E)
+            yield parts[0][0] if F == 1 else stack_micro_batches([p[0] for p in parts])
+        if st.trimmed_batches:
+            warnings.warn(
+                f"{type(self).__name__} epoch {epoch}: {st.trimmed_batches} of {st.batches} "
+                f"sampled subgraphs exceeded {self.budget} and were trimmed ("
+                f"{st.trimmed_nodes} nodes and {st.trimmed_edges} edges cut, loader.stats)",
+                stacklevel=2)
+
+    def _new_stats(self, epoch: int) -> NeighborLoaderStats:
+        return NeighborLoaderStats(epoch=epoch, rank=self.rank, world_size=self.world_size,
+                                   total_seeds=int(self.seeds.numel()),
+                                   excluded_keys=dict(self.excluded_keys))
+
+    def seeds_in(self, flat: Dict[str, Tensor]) -> int:
+        """The number of seed rows of a batch (the seed type's first rows)."""
+        return int(flat[key_of(self.seed_type, SEED_MASK)].sum())

@@ -1,0 +1,149 @@
+"""FixedSizeClusterLoader: Cluster-GCN batches at one shape; METIS named where missing."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch_geometric.data import Data
+from torch_geometric.nn import GraphSAGE
+
+from graph_adapter import ipu_wrap
+from graph_adapter.data.cluster import (FixedSizeClusterLoader, MetisUnavailableError,
+                                        PartitionError, metis_available)
+from graph_adapter.data.neighbor import SubgraphOversizeError
+
+
+def _graph(n, m, seed):
+    g = torch.Generator().manual_seed(seed)
+    return Data(x=torch.randn(n, 4, generator=g), edge_index=torch.randint(0, n, (2, m), generator=g),
+                y=torch.randint(0, 3, (n,), generator=g), edge_attr=torch.randn(m, 2, generator=g))
+
+
+@st.composite
+def setups(draw):
+    n = draw(st.integers(2, 60))
+    P = draw(st.integers(1, min(n, 12)))
+    seed = draw(st.integers(0, 10 ** 6))
+    g = torch.Generator().manual_seed(seed)
+    part = torch.cat([torch.arange(P), torch.randint(0, P, (n - P,), generator=g)])
+    part = part[torch.randperm(n, generator=g)]  # every part non-empty
+    return dict(data=_graph(n, draw(st.integers(0, 300)), seed), partition=part,
+                batch_size=draw(st.integers(1, P)), shuffle=draw(st.booleans()),
+                world_size=draw(st.integers(1, 3)), F=draw(st.integers(1, 2)),
+                edges_fit=draw(st.sampled_from([0.5, 0.99])))
+
+
+@given(setups())
+@settings(max_examples=30, deadline=None)
+def test_every_node_once_an_epoch_one_signature_induced_edges(cfg):
+    d, part = cfg["data"], cfg["partition"]
+    n = d.num_nodes
+    seen, sigs, cut = [], set(), 0
+    for r in range(cfg["world_size"]):
+        L = FixedSizeClusterLoader(d, batch_size=cfg["batch_size"], partition=part,
+                                   shuffle=cfg["shuffle"], micro_batches=cfg["F"], rank=r,
+                                   world_size=cfg["world_size"], success_ratio=cfg["edges_fit"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for flat in L:
+                sigs.add(tuple((k, tuple(v.shape), v.dtype) for k, v in flat.items()))
+                for i in range(cfg["F"]):
+                    f = {k: v[i] for k, v in flat.items()} if cfg["F"] > 1 else flat
+                    nm, em = f["node_mask"], f["edge_mask"]
+                    assert torch.equal(f["seed_mask"], nm)  # every real row is a loss row
+                    nid = f["n_id"][nm]
+                    seen.append(nid)
+                    # the rows are whole clusters
+                    cl = part[nid].unique()
+                    assert sorted(nid.tolist()) == sorted((part[:, None] == cl).any(1)
+                                                          .nonzero().view(-1).tolist())
+                    # edges: input edges between the rows, all of them unless trimmed
+                    assert torch.equal(f["n_id"][f["edge_index"][:, em]],
+                                       d.edge_index[:, f["e_id"][em]])
+                    assert torch.equal(f["edge_attr"][em], d.edge_attr[f["e_id"][em]])
+                    inside = torch.zeros(n, dtype=torch.bool)
+                    inside[nid] = True
+                    want = int((inside[d.edge_index[0]] & inside[d.edge_index[1]]).sum())
+                    assert int(em.sum()) <= want
+                    cut += want - int(em.sum())
+        assert L.stats.trimmed_nodes == 0  # the node budget holds the largest batch
+    assert len(sigs) == 1
+    assert sorted(torch.cat(seen).tolist()) == list(range(n))  # each node once, over ranks
+
+
+def test_padding_does_not_change_a_models_outputs_on_real_rows():
+    d = _graph(80, 400, 5)
+    part = torch.arange(80) % 6
+    L = FixedSizeClusterLoader(d, batch_size=2, partition=part, shuffle=True)
+    torch.manual_seed(0)
+    model = GraphSAGE(4, 8, num_layers=2, out_channels=3)
+    w = ipu_wrap(model)
+    w.eval()
+    for flat in L:
+        out = w(flat)["output"]
+        nm, em = flat["node_mask"], flat["edge_mask"]
+        ref = model(flat["x"][nm], flat["edge_index"][:, em])
+        torch.testing.assert_close(out[nm], ref)
+
+
+def test_trim_cuts_edges_only_counted_and_error_policy_names_the_batch():
+    d = _graph(60, 900, 1)
+    part = torch.arange(60) % 5
+    L = FixedSizeClusterLoader(d, batch_size=2, partition=part, shuffle=True,
+                               success_ratio=0.1)
+    with pytest.warns(UserWarning, match="trimmed"):
+        for _ in L:
+            pass
+    assert L.stats.trimmed_batches > 0 and L.stats.trimmed_nodes == 0
+    assert L.stats.trimmed_edges > 0
+    E = FixedSizeClusterLoader(d, batch_size=2, partition=part, shuffle=True,
+                               success_ratio=0.1, oversize="error")
+    with pytest.raises(SubgraphOversizeError, match="clusters"):
+        for _ in E:
+            pass
+
+
+def test_bad_partitions_and_budgets_are_named():
+    d = _graph(10, 30, 0)
+    with pytest.raises(PartitionError, match="10 nodes"):
+        FixedSizeClusterLoader(d, batch_size=1, partition=torch.zeros(9, dtype=torch.long))
+    with pytest.raises(PartitionError, match="no node in part 1"):
+        FixedSizeClusterLoader(d, batch_size=1, partition=torch.tensor([0, 2] * 5))
+    with pytest.raises(PartitionError, match=r"partition\[3\] = -1"):
+        FixedSizeClusterLoader(d, batch_size=1, partition=torch.tensor([0, 0, 0, -1] + [0] * 6))
+    with pytest.raises(PartitionError, match="integer part id"):
+        FixedSizeClusterLoader(d, batch_size=1, partition=torch.zeros(10))
+    with pytest.raises(ValueError, match="largest clusters"):
+        FixedSizeClusterLoader(d, batch_size=1, partition=torch.zeros(10, dtype=torch.long),
+                               budget={"nodes": 9, "edges": 40, "graphs": 2})
+    with pytest.raises(PartitionError, match="num_parts"):
+        FixedSizeClusterLoader(d, batch_size=1)
+
+
+def test_metis_is_used_where_available_else_the_error_names_what_to_install():
+    d = _graph(40, 200, 3)
+    ok, why = metis_available()
+    if ok:
+        L = FixedSizeClusterLoader(d, num_parts=4, batch_size=2)
+        assert L.num_parts == 4 and int(L.node_perm.numel()) == 40
+    else:
+        with pytest.raises(MetisUnavailableError, match="torch-sparse built with METIS") as e:
+            FixedSizeClusterLoader(d, num_parts=4, batch_size=2)
+        assert why in str(e.value) and "partition=" in str(e.value)
+
+
+def test_the_node_budget_holds_the_largest_clusters_together_whatever_the_quantile():
+    d = _graph(23, 120, 2)
+    part = torch.tensor([0, 1, 2] + [3] * 20)  # clusters of 1, 1, 1 and 20 nodes
+    L = FixedSizeClusterLoader(d, batch_size=2, partition=part, shuffle=True,
+                               success_ratio=0.5, fit_batches=1)
+    assert int(L.budget.nodes) >= 21 + 2  # the 20-node cluster with a 1-node one
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for epoch in range(3):
+            L.set_epoch(epoch)
+            seen = torch.cat([f["n_id"][f["node_mask"]] for f in L])
+            assert sorted(seen.tolist()) == list(range(23)) and L.stats.trimmed_nodes == 0
