@@ -61,6 +61,10 @@ One module a job:
 * :mod:`~graph_adapter.backends.compiled`: :func:`compile`,
   :func:`register_backend`, :class:`Compiled` (the signature checks, the
   engine's calls) and the built-in backends' registration (:data:`BACKENDS`);
+* :mod:`~graph_adapter.backends.select`: ``compile(..., select="measure")``,
+  the candidates (compiled, compiled on PyG's scatter path, the eager
+  wrapper) timed at a mode's first steps and the fastest kept
+  (:class:`Selected`, :class:`Measure`, :class:`Choice`);
 * :mod:`~graph_adapter.backends.program`: a program's input signature
   (:func:`signature_of`, :class:`ShapeChangedError`, the micro-batch loop)
   and saved exports (:func:`save_program`, :func:`load`,
@@ -79,16 +83,17 @@ It may import :mod:`graph_adapter.data`, :mod:`graph_adapter.nn`,
 :mod:`graph_adapter.ipu` and :mod:`graph_adapter.checker`; never
 ``lightning`` or ``app``.
 """
-from . import engines, program, registry
+from . import engines, program, registry, select
 from .compiled import BACKENDS, Compiled, CompiledModel, compile, register_backend
 from .engines import PerModeEngine
 from .program import ShapeChangedError, load, signature_of
 from .registry import AUTO_RULE, Backend, auto_engine, backend_names, resolve_backend
+from .select import Choice, Measure, Selected
 
 __all__ = [
     "compile", "Compiled", "CompiledModel", "ShapeChangedError", "load", "signature_of",
     "BACKENDS", "Backend", "register_backend", "backend_names", "resolve_backend",
-    "AUTO_RULE", "auto_engine", "PerModeEngine",
+    "AUTO_RULE", "auto_engine", "PerModeEngine", "Selected", "Measure", "Choice",
 ]
 
 # Public names of the package before it was split into modules, outside ``__all__``:

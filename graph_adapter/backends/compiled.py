@@ -9,7 +9,7 @@ registered at the end of this module.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -22,6 +22,7 @@ from .engines import (CudaGraphEngine, DynamoEngine, EagerEngine, EngineSettings
 from .program import (ShapeChangedError, Signature, describe_change, per_micro_batch,
                       save_program, signature_of)
 from .registry import Backend, add_backend, backend_entry, backend_names, device_of
+from .select import Measure, Selected, measure_settings
 
 __all__ = ["CompiledModel", "Compiled", "compile", "register_backend", "BACKENDS"]
 
@@ -191,7 +192,8 @@ class Compiled:
 def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool = False,
             options: Optional[Dict[str, Any]] = None, optimizer: Any = None,
             strict: bool = False, index_add_fallback: Optional[bool] = None,
-            check_bounds: Optional[bool] = None, **kwargs: Any) -> Any:
+            check_bounds: Optional[bool] = None,
+            select: Union[None, str, Measure] = None, **kwargs: Any) -> Any:
     """Compile an ``ipu_wrap``-ped model for fixed-size batches.
 
     Args:
@@ -227,6 +229,13 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             on the host before each call unless ``False`` (what the IPU does
             with a bad index is not measured); ``"ipu-emulator"`` runs the
             forward eagerly, which names a bad value itself.
+        select: ``None`` (default): the backend's compiled model. ``"measure"``
+            (or a :class:`~graph_adapter.backends.select.Measure`): a
+            :class:`~graph_adapter.backends.select.Selected` that times, at
+            the first steps of each mode, the compiled model on the batch as
+            it comes, the compiled model without the layout tables (where the
+            batch has them; a second compile) and the eager wrapper, and keeps
+            the fastest median (``.choices``). In-process backends only.
         kwargs: backend-specific (see :func:`graph_adapter.ipu.compile_ipu`);
             the in-process backends take none.
 
@@ -236,6 +245,15 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
         IPU ones.
     """
     entry = backend_entry(backend, device_of(wrapped))
+    if select is not None:
+        measure = measure_settings(select)
+        if entry.engine is None:
+            raise ValueError(f"compile({entry.name!r}, select=...): selection by measurement "
+                             f"runs candidates in this process; backend {entry.name!r} does not")
+        return Selected(wrapped, lambda: entry.build(
+            wrapped, entry.name, allow_new_shapes=allow_new_shapes, options=options,
+            optimizer=optimizer, strict=strict, index_add_fallback=index_add_fallback,
+            check_bounds=check_bounds, **kwargs), measure, allow_new_shapes=allow_new_shapes)
     return entry.build(wrapped, entry.name, allow_new_shapes=allow_new_shapes, options=options,
                        optimizer=optimizer, strict=strict,
                        index_add_fallback=index_add_fallback, check_bounds=check_bounds,

@@ -48,9 +48,17 @@ median of the rounds is reported as graphs/s and as a ratio to eager PyG,
 with the range of the per-round ratios (a round's variants share its load).
 The 1-minute load average is printed at the start and the end.
 
+``--select``: after the table, what ``graph_adapter.compile(..., "inductor",
+select="measure")`` picks on the HYB batches, per mode (a fresh copy of the
+model each; the trial's steps are real training steps), with the medians it
+measured (ms a step, call to call: the Adam step included in training) and
+each candidate's speed relative to the eager candidate of the same trial. The
+medians are of ``--select-steps`` steps each, so they are noisier than the
+table's passes and are not compared with them.
+
 Usage: ``python benchmarks/bench_layout.py [--threads 2] [--limit N]
 [--rounds 5] [--batch 64] [--hidden 64] [--variants a,b] [--hyb-widths 3]
-[--clock wall|cpu]``.
+[--clock wall|cpu] [--select] [--select-steps 3]``.
 ``main(argv)`` returns the figures.
 """
 from __future__ import annotations
@@ -69,11 +77,12 @@ from torch_geometric.data import Batch
 
 import graph_adapter as ga
 
+from ...backends.select import Measure
 from ..datasets import load_nci5k
 from ..models import build_model
 from .throughput import inferer, set_inductor_env, timed_interleaved, trainer
 
-__all__ = ["VARIANTS", "main"]
+__all__ = ["VARIANTS", "main", "selection"]
 
 #: Variant names, in the printed order (``--hyb-widths D`` appends ``wrap_inductor_hyb<D>``).
 VARIANTS = ("pyg", "wrap_eager", "wrap_eager_trim", "wrap_inductor", "wrap_inductor_atomic", "wrap_inductor_ell",
@@ -119,6 +128,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: this process's CPU time (steadier under load; with 1 thread "
                          "it is the work done, with more it includes OpenMP's spinning)")
+    ap.add_argument("--select", action="store_true",
+                    help="also run compile(select='measure') on the HYB batches, per mode")
+    ap.add_argument("--select-steps", type=int, default=3, help="timed steps per candidate")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()[0]
@@ -153,7 +165,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     spills: Dict[str, Any] = {}
     collated: Dict[Any, Any] = {}  # variants of one layout share its batches
     for k, (lay, w) in layouts.items():
-        if k in variants:
+        if k in variants or (args.select and k == "wrap_inductor_hyb"):
             if (lay, w) not in collated:
                 loader = ga.FixedSizeLoader(data, budget, layout=lay, layout_widths=w)
                 collated[lay, w] = (list(loader), loader.collator.layout_widths,
@@ -223,6 +235,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             per_round = [p / t for p, t in zip(times["pyg"], times[k])]
             res["ratios"].setdefault(k, {})[mode] = res[mode][k] / res[mode]["pyg"]
             res["spread"].setdefault(k, {})[mode] = (min(per_round), max(per_round))
+    if args.select:
+        res["select"] = selection(base, loss_fn, collated["hyb", None][0], args.select_steps)
     res["loadavg"] = (load_start, os.getloadavg()[0])
 
     print()
@@ -245,9 +259,46 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         print(f"{label:48s}" + "".join(cells))
     print(f"{args.clock} clock, median of {args.rounds} interleaved rounds; warm-up (compiles) "
           f"train {res['train_warmup_s']:.0f} s, inference {res['infer_warmup_s']:.0f} s")
+    if args.select:
+        print(f"compile(select='measure') on the HYB batches (median of {args.select_steps} "
+              f"steps per candidate, in rotation; ratio: the eager candidate's median over "
+              f"each one's, same trial):")
+        for m, c in res["select"].items():
+            eager = c["medians"].get("eager")
+            cells = ", ".join(f"{k} {1e3 * v:.1f} ms" + (f" ({eager / v:.2f}x)" if eager else "")
+                              for k, v in c["medians"].items())
+            print(f"  {m}: picks {c['winner']}; {cells}; trial {c['trial_s']:.0f} s")
     print(f"load average (1 min) at start {res['loadavg'][0]:.2f}, at end {res['loadavg'][1]:.2f} "
           f"({os.cpu_count()} cores)")
     return res
+
+
+def selection(base: torch.nn.Module, loss_fn: Any, batches: Sequence[Any],
+              steps: int = 3, backend: str = "inductor") -> Dict[str, Any]:
+    """``{"train"|"infer": Choice.as_dict() + {"trial_s": seconds}}``: what
+    ``compile(wrapped, backend, select=Measure(steps=steps))`` picks on ``batches``,
+    training (Adam steps) and inference, each on a fresh copy of ``base``; ``trial_s``
+    is the wall time until the choice, compiles included."""
+    out: Dict[str, Any] = {}
+    for mode, train in (("train", True), ("infer", False)):
+        w = ga.ipu_wrap(copy.deepcopy(base), loss_fn=loss_fn if train else None).train(train)
+        sel = ga.compile(w, backend, select=Measure(steps=steps))
+        opt = torch.optim.Adam(w.parameters(), lr=1e-3)
+        key = "training" if train else "inference"
+        t0, i = time.perf_counter(), 0
+        while key not in sel.choices:
+            flat = batches[i % len(batches)]
+            i += 1
+            if train:
+                loss = sel(flat)["loss"]
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            else:
+                with torch.no_grad():
+                    sel(flat)
+        out[mode] = {**sel.choices[key].as_dict(), "trial_s": time.perf_counter() - t0}
+    return out
 
 
 if __name__ == "__main__":  # pragma: no cover - a script
