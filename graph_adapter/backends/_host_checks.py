@@ -50,11 +50,16 @@ import torch
 
 __all__ = ["remembered_host_checks", "ISA_RECORD", "HEADER_RECORD", "REMEMBER"]
 
-#: File names of the records (JSON): in inductor's cache directory
-#: (``TORCHINDUCTOR_CACHE_DIR``) for the ISA probes, whose ``.so`` live there;
-#: beside the precompiled headers (inductor's global header directory) for those.
-ISA_RECORD = "graph_adapter_isa_probes.json"
-HEADER_RECORD = "graph_adapter_headers.json"
+# One record per environment (torch version and Python executable): the header
+# directory is global to the machine, and two venvs compiling at the same time
+# must not replace each other's records (CI's clean clone lost its answers to a
+# concurrent process of another venv that way).
+_ENV = hashlib.sha256(f"{torch.__version__}\0{sys.executable}".encode("utf-8")).hexdigest()[:12]
+#: File names of the records (JSON), one per environment: in inductor's cache
+#: directory (``TORCHINDUCTOR_CACHE_DIR``) for the ISA probes, whose ``.so`` live
+#: there; beside the precompiled headers (inductor's global header directory) for those.
+ISA_RECORD = f"graph_adapter_isa_probes-{_ENV}.json"
+HEADER_RECORD = f"graph_adapter_headers-{_ENV}.json"
 
 #: Off: every process runs inductor's checks (how to measure what the records save).
 REMEMBER = True
@@ -89,9 +94,13 @@ def _read(path: str) -> Dict[str, Any]:
 
 
 def _write(path: str, entries: Dict[str, Any]) -> None:
-    """Write the record atomically (another process may read it meanwhile)."""
+    """Write the record atomically (another process may read it meanwhile), merged with
+    what other processes of this environment wrote since it was read (theirs first,
+    ours on top: an entry is only ever a passing answer)."""
+    merged = {**_read(path), **entries}
+    entries.update(merged)
     data = {"version": _VERSION, "torch": torch.__version__, "python": sys.executable,
-            "entries": entries}
+            "entries": merged}
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)

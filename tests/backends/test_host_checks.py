@@ -215,3 +215,22 @@ def test_nested_and_overlapping_entries_restore_inductor_once():
     outer.__exit__(None, None, None)
     assert cpu_vec_isa.VecISA.__dict__["_probe_load"] is probe
     assert codecache._precompile_header is header
+
+
+def test_concurrent_writers_of_one_environment_keep_each_others_entries(tmp_path):
+    """Two processes that read the record before either wrote: the second write keeps
+    the first's entries (merged, not replaced)."""
+    record = str(tmp_path / H.HEADER_RECORD)
+    mine, theirs = H._read(record), H._read(record)  # both read the empty record
+    theirs["b"] = {"path": "b"}
+    H._write(record, theirs)
+    mine["a"] = {"path": "a"}
+    H._write(record, mine)
+    assert set(H._read(record)) == {"a", "b"}
+
+
+def test_each_environment_has_its_own_record_names():
+    """The header directory is global to the machine: a venv's records never replace
+    another venv's (their names carry the torch version and the executable)."""
+    for name in (H.ISA_RECORD, H.HEADER_RECORD):
+        assert H._ENV in name and name.endswith(".json")
