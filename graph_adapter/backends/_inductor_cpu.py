@@ -52,6 +52,12 @@ on CPU"), and one reading (4):
    precompiled-header preprocessing, 1.5 s of subprocess CPU time in a warm
    first training step of the demo's model, now 0.00-0.01 s.
 
+11. **No input size asserts in the generated wrapper** (:data:`CALL_PATCHES`).
+12. **Thin matrix products are computed transposed** (``post_grad_custom_post_pass``,
+   :func:`graph_adapter.backends._fx_rewrites.transpose_thin_matmuls`): MKL's
+   ``[128, N] x [N, 9]`` (the weight gradient of a 9-feature input linear) took
+   5.6x the time of the same numbers as ``([9, N] x [N, 128])^T``.
+
 Tried for the cold compile and not set (``docs/benchmarks.md``, "Where a first
 step goes"): ``cpp_wrapper`` for training graphs (gcc summed 71 -> 50 s under
 load, but steady training 0.94x), kernels at ``-O2`` (no cold gain measured).
@@ -75,7 +81,7 @@ import torch
 __all__ = ["recompute_bool_masks", "use_index_add_fallback", "decompositions",
            "DecompositionTable", "key_decompositions",
            "config_patches",
-           "CPU_INFERENCE_PATCHES", "AUTOGRAD_CACHE_PATCHES", "is_cpu_inference", "quiet_proxy_executor_notice",
+           "CPU_INFERENCE_PATCHES", "AUTOGRAD_CACHE_PATCHES", "CALL_PATCHES", "is_cpu_inference", "quiet_proxy_executor_notice",
            "compile_and_scan", "merge_atomic"]
 
 #: Bumped whenever :func:`_mark_bool_masks` changes what it marks (inductor's
@@ -307,13 +313,25 @@ def config_patches(cpu_inference: bool = False) -> Dict[str, Any]:
     under ``torch.no_grad()``); it then gets inductor's C++ wrapper
     (:data:`CPU_INFERENCE_PATCHES`).
     """
-    from ._fx_rewrites import project_embedding_tables_pass
+    from ._fx_rewrites import project_embedding_tables_pass, transpose_thin_matmuls_pass
 
     patches = {"joint_custom_post_pass": recompute_bool_masks(),
-               "pre_grad_custom_pass": project_embedding_tables_pass()}
+               "pre_grad_custom_pass": project_embedding_tables_pass(),
+               "post_grad_custom_post_pass": transpose_thin_matmuls_pass(),
+               **CALL_PATCHES}
     if cpu_inference:
         patches.update(CPU_INFERENCE_PATCHES)
     return patches
+
+
+#: 11. **No size asserts in the generated code** (``size_asserts``): inductor's
+#: wrapper checks the size and stride of every input of every graph at every call
+#: (``assert_size_stride``, 134 calls a training step of GIN 4 x 128). Dynamo's
+#: guards check the forward's inputs already, and the backward's are the saved
+#: tensors of the compiled forward and the tangents AOTAutograd lays out as traced.
+#: GIN 4 x 128 training: 15.58 -> 15.25 ms a step (1 thread, one process,
+#: interleaved; ``docs/benchmarks.md``, "Models table").
+CALL_PATCHES: Dict[str, Any] = {"size_asserts": False}
 
 
 #: 6. **Inference graphs on the CPU run from C++** (``cpp_wrapper``): the

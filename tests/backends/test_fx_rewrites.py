@@ -166,3 +166,54 @@ def test_demo_model_compiled_with_inductor_is_rewritten_and_keeps_gradients(monk
         ref = ga.ipu_wrap(copy.deepcopy(base).eval())(flat)
     assert counts == []
     torch.testing.assert_close(out["output"], ref["output"], rtol=1e-10, atol=1e-10)
+
+
+# -- transpose_thin_matmuls ---------------------------------------------------------
+
+def _mm_graph(rows: int, inner: int, cols: int, a_t: bool, b_t: bool):
+    """``make_fx`` graph of ``mm(a, b) * 2`` and its float64 inputs (``a_t``/``b_t``:
+    the operand is a transposed view, as a weight gradient's ``g^T``)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    g = torch.Generator().manual_seed(rows * 1000 + cols)
+    a = torch.randn(inner, rows, dtype=torch.float64, generator=g).t() if a_t else \
+        torch.randn(rows, inner, dtype=torch.float64, generator=g)
+    b = torch.randn(cols, inner, dtype=torch.float64, generator=g).t() if b_t else \
+        torch.randn(inner, cols, dtype=torch.float64, generator=g)
+    gm = make_fx(lambda a, b: torch.mm(a, b) * 2, tracing_mode="fake")(a, b)
+    return gm, a, b
+
+
+@given(rows=st.integers(1, 70), inner=st.integers(1, 40), cols=st.integers(1, 20),
+       a_t=st.booleans(), b_t=st.booleans())
+def test_thin_matmuls_rewritten_exactly_where_the_rule_says_and_equal(rows, inner, cols, a_t,
+                                                                       b_t):
+    gm, a, b = _mm_graph(rows, inner, cols, a_t, b_t)
+    want = R.thin_matmul_rule(rows, cols)
+    assert R.transpose_thin_matmuls(gm.graph) == int(want)
+    gm.recompile()
+    out = gm(a, b)
+    torch.testing.assert_close(out, torch.mm(a, b) * 2)
+    assert out.is_contiguous()
+    mms = [n for n in gm.graph.nodes if n.target is torch.ops.aten.mm.default]
+    assert len(mms) == 1
+    if want:  # the product now has the long side as its columns
+        assert tuple(mms[0].meta["val"].shape) == (cols, rows)
+    assert R.transpose_thin_matmuls(gm.graph) == 0  # never rewritten twice
+
+
+def test_thin_matmul_rule_bounds():
+    assert R.thin_matmul_rule(128, 9) and R.thin_matmul_rule(64, 3) and R.thin_matmul_rule(16, 2)
+    assert not R.thin_matmul_rule(128, 1)  # a matrix-vector product: MKL is fast
+    assert not R.thin_matmul_rule(128, 16)  # 16 columns and more: as fast as it is
+    assert not R.thin_matmul_rule(15, 3) and not R.thin_matmul_rule(20, 12)
+
+
+def test_thin_matmuls_pass_is_a_cached_custom_pass_in_the_config():
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    p = I.config_patches()["post_grad_custom_post_pass"]
+    assert isinstance(p, CustomGraphPass) and "TransposeThinMatmuls" in str(p.uuid())
+    gm, a, b = _mm_graph(40, 7, 5, True, False)
+    p(gm.graph)
+    assert p.rewritten == 1

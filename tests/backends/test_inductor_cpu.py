@@ -367,3 +367,9 @@ def test_the_compile_cache_keys_the_index_add_setting(tmp_path, monkeypatch):
     finally:
         torch.set_num_threads(old)
         torch._dynamo.reset()
+
+
+def test_config_drops_the_wrappers_size_asserts():
+    """Dynamo's guards check the inputs' sizes and strides already (CALL_PATCHES)."""
+    assert I.config_patches()["size_asserts"] is False
+    assert I.config_patches(cpu_inference=True)["size_asserts"] is False

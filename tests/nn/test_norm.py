@@ -11,6 +11,8 @@ gradients likewise.
 import copy
 
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch_geometric.data import Batch
 from torch_geometric.nn import global_add_pool
@@ -99,3 +101,55 @@ def test_an_observing_dispatch_mode_keeps_the_eager_path():
         assert N.eager_ok(x)
     with _Watch():  # any other mode may be a tracer (make_fx, fake): masked math
         assert not N.eager_ok(x)
+
+
+def _autograd_masked_bn(x, real, w, b, eps):
+    """The masked math of the traced path, differentiated by autograd (the reference)."""
+    red = [0] + list(range(2, x.dim()))
+    cshape = [1, -1] + [1] * (x.dim() - 2)
+    m = real.to(x.dtype)
+    count = m.sum() * (x[0, 0].numel())
+    cc = count.clamp(min=1.0)
+    mean = (x * m).sum(dim=red) / cc
+    c = x - mean.view(cshape)
+    var = (c * c * m).sum(dim=red) / cc
+    out = c * torch.rsqrt(var + eps).view(cshape)
+    if w is not None:
+        out = out * w.view(cshape) + b.view(cshape)
+    return torch.where(real, out, 0.0)
+
+
+@given(rows=st.integers(1, 12), channels=st.integers(1, 4), length=st.sampled_from([0, 2]),
+       affine=st.booleans(), seed=st.integers(0, 2**16))
+@settings(max_examples=40, deadline=None)
+def test_closed_form_backward_is_the_derivative_of_the_masked_math(rows, channels, length,
+                                                                   affine, seed):
+    """``_MaskedBatchNorm`` (the compiled path): outputs equal the masked math, and its
+    hand-written backward equals autograd's derivative of that math, for any mask
+    (none real, one, all), 2-d and 3-d, with and without affine parameters (float64),
+    and passes ``gradcheck`` (a second derivative too)."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (rows, channels) + ((length,) if length else ())
+    x = (torch.randn(shape, generator=g, dtype=torch.float64) * 3 + 1).requires_grad_()
+    real = (torch.rand(rows, generator=g) < 0.7).view((-1,) + (1,) * (len(shape) - 1))
+    w = (torch.rand(channels, generator=g, dtype=torch.float64) + 0.5).requires_grad_() \
+        if affine else None
+    b = torch.randn(channels, generator=g, dtype=torch.float64).requires_grad_() \
+        if affine else None
+    out, mean, var, count = N._MaskedBatchNorm.apply(x, real, w, b, 1e-5)
+    ref = _autograd_masked_bn(x, real, w, b, 1e-5)
+    torch.testing.assert_close(out, ref)
+    assert int(count) == int(real.sum()) * (length or 1)
+    assert not (mean.requires_grad or var.requires_grad or count.requires_grad)
+    up = torch.randn(shape, generator=g, dtype=torch.float64)
+    inputs = [t for t in (x, w, b) if t is not None]
+    got = torch.autograd.grad((out * up).sum(), inputs)
+    want = torch.autograd.grad((ref * up).sum(), inputs)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e)
+    assert torch.equal(got[0][~real.expand(shape)], torch.zeros_like(got[0][~real.expand(shape)]))
+    if int(real.sum()) > 1:
+        fn = lambda *t: N._MaskedBatchNorm.apply(t[0], real, *(t[1:] if affine else (None, None)),
+                                                 1e-5)[0]
+        assert torch.autograd.gradcheck(fn, tuple(inputs))
+        assert torch.autograd.gradgradcheck(fn, tuple(inputs))
