@@ -176,9 +176,11 @@ def test_graphiums_trainer_form_trains_with_a_warning_naming_the_explicit_form(t
         with pytest.warns(UserWarning, match=r"using lightning_graphcore.IPUPrecision\('32-true'\)"):
             trainer.fit(module, train_dataloaders=trained["train"])
         assert type(trainer.strategy.precision_plugin).__name__ == "IPUPrecision"
-        # one optimizer step a host batch; the shuffled loader packs its epochs anew
-        # (measured here: 47 steps for len() 16, 3 epochs)
-        assert 3 * (len(trained["train"]) - 1) <= trainer.global_step <= 3 * len(trained["train"])
+        # one optimizer step a host batch; the shuffled loader packs each epoch anew, so
+        # len() (the last packing's) can differ by one from an earlier epoch's (measured:
+        # 47 steps for len() 16, and 46 for len() 15, in 3 epochs)
+        n = len(trained["train"])
+        assert 3 * (n - 1) <= trainer.global_step <= 3 * (n + 1), (trainer.global_step, n)
         after = _trainer(opts).validate(module, trained["val"], verbose=False)[0]["val_loss"]
     print("graphium form: val_loss before, after:", before, after)
     assert after < 0.9 * before, (before, after)
