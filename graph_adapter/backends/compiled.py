@@ -19,8 +19,7 @@ from ..nn import static
 from ..data.values import DIAGNOSED, BoundsPlan, bounds_plan, check_before_call, named_error
 from .engines import (CudaGraphEngine, DynamoEngine, EagerEngine, EngineSettings, ExportEngine,
                       PerModeEngine, generates_code, traces)
-from .program import (ShapeChangedError, Signature, describe_change, per_micro_batch,
-                      save_program, signature_of)
+from .program import HostModel, Signature, per_micro_batch, save_program, signature_of
 from .registry import Backend, add_backend, backend_entry, backend_names, device_of
 from .select import Measure, Selected, measure_settings
 
@@ -47,7 +46,7 @@ class CompiledModel(Protocol):
 # --------------------------------------------------------------------------
 # Compiled: what the in-process backends return
 # --------------------------------------------------------------------------
-class Compiled:
+class Compiled(HostModel):
     """What :func:`compile` returns for an in-process backend: call it with flat dicts.
 
     The caller runs backward and the optimizer step (``steps_optimizer`` is False).
@@ -99,23 +98,6 @@ class Compiled:
             return self._engine.train_backend if self.training else self._engine.eval_backend
         return self.backend
 
-    def train(self, mode: bool = True) -> "Compiled":
-        self.wrapped.train(mode)
-        return self
-
-    def eval(self) -> "Compiled":
-        return self.train(False)
-
-    @property
-    def training(self) -> bool:
-        return self.wrapped.training
-
-    def parameters(self) -> Iterator[nn.Parameter]:
-        return self.wrapped.parameters()
-
-    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Nothing to do: the caller steps its own optimizer."""
-
     def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
         sig = signature_of(flat)
         self._admit(sig)
@@ -157,18 +139,6 @@ class Compiled:
             want = generates_code(self._engine) and all(
                 v.device.type == "cpu" for v in flat.values() if isinstance(v, Tensor))
         return bounds_plan(flat) if want else ()
-
-    def _admit(self, sig: Signature) -> None:
-        if sig in self.signatures:
-            return
-        if self.signatures and not self.allow_new_shapes:
-            raise ShapeChangedError(
-                f"graph_adapter.compile({self.backend!r}): this batch does not fit the compiled "
-                f"program: {describe_change(self.signatures[0], sig)}. Every batch must come from "
-                f"one budget (FixedSizeLoader pads to it); to compile once more for a new budget "
-                f"pass allow_new_shapes=True."
-            )
-        self.signatures.append(sig)
 
     # ---- export ------------------------------------------------------------
     @property

@@ -16,7 +16,7 @@ checks its batches as the compiled model did.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Iterator, Mapping, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -31,7 +31,7 @@ from ..data.format import (
     stack_micro_batches,
 )
 
-__all__ = ["Signature", "ShapeChangedError", "signature_of", "describe_change",
+__all__ = ["Signature", "ShapeChangedError", "signature_of", "describe_change", "HostModel",
            "per_micro_batch", "save_program", "LoadedProgram", "load"]
 
 Signature = Tuple[Tuple[str, str, Tuple[int, ...]], ...]
@@ -74,6 +74,52 @@ def describe_change(old: Signature, new: Signature) -> str:
             return f"key {k!r} has shape {n[k][1]}, the compiled program takes {o[k][1]}{hint}"
     return "signatures differ"
 
+
+
+class HostModel:
+    """The host side of the compiled-model interface, shared by
+    :class:`~graph_adapter.backends.compiled.Compiled` and
+    :class:`~graph_adapter.backends.select.Selected`: the mode and the
+    parameters are the wrapped module's, the caller steps its own optimizer,
+    and every batch has the first batch's signature unless ``allow_new_shapes``
+    (:class:`ShapeChangedError` otherwise). A subclass sets ``wrapped``,
+    ``backend``, ``allow_new_shapes`` and ``signatures``."""
+
+    wrapped: nn.Module
+    backend: str
+    allow_new_shapes: bool
+    signatures: List[Signature]
+    #: what follows the backend in the error's ``graph_adapter.compile(...)``
+    compile_call_extra: str = ""
+
+    def train(self, mode: bool = True) -> "HostModel":
+        self.wrapped.train(mode)
+        return self
+
+    def eval(self) -> "HostModel":
+        return self.train(False)
+
+    @property
+    def training(self) -> bool:
+        return self.wrapped.training
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return self.wrapped.parameters()
+
+    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Nothing to do: the caller steps its own optimizer."""
+
+    def _admit(self, sig: Signature) -> None:
+        if sig in self.signatures:
+            return
+        if self.signatures and not self.allow_new_shapes:
+            raise ShapeChangedError(
+                f"graph_adapter.compile({self.backend!r}{self.compile_call_extra}): this batch "
+                f"does not fit the compiled program: {describe_change(self.signatures[0], sig)}. "
+                f"Every batch must come from one budget (FixedSizeLoader pads to it); to compile "
+                f"once more for a new budget pass allow_new_shapes=True."
+            )
+        self.signatures.append(sig)
 
 def per_micro_batch(run: Callable[[Dict[str, Tensor]], Dict[str, Tensor]],
                     flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:

@@ -40,14 +40,14 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
 
 from ..data.format import LAYOUT_KEYS
 from ._inductor_cpu import merge_atomic
-from .program import ShapeChangedError, Signature, describe_change, per_micro_batch, signature_of
+from .program import HostModel, Signature, per_micro_batch, signature_of
 from .registry import device_of
 
 __all__ = ["CANDIDATES", "MODES", "Measure", "Choice", "Selected", "measure_settings",
@@ -164,7 +164,7 @@ class _Trial:
         return min(open_, key=lambda n: (len(self.samples[n]), self.names.index(n))), True
 
 
-class Selected:
+class Selected(HostModel):
     """What ``compile(wrapped, backend, select=...)`` returns: a :class:`CompiledModel`
     that measures its candidates at the first steps of each mode and keeps the fastest.
 
@@ -204,6 +204,7 @@ class Selected:
         else:
             self._sync = lambda: None
         self.signatures: List[Signature] = []
+        self.compile_call_extra = ", select=..."  # in the one-budget error
         self.choices: Dict[str, Choice] = {}
         self.served: Dict[str, Dict[str, int]] = {m: {} for m in MODES}
         self.serving: Optional[str] = None
@@ -222,23 +223,6 @@ class Selected:
         (:attr:`Compiled.atomic_adds`; ``None``: could not be read)."""
         return merge_atomic(*(getattr(c, "atomic_adds", False)
                               for c in (self._compiled, self._scatter) if c is not None))
-
-    def train(self, mode: bool = True) -> "Selected":
-        self.wrapped.train(mode)
-        return self
-
-    def eval(self) -> "Selected":
-        return self.train(False)
-
-    @property
-    def training(self) -> bool:
-        return self.wrapped.training
-
-    def parameters(self) -> Iterator[nn.Parameter]:
-        return self.wrapped.parameters()
-
-    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Nothing to do: the caller steps its own optimizer."""
 
     def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
         self._admit(signature_of(flat))
@@ -298,18 +282,6 @@ class Selected:
                 self._scatter = self._build()
             return self._scatter(drop_layout_tables(flat))
         return per_micro_batch(self.wrapped, flat)  # eager: the wrapper checks its inputs
-
-    def _admit(self, sig: Signature) -> None:
-        # The same rule as Compiled's, here too: the eager candidate has no check of its own.
-        if sig in self.signatures:
-            return
-        if self.signatures and not self.allow_new_shapes:
-            raise ShapeChangedError(
-                f"graph_adapter.compile({self.backend!r}, select=...): this batch does not fit "
-                f"the compiled program: {describe_change(self.signatures[0], sig)}. Every batch "
-                f"must come from one budget (FixedSizeLoader pads to it); to compile once more "
-                f"for a new budget pass allow_new_shapes=True.")
-        self.signatures.append(sig)
 
     def candidate(self, name: str) -> Any:
         """The object that runs candidate ``name``: a compiled model, or the wrapped
