@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -207,25 +207,29 @@ def project_embedding_tables(graph: fx.Graph) -> int:
 _PASS_VERSION = 3
 
 
-@functools.lru_cache(maxsize=None)
-def _pass_class() -> type:
-    # defined on first use: importing torch._inductor is slow (see _inductor_cpu)
+def _counting_pass(name: str, rewrite: str, uuid: Callable[[], str], doc: str) -> type:
+    """A ``CustomGraphPass`` class (inductor caches graphs by its ``uuid()``) whose
+    instances run this module's function ``rewrite`` on a graph and count in
+    ``rewritten`` what it rewrote (a graph loaded from inductor's cache is not
+    rewritten again: it was already). Built on first use: importing
+    ``torch._inductor`` is slow (see _inductor_cpu)."""
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
-    class ProjectEmbeddingTables(CustomGraphPass):
-        """Inductor's ``pre_grad_custom_pass``: :func:`project_embedding_tables`;
-        ``rewritten`` counts the linears rewritten so far (a graph
-        loaded from inductor's cache is not rewritten again: it was already)."""
+    def __call__(self, graph: fx.Graph) -> None:
+        # looked up at each call: a test may have replaced the function
+        self.rewritten += globals()[rewrite](graph)
 
-        rewritten = 0
+    return type(name, (CustomGraphPass,), {"__doc__": doc, "__module__": __name__,
+                                           "rewritten": 0, "__call__": __call__,
+                                           "uuid": lambda self: uuid()})
 
-        def __call__(self, graph: fx.Graph) -> None:
-            self.rewritten += project_embedding_tables(graph)
 
-        def uuid(self) -> Any:
-            return f"graph_adapter.ProjectEmbeddingTables.v{_PASS_VERSION}"
-
-    return ProjectEmbeddingTables
+@functools.lru_cache(maxsize=None)
+def _pass_class() -> type:
+    return _counting_pass(
+        "ProjectEmbeddingTables", "project_embedding_tables",
+        lambda: f"graph_adapter.ProjectEmbeddingTables.v{_PASS_VERSION}",
+        "Inductor's ``pre_grad_custom_pass``: :func:`project_embedding_tables`.")
 
 
 def project_embedding_tables_pass() -> Any:
@@ -309,23 +313,11 @@ _THIN_VERSION = 1
 
 @functools.lru_cache(maxsize=None)
 def _thin_pass_class() -> type:
-    from torch._inductor.custom_graph_pass import CustomGraphPass
-
-    class TransposeThinMatmuls(CustomGraphPass):
-        """Inductor's ``post_grad_custom_post_pass``: :func:`transpose_thin_matmuls`;
-        ``rewritten`` counts the products rewritten so far (graphs compiled, not loaded
-        from inductor's cache)."""
-
-        rewritten = 0
-
-        def __call__(self, graph: fx.Graph) -> None:
-            self.rewritten += transpose_thin_matmuls(graph)
-
-        def uuid(self) -> Any:
-            return (f"graph_adapter.TransposeThinMatmuls.v{_THIN_VERSION}"
-                    f".{THIN_WIDTHS.start}-{THIN_WIDTHS.stop}.{THIN_MIN_ROWS}")
-
-    return TransposeThinMatmuls
+    return _counting_pass(
+        "TransposeThinMatmuls", "transpose_thin_matmuls",
+        lambda: (f"graph_adapter.TransposeThinMatmuls.v{_THIN_VERSION}"
+                 f".{THIN_WIDTHS.start}-{THIN_WIDTHS.stop}.{THIN_MIN_ROWS}"),
+        "Inductor's ``post_grad_custom_post_pass``: :func:`transpose_thin_matmuls`.")
 
 
 def transpose_thin_matmuls_pass() -> Any:
