@@ -6,7 +6,6 @@ import sys
 import pytest
 
 from graph_adapter.app import cli, demo
-from graph_adapter.app.bench import suite
 from graph_adapter.backends import backend_names
 
 pytest.importorskip("rdkit")  # the demo's preflight asks for it first

@@ -16,7 +16,6 @@ the pool's size; BatchNorm counted as norm). Inference: 89 vs 91.
 """
 import pytest
 import torch
-from torch_geometric.data import Data
 
 from graph_adapter.app.bench import opcount as oc
 from graph_adapter.app.models import build_model

@@ -31,11 +31,16 @@ def _touch(path, text):
         f.write(text)
 
 
-def test_probe_is_remembered_across_processes(tmp_path):
+def _one_so(tmp_path, answer):
+    """A built ``a.so``, the path of its (not yet written) record, and inductor's
+    stand-in check answering ``answer`` for it."""
     so = str(tmp_path / "a.so")
     _touch(so, "x")
-    record = str(tmp_path / H.ISA_RECORD)
-    check = _Calls({so: True})
+    return so, str(tmp_path / H.ISA_RECORD), _Calls({so: answer})
+
+
+def test_probe_is_remembered_across_processes(tmp_path):
+    so, record, check = _one_so(tmp_path, True)
     assert H._remembered_probe(check.probe, record)(None, so) is True
     assert check.calls == [so]
     # a later process (a new wrapper reading the record) does not probe again
@@ -46,10 +51,7 @@ def test_probe_is_remembered_across_processes(tmp_path):
 
 
 def test_a_changed_so_is_probed_again(tmp_path):
-    so = str(tmp_path / "a.so")
-    _touch(so, "x")
-    record = str(tmp_path / H.ISA_RECORD)
-    check = _Calls({so: True})
+    so, record, check = _one_so(tmp_path, True)
     H._remembered_probe(check.probe, record)(None, so)
     _touch(so, "rebuilt, longer")  # size changes: a new build
     check.results[so] = False
@@ -58,10 +60,7 @@ def test_a_changed_so_is_probed_again(tmp_path):
 
 
 def test_a_failed_probe_is_not_remembered(tmp_path):
-    so = str(tmp_path / "a.so")
-    _touch(so, "x")
-    record = str(tmp_path / H.ISA_RECORD)
-    check = _Calls({so: False})
+    so, record, check = _one_so(tmp_path, False)
     assert H._remembered_probe(check.probe, record)(None, so) is False
     assert H._remembered_probe(check.probe, record)(None, so) is False
     assert check.calls == [so, so]
@@ -74,16 +73,13 @@ def test_a_failed_probe_is_not_remembered(tmp_path):
                                      json.dumps({"version": 1, "torch": torch.__version__,
                                                  "python": "/other/python", "entries": {}})])
 def test_unreadable_or_foreign_records_count_as_empty(tmp_path, content):
-    so = str(tmp_path / "a.so")
-    _touch(so, "x")
-    record = str(tmp_path / H.ISA_RECORD)
+    so, record, check = _one_so(tmp_path, True)
     stamp = H._stamp(so)
     data = json.loads(content) if content.startswith("{") else None
     if data is not None:
         data["entries"] = {so: stamp}  # would answer, were the record this torch's / python's
         content = json.dumps(data)
     _touch(record, content)
-    check = _Calls({so: True})
     assert H._remembered_probe(check.probe, record)(None, so) is True
     assert check.calls == [so]
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from torch_geometric.data import Batch
 
 import graph_adapter as ga
 from graph_adapter import Budget, FixedSizeLoader, ipu_wrap

@@ -10,7 +10,6 @@ including the budgets that used to leave exactly one padding node.
 """
 import copy
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given, strategies as st

@@ -1,11 +1,9 @@
 """The core round trip: PyG object <-> (flat dict, spec)."""
-import io
 import json
-import pickle
 
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from torch_geometric.data import Batch, Data, HeteroData
 

@@ -10,7 +10,6 @@ from torch_geometric.nn import knn, knn_graph, radius, radius_graph
 from torch_geometric.nn.models import SchNet
 
 from graph_adapter import check
-from graph_adapter.nn import static
 from graph_adapter.nn.losses import masked_loss
 from graph_adapter.nn.wrap import ipu_wrap
 
