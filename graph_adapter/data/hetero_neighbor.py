@@ -1,6 +1,7 @@
 """``FixedSizeHeteroNeighborLoader``: neighbour sampling on one ``HeteroData`` graph, at one shape.
 
-PyG ``NeighborLoader`` semantics on heterogeneous graphs (``disjoint=False``), seeds of one node type (``input_nodes=(node_type, index)``):
+PyG ``NeighborLoader`` semantics on heterogeneous graphs, seeds of one node type
+(``input_nodes=(node_type, index)``):
 
 * ``num_neighbors`` is a dict ``{edge_type: [k_1, ..., k_H]}`` (one list per
   edge type, every list ``H`` long; an edge type left out samples nothing) or
@@ -36,7 +37,23 @@ the first edges of each type between kept rows, counted in ``loader.stats``;
 ``directed=False``: the same nodes, and for every edge type each input
 edge between sampled rows of its two types (PyG's ``subgraph_type="induced"``).
 
-Not supported (named errors): ``disjoint=True``, ``sampler="pyg"``, ``num_workers > 0``, seeds of more than one node type,
+``disjoint=True`` (PyG's disjoint layout): seed ``i`` grows its own tree; a
+row is a ``(tree, node)`` pair, so a node reached from two seeds is a row of
+each tree and every edge joins two rows of one tree (rows of a type in order
+of first appearance of the pair). ``"<node_type>/seed_of"`` (every node type,
+as PyG's per-type ``batch``) is the tree of each row, ``-1`` on padding.
+
+``num_workers > 0``: batches are sampled in ``torch.utils.data.DataLoader``
+worker processes; every batch is a function of ``(seed, epoch, chunk)``, so
+the batches are the same for any ``num_workers`` (each worker forks its own
+scratch arrays).
+
+``sampler="pyg"``: PyG's own hetero sampler (pyg-lib or torch-sparse;
+:class:`~graph_adapter.data.pyg_sampler.PygHeteroNeighborSampler`), seeded
+per batch, padded the same way; ``disjoint=True`` there needs pyg-lib.
+
+Not supported (named errors): ``directed=False`` with ``disjoint=True``, seeds
+of more than one node type (PyG's ``NeighborLoader`` takes one seed type too),
 temporal sampling.
 """
 from __future__ import annotations
@@ -54,10 +71,11 @@ from .budget import RESERVED_NODES, Budget
 from .collate import collate_padded
 from .csr import CSC, FanoutError, check_fanouts, induced_edges, sample_hop, unique_in_order
 from .format import EDGE_MASK, GRAPH_MASK, NODE_MASK, SEP, stack_micro_batches
+from .pyg_sampler import SAMPLERS, PygHeteroNeighborSampler
 from .neighbor import (OVERSIZE_POLICIES, FixedSizeNeighborLoader, InputNodesError,
                        NeighborLoaderStats, SubgraphOversizeError, seed_tensor,
                        check_hetero_fanouts, chunk_seed)
-from .sampled import ADDED_KEYS, E_ID, N_ID, SEED_MASK
+from .sampled import ADDED_KEYS, E_ID, N_ID, SEED_MASK, SEED_OF
 
 __all__ = ["FixedSizeHeteroNeighborLoader", "HeteroSample", "sample_hetero_neighbors",
            "fit_hetero_budget", "trim_hetero"]
@@ -74,11 +92,13 @@ def key_of(store: str, attr: str) -> str:
 class HeteroSample:
     """One sampled hetero subgraph: per node type ``n_id`` [n_t] (global ids within the
     type, seeds first for the seed type); per edge type ``edge_index`` [2, m_t]
-    (``[source row, destination row]``) and ``e_id`` [m_t]."""
+    (``[source row, destination row]``) and ``e_id`` [m_t]; with ``disjoint=True``
+    per node type ``seed_of`` [n_t], the tree (seed position) of each row."""
 
     n_id: Dict[str, Tensor]
     edge_index: Dict[EdgeType, Tensor]
     e_id: Dict[EdgeType, Tensor]
+    seed_of: Optional[Dict[str, Tensor]] = None
 
     def sizes(self) -> Tuple[Dict[str, int], Dict[EdgeType, int]]:
         return ({t: int(v.numel()) for t, v in self.n_id.items()},
@@ -104,9 +124,38 @@ class _TypeRows:
             self.scratch[t] = -1
 
 
+class _PairRows:
+    """Rows of one node type's ``(tree, node)`` keys (``tree * N_t + node``): sorted keys
+    and their rows, searchsorted lookups (``disjoint=True``: a key space too large
+    for a scratch array)."""
+
+    def __init__(self):
+        self.n = 0
+        self.sorted = torch.zeros(0, dtype=torch.long)
+        self.rows = torch.zeros(0, dtype=torch.long)
+
+    def lookup(self, keys: Tensor) -> Tensor:
+        """Row of each key, ``-1`` where unseen."""
+        if self.sorted.numel() == 0:
+            return torch.full_like(keys, -1)
+        at = torch.searchsorted(self.sorted, keys).clamp(max=self.sorted.numel() - 1)
+        return torch.where(self.sorted[at] == keys, self.rows[at], torch.full_like(keys, -1))
+
+    def add(self, new: Tensor) -> None:
+        """Give ``new`` (distinct, unseen keys) the next rows, in order."""
+        rows = torch.arange(self.n, self.n + new.numel())
+        self.n += new.numel()
+        self.sorted, o = torch.sort(torch.cat([self.sorted, new]))
+        self.rows = torch.cat([self.rows, rows])[o]
+
+    def reset(self) -> None:
+        pass
+
+
 def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor],
                             seed_type: str, seeds: Tensor, fanouts: Dict[EdgeType, List[int]],
                             *, replace: bool = False, directed: bool = True,
+                            disjoint: bool = False,
                             generator: Optional[torch.Generator] = None) -> HeteroSample:
     """Sample the ``H``-hop directed hetero subgraph around ``seeds`` (of ``seed_type``).
 
@@ -118,48 +167,66 @@ def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor
         replace: draws with replacement.
         directed: ``False``: the nodes as above, the edges of each edge type in
             ``cscs`` every input edge between sampled rows of its two types
-            (the induced subgraph), by destination row.
+            (the induced subgraph), by destination row; not with ``disjoint``.
+        disjoint: one tree per seed: rows are ``(tree, node)`` pairs (the
+            sample's ``seed_of`` gives each row's tree); seeds may then repeat.
         generator: the only source of randomness.
     """
+    if disjoint and not directed:
+        raise NotImplementedError("sample_hetero_neighbors(directed=False, disjoint=True): an "
+                                  "induced subgraph per seed tree is not built; use one of them")
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     seeds = seeds.long().reshape(-1)
-    rows = {t: _TypeRows(s) for t, s in scratch.items()}
+    size = {t: int(s.numel()) for t, s in scratch.items()}
+    rows = {t: _PairRows() if disjoint else _TypeRows(s) for t, s in scratch.items()}
     n_ids: Dict[str, List[Tensor]] = {t: [] for t in scratch}
+    trees: Dict[str, List[Tensor]] = {t: [] for t in scratch}
     parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]] = {et: [] for et in cscs}
     hops = len(next(iter(fanouts.values()))) if fanouts else 0
+    tree = torch.arange(seeds.numel()) if disjoint else None
     try:
-        rows[seed_type].add(seeds)
+        rows[seed_type].add(tree * size[seed_type] + seeds if disjoint else seeds)
         n_ids[seed_type].append(seeds)
-        frontier = {seed_type: (seeds, torch.arange(seeds.numel()))}
+        if disjoint:
+            trees[seed_type].append(tree)
+        # per type: (nodes, their rows, their trees) added by the last hop
+        frontier = {seed_type: (seeds, torch.arange(seeds.numel()), tree)}
         for h in range(hops):
             drawn: List[Tuple[EdgeType, Tensor, Tensor, Tensor]] = []
             for et, csc in cscs.items():
                 k = fanouts[et][h]
                 if et[2] not in frontier or k == 0:
                     continue
-                nodes, node_rows = frontier[et[2]]
+                nodes, node_rows, node_tree = frontier[et[2]]
                 seg, pos = sample_hop(csc, nodes, k, replace, gen)
-                drawn.append((et, csc.sources(pos), node_rows[seg], csc.edge_ids(pos)))
+                src = csc.sources(pos)  # key: the node, or its (tree, node) pair
+                key = node_tree[seg] * size[et[0]] + src if disjoint else src
+                drawn.append((et, key, node_rows[seg], csc.edge_ids(pos)))
             nxt = {}
             for t in scratch:  # the new rows of each type: first appearance, edge types in order
-                cand = [src for et, src, _, _ in drawn if et[0] == t]
+                cand = [key for et, key, _, _ in drawn if et[0] == t]
                 if not cand:
                     continue
-                src = torch.cat(cand)
-                new = unique_in_order(src[rows[t].lookup(src) < 0])
+                key = torch.cat(cand)
+                new = unique_in_order(key[rows[t].lookup(key) < 0])
                 first = rows[t].n
                 rows[t].add(new)
-                n_ids[t].append(new)
+                new_nodes = new % size[t] if disjoint else new
+                new_tree = new // size[t] if disjoint else None
+                n_ids[t].append(new_nodes)
+                if disjoint:
+                    trees[t].append(new_tree)
                 if new.numel():
-                    nxt[t] = (new, torch.arange(first, first + new.numel()))
-            for et, src, dst_rows, eid in drawn:
-                parts[et].append((rows[et[0]].lookup(src), dst_rows, eid))
+                    nxt[t] = (new_nodes, torch.arange(first, first + new.numel()), new_tree)
+            for et, key, dst_rows, eid in drawn:
+                parts[et].append((rows[et[0]].lookup(key), dst_rows, eid))
             frontier = nxt
     finally:
         for r in rows.values():
             r.reset()
     empty = torch.zeros(0, dtype=torch.long)
     n_id = {t: torch.cat(v) if v else empty for t, v in n_ids.items()}
+    seed_of = {t: torch.cat(v) if v else empty for t, v in trees.items()} if disjoint else None
     if not directed:
         ei, eid = {}, {}
         for et, csc in cscs.items():
@@ -169,7 +236,8 @@ def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor
         n_id=n_id,
         edge_index={et: torch.stack([torch.cat([p[0] for p in ps]), torch.cat([p[1] for p in ps])])
                     if ps else torch.zeros(2, 0, dtype=torch.long) for et, ps in parts.items()},
-        e_id={et: torch.cat([p[2] for p in ps]) if ps else empty for et, ps in parts.items()})
+        e_id={et: torch.cat([p[2] for p in ps]) if ps else empty for et, ps in parts.items()},
+        seed_of=seed_of)
 
 
 def fit_hetero_budget(sizes: Sequence[Tuple[Dict[str, int], Dict[EdgeType, int]]],
@@ -212,7 +280,27 @@ def trim_hetero(s: HeteroSample, budget: Budget) -> Tuple[HeteroSample, int, int
         ei[et], eid[et] = e[:, keep], s.e_id[et][keep]
         cut_e += int(e.size(1)) - int(keep.numel())
     cut_n = sum(int(v.numel()) - int(n_id[t].numel()) for t, v in s.n_id.items())
-    return HeteroSample(n_id, ei, eid), cut_n, cut_e
+    seed_of = None if s.seed_of is None else {t: v[:cap[t]] for t, v in s.seed_of.items()}
+    return HeteroSample(n_id, ei, eid, seed_of), cut_n, cut_e
+
+
+class _HeteroBatches(torch.utils.data.Dataset):
+    """Item ``i`` of an epoch of one rank: ``(flat, (nodes cut, edges cut, batches
+    cut))`` over its ``F`` chunks (stacked ``[F, ...]`` when ``F > 1``). Picklable, so
+    DataLoader workers can run it; a function of ``(seed, epoch, chunk)`` only."""
+
+    def __init__(self, loader: "FixedSizeHeteroNeighborLoader", epoch: int, chunks: List[int]):
+        self.loader, self.epoch, self.chunks = loader, epoch, chunks
+
+    def __len__(self) -> int:
+        return len(self.chunks) // self.loader.micro_batches
+
+    def __getitem__(self, i: int) -> Tuple[Dict[str, Tensor], Tuple[int, int, int]]:
+        F = self.loader.micro_batches
+        parts = [self.loader._batch(self.epoch, c) for c in self.chunks[i * F:(i + 1) * F]]
+        cuts = (sum(p[1] for p in parts), sum(p[2] for p in parts),
+                sum(int(p[1] + p[2] > 0) for p in parts))
+        return (parts[0][0] if F == 1 else stack_micro_batches([p[0] for p in parts])), cuts
 
 
 class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
@@ -225,9 +313,16 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         input_nodes: ``(node_type, index | bool mask | None)``: the seeds, of one type.
         budget: a hetero :class:`Budget` (``graphs=2``, every node and edge type
             of the graph), its dict/JSON, or ``None`` (fitted).
+        disjoint: one tree per seed (adds ``"<node_type>/seed_of"``); not with
+            ``directed=False``.
+        num_workers: sampling worker processes (``torch.utils.data.DataLoader``);
+            the batches do not depend on it.
+        sampler: ``"ours"`` (default: torch only) or ``"pyg"`` (PyG's sampler;
+            needs pyg-lib or torch-sparse).
         The rest: as :class:`FixedSizeNeighborLoader` (``shuffle``, ``seed``,
-        ``replace``, ``oversize``, ``success_ratio``, ``fit_batches``,
-        ``micro_batches``, ``rank``, ``world_size``, ``pad_id``, ``sampler_threads``).
+        ``replace``, ``directed``, ``oversize``, ``success_ratio``,
+        ``fit_batches``, ``micro_batches``, ``rank``, ``world_size``,
+        ``pad_id``, ``sampler_threads``).
     """
 
     def __init__(self, data: Any, num_neighbors: Any, batch_size: int, *,
@@ -239,13 +334,13 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
                  sampler: str = "ours"):
         name = type(self).__name__
-        for flag, bad, what in ((disjoint, True, "disjoint=True"),
-                                (sampler, "pyg", "sampler='pyg'"),
-                                (num_workers > 0, True, f"num_workers={num_workers}")):
-            if flag == bad:
-                raise NotImplementedError(f"{name}({what}) is not built (issue 22); the "
-                                          f"homogeneous FixedSizeNeighborLoader has it "
-                                          f"(data.to_homogeneous())")
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler={sampler!r}; choose one of {SAMPLERS}")
+        if disjoint and not directed:
+            raise NotImplementedError(f"{name}(directed=False, disjoint=True): an induced "
+                                      f"subgraph per seed tree is not built; use one of them")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers={num_workers!r}; give an int >= 0")
         if not (hasattr(data, "node_types") and hasattr(data, "edge_types")):
             raise TypeError(f"{name} samples HeteroData; for a homogeneous graph use "
                             f"FixedSizeNeighborLoader")
@@ -257,11 +352,12 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
             raise ValueError(f"rank={rank}, world_size={world_size}, micro_batches="
                              f"{micro_batches}: need 0 <= rank < world_size and F >= 1")
         self.data, self.batch_size, self.shuffle, self.seed = data, batch_size, shuffle, seed
-        self.replace, self.disjoint, self.oversize = replace, False, oversize
+        self.replace, self.disjoint, self.oversize = replace, bool(disjoint), oversize
         self.directed = bool(directed)
         self.micro_batches, self.rank, self.world_size = micro_batches, rank, world_size
-        self.pad_id, self.num_workers, self.sampler_threads = pad_id, 0, sampler_threads
-        self.sampler, self._pyg, self.csc = "ours", None, None
+        self.pad_id, self.num_workers, self.sampler_threads = pad_id, num_workers, sampler_threads
+        self.prefetch = 0  # the homogeneous loader's background thread: not offered here
+        self.sampler, self._pyg, self.csc = sampler, None, None
         self._epoch, self._explicit_epoch = 0, None
         self.edge_types: List[EdgeType] = [tuple(et) for et in data.edge_types]
         self.fanouts = self._fanouts(num_neighbors)
@@ -278,14 +374,21 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         hops = len(next(iter(self.fanouts.values())))
         for et in self.edge_types:  # an edge type left out samples nothing
             self.fanouts.setdefault(et, [0] * hops)
-        with self._sampling_threads():  # a CSC where something is sampled (directed=False:
-            # every edge type, its edges between the sampled nodes are in the subgraph)
-            self.cscs = {et: CSC.from_edge_index(data[et].edge_index, self.num_nodes_of[et[2]],
-                                                 num_src_nodes=self.num_nodes_of[et[0]])
-                         for et in self.edge_types
-                         if not self.directed or any(k != 0 for k in self.fanouts[et])}
-        self.scratch = {t: torch.full((n,), -1, dtype=torch.long)
-                        for t, n in self.num_nodes_of.items()}
+        if sampler == "pyg":  # PyG keeps its own CSCs
+            self._pyg = PygHeteroNeighborSampler(data, self.fanouts, replace=replace,
+                                                 disjoint=self.disjoint, directed=self.directed)
+            self.cscs: Dict[EdgeType, CSC] = {}
+            self.scratch: Dict[str, Tensor] = {}
+        else:
+            with self._sampling_threads():  # a CSC where something is sampled (directed=False:
+                # every edge type, its edges between the sampled nodes are in the subgraph)
+                self.cscs = {et: CSC.from_edge_index(data[et].edge_index,
+                                                     self.num_nodes_of[et[2]],
+                                                     num_src_nodes=self.num_nodes_of[et[0]])
+                             for et in self.edge_types
+                             if not self.directed or any(k != 0 for k in self.fanouts[et])}
+            self.scratch = {t: torch.full((n,), -1, dtype=torch.long)
+                            for t, n in self.num_nodes_of.items()}
         self.stats = self._new_stats(0)
         self.budget = self._hetero_budget(budget, success_ratio, fit_batches)
 
@@ -358,15 +461,31 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
     # -- sampling ----------------------------------------------------------------
     def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0) -> HeteroSample:
         """The unpadded sample of ``seeds`` (deterministic for ``(seed, stream, epoch, chunk)``)."""
+        if self._pyg is not None:
+            return self._pyg_sample(seeds, chunk_seed(self.seed, epoch, chunk, stream))
         g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
         s = sample_hetero_neighbors(self.cscs, self.scratch, self.seed_type, seeds,
                                     {et: self.fanouts[et] for et in self.cscs},
-                                    replace=self.replace, directed=self.directed, generator=g)
+                                    replace=self.replace, directed=self.directed,
+                                    disjoint=self.disjoint, generator=g)
         for et in self.edge_types:  # an edge type not sampled: no edge, same signature
             if et not in s.edge_index:
                 s.edge_index[et] = torch.zeros(2, 0, dtype=torch.long)
                 s.e_id[et] = torch.zeros(0, dtype=torch.long)
         return s
+
+    def _pyg_sample(self, seeds: Tensor, seed: int) -> HeteroSample:
+        """PyG's sample of ``seeds``, every node and edge type present (empty if unsampled)."""
+        n_id, ei, eid, seed_of = self._pyg.sample(self.seed_type, seeds, seed)
+        empty = torch.zeros(0, dtype=torch.long)
+        for t in self.num_nodes_of:
+            n_id.setdefault(t, empty)
+            if seed_of is not None:
+                seed_of.setdefault(t, empty)
+        for et in self.edge_types:
+            ei.setdefault(et, torch.zeros(2, 0, dtype=torch.long))
+            eid.setdefault(et, empty)
+        return HeteroSample(n_id, ei, eid, seed_of)
 
     def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
         seeds = self.chunk_seeds(epoch, chunk)
@@ -398,6 +517,9 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
             h[t][N_ID] = nid
             h[t].num_nodes = int(nid.numel())
         h[self.seed_type][SEED_MASK] = torch.arange(s.n_id[self.seed_type].numel()) < num_seeds
+        if s.seed_of is not None:  # every type, as PyG's per-type batch vector
+            for t, so in s.seed_of.items():
+                h[t][SEED_OF] = so
         for et in self.edge_types:
             ei = s.edge_index.get(et, torch.zeros(2, 0, dtype=torch.long))
             eid = s.e_id.get(et, torch.zeros(0, dtype=torch.long))
@@ -415,6 +537,9 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         for t in s.n_id:
             k = key_of(t, N_ID)
             flat[k] = torch.where(flat[key_of(t, NODE_MASK)], flat[k], self.pad_id)
+            if s.seed_of is not None:  # padding rows are in no tree
+                k = key_of(t, SEED_OF)
+                flat[k] = torch.where(flat[key_of(t, NODE_MASK)], flat[k], -1)
         for et in self.edge_types:
             name = "__".join(et)
             k = key_of(name, E_ID)
@@ -428,25 +553,26 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         self._epoch = epoch + 1
         st = self._new_stats(epoch)
         self.stats = st
-        chunks, F = self.chunks_of_rank(), self.micro_batches
+        ds = _HeteroBatches(self, epoch, self.chunks_of_rank())
+        it = (torch.utils.data.DataLoader(ds, batch_size=None, shuffle=False,
+                                          num_workers=self.num_workers)
+              if self.num_workers > 0 else (ds[i] for i in range(len(ds))))
         real_n = real_e = 0
         N = sum(int(v) for v in self.budget.nodes.values())
         E = sum(int(v) for v in self.budget.edges.values())
-        for i in range(len(chunks) // F):
-            parts = [self._batch(epoch, c) for c in chunks[i * F:(i + 1) * F]]
-            for flat, cn, ce in parts:
-                st.batches += 1
-                st.fill_batches += int(not bool(flat[GRAPH_MASK][0]))
-                st.seeds += int(flat[key_of(self.seed_type, SEED_MASK)].sum())
-                real_n += sum(int(flat[key_of(t, NODE_MASK)].sum()) for t in self.num_nodes_of)
-                real_e += sum(int(flat[key_of("__".join(et), EDGE_MASK)].sum())
-                              for et in self.edge_types)
-                st.trimmed_nodes += cn
-                st.trimmed_edges += ce
-                st.trimmed_batches += int(cn + ce > 0)
+        for flat, (cn, ce, tb) in it:  # F > 1: every tensor [F, ...]; the sums count all F
+            st.batches += self.micro_batches
+            st.fill_batches += int((~flat[GRAPH_MASK].view(-1, 2)[:, 0]).sum())
+            st.seeds += int(flat[key_of(self.seed_type, SEED_MASK)].sum())
+            real_n += sum(int(flat[key_of(t, NODE_MASK)].sum()) for t in self.num_nodes_of)
+            real_e += sum(int(flat[key_of("__".join(et), EDGE_MASK)].sum())
+                          for et in self.edge_types)
+            st.trimmed_nodes += cn
+            st.trimmed_edges += ce
+            st.trimmed_batches += tb
             st.node_efficiency = real_n / (st.batches * N)
             st.edge_efficiency = real_e / (st.batches * E)
-            yield parts[0][0] if F == 1 else stack_micro_batches([p[0] for p in parts])
+            yield flat
         if st.trimmed_batches:
             warnings.warn(
                 f"{type(self).__name__} epoch {epoch}: {st.trimmed_batches} of {st.batches} "

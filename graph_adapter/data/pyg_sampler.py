@@ -19,19 +19,25 @@ in input ids. What differs from ``sampler="ours"``:
 
 Where neither is installed, :class:`PygSamplerUnavailableError` says what to
 install; ``sampler="ours"`` (the default) needs neither.
+
+:class:`PygHeteroNeighborSampler` does the same for ``HeteroData``
+(``FixedSizeHeteroNeighborLoader(..., sampler="pyg")``): PyG's hetero sampler
+(pyg-lib's ``hetero_neighbor_sample`` or torch-sparse's), seeds of one node
+type, every edge type's fanouts; ``disjoint=True`` needs pyg-lib (torch-sparse
+has no disjoint hetero sampling: a named error up front, not PyG's).
 """
 from __future__ import annotations
 
 import importlib
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from .csr import Sample
 
-__all__ = ["PygSamplerUnavailableError", "PygNeighborSampler", "pyg_sampler_backend",
-           "SAMPLERS"]
+__all__ = ["PygSamplerUnavailableError", "PygNeighborSampler", "PygHeteroNeighborSampler",
+           "pyg_sampler_backend", "SAMPLERS"]
 
 SAMPLERS = ("ours", "pyg")
 
@@ -52,6 +58,11 @@ def pyg_sampler_backend() -> Optional[str]:
     return None
 
 
+_INSTALL = ("Install one (`pip install torch-sparse -f "
+            "https://data.pyg.org/whl/torch-<version>+cpu.html`, or pyg-lib from the same "
+            "index), or use sampler='ours' (the default: torch only)")
+
+
 class PygNeighborSampler:
     """PyG's ``NeighborSampler`` on ``data``, returning our :class:`Sample`.
 
@@ -68,9 +79,7 @@ class PygNeighborSampler:
         if backend is None:
             raise PygSamplerUnavailableError(
                 "sampler='pyg' runs PyG's NeighborSampler, which needs pyg-lib or torch-sparse; "
-                "neither imports here. Install one (`pip install torch-sparse -f "
-                "https://data.pyg.org/whl/torch-<version>+cpu.html`, or pyg-lib from the same "
-                "index), or use sampler='ours' (the default: torch only)")
+                "neither imports here. " + _INSTALL)
         from torch_geometric.sampler import NeighborSampler
 
         self.backend = backend
@@ -102,3 +111,61 @@ class PygNeighborSampler:
                       edges_per_hop=edges_per_hop,
                       seed_of=out.batch.long() if self.disjoint and out.batch is not None
                       else None)
+
+
+EdgeType = Tuple[str, str, str]
+
+
+class PygHeteroNeighborSampler:
+    """PyG's ``NeighborSampler`` on a ``HeteroData``, returning per-type tensors.
+
+    Args:
+        data: the ``HeteroData``.
+        num_neighbors: ``{edge_type: [k_1, ..., k_H]}`` for every edge type.
+        replace / disjoint / directed: as the loaders'.
+    """
+
+    def __init__(self, data: Any, num_neighbors: Dict[EdgeType, List[int]], *,
+                 replace: bool = False, disjoint: bool = False, directed: bool = True):
+        backend = pyg_sampler_backend()
+        if backend is None:
+            raise PygSamplerUnavailableError(
+                "sampler='pyg' runs PyG's hetero NeighborSampler, which needs pyg-lib or "
+                "torch-sparse; neither imports here. " + _INSTALL)
+        if disjoint and backend != "pyg-lib":
+            raise PygSamplerUnavailableError(
+                f"sampler='pyg' with disjoint=True on HeteroData needs pyg-lib ({backend} has "
+                f"no disjoint hetero sampling); install pyg-lib, or use sampler='ours' (it has "
+                f"disjoint=True)")
+        from torch_geometric.sampler import NeighborSampler
+
+        self.backend, self.disjoint = backend, disjoint
+        self._sampler = NeighborSampler(
+            data, {tuple(k): list(v) for k, v in num_neighbors.items()}, replace=replace,
+            disjoint=disjoint, subgraph_type="directional" if directed else "induced")
+
+    def sample(self, seed_type: str, seeds: Tensor, seed: int
+               ) -> Tuple[Dict[str, Tensor], Dict[EdgeType, Tensor], Dict[EdgeType, Tensor],
+                          Optional[Dict[str, Tensor]]]:
+        """``(n_id, edge_index, e_id, seed_of)`` of ``seeds`` [B] of ``seed_type``:
+        per node type the global ids of its rows (seeds first), per edge type
+        ``[source row, destination row]`` and input edge ids (``e_id``), per node
+        type the tree of each row with ``disjoint`` (else ``None``); PyG's draws
+        seeded with ``seed``, the caller's generator untouched."""
+        from torch_geometric.sampler import NodeSamplerInput
+
+        seeds = seeds.long().reshape(-1)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            out = self._sampler.sample_from_nodes(
+                NodeSamplerInput(input_id=None, node=seeds, input_type=seed_type))
+        perm = self._sampler.edge_permutation or {}
+        n_id = {t: v.long() for t, v in out.node.items()}
+        edge_index, e_id = {}, {}
+        for et, edge in out.edge.items():
+            p = perm.get(et)
+            e_id[et] = (p[edge] if p is not None else edge).long()
+            edge_index[et] = torch.stack([out.row[et].long(), out.col[et].long()])
+        seed_of = ({t: v.long() for t, v in out.batch.items()}
+                   if self.disjoint and out.batch is not None else None)
+        return n_id, edge_index, e_id, seed_of

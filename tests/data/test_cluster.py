@@ -11,8 +11,9 @@ from torch_geometric.data import Data
 from torch_geometric.nn import GraphSAGE
 
 from graph_adapter import ipu_wrap
+from graph_adapter.data import cluster
 from graph_adapter.data.cluster import (FixedSizeClusterLoader, MetisUnavailableError,
-                                        PartitionError, metis_available)
+                                        PartitionError, metis_available, metis_partition)
 from graph_adapter.data.neighbor import SubgraphOversizeError
 
 
@@ -130,7 +131,7 @@ def test_metis_is_used_where_available_else_the_error_names_what_to_install():
         L = FixedSizeClusterLoader(d, num_parts=4, batch_size=2)
         assert L.num_parts == 4 and int(L.node_perm.numel()) == 40
     else:
-        with pytest.raises(MetisUnavailableError, match="torch-sparse built with METIS") as e:
+        with pytest.raises(MetisUnavailableError, match="pip install pymetis") as e:
             FixedSizeClusterLoader(d, num_parts=4, batch_size=2)
         assert why in str(e.value) and "partition=" in str(e.value)
 
@@ -147,3 +148,17 @@ def test_the_node_budget_holds_the_largest_clusters_together_whatever_the_quanti
             L.set_epoch(epoch)
             seen = torch.cat([f["n_id"][f["node_mask"]] for f in L])
             assert sorted(seen.tolist()) == list(range(23)) and L.stats.trimmed_nodes == 0
+
+
+def test_without_any_metis_the_error_names_pip_install_pymetis(monkeypatch):
+    monkeypatch.setattr(cluster, "_PROBES", {k: (lambda k=k: f"{k} is absent (test)")
+                                             for k in cluster.METIS_BACKENDS})
+    ok, why = metis_available()
+    assert not ok and "pymetis is absent (test)" in why
+    with pytest.raises(MetisUnavailableError, match="pip install pymetis") as e:
+        metis_partition(torch.tensor([[0, 1], [1, 0]]), 2, 2)
+    assert why in str(e.value) and "partition=" in str(e.value)
+    with pytest.raises(ValueError, match="choose one of"):
+        metis_available("metis5")
+    with pytest.raises(PartitionError, match="num_parts=5 > the graph's 2 nodes"):
+        metis_partition(torch.tensor([[0, 1], [1, 0]]), 2, 5)

@@ -211,10 +211,12 @@ def test_oversize_trim_is_counted_and_error_names_the_type():
 def test_bad_inputs_and_what_is_not_built_are_named():
     h = _hetero(10, 5, (20, 20), 0)
     mk = FixedSizeHeteroNeighborLoader
-    for kw, what in ((dict(disjoint=True), "disjoint=True"), (dict(sampler="pyg"), "sampler='pyg'"),
-                     (dict(num_workers=2), "num_workers=2")):
-        with pytest.raises(NotImplementedError, match=what):
-            mk(h, [2], 2, input_nodes=("paper", None), **kw)
+    with pytest.raises(NotImplementedError, match="directed=False, disjoint=True"):
+        mk(h, [2], 2, input_nodes=("paper", None), disjoint=True, directed=False)
+    with pytest.raises(ValueError, match="num_workers=-1"):
+        mk(h, [2], 2, input_nodes=("paper", None), num_workers=-1)
+    with pytest.raises(InputNodesError, match="seeds of one node type"):
+        mk(h, [2], 2, input_nodes={"paper": None, "author": None})
     with pytest.raises(InputNodesError, match="node type 'venue'"):
         mk(h, [2], 2, input_nodes=("venue", None))
     with pytest.raises(InputNodesError, match=r"input_nodes\[0\] = 10 is out of range"):
