@@ -10,7 +10,7 @@ Dynamo's ``compile_times()``, inductor's cache counters and the number of
 ``.so`` files it built.
 
     python benchmarks/bench_compile_time.py [--runs 2] [--threads 2] \
-        [--option cpp_wrapper=true ...] [--limit 1000]
+        [--option cpp_wrapper=true ...] [--limit 1000] [--precompile off|on|alternate]
 
 ``--option KEY=VALUE`` (repeatable) passes inductor options to
 ``graph_adapter.compile(options=...)`` (values parsed as JSON, else strings),
@@ -49,6 +49,9 @@ _CHILD = textwrap.dedent(r"""
             gcc.append((time.perf_counter() - t, cmd_line))
         cb._run_compile_cmd = _timed
 
+    if os.environ.get("BENCH_PRECOMPILE"):  # backends/_precompile.py: skip Dynamo's trace
+        from graph_adapter.backends import _precompile
+        _precompile.ENABLED = True
     if os.environ.get("BENCH_NO_REMEMBER"):  # inductor's own host checks, every process
         from graph_adapter.backends import _host_checks
         _host_checks.REMEMBER = False
@@ -82,7 +85,7 @@ _CHILD = textwrap.dedent(r"""
         prof.enable()
     import resource
     c0, k0 = time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter(); train_step(flat); t_train = time.perf_counter() - t0
+    t0 = time.perf_counter(); loss1 = train_step(flat); t_train = time.perf_counter() - t0
     c1, k1 = time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_train = c1 - c0  # this process's CPU time (steadier than wall time under load)
     cpu_children = (k1.ru_utime + k1.ru_stime) - (k0.ru_utime + k0.ru_stime)
@@ -101,6 +104,8 @@ _CHILD = textwrap.dedent(r"""
         "import_s": t_import, "first_train_s": t_train, "first_train_cpu_s": cpu_train,
         "first_train_children_cpu_s": cpu_children, "second_train_s": t_train2,
         "first_infer_s": t_infer, "so_files_in_cache": so,
+        "precompiled_loads": getattr(compiled._engine, "precompiled_loads", 0),
+        "first_loss": loss1,
         "inductor": dict(counters["inductor"]), "aot": dict(counters["aot_autograd"]),
         "compile_times": compile_times(repr="str", aggregate=True),
         "gcc": gcc, "budget": [budget.nodes, budget.edges, budget.graphs]}))
@@ -117,7 +122,7 @@ def _parse_option(text: str):
 
 def run_child(cache_dir: str, threads: int, limit: int, layout: str, options: dict,
               trace_gcc: bool = False, profile: str = "",
-              remember: bool = True) -> dict:
+              remember: bool = True, precompile: bool = False) -> dict:
     """One fresh process on ``cache_dir``; what it printed (see :data:`_CHILD`) plus its wall time."""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, BENCH_THREADS=str(threads),
                BENCH_LIMIT=str(limit), BENCH_LAYOUT=layout, BENCH_OPTIONS=json.dumps(options))
@@ -125,6 +130,9 @@ def run_child(cache_dir: str, threads: int, limit: int, layout: str, options: di
         env["BENCH_PROFILE"] = profile
     if not remember:
         env["BENCH_NO_REMEMBER"] = "1"
+    env.pop("BENCH_PRECOMPILE", None)
+    if precompile:
+        env["BENCH_PRECOMPILE"] = "1"
     if trace_gcc:  # in this process: inductor's compile workers would not see the patch
         env.update(BENCH_TRACE_GCC="1", TORCHINDUCTOR_COMPILE_THREADS="1")
     t0 = time.perf_counter()
@@ -154,6 +162,9 @@ def main(argv=None) -> None:
     p.add_argument("--profile", default="", help="cProfile the first training step into this file")
     p.add_argument("--trace-gcc", action="store_true",
                    help="time every C++ compile (runs them in the child: 1 compile thread)")
+    p.add_argument("--precompile", choices=("off", "on", "alternate"), default="off",
+                   help="precompiled entries (backends/_precompile.py): 'alternate' runs warm "
+                        "processes off, on, off, on... after one process on that writes them")
     args = p.parse_args(argv)
     options = dict(args.option)
     cache = args.cache_dir or tempfile.mkdtemp(prefix="ga-compile-")
@@ -161,8 +172,9 @@ def main(argv=None) -> None:
           f"load average {os.getloadavg()[0]:.2f}")
     for i in range(args.runs):
         remember = not args.no_remember and not (args.side_by_side and i % 2 == 0 and i > 0)
+        precompile = {"off": False, "on": True}.get(args.precompile, i == 0 or i % 2 == 0)
         r = run_child(cache, args.threads, args.limit, args.layout, options, args.trace_gcc,
-                      args.profile, remember)
+                      args.profile, remember, precompile)
         ind = r["inductor"]
         print(f"run {i + 1} ({'cold' if i == 0 and not args.cache_dir else 'warm'}): "
               f"first train step {r['first_train_s']:.2f} s (CPU {r['first_train_cpu_s']:.2f} s + "
@@ -171,6 +183,8 @@ def main(argv=None) -> None:
               f"process {r['process_wall_s']:.1f} s; fx cache hit/miss/bypass "
               f"{ind.get('fxgraph_cache_hit', 0)}/{ind.get('fxgraph_cache_miss', 0)}/"
               f"{ind.get('fxgraph_cache_bypass', 0)}; host-check records {'on' if remember else 'off'}; aot hit {r['aot'].get('autograd_cache_hit', 0)}; "
+              f"precompile {'on' if precompile else 'off'} ({r['precompiled_loads']} loaded, "
+              f"first loss {r['first_loss']!r}); "
               f".so in cache {r['so_files_in_cache']}; load {os.getloadavg()[0]:.2f}")
         if args.verbose:
             print(r["compile_times"])

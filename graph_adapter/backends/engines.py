@@ -6,6 +6,30 @@ with :class:`EngineSettings`) runs one micro-batch (``run(flat, key)``) and
 counts its compiles (``compile_count``): :class:`DynamoEngine` (``"inductor"``,
 ``"aot_eager"``), :class:`CudaGraphEngine`, :class:`EagerEngine`,
 :class:`ExportEngine` and :class:`PerModeEngine` (one engine a mode).
+
+Guard policy (:class:`DynamoEngine`): every guard Dynamo builds is kept (no
+``guard_filter_fn``, no ``skip_guard_eval_unsafe`` stance). ``Compiled`` checks
+the batch on the host (keys, dtypes, shapes: ``program.signature_of``) and the
+mode, but not the model's state, and the guards are what make a changed model
+recompile instead of running a stale graph: one submodule put in ``eval()``, a
+parameter's ``requires_grad`` or dtype changed, a plain module attribute or a
+module global the forward reads changed (``tests/backends/test_guard_policy.py``;
+a parameter loaded in place or replaced by a new ``Parameter`` needs no
+recompile: the compiled code reads parameters through the module each call).
+What they cost, measured side by side in one process (2026-12-01, 1 thread,
+``python benchmarks/bench_models.py --overhead``): their evaluation alone
+~35 us a call (GIN 4x8 or 4x128 + BatchNorm, 1,870 leaf guards, 833 evaluated
+a call), and skipping it altogether, the most any guard policy could save,
+0.7% of GIN 4x128's 15 ms training step (~100 us). A host-side check of the
+module state that the dropped guards cover would cost about as much in Python,
+so nothing is dropped (docs/benchmarks.md, "Dynamo's guards").
+
+Precompiled entries (opt-in, :mod:`~graph_adapter.backends._precompile`): with
+``_precompile.ENABLED`` a :class:`DynamoEngine` (``"inductor"``, CPU, no RNN)
+runs each (signature, mode, grad mode) through an entry saved by torch's
+``aot_compile`` (an earlier process's, when its key and sources match, else
+one compiled now and saved), so a warm process skips Dynamo's trace; where
+that entry's saved guards fail, the ordinary entry above runs and recompiles.
 """
 from __future__ import annotations
 
@@ -17,7 +41,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from . import _host_checks, _inductor_cpu
+from . import _host_checks, _inductor_cpu, _precompile
 from .registry import device_of, get_backend
 from .program import Signature
 
@@ -114,15 +138,30 @@ def rnn_settings():
 class DynamoEngine:
     """``"inductor"`` / ``"aot_eager"``: ``torch.compile(fullgraph=True, dynamic=False)``.
 
+    ``precompiled_loads``: entries loaded from an earlier process's artifact
+    (module docstring; they are not compiles and not in ``compile_count``).
+
     A model with an ``nn.RNNBase`` inside runs every call under :func:`rnn_settings`
     (the user's settings are untouched outside the call)."""
 
     def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
         self._counter = _CountingBackend(settings.backend, settings.options,
                                          settings.index_add_fallback)
-        self._fn = torch.compile(_own_entry(wrapped), backend=self._counter, fullgraph=True,
-                                 dynamic=False)
+        entry = _own_entry(wrapped)
+        self._fn = torch.compile(entry, backend=self._counter, fullgraph=True, dynamic=False)
         self._rnn = has_rnn(wrapped)
+        self._wrapped, self._settings = wrapped, settings
+        #: entries loaded from a precompiled artifact (backends/_precompile.py)
+        self.precompiled_loads = 0
+        # (signature, mode, grad mode) -> precompiled entry, or None: the ordinary entry
+        self._pre: Optional[Dict[Any, Any]] = None
+        if (_precompile.ENABLED and settings.backend == "inductor" and not self._rnn
+                and device_of(wrapped).type == "cpu" and type(self) is DynamoEngine):
+            self._pre = {}
+            # the same entry, compiled ahead with the guards that serialize (globals kept)
+            self._aot = torch.compile(entry, backend=self._counter, fullgraph=True,
+                                      dynamic=False,
+                                      options={"guard_filter_fn": _precompile.serializable_guards})
 
     @property
     def compile_count(self) -> int:
@@ -135,11 +174,44 @@ class DynamoEngine:
         return self._counter.atomic_adds if self._counter.name == "inductor" else False
 
     def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
-        # Dynamo guards on the mode and shapes itself; ``key`` is not needed.
+        # Dynamo guards on the mode and shapes itself; ``key`` only picks a precompiled entry.
         if self._rnn:
             with rnn_settings():
                 return self._fn(flat)
+        if self._pre is not None:
+            fn = self._precompiled(flat, key)
+            if fn is not None:
+                return fn.fn(flat)
         return self._fn(flat)
+
+    def _precompiled(self, flat: Dict[str, Tensor], key: Any) -> Any:
+        """The precompiled entry for this call whose guards pass, or ``None`` (then the
+        ordinary entry runs: it recompiles where the model changed in this process)."""
+        ck = (key, torch.is_grad_enabled())
+        if ck not in self._pre:
+            self._pre[ck] = self._load_or_build(flat)
+        fn = self._pre[ck]
+        if fn is not None and not fn.guard_check(flat):
+            self._pre[ck] = fn = None  # never retried: the ordinary entry owns this key now
+        return fn
+
+    def _load_or_build(self, flat: Dict[str, Tensor]) -> Any:
+        """An earlier process's artifact for this call, else one compiled now and saved
+        (``None`` where torch cannot build or save one: logged, and compiled as usual)."""
+        key = _precompile.artifact_key(self._wrapped, flat, self._settings)
+        fn = _precompile.load(key, self._wrapped)
+        if fn is not None:
+            self.precompiled_loads += 1
+            return fn
+        try:
+            with _precompile.grads_set_aside(self._wrapped):
+                fn = self._aot.aot_compile(((flat,), {}))
+                _precompile.save(key, fn, self._wrapped)
+        except Exception as exc:  # torch's precompile is experimental: compile as usual
+            _precompile.log.warning("graph_adapter: no precompiled entry (%s: %s); compiling "
+                                    "as usual", type(exc).__name__, exc)
+            return None
+        return fn
 
 
 class CudaGraphEngine(DynamoEngine):
