@@ -16,9 +16,13 @@ Adam 1e-2, on 50% of the nodes as seeds; test accuracy on 25%. Reported:
    ``B * (1 + 10 + 10 * 5)`` nodes / ``B * (10 + 50)`` edges;
 2. sampler seeds/s: ours (padded dicts) vs PyG's ``NeighborLoader`` (needs
    torch-sparse or pyg-lib; skipped, and said so, without);
-3. training / inference seeds/s and test accuracy after ``--epochs`` epochs:
-   eager PyG (its loader, or our sampler's unpadded subgraphs where PyG's sampler
-   is missing: printed), ``ipu_wrap`` eager, ``ipu_wrap`` + inductor.
+3. training / inference seeds/s and test accuracy after ``--epochs`` epochs, the
+   methods interleaved (each round: one training epoch and one inference pass of
+   every method, order rotated), wall-clock rates and CPU seconds: eager PyG
+   (its loader with 0 and ``--workers`` worker processes, or our sampler's
+   unpadded subgraphs where PyG's sampler is missing: printed), ``ipu_wrap``
+   eager, ``ipu_wrap`` + inductor with our loader in the caller's thread, with
+   ``prefetch=2`` (a sampling thread) and with ``--workers`` processes.
 
 Run: ``TORCHINDUCTOR_CACHE_DIR=.cache/inductor python benchmarks/bench_large_graph.py``
 (``--nodes 20000 --epochs 1`` for a quick look).
@@ -28,9 +32,12 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
+import itertools
 import multiprocessing as mp
 import os
 import platform
+import resource
+import statistics
 import time
 import warnings
 
@@ -51,15 +58,48 @@ def pyg_loader_available() -> bool:
     return any(importlib.util.find_spec(m) is not None for m in ("torch_sparse", "pyg_lib"))
 
 
-def pyg_batches(data, seeds, fan, bs, shuffle, loader_ok, ours_for_fallback):
-    """PyG's NeighborLoader batches (``Data``, seeds first, ``batch_size`` attr), or our
-    sampler's unpadded subgraphs where PyG's sampler is missing."""
+def _cpu_s() -> float:
+    """CPU seconds of this process (every thread: a prefetching one too) and of its
+    reaped children (DataLoader workers, joined when an epoch ends)."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+def _timed_epoch(batches, count, step=None):
+    """One pass over ``batches``, ``step(b)`` on each (``None``: only iterate), ``count(b)``
+    summed: ``(count, wall s, CPU s)``. The loaders' trim warnings are silenced: their
+    stats count every cut and :func:`_print_fill` prints them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t, c, n = time.perf_counter(), _cpu_s(), 0
+        for b in batches:
+            if step is not None:
+                step(b)
+            n += count(b)
+        return n, time.perf_counter() - t, _cpu_s() - c
+
+
+def _print_fill(st, what: str = "subgraphs") -> None:
+    """A loader's fill over the epoch it just ran, and its cuts (``loader.stats``)."""
+    print(f"   fill over the epoch: node slots real {st.node_efficiency:.1%}, edge slots real "
+          f"{st.edge_efficiency:.1%}; {st.trimmed_batches} of {st.batches} {what} trimmed "
+          f"({st.trimmed_nodes} nodes, {st.trimmed_edges} edges cut, counted)")
+
+
+def _seeds_in(flat) -> int:
+    return int(flat["seed_mask"].sum())
+
+
+def pyg_batches(data, seeds, fan, bs, shuffle, loader_ok, ours_for_fallback, workers=0):
+    """PyG's NeighborLoader batches (``Data``, seeds first, ``batch_size`` attr; ``workers``
+    DataLoader processes), or our sampler's unpadded subgraphs where PyG's sampler is
+    missing (in this process)."""
     if loader_ok:
         from torch_geometric.loader import NeighborLoader
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield from NeighborLoader(data, num_neighbors=fan, batch_size=bs, input_nodes=seeds,
-                                      shuffle=shuffle)
+                                      shuffle=shuffle, num_workers=workers)
         return
     L = ours_for_fallback
     for c in range(len(L)):
@@ -88,15 +128,8 @@ def link_section(data, fan, bs, num_links, loader_ok) -> None:
           f"negatives 1:1, num_neighbors={fan}")
     print(f"   FixedSizeLinkNeighborLoader built in {built:.2f} s: budget {LL.budget}, "
           f"{LL.slots} supervision slots, {len(LL)} batches an epoch")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        t = time.perf_counter()
-        n_ours = sum(int((f["input_id"] >= 0).sum()) for f in LL)
-        dt_ours = time.perf_counter() - t
-    st = LL.stats
-    print(f"   fill over the epoch: node slots real {st.node_efficiency:.1%}, edge slots real "
-          f"{st.edge_efficiency:.1%}; {st.trimmed_batches} of {st.batches} subgraphs trimmed "
-          f"({st.trimmed_nodes} nodes, {st.trimmed_edges} edges cut, counted)")
+    n_ours, dt_ours, _ = _timed_epoch(LL, lambda f: int((f["input_id"] >= 0).sum()))
+    _print_fill(LL.stats)
     print(f"   ours (padded dicts): {n_ours / dt_ours:9.0f} supervision edges/s ({dt_ours:.2f} s)")
     if not loader_ok:
         print("   PyG LinkNeighborLoader: unavailable (no torch-sparse / pyg-lib): not measured")
@@ -105,11 +138,9 @@ def link_section(data, fan, bs, num_links, loader_ok) -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t = time.perf_counter()
-        n_pyg = sum(int(b.input_id.numel()) for b in LinkNeighborLoader(
-            data, num_neighbors=fan, edge_label_index=eli, batch_size=bs, shuffle=True,
-            neg_sampling="binary"))
-        dt_pyg = time.perf_counter() - t
+        pyg = LinkNeighborLoader(data, num_neighbors=fan, edge_label_index=eli, batch_size=bs,
+                                 shuffle=True, neg_sampling="binary")
+    n_pyg, dt_pyg, _ = _timed_epoch(pyg, lambda b: int(b.input_id.numel()))
     print(f"   PyG LinkNeighborLoader (torch-sparse): {n_pyg / dt_pyg:9.0f} supervision edges/s "
           f"({dt_pyg:.2f} s); ours / PyG = {dt_pyg / dt_ours:.2f}x")
 
@@ -162,18 +193,8 @@ def _million_run(kind, nodes, out_degree, seed_share, fan, bs, threads, q) -> No
     out["build_s"] = time.perf_counter() - t
     out["rss_built_mib"] = rss_mib() - before
     out["peak_built_mib"] = _peak_mib() - before
-    n = 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        t = time.perf_counter()
-        if kind == "ours":
-            for f in L:
-                n += int(f["seed_mask"].sum())
-        else:
-            for b in L:
-                n += b.batch_size
-        out["epoch_s"] = time.perf_counter() - t
-    out["epoch_seeds"] = n
+    out["epoch_seeds"], out["epoch_s"], _ = _timed_epoch(
+        L, _seeds_in if kind == "ours" else (lambda b: b.batch_size))
     out["rss_epoch_mib"] = rss_mib() - before
     out["peak_epoch_mib"] = _peak_mib() - before
     q.put(out)
@@ -222,11 +243,92 @@ def million_section(args, fan, bs) -> None:
         print("   PyG NeighborLoader: unavailable (no torch-sparse / pyg-lib): not measured")
 
 
+def overlap_section(args, data, L, train, fan, bs) -> None:
+    """3b. Does sampling overlap the compiled step? One compiled model (training:
+    ``inductor``, inference: ``inductor_eval``) fed by our loader in the caller's
+    thread, with ``prefetch=2`` and with ``--workers`` processes, ``--overlap-batches``
+    batches each, the loaders alternated over ``--epochs`` rounds (order reversed every
+    other round): wall and CPU ms a batch, median of the rounds. The batches are the
+    same for all three (the loaders' property), so only the overlap differs."""
+    torch.manual_seed(0)
+    model = GraphSAGE(args.dim, 128, num_layers=2, out_channels=args.classes)
+    w = ipu_wrap(model, loss_fn=lambda out, b: masked_cross_entropy(out, b["y"], b["seed_mask"]))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    step, ev = graph_adapter.compile(w, "inductor"), graph_adapter.compile(w, "inductor_eval")
+
+    def train_step(f):
+        opt.zero_grad()
+        step(f)["loss"].backward()
+        opt.step()
+
+    def infer_step(f):
+        with torch.no_grad():
+            ev(f)
+
+    kinds = [("caller's thread", {}), ("prefetch=2", {"prefetch": 2})]
+    if args.workers:
+        kinds.append((f"num_workers={args.workers}", {"num_workers": args.workers}))
+    loaders = [(name, FixedSizeNeighborLoader(data, fan, bs, input_nodes=train, shuffle=True,
+                                              budget=L.budget, **kw)) for name, kw in kinds]
+    nb = args.overlap_batches
+    print(f"\n3b. overlap: one compiled GraphSAGE, {nb} batches per loader and round, "
+          f"{args.epochs} rounds, torch at {args.threads} threads")
+    for mode, fn in (("training", train_step), ("inference", infer_step)):
+        w.train(mode == "training")
+        fn(L.batch(0, 0))  # the compile, apart
+        res = {name: [] for name, _ in loaders}
+        for r in range(args.epochs):
+            for name, LL in (loaders if r % 2 == 0 else loaders[::-1]):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    t, c, it = time.perf_counter(), _cpu_s(), iter(LL)
+                    for f in itertools.islice(it, nb):
+                        fn(f)
+                    it.close()  # stops the thread / joins the workers before the clock stops
+                    res[name].append(((time.perf_counter() - t) / nb * 1e3,
+                                      (_cpu_s() - c) / nb * 1e3))
+        ref = statistics.median(v[0] for v in res[loaders[0][0]])
+        print(f"   {mode}: " + "; ".join(
+            f"{name} {statistics.median(v[0] for v in res[name]):.1f} ms wall "
+            f"({ref / statistics.median(v[0] for v in res[name]):.2f}x), "
+            f"{statistics.median(v[1] for v in res[name]):.1f} ms CPU"
+            for name, _ in loaders) + " a batch")
+
+
+def _host_breakdown(data, fan, bs, budget, flat, batches: int = 20) -> None:
+    """Where the host's time per batch goes before a compiled call: sampling, padding,
+    the compiled model's signature and its index-bounds check (CPU ms, mean of
+    ``batches`` training batches)."""
+    from graph_adapter.backends.program import signature_of
+    from graph_adapter.data.values import bounds_plan, check_before_call
+
+    T = FixedSizeNeighborLoader(data, fan, bs, shuffle=True, budget=budget)
+    plan = bounds_plan(flat)
+    cost = dict.fromkeys(("sampling", "padding", "signature_of", "bounds check"), 0.0)
+    with T._sampling_threads(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for c in range(batches):
+            t = time.process_time()
+            seeds = T.chunk_seeds(0, c)
+            s = T.sample(seeds, 0, c)
+            t1 = time.process_time()
+            f = T._fit_and_pad(s, int(seeds.numel()), "")[0]
+            t2 = time.process_time()
+            signature_of(f)
+            t3 = time.process_time()
+            check_before_call(f, False, plan)
+            t4 = time.process_time()
+            for k, dt in zip(cost, (t1 - t, t2 - t1, t3 - t2, t4 - t3)):
+                cost[k] += dt
+    print(f"   host side per batch (CPU ms, mean of {batches}): " +
+          ", ".join(f"{k} {v / batches * 1e3:.2f}" for k, v in cost.items()))
+
+
 def profile_section(data, fan, bs, threads) -> None:
     """5. What one inference step of GraphSAGE 2x128 spends its time on, eager ``ipu_wrap``
     and ``ipu_wrap`` + inductor (``inductor_eval``), on one padded test batch: the
-    operators' self time (torch.profiler, 5 steps each, after 3 warm-up steps), then the
-    aggregation op alone: ATen's ``scatter_add_`` with the broadcast index PyG uses vs
+    operators' self time (torch.profiler, 5 steps each, after 3 warm-up steps), the
+    host's own time per batch (:func:`_host_breakdown`), then the aggregation op alone: ATen's ``scatter_add_`` with the broadcast index PyG uses vs
     ``index_add_`` on the same rows, side by side."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -257,6 +359,7 @@ def profile_section(data, fan, bs, threads) -> None:
             top = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:5]
             print(f"   {name}: median step {sorted(ts)[2] * 1e3:.0f} ms; self time: " +
                   ", ".join(f"{e.key[:40]} {e.self_cpu_time_total / ev_tot:.0%}" for e in top))
+        _host_breakdown(data, fan, bs, L.budget, flat)
         E, N = int(L.budget.edges), int(L.budget.nodes)
         msg = torch.randn(E, 128)
         dst = flat["edge_index"][1]
@@ -307,15 +410,8 @@ def hetero_section(fan, bs) -> None:
     L = FixedSizeHeteroNeighborLoader(h, fan, bs, input_nodes=("paper", seeds), shuffle=True)
     print(f"   FixedSizeHeteroNeighborLoader built in {time.perf_counter() - t:.2f} s: "
           f"{L.budget}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        t = time.perf_counter()
-        n = sum(L.seeds_in(f) for f in L)
-        dt = time.perf_counter() - t
-    st = L.stats
-    print(f"   fill over the epoch: node slots real {st.node_efficiency:.1%}, edge slots real "
-          f"{st.edge_efficiency:.1%}; {st.trimmed_batches} of {st.batches} trimmed "
-          f"({st.trimmed_nodes} nodes, {st.trimmed_edges} edges, counted)")
+    n, dt, _ = _timed_epoch(L, L.seeds_in)
+    _print_fill(L.stats)
     print(f"   ours (padded dicts): {n / dt:9.0f} seeds/s ({dt:.2f} s)")
     if not pyg_loader_available():
         print("   PyG NeighborLoader: unavailable (no torch-sparse / pyg-lib): not measured")
@@ -324,12 +420,170 @@ def hetero_section(fan, bs) -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t = time.perf_counter()
-        n_pyg = sum(b["paper"].batch_size for b in NeighborLoader(
-            h, num_neighbors=fan, batch_size=bs, input_nodes=("paper", seeds), shuffle=True))
-        dt_pyg = time.perf_counter() - t
+        pyg = NeighborLoader(h, num_neighbors=fan, batch_size=bs, input_nodes=("paper", seeds),
+                             shuffle=True)
+    n_pyg, dt_pyg, _ = _timed_epoch(pyg, lambda b: b["paper"].batch_size)
     print(f"   PyG NeighborLoader (torch-sparse): {n_pyg / dt_pyg:9.0f} seeds/s ({dt_pyg:.2f} s); "
           f"ours / PyG = {dt_pyg / dt:.2f}x (per seed: {n_pyg / dt_pyg:.0f} vs {n / dt:.0f})")
+
+
+def _pyg_method(args, base, data, L, train, test, fan, bs, loader_ok, workers):
+    """Eager PyG: its ``NeighborLoader`` (``workers`` processes) + the model, Adam."""
+    model = copy.deepcopy(base)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    fb = FixedSizeNeighborLoader(data, fan, bs, input_nodes=train, shuffle=True, budget=L.budget)
+    tb = FixedSizeNeighborLoader(data, fan, bs, input_nodes=test, budget=L.budget, seed=1)
+    correct = [0]
+
+    def train_step(b):
+        opt.zero_grad()
+        out = model(b.x, b.edge_index)[: b.batch_size]
+        F.cross_entropy(out, b.y[: b.batch_size]).backward()
+        opt.step()
+
+    def infer_step(b):
+        pred = model(b.x, b.edge_index)[: b.batch_size].argmax(-1)
+        correct[0] += int((pred == b.y[: b.batch_size]).sum())
+
+    def train_epoch():
+        model.train()
+        return _timed_epoch(pyg_batches(data, train, fan, bs, True, loader_ok, fb, workers),
+                            lambda b: b.batch_size, train_step)
+
+    def infer():
+        model.eval()
+        correct[0] = 0
+        with torch.no_grad():
+            n, wall, cpu = _timed_epoch(pyg_batches(data, test, fan, bs, False, loader_ok, tb,
+                                                    workers), lambda b: b.batch_size, infer_step)
+        return n, correct[0] / n, wall, cpu
+
+    return train_epoch, infer, (0.0, 0.0)
+
+
+def _ours_method(args, base, data, L, train, test, fan, bs, backend, **loader_kw):
+    """``FixedSizeNeighborLoader`` (``loader_kw``: ``prefetch`` / ``num_workers``) +
+    ``ipu_wrap`` (``backend``: ``None`` eager, or compiled with inductor). The first
+    call of each mode (the compile) runs before the timed epochs and is reported apart:
+    forward + backward without an optimizer step, then an eval call, so the parameters
+    and Adam's state are those of a model that never ran."""
+    model = copy.deepcopy(base)
+    w = ipu_wrap(model, loss_fn=lambda out, b: masked_cross_entropy(out, b["y"], b["seed_mask"]))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    tr = FixedSizeNeighborLoader(data, fan, bs, input_nodes=train, shuffle=True,
+                                 budget=L.budget, **loader_kw)
+    te = FixedSizeNeighborLoader(data, fan, bs, input_nodes=test, budget=L.budget, seed=1,
+                                 **loader_kw)
+    step = w if backend is None else graph_adapter.compile(w, backend)
+    ev = w if backend is None else graph_adapter.compile(w, "inductor_eval")
+    flat = te.batch(0, 0)
+    w.train()
+    t = time.perf_counter()
+    step(flat)["loss"].backward()
+    first_train = time.perf_counter() - t
+    opt.zero_grad(set_to_none=True)
+    w.eval()
+    t = time.perf_counter()
+    with torch.no_grad():
+        ev(flat)
+    first_eval = time.perf_counter() - t
+    correct = [0]
+
+    def train_step(f):
+        opt.zero_grad()
+        step(f)["loss"].backward()
+        opt.step()
+
+    def infer_step(f):
+        b = _seeds_in(f)
+        out = ev(f)["output"]
+        correct[0] += int((out[:b].argmax(-1) == f["y"][:b]).sum())
+
+    def train_epoch():
+        w.train()
+        return _timed_epoch(tr, _seeds_in, train_step)
+
+    def infer():
+        w.eval()
+        correct[0] = 0
+        with torch.no_grad():
+            n, wall, cpu = _timed_epoch(te, _seeds_in, infer_step)
+        return n, correct[0] / n, wall, cpu
+
+    return train_epoch, infer, (first_train, first_eval)
+
+
+def training_section(args, data, L, train, test, fan, bs, loader_ok) -> None:
+    """3. Training and inference seeds/s, every method on its own copy of one model,
+    interleaved: each of ``--epochs`` rounds runs one training epoch and one inference
+    pass of every method, the order rotated each round (the machine's load changes
+    alike for all); wall-clock rates (median over the rounds) and CPU seconds (this
+    process's threads + the reaped DataLoader workers). PyG's loader runs with 0 and
+    with ``--workers`` worker processes; ours in the caller's thread, with a
+    prefetching thread (``prefetch=2``) and with ``--workers`` processes."""
+    W = args.workers
+    print(f"\n3. GraphSAGE 2x128, {args.epochs} epochs (rounds, interleaved), Adam 1e-2; test "
+          f"accuracy on {test.numel()} nodes after the last")
+    print("   eager PyG batches: " + ("PyG NeighborLoader (torch-sparse)" if loader_ok else
+                                      "our sampler's unpadded subgraphs (PyG's sampler missing: "
+                                      "no worker rows for it)"))
+    torch.manual_seed(0)
+    base = GraphSAGE(args.dim, 128, num_layers=2, out_channels=args.classes)
+    common = (args, base, data, L, train, test, fan, bs)
+    specs = [("eager PyG", lambda: _pyg_method(*common, loader_ok, 0))]
+    if W and loader_ok:
+        specs.append((f"eager PyG, num_workers={W}", lambda: _pyg_method(*common, loader_ok, W)))
+    specs.append(("ipu_wrap eager (padded)", lambda: _ours_method(*common, None)))
+    if not args.no_compile:
+        specs.append(("ipu_wrap + inductor", lambda: _ours_method(*common, "inductor")))
+        specs.append(("ipu_wrap + inductor, prefetch=2",
+                      lambda: _ours_method(*common, "inductor", prefetch=2)))
+        if W:
+            specs.append((f"ipu_wrap + inductor, num_workers={W}",
+                          lambda: _ours_method(*common, "inductor", num_workers=W)))
+    methods = []
+    for name, make in specs:
+        t = time.perf_counter()
+        methods.append((name,) + make())
+        print(f"   set up {name} in {time.perf_counter() - t:.1f} s")
+    runs = {name: {"train": [], "infer": [], "acc": 0.0} for name, *_ in methods}
+    for r in range(args.epochs):
+        k = r % len(methods)
+        for name, train_epoch, infer, _ in methods[k:] + methods[:k]:
+            n, wall, cpu = train_epoch()
+            runs[name]["train"].append((n / wall, cpu))
+            n, acc, wall, cpu = infer()
+            runs[name]["infer"].append((n / wall, cpu))
+            runs[name]["acc"] = acc
+        print(f"   round {r + 1} of {args.epochs} done, load average {os.getloadavg()[0]:.1f}")
+
+    def med(name, mode):
+        return statistics.median(v[0] for v in runs[name][mode])
+
+    ref = methods[0][0]
+    ref_w = methods[1][0] if W and loader_ok else None
+
+    def cpu(name, mode):
+        return statistics.median(v[1] for v in runs[name][mode])
+
+    print(f"   wall: seeds/s, median of {args.epochs} rounds [min-max], 'vs PyG' against eager "
+          f"PyG with 0 workers" + (f", 'vs w{W}' with {W}" if ref_w else "") + "; CPU: seconds "
+          "an epoch (median; threads + reaped workers), 'CPU vs PyG' = PyG's CPU s / this one's")
+    head = (f"{'seeds/s':>20s} {'vs PyG':>7s} " + (f"{'vs w' + str(W):>6s} " if ref_w else "") +
+            f"{'CPU s':>6s} {'CPU vs PyG':>10s}")
+    print(f"   {'':38s} {'training':^{len(head)}s} {'inference':^{len(head)}s}")
+    print(f"   {'method':38s} {head} {head} {'test acc':>8s} {'1st step s':>11s}")
+    for name, _, _, (ft, fe) in methods:
+        cells = []
+        for mode in ("train", "infer"):
+            rates = [v[0] for v in runs[name][mode]]
+            rate = f"{med(name, mode):.0f} [{min(rates):.0f}-{max(rates):.0f}]"
+            cells.append(f"{rate:>20s} {med(name, mode) / med(ref, mode):6.2f}x " +
+                         (f"{med(name, mode) / med(ref_w, mode):5.2f}x " if ref_w else "") +
+                         f"{cpu(name, mode):6.2f} {cpu(ref, mode) / cpu(name, mode):9.2f}x")
+        print(f"   {name:38s} {cells[0]} {cells[1]} {runs[name]['acc']:8.3f} "
+              f"{ft:5.1f}/{fe:5.1f}")
+    print("   (1st step s: the first training / inference call, the compile, before the rounds)")
 
 
 def main() -> None:
@@ -339,16 +593,24 @@ def main() -> None:
     ap.add_argument("--out-degree", type=float, default=10.0)
     ap.add_argument("--signal", type=float, default=0.15)
     ap.add_argument("--dim", type=int, default=32)
-    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=2,
+                    help="section 3: rounds; each trains every method one epoch, then infers")
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="section 3: worker processes of the PyG and our worker rows (0: none)")
     ap.add_argument("--link", action="store_true",
                     help="also section 2b: FixedSizeLinkNeighborLoader (fill, sampler rate vs "
                          "PyG's LinkNeighborLoader)")
     ap.add_argument("--link-edges", type=int, default=50_000,
                     help="supervision edges of section 2b (a random subset of the edges)")
     ap.add_argument("--no-train", action="store_true", help="stop before section 3")
+    ap.add_argument("--overlap", action="store_true",
+                    help="section 3b instead of 3: one compiled model, our loader in the "
+                         "caller's thread vs prefetch=2 vs --workers processes")
+    ap.add_argument("--overlap-batches", type=int, default=40,
+                    help="batches per loader and round in section 3b")
     ap.add_argument("--hetero", action="store_true",
                     help="only section 6: the hetero loader vs PyG's on a generated HeteroData")
     ap.add_argument("--profile-step", action="store_true",
@@ -430,16 +692,11 @@ def main() -> None:
     # -- 2. sampler seeds/s ------------------------------------------------------
     print("\n2. sampler only, one epoch of training seeds (main process)")
     loader_ok = pyg_loader_available()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        t = time.perf_counter()
-        n_ours = sum(int(f["seed_mask"].sum()) for f in L)
-        dt_ours = time.perf_counter() - t
+    n_ours, dt_ours, _ = _timed_epoch(L, _seeds_in)
     print(f"   ours (padded dicts): {n_ours / dt_ours:9.0f} seeds/s ({dt_ours:.2f} s)")
     if loader_ok:
-        t = time.perf_counter()
-        n_pyg = sum(b.batch_size for b in pyg_batches(data, train, fan, bs, True, True, None))
-        dt_pyg = time.perf_counter() - t
+        n_pyg, dt_pyg, _ = _timed_epoch(pyg_batches(data, train, fan, bs, True, True, None),
+                                        lambda b: b.batch_size)
         print(f"   PyG NeighborLoader (torch-sparse): {n_pyg / dt_pyg:9.0f} seeds/s "
               f"({dt_pyg:.2f} s); ours / PyG = {dt_pyg / dt_ours:.2f}x")
     else:
@@ -447,104 +704,13 @@ def main() -> None:
 
     if args.link:
         link_section(data, fan, bs, args.link_edges, loader_ok)
-    if args.no_train:
+    if args.overlap:
+        overlap_section(args, data, L, train, fan, bs)
+    if args.no_train or args.overlap:
         return
 
     # -- 3. training and inference -----------------------------------------------
-    print(f"\n3. GraphSAGE 2x128, {args.epochs} epochs, Adam 1e-2; test accuracy on "
-          f"{test.numel()} nodes")
-    print("   eager PyG batches: " + ("PyG NeighborLoader (torch-sparse)" if loader_ok else
-                                      "our sampler's unpadded subgraphs (PyG's sampler missing)"))
-    torch.manual_seed(0)
-    base = GraphSAGE(args.dim, 128, num_layers=2, out_channels=args.classes)
-    test_loader = FixedSizeNeighborLoader(data, fan, bs, input_nodes=test, budget=L.budget,
-                                          seed=1)
-    results = []
-
-    def run_pyg():
-        model = copy.deepcopy(base)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        fb = FixedSizeNeighborLoader(data, fan, bs, input_nodes=train, shuffle=True,
-                                     budget=L.budget)
-        tr = []
-        for ep in range(args.epochs):
-            model.train()
-            t = time.perf_counter()
-            n = 0
-            for b in pyg_batches(data, train, fan, bs, True, loader_ok, fb):
-                opt.zero_grad()
-                out = model(b.x, b.edge_index)[: b.batch_size]
-                F.cross_entropy(out, b.y[: b.batch_size]).backward()
-                opt.step()
-                n += b.batch_size
-            tr.append(n / (time.perf_counter() - t))
-        model.eval()
-        t = time.perf_counter()
-        correct = total = 0
-        tb = FixedSizeNeighborLoader(data, fan, bs, input_nodes=test, budget=L.budget, seed=1)
-        with torch.no_grad():
-            for b in pyg_batches(data, test, fan, bs, False, loader_ok, tb):
-                pred = model(b.x, b.edge_index)[: b.batch_size].argmax(-1)
-                correct += int((pred == b.y[: b.batch_size]).sum())
-                total += b.batch_size
-        return tr, total / (time.perf_counter() - t), correct / total
-
-    def run_ours(backend):
-        model = copy.deepcopy(base)
-        w = ipu_wrap(model, loss_fn=lambda out, b: masked_cross_entropy(out, b["y"],
-                                                                         b["seed_mask"]))
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        step = w if backend is None else graph_adapter.compile(w, backend)
-        tr = []
-        compile_s = 0.0
-        for ep in range(args.epochs):
-            w.train()
-            t = time.perf_counter()
-            n = 0
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                for i, flat in enumerate(L):
-                    t0 = time.perf_counter()
-                    opt.zero_grad()
-                    step(flat)["loss"].backward()
-                    opt.step()
-                    if ep == 0 and i == 0:
-                        compile_s = time.perf_counter() - t0
-                        t += compile_s  # first-step compile reported apart
-                    n += int(flat["seed_mask"].sum())
-            tr.append(n / (time.perf_counter() - t))
-        w.eval()
-        ev = w if backend is None else graph_adapter.compile(w, "inductor_eval")
-        correct = total = 0
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            first = True
-            t = time.perf_counter()
-            for flat in test_loader:
-                t0 = time.perf_counter()
-                out = ev(flat)["output"]
-                if first and backend is not None:
-                    t += time.perf_counter() - t0
-                first = False
-                b = int(flat["seed_mask"].sum())
-                correct += int((out[:b].argmax(-1) == flat["y"][:b]).sum())
-                total += b
-            inf = total / (time.perf_counter() - t)
-        return tr, inf, correct / total, compile_s
-
-    tr, inf, acc = run_pyg()
-    results.append(("eager PyG", tr, inf, acc, 0.0))
-    tr, inf, acc, cs = run_ours(None)
-    results.append(("ipu_wrap eager (padded)", tr, inf, acc, cs))
-    if not args.no_compile:
-        tr, inf, acc, cs = run_ours("inductor")
-        results.append(("ipu_wrap + inductor", tr, inf, acc, cs))
-    ref_tr, ref_inf = results[0][1][-1], results[0][2]
-    print(f"   {'method':26s} {'train seeds/s (last ep)':>24s} {'vs PyG':>7s} "
-          f"{'infer seeds/s':>14s} {'vs PyG':>7s} {'test acc':>9s} {'1st step s':>10s}")
-    for name, tr, inf, acc, cs in results:
-        print(f"   {name:26s} {tr[-1]:24.0f} {tr[-1] / ref_tr:6.2f}x {inf:14.0f} "
-              f"{inf / ref_inf:6.2f}x {acc:9.3f} {cs:10.1f}")
+    training_section(args, data, L, train, test, fan, bs, loader_ok)
     print(f"\nload average at end {os.getloadavg()[0]:.1f}")
 
 

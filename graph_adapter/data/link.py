@@ -168,7 +168,7 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
         The rest: as :class:`FixedSizeNeighborLoader` (``shuffle``, ``seed``,
         ``replace``, ``oversize``, ``success_ratio``, ``fit_batches``,
         ``round_to``, ``micro_batches``, ``rank``, ``world_size``, ``pad_id``,
-        ``num_workers``, ``sampler_threads``, ``directed``, ``sampler``).
+        ``num_workers``, ``prefetch``, ``sampler_threads``, ``directed``, ``sampler``).
         disjoint: PyG's ``disjoint=True``: every endpoint is a seed row of its own
             (repeats included) growing its own tree; ``seed_of`` gives each row's
             supervision slot (a link's two endpoints, and a triplet's negatives,
@@ -186,7 +186,7 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
                  success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
                  micro_batches: int = 1, rank: int = 0, world_size: int = 1,
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
-                 sampler: str = "ours"):
+                 sampler: str = "ours", prefetch: int = 0):
         if neg_sampling not in NEG_SAMPLING:
             raise LinkLabelError(f"neg_sampling={neg_sampling!r}; choose one of {NEG_SAMPLING}")
         if neg_sampling is not None:
@@ -201,7 +201,7 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
                     disjoint=disjoint, directed=directed, oversize=oversize,
                     micro_batches=micro_batches, rank=rank,
                     world_size=world_size, pad_id=pad_id, num_workers=num_workers,
-                    sampler_threads=sampler_threads, sampler=sampler)
+                    sampler_threads=sampler_threads, sampler=sampler, prefetch=prefetch)
         for k in LINK_KEYS:  # RandomLinkSplit leaves them on the graph: never gathered
             if k in self.node_attrs or k in self.edge_attrs or k in self.excluded_keys:
                 self.node_attrs.pop(k, None)

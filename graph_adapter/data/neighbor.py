@@ -55,6 +55,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import queue
+import threading
 import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -73,7 +75,7 @@ from .sampled import (ADDED_KEYS, E_ID, N_ID, SEED_MASK, SEED_OF, fit_neighbor_b
 __all__ = ["FixedSizeNeighborLoader", "NeighborLoaderStats", "SubgraphOversizeError",
            "InputNodesError", "OVERSIZE_POLICIES", "N_ID", "E_ID", "SEED_MASK", "SEED_OF",
            "fit_neighbor_budget", "pad_sample", "trim_sample", "check_hetero_fanouts",
-           "seed_tensor", "chunk_seed"]
+           "seed_tensor", "chunk_seed", "prefetched"]
 
 OVERSIZE_POLICIES = ("trim", "error")
 
@@ -187,6 +189,67 @@ def chunk_seed(seed: int, epoch: int, chunk: int, stream: int = 0) -> int:
     return int(np.random.SeedSequence([seed, stream, epoch, chunk]).generate_state(1)[0])
 
 
+_END, _ERROR = object(), object()
+
+
+def prefetched(items: Any, depth: int, threads: Optional[int] = 1) -> Iterator[Any]:
+    """``items[0], items[1], ...`` (``len(items)`` of them, in order), each made by one
+    background thread up to ``depth`` items ahead of the consumer.
+
+    Torch ops release the GIL, so the thread samples and pads the next batches
+    while the caller's model step runs (docs/large_graphs.md, "Overlapping the
+    host's sampling with the step"). What each item is does not depend on the
+    thread: the order and the values are those of ``items[i]`` in the caller's
+    thread. The thread runs torch ops at ``threads`` intra-op threads (torch's
+    setting is per thread: the caller's own is left alone; ``None``: the
+    caller's count); an error in ``items[i]`` is raised to the
+    consumer at item ``i``; leaving the loop early (``break``, an error in the
+    consumer) stops the thread after the item in hand and waits for it.
+    """
+    if depth < 1:
+        raise ValueError(f"prefetch={depth}; give the number of batches to prepare ahead (>= 1)")
+    q: "queue.Queue" = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    default = torch.get_num_threads()  # what a new thread inherits: given back at the end
+    threads = default if threads is None else int(threads)
+
+    def put(entry: Any) -> bool:
+        """Hand ``entry`` over, waiting for room; False once the consumer has left."""
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        torch.set_num_threads(threads)  # this thread's; also the default of new threads
+        try:
+            for i in range(len(items)):
+                if stop.is_set() or not put(items[i]):
+                    return
+            put(_END)
+        except BaseException as exc:  # handed to the consumer, raised there
+            put((_ERROR, exc))
+        finally:
+            torch.set_num_threads(default)  # new threads' default as it was
+
+    worker = threading.Thread(target=work, name="graph_adapter-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            entry = q.get()
+            if entry is _END:
+                return
+            if isinstance(entry, tuple) and len(entry) == 2 and entry[0] is _ERROR:
+                raise entry[1]
+            yield entry
+    finally:
+        stop.set()
+        worker.join()
+
+
 class _Batches(torch.utils.data.Dataset):
     """Item ``i`` of an epoch: ``(flat dict, (nodes cut, edges cut))`` (picklable for workers)."""
 
@@ -232,6 +295,9 @@ class FixedSizeNeighborLoader:
         rank / world_size: distributed sharding (every seed once over all ranks).
         pad_id: the ``n_id`` / ``e_id`` value of padding rows.
         num_workers: sampling worker processes (``torch.utils.data.DataLoader``).
+        prefetch: batches one background thread samples and pads ahead of the
+            caller (:func:`prefetched`; 0: none, in the caller's thread; not
+            with ``num_workers``). The batches are the same with any setting.
         sampler_threads: torch intra-op threads while sampling and padding a
             batch (default 1: its ops are small; the setting is restored
             after each batch); ``None`` leaves torch's setting.
@@ -248,12 +314,12 @@ class FixedSizeNeighborLoader:
                  success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
                  micro_batches: int = 1, rank: int = 0, world_size: int = 1,
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
-                 sampler: str = "ours"):
+                 sampler: str = "ours", prefetch: int = 0):
         self._setup(data, num_neighbors, batch_size, shuffle=shuffle, seed=seed, replace=replace,
                     disjoint=disjoint, directed=directed, oversize=oversize,
                     micro_batches=micro_batches, rank=rank, world_size=world_size,
                     pad_id=pad_id, num_workers=num_workers,
-                    sampler_threads=sampler_threads, sampler=sampler)
+                    sampler_threads=sampler_threads, sampler=sampler, prefetch=prefetch)
         self.seeds = seed_tensor(input_nodes, self.num_nodes)
         self.stats = self._new_stats(0)
         self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
@@ -263,7 +329,7 @@ class FixedSizeNeighborLoader:
                seed: int, replace: bool, disjoint: bool, oversize: str, micro_batches: int,
                directed: bool,
                rank: int, world_size: int, pad_id: int, num_workers: int,
-               sampler_threads: Optional[int], sampler: str = "ours") -> None:
+               sampler_threads: Optional[int], sampler: str = "ours", prefetch: int = 0) -> None:
         """Check and keep the settings every neighbour loader shares; build the CSC."""
         name = type(self).__name__
         if hasattr(data, "node_types") and hasattr(data, "edge_types") and data.edge_types:
@@ -289,12 +355,18 @@ class FixedSizeNeighborLoader:
             raise ValueError(f"rank={rank}, world_size={world_size}: need 0 <= rank < world_size")
         if micro_batches < 1:
             raise ValueError(f"micro_batches={micro_batches}; give F >= 1")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch={prefetch!r}; give the number of batches a background "
+                             f"thread prepares ahead (0: none)")
+        if prefetch and num_workers:
+            raise ValueError(f"prefetch={prefetch} with num_workers={num_workers}: the worker "
+                             f"processes already prepare batches ahead; use one of them")
         self.data = data
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.replace, self.disjoint, self.oversize = replace, disjoint, oversize
         self.directed = bool(directed)
         self.micro_batches, self.rank, self.world_size = micro_batches, rank, world_size
-        self.pad_id, self.num_workers = pad_id, num_workers
+        self.pad_id, self.num_workers, self.prefetch = pad_id, num_workers, prefetch
         self.sampler_threads = sampler_threads
         self.num_nodes = int(data.num_nodes)
         self.node_attrs, self.edge_attrs, self.excluded_keys = _attributes(data)
@@ -449,10 +521,7 @@ class FixedSizeNeighborLoader:
         st = self._new_stats(epoch)
         self.stats = st
         real_n = real_e = 0
-        it = (torch.utils.data.DataLoader(ds, batch_size=None, shuffle=False,
-                                          num_workers=self.num_workers)
-              if self.num_workers > 0 else (ds[i] for i in range(len(ds))))
-        for flat, (cn, ce, tb) in it:
+        for flat, (cn, ce, tb) in self._items(ds):
             nm, sm = flat[NODE_MASK], flat[SEED_MASK]
             st.batches += self.micro_batches
             st.fill_batches += int((~flat[GRAPH_MASK].view(-1, 2)[:, 0]).sum())
@@ -472,6 +541,16 @@ class FixedSizeNeighborLoader:
                 f"sampled subgraphs exceeded {self.budget} and were trimmed (oversize='trim': "
                 f"{st.trimmed_nodes} farthest-hop nodes and {st.trimmed_edges} edges cut, "
                 f"loader.stats); a larger success_ratio or budget cuts fewer", stacklevel=2)
+
+    def _items(self, ds: torch.utils.data.Dataset) -> Iterator[Any]:
+        """``ds``'s items in order: from ``num_workers`` processes, from a prefetching
+        thread (``prefetch``) or made here, one at a time."""
+        if self.num_workers > 0:
+            return iter(torch.utils.data.DataLoader(ds, batch_size=None, shuffle=False,
+                                                    num_workers=self.num_workers))
+        if self.prefetch > 0:
+            return prefetched(ds, self.prefetch, self.sampler_threads)
+        return (ds[i] for i in range(len(ds)))
 
     def _new_stats(self, epoch: int) -> NeighborLoaderStats:
         """The (empty) stats of an epoch of this rank (a subclass adds its own counts)."""
