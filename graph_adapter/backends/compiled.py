@@ -62,7 +62,8 @@ class Compiled(HostModel):
 
     def __init__(self, wrapped: nn.Module, backend: str, allow_new_shapes: bool = False,
                  options: Optional[Dict[str, Any]] = None, strict: bool = False,
-                 index_add_fallback: Optional[bool] = None, check_bounds: Optional[bool] = None):
+                 index_add_fallback: Optional[bool] = None, check_bounds: Optional[bool] = None,
+                 precompile: Optional[bool] = None):
         entry = backend_entry(backend, device_of(wrapped))
         if entry.engine is None:
             raise ValueError(f"backend {backend!r} does not run in this process; use compile()")
@@ -72,8 +73,12 @@ class Compiled(HostModel):
         self.strict = strict
         self.signatures: List[Signature] = []
         static.install(getattr(wrapped, "model", wrapped))
+        if precompile and not (isinstance(entry.engine, type)
+                               and issubclass(entry.engine, DynamoEngine)):
+            raise ValueError(f"compile({entry.name!r}, precompile=True): precompiled entries "
+                             f"serve backend 'inductor' only; leave precompile unset here")
         self._engine = entry.engine(wrapped, EngineSettings(entry.name, options, strict,
-                                                             index_add_fallback))
+                                                             index_add_fallback, precompile))
         self.check_bounds = check_bounds
         self._bounds: Dict[Signature, BoundsPlan] = {}  # per signature; empty: not checked
 
@@ -163,7 +168,8 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             options: Optional[Dict[str, Any]] = None, optimizer: Any = None,
             strict: bool = False, index_add_fallback: Optional[bool] = None,
             check_bounds: Optional[bool] = None,
-            select: Union[None, str, Measure] = None, **kwargs: Any) -> Any:
+            select: Union[None, str, Measure] = None, precompile: Optional[bool] = None,
+            **kwargs: Any) -> Any:
     """Compile an ``ipu_wrap``-ped model for fixed-size batches.
 
     Args:
@@ -206,6 +212,16 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             it comes, the compiled model without the layout tables (where the
             batch has them; a second compile) and the eager wrapper, and keeps
             the fastest median (``.choices``). In-process backends only.
+        precompile: ``"inductor"`` on the CPU: save each graph's whole Dynamo
+            result (torch's ``aot_compile``) beside inductor's caches and let a
+            later process with the same model, budget, settings and sources load
+            it instead of tracing the model again (a warm first training step of
+            the demo's model 1.0-1.7 s instead of 3.8-4.9 s, docs/wrapping.md).
+            ``None`` (default): off, unless ``GRAPH_ADAPTER_PRECOMPILE=1`` was in
+            the environment at import; ``True`` for another backend or device
+            raises ``ValueError``. Opt-in: torch marks the API experimental, and
+            a loaded entry does not see a function of the model replaced at run
+            time (:mod:`graph_adapter.backends._precompile`).
         kwargs: backend-specific (see :func:`graph_adapter.ipu.compile_ipu`);
             the in-process backends take none.
 
@@ -215,6 +231,8 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
         IPU ones.
     """
     entry = backend_entry(backend, device_of(wrapped))
+    if precompile is not None:
+        kwargs["precompile"] = precompile
     if select is not None:
         measure = measure_settings(select)
         if entry.engine is None:
@@ -233,21 +251,25 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
 def _build_compiled(wrapped: nn.Module, name: str, *, allow_new_shapes: bool = False,
                     options: Optional[Dict[str, Any]] = None, optimizer: Any = None,
                     strict: bool = False, index_add_fallback: Optional[bool] = None,
-                    check_bounds: Optional[bool] = None, **kwargs: Any) -> Compiled:
+                    check_bounds: Optional[bool] = None, precompile: Optional[bool] = None,
+                    **kwargs: Any) -> Compiled:
     """The build of every engine backend (``optimizer`` unused: the caller steps it)."""
     if kwargs:
         raise TypeError(f"unexpected keyword arguments for backend {name!r}: {sorted(kwargs)}")
     return Compiled(wrapped, name, allow_new_shapes=allow_new_shapes, options=options,
                     strict=strict, index_add_fallback=index_add_fallback,
-                    check_bounds=check_bounds)
+                    check_bounds=check_bounds, precompile=precompile)
 
 
 def _build_ipu(wrapped: nn.Module, name: str, *, allow_new_shapes: bool = False,
                options: Any = None, optimizer: Any = None, strict: bool = False,
                index_add_fallback: Optional[bool] = None, check_bounds: Optional[bool] = None,
-               **kwargs: Any) -> Any:
+               precompile: Optional[bool] = None, **kwargs: Any) -> Any:
     """The build of the IPU backends (``strict`` and ``index_add_fallback`` do not
     apply; ``check_bounds`` goes to the poptorch runner, which checks host batches)."""
+    if precompile:
+        raise ValueError(f"compile({name!r}, precompile=True): precompiled entries serve "
+                         f"backend 'inductor' only; leave precompile unset for {name!r}")
     if check_bounds is not None:
         kwargs["check_bounds"] = check_bounds
     if allow_new_shapes:

@@ -57,6 +57,8 @@ class EngineSettings:
     options: Optional[Dict[str, Any]] = None
     strict: bool = False
     index_add_fallback: Optional[bool] = None
+    #: precompiled entries (``_precompile``): ``None`` follows ``_precompile.ENABLED``
+    precompile: Optional[bool] = None
 
 
 class _CountingBackend:
@@ -135,6 +137,17 @@ def rnn_settings():
         yield
 
 
+def _precompile_refusal(backend: str, wrapped: nn.Module, rnn: bool, engine: type) -> str:
+    """Why precompiled entries cannot serve this engine (``""``: they can)."""
+    if backend != "inductor" or engine is not DynamoEngine:
+        return f"precompiled entries serve backend 'inductor' only, not {backend!r}"
+    if device_of(wrapped).type != "cpu":
+        return f"precompiled entries serve models on the CPU only, not {device_of(wrapped)}"
+    if rnn:
+        return "precompiled entries do not serve models holding an nn.RNNBase"
+    return ""
+
+
 class DynamoEngine:
     """``"inductor"`` / ``"aot_eager"``: ``torch.compile(fullgraph=True, dynamic=False)``.
 
@@ -155,8 +168,12 @@ class DynamoEngine:
         self.precompiled_loads = 0
         # (signature, mode, grad mode) -> precompiled entry, or None: the ordinary entry
         self._pre: Optional[Dict[Any, Any]] = None
-        if (_precompile.ENABLED and settings.backend == "inductor" and not self._rnn
-                and device_of(wrapped).type == "cpu" and type(self) is DynamoEngine):
+        want = _precompile.ENABLED if settings.precompile is None else settings.precompile
+        why_not = _precompile_refusal(settings.backend, wrapped, self._rnn, type(self))
+        if settings.precompile and why_not:
+            raise ValueError(f"compile(..., precompile=True): {why_not}; leave precompile "
+                             f"unset (or False) for this model and backend")
+        if want and not why_not:
             self._pre = {}
             # the same entry, compiled ahead with the guards that serialize (globals kept)
             self._aot = torch.compile(entry, backend=self._counter, fullgraph=True,

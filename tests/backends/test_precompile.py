@@ -125,6 +125,18 @@ def test_pyg_setstate_and_gradients_are_restored():
     assert all(p.grad is g for p, g in zip(w.parameters(), grads))
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "eager", "ipu-emulator"])
+def test_precompile_true_where_it_cannot_serve_is_refused_by_name(backend):
+    with pytest.raises(ValueError, match="precompile=True.*'inductor' only"):
+        compile(_wrapped(), backend, precompile=True)
+
+
+def test_precompile_false_wins_over_the_environment(monkeypatch):
+    monkeypatch.setattr(P, "ENABLED", True)
+    assert compile(_wrapped(), "inductor", precompile=False)._engine._pre is None
+    assert compile(_wrapped(), "inductor")._engine._pre == {}
+
+
 @pytest.mark.slow
 def test_a_second_model_loads_the_entry_and_a_change_recompiles(tmp_path, monkeypatch):
     """With precompile on: the first compiled model compiles and saves; a second one,
@@ -133,16 +145,16 @@ def test_a_second_model_loads_the_entry_and_a_change_recompiles(tmp_path, monkey
     whose sources changed is not loaded."""
     # the artifacts in a temp dir; inductor's kernels in the suite's cache (a rerun is warm)
     monkeypatch.setattr(P, "artifact_dir", lambda: str(tmp_path / "graph_adapter_precompiled"))
-    monkeypatch.setattr(P, "ENABLED", True)
     torch._dynamo.reset()
     flat = _batch()
     w1 = _wrapped()
     w2 = copy.deepcopy(w1)
-    c1 = compile(w1, "inductor")
+    c1 = compile(w1, "inductor", precompile=True)
     c1(flat)["loss"].backward()
     assert c1.compile_count == 1 and c1._engine.precompiled_loads == 0
     assert len(list((tmp_path / "graph_adapter_precompiled").glob("*.bin"))) == 1
 
+    monkeypatch.setattr(P, "ENABLED", True)  # the environment's switch does the same
     c2 = compile(w2, "inductor")
     out = c2(flat)
     out["loss"].backward()
