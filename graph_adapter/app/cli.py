@@ -94,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--infer-rounds", type=int, default=d.infer_rounds, metavar="N",
                       help=f"interleaved rounds timing every run's inference over the test "
                            f"split side by side; default {d.infer_rounds}")
+    demo.add_argument("--precompile", action="store_true",
+                      help="compile the adapter's model with precompile=True (inductor): "
+                           "each graph's Dynamo result is saved beside inductor's cache, and "
+                           "a later run with the same settings loads it instead of tracing "
+                           "the model again (opt-in; docs/wrapping.md)")
     demo.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     demo.add_argument("--deterministic", action="store_true",
                       help="torch.use_deterministic_algorithms(True) for the run: the same "
@@ -145,7 +150,8 @@ def _run_demo(args: argparse.Namespace) -> int:
                      eager_baseline=not args.no_eager, pyg_compile=not args.no_pyg_compile,
                      progress=not args.quiet,
                      plot=args.plot, threads=args.threads, deterministic=args.deterministic,
-                     train_rounds=args.train_rounds, infer_rounds=args.infer_rounds)
+                     train_rounds=args.train_rounds, infer_rounds=args.infer_rounds,
+                     precompile=args.precompile)
     try:
         result = run_demo(cfg)
     except (ImportError, FileNotFoundError, DemoSettingError) as e:

@@ -71,7 +71,8 @@ def train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backen
     sched = _scheduler(opt, cfg.epochs)
     # one compiled model for training and evaluation (.train() / .eval()); backends that
     # step the optimizer inside the compiled program (steps_optimizer: the IPU ones) take it
-    compiled = ga.compile(wrapped, backend, optimizer=opt)
+    compiled = ga.compile(wrapped, backend, optimizer=opt,
+                          **({"precompile": True} if cfg.precompile else {}))
 
     stats.batches_per_epoch = len(loader)  # planned (the progress bar); counted in training
     loader.set_epoch(0)

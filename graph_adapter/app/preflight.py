@@ -90,6 +90,11 @@ def _check_values(cfg: DemoConfig) -> None:
         raise DemoSettingError(f"limit must be >= 2 (a train and a test molecule), got {cfg.limit}")
     if cfg.threads is not None and cfg.threads < 1:
         raise DemoSettingError(f"threads must be >= 1, got {cfg.threads}")
+    if cfg.precompile and resolve_backend(cfg.backend)[0] != "inductor":
+        raise DemoSettingError(f"--precompile saves inductor's compiled graphs, and backend "
+                               f"{cfg.backend!r} resolves to "
+                               f"{resolve_backend(cfg.backend)[0]!r}; use --backend inductor "
+                               f"(or auto without poptorch), or drop --precompile")
     if cfg.pyg_compile and cfg.pyg_compile_backend not in _dynamo_backends():
         raise DemoSettingError(f"pyg_compile_backend={cfg.pyg_compile_backend!r}; choose one of "
                                f"torch._dynamo.list_backends(): {_dynamo_backends()}")

@@ -66,6 +66,9 @@ class DemoConfig:
     # optimizer state put back afterwards (0: the training figures of the runs' own
     # epochs, run after run)
     train_rounds: int = 15
+    # compile(..., precompile=True) for the adapter's model (inductor only): a later run
+    # with the same settings loads each graph's Dynamo result instead of tracing again
+    precompile: bool = False
 
 
 @dataclasses.dataclass

@@ -34,6 +34,8 @@ CASES = {
     "bad value": (["demo", "--epochs", "0"], None, "epochs must be >= 1"),
     "not a number": (["demo", "--epochs", "ten"], None, "'ten'"),
     "absurd batch size": (["demo", "--batch-graphs", "1"], None, "--batch-graphs 32 to 256"),
+    "precompile without inductor": (["demo", "--precompile", "--backend", "eager"], None,
+                                    "--precompile saves inductor's"),
     "missing molecule file": (["demo", "--data", "no/such/file.csv"], None, "no/such/file.csv"),
     "check: no factory": (["check"], None, "factory"),
     "check: bad module path": (["check", "no_such_module_ga:f"], None, "no_such_module_ga"),
@@ -94,3 +96,25 @@ def test_a_busy_machine_is_warned_about_when_the_run_is_multi_threaded(monkeypat
     assert preflight.check_demo_settings(DemoConfig(threads=1)) == []
     monkeypatch.setattr(preflight.os, "getloadavg", lambda: (1.2, 1.0, 1.0))
     assert preflight.check_demo_settings(DemoConfig(threads=2)) == []
+
+
+def test_demo_precompile_flag_reaches_the_adapters_compile(monkeypatch):
+    """``--precompile`` is ``compile(..., precompile=True)`` for the adapter's model (a spy
+    records it and compiles with aot_eager instead: the flag, not inductor, is under test)."""
+    from graph_adapter.app import demo_runs
+    from graph_adapter.app.results import DemoConfig
+    from graph_adapter.app.demo import run_demo
+    from _demo import TINY
+
+    seen = []
+    real = demo_runs.ga.compile
+
+    def spy(wrapped, backend, **kw):
+        seen.append((backend, kw.pop("precompile", None)))
+        return real(wrapped, "aot_eager", **kw)
+
+    monkeypatch.setattr(demo_runs.ga, "compile", spy)
+    for flag in (True, False):
+        run_demo(DemoConfig(**{**TINY, "eager_baseline": False, "backend": "inductor",
+                               "precompile": flag, "train_rounds": 0, "infer_rounds": 1}))
+    assert seen == [("inductor", True), ("inductor", None)]
