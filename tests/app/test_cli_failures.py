@@ -114,7 +114,8 @@ def test_demo_precompile_flag_reaches_the_adapters_compile(monkeypatch):
         return real(wrapped, "aot_eager", **kw)
 
     monkeypatch.setattr(demo_runs.ga, "compile", spy)
-    for flag in (True, False):
-        run_demo(DemoConfig(**{**TINY, "eager_baseline": False, "backend": "inductor",
-                               "precompile": flag, "train_rounds": 0, "infer_rounds": 1}))
-    assert seen == [("inductor", True), ("inductor", None)]
+    run_demo(DemoConfig(**{**TINY, "eager_baseline": False, "backend": "inductor",
+                           "precompile": True, "train_rounds": 0, "infer_rounds": 1}))
+    # (without the flag nothing is passed: the demo tests on aot_eager would fail if it were,
+    # compile() refusing precompile=True there)
+    assert seen == [("inductor", True)]
