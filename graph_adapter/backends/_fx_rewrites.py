@@ -1,8 +1,7 @@
 """Graph rewrites applied to a model's graphs when inductor compiles them.
 
-Three rewrites. The second, :func:`transpose_thin_matmuls`, and the third,
-:func:`accumulate_full_addmm`, are described at their definitions (post-grad passes
-on the ATen graphs inductor lowers). The first,
+Two rewrites. The second, :func:`transpose_thin_matmuls`, is described at its
+definition (a post-grad pass on the ATen graphs inductor lowers). The first,
 :func:`project_embedding_tables`: a linear layer applied to a
 sum of embedding lookups is applied to the tables instead,
 
@@ -48,8 +47,7 @@ import torch.nn.functional as F
 from torch import fx
 
 __all__ = ["project_embedding_tables", "project_embedding_tables_pass",
-           "transpose_thin_matmuls", "thin_matmul_rule", "transpose_thin_matmuls_pass",
-           "accumulate_full_addmm", "accumulate_full_addmm_pass"]
+           "transpose_thin_matmuls", "thin_matmul_rule", "transpose_thin_matmuls_pass"]
 
 _aten = torch.ops.aten
 _LINEAR = (torch._C._nn.linear, F.linear, _aten.linear.default)
@@ -325,102 +323,3 @@ def _thin_pass_class() -> type:
 def transpose_thin_matmuls_pass() -> Any:
     """A fresh instance of the post-grad pass (a ``CustomGraphPass``, so inductor caches)."""
     return _thin_pass_class()()
-
-
-# -- addmm of a full-size addend ----------------------------------------------------
-
-
-def _full_addend(node: fx.Node) -> bool:
-    """Whether ``node`` is a CPU float ``aten.addmm(inp, a, b)`` (``beta = alpha = 1``)
-    whose ``inp`` is a contiguous tensor of the output's own shape and dtype (not a
-    bias broadcast over the rows)."""
-    if node.op != "call_function" or node.target is not _aten.addmm.default:
-        return False
-    if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1 or len(node.args) != 3:
-        return False
-    inp, out = node.args[0], node.meta.get("val")
-    val = inp.meta.get("val") if isinstance(inp, fx.Node) else None
-    if not (isinstance(out, torch.Tensor) and isinstance(val, torch.Tensor)):
-        return False
-    return out.device.type == "cpu" and val.device == out.device \
-        and out.dtype in (torch.float32, torch.float64) and val.dtype == out.dtype \
-        and val.dim() == 2 and tuple(val.shape) == tuple(out.shape) and val.is_contiguous()
-
-
-def _fresh_and_dead_after(inp: fx.Node, node: fx.Node) -> bool:
-    """Whether ``inp`` is a tensor of storage of its own that nothing but ``node`` reads:
-    made by an ATen op that neither returns a view nor writes (not a graph input, a
-    parameter or a saved tensor: a placeholder), with ``node`` its only user (not an
-    output of the graph: the forward's saved tensors are), whose storage no other
-    value of the graph shares."""
-    if inp.op != "call_function" or list(inp.users) != [node]:
-        return False
-    schema = getattr(inp.target, "_schema", None)
-    if schema is None or schema.is_mutable or len(schema.returns) != 1 \
-            or any(r.alias_info is not None for r in schema.returns):
-        return False
-    # and no other value of the graph shares its storage: some ops return a view
-    # without saying so in their schema (``aten._unsafe_view``); the fake tensors know
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    own = StorageWeakRef(inp.meta["val"].untyped_storage())
-    for other in inp.graph.nodes:
-        if other is inp:
-            continue
-        vals = other.meta.get("val")
-        for v in vals if isinstance(vals, (list, tuple)) else (vals,):
-            if isinstance(v, torch.Tensor) and StorageWeakRef(v.untyped_storage()) == own:
-                return False
-    return True
-
-
-def accumulate_full_addmm(graph: fx.Graph) -> int:
-    """Rewrite, in place, every :func:`_full_addend` ``addmm(inp, a, b)`` of an ATen graph
-    whose ``inp`` is dead after it (:func:`_fresh_and_dead_after`) as ``inp.addmm_(a, b)``;
-    return how many were rewritten.
-
-    Inductor's post-grad patterns fuse ``mm(a, b) + inp`` into ``addmm`` for any
-    ``inp`` that broadcasts to the product (``fx_passes/post_grad.py``: ``addmm``, under
-    ``is_valid_addmm_fusion``; the reverse, ``unfuse_bias_add_to_pointwise``, is taken
-    on GPUs only, and no config switch turns either off on the CPU but the whole
-    ``pattern_matcher``). When ``inp`` is a full ``[N, D]`` tensor (SAGEConv's
-    ``lin_l(aggr) + lin_r(x)``, summed gradients in the backward), ATen's CPU ``addmm``
-    copies ``inp`` into a fresh output before its ``beta=1`` GEMM, and inductor never
-    hands ``inp``'s buffer over as the output of an extern kernel. ``mm`` + ``add``
-    is slower still (a fresh ``[N, D]`` product, then a pass over both); accumulating
-    into ``inp`` itself skips the copy and the allocation. Broadcast biases and
-    addends read later are left to ``addmm``. Runs as a ``post_grad_custom_post_pass``,
-    after inductor's patterns, on the forward and the backward graphs; inductor
-    lowers ``addmm_`` as an ATen fallback that mutates ``inp``'s buffer.
-    """
-    done = 0
-    for node in list(graph.nodes):
-        if not _full_addend(node) or not _fresh_and_dead_after(node.args[0], node):
-            continue
-        with graph.inserting_before(node):
-            new = graph.call_function(_aten.addmm_.default, tuple(node.args))
-        new.meta["val"] = node.meta["val"]
-        new.meta.setdefault("stack_trace", node.meta.get("stack_trace"))
-        node.replace_all_uses_with(new)
-        graph.erase_node(node)
-        done += 1
-    if done:
-        graph.lint()
-    return done
-
-
-#: Bumped whenever :func:`accumulate_full_addmm` changes what it rewrites.
-_ADDMM_VERSION = 3
-
-
-@functools.lru_cache(maxsize=None)
-def _addmm_pass_class() -> type:
-    return _counting_pass(
-        "AccumulateFullAddmm", "accumulate_full_addmm",
-        lambda: f"graph_adapter.AccumulateFullAddmm.v{_ADDMM_VERSION}",
-        "Inductor's ``post_grad_custom_post_pass``: :func:`accumulate_full_addmm`.")
-
-
-def accumulate_full_addmm_pass() -> Any:
-    """A fresh instance of the post-grad pass (a ``CustomGraphPass``, so inductor caches)."""
-    return _addmm_pass_class()()

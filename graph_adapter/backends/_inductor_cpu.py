@@ -57,13 +57,6 @@ on CPU"), and one reading (4):
    :func:`graph_adapter.backends._fx_rewrites.transpose_thin_matmuls`): MKL's
    ``[128, N] x [N, 9]`` (the weight gradient of a 9-feature input linear) took
    5.6x the time of the same numbers as ``([9, N] x [N, 128])^T``.
-13. **An** ``addmm`` **of a full-size addend nothing reads after accumulates into it**
-   (``post_grad_custom_post_pass``,
-   :func:`graph_adapter.backends._fx_rewrites.accumulate_full_addmm`): ATen's CPU
-   ``addmm`` copies a full ``[N, D]`` addend into a fresh output first (SAGEConv's
-   ``lin_l(aggr) + lin_r(x)``); GraphSAGE 2x128 on sampled subgraphs, 1 thread:
-   ``copy_`` calls a training step 5 -> 2, step time 0.84-1.00x, inference 0.85-1.00x
-   (``docs/benchmarks.md``, "addmm of a full-size addend").
 
 Tried for the cold compile and not set (``docs/benchmarks.md``, "Where a first
 step goes"): ``cpp_wrapper`` for training graphs (gcc summed 71 -> 50 s under
@@ -74,8 +67,7 @@ what is stored between the passes and which kernel adds change (an
 ``index_add`` may add in another order than a generated loop). User
 ``options`` override them (``options={"joint_custom_post_pass": None}``
 turns 1 off, ``options={"pre_grad_custom_pass": None}`` turns 5 off,
-``options={"cpp_wrapper": False}`` turns 6 off,
-``options={"post_grad_custom_post_pass": None}`` turns 12 and 13 off).
+``options={"cpp_wrapper": False}`` turns 6 off).
 """
 from __future__ import annotations
 
@@ -321,14 +313,11 @@ def config_patches(cpu_inference: bool = False) -> Dict[str, Any]:
     under ``torch.no_grad()``); it then gets inductor's C++ wrapper
     (:data:`CPU_INFERENCE_PATCHES`).
     """
-    from ._fx_rewrites import (project_embedding_tables_pass, transpose_thin_matmuls_pass,
-                               accumulate_full_addmm_pass)
+    from ._fx_rewrites import project_embedding_tables_pass, transpose_thin_matmuls_pass
 
     patches = {"joint_custom_post_pass": recompute_bool_masks(),
                "pre_grad_custom_pass": project_embedding_tables_pass(),
-               # 13 and 12: independent (one rewrites addmm, the other mm)
-               "post_grad_custom_post_pass": [accumulate_full_addmm_pass(),
-                                              transpose_thin_matmuls_pass()],
+               "post_grad_custom_post_pass": transpose_thin_matmuls_pass(),
                **CALL_PATCHES}
     if cpu_inference:
         patches.update(CPU_INFERENCE_PATCHES)
