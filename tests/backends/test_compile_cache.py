@@ -114,6 +114,7 @@ def _run_child(cache_dir: str, tests_dir: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # ~8-35 s: CI's second step runs it (setup.cfg)
 def test_second_process_hits_the_fx_graph_cache(tmp_path):
     """Two fresh processes, one temp cache, a HYB batch with the ``index_add`` fallback:
     the first misses for its three graphs (training forward, backward, inference) and

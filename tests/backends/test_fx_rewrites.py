@@ -125,6 +125,7 @@ def test_inductor_runs_the_rewrite_as_its_pre_grad_pass():
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # ~8-35 s: CI's second step runs it (setup.cfg)
 def test_demo_model_compiled_with_inductor_is_rewritten_and_keeps_gradients(monkeypatch):
     """The demo's GINE: its 4 edge projections are rewritten; compiled outputs and
     gradients equal eager ones (float64); ``pre_grad_custom_pass=None`` turns it off."""

@@ -138,6 +138,7 @@ def test_precompile_false_wins_over_the_environment(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # ~8-35 s: CI's second step runs it (setup.cfg)
 def test_a_second_model_loads_the_entry_and_a_change_recompiles(tmp_path, monkeypatch):
     """With precompile on: the first compiled model compiles and saves; a second one,
     built alike, loads (no compile) and computes the same loss and gradients; its model
