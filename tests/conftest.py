@@ -29,7 +29,7 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdi
 settings.register_profile(
     "default",
     deadline=None,  # first examples include torch/PyG warm-up and Dynamo traces (seconds)
-    max_examples=40,
+    max_examples=30,
     # too_slow: one example builds whole graph lists and runs a model, which is
     # slower than hypothesis's generation budget expects; data_too_large: lists
     # of graphs with tensors exceed its default buffer now and then. Neither is
