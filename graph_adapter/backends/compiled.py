@@ -18,7 +18,8 @@ from .. import ipu
 from ..nn import static
 from ..data.values import DIAGNOSED, BoundsPlan, bounds_plan, check_before_call, named_error
 from .engines import (CudaGraphEngine, DynamoEngine, EagerEngine, EngineSettings, ExportEngine,
-                      PerModeEngine, generates_code, traces)
+                      PerModeEngine, precompile_refusal, generates_code, precompile_refused,
+                      traces)
 from .program import HostModel, Signature, per_micro_batch, save_program, signature_of
 from .registry import Backend, add_backend, backend_entry, backend_names, device_of
 from .select import Measure, Selected, measure_settings
@@ -75,8 +76,8 @@ class Compiled(HostModel):
         static.install(getattr(wrapped, "model", wrapped))
         if precompile and not (isinstance(entry.engine, type)
                                and issubclass(entry.engine, DynamoEngine)):
-            raise ValueError(f"compile({entry.name!r}, precompile=True): precompiled entries "
-                             f"serve backend 'inductor' only; leave precompile unset here")
+            raise precompile_refused(entry.name, precompile_refusal(
+                entry.name, wrapped, False, entry.engine))
         self._engine = entry.engine(wrapped, EngineSettings(entry.name, options, strict,
                                                              index_add_fallback, precompile))
         self.check_bounds = check_bounds
@@ -268,8 +269,8 @@ def _build_ipu(wrapped: nn.Module, name: str, *, allow_new_shapes: bool = False,
     """The build of the IPU backends (``strict`` and ``index_add_fallback`` do not
     apply; ``check_bounds`` goes to the poptorch runner, which checks host batches)."""
     if precompile:
-        raise ValueError(f"compile({name!r}, precompile=True): precompiled entries serve "
-                         f"backend 'inductor' only; leave precompile unset for {name!r}")
+        raise precompile_refused(name, f"precompiled entries serve backend 'inductor' only, "
+                                       f"not {name!r}")
     if check_bounds is not None:
         kwargs["check_bounds"] = check_bounds
     if allow_new_shapes:

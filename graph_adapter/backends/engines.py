@@ -137,7 +137,13 @@ def rnn_settings():
         yield
 
 
-def _precompile_refusal(backend: str, wrapped: nn.Module, rnn: bool, engine: type) -> str:
+def precompile_refused(backend: str, why: str) -> ValueError:
+    """The one error of ``compile(..., precompile=True)`` where entries cannot serve."""
+    return ValueError(f"compile({backend!r}, precompile=True): {why}; leave precompile unset "
+                      f"(or False) for this model and backend")
+
+
+def precompile_refusal(backend: str, wrapped: nn.Module, rnn: bool, engine: type) -> str:
     """Why precompiled entries cannot serve this engine (``""``: they can)."""
     if backend != "inductor" or engine is not DynamoEngine:
         return f"precompiled entries serve backend 'inductor' only, not {backend!r}"
@@ -169,10 +175,9 @@ class DynamoEngine:
         # (signature, mode, grad mode) -> precompiled entry, or None: the ordinary entry
         self._pre: Optional[Dict[Any, Any]] = None
         want = _precompile.ENABLED if settings.precompile is None else settings.precompile
-        why_not = _precompile_refusal(settings.backend, wrapped, self._rnn, type(self))
+        why_not = precompile_refusal(settings.backend, wrapped, self._rnn, type(self))
         if settings.precompile and why_not:
-            raise ValueError(f"compile(..., precompile=True): {why_not}; leave precompile "
-                             f"unset (or False) for this model and backend")
+            raise precompile_refused(settings.backend, why_not)
         if want and not why_not:
             self._pre = {}
             # the same entry, compiled ahead with the guards that serialize (globals kept)
