@@ -16,6 +16,10 @@ that; one comment may hold several markers separated by ``;``:
   the reason is required and is pytest's skip reason;
 * ``<!-- docs-test: slow -->``: the block compiles with inductor for more than
   ~10 s; it gets the ``slow`` marker.
+* ``<!-- docs-test: extended -->``: the block trains with inductor for more
+  than ~20 s (a page's whole worked example); it gets the ``extended`` marker
+  (and ``slow``), so it runs in CI's second step (``-m "sweep or extended"``), not in the main
+  suite. Only for a block no ``continue`` block follows.
 
 A python-like fence other than ```python (```py, ```python3, ...), an unknown
 marker or a ``skip`` without a reason fails the test suite, so no block goes
@@ -54,6 +58,7 @@ class Block:
     code: str
     continues: bool = False
     slow: bool = False
+    extended: bool = False
     skip: Optional[str] = None
     requires: List[str] = field(default_factory=list)
 
@@ -82,20 +87,23 @@ def _apply_markers(block: Block, text: str, where: str) -> None:
             block.continues = True
         elif word == "slow" and not rest:
             block.slow = True
+        elif word == "extended" and not rest:
+            block.extended = True
         elif word == "requires" and rest:
             block.requires.append(rest)
         elif word == "skip" and rest.startswith("(") and rest.endswith(")") and rest[1:-1].strip():
             block.skip = rest[1:-1].strip()
         else:
             raise ValueError(f"{where}: bad docs-test marker {marker!r} (continue, slow, "
-                             f"requires MODULE, skip (REASON))")
+                             f"extended, requires MODULE, skip (REASON))")
 
 
 def parse_blocks(text: str, page: str) -> List[Block]:
     """The ```python blocks of one markdown text, in order, with their markers.
 
     Raises ValueError on a python-like fence that is not ```python, an unknown
-    marker, or a marker not followed by a ```python block.
+    marker, a marker not followed by a ```python block, or a ``continue`` block
+    after an ``extended`` one (the main suite would run it without its state).
     """
     lines = text.splitlines()
     blocks: List[Block] = []
@@ -121,6 +129,10 @@ def parse_blocks(text: str, page: str) -> List[Block]:
                 block = Block(page, i + 2, "\n".join(lines[i + 1:end]) + "\n")
                 for at, text_ in pending:
                     _apply_markers(block, text_, f"{page}:{at}")
+                ran = [b for b in blocks if b.skip is None]
+                if block.continues and ran and ran[-1].extended and not block.extended:
+                    raise ValueError(f"{page}:{i + 1}: a continue block after the extended block "
+                                     f"at line {ran[-1].line}: mark it extended too")
                 blocks.append(block)
             pending = []
             i = end
@@ -213,7 +225,9 @@ def _module_for(chain: List[Block]) -> types.ModuleType:
 
 
 def _param(block: Block):
-    marks = [pytest.mark.slow] if block.slow else []
+    marks = [pytest.mark.slow] if block.slow or block.extended else []
+    if block.extended:
+        marks.append(pytest.mark.extended)
     if block.skip is not None:
         marks.append(pytest.mark.skip(reason=f"{block.id}: {block.skip}"))
     return pytest.param(block, id=block.id, marks=marks)
@@ -266,7 +280,16 @@ def test_markers_are_parsed():
     assert b.skip == "needs an IPU; or poptorch" and c.requires == ["lightning"]
 
 
+def test_an_extended_block_gets_the_extended_marker():
+    (a,) = parse_blocks("<!-- docs-test: requires rdkit; extended -->\n```python\nx = 1\n```\n",
+                        "p.md")
+    assert a.extended and not a.slow
+    assert [m.name for m in _param(a).marks] == ["slow", "extended"]
+
+
 @pytest.mark.parametrize("text, message", [
+    ("<!-- docs-test: extended -->\n```python\nx\n```\n<!-- docs-test: continue -->\n"
+     "```python\ny\n```\n", "after the extended block"),
     ("<!-- docs-test: skip -->\n```python\nx\n```\n", "bad docs-test marker"),
     ("<!-- docs-test: skip () -->\n```python\nx\n```\n", "bad docs-test marker"),
     ("<!-- docs-test: sometimes -->\n```python\nx\n```\n", "bad docs-test marker"),

@@ -218,6 +218,7 @@ def test_the_progress_bar_opens_after_the_first_step(monkeypatch):
     assert len(stats.step_seconds) == stats.steps == 8
 
 
+@pytest.mark.extended  # PyG's dynamic=True route traced: ~12 s quiet
 @pytest.mark.filterwarnings("ignore")
 def test_pyg_compile_route_is_a_third_column(monkeypatch):
     """The third run is eager PyG's model under torch.compile(dynamic=True); on aot_eager

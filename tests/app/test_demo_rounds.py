@@ -231,6 +231,7 @@ def test_training_rounds_change_no_reported_figure(monkeypatch):
     assert "in its own epochs, run after run" not in plain.report()
 
 
+@pytest.mark.extended  # PyG's dynamic=True route traced under aot_eager: ~15 s quiet
 @pytest.mark.filterwarnings("ignore")
 def test_compiled_runs_compile_nothing_in_the_training_rounds():
     """aot_eager for the adapter and PyG's route: every training graph exists after the

@@ -332,7 +332,8 @@ def test_compiled_inference_with_the_cpp_wrapper_equals_eager(monkeypatch):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.slow  # four small inductor compiles, two of them cold
+@pytest.mark.slow
+@pytest.mark.extended  # four small inductor compiles, two of them cold: ~13 s quiet
 def test_the_compile_cache_keys_the_index_add_setting(tmp_path, monkeypatch):
     """Inductor's caches do not key the decomposition table: a graph compiled with
     atomic adds (``index_add_fallback=False``, or the default at 1 thread) was served
