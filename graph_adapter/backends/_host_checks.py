@@ -19,7 +19,13 @@ kernel (torch 2.13, measured on the demo's model in a second process,
 :func:`remembered_host_checks` answers both from a record of an earlier
 process, where that process ran the check on the same artifact: a probe is
 skipped for a ``.so`` that passed its ``dlopen`` before (same path, size and
-modification time, same torch and Python executable); a header check is
+modification time, same torch and Python executable). The whole ISA check
+(build and probe, ``check_build``) is also answered machine-wide, beside the
+headers, for a new cache directory: its answer depends on the CPU, the
+compiler and torch, not on the directory, so a check that passed with the same
+test code, ISA flags, compiler version, torch, Python executable and CPU flags
+(``/proc/cpuinfo``) passes again without its six builds and six interpreters
+(3-8 s of a cold first step on 2 cores). A header check is
 skipped for the same header, command line and compile options when the
 ``.gch`` it produced is still there (same size and time) and torch's copy of
 the header has not changed (size and time). Anything else runs inductor's own
@@ -48,7 +54,8 @@ from typing import Any, Callable, Dict, Iterator, Optional
 
 import torch
 
-__all__ = ["remembered_host_checks", "ISA_RECORD", "HEADER_RECORD", "REMEMBER"]
+__all__ = ["remembered_host_checks", "ISA_RECORD", "HEADER_RECORD", "ISA_ANSWER_RECORD",
+           "REMEMBER"]
 
 # One record per environment (torch version and Python executable): the header
 # directory is global to the machine, and two venvs compiling at the same time
@@ -60,6 +67,8 @@ _ENV = hashlib.sha256(f"{torch.__version__}\0{sys.executable}".encode("utf-8")).
 #: there; beside the precompiled headers (inductor's global header directory) for those.
 ISA_RECORD = f"graph_adapter_isa_probes-{_ENV}.json"
 HEADER_RECORD = f"graph_adapter_headers-{_ENV}.json"
+#: ...and for the ISA checks' answers (machine-wide, beside the headers).
+ISA_ANSWER_RECORD = f"graph_adapter_isa_answers-{_ENV}.json"
 
 #: Off: every process runs inductor's checks (how to measure what the records save).
 REMEMBER = True
@@ -129,6 +138,52 @@ def _remembered_probe(original: Callable[[Any, str], bool], record: str) -> Call
     return probe
 
 
+def _cpu_flags() -> Optional[str]:
+    """The CPU's feature flags (the first ``flags`` line of ``/proc/cpuinfo``), or
+    ``None`` where there is none (then no ISA answer is remembered)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return " ".join(sorted(line.partition(":")[2].split()))
+    except OSError:
+        pass
+    return None
+
+
+def _isa_key(isa: Any, code: str, fingerprint: Callable[[str], str],
+             flags: Optional[str]) -> Optional[str]:
+    """The record's key of one ISA check (``None``: not rememberable)."""
+    if flags is None:
+        return None
+    try:
+        text = repr((str(isa), isa.build_arch_flags(), list(isa.build_macro()), code,
+                     fingerprint(isa.build_arch_flags()), flags))
+    except Exception:  # torch's internals moved: let inductor check
+        return None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _remembered_check_build(original: Callable[[Any, str], bool], record: str,
+                            fingerprint: Callable[[str], str]) -> Callable[[Any, str], bool]:
+    """``VecISA.check_build`` that answers ``True`` for a check recorded as passed on this
+    machine (same test code, ISA flags and macros, compiler version, torch, CPU flags)."""
+    entries = _read(record)
+    flags = _cpu_flags()
+
+    def check_build(isa: Any, code: str) -> bool:
+        key = _isa_key(isa, code, fingerprint, flags)
+        if key is not None and entries.get(key) is True:
+            return True
+        ok = original(isa, code)
+        if ok and key is not None:
+            entries[key] = True
+            _write(record, entries)
+        return ok
+
+    return check_build
+
+
 def _stable_text(value: Any) -> Optional[str]:
     """A text for ``value`` that is the same in every process, or ``None`` if there is none
     (an object whose text carries its address)."""
@@ -194,6 +249,8 @@ def remembered_host_checks() -> Iterator[None]:
         probe_owner = cpu_vec_isa.VecISA
         # inductor's own functions: what an outer entry installed is not saved as one
         probe = _ORIGINALS.setdefault("probe", probe_owner.__dict__["_probe_load"])
+        check = _ORIGINALS.setdefault("check_build", probe_owner.__dict__["check_build"])
+        fingerprint = cpu_vec_isa._get_isa_dry_compile_fingerprint
         header = _ORIGINALS.setdefault("header", codecache._precompile_header)
         header_dir = codecache._HEADER_DIR
         isa_record = os.path.join(cache_dir(), ISA_RECORD)
@@ -207,6 +264,8 @@ def remembered_host_checks() -> Iterator[None]:
         outermost = _DEPTH[0] == 0
         if outermost:
             probe_owner._probe_load = _remembered_probe(probe, isa_record)
+            probe_owner.check_build = _remembered_check_build(
+                check, os.path.join(header_dir, ISA_ANSWER_RECORD), fingerprint)
             codecache._precompile_header = _remembered_header(
                 header, os.path.join(header_dir, HEADER_RECORD))
         _DEPTH[0] += 1
@@ -217,4 +276,5 @@ def remembered_host_checks() -> Iterator[None]:
             _DEPTH[0] -= 1
             if outermost:
                 probe_owner._probe_load = probe
+                probe_owner.check_build = check
                 codecache._precompile_header = header

@@ -166,6 +166,69 @@ def test_options_without_a_stable_text_are_never_remembered(tmp_path, monkeypatc
     assert H._stable_text([thing]) is None
 
 
+class _ISA:
+    """A stand-in for an inductor ``VecISA``: its name, flags and macros."""
+
+    def __init__(self, name="avx2", flags="-mavx2 -mfma"):
+        self.name, self.flags = name, flags
+
+    def __str__(self):
+        return self.name
+
+    def build_arch_flags(self):
+        return self.flags
+
+    def build_macro(self):
+        return ["CPU_CAPABILITY_" + self.name.upper()]
+
+
+def _fingerprint(flags):
+    return f"g++ 12={flags}={torch.__version__}"
+
+
+@pytest.mark.skipif(H._cpu_flags() is None, reason="no /proc/cpuinfo flags on this host")
+def test_an_isa_check_passed_on_this_machine_is_answered_for_a_new_cache_dir(tmp_path):
+    """The whole check (build + dlopen) is machine-wide: a later process with an empty
+    cache directory gets the recorded pass without building; a failure is never kept;
+    another ISA, other flags, other test code or another compiler checks again."""
+    record = str(tmp_path / H.ISA_ANSWER_RECORD)
+    calls = []
+
+    def check(isa, code):
+        calls.append((str(isa), isa.build_arch_flags(), code))
+        return isa.name != "avx512"
+
+    avx2 = _ISA()
+    assert H._remembered_check_build(check, record, _fingerprint)(avx2, "code") is True
+    assert H._remembered_check_build(check, record, _fingerprint)(avx2, "code") is True
+    assert len(calls) == 1  # the second process did not check
+    assert H._remembered_check_build(check, record, _fingerprint)(_ISA("avx512"), "code") is False
+    assert H._remembered_check_build(check, record, _fingerprint)(_ISA("avx512"), "code") is False
+    assert len(calls) == 3  # a failure is checked again every time
+    again = [
+        (_ISA(flags="-mavx2 -mfma -mavx512bf16"), "code", _fingerprint),  # bf16 variant
+        (avx2, "other code", _fingerprint),
+        (avx2, "code", lambda flags: "clang 17=" + flags),  # another compiler
+    ]
+    for isa, code, fp in again:
+        H._remembered_check_build(check, record, fp)(isa, code)
+    assert len(calls) == 6
+
+
+def test_no_isa_answer_is_remembered_without_cpu_flags(tmp_path, monkeypatch):
+    monkeypatch.setattr(H, "_cpu_flags", lambda: None)
+    record = str(tmp_path / H.ISA_ANSWER_RECORD)
+    calls = []
+
+    def check(isa, code):
+        calls.append(code)
+        return True
+
+    for _ in range(2):
+        assert H._remembered_check_build(check, record, _fingerprint)(_ISA(), "code") is True
+    assert len(calls) == 2 and not os.path.exists(record)
+
+
 def test_vec_isa_options_have_a_stable_text():
     """Inductor's ISA objects are what the header options hold; their ``repr`` carries an
     address (dataclass ``__hash__`` field), their key text must not."""
@@ -180,11 +243,14 @@ def test_context_restores_inductor_and_can_be_off(monkeypatch):
     from torch._inductor import codecache, cpu_vec_isa
 
     probe = cpu_vec_isa.VecISA.__dict__["_probe_load"]
+    check = cpu_vec_isa.VecISA.__dict__["check_build"]
     header = codecache._precompile_header
     with H.remembered_host_checks():
         assert cpu_vec_isa.VecISA.__dict__["_probe_load"] is not probe
+        assert cpu_vec_isa.VecISA.__dict__["check_build"] is not check
         assert codecache._precompile_header is not header
     assert cpu_vec_isa.VecISA.__dict__["_probe_load"] is probe
+    assert cpu_vec_isa.VecISA.__dict__["check_build"] is check
     assert codecache._precompile_header is header
     monkeypatch.setattr(H, "REMEMBER", False)
     with H.remembered_host_checks():
