@@ -286,7 +286,10 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
         The rest: as :class:`FixedSizeNeighborLoader` (``shuffle``,
         ``oversize``, ``success_ratio``, ``fit_batches``, ``round_to``,
         ``micro_batches``, ``rank``, ``world_size``, ``pad_id``, ``num_workers``,
-        ``sampler_threads``). Every cluster is in exactly one batch an epoch,
+        ``sampler_threads``, ``prefetch``: a background thread builds up to
+        ``prefetch`` batches ahead, the same batches, order, stats and errors as
+        without it, :func:`~graph_adapter.data.neighbor.prefetched`; not with
+        ``num_workers``). Every cluster is in exactly one batch an epoch,
         across ranks.
 
     Attributes: ``partitioner`` (``"given"`` or the METIS backend),
@@ -302,11 +305,16 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
                  budget: Union[Budget, dict, str, None] = None, seed: int = 0,
                  oversize: str = "trim", success_ratio: float = 0.99, fit_batches: int = 32,
                  round_to: int = 1, micro_batches: int = 1, rank: int = 0, world_size: int = 1,
-                 pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1):
+                 pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
+                 prefetch: int = 0):
+        # batches are built per chunk by the neighbour loader's iteration (_batch_now
+        # below), so its prefetching thread serves them as it serves sampled ones; the
+        # induced edges hold the CSC's lock, so the caller's own batch() can run beside it
         self._setup(data, [-1], batch_size, shuffle=shuffle, seed=seed, replace=False,
                     disjoint=False, directed=False, oversize=oversize,
                     micro_batches=micro_batches, rank=rank, world_size=world_size,
-                    pad_id=pad_id, num_workers=num_workers, sampler_threads=sampler_threads)
+                    pad_id=pad_id, num_workers=num_workers, sampler_threads=sampler_threads,
+                    prefetch=prefetch)
         self.num_neighbors = None  # no hops: a batch is whole clusters
         self.partitioner, self.partition_seconds, self.edge_cut = "given", 0.0, None
         if partition is None:

@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["CSC", "Sample", "FanoutError", "check_fanouts", "sample_neighbors", "sample_hop",
-           "induced_edges", "unique_in_order", "take"]
+           "induced_edges", "unique_in_order", "take", "ArrayRows"]
 
 
 class FanoutError(ValueError):
@@ -376,7 +376,7 @@ class _Rows:
         self.rows = allr[o]
 
 
-class _ArrayRows:
+class ArrayRows:
     """Row ids of global node ids in a scratch array [N] (``-1`` = unseen): O(1)
     lookups for the non-disjoint case; :meth:`reset` leaves it all ``-1`` again."""
 
@@ -496,7 +496,7 @@ def _sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *, 
     # Non-disjoint: a scratch array of the graph's size (O(1) lookups), one per
     # CSC and process (workers fork their own copy); disjoint keys are
     # (tree, node) pairs: sorted keys + searchsorted.
-    rows = _Rows(keys) if disjoint else _ArrayRows(csc.scratch(), keys)
+    rows = _Rows(keys) if disjoint else ArrayRows(csc.scratch(), keys)
     n_ids = [seeds]
     trees = [tree] if disjoint else []
     frontier, frontier_rows, frontier_tree = seeds, torch.arange(B), tree

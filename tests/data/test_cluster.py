@@ -1,6 +1,7 @@
 """FixedSizeClusterLoader: Cluster-GCN batches at one shape; METIS named where missing."""
 from __future__ import annotations
 
+import threading
 import warnings
 
 import pytest
@@ -162,3 +163,82 @@ def test_without_any_metis_the_error_names_pip_install_pymetis(monkeypatch):
         metis_available("metis5")
     with pytest.raises(PartitionError, match="num_parts=5 > the graph's 2 nodes"):
         metis_partition(torch.tensor([[0, 1], [1, 0]]), 2, 5)
+
+
+# --------------------------------------------------------------------------
+# prefetch=k: the neighbour loader's background thread, the same batches
+# --------------------------------------------------------------------------
+def _epoch_and_stats(loader):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # trims: counted in stats, compared
+        return list(loader), loader.stats.as_dict()
+
+
+@given(setups(), st.integers(1, 3), st.integers(0, 2))
+@settings(deadline=None)
+def test_prefetched_cluster_batches_and_stats_equal_the_callers_thread(cfg, depth, epoch):
+    kw = dict(batch_size=cfg["batch_size"], partition=cfg["partition"], shuffle=cfg["shuffle"],
+              micro_batches=cfg["F"], world_size=cfg["world_size"],
+              rank=cfg["batch_size"] % cfg["world_size"], success_ratio=cfg["edges_fit"])
+    ref = FixedSizeClusterLoader(cfg["data"], **kw)
+    pre = FixedSizeClusterLoader(cfg["data"], prefetch=depth, **kw)
+    ref.set_epoch(epoch)
+    pre.set_epoch(epoch)
+    (a, sa), (b, sb) = _epoch_and_stats(ref), _epoch_and_stats(pre)
+    assert pre.prefetch == depth and len(a) == len(b) == len(ref)
+    for x, y in zip(a, b):
+        assert list(x) == list(y) and all(torch.equal(x[k], y[k]) for k in x)
+    assert sa == sb  # trims, fill, partition: the same counts
+    assert not [t for t in threading.enumerate()
+                if t.name == "graph_adapter-prefetch"]  # the epoch's thread has ended
+
+
+def test_prefetched_cluster_error_reaches_the_consumer_at_its_batch():
+    d = _graph(60, 900, 1)
+    kw = dict(batch_size=2, partition=torch.arange(60) % 5, shuffle=True, success_ratio=0.1,
+              oversize="error")
+    got = []
+    with pytest.raises(SubgraphOversizeError, match="clusters") as plain:
+        for f in FixedSizeClusterLoader(d, **kw):
+            got.append(f)
+    n_plain = len(got)
+    with pytest.raises(SubgraphOversizeError, match="clusters") as pre:
+        for f in FixedSizeClusterLoader(d, prefetch=2, **kw):
+            got.append(f)
+    assert str(plain.value) == str(pre.value) and len(got) == 2 * n_plain
+
+
+def test_a_prefetching_cluster_loader_builds_its_batches_in_the_thread():
+    d = _graph(60, 300, 2)
+    L = FixedSizeClusterLoader(d, batch_size=1, partition=torch.arange(60) % 10, prefetch=2)
+    assert len(L) == 10  # more batches than the thread holds ahead: it runs at the first
+    running = [bool([t for t in threading.enumerate() if t.name == "graph_adapter-prefetch"])
+               for _ in L]
+    assert running[0] and len(running) == 10
+
+
+def test_bad_cluster_prefetch_values_are_named():
+    d = _graph(20, 60, 5)
+    part = torch.arange(20) % 4
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=r"prefetch="):
+            FixedSizeClusterLoader(d, batch_size=2, partition=part, prefetch=bad)
+    with pytest.raises(ValueError, match=r"prefetch=2 with num_workers=1.*use one of them"):
+        FixedSizeClusterLoader(d, batch_size=2, partition=part, prefetch=2, num_workers=1)
+
+
+def test_batches_built_in_the_loop_body_while_prefetching_are_not_disturbed():
+    """The thread and the caller build induced subgraphs of one CSC (one scratch array)
+    at once: the CSC's lock keeps each whole."""
+    d = _graph(20000, 400000, 3)  # batches of 1,667 nodes: long enough to overlap
+    kw = dict(batch_size=2, partition=torch.arange(20000) % 24, shuffle=True, seed=4)
+    ref = _epoch_and_stats(FixedSizeClusterLoader(d, **kw))[0]
+    L = FixedSizeClusterLoader(d, prefetch=3, **kw)
+    want = [L.batch(2, c) for c in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, f in enumerate(L):
+            for c in range(3):  # the caller builds batches while the thread does
+                g = L.batch(2, c)
+                assert all(torch.equal(g[k], want[c][k]) for k in g), (i, c)
+            assert all(torch.equal(f[k], ref[i][k]) for k in f), i

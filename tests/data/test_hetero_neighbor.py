@@ -248,3 +248,20 @@ def test_hetero_host_batches_check_clean_for_the_ipu_path():
         out, b["paper"].y, b["paper"].seed_mask))
     report = check(wrapped, host, training=True, options=opts)
     assert report.ok and report.findings == [], report
+
+
+def test_repeated_seeds_are_named_unless_disjoint():
+    """A repeated seed would be two writes of one scratch entry (its row undefined): named,
+    as the homogeneous sampler names it; ``disjoint=True`` gives each its own tree."""
+    from graph_adapter.data.hetero_sample import sample_hetero_neighbors
+
+    L = FixedSizeHeteroNeighborLoader(_hetero(20, 10, (60, 60), 0), [2], 4,
+                                      input_nodes=("paper", None))
+    seeds = torch.tensor([3, 5, 3])
+    fan = {et: L.fanouts[et] for et in L.cscs}
+    with pytest.raises(ValueError, match=r"'paper' seeds repeat a node.*disjoint=True"):
+        sample_hetero_neighbors(L.cscs, L.scratch, "paper", seeds, fan)
+    assert all(bool((v == -1).all()) for v in L.scratch.values())  # left as it was
+    s = sample_hetero_neighbors(L.cscs, L.scratch, "paper", seeds, fan, disjoint=True)
+    assert s.n_id["paper"][:3].tolist() == [3, 5, 3]
+    assert s.seed_of["paper"][:3].tolist() == [0, 1, 2]
