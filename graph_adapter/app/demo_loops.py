@@ -14,6 +14,8 @@ from typing import Any, Callable, Dict, Hashable, Iterable, List, Sequence, Tupl
 
 import torch
 
+from graph_adapter.backends import precompiled_counts
+
 from .results import RunStats
 
 __all__ = ["Step", "EvalStep", "log", "inductor_cache_counts", "train_epochs", "evaluate", "time_interleaved"]
@@ -93,6 +95,7 @@ def train_epochs(stats: RunStats, step: Step, batches: Callable[[int], Iterable[
             if stats.steps == 0 and compiles:
                 log(f"{label}: compiling the training step (the first step) ...", progress)
             cache_before = inductor_cache_counts() if stats.steps == 0 else (0, 0)
+            pre_before = precompiled_counts() if stats.steps == 0 else (0, 0)
             t0 = time.perf_counter()
             loss, graphs = step(batch)
             dt = time.perf_counter() - t0
@@ -102,6 +105,8 @@ def train_epochs(stats: RunStats, step: Step, batches: Callable[[int], Iterable[
                 stats.first_step_seconds = dt
                 after = inductor_cache_counts()
                 stats.first_step_cache = (after[0] - cache_before[0], after[1] - cache_before[1])
+                pre = precompiled_counts()
+                stats.first_step_precompiled = (pre[0] - pre_before[0], pre[1] - pre_before[1])
                 bar = _progress(total, label, progress, initial=1)
             elif bar is not None:
                 bar.update(1)

@@ -115,7 +115,7 @@ class DemoReport:
         saved = self.num_train / e.train_graphs_per_second - \
             self.num_train / r.train_graphs_per_second  # seconds an epoch
         head = (f"{r.name}'s training compile (first step {r.first_step_seconds:.1f} s, in its "
-                f"training wall time{_cache_state(r.first_step_cache)})")
+                f"training wall time{_cache_state(r.first_step_cache, r.first_step_precompiled)})")
         if saved <= 0:
             return f"{head} never pays back at these speeds"
         epochs = math.ceil(r.first_step_seconds / saved)
@@ -289,15 +289,27 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _cache_state(cache: Tuple[int, int]) -> str:
-    """``"; cold cache: 3 graphs compiled"`` and the like (empty without inductor)."""
+def _entries(n: int) -> str:
+    return f"{n} precompiled {'entry' if n == 1 else 'entries'}"
+
+
+def _cache_state(cache: Tuple[int, int], precompiled: Tuple[int, int] = (0, 0)) -> str:
+    """``"; cold cache: 3 graphs compiled"`` and the like (empty without inductor);
+    precompiled entries (``--precompile``) loaded (nothing traced) or saved are named."""
     hits, compiled = cache
+    loaded, saved = precompiled
+    if loaded and not (hits or compiled or saved):
+        return f"; {_entries(loaded)} loaded, nothing traced or compiled"
     if hits == compiled == 0:
-        return ""
-    if compiled == 0:
-        return f"; warm cache: {_count(hits, 'graph')} from inductor's cache, none compiled"
-    return (f"; {'cold' if hits == 0 else 'partly warm'} cache: {_count(compiled, 'graph')} "
-            f"compiled" + (f", {hits} from the cache" if hits else ""))
+        state = ""
+    elif compiled == 0:
+        state = f"; warm cache: {_count(hits, 'graph')} from inductor's cache, none compiled"
+    else:
+        state = (f"; {'cold' if hits == 0 else 'partly warm'} cache: {_count(compiled, 'graph')} "
+                 f"compiled" + (f", {hits} from the cache" if hits else ""))
+    if saved:
+        state += f"{', ' if state else '; '}{_entries(saved)} saved for the next run"
+    return state
 
 
 def _cache_hint(cache: Tuple[int, int]) -> str:

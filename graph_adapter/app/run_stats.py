@@ -113,6 +113,9 @@ class RunStats:
     # inductor's FX graph cache during the first training step: graphs served from the
     # cache, graphs compiled (a miss or a bypass); (0, 0) when nothing went through inductor
     first_step_cache: Tuple[int, int] = (0, 0)
+    # precompiled entries (compile(..., precompile=True)) during the first training
+    # step: loaded from an earlier run (no trace), saved for the next one
+    first_step_precompiled: Tuple[int, int] = (0, 0)
     step_seconds: List[float] = dataclasses.field(default_factory=list)  # each training step
     step_graphs: List[int] = dataclasses.field(default_factory=list)  # real graphs in each
     eval_seconds: float = 0.0  # the test split's evaluation (the MAE), wall clock

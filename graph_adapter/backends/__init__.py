@@ -83,6 +83,8 @@ It may import :mod:`graph_adapter.data`, :mod:`graph_adapter.nn`,
 :mod:`graph_adapter.ipu` and :mod:`graph_adapter.checker`; never
 ``lightning`` or ``app``.
 """
+from typing import Tuple
+
 from . import engines, program, registry, select
 from .compiled import BACKENDS, Compiled, CompiledModel, compile, register_backend
 from .engines import PerModeEngine
@@ -94,6 +96,7 @@ __all__ = [
     "compile", "Compiled", "CompiledModel", "ShapeChangedError", "load", "signature_of",
     "BACKENDS", "Backend", "register_backend", "backend_names", "resolve_backend",
     "AUTO_RULE", "auto_engine", "PerModeEngine", "Selected", "Measure", "Choice",
+    "precompiled_counts",
 ]
 
 # Public names of the package before it was split into modules, outside ``__all__``:
@@ -107,3 +110,13 @@ EagerEngine = engines.EagerEngine
 ExportEngine = engines.ExportEngine
 save_program = program.save_program
 LoadedProgram = program.LoadedProgram
+
+
+def precompiled_counts() -> Tuple[int, int]:
+    """``(loaded, saved)``: precompiled entries (``compile(..., precompile=True)``) this
+    process loaded from an earlier process's artifact (each a first call without a
+    trace) and saved for a later one, so far. Process-wide, like inductor's cache
+    counters (``torch._dynamo.utils.counters``): take differences around a call."""
+    from . import _precompile
+
+    return _precompile.COUNTS["loaded"], _precompile.COUNTS["saved"]

@@ -58,13 +58,17 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ENABLED", "artifact_key", "artifact_dir", "sources_unchanged", "grads_set_aside",
-           "load", "save", "serializable_guards"]
+__all__ = ["ENABLED", "COUNTS", "artifact_key", "artifact_dir", "sources_unchanged",
+           "grads_set_aside", "load", "save", "serializable_guards"]
 
 log = logging.getLogger(__name__)
 
 #: Use precompiled entries (opt-in: set it, or ``GRAPH_ADAPTER_PRECOMPILE=1`` before import).
 ENABLED = os.environ.get("GRAPH_ADAPTER_PRECOMPILE") == "1"
+
+#: Entries this process loaded from disk (each skipped a trace) and saved, so far:
+#: process-wide, as inductor's own cache counters are (``backends.precompiled_counts``).
+COUNTS = {"loaded": 0, "saved": 0}
 
 _FORMAT = "graph_adapter.precompile/1"
 _PLAIN = (bool, int, float, str, type(None))
@@ -240,6 +244,7 @@ def load(key: Mapping[str, Any], wrapped: nn.Module) -> Optional[Callable]:
     if not sources_unchanged(fn.source_info()):
         log.info("graph_adapter: precompiled entry %s traced other sources; compiling", path)
         return None
+    COUNTS["loaded"] += 1
     return fn
 
 
@@ -253,6 +258,7 @@ def save(key: Mapping[str, Any], fn: Any, wrapped: nn.Module) -> None:
     with open(tmp, "w") as fh:
         json.dump(key, fh, indent=1, sort_keys=True)
     os.replace(tmp, os.path.join(d, name + ".json"))
+    COUNTS["saved"] += 1
 
 
 def serializable_guards(entries: Any) -> list:

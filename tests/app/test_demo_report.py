@@ -264,6 +264,13 @@ def test_payback_line_is_the_compile_over_the_seconds_saved_an_epoch():
     line = r._payback(a, e)
     assert "warm cache: 3 graphs from inductor's cache, none compiled" in line
     assert "run the demo again" not in line
+    a.first_step_cache, a.first_step_precompiled = (0, 0), (2, 0)  # --precompile, warm
+    line = r._payback(a, e)
+    assert "2 precompiled entries loaded, nothing traced or compiled" in line
+    a.first_step_cache, a.first_step_precompiled = (0, 3), (0, 2)  # --precompile, cold
+    line = r._payback(a, e)
+    assert "cold cache: 3 graphs compiled, 2 precompiled entries saved for the next run" in line
+    a.first_step_cache, a.first_step_precompiled = (3, 0), (0, 0)
     e.step_seconds = [50.0] * 4  # eager PyG at 2 graphs/s: 12 s paid back in epoch 1
     assert f"is paid back within this run's {r.config.epochs} epochs" in r._payback(a, e)
     e.step_seconds = [1.0] * 4
@@ -279,16 +286,20 @@ def test_first_step_counts_inductor_cache_hits_and_compiles():
     from graph_adapter.app.demo_loops import train_epochs
     from graph_adapter.app.results import RunStats
 
+    from graph_adapter.backends import _precompile
+
     def step(batch):  # stands in for a compile: moves the counters as inductor would
         counters["inductor"]["fxgraph_cache_hit"] += batch[0]
         counters["inductor"]["fxgraph_cache_miss"] += batch[1]
+        _precompile.COUNTS["loaded"] += batch[2]  # and as a precompiled entry's load
         return 1.0, 1
 
     counters["inductor"]["fxgraph_cache_hit"] += 5  # earlier work in the process
+    _precompile.COUNTS["loaded"] += 4
     st = RunStats("x", batches_per_epoch=2)
-    train_epochs(st, step, lambda epoch: [(2, 1), (7, 7)], 1, label="x", shape_of=len,
+    train_epochs(st, step, lambda epoch: [(2, 1, 1), (7, 7, 7)], 1, label="x", shape_of=len,
                  progress=False)
-    assert st.first_step_cache == (2, 1)
+    assert st.first_step_cache == (2, 1) and st.first_step_precompiled == (1, 0)
 
 
 def test_report_names_the_layout_and_train_and_test_share_its_tables():

@@ -150,9 +150,13 @@ def test_a_second_model_loads_the_entry_and_a_change_recompiles(tmp_path, monkey
     flat = _batch()
     w1 = _wrapped()
     w2 = copy.deepcopy(w1)
+    from graph_adapter.backends import precompiled_counts
+
+    before = precompiled_counts()
     c1 = compile(w1, "inductor", precompile=True)
     c1(flat)["loss"].backward()
     assert c1.compile_count == 1 and c1._engine.precompiled_loads == 0
+    assert precompiled_counts() == (before[0], before[1] + 1)  # saved, not loaded
     assert len(list((tmp_path / "graph_adapter_precompiled").glob("*.bin"))) == 1
 
     monkeypatch.setattr(P, "ENABLED", True)  # the environment's switch does the same
@@ -160,6 +164,7 @@ def test_a_second_model_loads_the_entry_and_a_change_recompiles(tmp_path, monkey
     out = c2(flat)
     out["loss"].backward()
     assert c2._engine.precompiled_loads == 1 and c2.compile_count == 0
+    assert precompiled_counts() == (before[0] + 1, before[1] + 1)  # what the demo reports
     w1.zero_grad()
     ref = c1(flat)
     ref["loss"].backward()
