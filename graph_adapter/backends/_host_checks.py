@@ -126,16 +126,24 @@ def _remembered_probe(original: Callable[[Any, str], bool], record: str) -> Call
     entries = _read(record)
 
     def probe(isa: Any, output_path: str) -> bool:
-        stamp = _stamp(output_path)
-        if stamp is not None and entries.get(output_path) == stamp:
-            return True
-        ok = original(isa, output_path)
-        if ok and stamp is not None:
-            entries[output_path] = stamp
-            _write(record, entries)
-        return ok
+        return _passed(entries, record, output_path, _stamp(output_path),
+                       lambda: original(isa, output_path))
 
     return probe
+
+
+def _passed(entries: Dict[str, Any], record: str, key: Optional[str], value: Any,
+            check: Callable[[], bool]) -> bool:
+    """``True`` where ``entries`` recorded ``value`` under ``key`` (an earlier pass), else
+    ``check()``, whose pass is recorded (``key`` or ``value`` ``None``: never recorded)."""
+    rememberable = key is not None and value is not None
+    if rememberable and entries.get(key) == value:
+        return True
+    ok = check()
+    if ok and rememberable:
+        entries[key] = value
+        _write(record, entries)
+    return ok
 
 
 def _cpu_flags() -> Optional[str]:
@@ -172,14 +180,8 @@ def _remembered_check_build(original: Callable[[Any, str], bool], record: str,
     flags = _cpu_flags()
 
     def check_build(isa: Any, code: str) -> bool:
-        key = _isa_key(isa, code, fingerprint, flags)
-        if key is not None and entries.get(key) is True:
-            return True
-        ok = original(isa, code)
-        if ok and key is not None:
-            entries[key] = True
-            _write(record, entries)
-        return ok
+        return _passed(entries, record, _isa_key(isa, code, fingerprint, flags), True,
+                       lambda: original(isa, code))
 
     return check_build
 
