@@ -159,6 +159,36 @@ def test_eager_wins_when_the_compiled_steps_are_slower(winner):
     assert "training" not in sel.choices
 
 
+@pytest.mark.parametrize("trim", [True, False])
+def test_the_eager_candidate_runs_on_the_real_rows(trim):
+    """Measure(eager_trim=True) (the default): eager PyG's cost, not the padded path's;
+    the wrapper's own trim is put back, so its compiled calls never see it changed."""
+    w = ipu_wrap(Net(), loss_fn=_loss)
+    clock = FakeClock()
+    sel = compile(w, "aot_eager", select=Measure(clock=clock, eager_trim=trim))
+    _run_mode(sel, _batches(None), {c: 1.0 for c in CANDIDATES}, clock, 12, False)
+    assert sel.served["inference"]["eager"] >= 4 and w.trim is False
+    # the first eager call of a signature runs padded (it records the outputs' levels)
+    assert w.trim_stats["trimmed"] == (sel.served["inference"]["eager"] - 1 if trim else 0)
+
+
+def test_a_model_the_eager_candidate_cannot_trim_is_told_the_fix(monkeypatch):
+    from graph_adapter.nn import _trim
+
+    def refuse(self, res, counts):
+        raise _trim.TrimError("output 'output' of the trimmed call is not the real count")
+
+    monkeypatch.setattr(_trim.TrimPlan, "pad", refuse)
+    w = ipu_wrap(Net(), loss_fn=_loss)
+    clock = FakeClock()
+    sel = compile(w, "eager", select=Measure(clock=clock, candidates=("eager",)))
+    with pytest.raises(_trim.TrimError, match=r"not the real count \(compile\(select=\.\.\.\)'s "
+                                              r"eager candidate runs trimmed: pass "
+                                              r"select=Measure\(eager_trim=False\)"):
+        _run_mode(sel, _batches(None), {"eager": 1.0}, clock, 3, False)
+    assert w.trim is False
+
+
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 @pytest.mark.parametrize("layout", [None, "hyb"])
 def test_training_through_the_selector_equals_the_plain_wrapper(backend, layout):
@@ -298,6 +328,7 @@ def test_a_new_budget_raises_whoever_serves():
     (Measure(candidates=("pyg",)), ValueError, "candidates=\\('pyg',\\)"),
     (Measure(candidates=()), ValueError, "candidates=\\(\\)"),
     (Measure(candidates=("eager", "eager")), ValueError, "candidates="),
+    (Measure(eager_trim=1), TypeError, "eager_trim=1"),
 ])
 def test_bad_arguments_are_named(select, err, words):
     w = ipu_wrap(Net(), loss_fn=_loss)
