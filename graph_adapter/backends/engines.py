@@ -20,9 +20,12 @@ What they cost, measured side by side in one process (2026-12-01, 1 thread,
 ``python benchmarks/bench_models.py --overhead``): their evaluation alone
 ~35 us a call (GIN 4x8 or 4x128 + BatchNorm, 1,870 leaf guards, 833 evaluated
 a call), and skipping it altogether, the most any guard policy could save,
-0.7% of GIN 4x128's 15 ms training step (~100 us). A host-side check of the
-module state that the dropped guards cover would cost about as much in Python,
-so nothing is dropped (docs/benchmarks.md, "Dynamo's guards").
+0.7% of GIN 4x128's 15 ms training step (~100 us). In place, after the
+kernels of a call, they cost more: 210-280 us of a 1.3 ms GCN 3x64 inference
+call (15-20%; docs/benchmarks.md, "The fixed cost around a compiled call").
+Still none is dropped: each protects a model change listed above, and no
+cheaper evaluation of the same guards was found (recursive dict tags, the
+batch as positional tensors: within noise).
 
 Precompiled entries (opt-in, :mod:`~graph_adapter.backends._precompile`): with
 ``_precompile.ENABLED`` a :class:`DynamoEngine` (``"inductor"``, CPU, no RNN)
