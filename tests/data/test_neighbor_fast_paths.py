@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graph_adapter.data import csr
-from graph_adapter.data.csr import (CSC, _ArrayRows, _floyd_subsets, sample_hop, sample_neighbors,
+from graph_adapter.data.csr import (CSC, ArrayRows, _floyd_subsets, sample_hop, sample_neighbors,
                                     unique_in_order)
 
 #: FLOYD_MAX_K values that route every fanout of these tests to one path
@@ -23,7 +23,7 @@ def test_add_unseen_gives_new_rows_in_order_of_first_occurrence(n, seen, keys, d
     seen = torch.tensor([s for s in seen if s < n], dtype=torch.long)
     keys = torch.tensor([k for k in keys if k < n], dtype=torch.long)
     scratch = torch.full((n,), -1, dtype=getattr(torch, dtype))
-    rows = _ArrayRows(scratch, seen)
+    rows = ArrayRows(scratch, seen)
     new = rows.add_unseen(keys)
     # the plain definition: the distinct keys not seen before, in order of first occurrence
     want = unique_in_order(keys[~torch.isin(keys, seen)]) if keys.numel() else keys
