@@ -1,7 +1,18 @@
 """Graph rewrites applied to a model's graphs when inductor compiles them.
 
-Two rewrites. The second, :func:`transpose_thin_matmuls`, is described at its
-definition (a post-grad pass on the ATen graphs inductor lowers). The first,
+Five rewrites at two pass points (inductor has one slot per point, so one
+``CustomGraphPass`` runs every rewrite of its point). Before autograd
+(``pre_grad_custom_pass``, on Dynamo's torch-level graphs): :func:`compose_linears`
+(a linear layer of a linear layer, e.g. a per-layer edge projection of encoded
+bond features, becomes one product of the raw features), then
+:func:`project_embedding_tables` (below).
+After autograd (``post_grad_custom_post_pass``, on the ATen graphs inductor
+lowers): :func:`transpose_thin_matmuls`, :func:`dedupe_pure_ops` (an inference
+graph's per-layer copies of one computation, GCN's ``gcn_norm``, computed once)
+and :func:`realize_recomputed_values` (a value that inductor's fused loops would
+recompute per edge or per vector is stored once, GCN's normalisation). Each is
+described at its definition; the embedding-table projection here.
+
 :func:`project_embedding_tables`: a linear layer applied to a
 sum of embedding lookups is applied to the tables instead,
 
@@ -47,7 +58,9 @@ import torch.nn.functional as F
 from torch import fx
 
 __all__ = ["project_embedding_tables", "project_embedding_tables_pass",
-           "transpose_thin_matmuls", "thin_matmul_rule", "transpose_thin_matmuls_pass"]
+           "transpose_thin_matmuls", "thin_matmul_rule", "transpose_thin_matmuls_pass",
+           "compose_linears", "compose_linears_rule", "realize_recomputed_values",
+           "dedupe_pure_ops"]
 
 _aten = torch.ops.aten
 _LINEAR = (torch._C._nn.linear, F.linear, _aten.linear.default)
@@ -202,22 +215,26 @@ def project_embedding_tables(graph: fx.Graph) -> int:
     return done
 
 
-#: Bumped whenever :func:`project_embedding_tables` changes what it rewrites
-#: (inductor's cache keys compiled graphs by it).
-_PASS_VERSION = 3
+#: Bumped whenever the pre-grad rewrites (:func:`compose_linears`, then
+#: :func:`project_embedding_tables`) change what they rewrite (inductor's cache keys
+#: compiled graphs by it). 4: :func:`compose_linears` added.
+_PASS_VERSION = 4
 
 
-def _counting_pass(name: str, rewrite: str, uuid: Callable[[], str], doc: str) -> type:
+def _counting_pass(name: str, rewrites: Tuple[str, ...], uuid: Callable[[], str],
+                   doc: str) -> type:
     """A ``CustomGraphPass`` class (inductor caches graphs by its ``uuid()``) whose
-    instances run this module's function ``rewrite`` on a graph and count in
-    ``rewritten`` what it rewrote (a graph loaded from inductor's cache is not
-    rewritten again: it was already). Built on first use: importing
+    instances run this module's functions ``rewrites`` on a graph, in turn, and count
+    in ``rewritten`` what they rewrote (a graph loaded from inductor's cache is not
+    rewritten again: it was already). Inductor has one slot per pass point, so one
+    pass runs every rewrite of its point. Built on first use: importing
     ``torch._inductor`` is slow (see _inductor_cpu)."""
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
     def __call__(self, graph: fx.Graph) -> None:
-        # looked up at each call: a test may have replaced the function
-        self.rewritten += globals()[rewrite](graph)
+        for rewrite in rewrites:
+            # looked up at each call: a test may have replaced the function
+            self.rewritten += globals()[rewrite](graph)
 
     return type(name, (CustomGraphPass,), {"__doc__": doc, "__module__": __name__,
                                            "rewritten": 0, "__call__": __call__,
@@ -227,9 +244,10 @@ def _counting_pass(name: str, rewrite: str, uuid: Callable[[], str], doc: str) -
 @functools.lru_cache(maxsize=None)
 def _pass_class() -> type:
     return _counting_pass(
-        "ProjectEmbeddingTables", "project_embedding_tables",
+        "ProjectEmbeddingTables", ("compose_linears", "project_embedding_tables"),
         lambda: f"graph_adapter.ProjectEmbeddingTables.v{_PASS_VERSION}",
-        "Inductor's ``pre_grad_custom_pass``: :func:`project_embedding_tables`.")
+        "Inductor's ``pre_grad_custom_pass``: :func:`compose_linears` (a linear of a "
+        "linear), then :func:`project_embedding_tables`.")
 
 
 def project_embedding_tables_pass() -> Any:
@@ -314,12 +332,237 @@ _THIN_VERSION = 1
 @functools.lru_cache(maxsize=None)
 def _thin_pass_class() -> type:
     return _counting_pass(
-        "TransposeThinMatmuls", "transpose_thin_matmuls",
+        "TransposeThinMatmuls",
+        ("transpose_thin_matmuls", "dedupe_pure_ops", "realize_recomputed_values"),
         lambda: (f"graph_adapter.TransposeThinMatmuls.v{_THIN_VERSION}"
-                 f".{THIN_WIDTHS.start}-{THIN_WIDTHS.stop}.{THIN_MIN_ROWS}"),
-        "Inductor's ``post_grad_custom_post_pass``: :func:`transpose_thin_matmuls`.")
+                 f".{THIN_WIDTHS.start}-{THIN_WIDTHS.stop}.{THIN_MIN_ROWS}"
+                 f".realize{_REALIZE_VERSION}.cse{_CSE_VERSION}"),
+        "Inductor's ``post_grad_custom_post_pass``: :func:`transpose_thin_matmuls`, "
+        ":func:`dedupe_pure_ops`, then :func:`realize_recomputed_values`.")
 
 
 def transpose_thin_matmuls_pass() -> Any:
     """A fresh instance of the post-grad pass (a ``CustomGraphPass``, so inductor caches)."""
     return _thin_pass_class()()
+
+
+# -- a linear layer of a linear layer ------------------------------------------------
+
+#: :func:`compose_linears` rewrites when the inner linear's input is at most this share
+#: of its output width (the composed product is then at most this share of the outer one).
+_MAX_WIDTH_SHARE = 0.5
+
+
+def compose_linears_rule(rows: int, k: int, d: int) -> bool:
+    """Whether ``linear(linear(x, W1, b1), W2, b2)``, ``x`` of ``rows`` rows and ``k``
+    features, ``W1`` ``[d, k]``, is computed as ``linear(x, W2 @ W1, W2 @ b1 + b2)``.
+
+    The outer product costs ``rows * d * d_out`` multiply-adds, the composed one
+    ``rows * k * d_out`` plus ``d_out * d * k`` for ``W2 @ W1``: it pays when ``k`` is
+    well below ``d`` (a linear that widens few raw features, the 3 bond features of
+    molecules into 64 channels, then a per-layer edge projection ``GINEConv(edge_dim=)``'s
+    ``lin``) and the rows outnumber the inner width.
+    """
+    return k <= _MAX_WIDTH_SHARE * d and rows >= d
+
+
+def compose_linears(graph: fx.Graph) -> int:
+    """Rewrite, in place, every ``linear(linear(x, W1, b1), W2, b2)`` of a Dynamo
+    (torch-level) graph that :func:`compose_linears_rule` picks as
+    ``linear(x, W2 @ W1, linear(b1, W2, b2))``; return how many were rewritten.
+
+    The same function (a product of products is associative), up to float rounding:
+    shapes are ``x [*, k]``, ``W1 [d, k]``, ``b1 [d]``, ``W2 [d_out, d]``, ``b2 [d_out]``
+    (either bias may be missing). The inner linear stays for its other users, and is
+    removed later by inductor's dead-code passes when all of them were rewritten.
+    Autograd differentiates the rewritten graph (AOTAutograd runs after this pass),
+    so the weights' gradients are those of the same function.
+    """
+    done = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _LINEAR \
+                or node.target is _aten.linear.default:
+            continue
+        inner = _arg(node, 0, "input")
+        w2, b2 = _arg(node, 1, "weight"), _arg(node, 2, "bias")
+        if not isinstance(inner, fx.Node) or inner.op != "call_function" \
+                or inner.target not in _LINEAR or inner.target is _aten.linear.default:
+            continue
+        x, w1, b1 = _arg(inner, 0, "input"), _arg(inner, 1, "weight"), _arg(inner, 2, "bias")
+        if not all(isinstance(n, fx.Node) for n in (x, w1, w2)) \
+                or any(b is not None and not isinstance(b, fx.Node) for b in (b1, b2)):
+            continue
+        vx, v1, v2 = _value(x), _value(w1), _value(w2)
+        if vx is None or v1 is None or v2 is None or v1.dim() != 2 or v2.dim() != 2 \
+                or vx.dim() < 1 or vx.shape[-1] == 0:
+            continue
+        d, k = int(v1.shape[0]), int(v1.shape[1])
+        if not compose_linears_rule(int(vx.numel()) // k, k, d):
+            continue
+        with graph.inserting_before(node):
+            weight = graph.call_function(torch.matmul, (w2, w1))  # [d_out, k]
+            bias = b2 if b1 is None else graph.call_function(F.linear, (b1, w2, b2))
+            out = graph.call_function(F.linear, (x, weight, bias))
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        done += 1
+    if done:
+        graph.lint()  # no dead-code elimination here: see project_embedding_tables
+    return done
+
+
+# -- values recomputed inside wider loops ----------------------------------------------
+
+_VIEWS = {_aten.view.default, _aten.unsqueeze.default, _aten.expand.default,
+          _aten.reshape.default, _aten._unsafe_view.default, _aten.squeeze.dim,
+          _aten.squeeze.default, _aten.squeeze.dims}
+_GATHERS = {_aten.index.Tensor, _aten.index_select.default, _aten.embedding.default}
+
+
+#: Bumped whenever :func:`realize_recomputed_values` changes what it stores.
+_REALIZE_VERSION = 1
+#: Bumped whenever :func:`dedupe_pure_ops` changes what it merges.
+_CSE_VERSION = 1
+
+
+def _source(node: Any) -> Any:
+    """The node a chain of views starts from."""
+    while isinstance(node, fx.Node) and node.op == "call_function" and node.target in _VIEWS:
+        node = node.args[0]
+    return node
+
+
+def _fused_away(node: Any) -> bool:
+    """Whether inductor would inline ``node`` into its consumers (a pointwise op or a
+    gather, not stored), so that a consumer looping over more elements recomputes it."""
+    if not isinstance(node, fx.Node) or node.op != "call_function":
+        return False
+    tags = getattr(node.target, "tags", ())
+    v = node.meta.get("val")
+    return (torch.Tag.pointwise in tags or node.target in _GATHERS) \
+        and isinstance(v, torch.Tensor) and v.numel() > 1 and v.device.type == "cpu" \
+        and torch._prims_common.is_non_overlapping_and_dense_or_false(v)
+
+
+def _recomputed(node: fx.Node) -> List[fx.Node]:
+    """The producers whose values ``node`` (an op of a post-grad ATen graph) would
+    recompute more than once each, were they inlined into it:
+
+    * a gather's source read through an index longer than the source has rows
+      (GCN's ``deg^-1/2`` per node, read at both ends of every edge);
+    * an input broadcast along the innermost dimension of a pointwise op
+      (``[E, 1]`` against ``[E, D]``: GCN's per-edge norm times the messages), which
+      inductor's CPU loops recompute once per vector of that dimension.
+    """
+    out = node.meta.get("val")
+    if node.op != "call_function" or not isinstance(out, torch.Tensor):
+        return []
+    found: List[fx.Node] = []
+    if node.target in _GATHERS:
+        src: Any = None
+        idx: Any = None
+        if node.target is _aten.index.Tensor:
+            src, idxs = node.args[0], node.args[1]
+            idx = idxs[0] if len(idxs) == 1 else None
+        elif node.target is _aten.index_select.default:
+            src, idx = (node.args[0], node.args[2]) if node.args[1] == 0 else (None, None)
+        else:  # embedding(table, indices)
+            src, idx = node.args[0], node.args[1]
+        vs = src.meta.get("val") if isinstance(src, fx.Node) else None
+        vi = idx.meta.get("val") if isinstance(idx, fx.Node) else None
+        if isinstance(vs, torch.Tensor) and isinstance(vi, torch.Tensor) and vs.dim() >= 1 \
+                and vi.numel() > vs.shape[0] and _fused_away(_source(src)):
+            found.append(_source(src))
+    elif torch.Tag.pointwise in getattr(node.target, "tags", ()) and out.dim() >= 2 \
+            and out.shape[-1] > 1:
+        for a in node.args:
+            va = a.meta.get("val") if isinstance(a, fx.Node) else None
+            if isinstance(va, torch.Tensor) and va.dim() == out.dim() and va.shape[-1] == 1 \
+                    and va.numel() > 1 and _fused_away(_source(a)):
+                found.append(_source(a))
+    return found
+
+
+def realize_recomputed_values(graph: fx.Graph) -> int:
+    """Store, in place, the values that inductor would otherwise recompute inside a
+    wider loop (:func:`_recomputed`), by ``prims.inductor_force_stride_order`` (the
+    op inductor lowers by realizing its input into a buffer, strides as they are);
+    return how many were stored.
+
+    Runs on a post-grad ATen graph (nodes with ``val``). Results are unchanged
+    (the same ops, stored once then read), only where the work happens.
+    """
+    from torch._inductor import inductor_prims  # noqa: F401  (registers the op)
+
+    force = torch.ops.prims.inductor_force_stride_order.default
+    done = 0
+    for node in list(graph.nodes):
+        for src in _recomputed(node):
+            if any(u.target is force for u in src.users):
+                continue  # stored already
+            val = src.meta["val"]
+            with graph.inserting_after(src):
+                stored = graph.call_function(force, (src, list(val.stride())))
+            stored.meta["val"] = val
+            stored.meta.setdefault("stack_trace", src.meta.get("stack_trace"))
+            src.replace_all_uses_with(stored, delete_user_cb=lambda u: u is not stored)
+            done += 1
+    if done:
+        graph.lint()
+    return done
+
+
+# -- the same op on the same inputs, computed once -------------------------------------
+
+def _key(value: Any) -> Any:
+    """A hashable form of an op's arguments (lists as tuples; nodes by identity)."""
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_key(v) for v in value)
+    if isinstance(value, dict):
+        return ("dict",) + tuple(sorted((k, _key(v)) for k, v in value.items()))
+    hash(value)  # TypeError for anything else unhashable: the caller skips the node
+    return value
+
+
+def dedupe_pure_ops(graph: fx.Graph) -> int:
+    """Compute, in place, each ATen op of a post-grad graph once per distinct inputs:
+    a node whose op and arguments equal an earlier node's uses that node's result;
+    return how many nodes were dropped.
+
+    AOTAutograd merges such nodes in training graphs only (its partitioner's CSE);
+    an inference graph keeps every layer's copy of a computation that depends on the
+    batch alone (GCN's ``gcn_norm``: self-loops, degrees, ``deg^-1/2`` and the edge
+    norms, once per layer). Ops that write (mutable schemas) or draw random numbers
+    are never merged, nor results that an op writes later (or a view of them), and
+    no earlier node is reused across a write (the write may have changed what it read).
+    """
+    done = 0
+    seen: Dict[Any, fx.Node] = {}
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None:
+            continue
+        if schema.is_mutable:
+            seen.clear()
+            continue
+        if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()) \
+                or _written(node):
+            # a buffer written later (reinplaced scatters into a fresh zeros) must stay
+            # its own: two merged ones would take each other's writes
+            continue
+        try:
+            key = (node.target, _key(node.args), _key(node.kwargs))
+        except TypeError:
+            continue
+        first = seen.get(key)
+        if first is None:
+            seen[key] = node
+            continue
+        node.replace_all_uses_with(first)
+        graph.erase_node(node)
+        done += 1
+    if done:
+        graph.lint()
+    return done
