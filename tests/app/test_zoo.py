@@ -71,6 +71,7 @@ def _entry(name):
     return {n: (f, e) for f, n, e in zoo.rows()}[name]
 
 
+@pytest.mark.extended  # ~8 s quiet each: CI's second step, with the zoo's sweep
 def test_a_width_dependent_aggregation_says_why_and_its_workaround_runs():
     """LCMAggregation: red as PyG ships it (the dense width is the batch's largest
     graph); the probe measures that, and the workaround (a fixed
@@ -90,6 +91,7 @@ def test_a_data_dependent_pool_says_why():
                                   "the data"), res["note"]
 
 
+@pytest.mark.extended  # ~8 s quiet each: CI's second step, with the zoo's sweep
 def test_a_cause_the_probe_does_not_reproduce_is_reported(monkeypatch):
     """A stated cause is never printed unmeasured: a probe that finds nothing
     (here: the RNN probe on a row whose compile is green) makes the row
