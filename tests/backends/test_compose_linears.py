@@ -2,7 +2,6 @@
 ``x`` becomes one product of ``x`` (the composed weight), keeping outputs and gradients
 (float64), only where the rule says and nothing else in between; inductor runs it in its
 pre-grad pass, before the embedding-table projection."""
-import copy
 from typing import List, Optional
 
 import pytest
@@ -13,6 +12,8 @@ from torch import nn
 
 from graph_adapter.backends import _fx_rewrites as R
 from graph_adapter.backends import _inductor_cpu as I
+
+from _rewritten import compiled_equals_eager, rewritten_graph
 
 
 class _Encode(nn.Module):
@@ -84,16 +85,7 @@ def test_rule_bounds():
 
 def test_the_composed_product_replaces_the_outer_one():
     model = _Encode(3, 64, 64, True, True, projections=4).double()
-    captured = []
-
-    def backend(gm, example_inputs):
-        assert R.compose_linears(gm.graph) == 4
-        captured.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.compile(model, backend=backend, fullgraph=True)(torch.randn(200, 3, dtype=torch.float64))
-    graph = captured[0].graph
+    graph = rewritten_graph(model, R.compose_linears, 4, torch.randn(200, 3, dtype=torch.float64))
     linears = [n for n in graph.nodes if n.target in R._LINEAR]
     inner = [n for n in linears if n.args[0].op == "placeholder" and R._value(n) is not None]
     assert len(inner) == 1  # the inner linear is left for the dead-code passes ...
@@ -166,13 +158,5 @@ def test_compiled_gine_with_float_edge_features_equals_eager(monkeypatch):
     monkeypatch.setattr(R, "compose_linears", lambda g: counts.append(orig(g)) or counts[-1])
     torch.manual_seed(0)
     base = _FloatGINE().double()
-    eager = ga.ipu_wrap(copy.deepcopy(base), loss_fn=ga.masked_loss("l1"))
-    wrapped = ga.ipu_wrap(copy.deepcopy(base), loss_fn=ga.masked_loss("l1"))
-    compiled = ga.compile(wrapped, "inductor", options={"force_disable_caches": True})
-    out, ref = compiled(flat), eager(flat)
+    compiled_equals_eager(base, flat, grad_rtol=1e-9)
     assert sum(counts) == 2
-    torch.testing.assert_close(out["output"], ref["output"], rtol=1e-10, atol=1e-10)
-    grads = torch.autograd.grad(out["loss"], list(wrapped.parameters()))
-    ref_grads = torch.autograd.grad(ref["loss"], list(eager.parameters()))
-    for a, b in zip(grads, ref_grads):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)

@@ -13,6 +13,8 @@ from torch import nn
 from graph_adapter.backends import _fx_rewrites as R
 from graph_adapter.backends import _inductor_cpu as I
 
+from _rewritten import compiled_equals_eager, rewritten_graph
+
 
 class _EncodeProject(nn.Module):
     """Sum of one embedding per column of ``codes``, then ``linears`` projections of it."""
@@ -76,16 +78,7 @@ def test_rewrite_keeps_outputs_and_gradients(vocab, d_in, d_out, bias, linears, 
 
 def test_linears_of_one_sum_share_one_stacked_table():
     model = _EncodeProject([5, 3, 2], 4, 4, linears=3).double()
-    captured = []
-
-    def backend(gm, example_inputs):
-        assert R.project_embedding_tables(gm.graph) == 3
-        captured.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.compile(model, backend=backend, fullgraph=True)(_codes([5, 3, 2], 40, 0))
-    graph = captured[0].graph
+    graph = rewritten_graph(model, R.project_embedding_tables, 3, _codes([5, 3, 2], 40, 0))
     assert sum(n.target is torch.cat for n in graph.nodes) == 1
     ops = [n.op for n in graph.nodes]  # the placeholders (tables among them) still come first
     assert ops.index("call_function") > max(i for i, op in enumerate(ops) if op == "placeholder")
@@ -143,17 +136,9 @@ def test_demo_model_compiled_with_inductor_is_rewritten_and_keeps_gradients(monk
     flat = {k: v.double() if v.is_floating_point() else v for k, v in flat.items()}
     torch.manual_seed(0)
     base = build_model("gine", 16, 2).double()
-    eager = ga.ipu_wrap(copy.deepcopy(base), loss_fn=ga.masked_loss("l1"))
     options = {"force_disable_caches": True}  # a cache hit would skip the pass
-    wrapped = ga.ipu_wrap(copy.deepcopy(base), loss_fn=ga.masked_loss("l1"))
-    compiled = ga.compile(wrapped, "inductor", options=options)
-    out, ref = compiled(flat), eager(flat)
+    eager, wrapped = compiled_equals_eager(base, flat)
     assert sum(counts) == 2
-    torch.testing.assert_close(out["output"], ref["output"], rtol=1e-10, atol=1e-10)
-    grads = torch.autograd.grad(out["loss"], list(wrapped.parameters()))
-    ref_grads = torch.autograd.grad(ref["loss"], list(eager.parameters()))
-    for a, b in zip(grads, ref_grads):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
     # the in-place updates of the step (BatchNorm's running statistics) happen too
     eager_buffers = dict(eager.named_buffers())
     for name, buf in wrapped.named_buffers():
