@@ -131,6 +131,7 @@ def test_second_process_hits_the_fx_graph_cache(tmp_path):
     assert second["inductor"].get("fxgraph_cache_miss", 0) == 0, second
     assert second["aot"].get("autograd_cache_hit", 0) == 2, second
     assert second["values"] == first["values"]
-    # the host checks are answered from the first process's records (backends/_host_checks)
-    assert first["host_checks"]["isa_probes"] > 0, first  # a fresh cache dir: probed
+    # the host checks are answered from records (backends/_host_checks): the first
+    # process's, or, for the ISA checks, this machine's (machine-wide: a fresh cache dir
+    # probes only where no earlier process on the machine passed them; test_host_checks)
     assert second["host_checks"] == {"isa_probes": 0, "header_preprocess": 0}, second
