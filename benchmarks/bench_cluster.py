@@ -2,7 +2,7 @@
 
 The graph is ``bench_large_graph.py``'s (``sbm_graph(100_000, 10, 10.0, 0.8, 0.15,
 32, 0)``: ~2M directed edges). For each partitioner: its time (CPU and wall), the
-edge cut (undirected edges between parts, :func:`graph_adapter.data.cluster.edge_cut`),
+edge cut (undirected edges between parts, :func:`graph_adapter.sampling.cluster.edge_cut`),
 and over one epoch of ``FixedSizeClusterLoader`` the slot fill (real node / edge slots
 over the budget's) and the share of the graph's edges that are in some batch
 (Cluster-GCN trains on those only). Ratios METIS / random printed at the end.
@@ -20,7 +20,7 @@ import warnings
 import torch
 
 from graph_adapter.app.demo_node import sbm_graph  # the generator bench_large_graph.py uses
-from graph_adapter.data.cluster import (FixedSizeClusterLoader, edge_cut, metis_available,
+from graph_adapter.sampling.cluster import (FixedSizeClusterLoader, edge_cut, metis_available,
                                         metis_csr)
 
 

@@ -39,8 +39,8 @@ import torch.nn.functional as F  # noqa: E402
 from graph_adapter.app.bench import models as M  # noqa: E402
 from graph_adapter.app.datasets import load_nci5k  # noqa: E402
 from graph_adapter.backends import compile  # noqa: E402
-from graph_adapter.data.budget import Budget  # noqa: E402
-from graph_adapter.data.loader import FixedSizeLoader  # noqa: E402
+from graph_adapter.batching import Budget
+from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn.wrap import ipu_wrap  # noqa: E402
 
 

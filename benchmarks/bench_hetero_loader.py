@@ -22,8 +22,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_large_graph import hetero_graph  # noqa: E402 (the --hetero section's graph)
 
-from graph_adapter.data.hetero_neighbor import FixedSizeHeteroNeighborLoader  # noqa: E402
-from graph_adapter.data.pyg_sampler import pyg_sampler_backend  # noqa: E402
+from graph_adapter.sampling import FixedSizeHeteroNeighborLoader
+from graph_adapter.sampling import pyg_sampler_backend
 
 MODES = {  # name: loader keywords
     "ours, 0 workers": dict(),

@@ -116,7 +116,7 @@ def pyg_batches(data, seeds, fan, bs, shuffle, loader_ok, ours_for_fallback, wor
 def link_section(data, fan, bs, num_links, loader_ok) -> None:
     """2b. Link level: fill at one shape over an epoch and the sampler's rate (supervision
     edges/s, binary negatives 1:1) against PyG's LinkNeighborLoader, side by side."""
-    from graph_adapter.data.link import FixedSizeLinkNeighborLoader
+    from graph_adapter.sampling import FixedSizeLinkNeighborLoader
 
     g = torch.Generator().manual_seed(2)
     cols = torch.randperm(data.num_edges, generator=g)[:num_links]
@@ -300,7 +300,7 @@ def _host_breakdown(data, fan, bs, budget, flat, batches: int = 20) -> None:
     the compiled model's signature and its index-bounds check (CPU ms, mean of
     ``batches`` training batches)."""
     from graph_adapter.backends.program import signature_of
-    from graph_adapter.data.values import bounds_plan, check_before_call
+    from graph_adapter.format import bounds_plan, check_before_call
 
     T = FixedSizeNeighborLoader(data, fan, bs, shuffle=True, budget=budget)
     plan = bounds_plan(flat)

@@ -48,31 +48,20 @@ else:
     PYG_IMPORT_ERROR = None
 
 if PYG_IMPORT_ERROR is None:
-    from .data.spec import (
-        BatchMismatchError,
-        ClassNotAllowedError,
-        DeviceMismatchError,
-        DtypeMismatchError,
-        Field,
-        MissingKeyError,
-        ShapeMismatchError,
-        Spec,
-        SpecError,
-        SpecFormatError,
-        UnexpectedKeyError,
-        UnsupportedAttributeError,
-        flatten,
-        unflatten,
-    )
-    from .data.pytree import register_pytree
-    from .data.budget import Budget
-    from .data.packing import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
-    from .data.collate import Collator, collate_padded, unpad_batch
-    from .data.loader import FixedSizeLoader, LoaderStats
-    from .data.neighbor import FixedSizeNeighborLoader, NeighborLoaderStats
-    from .data.link import FixedSizeLinkNeighborLoader, LinkLoaderStats
-    from .data.hetero_neighbor import FixedSizeHeteroNeighborLoader
-    from .data.cluster import FixedSizeClusterLoader
+    from .format import (BatchMismatchError, ClassNotAllowedError, DeviceMismatchError,
+                         DtypeMismatchError, Field, MissingKeyError, ShapeMismatchError, Spec,
+                         SpecError, SpecFormatError, UnexpectedKeyError, UnsupportedAttributeError,
+                         flatten, unflatten)
+    from .format import register_pytree
+    from .batching import Budget
+    from .batching import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
+    from .batching import Collator, collate_padded
+    from .format import unpad_batch
+    from .batching import FixedSizeLoader, LoaderStats
+    from .sampling import FixedSizeNeighborLoader, NeighborLoaderStats
+    from .sampling import FixedSizeLinkNeighborLoader, LinkLoaderStats
+    from .sampling import FixedSizeHeteroNeighborLoader
+    from .sampling import FixedSizeClusterLoader
     from .nn import losses
     from .nn.wrap import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
                           UnboundInputError, ipu_wrap, unpad)
@@ -160,6 +149,8 @@ def __getattr__(name: str):
             f"({type(PYG_IMPORT_ERROR).__name__}: {PYG_IMPORT_ERROR}): install it with "
             f"`pip install torch-geometric`. Running an exported artifact needs no PyG: "
             f"graph_adapter.serve.load(path).predict(graphs)") from PYG_IMPORT_ERROR
+    if name == "data":  # the host side's package before 0.3: its old module paths, deprecated
+        return _importlib.import_module("graph_adapter.data")
     if name == "serve":  # the runtime, importable with or without PyG
         return _importlib.import_module("graph_adapter.serve")
     raise AttributeError(f"module 'graph_adapter' has no attribute {name!r}")

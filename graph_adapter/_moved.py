@@ -1,10 +1,11 @@
-"""Module paths that moved when the package was laid out by stage (0.2), kept as aliases.
+"""Module paths that moved, kept as aliases for one release.
 
-``import graph_adapter.spec`` (and ``from graph_adapter.spec import Spec``,
+``import graph_adapter.spec`` (and ``from graph_adapter.data.spec import Spec``,
 ``graph_adapter.spec.Spec``) still works: it gives the module at its new path
-itself (``graph_adapter.spec is graph_adapter.data.spec``) and emits a
-``DeprecationWarning`` that names the new path. The aliases go in 0.3.
-Only public modules are here; private ones moved without an alias.
+itself (``graph_adapter.spec is graph_adapter.format.spec``) and emits a
+``DeprecationWarning`` that names the new path. The paths moved in 0.2 go in
+0.3, those moved in 0.3 in 0.4. Only public modules are here; private ones
+moved without an alias.
 """
 from __future__ import annotations
 
@@ -18,15 +19,17 @@ from typing import Dict, Optional
 
 __all__ = ["MOVED", "install", "moved_module"]
 
-#: old name (under ``graph_adapter.``) -> new module path
+#: old name (under ``graph_adapter.``) -> new module path. The first block moved in
+#: 0.2 (the layout by stage), the second in 0.3 (``graph_adapter.data`` split into the
+#: format, batching and sampling stages; ``graph_adapter.format`` is now that stage's
+#: package and still holds every name the old module had).
 MOVED: Dict[str, str] = {
-    "format": "graph_adapter.data.format",
-    "spec": "graph_adapter.data.spec",
-    "pytree": "graph_adapter.data.pytree",
-    "budget": "graph_adapter.data.budget",
-    "packing": "graph_adapter.data.packing",
-    "collate": "graph_adapter.data.collate",
-    "loader": "graph_adapter.data.loader",
+    "spec": "graph_adapter.format.spec",
+    "pytree": "graph_adapter.format.pytree",
+    "budget": "graph_adapter.batching.budget",
+    "packing": "graph_adapter.batching.packing",
+    "collate": "graph_adapter.batching.collate",
+    "loader": "graph_adapter.batching.loader",
     "wrap": "graph_adapter.nn.wrap",
     "static": "graph_adapter.nn.static",
     "static_geometry": "graph_adapter.nn.static_geometry",
@@ -35,6 +38,26 @@ MOVED: Dict[str, str] = {
     "static_scatter": "graph_adapter.nn.static_scatter",
     "norm": "graph_adapter.nn.norm",
     "losses": "graph_adapter.nn.losses",
+    # 0.3: graph_adapter.data.* (public modules only)
+    "data.format": "graph_adapter.format.keys",
+    "data.spec": "graph_adapter.format.spec",
+    "data.classes": "graph_adapter.format.classes",
+    "data.errors": "graph_adapter.format.errors",
+    "data.values": "graph_adapter.format.values",
+    "data.pytree": "graph_adapter.format.pytree",
+    "data.unpad": "graph_adapter.format.unpad",
+    "data.budget": "graph_adapter.batching.budget",
+    "data.packing": "graph_adapter.batching.packing",
+    "data.collate": "graph_adapter.batching.collate",
+    "data.loader": "graph_adapter.batching.loader",
+    "data.csr": "graph_adapter.sampling.csr",
+    "data.pyg_sampler": "graph_adapter.sampling.pyg_sampler",
+    "data.hetero_sample": "graph_adapter.sampling.hetero_sample",
+    "data.sampled": "graph_adapter.sampling.sampled",
+    "data.neighbor": "graph_adapter.sampling.neighbor",
+    "data.link": "graph_adapter.sampling.link",
+    "data.cluster": "graph_adapter.sampling.cluster",
+    "data.hetero_neighbor": "graph_adapter.sampling.hetero_neighbor",
 }
 _PREFIX = "graph_adapter."
 
@@ -42,8 +65,9 @@ _PREFIX = "graph_adapter."
 def moved_module(old: str, stacklevel: int = 3) -> ModuleType:
     """The module that ``graph_adapter.<old>`` became, with a ``DeprecationWarning``."""
     new = MOVED[old]
+    gone = "0.4" if old.startswith("data.") else "0.3"
     warnings.warn(f"graph_adapter.{old} moved to {new}: import it from there (the old path "
-                  f"goes in graph_adapter 0.3)", DeprecationWarning, stacklevel=stacklevel)
+                  f"goes in graph_adapter {gone})", DeprecationWarning, stacklevel=stacklevel)
     return importlib.import_module(new)
 
 

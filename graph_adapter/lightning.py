@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional
 import torch
 from torch import Tensor, nn
 
-from .data.format import LOSS_KEY, loss_of
+from .format import LOSS_KEY, loss_of
 
 try:  # Lightning 2.x ships as ``lightning``; older installs as ``pytorch_lightning``.
     import lightning.pytorch as pl

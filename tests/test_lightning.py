@@ -47,8 +47,8 @@ def test_move_flat_refuses_pyg_objects():
 
 def test_trainer_fit_on_cpu_loss_falls():
     import graph_adapter.nn.wrap as wrap
-    import graph_adapter.data.loader as loader_mod
-    from graph_adapter.data.budget import Budget
+    import graph_adapter.batching.loader as loader_mod
+    from graph_adapter.batching import Budget
     from graph_adapter.nn.losses import masked_loss
 
     ds = _graphs()
@@ -85,9 +85,9 @@ def test_ipu_strategy_options_keep_F_for_inference():
 
 def test_training_step_marks_its_loss_inside_poptorch():
     """Inside a poptorch model FlatDictModule marks its loss (poptorch needs one) and logs nothing."""
-    from graph_adapter.data.budget import Budget
+    from graph_adapter.batching import Budget
     from graph_adapter.ipu import IPUOptions, emulate_poptorch
-    from graph_adapter.data.loader import FixedSizeLoader
+    from graph_adapter.batching import FixedSizeLoader
     from graph_adapter.nn.losses import masked_loss
     from graph_adapter.nn.wrap import ipu_wrap
 

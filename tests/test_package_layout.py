@@ -19,9 +19,9 @@ PACKAGE = os.path.join(ROOT, "graph_adapter")
 MAX_LINES = 600
 
 #: stage -> rank; a module may import modules of its own rank or lower
-STAGES = {"data": 0, "compat": 0, "serve": 0, "nn": 1, "ipu": 2, "checker": 3, "backends": 4, "lightning": 5, "app": 6}
+STAGES = {"data": 0, "format": 0, "compat": 0, "serve": 0, "batching": 1, "sampling": 2, "nn": 3, "ipu": 4, "checker": 5, "backends": 6, "lightning": 7, "app": 8}
 #: the package's own top level (the public API, the aliases, ``python -m``)
-TOP = {"graph_adapter": 5, "graph_adapter._moved": 0, "graph_adapter.__main__": 6}
+TOP = {"graph_adapter": 7, "graph_adapter._moved": 0, "graph_adapter.__main__": 8}
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,9 +4,9 @@ What :func:`run_demo` does, in order:
 
 1. loads rdkit's 5000 NCI molecules (:func:`graph_adapter.app.datasets.load_nci5k`,
    target: TPSA) and splits them into train and test (seeded);
-2. learns a budget with :meth:`Budget.fit <graph_adapter.data.budget.Budget.fit>`
+2. learns a budget with :meth:`Budget.fit <graph_adapter.batching.budget.Budget.fit>`
    (from graph sizes only, never targets) and packs the training split with
-   :class:`~graph_adapter.data.loader.FixedSizeLoader`;
+   :class:`~graph_adapter.batching.loader.FixedSizeLoader`;
 3. wraps the model with :func:`~graph_adapter.nn.wrap.ipu_wrap` (masked L1 loss
    inside the compiled region) and compiles it with
    :func:`graph_adapter.backends.compile` (``"auto"``: resolved by
@@ -68,7 +68,7 @@ import torch
 
 import graph_adapter as ga
 from graph_adapter.backends import resolve_backend
-from graph_adapter.data.collate import Collator
+from graph_adapter.batching import Collator
 
 from .datasets import load_nci5k
 from .demo_loops import evaluate, log, time_interleaved, train_epochs

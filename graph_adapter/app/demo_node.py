@@ -5,7 +5,7 @@ What :func:`run_node_demo` does, in order:
 1. generates a stochastic block model graph here (:func:`sbm_graph`, no
    download: ``nodes`` nodes in ``classes`` blocks, class-correlated features,
    so accuracy is meaningful) and splits the nodes 50% train / 25% test (seeded);
-2. builds :class:`~graph_adapter.data.neighbor.FixedSizeNeighborLoader` for the
+2. builds :class:`~graph_adapter.sampling.neighbor.FixedSizeNeighborLoader` for the
    training seeds (budget fitted from the sampler's own output) and one for the
    test seeds sharing its budget (one shape for both);
 3. wraps PyG's ``GraphSAGE`` with ``ipu_wrap`` (masked cross-entropy over the
@@ -219,9 +219,9 @@ def _eager_batches(data: Any, seeds: Tensor, cfg: NodeDemoConfig, shuffle: bool,
                                      shuffle=shuffle):
                 yield bt.x, bt.edge_index, bt.y, int(bt.batch_size)
         return
-    from graph_adapter.data.neighbor import FixedSizeNeighborLoader
+    from graph_adapter.sampling import FixedSizeNeighborLoader
 
-    from graph_adapter.data.budget import Budget
+    from graph_adapter.batching import Budget
 
     big = Budget(nodes=10 ** 9, edges=10 ** 9 + 1, graphs=2)  # never padded here: no cut
     L = FixedSizeNeighborLoader(data, list(cfg.num_neighbors), cfg.batch_size,
@@ -263,7 +263,7 @@ def run_node_demo(cfg: Optional[NodeDemoConfig] = None, **overrides: Any) -> Nod
     """Run the node-level demo (module doc) and return its figures."""
     import graph_adapter as ga
     from graph_adapter.backends import resolve_backend
-    from graph_adapter.data.neighbor import FixedSizeNeighborLoader
+    from graph_adapter.sampling import FixedSizeNeighborLoader
     from graph_adapter.nn.losses import masked_cross_entropy
 
     cfg = dataclasses.replace(cfg or NodeDemoConfig(), **overrides)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import graph_adapter as ga
-from graph_adapter.data.format import loss_of
+from graph_adapter.format import loss_of
 
 from .demo_loops import EvalStep, evaluate, log, train_epochs
 from .demo_rounds import (Timed, Training, first_graphs, graphs_compiled, measure_mae,

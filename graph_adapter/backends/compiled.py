@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from .. import ipu
 from ..nn import static
-from ..data.values import DIAGNOSED, BoundsPlan, bounds_plan, check_before_call, named_error
+from ..format import DIAGNOSED, BoundsPlan, bounds_plan, check_before_call, named_error
 from .engines import (CudaGraphEngine, DynamoEngine, EagerEngine, EngineSettings, ExportEngine,
                       PerModeEngine, precompile_refusal, generates_code, precompile_refused,
                       traces)

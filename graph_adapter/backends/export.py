@@ -35,10 +35,10 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..data.budget import Budget
-from ..data.collate import Collator
-from ..data.format import LOSS_KEY, RESERVED_KEYS, has_micro_batch_dim, micro_batch
-from ..data.loader import FixedSizeLoader
+from ..batching import Budget
+from ..batching import Collator
+from ..format import LOSS_KEY, RESERVED_KEYS, has_micro_batch_dim, micro_batch
+from ..batching import FixedSizeLoader
 from ..nn.wrap import IPUWrapped
 from ..serve.contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract, InputField, OutputField
 from ._export_opt import scatter_rows_as_scatter_nd

@@ -21,15 +21,9 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..data.spec import SpecError
-from ..data.format import (
-    GRAPH_MASK,
-    LAYOUT_KEYS,
-    has_micro_batch_dim,
-    num_micro_batches,
-    split_micro_batches,
-    stack_micro_batches,
-)
+from ..format import SpecError
+from ..format import (GRAPH_MASK, LAYOUT_KEYS, has_micro_batch_dim, num_micro_batches,
+                      split_micro_batches, stack_micro_batches)
 
 __all__ = ["Signature", "ShapeChangedError", "signature_of", "describe_change", "HostModel",
            "per_micro_batch", "save_program", "LoadedProgram", "load"]
@@ -40,7 +34,7 @@ Signature = Tuple[Tuple[str, str, Tuple[int, ...]], ...]
 class ShapeChangedError(SpecError, ValueError):
     """A batch's keys, dtypes or shapes differ from those the model was compiled for.
 
-    A :class:`~graph_adapter.data.spec.SpecError`, as the wrapped model's own input
+    A :class:`~graph_adapter.format.spec.SpecError`, as the wrapped model's own input
     checks are: ``except SpecError`` catches both."""
 
 

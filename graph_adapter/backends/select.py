@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..data.format import LAYOUT_KEYS
+from ..format import LAYOUT_KEYS
 from ..nn.wrap import TrimError
 from ._inductor_cpu import merge_atomic
 from .program import HostModel, Signature, per_micro_batch, signature_of

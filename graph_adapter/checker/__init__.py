@@ -10,7 +10,7 @@ line is the application's (``graph-adapter check``).
 It may import :mod:`graph_adapter.ipu`, :mod:`graph_adapter.nn` and
 :mod:`graph_adapter.data`; never ``backends``, ``lightning`` or ``app``.
 """
-from ..data.values import value_problems
+from ..format import value_problems
 from ..ipu.dispatcher import KINDS, POPTORCH_MESSAGES, Finding, dispatcher_rules
 from ..ipu.state import reassigned_state, state_addresses
 from .report import CheckReport, check

@@ -42,8 +42,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 import torch
 from torch import Tensor, nn
 
-from ..data.format import GRAPH_MASK, LOSS_KEY, loss_of
-from ..data.values import micro_batches_of, value_problems
+from ..format import GRAPH_MASK, LOSS_KEY, loss_of
+from ..format import micro_batches_of, value_problems
 from ..ipu.dispatcher import (ADVICE, KINDS, NO_FAKE_KERNEL, DispatchWatch, Finding,
                               FunctionWatch, NoFakeKernel, where, with_via)
 from ..ipu.inputs import host_micro_batch, map_tensors, named_tensors
@@ -203,7 +203,7 @@ def _input_findings(flat: Any, model: nn.Module, options: Optional[IPUOptions]) 
 
 
 def _value_findings(flat: Any) -> List[Finding]:
-    """The padded format's value rules (:func:`graph_adapter.data.values.value_problems`),
+    """The padded format's value rules (:func:`graph_adapter.format.values.value_problems`),
     per micro-batch; nothing for an input that is not a flat dict of tensors."""
     if not isinstance(flat, Mapping) or GRAPH_MASK not in flat \
             or not all(isinstance(v, Tensor) for v in flat.values()):

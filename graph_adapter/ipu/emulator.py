@@ -17,7 +17,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
-from ..data.format import GRAPH_MASK, LOSS_KEY, loss_of
+from ..format import GRAPH_MASK, LOSS_KEY, loss_of
 from .dispatcher import dispatcher_rules
 from .inputs import host_micro_batch, map_tensors, named_tensors, narrow
 from .options import IPUOptions

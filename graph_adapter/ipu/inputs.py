@@ -27,7 +27,7 @@ _INT32 = torch.iinfo(torch.int32)
 
 def _is_leaf(obj: Any) -> bool:
     # Only the containers poptorch itself walks; anything else (a PyG Data,
-    # registered as a pytree node by graph_adapter.data.pytree) stays whole.
+    # registered as a pytree node by graph_adapter.format.pytree) stays whole.
     return not isinstance(obj, (tuple, list, dict))
 
 

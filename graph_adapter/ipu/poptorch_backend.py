@@ -18,8 +18,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
-from ..data.values import BoundsPlan, bounds_plan, check_before_call
-from ..data.format import LOSS_KEY, loss_of
+from ..format import BoundsPlan, bounds_plan, check_before_call
+from ..format import LOSS_KEY, loss_of
 from .inputs import map_tensors, narrow
 from .options import IPUOptions
 from .sdk import import_poptorch
@@ -42,7 +42,7 @@ def make_pyg_arg_parser(poptorch: Any) -> Any:
     ``smiles`` list) and a batch's ``num_graphs`` / ``to_data_list()``
     metadata are kept, not dropped.
     """
-    from ..data.spec import flatten, unflatten
+    from ..format import flatten, unflatten
 
     class PyGArgParser(poptorch.ICustomArgParser):  # type: ignore[misc,name-defined]
         def yieldTensors(self, struct):  # noqa: N802 (poptorch's name)

@@ -29,7 +29,7 @@ After a failed eager call (torch's own error, deep inside the model) the
 wrapped forward asks :func:`row_mismatches` (computed with the checks, once per
 signature, from shapes only) whether a node-, edge- or graph-level key of the
 first call now has rows its mask does not have, and raises a
-:class:`~graph_adapter.data.errors.ShapeMismatchError` naming the key, chained
+:class:`~graph_adapter.format.errors.ShapeMismatchError` naming the key, chained
 from torch's error.
 """
 from __future__ import annotations
@@ -41,10 +41,10 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..data.errors import (DeviceMismatchError, DtypeMismatchError, MissingKeyError,
-                           ShapeMismatchError, UnsupportedAttributeError)
-from ..data.format import (BATCH, GRAPH_MASK, LEVEL_OF_MASK, MASKS, PTR, cat_dim_of, levels_of_rows,
-                           mask_key, parse_key)
+from ..format import (DeviceMismatchError, DtypeMismatchError, MissingKeyError, ShapeMismatchError,
+                      UnsupportedAttributeError)
+from ..format import (BATCH, GRAPH_MASK, LEVEL_OF_MASK, MASKS, PTR, cat_dim_of, levels_of_rows,
+                      mask_key, parse_key)
 
 __all__ = ["MissingInputError", "UnboundInputError", "Signature", "input_signature", "RowLevels",
            "row_levels", "row_mismatches", "bound_keys", "check_still_bound", "InputRecord",

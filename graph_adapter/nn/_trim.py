@@ -41,9 +41,9 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..data.format import (GRAPH_MASK, LAYOUT_KEYS, LEVEL_OF_MASK, MASK_OF_LEVEL, PTR, BATCH,
-                           cat_dim_of, is_index_attr, mask_key, parse_key)
-from ..data.spec import Spec
+from ..format import (GRAPH_MASK, LAYOUT_KEYS, LEVEL_OF_MASK, MASK_OF_LEVEL, PTR, BATCH,
+                      cat_dim_of, is_index_attr, mask_key, parse_key)
+from ..format import Spec
 
 __all__ = ["TrimError", "TrimPlan", "MIN_ROWS"]
 

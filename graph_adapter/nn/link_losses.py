@@ -1,4 +1,4 @@
-"""Masked link losses for :class:`~graph_adapter.data.link.FixedSizeLinkNeighborLoader` batches.
+"""Masked link losses for :class:`~graph_adapter.sampling.link.FixedSizeLinkNeighborLoader` batches.
 
 A link batch has a fixed number of supervision slots (``edge_label_index``
 ``[2, L]`` / ``edge_label`` ``[L]``, or the triplet keys ``[B]``), the real
@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 from torch import Tensor
 
-from ..data.link import DST_NEG_INDEX, EDGE_LABEL, LINK_MASK
+from ..format import DST_NEG_INDEX, EDGE_LABEL, LINK_MASK
 from .losses import masked_bce_with_logits
 
 __all__ = ["masked_link_bce", "masked_triplet_bce", "link_loss"]

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..data.format import MASK_OF_LEVEL
+from ..format import MASK_OF_LEVEL
 
 __all__ = ["masked_mean", "masked_mse_loss", "masked_l1_loss", "masked_bce_with_logits",
            "masked_cross_entropy", "masked_loss"]

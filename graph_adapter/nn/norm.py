@@ -11,7 +11,7 @@ place, the class of every ``torch.nn.BatchNorm1d`` of a model (PyG's
 Inside an ``ipu_wrap``-ped forward (a frame of :mod:`graph_adapter.nn.static` is
 active) and in ``train()`` mode, :class:`MaskedBatchNorm1d` takes the mask
 whose length equals the row count (``node_mask`` for ``N`` rows,
-``graph_mask`` for ``G``, ``edge_mask`` for ``E``; a :class:`~graph_adapter.data.budget.Budget`
+``graph_mask`` for ``G``, ``edge_mask`` for ``E``; a :class:`~graph_adapter.batching.budget.Budget`
 never has two equal counts, so only a flat dict made by hand can tie: then the
 node or graph mask wins over the edge mask) and computes the batch
 statistics over the real rows only; the running statistics are updated as
@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import static
-from ..data.format import mask_of_rows
+from ..format import mask_of_rows
 
 __all__ = ["MaskedBatchNorm1d", "mask_norms", "masked_batch_norm", "real_prefix"]
 
@@ -45,7 +45,7 @@ __all__ = ["MaskedBatchNorm1d", "mask_norms", "masked_batch_norm", "real_prefix"
 def _row_mask(rows: int, op: str) -> Optional[Tensor]:
     """The mask of the padded batch whose length is ``rows`` (None outside a frame).
 
-    The level is picked by :func:`graph_adapter.data.format.mask_of_rows`. A
+    The level is picked by :func:`graph_adapter.format.keys.mask_of_rows`. A
     ``Budget`` never ties two counts; in a flat dict made by hand an
     edge-level tie loses (node- and graph-level norms are the common ones)
     and a node/graph tie is an error.

@@ -60,9 +60,8 @@ from torch_geometric.index import index2ptr as index2ptr_orig
 from torch_geometric.nn.aggr.base import Aggregation
 from torch_geometric.utils import num_nodes as _num_nodes_mod
 
-from ..data.format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, NODE_MASK, PTR, SPILL_IN,
-                           SPILL_OUT, is_hetero,
-                           levels_of_rows, masks_by_level, parse_key)
+from ..format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, NODE_MASK, PTR, SPILL_IN,
+                      SPILL_OUT, is_hetero, levels_of_rows, masks_by_level, parse_key)
 
 __all__ = [
     "StaticSizeError",
@@ -184,7 +183,7 @@ def index_size(frame: Dict[str, Any], index: Tensor, op: str, arg: str) -> int:
     """Static output size for an index whose size argument (``arg`` of ``op``) is missing.
 
     The batch vector maps nodes to graphs (``G``); otherwise the index's level
-    (:func:`graph_adapter.data.format.levels_of_rows` of its length) says: an
+    (:func:`graph_adapter.format.keys.levels_of_rows` of its length) says: an
     edge-level index maps edges to nodes (``N``), a node-level one nodes to
     graphs (``G``).  Raises :class:`StaticSizeError` when it cannot tell.
     """

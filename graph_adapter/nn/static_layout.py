@@ -2,7 +2,7 @@
 
 When a padded batch carries the ELL tables (``FixedSizeLoader(...,
 layout="ell" | "hyb")``, keys ``in_slots`` / ``out_slots``, see
-:mod:`graph_adapter.data._layout` and ``docs/dev/FORMAT.md``), the two halves of
+:mod:`graph_adapter.batching._layout` and ``docs/dev/FORMAT.md``), the two halves of
 a message-passing step become gathers in the forward *and* the backward:
 
 * :func:`ell_gather` ``(x, index, slots)``: ``x[index]`` (``x_j = x[src]``);

@@ -10,7 +10,7 @@ fixed keys:
 * a tensor output -> ``"output"``;
 * a tuple/list -> ``"output/0"``, ``"output/1"``, ... (nested: ``"output/0/1"``);
 * a dict -> ``"output/<key>"``;
-* a ``Data``/``Batch`` -> ``"output/<key>"`` with :func:`graph_adapter.data.spec.key_of`
+* a ``Data``/``Batch`` -> ``"output/<key>"`` with :func:`graph_adapter.format.spec.key_of`
   naming (``"output/x"``, hetero ``"output/paper/x"``);
 * ``"loss"``: ``loss_fn(output, batch)`` when a ``loss_fn`` is given.
 
@@ -31,15 +31,15 @@ from . import static
 from . import static_geometry, static_index, static_scatter  # noqa: F401 - they register their stand-ins with static
 from . import static_layout  # noqa: F401 - registers the ELL routing hooks with static
 from .norm import eager_ok, mask_norms
-from ..data.format import (GRAPH_MASK, LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP,
-                           has_micro_batch_dim, is_hetero, key_of, mask_of_rows, masks_by_level, micro_batch,
-                           num_micro_batches, parse_key, store_name, strip_micro_batch)
+from ..format import (GRAPH_MASK, LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP,
+                      has_micro_batch_dim, is_hetero, key_of, mask_of_rows, masks_by_level,
+                      micro_batch, num_micro_batches, parse_key, store_name, strip_micro_batch)
 from ._inputs import (InputRecord, MissingInputError, UnboundInputError, check_binding,
                       check_format, choose_mode, input_signature, missing_required,
                       require_graph_mask)
-from ..data.spec import class_path, resolve_class, infer_spec, unflatten
-from ..data.errors import InputValueError, SpecError
-from ..data.values import DIAGNOSED, inside_poptorch, named_error, raise_for_values
+from ..format import class_path, resolve_class, infer_spec, unflatten
+from ..format import InputValueError, SpecError
+from ..format.values import DIAGNOSED, inside_poptorch, named_error, raise_for_values
 from ._trim import TrimError, TrimPlan
 
 __all__ = ["ipu_wrap", "IPUWrapped", "unpad", "strip_micro_batch", "has_micro_batch_dim",

@@ -8,8 +8,8 @@ import torch
 from torch_geometric.data import Batch
 
 from graph_adapter.app.bench import models as M
-from graph_adapter.data.budget import Budget
-from graph_adapter.data.loader import FixedSizeLoader
+from graph_adapter.batching import Budget
+from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn.wrap import ipu_wrap, unpad
 
 pytest.importorskip("rdkit")

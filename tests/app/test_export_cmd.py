@@ -13,8 +13,8 @@ FACTORY = textwrap.dedent("""
     from torch import nn
     from torch_geometric.data import Data
     from graph_adapter.app.models import build_model
-    from graph_adapter.data.budget import Budget
-    from graph_adapter.data.loader import FixedSizeLoader
+    from graph_adapter.batching.budget import Budget
+    from graph_adapter.batching.loader import FixedSizeLoader
     from graph_adapter.nn.wrap import ipu_wrap
 
     def graphs():

@@ -170,8 +170,8 @@ def test_auto_and_ipu_dispatch(monkeypatch):
 
 
 def test_epoch_from_fixed_size_loader_compiles_once_per_mode():
-    import graph_adapter.data.loader as loader_mod
-    from graph_adapter.data.budget import Budget
+    import graph_adapter.batching.loader as loader_mod
+    from graph_adapter.batching import Budget
 
     gen = torch.Generator().manual_seed(0)
     dataset = random_graphs(gen, 60)

@@ -61,8 +61,8 @@ _CHILD = textwrap.dedent("""
     from torch._dynamo.utils import counters
     from torch_geometric.nn import GINConv, global_add_pool
     import graph_adapter.backends as B
-    from graph_adapter.data.budget import Budget
-    from graph_adapter.data.loader import FixedSizeLoader
+    from graph_adapter.batching.budget import Budget
+    from graph_adapter.batching.loader import FixedSizeLoader
     from graph_adapter.nn.losses import masked_mse_loss
     from graph_adapter.nn.wrap import ipu_wrap
     from _padding import random_graphs

@@ -20,8 +20,8 @@ from graph_adapter import serve  # noqa: E402
 from graph_adapter.app.models import build_model  # noqa: E402
 from graph_adapter.backends.export import (ExportMismatchError, UnsupportedExportError,  # noqa: E402
                                            export)
-from graph_adapter.data.budget import Budget  # noqa: E402
-from graph_adapter.data.loader import FixedSizeLoader  # noqa: E402
+from graph_adapter.batching import Budget
+from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn.wrap import ipu_wrap  # noqa: E402
 
 from _padding import molecule_like_graphs  # noqa: E402

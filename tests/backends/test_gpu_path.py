@@ -21,7 +21,7 @@ from torch_geometric.nn import GCNConv, global_add_pool
 import graph_adapter as ga
 from graph_adapter import backends
 from graph_adapter.backends import engines, registry
-from graph_adapter.data.format import OUTPUT_KEY, to_device
+from graph_adapter.format import OUTPUT_KEY, to_device
 
 from strategies import graph_lists
 
@@ -137,7 +137,7 @@ def test_cudagraphs_passes_cuda_graphs_to_inductor_and_marks_a_step_every_call(m
         torch.testing.assert_close(o, w)
     # micro-batches: one step mark per call (a mark between them would let the second
     # replay overwrite the first one's outputs and saved activations)
-    stacked = ga.data.format.stack_micro_batches(batches[:2])
+    stacked = ga.format.stack_micro_batches(batches[:2])
     marks.clear()
     with torch.no_grad():
         out = compiled(stacked)[OUTPUT_KEY]

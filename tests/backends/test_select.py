@@ -15,8 +15,8 @@ from torch_geometric.nn import GINConv, global_add_pool
 from graph_adapter.backends import ShapeChangedError, compile
 from graph_adapter.backends.select import (CANDIDATES, Measure, Selected, drop_layout_tables,
                                            has_layout_tables, pick)
-from graph_adapter.data.budget import Budget
-from graph_adapter.data.loader import FixedSizeLoader
+from graph_adapter.batching import Budget
+from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn.losses import masked_mse_loss
 from graph_adapter.nn.wrap import ipu_wrap
 

@@ -219,9 +219,9 @@ def test_report_shape():
 
 def test_ipu_wrapped_gin_from_the_loader_passes():
     import graph_adapter.nn.wrap as wrap
-    import graph_adapter.data.loader as loader_mod
+    import graph_adapter.batching.loader as loader_mod
     from torch_geometric.data import Data
-    from graph_adapter.data.budget import Budget
+    from graph_adapter.batching import Budget
     from graph_adapter.nn.losses import masked_loss
 
     g = torch.Generator().manual_seed(0)

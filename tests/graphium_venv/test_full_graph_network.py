@@ -28,8 +28,8 @@ from _graphium_case import (CONFIGS, FEATURIZATION, build, featurize,  # noqa: E
 from graph_adapter.backends import compile as ga_compile  # noqa: E402
 from graph_adapter.checker import check  # noqa: E402
 from graph_adapter.compat import graphium as compat  # noqa: E402
-from graph_adapter.data.budget import Budget  # noqa: E402
-from graph_adapter.data.loader import FixedSizeLoader  # noqa: E402
+from graph_adapter.batching import Budget
+from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.ipu import IPUOptions  # noqa: E402
 from graph_adapter.ipu.dispatcher import dispatcher_rules  # noqa: E402
 from graph_adapter.nn.wrap import ipu_wrap  # noqa: E402

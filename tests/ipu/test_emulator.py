@@ -308,8 +308,8 @@ def test_micro_batch_without_graphs_takes_no_step_and_keeps_statistics():
 
 def test_half_inputs_run_with_finite_masked_loss():
     import graph_adapter.nn.wrap as wrap
-    import graph_adapter.data.loader as loader_mod
-    from graph_adapter.data.budget import Budget
+    import graph_adapter.batching.loader as loader_mod
+    from graph_adapter.batching import Budget
     from graph_adapter.nn.losses import masked_loss
 
     ds = _graphs()
@@ -393,8 +393,8 @@ class _Net(nn.Module):
 
 def test_ipu_wrap_loader_emulator_equals_plain_loop():
     import graph_adapter.nn.wrap as wrap
-    import graph_adapter.data.loader as loader_mod
-    from graph_adapter.data.budget import Budget
+    import graph_adapter.batching.loader as loader_mod
+    from graph_adapter.batching import Budget
     from graph_adapter.nn.losses import masked_loss
 
     ds = _graphs()

@@ -18,8 +18,8 @@ from torch_geometric.nn import aggr as A
 from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
 from torch_geometric.utils import scatter
 
-from graph_adapter.data.budget import Budget
-from graph_adapter.data.collate import Collator
+from graph_adapter.batching import Budget
+from graph_adapter.batching import Collator
 from graph_adapter.nn.losses import masked_loss
 from graph_adapter.nn.wrap import ipu_wrap
 

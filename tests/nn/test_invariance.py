@@ -208,8 +208,8 @@ def test_padding_invariance_compiled_masked_norm(seed):
 def test_fully_padded_batch_moves_no_statistics(momentum):
     """A micro-batch without a real graph in train(): running_mean / running_var
     and num_batches_tracked stay bit-identical."""
-    from graph_adapter.data.budget import Budget
-    from graph_adapter.data.collate import Collator
+    from graph_adapter.batching import Budget
+    from graph_adapter.batching import Collator
 
     torch.manual_seed(0)
     model = make("gin_bn")
@@ -229,9 +229,9 @@ def test_fully_padded_batch_moves_no_statistics(momentum):
 def test_loader_fill_batches_leave_running_stats_as_real_micro_batches_alone():
     """micro_batches=3, world_size=2: training over every micro-batch the loader
     yields (fill ones included) == training over the real micro-batches only."""
-    from graph_adapter.data.budget import Budget
-    from graph_adapter.data.format import split_micro_batches
-    from graph_adapter.data.loader import FixedSizeLoader
+    from graph_adapter.batching import Budget
+    from graph_adapter.format import split_micro_batches
+    from graph_adapter.batching import FixedSizeLoader
 
     graphs = random_graphs(torch.Generator().manual_seed(2), 5)  # 5 graphs, 6 slots: fill
     budget = Budget(nodes=40, edges=60, graphs=4)

@@ -10,8 +10,8 @@ from torch_geometric.data import Data
 from torch_geometric.nn import GINConv, SAGEConv
 
 from graph_adapter.checker.report import check
-from graph_adapter.data.budget import Budget
-from graph_adapter.data.loader import FixedSizeLoader
+from graph_adapter.batching import Budget
+from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn import static_layout
 from graph_adapter.nn.losses import masked_mse_loss
 from graph_adapter.nn.wrap import ipu_wrap

@@ -7,7 +7,7 @@ from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.nn import GINConv, global_add_pool
 
 import graph_adapter as ga
-from graph_adapter.data.spec import infer_spec
+from graph_adapter.format import infer_spec
 
 
 class CountingBackend:

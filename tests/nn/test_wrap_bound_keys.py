@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch_geometric.nn import global_add_pool
 
-from graph_adapter.data.errors import ShapeMismatchError
+from graph_adapter.format import ShapeMismatchError
 from graph_adapter.nn.wrap import MissingInputError, ipu_wrap
 
 from _padding import pad_batch, random_graphs

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.nn import global_add_pool
 
-import graph_adapter.data.classes as C
+import graph_adapter.format.classes as C
 import graph_adapter.nn.wrap as W
-from graph_adapter.data.spec import (DeviceMismatchError, DtypeMismatchError, ShapeMismatchError,
-                                UnsupportedAttributeError, infer_spec, unflatten)
+from graph_adapter.format import (DeviceMismatchError, DtypeMismatchError, ShapeMismatchError,
+                                  UnsupportedAttributeError, infer_spec, unflatten)
 from graph_adapter.nn.wrap import StaticData, ipu_wrap
 
 from _padding import pad_batch, random_graphs

@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, strategies as st
 
 from graph_adapter.backends.export import contract_inputs
-from graph_adapter.data.budget import Budget
-from graph_adapter.data.collate import Collator
+from graph_adapter.batching import Budget
+from graph_adapter.batching import Collator
 from graph_adapter.serve import (Contract, EdgeIndexError, FeatureDtypeError, FeatureShapeError,
                                  GraphTooLargeError, MissingFeatureError)
 from graph_adapter.serve.ops import NumpyOps, TorchOps

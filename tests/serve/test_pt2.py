@@ -13,8 +13,8 @@ import torch
 from graph_adapter import serve
 from graph_adapter.app.models import build_model
 from graph_adapter.backends.export import export
-from graph_adapter.data.budget import Budget
-from graph_adapter.data.loader import FixedSizeLoader
+from graph_adapter.batching import Budget
+from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn.losses import masked_loss
 from graph_adapter.nn.wrap import ipu_wrap
 

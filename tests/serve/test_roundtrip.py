@@ -17,8 +17,8 @@ from graph_adapter import serve  # noqa: E402
 from graph_adapter.app.models import build_model  # noqa: E402
 from graph_adapter.app.zoo_layers import MODEL  # noqa: E402
 from graph_adapter.backends.export import UnsupportedExportError, export  # noqa: E402
-from graph_adapter.data.budget import Budget  # noqa: E402
-from graph_adapter.data.loader import FixedSizeLoader  # noqa: E402
+from graph_adapter.batching import Budget
+from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn.losses import masked_loss  # noqa: E402
 from graph_adapter.nn.wrap import ipu_wrap  # noqa: E402
 from torch_geometric.data import Data, HeteroData  # noqa: E402

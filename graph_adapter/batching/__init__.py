@@ -1,0 +1,30 @@
+"""The batching stage: datasets of small graphs into padded batches of one budget.
+
+One module a job, in the order a batch is made:
+
+* :mod:`~graph_adapter.batching.budget`: :class:`Budget` (nodes, edges and
+  graphs a batch holds) and :meth:`Budget.fit` from a dataset;
+* :mod:`~graph_adapter.batching.packing`: graph sizes and packing plans (which
+  graphs share a batch), JSON-serializable;
+* :mod:`~graph_adapter.batching.collate`: :class:`Collator` and
+  :func:`collate_padded` (graphs -> one padded flat dict), with the private
+  scan of a dataset's keys (``_scan``), graph views (``_view``), in-memory
+  datasets read column-wise (``_stored``), the gathers (``_gather``) and the
+  static aggregation tables (``_layout``);
+* :mod:`~graph_adapter.batching.loader`: :class:`FixedSizeLoader`.
+
+It may import :mod:`graph_adapter.format`, torch, numpy and PyG; never a later
+stage (``sampling``, ``nn``, ...).
+"""
+from .budget import RESERVED_NODES, Budget
+from .packing import (PACKERS, GraphSizes, find_oversize, graph_sizes, oversize_reasons,
+                      pack_greedy, pack_histogram, plan_efficiency, plan_epoch, slot_dims)
+from .collate import Collator, HeteroCollator, KeySpec, collate_padded, make_collator
+from ._layout import LAYOUTS, DegreeWidthError
+from .loader import FixedSizeLoader, LoaderStats
+
+__all__ = ["Budget", "RESERVED_NODES", "GraphSizes", "graph_sizes", "pack_greedy",
+           "pack_histogram", "plan_epoch", "plan_efficiency", "find_oversize",
+           "oversize_reasons", "slot_dims", "PACKERS", "KeySpec", "Collator", "HeteroCollator",
+           "make_collator", "collate_padded", "LAYOUTS", "DegreeWidthError",
+           "FixedSizeLoader", "LoaderStats"]

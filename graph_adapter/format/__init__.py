@@ -1,0 +1,46 @@
+"""The format stage: the padded flat dict's contract, and PyG objects <-> flat dicts.
+
+Everything that reads or writes a flat dict asks this stage how it is laid
+out (``docs/dev/FORMAT.md`` is its prose version). One module a job:
+
+* :mod:`~graph_adapter.format.keys`: every reserved key (the format's, the
+  layout tables', the samplers'), key naming, levels of row counts;
+* :mod:`~graph_adapter.format.micro`: the leading micro-batch dim ``[F, ...]``
+  (split, stack, strip);
+* :mod:`~graph_adapter.format.spec`: :class:`Spec`, :func:`flatten`,
+  :func:`unflatten` (its checks in ``_spec_checks``, attribute levels in
+  ``_levels``, the class registry in :mod:`~graph_adapter.format.classes`);
+* :mod:`~graph_adapter.format.errors`: the errors, each naming its key;
+* :mod:`~graph_adapter.format.json_codec`: the exact JSON form of non-tensor
+  values (never pickle);
+* :mod:`~graph_adapter.format.values`: value rules (indices in range, masks
+  consistent) checked before a call;
+* :mod:`~graph_adapter.format.pytree`: flat dicts as pytree nodes;
+* :mod:`~graph_adapter.format.pyg`: the PyG internals the package reads, one
+  named helper each;
+* :mod:`~graph_adapter.format.unpad`: padded batches and outputs back to
+  their real rows.
+
+It may import torch, numpy and PyG only: it is the bottom of the stack, and
+every other stage imports it (``from graph_adapter.format import ...``).
+"""
+from . import errors, keys, micro, pyg
+from .keys import *  # noqa: F401,F403 (the contract's names: re-exported by design)
+from .micro import *  # noqa: F401,F403
+from .errors import *  # noqa: F401,F403
+from .json_codec import decode, dumps, encode
+from .classes import base_class, class_path, resolve_class
+from .spec import Field, Spec, allow_modules, flatten, infer_spec, unflatten
+from .values import (DIAGNOSED, BoundsPlan, Problem, bounds_plan, check_before_call,
+                     inside_poptorch, micro_batches_of, named_error, raise_for_bounds, raise_for_values,
+                     value_problems)
+from .pytree import register_pytree
+from .unpad import inc_dims, unpad_batch, unpad_hetero
+
+__all__ = (list(keys.__all__) + list(micro.__all__) + list(errors.__all__) + [
+    "encode", "decode", "dumps", "base_class", "class_path", "resolve_class",
+    "Field", "Spec", "allow_modules", "flatten", "infer_spec", "unflatten",
+    "DIAGNOSED", "BoundsPlan", "Problem", "bounds_plan", "check_before_call",
+    "inside_poptorch", "micro_batches_of", "named_error", "raise_for_bounds", "raise_for_values", "value_problems",
+    "register_pytree", "inc_dims", "unpad_batch", "unpad_hetero",
+])

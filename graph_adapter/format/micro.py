@@ -1,0 +1,68 @@
+"""The micro-batch dim: a leading ``F`` on every tensor of a flat dict, in one place.
+
+poptorch splits dim 0 of every input by ``F = deviceIterations x replicationFactor
+x gradientAccumulation`` (``docs/ipu.md``), so a host batch for it carries a new
+leading dim ``F`` and the model sees one micro-batch (``[...]``) at a time. A dict
+has that dim iff ``graph_mask.dim() == 2``. The loaders stack micro-batches
+(:func:`stack_micro_batches`), the backends and the IPU emulator run them one at a
+time (:func:`split_micro_batches`, :func:`per_micro_batch`), and the value checks
+read each one (:func:`micro_batches_of`).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from .keys import GRAPH_MASK
+
+__all__ = ["has_micro_batch_dim", "num_micro_batches", "micro_batch", "split_micro_batches",
+           "stack_micro_batches", "strip_micro_batch"]
+
+
+def has_micro_batch_dim(flat: Mapping[str, Tensor]) -> bool:
+    """True iff ``flat`` carries a leading micro-batch dim (``graph_mask.dim() == 2``)."""
+    gm = flat.get(GRAPH_MASK)
+    if gm is None:
+        raise KeyError(f"the flat dict has no {GRAPH_MASK!r} key (its keys: {sorted(flat)[:8]}); "
+                       f"a padded batch from FixedSizeLoader has one (docs/dev/FORMAT.md)")
+    return gm.dim() == 2
+
+
+def num_micro_batches(flat: Mapping[str, Tensor]) -> int:
+    """``F`` of a dict with a micro-batch dim, else 1."""
+    return flat[GRAPH_MASK].size(0) if has_micro_batch_dim(flat) else 1
+
+
+def micro_batch(flat: Mapping[str, Any], i: int) -> Dict[str, Any]:
+    """Micro-batch ``i`` of a dict with a micro-batch dim (that dim removed)."""
+    return {k: v[i] for k, v in flat.items()}
+
+
+def split_micro_batches(flat: Mapping[str, Tensor]) -> List[Dict[str, Tensor]]:
+    """The micro-batches of ``flat``, each without the micro-batch dim (``[flat]`` if it has none)."""
+    if not has_micro_batch_dim(flat):
+        return [dict(flat)]
+    return [micro_batch(flat, i) for i in range(flat[GRAPH_MASK].size(0))]
+
+
+def stack_micro_batches(flats: Sequence[Mapping[str, Tensor]]) -> Dict[str, Tensor]:
+    """Inverse of :func:`split_micro_batches`: a new leading dim ``F = len(flats)``."""
+    if not flats:
+        raise ValueError("stack_micro_batches needs at least one micro-batch")
+    return {k: torch.stack([f[k] for f in flats]) for k in flats[0]}
+
+
+def strip_micro_batch(flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
+    """Remove a leading micro-batch dim of size 1 (error if it is larger)."""
+    if not has_micro_batch_dim(flat):
+        return dict(flat)
+    f = flat[GRAPH_MASK].size(0)
+    if f != 1:
+        raise ValueError(
+            f"the flat dict has a leading micro-batch dim of size {f}; the wrapped model takes "
+            f"one micro-batch at a time. Split it (graph_adapter.compile's poptorch backends do), "
+            f"or index it: {{k: v[i] for k, v in flat.items()}}."
+        )
+    return micro_batch(flat, 0)

@@ -1,0 +1,41 @@
+"""The sampling stage: fixed-size batches of subgraphs sampled from one large graph.
+
+One module a job:
+
+* :mod:`~graph_adapter.sampling.csr`: the compressed adjacency (:class:`CSC`)
+  and neighbour sampling on it (PyG ``NeighborLoader`` semantics);
+* :mod:`~graph_adapter.sampling.pyg_sampler`: PyG's own sampler behind the
+  same interface (``sampler="pyg"``);
+* :mod:`~graph_adapter.sampling.sampled`: one sample padded to a budget, and
+  the budget fitted to samples;
+* :mod:`~graph_adapter.sampling.hetero_sample`: the same for heterogeneous graphs;
+* :mod:`~graph_adapter.sampling.neighbor`, :mod:`~graph_adapter.sampling.link`,
+  :mod:`~graph_adapter.sampling.cluster`,
+  :mod:`~graph_adapter.sampling.hetero_neighbor`: the loaders.
+
+It may import :mod:`graph_adapter.format`, :mod:`graph_adapter.batching`, torch,
+numpy and PyG; never a later stage.
+"""
+from .csr import CSC, ArrayRows, FanoutError, Sample, check_fanouts, sample_neighbors
+from .pyg_sampler import (SAMPLERS, PygHeteroNeighborSampler, PygNeighborSampler,
+                          PygSamplerUnavailableError, pyg_sampler_backend)
+from .sampled import fit_neighbor_budget, pad_sample, trim_sample
+from .neighbor import (OVERSIZE_POLICIES, FixedSizeNeighborLoader, InputNodesError,
+                       NeighborLoaderStats, SubgraphOversizeError)
+from .link import NEG_SAMPLING, FixedSizeLinkNeighborLoader, LinkLabelError, LinkLoaderStats
+from .hetero_neighbor import (FixedSizeHeteroNeighborLoader, HeteroSample, fit_hetero_budget,
+                              sample_hetero_neighbors, trim_hetero)
+from .cluster import (METIS_BACKENDS, ClusterLoaderStats, FixedSizeClusterLoader,
+                      MetisUnavailableError, PartitionError, edge_cut, metis_available,
+                      metis_partition)
+
+__all__ = ["CSC", "ArrayRows", "FanoutError", "Sample", "check_fanouts", "sample_neighbors",
+           "SAMPLERS", "PygHeteroNeighborSampler", "PygNeighborSampler",
+           "PygSamplerUnavailableError", "pyg_sampler_backend", "fit_neighbor_budget",
+           "pad_sample", "trim_sample", "OVERSIZE_POLICIES", "FixedSizeNeighborLoader",
+           "InputNodesError", "NeighborLoaderStats", "SubgraphOversizeError", "NEG_SAMPLING",
+           "FixedSizeLinkNeighborLoader", "LinkLabelError", "LinkLoaderStats",
+           "FixedSizeHeteroNeighborLoader", "HeteroSample", "fit_hetero_budget",
+           "sample_hetero_neighbors", "trim_hetero", "METIS_BACKENDS", "ClusterLoaderStats",
+           "FixedSizeClusterLoader", "MetisUnavailableError", "PartitionError", "edge_cut",
+           "metis_available", "metis_partition"]

@@ -1,0 +1,374 @@
+"""``FixedSizeClusterLoader``: Cluster-GCN batches of one large graph, at one shape.
+
+Cluster-GCN (PyG's ``ClusterData`` + ``ClusterLoader``): the nodes are split
+into ``num_parts`` clusters once (METIS), each batch is the induced subgraph of
+``batch_size`` clusters (every input edge between their nodes, edges between
+two chosen clusters included), every cluster once an epoch. Here each batch is
+padded to one :class:`~graph_adapter.batching.budget.Budget` with the node
+loader's layout (:mod:`graph_adapter.sampling.neighbor`: ``n_id``, ``e_id``,
+``seed_mask``, one real graph slot and one padding slot), so ``ipu_wrap`` sees
+one signature:
+
+* rows: the chosen clusters' nodes, cluster by cluster in the epoch's
+  (shuffled) cluster order, each cluster's nodes by node id; ``seed_mask`` is
+  True on every real row (the loss is over the whole batch, as Cluster-GCN's;
+  mask it further with e.g. ``train_mask``);
+* edges: ordered by destination row, input order within one
+  (:func:`graph_adapter.sampling.csr.induced_edges`).
+
+Budget: the node count holds the ``batch_size`` largest clusters together
+(exact: no node is ever cut, every node is a real row once an epoch); the edge
+count is the ``success_ratio`` quantile of ``fit_batches`` sampled batches: a
+batch with more edges loses its last ones under ``oversize="trim"`` (counted in
+``loader.stats``, warned) or raises under ``"error"``.
+
+Partition: ``partition=`` a ``[N]`` part id per node from any partitioner (no
+compiled extension needed), or ``num_parts=`` to run METIS
+(:func:`metis_partition`) through the first backend present of:
+torch-sparse's ``partition`` op (where built with METIS), pyg-lib's ``metis``
+(PyG ``ClusterData``'s two), or pymetis (``pip install pymetis``: real METIS
+5, manylinux wheels, the easy install; the ``metis`` extra). Which one ran is
+``loader.partitioner`` (and ``loader.stats.partitioner``; ``"given"`` for
+``partition=``). METIS is fed the symmetric, self-loop-free, duplicate-free
+CSR of the graph (:func:`metis_csr`; ``ClusterData`` passes the input CSR as it
+is, which METIS only accepts for an undirected graph without self-loops).
+Where no backend has METIS, :class:`MetisUnavailableError` says what to
+install (the torch-sparse wheel in ``../shared/wheels`` is built without
+METIS: "Not compiled with METIS support").
+"""
+from __future__ import annotations
+
+import importlib
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..batching import Budget
+from .csr import Sample, induced_edges
+from .neighbor import FixedSizeNeighborLoader, NeighborLoaderStats
+
+__all__ = ["FixedSizeClusterLoader", "ClusterLoaderStats", "MetisUnavailableError",
+           "PartitionError", "METIS_BACKENDS", "metis_partition", "metis_available",
+           "metis_csr", "edge_cut"]
+
+#: METIS backends in the order :func:`metis_partition` tries them.
+METIS_BACKENDS = ("torch-sparse", "pyg-lib", "pymetis")
+
+
+class MetisUnavailableError(ImportError):
+    """METIS is needed (``num_parts=`` without ``partition=``) and no backend of
+    :data:`METIS_BACKENDS` has it here."""
+
+
+class PartitionError(ValueError):
+    """A ``partition`` that is not one part id in ``[0, P)`` per node, or an empty part."""
+
+
+@dataclass
+class ClusterLoaderStats(NeighborLoaderStats):
+    """:class:`NeighborLoaderStats` plus the partition: ``partitioner`` (the METIS
+    backend that ran, or ``"given"``), ``num_parts``, ``edge_cut`` (undirected
+    edges of :func:`metis_csr` between two parts; ``None`` for ``partition=``)."""
+
+    partitioner: str = "given"
+    num_parts: int = 0
+    edge_cut: Optional[int] = None  # None for partition= (not computed)
+
+
+def _probe_torch_sparse() -> Optional[str]:
+    """``None`` where torch-sparse's ``partition`` op runs METIS, else why not."""
+    try:
+        importlib.import_module("torch_sparse")  # registers torch.ops.torch_sparse
+    except ImportError:
+        return "torch-sparse is not installed"
+    except Exception as e:  # noqa: BLE001 (a broken install, e.g. no scipy, counts as absent)
+        return f"torch-sparse does not import ({type(e).__name__}: {str(e).splitlines()[0]})"
+    try:
+        ptr, col = torch.tensor([0, 1, 2]), torch.tensor([1, 0])
+        torch.ops.torch_sparse.partition(ptr, col, None, 2, False)
+        return None
+    except (AttributeError, RuntimeError, TypeError) as e:  # "Not compiled with METIS support"
+        return f"torch-sparse is installed without METIS ({str(e).splitlines()[0]})"
+
+
+def _probe_pyg_lib() -> Optional[str]:
+    """``None`` where pyg-lib has its METIS ``partition`` module, else why not."""
+    try:
+        import pyg_lib
+    except ImportError:
+        return "pyg-lib is not installed"
+    except Exception as e:  # noqa: BLE001
+        return f"pyg-lib does not import ({type(e).__name__})"
+    return None if hasattr(pyg_lib, "partition") else "pyg-lib has no partition module"
+
+
+def _probe_pymetis() -> Optional[str]:
+    """``None`` where pymetis imports (its wheels bundle METIS), else why not."""
+    try:
+        import pymetis  # noqa: F401
+    except ImportError:
+        return "pymetis is not installed"
+    except Exception as e:  # noqa: BLE001
+        return f"pymetis does not import ({type(e).__name__}: {str(e).splitlines()[0]})"
+    return None
+
+
+_PROBES = {"torch-sparse": _probe_torch_sparse, "pyg-lib": _probe_pyg_lib,
+           "pymetis": _probe_pymetis}
+
+
+def metis_available(backend: Optional[str] = None) -> Tuple[bool, str]:
+    """``(True, backend)`` for the first of :data:`METIS_BACKENDS` (or just ``backend``)
+    that runs METIS here, else ``(False, why)`` with every backend's reason."""
+    if backend is not None and backend not in METIS_BACKENDS:
+        raise ValueError(f"METIS backend {backend!r}; choose one of {METIS_BACKENDS}")
+    why = []
+    for name in (backend,) if backend else METIS_BACKENDS:
+        reason = _PROBES[name]()
+        if reason is None:
+            return True, name
+        why.append(reason)
+    return False, "; ".join(why)
+
+
+def metis_csr(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
+    """The CSR METIS needs: ``(indptr [N + 1], col [2M])`` int64 of the undirected
+    simple graph of ``edge_index`` (every edge in both directions once, self-loops
+    and duplicates removed), neighbours by id within a node. Temporaries: a few
+    ``[2E]`` int64 arrays (the keys and their sort)."""
+    ei = edge_index.long()
+    ei = ei[:, ei[0] != ei[1]]  # METIS rejects (or mis-weighs) self-loops
+    key = torch.unique(torch.cat([ei[0] * num_nodes + ei[1], ei[1] * num_nodes + ei[0]]))
+    row, col = key // num_nodes, key % num_nodes  # unique sorts: by row, then col
+    indptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+    torch.cumsum(torch.bincount(row, minlength=num_nodes), 0, out=indptr[1:])
+    return indptr, col
+
+
+def edge_cut(edge_index: Tensor, num_nodes: int, partition: Tensor) -> int:
+    """Undirected edges of :func:`metis_csr` whose two ends are in different parts
+    (METIS's objective; each cut edge counted once)."""
+    indptr, col = metis_csr(edge_index, num_nodes)
+    return _csr_cut(indptr, col, torch.as_tensor(partition).long())
+
+
+def _csr_cut(indptr: Tensor, col: Tensor, part: Tensor) -> int:
+    """:func:`edge_cut` on a symmetric CSR (each undirected edge is two entries)."""
+    row = torch.repeat_interleave(torch.arange(indptr.numel() - 1), indptr[1:] - indptr[:-1])
+    return int((part[row] != part[col]).sum()) // 2
+
+
+def _run_metis(backend: str, indptr: Tensor, col: Tensor, num_parts: int, recursive: bool,
+               seed: int) -> Tensor:
+    """One backend's ``[N]`` part ids (torch-sparse / pyg-lib take no seed: METIS's
+    default seed there, deterministic)."""
+    if backend == "torch-sparse":
+        return torch.ops.torch_sparse.partition(indptr, col, None, num_parts, recursive).long()
+    if backend == "pyg-lib":
+        import pyg_lib
+
+        return pyg_lib.partition.metis(indptr, col, num_parts, recursive=recursive).long()
+    import pymetis
+
+    xadj, adjncy = indptr.numpy(), col.numpy()
+    # METIS's seed is a C int; pymetis >= 2025.2 takes a CSRAdjacency (xadj= warns)
+    opts = pymetis.Options(seed=int(seed) % (2 ** 31))
+    if hasattr(pymetis, "CSRAdjacency"):
+        out = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy),
+                                 recursive=recursive, options=opts)
+    else:  # pragma: no cover (older pymetis)
+        out = pymetis.part_graph(num_parts, xadj=xadj, adjncy=adjncy, recursive=recursive,
+                                 options=opts)
+    return torch.from_numpy(np.asarray(out.vertex_part, dtype=np.int64))
+
+
+def metis_partition(edge_index: Tensor, num_nodes: int, num_parts: int,
+                    recursive: bool = False, *, seed: int = 0,
+                    backend: Optional[str] = None) -> Tensor:
+    """A ``[N]`` part id in ``[0, num_parts)`` per node from METIS on :func:`metis_csr`.
+
+    ``backend``: one of :data:`METIS_BACKENDS`, or ``None`` for the first present.
+    ``seed``: METIS's random seed with pymetis (the same seed, the same
+    partition; seeds 0 and 1 gave the same one with pymetis 2025.2.2);
+    torch-sparse and pyg-lib take none (METIS's default seed: deterministic, not
+    seedable). METIS may leave a part empty (more parts than it can fill well):
+    :class:`FixedSizeClusterLoader` renumbers the others and warns.
+
+    Raises :class:`MetisUnavailableError` naming what to install where METIS is absent.
+    """
+    return _metis(edge_index, num_nodes, num_parts, recursive, seed, backend)[0]
+
+
+def _metis(edge_index: Tensor, num_nodes: int, num_parts: int, recursive: bool, seed: int,
+           backend: Optional[str]) -> Tuple[Tensor, str, Tensor, Tensor]:
+    """:func:`metis_partition` plus what ran and its CSR: ``(part, backend, indptr, col)``."""
+    if isinstance(num_parts, bool) or not isinstance(num_parts, int) or num_parts < 1:
+        raise PartitionError(f"num_parts={num_parts!r}: give the number of clusters for METIS "
+                             f"(an int >= 1), or partition= (a part id per node)")
+    if num_parts > num_nodes:
+        raise PartitionError(f"num_parts={num_parts} > the graph's {num_nodes} nodes: every "
+                             f"cluster needs a node, give num_parts <= {num_nodes}")
+    ok, found = metis_available(backend)
+    if not ok:
+        raise MetisUnavailableError(
+            f"METIS is not available here ({found}). The easy install: `pip install pymetis` "
+            f"(real METIS, manylinux wheels; graph_adapter's `metis` extra); or a torch-sparse "
+            f"built with METIS (`pip install torch-sparse -f https://data.pyg.org/whl/"
+            f"torch-<version>+cpu.html`) or pyg-lib (same index); or pass partition= (a [N] "
+            f"part id per node from any partitioner)")
+    indptr, col = metis_csr(edge_index, num_nodes)
+    if num_parts == 1:  # nothing to split (and METIS ignores the index base for nparts=1)
+        return torch.zeros(num_nodes, dtype=torch.long), found, indptr, col
+    return _run_metis(found, indptr, col, num_parts, recursive, seed), found, indptr, col
+
+
+def _compact(part: Tensor, asked: int, backend: str) -> Tensor:
+    """METIS's part ids with empty parts removed (the rest renumbered in order), warned."""
+    counts = torch.bincount(part, minlength=asked)
+    empty = int((counts == 0).sum())
+    if not empty:
+        return part
+    warnings.warn(f"METIS ({backend}) left {empty} of num_parts={asked} parts empty; the "
+                  f"loader has {asked - empty} clusters (the others renumbered in order). "
+                  f"Fewer num_parts avoids it", stacklevel=3)
+    new_id = torch.cumsum(counts > 0, 0) - 1
+    return new_id[part]
+
+
+def _parts(partition: Any, num_nodes: int) -> Tuple[Tensor, Tensor]:
+    """``(partptr [P + 1], node_perm [N])``: part ``p``'s nodes are
+    ``node_perm[partptr[p]:partptr[p + 1]]``, by node id."""
+    part = torch.as_tensor(partition)
+    if part.is_floating_point() or part.dtype == torch.bool or part.dim() != 1:
+        raise PartitionError(f"partition has dtype {part.dtype} and shape {tuple(part.shape)}; "
+                             f"give one integer part id per node, shape [{num_nodes}]")
+    if part.numel() != num_nodes:
+        raise PartitionError(f"partition has {part.numel()} entries; the graph has {num_nodes} "
+                             f"nodes: give one part id per node")
+    part = part.long()
+    if num_nodes and int(part.min()) < 0:
+        i = int((part < 0).nonzero()[0])
+        raise PartitionError(f"partition[{i}] = {int(part[i])}: part ids are ints >= 0")
+    P = int(part.max()) + 1 if num_nodes else 0
+    counts = torch.bincount(part, minlength=P)
+    if bool((counts == 0).any()):
+        p = int((counts == 0).nonzero()[0])
+        raise PartitionError(f"partition has no node in part {p} (ids 0..{P - 1}): number the "
+                             f"parts 0..P-1 without gaps")
+    node_perm = torch.sort(part, stable=True).indices
+    partptr = torch.zeros(P + 1, dtype=torch.long)
+    torch.cumsum(counts, 0, out=partptr[1:])
+    return partptr, node_perm
+
+
+class FixedSizeClusterLoader(FixedSizeNeighborLoader):
+    """Yields padded flat dicts of one signature, each the induced subgraph of
+    ``batch_size`` clusters (see the module docstring).
+
+    Args:
+        data: a homogeneous ``torch_geometric.data.Data``.
+        num_parts: clusters to make with METIS (ignored when ``partition`` is given).
+        batch_size: clusters per batch.
+        partition: ``[N]`` part ids ``0..P-1`` (every part non-empty), or ``None``
+            (METIS with ``num_parts``; :class:`MetisUnavailableError` without it).
+        recursive: METIS's recursive bisection (as ``ClusterData``).
+        metis_backend: one of :data:`METIS_BACKENDS`, or ``None`` (the first
+            present); which one ran is ``loader.partitioner``.
+        budget: a ``graphs=2`` :class:`Budget` whose real nodes hold the
+            ``batch_size`` largest clusters, its dict/JSON, or ``None`` (fitted).
+        seed: as :class:`FixedSizeNeighborLoader`'s, and METIS's seed with
+            pymetis (:func:`metis_partition`).
+        The rest: as :class:`FixedSizeNeighborLoader` (``shuffle``,
+        ``oversize``, ``success_ratio``, ``fit_batches``, ``round_to``,
+        ``micro_batches``, ``rank``, ``world_size``, ``pad_id``, ``num_workers``,
+        ``sampler_threads``, ``prefetch``: a background thread builds up to
+        ``prefetch`` batches ahead, the same batches, order, stats and errors as
+        without it, :func:`~graph_adapter.sampling.neighbor.prefetched`; not with
+        ``num_workers``). Every cluster is in exactly one batch an epoch,
+        across ranks.
+
+    Attributes: ``partitioner`` (``"given"`` or the METIS backend),
+    ``partition_seconds`` (METIS's wall time, CSR included; 0 for ``partition=``),
+    ``edge_cut`` (METIS: undirected edges between parts, :func:`edge_cut`;
+    ``None`` for ``partition=``: not computed), ``num_parts``, ``partptr`` /
+    ``node_perm`` (part ``p``'s nodes: ``node_perm[partptr[p]:partptr[p + 1]]``).
+    """
+
+    def __init__(self, data: Any, num_parts: Optional[int] = None, batch_size: int = 1, *,
+                 partition: Any = None, recursive: bool = False,
+                 metis_backend: Optional[str] = None, shuffle: bool = False,
+                 budget: Union[Budget, dict, str, None] = None, seed: int = 0,
+                 oversize: str = "trim", success_ratio: float = 0.99, fit_batches: int = 32,
+                 round_to: int = 1, micro_batches: int = 1, rank: int = 0, world_size: int = 1,
+                 pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
+                 prefetch: int = 0):
+        # batches are built per chunk by the neighbour loader's iteration (_batch_now
+        # below), so its prefetching thread serves them as it serves sampled ones; the
+        # induced edges hold the CSC's lock, so the caller's own batch() can run beside it
+        self._setup(data, [-1], batch_size, shuffle=shuffle, seed=seed, replace=False,
+                    disjoint=False, directed=False, oversize=oversize,
+                    micro_batches=micro_batches, rank=rank, world_size=world_size,
+                    pad_id=pad_id, num_workers=num_workers, sampler_threads=sampler_threads,
+                    prefetch=prefetch)
+        self.num_neighbors = None  # no hops: a batch is whole clusters
+        self.partitioner, self.partition_seconds, self.edge_cut = "given", 0.0, None
+        if partition is None:
+            t = time.perf_counter()
+            part, self.partitioner, indptr, col = _metis(data.edge_index, self.num_nodes,
+                                                         num_parts, recursive, seed,
+                                                         metis_backend)
+            self.partition_seconds = time.perf_counter() - t
+            self.edge_cut = _csr_cut(indptr, col, part)
+            partition = _compact(part, num_parts, self.partitioner)
+        self.partptr, self.node_perm = _parts(partition, self.num_nodes)
+        self.num_parts = int(self.partptr.numel()) - 1
+        self.seeds = torch.arange(self.num_parts)  # the loader's "seeds" are the clusters
+        sizes = (self.partptr[1:] - self.partptr[:-1]).sort(descending=True).values
+        #: real nodes of the largest batch (its batch_size largest clusters): never cut
+        self.max_nodes = int(sizes[:batch_size].sum())
+        self.stats = self._new_stats(0)
+        self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
+                                           self.max_nodes,
+                                           f"the {self.max_nodes} nodes of the {batch_size} "
+                                           f"largest clusters")
+
+    def _new_stats(self, epoch: int) -> ClusterLoaderStats:
+        st = ClusterLoaderStats(**super()._new_stats(epoch).as_dict())
+        st.total_seeds = self.num_nodes  # every node is a real row once an epoch
+        # set in __init__ before the first stats (an early call sees the defaults)
+        st.partitioner = getattr(self, "partitioner", "given")
+        st.num_parts = getattr(self, "num_parts", 0)
+        st.edge_cut = getattr(self, "edge_cut", None)
+        return st
+
+    def cluster_nodes(self, clusters: Tensor) -> Tensor:
+        """The nodes of ``clusters`` (global ids), cluster by cluster, by node id within one."""
+        start = self.partptr[clusters]
+        cnt = self.partptr[clusters + 1] - start
+        seg = torch.repeat_interleave(torch.arange(cnt.numel()), cnt)
+        off = torch.arange(seg.numel()) - (torch.cumsum(cnt, 0) - cnt)[seg]
+        return self.node_perm[start[seg] + off]
+
+    def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0) -> Sample:
+        """The induced subgraph of clusters ``seeds`` (deterministic: no randomness)."""
+        n_id = self.cluster_nodes(seeds.long())
+        edge_index, e_id, _ = induced_edges(self.csc, n_id, self.csc.scratch())
+        return Sample(n_id=n_id, edge_index=edge_index, e_id=e_id,
+                      nodes_per_hop=[int(n_id.numel())], edges_per_hop=[int(e_id.numel())])
+
+    def _fit_budget(self, success_ratio: float, fit_batches: int, round_to: int) -> Budget:
+        return super()._fit_budget(success_ratio, fit_batches, round_to,
+                                   per_batch=self.max_nodes)
+
+    def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+        clusters = self.chunk_seeds(epoch, chunk)
+        s = self.sample(clusters, epoch, chunk)
+        return self._fit_and_pad(s, s.num_nodes,  # every real row is a "seed" row
+                                 f"epoch {epoch}, chunk {chunk} (clusters "
+                                 f"{clusters[:4].tolist()}...)")
+

@@ -1,0 +1,570 @@
+"""``FixedSizeNeighborLoader``: node-level training on one large graph, at one shape.
+
+Every batch is the directed subgraph sampled around ``batch_size`` seed nodes
+(:func:`graph_adapter.sampling.csr.sample_neighbors`, PyG ``NeighborLoader``
+semantics; ``directed=False``: the induced subgraph of the sampled nodes;
+``sampler="pyg"``: PyG's own sampler, :mod:`graph_adapter.sampling.pyg_sampler`), padded to one :class:`~graph_adapter.batching.budget.Budget` and
+flattened to the format of ``docs/dev/FORMAT.md``, as ``collate_padded`` lays
+out one graph (bit for bit: ``tests/sampling/test_neighbor.py`` checks it):
+
+* one real graph slot (the subgraph) and one padding slot: ``graphs=2``,
+  ``batch`` = 0 on the real rows, 1 on padding rows, ``ptr = [0, n, N]``;
+* rows: the seeds first (in batch order), then the nodes of hop 1, hop 2, ...
+  (PyG's order); padding rows after them (zero features, at least two);
+* ``edge_index`` ``[source row, destination row]`` (messages flow towards the
+  seeds), padding edges the self-loop ``(N - 1, N - 1)``;
+* extra keys, all node-level (``[N]``) or edge-level (``[E]``):
+  ``n_id`` global node id of each row (padding rows: ``pad_id``, default
+  ``-1``: never a node id; clamp it before an embedding lookup),
+  ``e_id`` input edge id of each sampled edge (padding: ``pad_id``),
+  ``seed_mask`` True on the seed rows (a node-level mask with the node count,
+  so FORMAT's level rules read it as node-level; it is not a reserved name),
+  ``seed_of`` with ``disjoint=True``: the seed position of each row's tree;
+* every node-level tensor attribute of the graph (``x``, ``y``,
+  ``train_mask``, ...) gathered by ``n_id``, every edge-level one
+  (``edge_attr``, ...) by ``e_id``; graph-level attributes are left out
+  (listed in ``excluded_keys``).
+
+Loss and outputs on the seed rows only: the masked helpers of
+:mod:`graph_adapter.nn.losses` with the seed mask,
+``ipu_wrap(model, loss_fn=lambda out, b: losses.masked_cross_entropy(out, b["y"],
+b["seed_mask"]))`` (a mean over the seeds; a fill batch gives 0), and on the
+host ``out[:loader.seeds_in(flat)]`` (seed rows are the first) with their
+global ids ``flat["n_id"][flat["seed_mask"]]``.
+
+Budgets (``budget=None``): sampled from the loader's own sampler
+(``fit_batches`` batches, streams apart from the training ones) at the
+``success_ratio`` quantile of the real node and edge counts, plus the reserved
+padding nodes, ties nudged apart (FORMAT: no two row counts equal). A sampled
+subgraph over the budget is handled by ``oversize``:
+
+* ``"trim"`` (default): keep the first rows (the seeds and the nearest hops:
+  rows are in hop order) and the first edges (hop order) that fit: the
+  farthest hop loses its last-sampled nodes and edges, deterministically.
+  Every cut is counted in ``loader.stats`` (``trimmed_batches``,
+  ``trimmed_nodes``, ``trimmed_edges``) and warned about once per epoch;
+* ``"error"``: raise :class:`SubgraphOversizeError` naming the batch, its
+  sizes and the budget.
+
+Every input node is a seed exactly once per epoch, across ranks too: batch
+``b`` of rank ``r`` holds the seeds of chunk ``b * world_size + r`` of the
+epoch's (shuffled) seed order; ranks get equally many batches, the tail ones
+possibly short or fully padded (``seed_mask`` all False: a masked loss of 0).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import queue
+import threading
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..batching import RESERVED_NODES, Budget
+from .csr import CSC, FanoutError, Sample, check_fanouts, sample_neighbors
+from ..format import EDGE_MASK, GRAPH_MASK, NODE_MASK, RESERVED_KEYS, stack_micro_batches
+from .pyg_sampler import SAMPLERS, PygNeighborSampler
+from .sampled import (ADDED_KEYS, E_ID, N_ID, SEED_MASK, SEED_OF, fit_neighbor_budget,
+                      pad_sample, trim_sample)
+
+__all__ = ["FixedSizeNeighborLoader", "NeighborLoaderStats", "SubgraphOversizeError",
+           "InputNodesError", "OVERSIZE_POLICIES", "N_ID", "E_ID", "SEED_MASK", "SEED_OF",
+           "fit_neighbor_budget", "pad_sample", "trim_sample", "check_hetero_fanouts",
+           "seed_tensor", "chunk_seed", "prefetched"]
+
+OVERSIZE_POLICIES = ("trim", "error")
+
+
+class SubgraphOversizeError(RuntimeError):
+    """A sampled subgraph exceeds the budget and ``oversize="error"``."""
+
+
+class InputNodesError(ValueError):
+    """``input_nodes`` names a node the graph lacks (or repeats one)."""
+
+
+@dataclass
+class NeighborLoaderStats:
+    """One epoch of this rank: fill (real slots / budget slots over every yielded
+    batch, fill batches included) and every cut the oversize policy made."""
+
+    epoch: int = 0
+    batches: int = 0
+    fill_batches: int = 0  # batches without a seed (the distributed / micro-batch tail)
+    seeds: int = 0  # seeds of this rank this epoch
+    total_seeds: int = 0  # seeds of all ranks (the input nodes)
+    node_efficiency: float = 0.0
+    edge_efficiency: float = 0.0
+    trimmed_batches: int = 0
+    trimmed_nodes: int = 0
+    trimmed_edges: int = 0
+    rank: int = 0
+    world_size: int = 1
+    excluded_keys: Dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def check_hetero_fanouts(edge_types: Sequence[Tuple[str, str, str]],
+                         num_neighbors: Dict[Any, Sequence[int]]) -> int:
+    """Validate a per-edge-type fanout dict against a graph's edge types.
+
+    Returns the number of hops; raises :class:`FanoutError` naming an edge type
+    the graph lacks or a list whose length differs from the others.
+    """
+    known = {tuple(et) for et in edge_types}
+    hops = None
+    for et, fan in num_neighbors.items():
+        key = tuple(et) if not isinstance(et, str) else tuple(et.split("__"))
+        if key not in known:
+            raise FanoutError(f"num_neighbors has a fanout for edge type {et!r}, which the graph "
+                              f"lacks; its edge types: {sorted(known)}")
+        fan = check_fanouts(fan, where=f"num_neighbors[{et!r}]")
+        if hops is None:
+            hops = len(fan)
+        elif len(fan) != hops:
+            raise FanoutError(f"num_neighbors[{et!r}] has {len(fan)} hops, the other edge types "
+                              f"{hops}: give every edge type one fanout per hop")
+    if hops is None:
+        raise FanoutError("num_neighbors={}: give a fanout list per edge type")
+    return hops
+
+
+def seed_tensor(input_nodes: Any, num_nodes: int) -> Tensor:
+    """``input_nodes`` (None / index / bool mask) as a 1-d int64 tensor of distinct ids."""
+    if input_nodes is None:
+        return torch.arange(num_nodes)
+    if isinstance(input_nodes, tuple):
+        raise InputNodesError(f"input_nodes={input_nodes[:1]!r}...: (node_type, index) is for "
+                              f"HeteroData; this graph is homogeneous: pass the index itself")
+    t = torch.as_tensor(input_nodes)
+    if t.dtype == torch.bool:
+        if t.numel() != num_nodes:
+            raise InputNodesError(f"input_nodes is a bool mask of {t.numel()} entries; the graph "
+                                  f"has {num_nodes} nodes: give one entry per node")
+        return t.nonzero().view(-1)
+    if t.is_floating_point():
+        raise InputNodesError(f"input_nodes has dtype {t.dtype}; give node ids (int) or a bool mask")
+    t = t.long().view(-1)
+    bad = (t < 0) | (t >= num_nodes)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise InputNodesError(f"input_nodes[{i}] = {int(t[i])} is out of range: the graph has "
+                              f"{num_nodes} nodes (ids 0..{num_nodes - 1})")
+    if torch.unique(t).numel() != t.numel():
+        raise InputNodesError("input_nodes repeats a node: every seed is seen exactly once per "
+                              "epoch, so give distinct ids (torch.unique(input_nodes))")
+    return t
+
+
+def _attributes(data: Any) -> Tuple[Dict[str, Tensor], Dict[str, Tensor], Dict[str, str]]:
+    """Node-level and edge-level tensor attributes of ``data``; the rest, excluded with why."""
+    node, edge, excluded = {}, {}, {}
+    for k, v in data.items():
+        if k == "edge_index":
+            continue
+        if k in RESERVED_KEYS or k in ADDED_KEYS:
+            raise ValueError(f"the graph has an attribute {k!r}, a name the padded batches own "
+                             f"(reserved: {RESERVED_KEYS + ADDED_KEYS}); rename it")
+        if not isinstance(v, Tensor):
+            excluded[k] = f"not a tensor ({type(v).__name__})"
+        elif v.dim() > 0 and data.is_node_attr(k) and v.size(0) == data.num_nodes:
+            node[k] = v
+        elif v.dim() > 0 and data.is_edge_attr(k) and v.size(0) == data.num_edges:
+            edge[k] = v
+        else:
+            excluded[k] = "graph-level (neither node- nor edge-level): not sampled"
+    return node, edge, excluded
+
+
+def chunk_seed(seed: int, epoch: int, chunk: int, stream: int = 0) -> int:
+    """The seed of one batch's generator: a function of ``(seed, stream, epoch, chunk)``
+    only (streams: 0 neighbours, 1 seed order, 2 budget fit, 3+ the link loader's)."""
+    return int(np.random.SeedSequence([seed, stream, epoch, chunk]).generate_state(1)[0])
+
+
+_END, _ERROR = object(), object()
+
+
+def prefetched(items: Any, depth: int, threads: Optional[int] = 1) -> Iterator[Any]:
+    """``items[0], items[1], ...`` (``len(items)`` of them, in order), each made by one
+    background thread up to ``depth`` items ahead of the consumer.
+
+    Torch ops release the GIL, so the thread samples and pads the next batches
+    while the caller's model step runs (docs/large_graphs.md, "Overlapping the
+    host's sampling with the step"). What each item is does not depend on the
+    thread: the order and the values are those of ``items[i]`` in the caller's
+    thread. The thread runs torch ops at ``threads`` intra-op threads (torch's
+    setting is per thread: the caller's own is left alone; ``None``: the
+    caller's count); an error in ``items[i]`` is raised to the
+    consumer at item ``i``; leaving the loop early (``break``, an error in the
+    consumer) stops the thread after the item in hand and waits for it.
+    """
+    if depth < 1:
+        raise ValueError(f"prefetch={depth}; give the number of batches to prepare ahead (>= 1)")
+    q: "queue.Queue" = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    default = torch.get_num_threads()  # what a new thread inherits: given back at the end
+    threads = default if threads is None else int(threads)
+
+    def put(entry: Any) -> bool:
+        """Hand ``entry`` over, waiting for room; False once the consumer has left."""
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        torch.set_num_threads(threads)  # this thread's; also the default of new threads
+        try:
+            for i in range(len(items)):
+                if stop.is_set() or not put(items[i]):
+                    return
+            put(_END)
+        except BaseException as exc:  # handed to the consumer, raised there
+            put((_ERROR, exc))
+        finally:
+            torch.set_num_threads(default)  # new threads' default as it was
+
+    worker = threading.Thread(target=work, name="graph_adapter-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            entry = q.get()
+            if entry is _END:
+                return
+            if isinstance(entry, tuple) and len(entry) == 2 and entry[0] is _ERROR:
+                raise entry[1]
+            yield entry
+    finally:
+        stop.set()
+        worker.join()
+
+
+class _Batches(torch.utils.data.Dataset):
+    """Item ``i`` of an epoch: ``(flat dict, (nodes cut, edges cut))`` (picklable for workers)."""
+
+    def __init__(self, loader: "FixedSizeNeighborLoader", epoch: int, chunks: List[int]):
+        self.loader, self.epoch, self.chunks = loader, epoch, chunks
+
+    def __len__(self) -> int:
+        return len(self.chunks) // self.loader.micro_batches
+
+    def __getitem__(self, i: int):
+        F = self.loader.micro_batches
+        parts = [self.loader._batch(self.epoch, c) for c in self.chunks[i * F:(i + 1) * F]]
+        flats = [p[0] for p in parts]
+        cuts = (sum(p[1] for p in parts), sum(p[2] for p in parts), sum(p[1] + p[2] > 0 for p in parts))
+        flat = flats[0] if F == 1 else stack_micro_batches(flats)
+        return flat, cuts
+
+
+class FixedSizeNeighborLoader:
+    """Yields padded flat dicts of one signature, each the subgraph sampled around a seed batch.
+
+    Args:
+        data: a homogeneous ``torch_geometric.data.Data`` (one large graph).
+        num_neighbors: fanout per hop, e.g. ``[10, 5]`` (``-1`` = all).
+        batch_size: seeds per batch.
+        input_nodes: the seeds: ``None`` (every node), an index tensor or a
+            bool mask over the nodes.
+        shuffle: shuffle the seed order every epoch (from ``(seed, epoch)``).
+        budget: a :class:`Budget` with ``graphs=2`` (its nodes hold at least
+            ``batch_size`` real nodes), its dict/JSON, or ``None``: fitted from
+            the sampler's output (:func:`fit_neighbor_budget`).
+        seed: base seed: the seed order and every sample are functions of
+            ``(seed, epoch, chunk)``, with any ``num_workers``.
+        replace: sample with replacement.
+        disjoint: one tree per seed (adds ``seed_of``).
+        directed: ``False``: the induced subgraph of the sampled nodes (every
+            input edge between them; PyG's ``subgraph_type="induced"``), edges
+            ordered by destination row (hop order); not with ``disjoint``.
+        oversize: ``"trim"`` (default; counted, warned) or ``"error"``.
+        success_ratio / fit_batches / round_to: budget fitting (quantile,
+            sampled batches, rounding of both counts).
+        micro_batches: ``F`` > 1 stacks F batches on a new leading dim.
+        rank / world_size: distributed sharding (every seed once over all ranks).
+        pad_id: the ``n_id`` / ``e_id`` value of padding rows.
+        num_workers: sampling worker processes (``torch.utils.data.DataLoader``).
+        prefetch: batches one background thread samples and pads ahead of the
+            caller (:func:`prefetched`; 0: none, in the caller's thread; not
+            with ``num_workers``). The batches are the same with any setting.
+        sampler_threads: torch intra-op threads while sampling and padding a
+            batch (default 1: its ops are small; the setting is restored
+            after each batch); ``None`` leaves torch's setting.
+        sampler: ``"ours"`` (default: torch only) or ``"pyg"``: PyG's
+            ``NeighborSampler`` (needs pyg-lib or torch-sparse;
+            :mod:`graph_adapter.sampling.pyg_sampler`), padded the same way.
+    """
+
+    def __init__(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *,
+                 input_nodes: Any = None, shuffle: bool = False,
+                 budget: Union[Budget, dict, str, None] = None, seed: int = 0,
+                 replace: bool = False, disjoint: bool = False, directed: bool = True,
+                 oversize: str = "trim",
+                 success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
+                 micro_batches: int = 1, rank: int = 0, world_size: int = 1,
+                 pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
+                 sampler: str = "ours", prefetch: int = 0):
+        self._setup(data, num_neighbors, batch_size, shuffle=shuffle, seed=seed, replace=replace,
+                    disjoint=disjoint, directed=directed, oversize=oversize,
+                    micro_batches=micro_batches, rank=rank, world_size=world_size,
+                    pad_id=pad_id, num_workers=num_workers,
+                    sampler_threads=sampler_threads, sampler=sampler, prefetch=prefetch)
+        self.seeds = seed_tensor(input_nodes, self.num_nodes)
+        self.stats = self._new_stats(0)
+        self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
+                                           batch_size, f"batch_size={batch_size} seeds")
+
+    def _setup(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *, shuffle: bool,
+               seed: int, replace: bool, disjoint: bool, oversize: str, micro_batches: int,
+               directed: bool,
+               rank: int, world_size: int, pad_id: int, num_workers: int,
+               sampler_threads: Optional[int], sampler: str = "ours", prefetch: int = 0) -> None:
+        """Check and keep the settings every neighbour loader shares; build the CSC."""
+        name = type(self).__name__
+        if hasattr(data, "node_types") and hasattr(data, "edge_types") and data.edge_types:
+            if isinstance(num_neighbors, dict):
+                check_hetero_fanouts(data.edge_types, num_neighbors)
+            raise NotImplementedError(f"{name} samples homogeneous graphs; for HeteroData use "
+                                      "graph_adapter.sampling.hetero_neighbor."
+                                      "FixedSizeHeteroNeighborLoader (or data.to_homogeneous())")
+        if isinstance(num_neighbors, dict):
+            raise FanoutError("num_neighbors is a dict (a fanout per edge type) but the graph is "
+                              "homogeneous: give one list, e.g. [10, 5]")
+        self.num_neighbors = check_fanouts(num_neighbors)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r}; give a positive int")
+        if not directed and disjoint:
+            raise NotImplementedError(f"{name}(directed=False, disjoint=True): an induced "
+                                      "subgraph per seed tree is not built; use one of them")
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler={sampler!r}; choose one of {SAMPLERS}")
+        if oversize not in OVERSIZE_POLICIES:
+            raise ValueError(f"oversize={oversize!r}; choose one of {OVERSIZE_POLICIES}")
+        if not (0 <= rank < world_size):
+            raise ValueError(f"rank={rank}, world_size={world_size}: need 0 <= rank < world_size")
+        if micro_batches < 1:
+            raise ValueError(f"micro_batches={micro_batches}; give F >= 1")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch={prefetch!r}; give the number of batches a background "
+                             f"thread prepares ahead (0: none)")
+        if prefetch and num_workers:
+            raise ValueError(f"prefetch={prefetch} with num_workers={num_workers}: the worker "
+                             f"processes already prepare batches ahead; use one of them")
+        self.data = data
+        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        self.replace, self.disjoint, self.oversize = replace, disjoint, oversize
+        self.directed = bool(directed)
+        self.micro_batches, self.rank, self.world_size = micro_batches, rank, world_size
+        self.pad_id, self.num_workers, self.prefetch = pad_id, num_workers, prefetch
+        self.sampler_threads = sampler_threads
+        self.num_nodes = int(data.num_nodes)
+        self.node_attrs, self.edge_attrs, self.excluded_keys = _attributes(data)
+        self.sampler = sampler
+        self._pyg = (PygNeighborSampler(data, self.num_neighbors, replace=replace,
+                                        disjoint=disjoint, directed=directed)
+                     if sampler == "pyg" else None)
+        self.csc: Optional[CSC] = None  # PyG's sampler keeps its own
+        if self._pyg is None:
+            with self._sampling_threads():  # its sorts are small chunks too (1M nodes: 3.5x
+                # slower at 2 threads than at 1 on the loaded 2-core box, large_graphs.md)
+                self.csc = CSC.from_edge_index(data.edge_index, self.num_nodes)
+        self._epoch = 0
+        self._explicit_epoch: Optional[int] = None
+
+    def _resolve_budget(self, budget: Union[Budget, dict, str, None], success_ratio: float,
+                        fit_batches: int, round_to: int, min_real: int, what: str) -> Budget:
+        """``budget`` as a :class:`Budget` (fitted when ``None``), checked: ``graphs=2``,
+        at least ``min_real`` real nodes (``what`` names them in the error)."""
+        if budget is None:
+            budget = self._fit_budget(success_ratio, fit_batches, round_to)
+        elif isinstance(budget, str):
+            budget = Budget.from_json(budget)
+        elif isinstance(budget, dict):
+            budget = Budget.from_dict(budget)
+        if budget.is_hetero or budget.graphs != 2:
+            raise ValueError(f"budget {budget}: a neighbour-sampling batch is one subgraph, so "
+                             f"the budget has graphs=2 (one real slot, one padding slot)")
+        if int(budget.nodes) - RESERVED_NODES < min_real:
+            raise ValueError(f"budget nodes={budget.nodes} holds {int(budget.nodes) - RESERVED_NODES}"
+                             f" real nodes, fewer than {what}: give "
+                             f"nodes >= {min_real + RESERVED_NODES}")
+        return budget
+
+    # -- the epoch's plan ------------------------------------------------
+    @property
+    def num_chunks(self) -> int:
+        """Seed chunks of an epoch over all ranks (a multiple of ``world_size x F``)."""
+        per = self.world_size * self.micro_batches
+        raw = math.ceil(self.seeds.numel() / self.batch_size)
+        return max(per, -(-raw // per) * per)
+
+    def __len__(self) -> int:
+        return self.num_chunks // (self.world_size * self.micro_batches)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pick the epoch of the next iteration (as ``DistributedSampler.set_epoch``)."""
+        self._explicit_epoch = int(epoch)
+
+    def seed_order(self, epoch: int) -> Tensor:
+        """The epoch's seed order (a function of ``(seed, epoch)``)."""
+        if not self.shuffle:
+            return self.seeds
+        cached = getattr(self, "_order", None)
+        if cached is not None and cached[0] == epoch:
+            return cached[1]  # one permutation an epoch, not one a batch
+        g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, 0, stream=1))
+        order = self.seeds[torch.randperm(self.seeds.numel(), generator=g)]
+        self._order = (epoch, order)
+        return order
+
+    def chunk_seeds(self, epoch: int, chunk: int) -> Tensor:
+        """The seeds of ``chunk`` (global numbering) in ``epoch``: possibly short or empty."""
+        order = self.seed_order(epoch)
+        return order[chunk * self.batch_size:(chunk + 1) * self.batch_size]
+
+    def chunks_of_rank(self) -> List[int]:
+        """The chunks this rank yields, in order: ``b * world_size + rank``."""
+        return [b * self.world_size + self.rank for b in range(self.num_chunks // self.world_size)]
+
+    # -- sampling ----------------------------------------------------------
+    def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0) -> Sample:
+        """The unpadded sample of ``seeds`` (deterministic for ``(seed, stream, epoch, chunk)``)."""
+        if self._pyg is not None:
+            return self._pyg.sample(seeds, chunk_seed(self.seed, epoch, chunk, stream))
+        g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
+        return sample_neighbors(self.csc, seeds, self.num_neighbors, replace=self.replace,
+                                disjoint=self.disjoint, directed=self.directed, generator=g)
+
+    def _fit_budget(self, success_ratio: float, fit_batches: int, round_to: int, *,
+                    per_batch: Optional[int] = None, avoid: Sequence[int] = ()) -> Budget:
+        """The budget from ``fit_batches`` samples of :meth:`_fit_sample` (``per_batch``:
+        the most seeds a batch has, default ``batch_size``; ``avoid``: counts the
+        budget must not equal)."""
+        n = max(1, min(int(fit_batches), math.ceil(self.seeds.numel() / self.batch_size)))
+        with self._sampling_threads():
+            sizes = [(s.num_nodes, s.num_edges) for s in map(self._fit_sample, range(n))]
+        self.fit_sizes = sizes
+        return fit_neighbor_budget(sizes, self.batch_size if per_batch is None else per_batch,
+                                   success_ratio, round_to, avoid=avoid)
+
+    def _fit_sample(self, chunk: int) -> Sample:
+        """The sample of ``chunk`` that the budget fit sees: stream 2, not the training
+        samples, same distribution."""
+        return self.sample(self.chunk_seeds(0, chunk), 0, chunk, stream=2)
+
+    @contextlib.contextmanager
+    def _sampling_threads(self) -> Iterator[None]:
+        """``sampler_threads`` torch intra-op threads inside, the caller's after. The
+        sampler's ops are small: torch's intra-op threads cost more than they give
+        (measured 20x slower at 2 threads than 1 on a loaded 2-core box,
+        docs/large_graphs.md)."""
+        if self.sampler_threads is None or torch.get_num_threads() == self.sampler_threads:
+            yield
+            return
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.sampler_threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+    def _batch(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+        with self._sampling_threads():
+            return self._batch_now(epoch, chunk)
+
+    def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+        seeds = self.chunk_seeds(epoch, chunk)
+        s = self.sample(seeds, epoch, chunk)
+        return self._fit_and_pad(s, int(seeds.numel()),
+                                 f"epoch {epoch}, chunk {chunk} (seeds {seeds[:4].tolist()}...)")
+
+    def _fit_and_pad(self, s, num_seeds: int, where: str) -> Tuple[Dict[str, Tensor], int, int]:
+        """Sample ``s`` into the budget (``oversize``: raise naming ``where``, or trim the
+        farthest hop, seeds never) and padded: ``(flat, nodes cut, edges cut)``."""
+        cap_n = int(self.budget.nodes) - RESERVED_NODES
+        cap_e = int(self.budget.edges)
+        cut_n = cut_e = 0
+        if s.num_nodes > cap_n or s.num_edges > cap_e:
+            if self.oversize == "error":
+                raise SubgraphOversizeError(
+                    f"{where}: the sampled subgraph has {s.num_nodes} nodes and {s.num_edges} "
+                    f"edges; the budget holds {cap_n} real nodes and {cap_e} edges "
+                    f"({self.budget}). Give a larger budget, budget=None with a higher "
+                    f"success_ratio, or oversize='trim'")
+            s, cut_n, cut_e = trim_sample(s, cap_n, cap_e)
+        flat = pad_sample(s, self.budget, self.node_attrs, self.edge_attrs, num_seeds,
+                          self.pad_id)
+        return flat, cut_n, cut_e
+
+    def batch(self, epoch: int, chunk: int) -> Dict[str, Tensor]:
+        """The padded batch of ``chunk`` in ``epoch`` (what iteration yields for it, F = 1)."""
+        return self._batch(epoch, chunk)[0]
+
+    # -- iteration -----------------------------------------------------------
+    def __iter__(self) -> Iterator[Dict[str, Tensor]]:
+        epoch = self._explicit_epoch if self._explicit_epoch is not None else self._epoch
+        self._explicit_epoch = None
+        self._epoch = epoch + 1
+        chunks = self.chunks_of_rank()
+        ds = _Batches(self, epoch, chunks)
+        st = self._new_stats(epoch)
+        self.stats = st
+        real_n = real_e = 0
+        for flat, (cn, ce, tb) in self._items(ds):
+            nm, sm = flat[NODE_MASK], flat[SEED_MASK]
+            st.batches += self.micro_batches
+            st.fill_batches += int((~flat[GRAPH_MASK].view(-1, 2)[:, 0]).sum())
+            st.seeds += int(sm.sum())
+            self._count(st, flat)
+            real_n += int(nm.sum())
+            real_e += int(flat[EDGE_MASK].sum())
+            st.trimmed_nodes += cn
+            st.trimmed_edges += ce
+            st.trimmed_batches += tb
+            st.node_efficiency = real_n / (st.batches * int(self.budget.nodes))
+            st.edge_efficiency = real_e / (st.batches * int(self.budget.edges))
+            yield flat
+        if st.trimmed_batches:
+            warnings.warn(
+                f"{type(self).__name__} epoch {epoch}: {st.trimmed_batches} of {st.batches} "
+                f"sampled subgraphs exceeded {self.budget} and were trimmed (oversize='trim': "
+                f"{st.trimmed_nodes} farthest-hop nodes and {st.trimmed_edges} edges cut, "
+                f"loader.stats); a larger success_ratio or budget cuts fewer", stacklevel=2)
+
+    def _items(self, ds: torch.utils.data.Dataset) -> Iterator[Any]:
+        """``ds``'s items in order: from ``num_workers`` processes, from a prefetching
+        thread (``prefetch``) or made here, one at a time."""
+        if self.num_workers > 0:
+            return iter(torch.utils.data.DataLoader(ds, batch_size=None, shuffle=False,
+                                                    num_workers=self.num_workers))
+        if self.prefetch > 0:
+            return prefetched(ds, self.prefetch, self.sampler_threads)
+        return (ds[i] for i in range(len(ds)))
+
+    def _new_stats(self, epoch: int) -> NeighborLoaderStats:
+        """The (empty) stats of an epoch of this rank (a subclass adds its own counts)."""
+        return NeighborLoaderStats(epoch=epoch, rank=self.rank, world_size=self.world_size,
+                                   total_seeds=int(self.seeds.numel()),
+                                   excluded_keys=dict(self.excluded_keys))
+
+    def _count(self, st: NeighborLoaderStats, flat: Dict[str, Tensor]) -> None:
+        """Add a yielded batch's own counts to ``st`` (none here: a subclass hook)."""
+
+    def keys(self) -> List[str]:
+        """The keys of every batch, in order."""
+        return list(self.batch(0, 0).keys())
+
+    def seeds_in(self, flat: Dict[str, Tensor]) -> int:
+        """The number of seed rows of a batch (its first rows)."""
+        return int(flat[SEED_MASK].sum())
