@@ -1,29 +1,74 @@
-"""The package is laid out by stage, and its imports run one way (issue 28).
+"""The package follows docs/dev/ARCHITECTURE.md: its tables are read here, not copied.
 
-``graph_adapter/data`` (host side) <- ``nn`` (inside the wrapped forward) <- ``ipu``
-<- ``checker`` <- ``backends`` <- ``lightning`` <- ``app``: a module imports only
-its own stage and the stages before it. No import cycle, no private name of
-another module, no module over 600 lines; the moved public paths still import,
-with a ``DeprecationWarning`` that names the new one.
+The page lists the stages with their ranks (a module imports its own stage or
+earlier ones), the modules allowed to touch torch's and PyG's internals, and the
+few functions allowed over 80 lines. This file checks every rule the page states:
+one-way imports through each stage's package, no import cycle (``TYPE_CHECKING``
+imports included), no private name or module of another package, no private
+attribute of another object, function length, folder size, tests mirroring the
+stages, and the moved paths' deprecation aliases.
 """
 import ast
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "graph_adapter")
-MAX_LINES = 600
+PAGE = os.path.join(ROOT, "docs", "dev", "ARCHITECTURE.md")
+MAX_FUNCTION_LINES = 80
+MAX_LONG_FUNCTIONS = 3
+MAX_FOLDER_MODULES = 15
+MAX_FOLDER_LINES = 5000
+#: the package's own top level: the public API, the aliases, ``python -m``
+TOP = {"graph_adapter": "lightning", "graph_adapter._moved": "format",
+       "graph_adapter.__main__": "app"}
+#: ``graph_adapter.data``: the package of before 0.3, deprecated aliases only
+DEPRECATED_PACKAGES = {"graph_adapter.data"}
+#: underscore names that are public API (namedtuple methods, ``os._exit``)
+PUBLIC_UNDERSCORE = {"_replace", "_asdict", "_fields", "_make", "_field_defaults", "_exit"}
 
-#: stage -> rank; a module may import modules of its own rank or lower
-STAGES = {"data": 0, "format": 0, "compat": 0, "serve": 0, "batching": 1, "sampling": 2, "nn": 3, "ipu": 4, "checker": 5, "backends": 6, "lightning": 7, "app": 8}
-#: the package's own top level (the public API, the aliases, ``python -m``)
-TOP = {"graph_adapter": 7, "graph_adapter._moved": 0, "graph_adapter.__main__": 8}
+
+# ------------------------------------------------------------------ the page's tables
+def _table(heading):
+    """Rows (lists of cells, backticks stripped) of the first table under ``## heading``."""
+    text = open(PAGE).read()
+    m = re.search(rf"^## {re.escape(heading)}\s*$", text, re.M)
+    assert m, f"docs/dev/ARCHITECTURE.md has no '## {heading}' section"
+    rows = []
+    for line in text[m.end():].splitlines():
+        if line.startswith("## "):
+            break
+        if line.startswith("|") and not re.match(r"^\|[\s:|-]+\|$", line):
+            rows.append([c.strip().strip("`") for c in line.strip().strip("|").split("|")])
+    assert len(rows) > 1, f"the '{heading}' section has no table"
+    return rows[1:]  # without the header row
 
 
+@functools.lru_cache(maxsize=None)
+def stages():
+    """``{stage: rank}`` from the page's "Stages" table."""
+    return {row[1].rstrip("/").split("/")[-1].removesuffix(".py"): int(row[0])
+            for row in _table("Stages")}
+
+
+@functools.lru_cache(maxsize=None)
+def internals():
+    """``{module path: what it touches}`` from the page's "Internals" table."""
+    return {row[0]: row[1] for row in _table("Internals")}
+
+
+@functools.lru_cache(maxsize=None)
+def long_functions():
+    """``{"path:qualname"}`` from the page's "Long functions" table."""
+    return {row[0] for row in _table("Long functions")}
+
+
+# ------------------------------------------------------------------ the source tree
 @functools.lru_cache(maxsize=None)
 def _modules():
     """``{module name: path}`` of every module of the package (from the source tree)."""
@@ -38,20 +83,21 @@ def _modules():
     return out
 
 
-def _runtime_nodes(tree):
-    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (never run)."""
-    skip = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return [n for n in ast.walk(tree) if id(n) not in skip]
+@functools.lru_cache(maxsize=None)
+def _tree(path):
+    return ast.parse(open(path).read())
+
+
+def _rel(path):
+    return os.path.relpath(path, ROOT).replace(os.sep, "/")
 
 
 def _import_froms(name, path):
-    """``(absolute module, [imported names], line)`` of every ``from ... import`` that runs."""
+    """``(absolute module, [imported names], line)`` of every ``from ... import`` (lazy
+    ones and those under ``if TYPE_CHECKING:`` included)."""
     is_pkg = path.endswith("__init__.py")
     parts = name.split(".") if is_pkg else name.split(".")[:-1]
-    for node in _runtime_nodes(ast.parse(open(path).read())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -60,60 +106,98 @@ def _import_froms(name, path):
 
 
 def _imports(name, path):
-    """Every module a module imports when it runs, at any depth of its code (lazy imports
-    included; ``if TYPE_CHECKING:`` imports are not)."""
+    """Every package module a module imports, at any depth of its code."""
+    mods = _modules()
     found = set()
-    for node in _runtime_nodes(ast.parse(open(path).read())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
-    mods = _modules()
     for base, names, _ in _import_froms(name, path):
         for n in names:  # ``from pkg import sub`` imports sub; ``from mod import f``, mod
             found.add(f"{base}.{n}" if f"{base}.{n}" in mods else base)
     return found
 
 
-def _rank(module):
-    if module in TOP:
-        return TOP[module]
-    stage = module.split(".")[1]
-    return STAGES[stage]
-
-
-def _library(mods, target):
+def _library(target):
     """The package module ``target`` names (a module, or a name inside one), or None."""
+    mods = _modules()
     while target and target not in mods:
         target = target.rpartition(".")[0]
     return target or None
 
 
-def test_every_module_belongs_to_a_stage():
+def _stage(module):
+    if module in TOP:
+        return TOP[module]
+    return module.split(".")[1].removesuffix(".py")
+
+
+def _rank(module):
+    return stages()[_stage(module)]
+
+
+def _private(module):
+    return any(p.startswith("_") and not p.startswith("__") for p in module.split("."))
+
+
+# ------------------------------------------------------------------ stages and imports
+def test_every_module_belongs_to_a_stage_of_the_page():
     for name in _modules():
-        assert name in TOP or name.split(".")[1] in STAGES, (
-            f"{name} is in no stage: put it in one of {sorted(STAGES)} (or add the stage to "
-            f"STAGES and to docs/concepts.md)")
+        assert name in TOP or name in DEPRECATED_PACKAGES or _stage(name) in stages(), (
+            f"{name} is in no stage: put it in one of {sorted(stages())}, or add its stage to "
+            f"the Stages table of docs/dev/ARCHITECTURE.md")
+
+
+def test_every_stage_is_a_package_that_says_what_it_owns_and_exports():
+    for stage in stages():
+        init = os.path.join(PACKAGE, stage, "__init__.py")
+        if not os.path.exists(init):
+            assert os.path.exists(os.path.join(PACKAGE, f"{stage}.py")), stage
+            continue
+        tree = _tree(init)
+        doc = ast.get_docstring(tree) or ""
+        assert "may import" in doc, f"graph_adapter.{stage}'s docstring says nothing of what it may import"
+        assert any(isinstance(n, (ast.Assign, ast.AugAssign)) and "__all__" in ast.unparse(n)
+                   for n in tree.body), f"graph_adapter.{stage} has no __all__"
 
 
 def test_imports_run_one_way():
-    """data <- nn <- ipu <- checker <- backends <- lightning <- app: nothing imports upward."""
+    """A module imports its own stage or earlier ones (the page's ranks)."""
+    bad = []
+    for name, path in _modules().items():
+        if name in DEPRECATED_PACKAGES:
+            continue
+        for target in _imports(name, path):
+            dep = _library(target)
+            if dep and dep != name and dep not in DEPRECATED_PACKAGES and \
+                    _rank(dep) > _rank(name):
+                bad.append(f"{name} imports {dep} (stage {_stage(dep)}, a later one)")
+    assert not bad, bad
+
+
+def test_other_stages_import_a_stage_not_its_files():
+    """``from graph_adapter.format import X``, never ``from graph_adapter.format.keys import X``,
+    outside the format stage (the app and the top level too)."""
     mods = _modules()
     bad = []
     for name, path in mods.items():
-        for target in _imports(name, path):
-            dep = _library(mods, target)
-            if dep and dep != name and _rank(dep) > _rank(name):
-                bad.append(f"{name} imports {dep} (a later stage)")
+        for base, names, line in _import_froms(name, path):
+            if not base.startswith("graph_adapter.") or base.count(".") < 2:
+                continue
+            stage = base.split(".")[1]
+            if stage in stages() and os.path.isdir(os.path.join(PACKAGE, stage)) and \
+                    _stage(name) != stage and base not in DEPRECATED_PACKAGES:
+                bad.append(f"{name}:{line} imports from {base}: import graph_adapter.{stage}")
     assert not bad, bad
 
 
 def test_no_import_cycle():
-    """No module imports (directly or through others) one that imports it back.
-
-    A submodule importing its own package (``from . import x``) is not a cycle,
-    nor an import for type checkers only.
-    """
+    """No module imports (directly or through others) one that imports it back, counting
+    lazy imports and imports for type checkers. A package importing its own submodules
+    is not a cycle, nor a submodule naming its own package's path."""
     mods = _modules()
-    graph = {m: {d for d in _imports(m, p) if d in mods and d != m and not m.startswith(d + ".")}
+    graph = {m: {d for d in map(_library, _imports(m, p))
+                 if d and d != m and not m.startswith(d + ".")}
              for m, p in mods.items()}
     state, stack, cycles = {}, [], []
 
@@ -134,17 +218,10 @@ def test_no_import_cycle():
     assert not cycles, cycles
 
 
-def _private(module):
-    return any(p.startswith("_") and not p.startswith("__") for p in module.split("."))
-
-
-def test_no_module_imports_another_modules_private_name():
-    """A leading underscore means "this module's (or this subpackage's) own".
-
-    ``from .x import _name`` is refused; a private module (``data/_scan.py``) may be
-    imported only from inside its own subpackage. Share a name by making it public
-    in its owner, or move it.
-    """
+def test_no_module_imports_another_packages_private_name_or_module():
+    """A leading underscore means "this module's (or this subpackage's) own": ``from .x
+    import _name`` is refused, and a private module is imported only inside its own
+    subpackage (the deprecation shim ``graph_adapter.data`` may use ``_moved``)."""
     mods = _modules()
     bad = []
     for name, path in mods.items():
@@ -152,33 +229,115 @@ def test_no_module_imports_another_modules_private_name():
         for base, names, line in _import_froms(name, path):
             if not base.startswith("graph_adapter"):
                 continue
-            targets = [(f"{base}.{n}", n) if f"{base}.{n}" in mods else (base, n) for n in names]
-            for module, n in targets:
-                if module == f"{base}.{n}":  # a module imported by name: is it private to another package?
-                    if _private(module) and module.rpartition(".")[0] != own_pkg:
-                        bad.append(f"{name}:{line} imports private module {module}")
-                elif n.startswith("_") and not n.startswith("__"):
+            for n in names:
+                module = f"{base}.{n}" if f"{base}.{n}" in mods else base
+                imported_module = module == f"{base}.{n}"
+                if imported_module and _private(module) and \
+                        not own_pkg.startswith(module.rpartition(".")[0]) and \
+                        name not in DEPRECATED_PACKAGES:
+                    bad.append(f"{name}:{line} imports private module {module}")
+                if not imported_module and n.startswith("_") and not n.startswith("__"):
                     bad.append(f"{name}:{line} imports {module}.{n}, a private name")
-                if module != f"{base}.{n}" and _private(module) and \
-                        module.rpartition(".")[0] != own_pkg:
-                    bad.append(f"{name}:{line} imports from {module}, private to its own package")
+                if not imported_module and _private(module) and \
+                        not own_pkg.startswith(module.rpartition(".")[0]):
+                    bad.append(f"{name}:{line} imports from {module}, private to its package")
     assert not bad, bad
 
 
-def test_no_module_is_over_600_lines():
-    long = {name: n for name, path in _modules().items()
-            if (n := sum(1 for _ in open(path))) > MAX_LINES}
-    assert not long, f"split these by job (at most {MAX_LINES} lines a module): {long}"
+# ------------------------------------------------------------------ private attributes
+def _is_own(value):
+    """``self``, ``cls``, ``super()``, ``type(self)``: an object's own attributes."""
+    if isinstance(value, ast.Name):
+        return value.id in ("self", "cls")
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        return value.func.id == "super" or (
+            value.func.id == "type" and len(value.args) == 1 and
+            isinstance(value.args[0], ast.Name) and value.args[0].id == "self")
+    return False
 
 
-def test_every_subpackage_says_what_it_owns_and_may_import():
+def _private_reaches(path):
+    """``(line, text)`` of every access of another object's or library's private name:
+    ``obj._x`` (obj not self/cls/super()/type(self)), ``import torch._x``,
+    ``from torch._x import y``."""
+    out = []
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and \
+                not node.attr.startswith("__") and node.attr not in PUBLIC_UNDERSCORE and \
+                not _is_own(node.value):
+            out.append((node.lineno, ast.unparse(node)[:70]))
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, f"import {a.name}") for a in node.names
+                    if not a.name.startswith("graph_adapter") and _private(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
+                not node.module.startswith("graph_adapter") and _private(node.module):
+            out.append((node.lineno, f"from {node.module} import ..."))
+    return out
+
+
+def test_only_the_pages_internals_modules_touch_private_attributes():
+    """No module reaches a private attribute of another module's object; torch's and PyG's
+    internals, where the job needs them, are touched only by the modules the page's
+    Internals table names (each a named helper per internal)."""
+    listed = internals()
+    bad = []
     for name, path in _modules().items():
-        if path.endswith("__init__.py") and name.count(".") == 1 and \
-                name.split(".")[1] in STAGES:
-            doc = ast.get_docstring(ast.parse(open(path).read())) or ""
-            assert "may import" in doc, f"{name}'s docstring says nothing of what it may import"
+        reaches = _private_reaches(path)
+        if reaches and _rel(path) not in listed:
+            bad += [f"{_rel(path)}:{line}: {text}" for line, text in reaches]
+    assert not bad, ("private attributes of other objects (use a public name, or add one "
+                     "helper to a module of the Internals table):\n" + "\n".join(bad))
 
 
+def test_the_internals_table_lists_only_modules_that_need_it():
+    stale = [m for m in internals()
+             if not os.path.exists(os.path.join(ROOT, m)) or
+             not _private_reaches(os.path.join(ROOT, m))]
+    assert not stale, f"the Internals table lists modules that touch no internals: {stale}"
+
+
+# ------------------------------------------------------------------ sizes
+def _functions(tree, prefix=""):
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield f"{prefix}{node.name}", node
+            yield from _functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            yield from _functions(node, f"{prefix}{node.name}.")
+
+
+def test_functions_are_at_most_80_lines_but_the_pages_few():
+    """At most three functions over 80 lines (docstring included), each listed in the
+    page's "Long functions" table with a comment above its ``def`` saying why."""
+    long, undocumented = {}, []
+    for name, path in _modules().items():
+        lines = open(path).read().splitlines()
+        for qual, node in _functions(_tree(path)):
+            n = node.end_lineno - node.lineno + 1
+            if n > MAX_FUNCTION_LINES:
+                key = f"{_rel(path)}:{qual}"
+                long[key] = n
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                if not lines[first - 2].strip().startswith("#"):
+                    undocumented.append(key)
+    assert set(long) <= long_functions(), (
+        f"split these by job (at most {MAX_FUNCTION_LINES} lines a function): "
+        f"{ {k: v for k, v in long.items() if k not in long_functions()} }")
+    assert len(long_functions()) <= MAX_LONG_FUNCTIONS, sorted(long_functions())
+    assert not undocumented, f"no comment above these long functions saying why: {undocumented}"
+
+
+def test_no_folder_is_over_15_modules_or_5000_lines():
+    big = {}
+    for d, _, files in os.walk(PACKAGE):
+        py = [f for f in files if f.endswith(".py")]
+        lines = sum(sum(1 for _ in open(os.path.join(d, f))) for f in py)
+        if len(py) > MAX_FOLDER_MODULES or lines > MAX_FOLDER_LINES:
+            big[_rel(d)] = (len(py), lines)
+    assert not big, f"split these folders by job (modules, lines): {big}"
+
+
+# ------------------------------------------------------------------ the app and the tests
 def test_the_library_never_imports_the_app():
     for name, path in _modules().items():
         if name.startswith("graph_adapter.app") or name == "graph_adapter.__main__":
@@ -190,30 +349,29 @@ def test_the_library_never_imports_the_app():
 
 def test_app_imports_only_public_library_names():
     """The application uses the library as a user would: no underscore names."""
-    mods = _modules()
-    for name, path in mods.items():
+    for name, path in _modules().items():
         if not name.startswith("graph_adapter.app"):
             continue
-        for node in ast.walk(ast.parse(open(path).read())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and \
                     (node.module or "").startswith("graph_adapter") and \
                     not node.module.startswith("graph_adapter.app"):
-                assert not any(p.startswith("_") for p in node.module.split(".")), (name, node.module)
+                assert not _private(node.module), (name, node.module)
                 assert not any(a.name.startswith("_") for a in node.names), (name, node.module)
 
 
-def test_tests_mirror_the_subpackages():
+def test_tests_mirror_the_stages():
     """A module's tests are found by its path: tests/<stage>/ for graph_adapter/<stage>/."""
     here = os.path.dirname(os.path.abspath(__file__))
     dirs = {d for d in os.listdir(here) if os.path.isdir(os.path.join(here, d))
             and any(f.startswith("test_") for f in os.listdir(os.path.join(here, d)))}
-    stages = {d for d in STAGES if os.path.isdir(os.path.join(PACKAGE, d))}
-    assert stages <= dirs, f"no tests/ folder for {sorted(stages - dirs)}"
-    assert dirs - stages <= {"lightning_graphcore_venv", "graphium_venv"}, sorted(dirs - stages)
+    folders = {s for s in stages() if os.path.isdir(os.path.join(PACKAGE, s))}
+    assert folders <= dirs, f"no tests/ folder for {sorted(folders - dirs)}"
+    assert dirs - folders <= {"lightning_graphcore_venv", "graphium_venv"}, sorted(dirs - folders)
 
 
 # ----------------------------------------------------------------- the public API
-#: ``graph_adapter.__all__`` before the move: every name still there
+#: ``graph_adapter.__all__`` of 0.1: every name still there
 PUBLIC_NAMES = [
     "BatchMismatchError", "ClassNotAllowedError", "DeviceMismatchError", "SpecFormatError",
     "AmbiguousLevelError", "UnboundInputError", "DtypeMismatchError", "Field", "MissingKeyError",
@@ -226,9 +384,10 @@ PUBLIC_NAMES = [
     "CheckReport", "Finding",
 ]
 #: module paths the docs tell users to import from that did not move
-KEPT_PATHS = ["graph_adapter.lightning", "graph_adapter.ipu", "graph_adapter.backends",
-              "graph_adapter.checker", "graph_adapter.ipu.options", "graph_adapter.ipu.emulator",
-              "graph_adapter.ipu.inputs", "graph_adapter.ipu.entry",
+KEPT_PATHS = ["graph_adapter.format", "graph_adapter.batching", "graph_adapter.sampling",
+              "graph_adapter.nn", "graph_adapter.lightning", "graph_adapter.ipu",
+              "graph_adapter.backends", "graph_adapter.checker", "graph_adapter.ipu.options",
+              "graph_adapter.ipu.emulator", "graph_adapter.ipu.inputs", "graph_adapter.ipu.entry",
               "graph_adapter.ipu.poptorch_backend", "graph_adapter.app.datasets"]
 
 
@@ -239,6 +398,18 @@ def test_the_public_names_did_not_change():
     assert not missing, missing
     assert ga.losses.masked_loss is ga.masked_loss
     assert callable(ga.compile) and callable(ga.check)  # functions, not the subpackages
+
+
+def test_each_stage_exports_what_its_modules_export():
+    """``from graph_adapter.<stage> import X`` works for the public names of its modules
+    that the stage's ``__all__`` lists, and every listed name exists."""
+    import importlib
+    for stage in stages():
+        if not os.path.isdir(os.path.join(PACKAGE, stage)) or stage == "app":
+            continue
+        pkg = importlib.import_module(f"graph_adapter.{stage}")
+        missing = [n for n in pkg.__all__ if not hasattr(pkg, n)]
+        assert not missing, (stage, missing)
 
 
 def _run(code):
@@ -257,6 +428,13 @@ report = {}
 warnings.filterwarnings('error', category=DeprecationWarning, module='graph_adapter|__main__')
 import graph_adapter
 report['app'] = sorted(m for m in sys.modules if m.startswith('graph_adapter.app'))
+try:
+    for m in KEPT_PATHS:
+        importlib.import_module(m)
+    graph_adapter.ipu_wrap, graph_adapter.losses.masked_loss, graph_adapter.backends.compile
+    report['kept'] = ''
+except Exception:
+    report['kept'] = traceback.format_exc()
 moved = dict(sorted(MOVED.items()))
 old0 = next(iter(moved))
 # the warning is blamed on the line that imports the old path (one alias suffices)
@@ -275,20 +453,14 @@ for old, new in moved.items():
     alias = sys.modules['graph_adapter.' + old]
     mine = [x for x in w if issubclass(x.category, DeprecationWarning)
             and 'moved to' in str(x.message)]
+    parent, _, leaf = ('graph_adapter.' + old).rpartition('.')
     if len(mine) != 1 or new not in str(mine[0].message):
         bad.append((old, 'warnings', [str(x.message) for x in w]))
     elif alias is not importlib.import_module(new):
         bad.append((old, 'not the new module'))
-    elif getattr(graph_adapter, old) is not alias:
+    elif getattr(sys.modules[parent], leaf) is not alias:
         bad.append((old, 'attribute differs'))
 report['moved'] = [len(moved), bad]
-try:
-    for m in KEPT_PATHS:
-        importlib.import_module(m)
-    graph_adapter.ipu_wrap, graph_adapter.losses.masked_loss, graph_adapter.backends.compile
-    report['kept'] = ''
-except Exception:
-    report['kept'] = traceback.format_exc()
 print(json.dumps(report))
 """
 
@@ -310,10 +482,9 @@ def test_the_package_and_its_kept_paths_import_without_a_deprecation():
 def test_a_moved_path_still_imports_and_names_its_new_one():
     """Every old path (one fresh interpreter for all: each alias warns on its own first
     import): one DeprecationWarning naming the new path, blamed on the importing line,
-    the alias is the new module, and ``graph_adapter.<old>`` is it too."""
+    the alias is the new module, and the old parent's attribute is it too."""
     from graph_adapter._moved import MOVED
     count, bad = _fresh_imports()["moved"]
     assert not bad, bad
     assert count == len(MOVED)
-    # blamed on the importing line, in the exec'd string
     assert _fresh_imports()["blamed_on"] == ["<string>"]

@@ -16,6 +16,8 @@ out (``docs/dev/FORMAT.md`` is its prose version). One module a job:
 * :mod:`~graph_adapter.format.values`: value rules (indices in range, masks
   consistent) checked before a call;
 * :mod:`~graph_adapter.format.pytree`: flat dicts as pytree nodes;
+* :mod:`~graph_adapter.format.torch_internals`: the torch internals every stage
+  shares (pytree, fake tensors, dispatch modes);
 * :mod:`~graph_adapter.format.pyg`: the PyG internals the package reads, one
   named helper each;
 * :mod:`~graph_adapter.format.unpad`: padded batches and outputs back to
@@ -24,7 +26,7 @@ out (``docs/dev/FORMAT.md`` is its prose version). One module a job:
 It may import torch, numpy and PyG only: it is the bottom of the stack, and
 every other stage imports it (``from graph_adapter.format import ...``).
 """
-from . import errors, keys, micro, pyg
+from . import errors, keys, micro, pyg, torch_internals
 from .keys import *  # noqa: F401,F403 (the contract's names: re-exported by design)
 from .micro import *  # noqa: F401,F403
 from .errors import *  # noqa: F401,F403

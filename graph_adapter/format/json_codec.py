@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from .torch_internals import real_tensors as unset_fake_temporarily
 from .errors import SpecFormatError, UnsupportedAttributeError
 
 __all__ = ["encode", "decode", "dumps"]

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any, List, Tuple
 
-import torch.utils._pytree as pytree
 from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.data.data import BaseData
 
 from .spec import Spec, class_path, flatten, unflatten
+from .torch_internals import pytree
 
 __all__ = ["register_pytree"]
 

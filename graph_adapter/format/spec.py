@@ -33,11 +33,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
 from torch import Tensor
-from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch_geometric.data import Batch, Data, HeteroData
 from torch_geometric.data.data import BaseData
 
@@ -50,6 +49,7 @@ from .errors import (BatchMismatchError, ClassNotAllowedError, DeviceMismatchErr
                      DtypeMismatchError, MissingKeyError, ShapeMismatchError, SpecError,
                      SpecFormatError, UnexpectedKeyError, UnsupportedAttributeError)
 from .json_codec import dumps
+from .torch_internals import real_tensors as unset_fake_temporarily
 from .pyg import (collate_info, global_store, graph_num_nodes, set_collate_info,
                   set_graph_num_nodes, set_num_graphs, store_mapping)
 from .keys import (EDGE_TYPE_SEP, GRAPH_MASK, LEVEL_OF_MASK, LEVELS, PTR, SEP, StoreKey,
@@ -326,6 +326,50 @@ def flatten(
         UnsupportedAttributeError: an attribute that is neither a dense tensor
             nor a JSON value (names the key and its type).
     """
+    levels = _check_flatten_args(obj, levels)
+    is_batch = isinstance(obj, Batch)
+    # An object that unflatten() made knows its levels: no data reads, which
+    # matters when its tensors are fake (torch.export flattens inputs again).
+    made_from = obj.__dict__.get("_graph_adapter_spec")
+    known = {f.key: f.level for f in made_from.fields} if made_from is not None else {}
+    flat: Dict[str, Tensor] = {}
+    fields: List[Field] = []
+    constants: List[Tuple[StoreKey, str, str]] = []
+    num_nodes_lists = []  # PyG's per-graph ``num_nodes`` of a batch (format.pyg.graph_num_nodes)
+    for skey, store in _stores(obj):
+        if is_batch and graph_num_nodes(store) is not None:
+            num_nodes_lists.append([list(skey), graph_num_nodes(store)])
+        for attr in sorted(store.keys()):
+            _check_name(attr, "attribute")
+            key = key_of(skey, attr)
+            value = store[attr]
+            if isinstance(value, Tensor) and value.layout == torch.strided and not value.is_nested:
+                level = levels.pop(key, None) or known.get(key) or \
+                    level_of_attr(obj, skey, store, attr, value)
+                flat[key] = value
+                fields.append(_field_of(obj, skey, store, attr, key, value, level))
+            else:
+                constants.append((skey, attr, _constant_json(key, value)))
+    if levels:
+        raise MissingKeyError(f"levels names key(s) {sorted(levels)} that are not tensor attributes")
+    spec = Spec(
+        data_cls=class_path(classes.base_class(obj)),
+        is_batch=is_batch,
+        fields=tuple(fields),
+        node_types=tuple(obj.node_types) if isinstance(obj, HeteroData) else (),
+        edge_types=tuple(tuple(t) for t in obj.edge_types) if isinstance(obj, HeteroData) else (),
+        constants=tuple(constants),
+        batch_info=_batch_info_json(obj, num_nodes_lists) if is_batch else None,
+    )
+    # The class is in hand: remember it (the latest one of that name wins), so
+    # that unflatten never resolves it by name, also for classes that no
+    # import reaches (defined in a function, redefined in a notebook).
+    classes.remember(spec.data_cls, is_batch, type(obj))
+    return flat, spec
+
+
+def _check_flatten_args(obj: Any, levels: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    """``levels`` as a dict to consume, after checking ``obj`` and ``levels``' values."""
     if not isinstance(obj, BaseData):
         raise UnsupportedAttributeError(
             f"flatten() takes a PyG Data/HeteroData/Batch, got {type(obj).__qualname__}"
@@ -334,76 +378,40 @@ def flatten(
     for k, lv in levels.items():
         if lv not in LEVELS:
             raise ValueError(f"levels[{k!r}] = {lv!r}; choose one of {LEVELS}")
-    is_batch = isinstance(obj, Batch)
-    if is_batch and collate_info(obj)[0] is None:
+    if isinstance(obj, Batch) and collate_info(obj)[0] is None:
         raise UnsupportedAttributeError(
             "this Batch has no _slice_dict (it was not made by Batch.from_data_list); "
             "flatten the Data objects and batch them with Batch.from_data_list"
         )
+    return levels
 
-    # An object that unflatten() made knows its levels: no data reads, which
-    # matters when its tensors are fake (torch.export flattens inputs again).
-    made_from = obj.__dict__.get("_graph_adapter_spec")
-    known = {f.key: f.level for f in made_from.fields} if made_from is not None else {}
-    flat: Dict[str, Tensor] = {}
-    fields = []
-    constants = []
-    num_nodes_lists = []  # PyG's per-graph ``num_nodes`` (``store._num_nodes``) of a batch
-    for skey, store in _stores(obj):
-        if is_batch and graph_num_nodes(store) is not None:
-            num_nodes_lists.append([list(skey), graph_num_nodes(store)])
-        for attr in sorted(store.keys()):
-            _check_name(attr, "attribute")
-            key = key_of(skey, attr)
-            value = store[attr]
-            if isinstance(value, Tensor) and value.is_nested:
-                raise UnsupportedAttributeError(
-                    f"attribute {key!r} is a nested tensor, which has no fixed shape to flatten; "
-                    f"store it padded (value.to_padded_tensor(0.0)) or as one concatenated tensor "
-                    f"with per-graph counts.")
-            if isinstance(value, Tensor) and value.layout == torch.strided:
-                level = levels.pop(key, None) or known.get(key) or level_of_attr(obj, skey, store, attr, value)
-                cat = obj.__cat_dim__(attr, value, store) if value.dim() else None
-                shape = list(value.shape)
-                if cat is not None:
-                    shape[cat] = None
-                flat[key] = value
-                fields.append(
-                    Field(key, skey, attr, str(value.dtype).replace("torch.", ""), tuple(shape), level)
-                )
-            else:
-                where = f"attribute {key!r}"
-                constants.append((skey, attr, dumps(value, where)))
-    if levels:
-        raise MissingKeyError(f"levels names key(s) {sorted(levels)} that are not tensor attributes")
 
-    batch_info = None
-    if is_batch:
-        batch_info = dumps(
-            {
-                "num_graphs": obj.num_graphs,
-                "slice_dict": collate_info(obj)[0],
-                "inc_dict": collate_info(obj)[1],
-                "num_nodes": num_nodes_lists,
-            },
-            "batch metadata",
-        )
+def _field_of(obj: BaseData, skey: StoreKey, store: Any, attr: str, key: str, value: Tensor,
+              level: str) -> Field:
+    """The :class:`Field` of one dense tensor attribute: its concatenation dim (PyG's
+    ``__cat_dim__``) is the one left ``None`` in the shape."""
+    cat = obj.__cat_dim__(attr, value, store) if value.dim() else None
+    shape: List[Optional[int]] = list(value.shape)
+    if cat is not None:
+        shape[cat] = None
+    return Field(key, skey, attr, str(value.dtype).replace("torch.", ""), tuple(shape), level)
 
-    spec = Spec(
-        data_cls=class_path(classes.base_class(obj)),
-        is_batch=is_batch,
-        fields=tuple(fields),
-        node_types=tuple(obj.node_types) if isinstance(obj, HeteroData) else (),
-        edge_types=tuple(tuple(t) for t in obj.edge_types) if isinstance(obj, HeteroData) else (),
-        constants=tuple(constants),
-        batch_info=batch_info,
-    )
-    # The class is in hand: remember it (the latest one of that name wins), so
-    # that unflatten never resolves it by name, also for classes that no
-    # import reaches (defined in a function, redefined in a notebook).
-    classes.remember(spec.data_cls, is_batch, type(obj))
-    return flat, spec
 
+def _constant_json(key: str, value: Any) -> str:
+    """A non-tensor attribute's exact JSON; a nested or sparse tensor is refused by name."""
+    if isinstance(value, Tensor) and value.is_nested:
+        raise UnsupportedAttributeError(
+            f"attribute {key!r} is a nested tensor, which has no fixed shape to flatten; "
+            f"store it padded (value.to_padded_tensor(0.0)) or as one concatenated tensor "
+            f"with per-graph counts.")
+    return dumps(value, f"attribute {key!r}")
+
+
+def _batch_info_json(obj: Batch, num_nodes_lists: List[list]) -> str:
+    """JSON of what ``Batch.to_data_list()`` needs: graph count and collate metadata."""
+    slice_dict, inc_dict = collate_info(obj)
+    return dumps({"num_graphs": obj.num_graphs, "slice_dict": slice_dict,
+                  "inc_dict": inc_dict, "num_nodes": num_nodes_lists}, "batch metadata")
 
 def infer_spec(
     flat: Mapping[str, Tensor], data_cls: Optional[type] = None, is_batch: bool = True

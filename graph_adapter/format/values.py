@@ -192,105 +192,123 @@ def value_problems(flat: Mapping[str, Tensor]) -> List[Problem]:
     # 3. batch vectors, ptr, node masks, per node store
     batches: Dict[StoreKey, Tensor] = {}
     for store in nodes:
-        kb = key_of(store, BATCH)
-        b = flat.get(kb)
-        if b is None or G is None or not _int(b) or b.dim() != 1:
-            continue
-        if not _range(kb, b, G,
-                      f"graph slots: {G}, the length of {GRAPH_MASK!r}", problems):
-            continue
-        down = _first(b[1:] < b[:-1]) if b.numel() > 1 else None
-        if down is not None:
-            i = down[0] + 1
-            problems.append(Problem(kb, (i,), int(b[i]), (
-                f"key {kb!r} is not sorted: position [{i}] has graph slot {int(b[i])} after slot "
-                f"{int(b[i - 1])} at [{i - 1}]. PyG assumes a sorted batch vector (to_dense_batch, "
-                f"the sort/LSTM/GRU aggregations, 'ptr') and gives wrong results without an "
-                f"error otherwise. Put every graph's nodes together, graphs in slot order. {_FIX}")))
-            continue
-        batches[store] = b
-        kp = key_of(store, PTR)
-        ptr = flat.get(kp)
-        if ptr is not None and _int(ptr) and ptr.dim() == 1:
-            want = torch.zeros(G + 1, dtype=torch.long, device=b.device)
-            want[1:] = torch.bincount(b.long(), minlength=G).cumsum(0)
-            if ptr.numel() != G + 1:
-                problems.append(Problem(kp, (), ptr.numel(), (
-                    f"key {kp!r} has {ptr.numel()} entries; it holds the node offsets of the "
-                    f"{G} graph slots ({G} + 1 entries: the length of {GRAPH_MASK!r} + 1). {_FIX}")))
-            else:
-                p = _first(ptr.long() != want)
-                if p is not None:
-                    problems.append(Problem(kp, p, int(ptr[p]), (
-                        f"key {kp!r} has the value {int(ptr[p])} at position {_pos(p)}, but "
-                        f"{key_of(store, BATCH)!r} puts {int(want[p])} nodes before graph slot "
-                        f"{p[0]}: 'ptr' is [0, cumulative node count per slot], which PyG reads "
-                        f"for per-graph offsets. {_FIX}")))
-        km = key_of(store, NODE_MASK)
-        m = flat.get(km)
-        if m is not None and m.dtype == torch.bool and m.shape == b.shape:
-            real_slot = flat[GRAPH_MASK].bool()[b.long()]
-            p = _first(m != real_slot)
-            if p is not None:
-                i, slot = p[0], int(b[p])
-                node = "a real node" if bool(m[p]) else "a padding node"
-                slot_kind = "a real" if bool(real_slot[p]) else "a padding"
-                problems.append(Problem(km, p, int(m[p]), (
-                    f"key {km!r} makes node {i} {node} ({km}[{i}] = {bool(m[p])}), but "
-                    f"{kb!r} puts it in graph slot {slot}, {slot_kind} slot "
-                    f"({GRAPH_MASK}[{slot}] = {bool(real_slot[p])}): real nodes belong to real "
-                    f"graph slots and padding nodes to padding slots (otherwise pooling mixes "
-                    f"padding rows into a real graph, or a loss/norm reads a padding one). "
-                    f"{_FIX}")))
+        b = _store_problems(flat, store, G, problems)
+        if b is not None:
+            batches[store] = b
     # 4. edges against the node masks and the batch vectors
     for k, v in flat.items():
-        store, attr = parse_key(k)
-        if attr != "edge_index" or not ok_index.get(k) or v.dim() != 2 or v.size(0) != 2:
-            continue
-        src_t, dst_t = (store[:1], store[2:]) if len(store) == 3 else (store, store)
-        em = flat.get(key_of(store, EDGE_MASK))
-        ms, md = flat.get(key_of(src_t, NODE_MASK)), flat.get(key_of(dst_t, NODE_MASK))
-        if em is None or ms is None or md is None or em.shape != v.shape[1:]:
-            continue
-        em = em.bool()
-        real_s, real_d = ms.bool()[v[0]], md.bool()[v[1]]
-        p = _first(em & ~(real_s & real_d))
-        if p is not None:
-            j = p[0]
-            end, t = ("source", src_t) if not bool(real_s[j]) else ("destination", dst_t)
-            r = 0 if end == "source" else 1
-            problems.append(Problem(k, (r, j), int(v[r, j]), (
-                f"key {k!r}: column {j} ({int(v[0, j])} -> {int(v[1, j])}) is a real edge "
-                f"({key_of(store, EDGE_MASK)}[{j}] = True) whose {end} is a padding node "
-                f"({key_of(t, NODE_MASK)}[{int(v[r, j])}] = False). A "
-                f"real edge joins real nodes of one graph; its message would reach (or come "
-                f"from) a padding row and change the real result without an error. {_FIX}")))
-            continue
-        p = _first(~em & (real_s | real_d))
-        if p is not None:
-            j = p[0]
-            r = 0 if bool(real_s[j]) else 1
-            problems.append(Problem(k, (r, j), int(v[r, j]), (
-                f"key {k!r}: column {j} ({int(v[0, j])} -> {int(v[1, j])}) is a padding edge "
-                f"({key_of(store, EDGE_MASK)}[{j}] = False) that touches the real node "
-                f"{int(v[r, j])}: padding edges join padding nodes only (the collator makes "
-                f"them loops on the last node), otherwise the real node gets their message "
-                f"and its result changes without an error. Mark the edge real in "
-                f"{key_of(store, EDGE_MASK)!r} or point it at padding nodes. {_FIX}")))
-            continue
-        bs, bd = batches.get(src_t), batches.get(dst_t)
-        if bs is None or bd is None:
-            continue
-        gs, gd = bs[v[0]], bd[v[1]]
-        p = _first(em & (gs != gd))
-        if p is not None:
-            j = p[0]
-            problems.append(Problem(k, (1, j), int(v[1, j]), (
-                f"key {k!r}: column {j} ({int(v[0, j])} -> {int(v[1, j])}) is a real edge from "
-                f"graph slot {int(gs[j])} to graph slot {int(gd[j])} (by "
-                f"{_keys(key_of(src_t, BATCH), key_of(dst_t, BATCH))}): a real edge stays inside "
-                f"its graph, or one graph's result depends on another's. {_FIX}")))
+        if ok_index.get(k):  # out of range: reported once, by rule 1
+            _edge_problems(flat, k, v, batches, problems)
     return problems
+
+
+def _store_problems(flat: Mapping[str, Tensor], store: StoreKey, G: Optional[int],
+                    problems: List[Problem]) -> Optional[Tensor]:
+    """Rule 3 for one node store: its ``batch`` vector in range and sorted, ``ptr``
+    and the node mask consistent with it. Returns the batch vector where it is in
+    range and sorted (rule 4 reads it), else ``None``."""
+    kb = key_of(store, BATCH)
+    b = flat.get(kb)
+    if b is None or G is None or not _int(b) or b.dim() != 1:
+        return None
+    if not _range(kb, b, G,
+                  f"graph slots: {G}, the length of {GRAPH_MASK!r}", problems):
+        return None
+    down = _first(b[1:] < b[:-1]) if b.numel() > 1 else None
+    if down is not None:
+        i = down[0] + 1
+        problems.append(Problem(kb, (i,), int(b[i]), (
+            f"key {kb!r} is not sorted: position [{i}] has graph slot {int(b[i])} after slot "
+            f"{int(b[i - 1])} at [{i - 1}]. PyG assumes a sorted batch vector (to_dense_batch, "
+            f"the sort/LSTM/GRU aggregations, 'ptr') and gives wrong results without an "
+            f"error otherwise. Put every graph's nodes together, graphs in slot order. {_FIX}")))
+        return None
+    kp = key_of(store, PTR)
+    ptr = flat.get(kp)
+    if ptr is not None and _int(ptr) and ptr.dim() == 1:
+        want = torch.zeros(G + 1, dtype=torch.long, device=b.device)
+        want[1:] = torch.bincount(b.long(), minlength=G).cumsum(0)
+        if ptr.numel() != G + 1:
+            problems.append(Problem(kp, (), ptr.numel(), (
+                f"key {kp!r} has {ptr.numel()} entries; it holds the node offsets of the "
+                f"{G} graph slots ({G} + 1 entries: the length of {GRAPH_MASK!r} + 1). {_FIX}")))
+        else:
+            p = _first(ptr.long() != want)
+            if p is not None:
+                problems.append(Problem(kp, p, int(ptr[p]), (
+                    f"key {kp!r} has the value {int(ptr[p])} at position {_pos(p)}, but "
+                    f"{key_of(store, BATCH)!r} puts {int(want[p])} nodes before graph slot "
+                    f"{p[0]}: 'ptr' is [0, cumulative node count per slot], which PyG reads "
+                    f"for per-graph offsets. {_FIX}")))
+    km = key_of(store, NODE_MASK)
+    m = flat.get(km)
+    if m is not None and m.dtype == torch.bool and m.shape == b.shape:
+        real_slot = flat[GRAPH_MASK].bool()[b.long()]
+        p = _first(m != real_slot)
+        if p is not None:
+            i, slot = p[0], int(b[p])
+            node = "a real node" if bool(m[p]) else "a padding node"
+            slot_kind = "a real" if bool(real_slot[p]) else "a padding"
+            problems.append(Problem(km, p, int(m[p]), (
+                f"key {km!r} makes node {i} {node} ({km}[{i}] = {bool(m[p])}), but "
+                f"{kb!r} puts it in graph slot {slot}, {slot_kind} slot "
+                f"({GRAPH_MASK}[{slot}] = {bool(real_slot[p])}): real nodes belong to real "
+                f"graph slots and padding nodes to padding slots (otherwise pooling mixes "
+                f"padding rows into a real graph, or a loss/norm reads a padding one). "
+                f"{_FIX}")))
+    return b
+
+
+def _edge_problems(flat: Mapping[str, Tensor], k: str, v: Tensor,
+                   batches: Dict[StoreKey, Tensor], problems: List[Problem]) -> None:
+    """Rule 4 for one key ``k`` whose values are in range: a real ``edge_index`` column
+    joins real nodes of one graph, a padding column padding nodes."""
+    store, attr = parse_key(k)
+    if attr != "edge_index" or v.dim() != 2 or v.size(0) != 2:
+        return
+    src_t, dst_t = (store[:1], store[2:]) if len(store) == 3 else (store, store)
+    em = flat.get(key_of(store, EDGE_MASK))
+    ms, md = flat.get(key_of(src_t, NODE_MASK)), flat.get(key_of(dst_t, NODE_MASK))
+    if em is None or ms is None or md is None or em.shape != v.shape[1:]:
+        return
+    em = em.bool()
+    real_s, real_d = ms.bool()[v[0]], md.bool()[v[1]]
+    p = _first(em & ~(real_s & real_d))
+    if p is not None:
+        j = p[0]
+        end, t = ("source", src_t) if not bool(real_s[j]) else ("destination", dst_t)
+        r = 0 if end == "source" else 1
+        problems.append(Problem(k, (r, j), int(v[r, j]), (
+            f"key {k!r}: column {j} ({int(v[0, j])} -> {int(v[1, j])}) is a real edge "
+            f"({key_of(store, EDGE_MASK)}[{j}] = True) whose {end} is a padding node "
+            f"({key_of(t, NODE_MASK)}[{int(v[r, j])}] = False). A "
+            f"real edge joins real nodes of one graph; its message would reach (or come "
+            f"from) a padding row and change the real result without an error. {_FIX}")))
+        return
+    p = _first(~em & (real_s | real_d))
+    if p is not None:
+        j = p[0]
+        r = 0 if bool(real_s[j]) else 1
+        problems.append(Problem(k, (r, j), int(v[r, j]), (
+            f"key {k!r}: column {j} ({int(v[0, j])} -> {int(v[1, j])}) is a padding edge "
+            f"({key_of(store, EDGE_MASK)}[{j}] = False) that touches the real node "
+            f"{int(v[r, j])}: padding edges join padding nodes only (the collator makes "
+            f"them loops on the last node), otherwise the real node gets their message "
+            f"and its result changes without an error. Mark the edge real in "
+            f"{key_of(store, EDGE_MASK)!r} or point it at padding nodes. {_FIX}")))
+        return
+    bs, bd = batches.get(src_t), batches.get(dst_t)
+    if bs is None or bd is None:
+        return
+    gs, gd = bs[v[0]], bd[v[1]]
+    p = _first(em & (gs != gd))
+    if p is not None:
+        j = p[0]
+        problems.append(Problem(k, (1, j), int(v[1, j]), (
+            f"key {k!r}: column {j} ({int(v[0, j])} -> {int(v[1, j])}) is a real edge from "
+            f"graph slot {int(gs[j])} to graph slot {int(gd[j])} (by "
+            f"{_keys(key_of(src_t, BATCH), key_of(dst_t, BATCH))}): a real edge stays inside "
+            f"its graph, or one graph's result depends on another's. {_FIX}")))
 
 
 def _keys(a: str, b: str) -> str:
