@@ -50,10 +50,10 @@ _CHILD = textwrap.dedent(r"""
         cb._run_compile_cmd = _timed
 
     if os.environ.get("BENCH_PRECOMPILE"):  # backends/_precompile.py: skip Dynamo's trace
-        from graph_adapter.backends import _precompile
+        from graph_adapter.backends.inductor import precompile as _precompile
         _precompile.ENABLED = True
     if os.environ.get("BENCH_NO_REMEMBER"):  # inductor's own host checks, every process
-        from graph_adapter.backends import _host_checks
+        from graph_adapter.backends.inductor import host_checks as _host_checks
         _host_checks.REMEMBER = False
     limit = int(os.environ["BENCH_LIMIT"]) or None
     options = json.loads(os.environ["BENCH_OPTIONS"]) or None

@@ -49,7 +49,7 @@ from torch_geometric.nn import GraphSAGE
 import graph_adapter
 from graph_adapter import FixedSizeNeighborLoader, ipu_wrap
 from graph_adapter.app.demo_node import sbm_graph  # the generator `demo --task node` uses
-from graph_adapter.nn.losses import masked_cross_entropy
+from graph_adapter.nn import masked_cross_entropy
 
 
 def pyg_loader_available() -> bool:
@@ -299,7 +299,7 @@ def _host_breakdown(data, fan, bs, budget, flat, batches: int = 20) -> None:
     """Where the host's time per batch goes before a compiled call: sampling, padding,
     the compiled model's signature and its index-bounds check (CPU ms, mean of
     ``batches`` training batches)."""
-    from graph_adapter.backends.program import signature_of
+    from graph_adapter.backends import signature_of
     from graph_adapter.format import bounds_plan, check_before_call
 
     T = FixedSizeNeighborLoader(data, fan, bs, shuffle=True, budget=budget)

@@ -33,10 +33,10 @@ from torch_geometric.data import Batch  # noqa: E402
 from graph_adapter import serve  # noqa: E402
 from graph_adapter.app.datasets import load_nci5k  # noqa: E402
 from graph_adapter.app.models import build_model  # noqa: E402
-from graph_adapter.backends.compiled import compile as ga_compile  # noqa: E402
+from graph_adapter.backends import compile as ga_compile
 from graph_adapter.backends.export import export  # noqa: E402
 from graph_adapter.batching import Budget
-from graph_adapter.nn.wrap import ipu_wrap  # noqa: E402
+from graph_adapter.nn import ipu_wrap
 
 KEYS = ("x", "edge_index", "edge_attr")
 

@@ -30,7 +30,7 @@ from graph_adapter.backends import compile  # noqa: E402
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn import static_layout  # noqa: E402
-from graph_adapter.nn.wrap import ipu_wrap  # noqa: E402
+from graph_adapter.nn import ipu_wrap
 
 
 def main() -> None:

@@ -1,10 +1,14 @@
 """graph_adapter: run unmodified PyG GNNs under compilers that demand stable inputs.
 
-The data path, one subpackage a stage (imports run upward only: each uses the
-ones above it):
+The data path, one package a stage (imports run one way: each uses the ones
+above it; ``docs/dev/ARCHITECTURE.md`` draws them):
 
-* :mod:`graph_adapter.data`: the host side. The padded format, PyG object <->
-  flat dict + JSON spec, budgets, packing, collate, ``FixedSizeLoader``, unpad
+* :mod:`graph_adapter.format`: the padded flat dict's contract: PyG object <->
+  flat dict + JSON spec, every reserved key, the micro-batch dim, value rules,
+  unpadding of batches and outputs
+* :mod:`graph_adapter.batching`: budgets, packing, collate, ``FixedSizeLoader``
+* :mod:`graph_adapter.sampling`: subgraphs of one large graph at one shape
+  (``FixedSizeNeighborLoader`` and the loaders built on its base)
 * :mod:`graph_adapter.nn`: inside the wrapped forward. ``ipu_wrap(model)``,
   static sizes for PyG's ops, BatchNorm & co. over real rows, masked losses
 * :mod:`graph_adapter.ipu`: ``IPUOptions``, the poptorch backend, its CPU
@@ -12,7 +16,7 @@ ones above it):
 * :mod:`graph_adapter.checker`: ``check``, what poptorch's dispatcher would
   reject, found on CPU
 * :mod:`graph_adapter.backends`: ``compile(wrapped, backend=...)``, one
-  compile per budget
+  compile per budget; ``export``
 * :mod:`graph_adapter.lightning`: a Lightning module around a wrapped model
 * :mod:`graph_adapter.app`: the ``graph-adapter`` command (never imported here)
 * :mod:`graph_adapter.serve`: the runtime of exported artifacts
@@ -23,9 +27,9 @@ artifact): then ``graph_adapter.serve`` is all there is, ``__all__`` is empty
 and every name below raises an ``ImportError`` naming PyG
 (``PYG_IMPORT_ERROR`` holds why PyG did not import).
 
-The public names below are re-exported here; the module paths of before the
-split (``graph_adapter.spec``, ``.wrap``, ``.losses``, ...) are deprecated
-aliases (:mod:`graph_adapter._moved`).
+The public names below are re-exported here; the module paths of earlier
+releases (``graph_adapter.spec``, ``graph_adapter.data.loader``, ...) are
+deprecated aliases (:mod:`graph_adapter._moved`).
 
 Importing this package never imports poptorch.
 """
@@ -51,26 +55,18 @@ if PYG_IMPORT_ERROR is None:
     from .format import (BatchMismatchError, ClassNotAllowedError, DeviceMismatchError,
                          DtypeMismatchError, Field, MissingKeyError, ShapeMismatchError, Spec,
                          SpecError, SpecFormatError, UnexpectedKeyError, UnsupportedAttributeError,
-                         flatten, unflatten)
-    from .format import register_pytree
-    from .batching import Budget
-    from .batching import GraphSizes, graph_sizes, plan_efficiency, plan_epoch
-    from .batching import Collator, collate_padded
-    from .format import unpad_batch
-    from .batching import FixedSizeLoader, LoaderStats
-    from .sampling import FixedSizeNeighborLoader, NeighborLoaderStats
-    from .sampling import FixedSizeLinkNeighborLoader, LinkLoaderStats
-    from .sampling import FixedSizeHeteroNeighborLoader
-    from .sampling import FixedSizeClusterLoader
-    from .nn import losses
-    from .nn.wrap import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
-                          UnboundInputError, ipu_wrap, unpad)
-    from .nn.static import StaticSizeError
-    from .nn.losses import masked_loss
-    from .nn.link_losses import link_loss, masked_link_bce, masked_triplet_bce
-    from .backends import Compiled, ShapeChangedError, compile
+                         flatten, register_pytree, unflatten, unpad_batch)
+    from .batching import (Budget, Collator, FixedSizeLoader, GraphSizes, LoaderStats,
+                           collate_padded, graph_sizes, plan_efficiency, plan_epoch)
+    from .sampling import (FixedSizeClusterLoader, FixedSizeHeteroNeighborLoader,
+                           FixedSizeLinkNeighborLoader, FixedSizeNeighborLoader, LinkLoaderStats,
+                           NeighborLoaderStats)
+    from .nn import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
+                     StaticSizeError, UnboundInputError, ipu_wrap, link_loss, losses,
+                     masked_link_bce, masked_loss, masked_triplet_bce, unpad)
     from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
     from .checker import CheckReport, Finding, check
+    from .backends import Compiled, ShapeChangedError, compile
     from .backends.export import export
 
 

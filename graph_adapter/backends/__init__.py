@@ -5,7 +5,7 @@ Backends are one registry (:func:`register_backend`, in the spirit of
 the compiled model. The built-in ones:
 
 * ``"inductor"``: ``torch.compile(wrapped, fullgraph=True, dynamic=False)``,
-  with the CPU training settings of :mod:`graph_adapter.backends._inductor_cpu`
+  with the CPU training settings of :mod:`graph_adapter.backends.inductor.cpu_settings`
   (boolean masks recomputed in the backward instead of stored; with more
   than one thread the gradients of gathers and embeddings as ATen's
   ``index_add``, ``index_add_fallback``).
@@ -69,18 +69,17 @@ One module a job:
   (:func:`signature_of`, :class:`ShapeChangedError`, the micro-batch loop)
   and saved exports (:func:`save_program`, :func:`load`,
   :class:`LoadedProgram`);
-* :mod:`~graph_adapter.backends._inductor_cpu` and
-  :mod:`~graph_adapter.backends._fx_rewrites` (private to this subpackage):
-  what ``"inductor"`` changes in inductor's code (the table projection of
-  ``_fx_rewrites`` also runs on ``graph_adapter.export``'s programs);
-* :mod:`~graph_adapter.backends._host_checks` (private): inductor's per-process
-  host checks (ISA probes, header preprocessing) answered from an earlier
-  process's records, around each inductor compile;
+* :mod:`graph_adapter.backends.inductor`: what ``"inductor"`` changes in
+  inductor's code (CPU settings, the graph rewrites: the table projection
+  also runs on ``graph_adapter.export``'s programs), inductor's host checks
+  answered from an earlier process's records, and precompiled entries;
+* :mod:`~graph_adapter.backends.export`: ``graph_adapter.export``, one
+  artifact (``.pt2`` / ``.onnx``) with its input contract;
 * :mod:`~graph_adapter.backends._export_opt` (private): the ONNX rewrite
   ``graph_adapter.export`` applies before writing a ``.onnx``.
 
-It may import :mod:`graph_adapter.data`, :mod:`graph_adapter.nn`,
-:mod:`graph_adapter.ipu` and :mod:`graph_adapter.checker`; never
+It may import every earlier stage (:mod:`graph_adapter.format`, ``batching``,
+``sampling``, ``nn``, ``ipu``, ``checker``, ``serve``); never
 ``lightning`` or ``app``.
 """
 from typing import Tuple
@@ -117,6 +116,6 @@ def precompiled_counts() -> Tuple[int, int]:
     process loaded from an earlier process's artifact (each a first call without a
     trace) and saved for a later one, so far. Process-wide, like inductor's cache
     counters (``torch._dynamo.utils.counters``): take differences around a call."""
-    from . import _precompile
+    from .inductor import precompile as _precompile
 
     return _precompile.COUNTS["loaded"], _precompile.COUNTS["saved"]

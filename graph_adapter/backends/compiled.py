@@ -165,6 +165,7 @@ class Compiled(HostModel):
 # --------------------------------------------------------------------------
 # compile()
 # --------------------------------------------------------------------------
+# Over 80 lines for its docstring: the user-facing reference of every argument.
 def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool = False,
             options: Optional[Dict[str, Any]] = None, optimizer: Any = None,
             strict: bool = False, index_add_fallback: Optional[bool] = None,
@@ -222,7 +223,7 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             the environment at import; ``True`` for another backend or device
             raises ``ValueError``. Opt-in: torch marks the API experimental, and
             a loaded entry does not see a function of the model replaced at run
-            time (:mod:`graph_adapter.backends._precompile`).
+            time (:mod:`graph_adapter.backends.inductor.precompile`).
         kwargs: backend-specific (see :func:`graph_adapter.ipu.compile_ipu`);
             the in-process backends take none.
 

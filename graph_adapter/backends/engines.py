@@ -27,7 +27,7 @@ Still none is dropped: each protects a model change listed above, and no
 cheaper evaluation of the same guards was found (recursive dict tags, the
 batch as positional tensors: within noise).
 
-Precompiled entries (opt-in, :mod:`~graph_adapter.backends._precompile`): with
+Precompiled entries (opt-in, :mod:`~graph_adapter.backends.inductor.precompile`): with
 ``_precompile.ENABLED`` a :class:`DynamoEngine` (``"inductor"``, CPU, no RNN)
 runs each (signature, mode, grad mode) through an entry saved by torch's
 ``aot_compile`` (an earlier process's, when its key and sources match, else
@@ -44,7 +44,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from . import _host_checks, _inductor_cpu, _precompile
+from .inductor import cpu_settings as _inductor_cpu
+from .inductor import host_checks as _host_checks
+from .inductor import precompile as _precompile
 from .registry import device_of, get_backend
 from .program import Signature
 
@@ -189,6 +191,11 @@ class DynamoEngine:
                                       options={"guard_filter_fn": _precompile.serializable_guards})
 
     @property
+    def runs_generated_code(self) -> bool:
+        """Whether this engine's compiled calls run code inductor generated."""
+        return self._counter.name == "inductor"
+
+    @property
     def compile_count(self) -> int:
         """Graphs the Dynamo backend was asked to compile."""
         return self._counter.count
@@ -325,6 +332,11 @@ class PerModeEngine:
             for mode, name in ((True, self.train_backend), (False, self.eval_backend))}
 
     @property
+    def runs_generated_code(self) -> bool:
+        """Whether either mode's engine runs code inductor generated."""
+        return any(generates_code(e) for e in self._engines.values())
+
+    @property
     def compile_count(self) -> int:
         names = {True: self.train_backend, False: self.eval_backend}
         return sum(e.compile_count for mode, e in self._engines.items() if names[mode] != "eager")
@@ -352,6 +364,4 @@ def traces(engine: Any, training: bool) -> bool:
 
 def generates_code(engine: Any) -> bool:
     """Whether ``engine`` runs code that inductor generated (in either mode)."""
-    if isinstance(engine, PerModeEngine):
-        return any(generates_code(e) for e in engine._engines.values())
-    return isinstance(engine, DynamoEngine) and engine._counter.name == "inductor"
+    return bool(getattr(engine, "runs_generated_code", False))

@@ -39,10 +39,10 @@ from ..batching import Budget
 from ..batching import Collator
 from ..format import LOSS_KEY, RESERVED_KEYS, has_micro_batch_dim, micro_batch
 from ..batching import FixedSizeLoader
-from ..nn.wrap import IPUWrapped
+from ..nn import IPUWrapped
 from ..serve.contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract, InputField, OutputField
 from ._export_opt import scatter_rows_as_scatter_nd
-from ._fx_rewrites import project_embedding_tables
+from .inductor.rewrites import project_embedding_tables
 
 __all__ = ["export", "ExportError", "UnsupportedExportError", "ExportMismatchError",
            "TOLERANCE", "FORMATS", "contract_inputs", "rewritten_program"]
@@ -210,7 +210,7 @@ def _trace(module: nn.Module, flat: Dict[str, Tensor]) -> Any:
 
 def rewritten_program(ep: Any, flat: Dict[str, Tensor]) -> Tuple[Any, int]:
     """``(program, rewritten)``: ``ep`` with the compile path's graph rewrite applied
-    (:func:`~graph_adapter.backends._fx_rewrites.project_embedding_tables`: a linear of a
+    (:func:`~graph_adapter.backends.inductor.rewrites.project_embedding_tables`: a linear of a
     sum of embedding lookups projects the tables instead), traced again on ``flat`` so
     that every node has its metadata; ``rewritten`` counts the linears (``0``: ``ep``
     itself, untouched; else ``ep``'s own graph is rewritten too: pass a program you

@@ -25,7 +25,7 @@ AUTO = "auto"
 #: What ``"auto"`` runs without poptorch, per (device type, training mode):
 #: measured with ``graph_adapter/app/bench/layout.py`` and ``throughput.py``
 #: (docs/benchmarks.md, "Which backend auto picks"). On CPU, with the settings
-#: of :mod:`graph_adapter.backends._inductor_cpu`, compiled training ran 1.3-1.4x eager
+#: of :mod:`graph_adapter.backends.inductor.cpu_settings`, compiled training ran 1.3-1.4x eager
 #: PyG (the demo's GINE) and 1.1x (a GIN 4 x 128), compiled inference
 #: 1.3-1.7x: inductor in both modes, as on GPUs (unmeasured there: chosen for
 #: CUDA graphs). ``"inductor_eval"`` keeps training eager (no training compile:

@@ -50,8 +50,8 @@ import torch
 from torch import Tensor, nn
 
 from ..format import LAYOUT_KEYS
-from ..nn.wrap import TrimError
-from ._inductor_cpu import merge_atomic
+from ..nn import TrimError
+from .inductor.cpu_settings import merge_atomic
 from .program import HostModel, Signature, per_micro_batch, signature_of
 from .registry import device_of
 

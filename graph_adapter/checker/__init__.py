@@ -11,8 +11,8 @@ It may import :mod:`graph_adapter.ipu`, :mod:`graph_adapter.nn` and
 :mod:`graph_adapter.data`; never ``backends``, ``lightning`` or ``app``.
 """
 from ..format import value_problems
-from ..ipu.dispatcher import KINDS, POPTORCH_MESSAGES, Finding, dispatcher_rules
-from ..ipu.state import reassigned_state, state_addresses
+from ..ipu import KINDS, POPTORCH_MESSAGES, Finding, dispatcher_rules
+from ..ipu import reassigned_state, state_addresses
 from .report import CheckReport, check
 
 __all__ = ["KINDS", "POPTORCH_MESSAGES", "Finding", "CheckReport", "check", "dispatcher_rules",

@@ -44,12 +44,12 @@ from torch import Tensor, nn
 
 from ..format import GRAPH_MASK, LOSS_KEY, loss_of
 from ..format import micro_batches_of, value_problems
-from ..ipu.dispatcher import (ADVICE, KINDS, NO_FAKE_KERNEL, DispatchWatch, Finding,
-                              FunctionWatch, NoFakeKernel, where, with_via)
-from ..ipu.inputs import host_micro_batch, map_tensors, named_tensors
-from ..ipu.options import IPUOptions
-from ..ipu.state import reassigned_state, state_addresses
-from ..nn.wrap import IPUWrapped
+from ..ipu import (ADVICE, KINDS, NO_FAKE_KERNEL, DispatchWatch, Finding, FunctionWatch,
+                   NoFakeKernel, where, with_via)
+from ..ipu import host_micro_batch, map_tensors, named_tensors
+from ..ipu import IPUOptions
+from ..ipu import reassigned_state, state_addresses
+from ..nn import IPUWrapped
 
 __all__ = ["CheckReport", "check"]
 
@@ -111,7 +111,7 @@ class CheckReport:
 # --------------------------------------------------------------------------
 def _fake_pass(model: nn.Module, sample: Any, training: bool, loss_key: str,
                internal: Optional[List[str]] = None) -> List[Finding]:
-    from torch._subclasses.fake_tensor import (
+    from ..format.torch_internals import (
         DataDependentOutputException,
         DynamicOutputShapeException,
         FakeTensorMode,

@@ -27,7 +27,8 @@ One module a job:
 * :mod:`~graph_adapter.ipu.sdk`: :func:`import_poptorch`, the one import of
   the real poptorch.
 
-It may import :mod:`graph_adapter.nn` and :mod:`graph_adapter.data`; never
+It may import :mod:`graph_adapter.nn`, :mod:`graph_adapter.format`,
+:mod:`graph_adapter.batching` and :mod:`graph_adapter.sampling`; never
 ``checker``, ``backends``, ``lightning`` or ``app``.
 
 What was verified in poptorch's sources, and what is assumed, is written down
@@ -45,6 +46,9 @@ from .options import OUTPUT_MODES, IPUOptions
 from .emulator import BatchDimensionError, EmulatorError, IPUEmulator, collect_outputs
 from .entry import IPU_BACKENDS, compile_ipu
 from .poptorch_emulation import emulate_poptorch
+from .dispatcher import (ADVICE, KINDS, NO_FAKE_KERNEL, POPTORCH_MESSAGES, DispatchWatch, Finding,
+                         FunctionWatch, NoFakeKernel, dispatcher_rules, where, with_via)
+from .state import reassigned_state, state_addresses
 
 __all__ = [
     "OUTPUT_MODES",
@@ -65,4 +69,8 @@ __all__ = [
     "build_poptorch",
     "register_pyg_arg_parser",
     "make_pyg_arg_parser",
+    # the dispatcher's rules (graph_adapter.checker runs them)
+    "ADVICE", "KINDS", "NO_FAKE_KERNEL", "POPTORCH_MESSAGES", "DispatchWatch", "Finding",
+    "FunctionWatch", "NoFakeKernel", "dispatcher_rules", "where", "with_via",
+    "reassigned_state", "state_addresses",
 ]

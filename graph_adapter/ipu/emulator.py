@@ -14,7 +14,7 @@ import inspect
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
-import torch.utils._pytree as pytree
+from ..format.torch_internals import pytree
 from torch import Tensor, nn
 
 from ..format import GRAPH_MASK, LOSS_KEY, loss_of

@@ -17,7 +17,7 @@ import warnings
 from typing import Any, Callable, Iterator, Tuple
 
 import torch
-import torch.utils._pytree as pytree
+from ..format.torch_internals import pytree
 from torch import Tensor
 
 __all__ = ["map_tensors", "named_tensors", "narrow", "host_micro_batch"]

@@ -15,7 +15,7 @@ import warnings
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import torch
-import torch.utils._pytree as pytree
+from ..format.torch_internals import pytree
 from torch import Tensor, nn
 
 from ..format import BoundsPlan, bounds_plan, check_before_call

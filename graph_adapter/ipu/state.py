@@ -43,7 +43,7 @@ def _address(t: torch.Tensor) -> Tuple[Any, ...]:
     address to read (torch warns that reading one will become an error), so
     the tensor object stands in: a reassignment makes a new one.
     """
-    from torch._subclasses.fake_tensor import is_fake
+    from ..format.torch_internals import is_fake
 
     if is_fake(t) or t.is_meta:
         return (t.device, "object", id(t))

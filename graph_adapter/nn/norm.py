@@ -34,10 +34,10 @@ from typing import Any, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import static
 from ..format import mask_of_rows
+from ..format.torch_internals import BatchNormBase, current_dispatch_mode
 
 __all__ = ["MaskedBatchNorm1d", "mask_norms", "masked_batch_norm", "real_prefix"]
 
@@ -82,7 +82,7 @@ def eager_ok(x: Tensor) -> bool:
         return False  # FakeTensor, FunctionalTensor, meta, IPU, ... (tracing)
     # no make_fx / fake mode active; a mode that only watches the ops (the op
     # counter of graph_adapter.app.bench.opcount) leaves them real
-    mode = _get_current_dispatch_mode()
+    mode = current_dispatch_mode()
     return mode is None or getattr(mode, "observes_only", False) is True
 
 
@@ -118,7 +118,7 @@ def _zero_rows(rows: int, like: Tensor, frame: Optional[dict]) -> Tensor:
     return z
 
 
-def _update_running_stats(bn: nn.modules.batchnorm._BatchNorm, mean: Tensor, var: Tensor,
+def _update_running_stats(bn: BatchNormBase, mean: Tensor, var: Tensor,
                           count: Tensor) -> None:
     """Running statistics as torch updates them (momentum or cumulative average, unbiased).
 
@@ -221,7 +221,7 @@ class _MaskedBatchNorm(torch.autograd.Function):
         return dx, None, dw, db, None
 
 
-def masked_batch_norm(x: Tensor, mask: Tensor, bn: nn.modules.batchnorm._BatchNorm,
+def masked_batch_norm(x: Tensor, mask: Tensor, bn: BatchNormBase,
                       frame: Optional[dict] = None) -> Tensor:
     """Training-mode batch norm of ``x`` ([R, C] or [R, C, L]) over rows where ``mask``.
 
@@ -240,7 +240,7 @@ def masked_batch_norm(x: Tensor, mask: Tensor, bn: nn.modules.batchnorm._BatchNo
     if eager_ok(x) and x.dim() >= 2:
         n = real_prefix(mask, frame)
         if n is not None and n > 1:
-            y = nn.modules.batchnorm._BatchNorm.forward(bn, x[:n])
+            y = BatchNormBase.forward(bn, x[:n])
             if n == x.size(0):
                 return y
             return torch.cat([y, _zero_rows(x.size(0) - n, y, frame)])

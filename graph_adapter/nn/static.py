@@ -411,9 +411,9 @@ def register(prefix: str, originals: Dict[str, Callable], replacements: Dict[str
              module_prefixes: Tuple[str, ...] = ()) -> None:
     """Add a table of stand-ins (``name -> original`` / ``name -> replacement``).
 
-    Called by :mod:`graph_adapter.nn.static_geometry` and
-    :mod:`graph_adapter.nn.static_scatter` when imported (``graph_adapter.nn.wrap``
-    imports them); ``module_prefixes`` are extra top-level packages to scan.
+    :func:`graph_adapter.nn.stand_ins.register_all` calls it for each table of
+    :data:`~graph_adapter.nn.stand_ins.TABLES`; ``module_prefixes`` are extra
+    top-level packages to scan.
     """
     _TABLES.append((prefix, originals, replacements, module_prefixes))
 

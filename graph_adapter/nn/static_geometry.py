@@ -174,4 +174,3 @@ REPLACEMENTS: Dict[str, Callable] = {
 for _name, _fn in REPLACEMENTS.items():
     _fn.__wrapped__ = ORIGINALS[_name]  # type: ignore[attr-defined]
 
-static.register("", ORIGINALS, REPLACEMENTS)

@@ -285,4 +285,4 @@ def uninstall() -> None:
             setattr(cls, meth, orig)
 
 
-static.register_hooks(install, uninstall)
+

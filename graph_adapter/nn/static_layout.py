@@ -52,6 +52,7 @@ from torch_geometric.nn.aggr import MeanAggregation, SumAggregation
 from torch_geometric.nn.conv import MessagePassing
 
 from . import static
+from ..format.torch_internals import view_base
 
 __all__ = ["ell_gather", "ell_sum", "ell_mean", "add_rows", "SPILL_ADD", "install", "uninstall",
            "installed"]
@@ -197,8 +198,8 @@ def _is_row_of(index: Any, ei: Tensor) -> bool:
     ``_base`` identity is traceable by Dynamo (a view is a new object each
     time, and its ``storage_offset()`` is not traceable), so which row it is
     comes from the caller (the layer's flow, or :data:`_ROW`)."""
-    root = ei if ei._base is None else ei._base
-    return isinstance(index, Tensor) and index._base is root and index.dim() == 1 \
+    root = ei if view_base(ei) is None else view_base(ei)
+    return isinstance(index, Tensor) and view_base(index) is root and index.dim() == 1 \
         and index.size(0) == ei.size(1)
 
 
@@ -272,4 +273,4 @@ def installed() -> bool:
     return MessagePassing.aggregate is _aggregate
 
 
-static.register_hooks(install, uninstall)
+

@@ -410,5 +410,5 @@ if torch_scatter is not None:
         _register(f"segment_{_red}_csr", _csr_fn(f"segment_{_red}_csr", _red))
 
 
-static.register("torch_scatter.", ORIGINALS, REPLACEMENTS,
-                MODULE_PREFIXES if torch_scatter is not None else ())
+#: the top-level packages scanned for imported copies (none without torch_scatter)
+SCAN_PREFIXES = MODULE_PREFIXES if torch_scatter is not None else ()

@@ -27,9 +27,7 @@ from torch import Tensor, nn
 from torch_geometric.data.data import BaseData
 from torch_geometric.data import Data, HeteroData
 
-from . import static
-from . import static_geometry, static_index, static_scatter  # noqa: F401 - they register their stand-ins with static
-from . import static_layout  # noqa: F401 - registers the ELL routing hooks with static
+from . import stand_ins, static
 from .norm import eager_ok, mask_norms
 from ..format import (GRAPH_MASK, LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP,
                       has_micro_batch_dim, is_hetero, key_of, mask_of_rows, masks_by_level,
@@ -38,9 +36,12 @@ from ._inputs import (InputRecord, MissingInputError, UnboundInputError, check_b
                       check_format, choose_mode, input_signature, missing_required,
                       require_graph_mask)
 from ..format import class_path, resolve_class, infer_spec, unflatten
+from ..format.pyg import global_store, store_mapping
 from ..format import InputValueError, SpecError
-from ..format.values import DIAGNOSED, inside_poptorch, named_error, raise_for_values
+from ..format import DIAGNOSED, inside_poptorch, named_error, raise_for_values
 from ._trim import TrimError, TrimPlan
+
+stand_ins.register_all()  # the static stand-ins, before any wrapper installs them
 
 __all__ = ["ipu_wrap", "IPUWrapped", "unpad", "strip_micro_batch", "has_micro_batch_dim",
            "MissingInputError", "UnboundInputError", "AmbiguousLevelError", "InputValueError",
@@ -57,7 +58,7 @@ class StaticData(Data):
 
     @property
     def num_nodes(self) -> Optional[int]:
-        mask = self._store._mapping.get(NODE_MASK)
+        mask = store_mapping(self._store).get(NODE_MASK)
         if mask is not None:
             return mask.size(0)
         return Data.num_nodes.fget(self)
@@ -107,14 +108,12 @@ def _first_param(module: nn.Module) -> Optional[Tensor]:
 
 
 def _first_param_walk(module: nn.Module) -> Optional[Tensor]:
-    for p in module._parameters.values():
+    for p in module.parameters(recurse=False):
+        return p
+    for m in module.children():
+        p = _first_param_walk(m)
         if p is not None:
             return p
-    for m in module._modules.values():
-        if m is not None:
-            p = _first_param_walk(m)
-            if p is not None:
-                return p
     return None
 
 
@@ -125,9 +124,9 @@ def _flatten_output(out: Any, prefix: str, res: Dict[str, Tensor]) -> None:
         if isinstance(out, HeteroData):
             stores = [((nt,), out[nt]) for nt in sorted(out.node_types)]
             stores += [(tuple(et), out[et]) for et in sorted(out.edge_types)]
-            stores.append(((), out._global_store))
+            stores.append(((), global_store(out)))
         else:
-            stores = [((), out._store)]
+            stores = [((), global_store(out))]
         for skey, store in stores:
             for attr in sorted(store.keys()):
                 v = store[attr]
@@ -398,6 +397,7 @@ class IPUWrapped(nn.Module):
         return plan, plan.counts(flat)
 
 
+# Over 80 lines for its docstring: the user-facing reference of every argument.
 def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: str = "auto",
              bind: Optional[Mapping[str, str]] = None, mask_norm: bool = True,
              extra_kwargs: Optional[Mapping[str, Any]] = None,

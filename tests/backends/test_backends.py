@@ -7,8 +7,8 @@ import torch
 from torch_geometric.nn import GIN, global_mean_pool
 
 from graph_adapter.backends import ShapeChangedError, compile, load
-from graph_adapter.nn.losses import masked_loss
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import masked_loss
+from graph_adapter.nn import ipu_wrap
 
 from _padding import pad_batch, random_graphs
 

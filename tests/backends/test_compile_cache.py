@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 
-from graph_adapter.backends import _inductor_cpu as I
+from graph_adapter.backends.inductor import cpu_settings as I
 
 aten = torch.ops.aten
 

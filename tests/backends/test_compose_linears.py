@@ -1,4 +1,4 @@
-"""graph_adapter.backends._fx_rewrites.compose_linears: ``linear(linear(x))`` of a narrow
+"""graph_adapter.backends.inductor.rewrites.compose_linears: ``linear(linear(x))`` of a narrow
 ``x`` becomes one product of ``x`` (the composed weight), keeping outputs and gradients
 (float64), only where the rule says and nothing else in between; inductor runs it in its
 pre-grad pass, before the embedding-table projection."""
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from graph_adapter.backends import _fx_rewrites as R
-from graph_adapter.backends import _inductor_cpu as I
+from graph_adapter.backends.inductor import rewrites as R
+from graph_adapter.backends.inductor import cpu_settings as I
 
 from _rewritten import compiled_equals_eager, rewritten_graph
 
@@ -113,7 +113,7 @@ def test_inductor_runs_it_in_the_pre_grad_pass():
     before = p.rewritten
     p(graphs[0].graph)
     assert p.rewritten - before == 2
-    assert f"v{R._PASS_VERSION}" in p.uuid() and R._PASS_VERSION >= 4
+    assert f"v{R.PASS_VERSION}" in p.uuid() and R.PASS_VERSION >= 4
 
 
 class _FloatGINE(nn.Module):

@@ -1,11 +1,11 @@
-"""graph_adapter.backends._fx_rewrites.dedupe_pure_ops: an ATen graph's repeated
+"""graph_adapter.backends.inductor.rewrites.dedupe_pure_ops: an ATen graph's repeated
 computations (an inference graph's per-layer ``gcn_norm``) are computed once, results
 unchanged; writes, random draws and written buffers are never merged."""
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from graph_adapter.backends import _fx_rewrites as R
-from graph_adapter.backends import _inductor_cpu as I
+from graph_adapter.backends.inductor import rewrites as R
+from graph_adapter.backends.inductor import cpu_settings as I
 
 
 def _norm(deg, row, col):

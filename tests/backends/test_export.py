@@ -22,7 +22,7 @@ from graph_adapter.backends.export import (ExportMismatchError, UnsupportedExpor
                                            export)
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
-from graph_adapter.nn.wrap import ipu_wrap  # noqa: E402
+from graph_adapter.nn import ipu_wrap
 
 from _padding import molecule_like_graphs  # noqa: E402
 

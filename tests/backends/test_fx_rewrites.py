@@ -1,4 +1,4 @@
-"""graph_adapter.backends._fx_rewrites: ``linear(sum of embedding lookups)`` becomes lookups in
+"""graph_adapter.backends.inductor.rewrites: ``linear(sum of embedding lookups)`` becomes lookups in
 projected tables, keeping outputs and gradients (float64), and only where it
 is exactly that pattern and pays; inductor runs it as its pre-grad pass."""
 import copy
@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from graph_adapter.backends import _fx_rewrites as R
-from graph_adapter.backends import _inductor_cpu as I
+from graph_adapter.backends.inductor import rewrites as R
+from graph_adapter.backends.inductor import cpu_settings as I
 
 from _rewritten import compiled_equals_eager, rewritten_graph
 
@@ -114,7 +114,7 @@ def test_other_forms_are_left_alone(case):
 def test_inductor_runs_the_rewrite_as_its_pre_grad_pass():
     patches = I.config_patches()
     assert isinstance(patches["pre_grad_custom_pass"], R._pass_class())
-    assert patches["pre_grad_custom_pass"].uuid() == f"graph_adapter.ProjectEmbeddingTables.v{R._PASS_VERSION}"
+    assert patches["pre_grad_custom_pass"].uuid() == f"graph_adapter.ProjectEmbeddingTables.v{R.PASS_VERSION}"
 
 
 @pytest.mark.slow

@@ -11,8 +11,8 @@ from torch import nn
 from torch_geometric.nn import global_add_pool
 
 from graph_adapter.backends import compile
-from graph_adapter.nn.losses import masked_loss
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import masked_loss
+from graph_adapter.nn import ipu_wrap
 
 from _padding import pad_batch, random_graphs
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from graph_adapter.backends import _host_checks as H
+from graph_adapter.backends.inductor import host_checks as H
 
 
 class _Calls:

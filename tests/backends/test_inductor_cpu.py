@@ -1,4 +1,4 @@
-"""graph_adapter.backends._inductor_cpu: what ``compile(..., "inductor")`` changes in inductor's
+"""graph_adapter.backends.inductor.cpu_settings: what ``compile(..., "inductor")`` changes in inductor's
 CPU training code keeps every number: the embedding gradient as ``index_add``
 equals ATen's, boolean masks are recomputed (none saved for the backward) and
 the gradients equal eager's, dropout's mask is never redrawn."""
@@ -9,9 +9,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graph_adapter.backends import _inductor_cpu as I
+from graph_adapter.backends.inductor import cpu_settings as I
 from graph_adapter import compile, ipu_wrap
-from graph_adapter.nn.losses import masked_loss
+from graph_adapter.nn import masked_loss
 
 from _padding import pad_batch, random_graphs
 

@@ -16,7 +16,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GIN, global_add_pool
 
 from graph_adapter import Budget, FixedSizeLoader, compile, ipu_wrap
-from graph_adapter.nn.losses import masked_loss
+from graph_adapter.nn import masked_loss
 
 pytestmark = pytest.mark.slow  # real inductor compiles (tens of seconds cold)
 

@@ -12,11 +12,11 @@ import torch
 from torch import nn
 from torch_geometric.nn import global_add_pool
 
-from graph_adapter.backends import _precompile as P
+from graph_adapter.backends.inductor import precompile as P
 from graph_adapter.backends import compile
 from graph_adapter.backends.engines import EngineSettings
-from graph_adapter.nn.losses import masked_loss
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import masked_loss
+from graph_adapter.nn import ipu_wrap
 
 from _padding import pad_batch, random_graphs
 
@@ -55,7 +55,7 @@ def test_the_key_tells_apart_what_needs_another_graph(monkeypatch):
     input, one submodule's mode, a frozen parameter, a plain attribute, the loss (a
     closure cell: Dynamo's guard on it cannot be saved), the grad mode, the options,
     the thread count and graph_adapter's pass version."""
-    from graph_adapter.backends import _fx_rewrites
+    from graph_adapter.backends.inductor import rewrites as _fx_rewrites
 
     base = _key(_wrapped())
     assert _key(_wrapped()) == base
@@ -83,7 +83,7 @@ def test_the_key_tells_apart_what_needs_another_graph(monkeypatch):
         changed["threads"] = _key(_wrapped())
     finally:
         torch.set_num_threads(threads)
-    monkeypatch.setattr(_fx_rewrites, "_PASS_VERSION", _fx_rewrites._PASS_VERSION + 1)
+    monkeypatch.setattr(_fx_rewrites, "PASS_VERSION", _fx_rewrites.PASS_VERSION + 1)
     changed["pass version"] = _key(_wrapped())
     same = [what for what, k in changed.items() if k == base]
     assert not same, same

@@ -1,4 +1,4 @@
-"""graph_adapter.backends._fx_rewrites.realize_recomputed_values: the values inductor's CPU
+"""graph_adapter.backends.inductor.rewrites.realize_recomputed_values: the values inductor's CPU
 loops would recompute per edge or per vector (a per-node value gathered per edge, a
 per-row value broadcast along the channels: GCN's ``deg^-1/2`` and edge norm) are
 stored once, results unchanged; nothing else is touched; inductor runs it post-grad."""
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from graph_adapter.backends import _fx_rewrites as R
-from graph_adapter.backends import _inductor_cpu as I
+from graph_adapter.backends.inductor import rewrites as R
+from graph_adapter.backends.inductor import cpu_settings as I
 from torch._inductor import inductor_prims  # noqa: F401  (registers the op below)
 
 _FORCE = torch.ops.prims.inductor_force_stride_order.default

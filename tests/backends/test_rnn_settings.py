@@ -8,7 +8,7 @@ from torch_geometric.nn import Set2Set
 from torch_geometric.nn.aggr import LSTMAggregation
 
 import graph_adapter as ga
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import ipu_wrap
 
 from _padding import pad_batch, random_graphs
 

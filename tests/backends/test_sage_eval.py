@@ -19,7 +19,7 @@ from torch_geometric.data import Data
 from torch_geometric.nn import GraphSAGE
 
 from graph_adapter import FixedSizeNeighborLoader, compile, ipu_wrap
-from graph_adapter.nn.losses import masked_cross_entropy
+from graph_adapter.nn import masked_cross_entropy
 
 # two real inductor compiles (training, eval), ~20 s cold: CI's second step runs it
 pytestmark = [pytest.mark.slow, pytest.mark.extended]

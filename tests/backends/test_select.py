@@ -17,8 +17,8 @@ from graph_adapter.backends.select import (CANDIDATES, Measure, Selected, drop_l
                                            has_layout_tables, pick)
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
-from graph_adapter.nn.losses import masked_mse_loss
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import masked_mse_loss
+from graph_adapter.nn import ipu_wrap
 
 from _padding import random_graphs
 

@@ -222,7 +222,7 @@ def test_ipu_wrapped_gin_from_the_loader_passes():
     import graph_adapter.batching.loader as loader_mod
     from torch_geometric.data import Data
     from graph_adapter.batching import Budget
-    from graph_adapter.nn.losses import masked_loss
+    from graph_adapter.nn import masked_loss
 
     g = torch.Generator().manual_seed(0)
     ds = [Data(x=torch.randn(k, 4, generator=g), edge_index=torch.randint(0, k, (2, 2 * k), generator=g),

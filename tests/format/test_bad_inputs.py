@@ -287,7 +287,7 @@ from torch_geometric.nn import GINConv, aggr, global_add_pool  # noqa: E402
 
 import graph_adapter as ga  # noqa: E402
 from graph_adapter.format import value_problems
-from graph_adapter.nn.wrap import InputValueError, ipu_wrap  # noqa: E402
+from graph_adapter.nn import InputValueError, ipu_wrap
 
 from strategies import graph_lists, hetero_graph_lists, model_graph_lists  # noqa: E402
 

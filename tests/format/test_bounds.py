@@ -16,7 +16,7 @@ import graph_adapter as ga
 from graph_adapter import Budget, FixedSizeLoader, ipu_wrap
 from graph_adapter.format import bounds_plan, raise_for_bounds, value_problems
 from graph_adapter.format import stack_micro_batches
-from graph_adapter.nn.wrap import InputValueError
+from graph_adapter.nn import InputValueError
 
 from strategies import hetero_graph_lists, model_graph_lists
 from test_bad_inputs import Bracket, DNet, _batch_beyond, _ei_beyond, _ei_negative, _flat

@@ -310,7 +310,7 @@ def test_half_inputs_run_with_finite_masked_loss():
     import graph_adapter.nn.wrap as wrap
     import graph_adapter.batching.loader as loader_mod
     from graph_adapter.batching import Budget
-    from graph_adapter.nn.losses import masked_loss
+    from graph_adapter.nn import masked_loss
 
     ds = _graphs()
     opts = IPUOptions(2, 1, 2, half_inputs=True)
@@ -395,7 +395,7 @@ def test_ipu_wrap_loader_emulator_equals_plain_loop():
     import graph_adapter.nn.wrap as wrap
     import graph_adapter.batching.loader as loader_mod
     from graph_adapter.batching import Budget
-    from graph_adapter.nn.losses import masked_loss
+    from graph_adapter.nn import masked_loss
 
     ds = _graphs()
     opts = IPUOptions(2, 1, 2)

@@ -20,8 +20,8 @@ from torch_geometric.utils import scatter
 
 from graph_adapter.batching import Budget
 from graph_adapter.batching import Collator
-from graph_adapter.nn.losses import masked_loss
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import masked_loss
+from graph_adapter.nn import ipu_wrap
 
 from _padding import random_graphs, untied
 

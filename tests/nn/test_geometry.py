@@ -10,8 +10,8 @@ from torch_geometric.nn import knn, knn_graph, radius, radius_graph
 from torch_geometric.nn.models import SchNet
 
 from graph_adapter import check
-from graph_adapter.nn.losses import masked_loss
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import masked_loss
+from graph_adapter.nn import ipu_wrap
 
 from _compile_count import compile_counted
 from _padding import pad_batch

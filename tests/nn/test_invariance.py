@@ -17,8 +17,8 @@ from torch_geometric.nn import (GAT, GCN, GIN, GraphSAGE, global_add_pool, globa
 from torch_geometric.nn.aggr import SoftmaxAggregation, SumAggregation
 from torch_geometric.utils import scatter, softmax
 
-from graph_adapter.nn.losses import masked_loss
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import masked_loss
+from graph_adapter.nn import ipu_wrap
 
 from _padding import pad_batch, random_graphs
 from strategies import model_graph_lists, paddings

@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import Tensor
 
-from graph_adapter.nn.losses import (masked_bce_with_logits, masked_cross_entropy, masked_l1_loss,
-                                  masked_mean, masked_mse_loss)
+from graph_adapter.nn import (masked_bce_with_logits, masked_cross_entropy, masked_l1_loss,
+                              masked_mean, masked_mse_loss)
 
 
 # --------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from torch_geometric.data import Batch
 from torch_geometric.nn import global_add_pool
 
 from graph_adapter.nn import norm as N
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import ipu_wrap
 
 from _padding import pad_batch, random_graphs
 

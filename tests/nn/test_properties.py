@@ -14,7 +14,7 @@ from hypothesis import assume, given
 from torch_geometric.data import Data
 
 from graph_adapter import Budget, Collator, ipu_wrap
-from graph_adapter.nn.losses import masked_loss
+from graph_adapter.nn import masked_loss
 
 from strategies import model_graph_lists, paddings
 from test_invariance import make

@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 from torch_geometric.data import Data
 from torch_geometric.nn import GINConv, SAGEConv
 
-from graph_adapter.checker.report import check
+from graph_adapter.checker import check
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn import static_layout
-from graph_adapter.nn.losses import masked_mse_loss
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import masked_mse_loss
+from graph_adapter.nn import ipu_wrap
 
 
 @given(n=st.integers(1, 12), k=st.integers(0, 30), feat=st.integers(0, 2),

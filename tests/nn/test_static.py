@@ -8,7 +8,7 @@ from torch_geometric.nn.aggr import MeanAggregation
 import torch_geometric.utils as U
 
 from graph_adapter.nn import static
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import ipu_wrap
 
 from _padding import pad_batch, random_graphs
 

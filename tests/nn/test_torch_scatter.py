@@ -10,7 +10,7 @@ from torch_geometric.data import Batch
 
 from graph_adapter import check
 from graph_adapter.nn import static
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import ipu_wrap
 
 from _compile_count import compile_counted
 from _padding import pad_batch, random_graphs

@@ -17,7 +17,7 @@ from torch_geometric.data import Batch
 import graph_adapter as ga
 from graph_adapter.ipu import emulate_poptorch
 from graph_adapter.nn._trim import TrimError, TrimPlan
-from graph_adapter.nn.losses import masked_loss
+from graph_adapter.nn import masked_loss
 from graph_adapter.format import infer_spec
 
 from _padding import pad_batch, random_graphs

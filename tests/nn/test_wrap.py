@@ -8,10 +8,10 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GCN, GIN, global_add_pool
 from torch_geometric.nn.norm import BatchNorm
 
-from graph_adapter.nn.losses import (masked_bce_with_logits, masked_cross_entropy, masked_l1_loss,
-                                  masked_loss, masked_mean, masked_mse_loss)
-from graph_adapter.nn.norm import MaskedBatchNorm1d, mask_norms
-from graph_adapter.nn.wrap import MissingInputError, ipu_wrap, unpad
+from graph_adapter.nn import (masked_bce_with_logits, masked_cross_entropy, masked_l1_loss,
+                              masked_loss, masked_mean, masked_mse_loss)
+from graph_adapter.nn import MaskedBatchNorm1d, mask_norms
+from graph_adapter.nn import MissingInputError, ipu_wrap, unpad
 
 from _padding import pad_batch, random_graphs
 
@@ -251,7 +251,7 @@ class _MaskedCall(torch.nn.Module):
         self.bn = bn
 
     def forward(self, x, mask):
-        from graph_adapter.nn.norm import masked_batch_norm
+        from graph_adapter.nn import masked_batch_norm
 
         return masked_batch_norm(x, mask, self.bn)
 
@@ -269,7 +269,7 @@ def _bn_run(fn, x, bn, g):
 def test_masked_batch_norm_paths_match_batchnorm_on_real_rows(how, dim3):
     """Every path: real rows, gradients and running stats are BatchNorm1d's on the real rows;
     padding rows are 0 with zero gradient."""
-    from graph_adapter.nn.norm import masked_batch_norm
+    from graph_adapter.nn import masked_batch_norm
 
     x, bn, g = _bn_case(dim3=dim3)
     rows, real = x.size(0), 7
@@ -323,7 +323,7 @@ def test_real_prefix_cached_per_frame():
 
 def test_masked_batch_norm_single_real_row_falls_back():
     """One real row: torch's BatchNorm would raise; the masked math gives the bias."""
-    from graph_adapter.nn.norm import masked_batch_norm
+    from graph_adapter.nn import masked_batch_norm
 
     x, bn, _ = _bn_case()
     mask = torch.arange(x.size(0)) < 1
@@ -335,7 +335,7 @@ def test_masked_batch_norm_single_real_row_falls_back():
 def test_masked_batch_norm_refuses_a_node_graph_tie():
     """A budget with as many nodes as graph slots leaves a norm unable to tell node
     rows from graph rows: an error naming the rows and the fix, never a guess."""
-    from graph_adapter.nn.static import StaticSizeError
+    from graph_adapter.nn import StaticSizeError
 
     graphs = random_graphs(torch.Generator().manual_seed(0), 3)
     b = Batch.from_data_list(graphs)

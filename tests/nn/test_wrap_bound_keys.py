@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from torch_geometric.nn import global_add_pool
 
 from graph_adapter.format import ShapeMismatchError
-from graph_adapter.nn.wrap import MissingInputError, ipu_wrap
+from graph_adapter.nn import MissingInputError, ipu_wrap
 
 from _padding import pad_batch, random_graphs
 

@@ -11,8 +11,8 @@ from torch_geometric.nn import global_add_pool
 import graph_adapter as ga
 from graph_adapter.format import (DeviceMismatchError, DtypeMismatchError, MissingKeyError,
                                   ShapeMismatchError, SpecError, UnsupportedAttributeError)
-from graph_adapter.nn.wrap import (AmbiguousLevelError, MissingInputError, UnboundInputError,
-                                ipu_wrap, unpad)
+from graph_adapter.nn import (AmbiguousLevelError, MissingInputError, UnboundInputError, ipu_wrap,
+                              unpad)
 
 from _padding import pad_batch, random_graphs
 

@@ -138,9 +138,9 @@ def _structure(wrapped: nn.Module) -> list:
 
 
 def _pass_versions() -> Dict[str, int]:
-    from . import _fx_rewrites, _inductor_cpu
+    from . import rewrites as _fx_rewrites, cpu_settings as _inductor_cpu
 
-    return {"fx_rewrites": _fx_rewrites._PASS_VERSION, "inductor_cpu": _inductor_cpu._PASS_VERSION}
+    return {"fx_rewrites": _fx_rewrites.PASS_VERSION, "inductor_cpu": _inductor_cpu.PASS_VERSION}
 
 
 def artifact_key(wrapped: nn.Module, flat: Mapping[str, Tensor], settings: Any) -> Dict[str, Any]:
@@ -229,7 +229,7 @@ def grads_set_aside(wrapped: nn.Module) -> Iterator[None]:
 def load(key: Mapping[str, Any], wrapped: nn.Module) -> Optional[Callable]:
     """The precompiled entry of ``key``, or ``None`` (none saved, unreadable, made by
     other sources: each logged and answered by a compile, never raised)."""
-    from . import _host_checks
+    from . import host_checks as _host_checks
 
     path = os.path.join(artifact_dir(), digest(key) + ".bin")
     if not os.path.exists(path):

@@ -28,14 +28,14 @@ on CPU"), and one reading (4):
    so that the code of both can be read for ``atomic_add``
    (``Compiled.atomic_adds``: whether sums change order from run to run).
 5. **A linear layer of a sum of embedding lookups projects the tables**
-   (``pre_grad_custom_pass``, :mod:`graph_adapter.backends._fx_rewrites`): the
+   (``pre_grad_custom_pass``, :mod:`graph_adapter.backends.inductor.rewrites`): the
    demo's four per-layer edge projections of ``[E, 64]`` bond embeddings
    become products of the 30 bond-table rows, looked up inside the
    message kernel (compiled inference 26.4 -> 21.4 ms an epoch of 1000
    molecules under load, same process). Not CPU-specific: it applies on
    every device inductor compiles for. Before it, in the same pass, a linear
    layer of a linear layer whose input is narrow becomes one product of the
-   raw input (:func:`~graph_adapter.backends._fx_rewrites.compose_linears`:
+   raw input (:func:`~graph_adapter.backends.inductor.rewrites.compose_linears`:
    GINE's per-layer edge projections of encoded 3-feature bonds; compiled GINE
    inference 1.5-1.7x faster, ``docs/benchmarks.md``, "Compiled inference
    kernel by kernel").
@@ -52,21 +52,21 @@ on CPU"), and one reading (4):
    the second process after (``tests/backends/test_compile_cache.py``).
 
 10. **The host checks of a warm process are answered from disk**
-   (:mod:`graph_adapter.backends._host_checks`, entered around the compile by
+   (:mod:`graph_adapter.backends.inductor.host_checks`, entered around the compile by
    the inductor engine): the per-process vector-ISA ``dlopen`` probes and the
    precompiled-header preprocessing, 1.5 s of subprocess CPU time in a warm
    first training step of the demo's model, now 0.00-0.01 s.
 
 11. **No input size asserts in the generated wrapper** (:data:`CALL_PATCHES`).
 12. **Thin matrix products are computed transposed** (``post_grad_custom_post_pass``,
-   :func:`graph_adapter.backends._fx_rewrites.transpose_thin_matmuls`): MKL's
+   :func:`graph_adapter.backends.inductor.rewrites.transpose_thin_matmuls`): MKL's
    ``[128, N] x [N, 9]`` (the weight gradient of a 9-feature input linear) took
    5.6x the time of the same numbers as ``([9, N] x [N, 128])^T``. The same
    pass then merges an inference graph's repeated pure ops
-   (:func:`~graph_adapter.backends._fx_rewrites.dedupe_pure_ops`: GCN's
+   (:func:`~graph_adapter.backends.inductor.rewrites.dedupe_pure_ops`: GCN's
    per-layer ``gcn_norm``) and stores values inductor's fused loops would
    recompute per edge or per vector
-   (:func:`~graph_adapter.backends._fx_rewrites.realize_recomputed_values`:
+   (:func:`~graph_adapter.backends.inductor.rewrites.realize_recomputed_values`:
    GCN's ``deg ** -0.5``, a scalar ``pow`` for every edge and channel vector
    before): compiled GCN inference about 2.2x faster.
 
@@ -100,7 +100,7 @@ __all__ = ["recompute_bool_masks", "use_index_add_fallback", "decompositions",
 
 #: Bumped whenever :func:`_mark_bool_masks` changes what it marks (inductor's
 #: cache keys compiled graphs by it).
-_PASS_VERSION = 1
+PASS_VERSION = 1
 
 
 def _mark_bool_masks(graph: torch.fx.Graph) -> int:
@@ -154,7 +154,7 @@ def _pass_class() -> type:
             self.marked = _mark_bool_masks(graph)
 
         def uuid(self) -> Any:  # inductor's cache keys compiled graphs by it
-            return f"graph_adapter.RecomputeBoolMasks.v{_PASS_VERSION}"
+            return f"graph_adapter.RecomputeBoolMasks.v{PASS_VERSION}"
 
     return RecomputeBoolMasks
 
@@ -327,7 +327,7 @@ def config_patches(cpu_inference: bool = False) -> Dict[str, Any]:
     under ``torch.no_grad()``); it then gets inductor's C++ wrapper
     (:data:`CPU_INFERENCE_PATCHES`).
     """
-    from ._fx_rewrites import project_embedding_tables_pass, transpose_thin_matmuls_pass
+    from .rewrites import project_embedding_tables_pass, transpose_thin_matmuls_pass
 
     patches = {"joint_custom_post_pass": recompute_bool_masks(),
                "pre_grad_custom_pass": project_embedding_tables_pass(),

@@ -218,7 +218,7 @@ def project_embedding_tables(graph: fx.Graph) -> int:
 #: Bumped whenever the pre-grad rewrites (:func:`compose_linears`, then
 #: :func:`project_embedding_tables`) change what they rewrite (inductor's cache keys
 #: compiled graphs by it). 4: :func:`compose_linears` added.
-_PASS_VERSION = 4
+PASS_VERSION = 4
 
 
 def _counting_pass(name: str, rewrites: Tuple[str, ...], uuid: Callable[[], str],
@@ -245,7 +245,7 @@ def _counting_pass(name: str, rewrites: Tuple[str, ...], uuid: Callable[[], str]
 def _pass_class() -> type:
     return _counting_pass(
         "ProjectEmbeddingTables", ("compose_linears", "project_embedding_tables"),
-        lambda: f"graph_adapter.ProjectEmbeddingTables.v{_PASS_VERSION}",
+        lambda: f"graph_adapter.ProjectEmbeddingTables.v{PASS_VERSION}",
         "Inductor's ``pre_grad_custom_pass``: :func:`compose_linears` (a linear of a "
         "linear), then :func:`project_embedding_tables`.")
 
