@@ -49,7 +49,7 @@ def test_trainer_fit_on_cpu_loss_falls():
     import graph_adapter.nn.wrap as wrap
     import graph_adapter.batching.loader as loader_mod
     from graph_adapter.batching import Budget
-    from graph_adapter.nn.losses import masked_loss
+    from graph_adapter.nn import masked_loss
 
     ds = _graphs()
     loader = loader_mod.FixedSizeLoader(ds, Budget.tight(ds, 8), shuffle=True)
@@ -88,8 +88,8 @@ def test_training_step_marks_its_loss_inside_poptorch():
     from graph_adapter.batching import Budget
     from graph_adapter.ipu import IPUOptions, emulate_poptorch
     from graph_adapter.batching import FixedSizeLoader
-    from graph_adapter.nn.losses import masked_loss
-    from graph_adapter.nn.wrap import ipu_wrap
+    from graph_adapter.nn import masked_loss
+    from graph_adapter.nn import ipu_wrap
 
     ds = _graphs(16)
     opts = IPUOptions(device_iterations=2, gradient_accumulation=2)

@@ -20,7 +20,7 @@ from ..format import DIAGNOSED, BoundsPlan, bounds_plan, check_before_call, name
 from .engines import (CudaGraphEngine, DynamoEngine, EagerEngine, EngineSettings, ExportEngine,
                       PerModeEngine, precompile_refusal, generates_code, precompile_refused,
                       traces)
-from .program import HostModel, Signature, per_micro_batch, save_program, signature_of
+from .program import CompiledHost, Signature, per_micro_batch, save_program, signature_of
 from .registry import Backend, add_backend, backend_entry, backend_names, device_of
 from .select import Measure, Selected, measure_settings
 
@@ -47,7 +47,7 @@ class CompiledModel(Protocol):
 # --------------------------------------------------------------------------
 # Compiled: what the in-process backends return
 # --------------------------------------------------------------------------
-class Compiled(HostModel):
+class Compiled(CompiledHost):
     """What :func:`compile` returns for an in-process backend: call it with flat dicts.
 
     The caller runs backward and the optimizer step (``steps_optimizer`` is False).

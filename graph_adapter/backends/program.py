@@ -16,16 +16,17 @@ checks its batches as the compiled model did.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 import torch
 from torch import Tensor, nn
 
 from ..format import SpecError
+from ..nn import HostModel
 from ..format import (GRAPH_MASK, LAYOUT_KEYS, has_micro_batch_dim, num_micro_batches,
                       split_micro_batches, stack_micro_batches)
 
-__all__ = ["Signature", "ShapeChangedError", "signature_of", "describe_change", "HostModel",
+__all__ = ["Signature", "ShapeChangedError", "signature_of", "describe_change", "CompiledHost",
            "per_micro_batch", "save_program", "LoadedProgram", "load"]
 
 Signature = Tuple[Tuple[str, str, Tuple[int, ...]], ...]
@@ -70,7 +71,7 @@ def describe_change(old: Signature, new: Signature) -> str:
 
 
 
-class HostModel:
+class CompiledHost(HostModel):
     """The host side of the compiled-model interface, shared by
     :class:`~graph_adapter.backends.compiled.Compiled` and
     :class:`~graph_adapter.backends.select.Selected`: the mode and the
@@ -86,22 +87,13 @@ class HostModel:
     #: what follows the backend in the error's ``graph_adapter.compile(...)``
     compile_call_extra: str = ""
 
-    def train(self, mode: bool = True) -> "HostModel":
-        self.wrapped.train(mode)
-        return self
-
-    def eval(self) -> "HostModel":
-        return self.train(False)
+    @property
+    def host_module(self) -> nn.Module:
+        return self.wrapped
 
     @property
     def training(self) -> bool:
         return self.wrapped.training
-
-    def parameters(self) -> Iterator[nn.Parameter]:
-        return self.wrapped.parameters()
-
-    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Nothing to do: the caller steps its own optimizer."""
 
     def _admit(self, sig: Signature) -> None:
         if sig in self.signatures:
@@ -139,7 +131,7 @@ def save_program(ep: Any, path: str, sig: Signature, training: bool) -> None:
         ep._example_inputs = saved
 
 
-class LoadedProgram:
+class LoadedProgram(HostModel):
     """A saved export: call it with flat dicts of the saved signature.
 
     Its mode is the one it was exported in: ``.train(mode)`` for the other
@@ -165,20 +157,14 @@ class LoadedProgram:
             )
         return per_micro_batch(self._module, flat)
 
-    def train(self, mode: bool = True) -> "LoadedProgram":
-        if bool(mode) != self.training:
+    @property
+    def host_module(self) -> nn.Module:
+        return self._module
+
+    def _set_mode(self, mode: bool) -> None:
+        if mode != self.training:
             raise ValueError(f"this program was exported in {'train' if self.training else 'eval'} "
                              f"mode; export it again in the other mode")
-        return self
-
-    def eval(self) -> "LoadedProgram":
-        return self.train(False)
-
-    def parameters(self) -> Iterator[nn.Parameter]:
-        return self._module.parameters()
-
-    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Nothing to do: the caller steps its own optimizer."""
 
 
 def load(path: str) -> LoadedProgram:

@@ -52,7 +52,7 @@ from torch import Tensor, nn
 from ..format import LAYOUT_KEYS
 from ..nn import TrimError
 from .inductor.cpu_settings import merge_atomic
-from .program import HostModel, Signature, per_micro_batch, signature_of
+from .program import CompiledHost, Signature, per_micro_batch, signature_of
 from .registry import device_of
 
 __all__ = ["CANDIDATES", "MODES", "Measure", "Choice", "Selected", "measure_settings",
@@ -176,7 +176,7 @@ class _Trial:
         return min(open_, key=lambda n: (len(self.samples[n]), self.names.index(n))), True
 
 
-class Selected(HostModel):
+class Selected(CompiledHost):
     """What ``compile(wrapped, backend, select=...)`` returns: a :class:`CompiledModel`
     that measures its candidates at the first steps of each mode and keeps the fastest.
 

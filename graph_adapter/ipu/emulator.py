@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from ..format.torch_internals import pytree
 from torch import Tensor, nn
 
 from ..format import GRAPH_MASK, LOSS_KEY, loss_of
+from ..nn import HostModel
 from .dispatcher import dispatcher_rules
 from .inputs import host_micro_batch, map_tensors, named_tensors, narrow
 from .options import IPUOptions
@@ -143,7 +144,7 @@ def _validate(sig: _Sig, obj: Any, name: str) -> None:
 # --------------------------------------------------------------------------
 # The emulator
 # --------------------------------------------------------------------------
-class IPUEmulator:
+class IPUEmulator(HostModel):
     """A CPU stand-in for a poptorch ``trainingModel`` / ``inferenceModel``.
 
     Call it with one host batch (the forward's arguments, every tensor with
@@ -250,18 +251,15 @@ class IPUEmulator:
         """Signatures recorded, over both modes (poptorch: compilations)."""
         return self.compiles
 
-    def train(self, mode: bool = True) -> "IPUEmulator":
-        self.training = bool(mode)
+    @property
+    def host_module(self) -> nn.Module:
+        return self.model
+
+    def _set_mode(self, mode: bool) -> None:
+        self.training = mode
         self.model.train(mode)
         if self.training:
             self._check_mode()  # poptorch's default optimizer when none was given
-        return self
-
-    def eval(self) -> "IPUEmulator":
-        return self.train(False)
-
-    def parameters(self) -> Iterator[nn.Parameter]:
-        return self.model.parameters()
 
     def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Use ``optimizer`` from the next training call (poptorch: ``setOptimizer``)."""

@@ -12,7 +12,7 @@ model built on first use, host batches narrowed before the call.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 from ..format.torch_internals import pytree
@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ..format import BoundsPlan, bounds_plan, check_before_call
 from ..format import LOSS_KEY, loss_of
+from ..nn import HostModel
 from .inputs import map_tensors, narrow
 from .options import IPUOptions
 from .sdk import import_poptorch
@@ -174,7 +175,7 @@ def _signature(inputs: Any) -> Tuple[Any, Tuple[Any, ...]]:
     return spec, tuple((t.dtype, tuple(t.shape)) for t in leaves if isinstance(t, Tensor))
 
 
-class PoptorchRunner:
+class PoptorchRunner(HostModel):
     """poptorch's training and inference models behind one compiled-model interface.
 
     Called with a host batch: int64 inputs (PyG's index tensors) are fed as
@@ -260,16 +261,13 @@ class PoptorchRunner:
         return values
 
     # ---- the compiled-model interface ------------------------------------
-    def train(self, mode: bool = True) -> "PoptorchRunner":
-        self.training = bool(mode)
+    @property
+    def host_module(self) -> nn.Module:
+        return self.wrapped
+
+    def _set_mode(self, mode: bool) -> None:
+        self.training = mode
         self.wrapped.train(mode)
-        return self
-
-    def eval(self) -> "PoptorchRunner":
-        return self.train(False)
-
-    def parameters(self) -> Iterator[nn.Parameter]:
-        return self.wrapped.parameters()
 
     def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Push the optimizer's state (e.g. a scheduler's new learning rate) to the device."""

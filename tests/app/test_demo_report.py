@@ -286,7 +286,7 @@ def test_first_step_counts_inductor_cache_hits_and_compiles():
     from graph_adapter.app.demo_loops import train_epochs
     from graph_adapter.app.results import RunStats
 
-    from graph_adapter.backends import _precompile
+    from graph_adapter.backends.inductor import precompile as _precompile
 
     def step(batch):  # stands in for a compile: moves the counters as inductor would
         counters["inductor"]["fxgraph_cache_hit"] += batch[0]

@@ -146,7 +146,7 @@ def in_dims(ds: List[Data]) -> Dict[str, int]:
 def task_loss(output: Dict[str, torch.Tensor], batch) -> torch.Tensor:
     """The loss of the padded path: MSE of the ``tpsa`` head over real graphs
     (``graph_mask``), through graph_adapter's masked loss."""
-    from graph_adapter.nn.losses import masked_mse_loss
+    from graph_adapter.nn import masked_mse_loss
 
     return masked_mse_loss(output["tpsa"], batch.y, batch.graph_mask)
 

@@ -36,7 +36,7 @@ from graph_adapter.compat import graphium as compat  # noqa: E402
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.ipu import EmulatorError  # noqa: E402
-from graph_adapter.nn.wrap import ipu_wrap  # noqa: E402
+from graph_adapter.nn import ipu_wrap
 
 CASES = {
     "gps": config("pyg:gps", ["sum"], layer_kwargs=dict(

@@ -31,8 +31,8 @@ from graph_adapter.compat import graphium as compat  # noqa: E402
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.ipu import IPUOptions  # noqa: E402
-from graph_adapter.ipu.dispatcher import dispatcher_rules  # noqa: E402
-from graph_adapter.nn.wrap import ipu_wrap  # noqa: E402
+from graph_adapter.ipu import dispatcher_rules
+from graph_adapter.nn import ipu_wrap
 
 NAMES = sorted(CONFIGS)
 

@@ -15,8 +15,8 @@ from graph_adapter.app.models import build_model
 from graph_adapter.backends.export import export
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
-from graph_adapter.nn.losses import masked_loss
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import masked_loss
+from graph_adapter.nn import ipu_wrap
 
 from _padding import molecule_like_graphs
 from serve._serving import eager_per_graph, serve_in_fresh_process

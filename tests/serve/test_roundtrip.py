@@ -19,8 +19,8 @@ from graph_adapter.app.zoo_layers import MODEL  # noqa: E402
 from graph_adapter.backends.export import UnsupportedExportError, export  # noqa: E402
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
-from graph_adapter.nn.losses import masked_loss  # noqa: E402
-from graph_adapter.nn.wrap import ipu_wrap  # noqa: E402
+from graph_adapter.nn import masked_loss
+from graph_adapter.nn import ipu_wrap
 from torch_geometric.data import Data, HeteroData  # noqa: E402
 
 from _padding import molecule_like_graphs  # noqa: E402
