@@ -16,15 +16,13 @@ checks its batches as the compiled model did.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from ..format import SpecError
+from ..format import GRAPH_MASK, LAYOUT_KEYS, SpecError, has_micro_batch_dim, per_micro_batch
 from ..nn import HostModel
-from ..format import (GRAPH_MASK, LAYOUT_KEYS, has_micro_batch_dim, num_micro_batches,
-                      split_micro_batches, stack_micro_batches)
 
 __all__ = ["Signature", "ShapeChangedError", "signature_of", "describe_change", "CompiledHost",
            "per_micro_batch", "save_program", "LoadedProgram", "load"]
@@ -106,14 +104,6 @@ class CompiledHost(HostModel):
                 f"once more for a new budget pass allow_new_shapes=True."
             )
         self.signatures.append(sig)
-
-def per_micro_batch(run: Callable[[Dict[str, Tensor]], Dict[str, Tensor]],
-                    flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
-    """``run`` on each micro-batch of ``flat``, outputs stacked on a new dim 0 (``[F, ...]``)."""
-    if GRAPH_MASK in flat and num_micro_batches(flat) > 1:
-        return stack_micro_batches([run(mb) for mb in split_micro_batches(flat)])
-    return run(dict(flat))
-
 
 def save_program(ep: Any, path: str, sig: Signature, training: bool) -> None:
     meta = {

@@ -10,15 +10,17 @@ read each one (:func:`micro_batches_of`).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 import torch
 from torch import Tensor
 
 from .keys import GRAPH_MASK
+from .torch_internals import pytree
 
 __all__ = ["has_micro_batch_dim", "num_micro_batches", "micro_batch", "split_micro_batches",
-           "stack_micro_batches", "strip_micro_batch"]
+           "stack_micro_batches", "strip_micro_batch", "per_micro_batch", "micro_batches_of",
+           "host_micro_batch"]
 
 
 def has_micro_batch_dim(flat: Mapping[str, Tensor]) -> bool:
@@ -66,3 +68,43 @@ def strip_micro_batch(flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
             f"or index it: {{k: v[i] for k, v in flat.items()}}."
         )
     return micro_batch(flat, 0)
+
+
+def per_micro_batch(run: Callable[[Dict[str, Tensor]], Dict[str, Tensor]],
+                    flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
+    """``run`` on each micro-batch of ``flat``, outputs stacked on a new dim 0 (``[F, ...]``)."""
+    if GRAPH_MASK in flat and num_micro_batches(flat) > 1:
+        return stack_micro_batches([run(mb) for mb in split_micro_batches(flat)])
+    return run(dict(flat))
+
+
+def micro_batches_of(flat: Mapping[str, Tensor]) -> List[Dict[str, Tensor]]:
+    """``flat``'s micro-batches (split on a leading micro-batch dim), ``[flat]`` without
+    one, ``[]`` when its leading dims do not split (a malformed dict: nothing to check)."""
+    try:
+        if GRAPH_MASK in flat and has_micro_batch_dim(flat):
+            return split_micro_batches(flat)
+    except Exception:  # noqa: BLE001 - inconsistent leading dims
+        return []
+    return [dict(flat)]
+
+
+def host_micro_batch(obj: Any, micro_batches: int, i: int) -> Any:
+    """Micro-batch ``i`` of ``micro_batches`` of a host batch, as poptorch splits dim 0.
+
+    ``obj`` is any nest of tuples, lists and dicts of tensors (what poptorch takes).
+    A tensor ``[n, ...]`` becomes ``[n / F, ...]``: a batch from
+    ``FixedSizeLoader(micro_batches=F)`` (``[F, ...]``) gives the model a
+    leading dim 1. Tensors that do not split (0-d, or ``n`` not a multiple of
+    ``F``) are passed whole; ``IPUOptions.split_problems`` reports them.
+    """
+    F = micro_batches
+    if F == 1:
+        return obj
+
+    def part(t: Any) -> Any:
+        if isinstance(t, Tensor) and t.dim() and t.size(0) % F == 0:
+            return t.reshape(F, -1, *t.shape[1:])[i]
+        return t
+
+    return pytree.tree_map(part, obj, is_leaf=lambda v: not isinstance(v, (tuple, list, dict)))

@@ -51,8 +51,9 @@ import torch
 from torch import Tensor
 
 from .errors import InputValueError, SpecError
-from .keys import BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR, StoreKey, is_index_attr, key_of, parse_key
-from .micro import has_micro_batch_dim, split_micro_batches
+from .keys import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR,
+                   StoreKey, is_index_attr, key_of, parse_key)
+from .micro import micro_batches_of
 
 __all__ = ["Problem", "value_problems", "micro_batches_of", "named_error", "raise_for_values",
            "BoundsPlan", "bounds_plan", "raise_for_bounds", "check_before_call",
@@ -339,17 +340,6 @@ def inside_poptorch() -> bool:
         return pt is not None and bool(pt.isRunningOnIpu())
     except Exception:  # noqa: BLE001 - a poptorch without it: assume eager
         return False
-
-
-def micro_batches_of(flat: Mapping[str, Tensor]) -> List[Dict[str, Tensor]]:
-    """``flat``'s micro-batches (split on a leading micro-batch dim), ``[flat]`` without
-    one, ``[]`` when its leading dims do not split (a malformed dict: nothing to check)."""
-    try:
-        if GRAPH_MASK in flat and has_micro_batch_dim(flat):
-            return split_micro_batches(flat)
-    except Exception:  # noqa: BLE001 - inconsistent leading dims
-        return []
-    return [dict(flat)]
 
 
 def named_error(flat: Mapping[str, Tensor], exc: BaseException) -> Optional[InputValueError]:

@@ -17,6 +17,7 @@ import warnings
 from typing import Any, Callable, Iterator, Tuple
 
 import torch
+from ..format import host_micro_batch
 from ..format.torch_internals import pytree
 from torch import Tensor
 
@@ -77,19 +78,3 @@ def _check_int32(t: Tensor, name: str) -> None:
             RuntimeWarning,
             stacklevel=4,
         )
-
-
-def host_micro_batch(obj: Any, micro_batches: int, i: int) -> Any:
-    """Micro-batch ``i`` of ``micro_batches`` of a host batch, as poptorch splits dim 0.
-
-    A tensor ``[n, ...]`` becomes ``[n / F, ...]``: a batch from
-    ``FixedSizeLoader(micro_batches=F)`` (``[F, ...]``) gives the model a
-    leading dim 1. Tensors that do not split (0-d, or ``n`` not a multiple of
-    ``F``) are passed whole; :meth:`IPUOptions.split_problems` reports them.
-    """
-    F = micro_batches
-    if F == 1:
-        return obj
-    return map_tensors(
-        obj, lambda t: t.reshape(F, -1, *t.shape[1:])[i] if t.dim() and t.size(0) % F == 0 else t
-    )
