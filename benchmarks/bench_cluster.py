@@ -19,7 +19,7 @@ import warnings
 
 import torch
 
-from graph_adapter.app.demo_node import sbm_graph  # the generator bench_large_graph.py uses
+from graph_adapter.app.demo.node import sbm_graph  # the generator bench_large_graph.py uses
 from graph_adapter.sampling.cluster import (FixedSizeClusterLoader, edge_cut, metis_available,
                                         metis_csr)
 

@@ -34,7 +34,7 @@ _CHILD = textwrap.dedent(r"""
     torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
     import graph_adapter as ga
     from graph_adapter.app.datasets import load_nci5k
-    from graph_adapter.app.demo import _layout_of
+    from graph_adapter.app.demo.graph import _layout_of
     from graph_adapter.app.models import build_model
     from torch._dynamo.utils import counters, compile_times
     t_import = time.perf_counter() - t_start

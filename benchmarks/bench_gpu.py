@@ -1,6 +1,6 @@
 """GPU: CUDA graphs (``backend="inductor_cudagraphs"``) vs eager PyG on the same GPU.
 
-The demo's model and GIN 4 x 128 + BatchNorm (:mod:`graph_adapter.app.bench.models`),
+The demo's model and GIN 4 x 128 + BatchNorm (:mod:`graph_adapter.app.bench.model_table`),
 rdkit's NCI-5k molecules, 64 and 256 graphs a batch; pre-collated batches on
 the device for both sides (step time only): eager PyG on ``Batch``es moved to
 the GPU, against ``FixedSizeLoader(..., device=...)`` + ``ipu_wrap`` +
@@ -36,7 +36,7 @@ set_inductor_env()
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from graph_adapter.app.bench import models as M  # noqa: E402
+from graph_adapter.app.bench import model_table as M  # noqa: E402
 from graph_adapter.app.datasets import load_nci5k  # noqa: E402
 from graph_adapter.backends import compile  # noqa: E402
 from graph_adapter.batching import Budget

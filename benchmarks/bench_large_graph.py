@@ -48,7 +48,7 @@ from torch_geometric.nn import GraphSAGE
 
 import graph_adapter
 from graph_adapter import FixedSizeNeighborLoader, ipu_wrap
-from graph_adapter.app.demo_node import sbm_graph  # the generator `demo --task node` uses
+from graph_adapter.app.demo.node import sbm_graph  # the generator `demo --task node` uses
 from graph_adapter.nn import masked_cross_entropy
 
 

@@ -2,7 +2,7 @@
 
 ``python benchmarks/bench_models.py [--only gcn gin] [--limit 1000] [--rounds 5]
 [--threads 1] [--layout model|none|ell|hyb]``; see
-:mod:`graph_adapter.app.bench.models` (``graph-adapter bench --only models``).
+:mod:`graph_adapter.app.bench.model_table` (``graph-adapter bench --only models``).
 
 ``python benchmarks/bench_models.py --overhead [--limit 640] [--rounds 7]``: what a
 compiled call costs besides its kernels, side by side in one process (issue 24):
@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from graph_adapter.app.bench.models import main  # noqa: E402
+from graph_adapter.app.bench.model_table import main  # noqa: E402
 
 
 def _guard_manager(compiled):
@@ -82,7 +82,7 @@ def overhead(argv=None) -> dict:
     from torch_geometric.nn.models import GIN
 
     import graph_adapter as ga
-    from graph_adapter.app.bench import models as M
+    from graph_adapter.app.bench import model_table as M
     from graph_adapter.app.bench.throughput import set_inductor_env, trainer
     from graph_adapter.app.datasets import load_nci5k
 

@@ -24,7 +24,7 @@ set_inductor_env()
 
 import torch  # noqa: E402
 
-from graph_adapter.app.bench import models as M  # noqa: E402
+from graph_adapter.app.bench import model_table as M  # noqa: E402
 from graph_adapter.app.datasets import load_nci5k  # noqa: E402
 from graph_adapter.backends import compile  # noqa: E402
 from graph_adapter.batching import Budget

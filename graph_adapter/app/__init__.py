@@ -1,24 +1,35 @@
 """The application built on the library: the ``graph-adapter`` command and what it runs.
 
-* :mod:`graph_adapter.app.cli`: the command line (``demo``, ``bench``, ``check``)
-* :mod:`graph_adapter.app.demo`: ``graph-adapter demo``, a stock PyG GNN trained
-  through the adapter next to eager PyG (its loops in :mod:`graph_adapter.app.demo_loops`,
-  its interleaved rounds in :mod:`graph_adapter.app.demo_rounds`, its runs in
-  :mod:`graph_adapter.app.demo_runs`; models in :mod:`graph_adapter.app.models`,
-  figures and report in :mod:`graph_adapter.app.results`, with
-  :mod:`graph_adapter.app.run_stats`, :mod:`graph_adapter.app.report` and
-  :mod:`graph_adapter.app.plot`)
-* :mod:`graph_adapter.app.datasets`: rdkit's NCI-5k molecules as PyG graphs
-* :mod:`graph_adapter.app.zoo`: the PyG zoo table of ``docs/zoo.md`` (its rows in
-  :mod:`graph_adapter.app.zoo_layers`, the red rows' causes in
-  :mod:`graph_adapter.app.zoo_why`, the run of one row in :mod:`graph_adapter.app.zoo_run`)
-* :mod:`graph_adapter.app.bench`: the benchmarks (``graph-adapter bench`` and the
-  scripts of a source checkout's ``benchmarks/``)
+One package a command, the small tools beside the command line:
 
-The dependency goes one way: this subpackage imports the library's public
-names (``import graph_adapter as ga``); nothing in the library imports it
-(``python -m graph_adapter`` runs :func:`graph_adapter.app.cli.main`).
+* :mod:`graph_adapter.app.cli`: the ``graph-adapter`` command (``python -m graph_adapter``;
+  ``demo``, ``bench``, ``check``, ``export``), its argument parser and exit codes
+  (:mod:`graph_adapter.app.usage`);
+* ``graph-adapter demo``: :mod:`graph_adapter.app.demo`; the molecule demo in
+  :mod:`~graph_adapter.app.demo.graph`, the node demo (``--task node``) in
+  :mod:`~graph_adapter.app.demo.node`, its settings in
+  :mod:`~graph_adapter.app.demo.config`, its runs and their timing in
+  :mod:`~graph_adapter.app.demo.timing`, its figures and report in
+  :mod:`~graph_adapter.app.demo.results` (with ``run_stats``, ``report``, ``plot``);
+* ``graph-adapter bench``: :mod:`graph_adapter.app.bench` (one module a benchmark, each
+  with the ``main`` the scripts of a source checkout's ``benchmarks/`` run);
+* ``graph-adapter check``: :mod:`graph_adapter.app.check_cli`;
+* ``graph-adapter export``: :mod:`graph_adapter.app.export_cmd`;
+* ``python -m graph_adapter.app.zoo``: the PyG zoo table of ``docs/zoo.md``,
+  :mod:`graph_adapter.app.zoo`;
+* ``torchrun --nproc_per_node 2 -m graph_adapter.app.ddp``: data-parallel training
+  with fixed-size batches, :mod:`graph_adapter.app.ddp`.
 
-It may import every stage of the library (:mod:`graph_adapter.data`, ``nn``, ``ipu``,
-``checker``, ``backends``, ``lightning``), their public names only.
+What several commands share: :mod:`graph_adapter.app.datasets` (rdkit's NCI-5k
+molecules as PyG graphs; users import it too), :mod:`graph_adapter.app.models` (the
+demo's models, which ``bench``, ``export`` and the preflight build too),
+:mod:`graph_adapter.app.preflight` (the demo's and the benchmarks' settings checked
+before any slow work) and :mod:`graph_adapter.app.torch_internals` (the Dynamo
+internals the app reads, one named helper each).
+
+The dependency goes one way: this subpackage may import the library's stages
+(:mod:`graph_adapter.format`, ``batching``, ``sampling``, ``nn``, ``ipu``,
+``checker``, ``backends``, ``lightning``), their public names only; nothing in
+the library imports it.
 """
+__all__ = ["cli", "demo", "zoo", "bench", "datasets"]

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from torch import nn
 
 from graph_adapter.checker import check
-from graph_adapter.nn.wrap import IPUWrapped, ipu_wrap
+from graph_adapter.nn import IPUWrapped, ipu_wrap
 
 from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
 

@@ -4,7 +4,7 @@ Subcommands:
 
 * ``graph-adapter demo``: train a stock PyG GNN on rdkit's NCI-5k molecules
   through the adapter, next to eager PyG, and print a report
-  (:mod:`graph_adapter.app.demo`).
+  (:mod:`graph_adapter.app.demo.graph`).
 * ``graph-adapter bench``: run the benchmarks that ship with the package
   (:mod:`graph_adapter.app.bench`: collate, padding efficiency, compiles,
   throughput) and print one table; ``graph-adapter bench parity``: the
@@ -22,14 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import graph_adapter as ga
 from graph_adapter.backends import backend_names
 
 from .bench import BENCHMARKS, run_suite
 from .datasets import MissingExtraError, require_rdkit
-from .demo import MODELS, DemoConfig, run_demo
+from .demo.config import DemoConfig
+from .demo.graph import MODELS, run_demo
 from .preflight import DemoSettingError
 from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
 
@@ -47,13 +48,30 @@ def build_parser() -> argparse.ArgumentParser:
                     "demand stable input shapes (poptorch/IPU, torch.compile, torch.export).")
     p.add_argument("--version", action="version", version=f"%(prog)s {ga.__version__}")
     sub = p.add_subparsers(dest="command", metavar="{demo,bench,check,export}")
+    _add_demo(sub, d)
+    _add_bench(sub)
+    sub.add_parser("check", add_help=False,
+                   help="report what poptorch's dispatcher would reject (graph-adapter check -h)")
+    sub.add_parser("export", add_help=False,
+                   help="write a trained model as a .pt2/.onnx artifact that serves without "
+                        "PyG (graph-adapter export -h)")
+    return p
 
+
+def _add_demo(sub: Any, d: DemoConfig) -> None:
+    """``demo``'s parser: its flags' defaults are ``d``'s (one :class:`DemoConfig`)."""
     demo = sub.add_parser(
         "demo", help="train a stock PyG GNN on rdkit's 5000 molecules through the adapter",
         description="Load rdkit's NCI first_5k molecules (target TPSA), learn a budget, pack "
                     "with FixedSizeLoader, wrap a stock PyG model with ipu_wrap, compile it, "
                     "train, evaluate the test MAE, and compare with eager PyG on the same data "
                     "in the same run.")
+    _add_demo_model_args(demo, d)
+    _add_demo_run_args(demo, d)
+
+
+def _add_demo_model_args(demo: argparse.ArgumentParser, d: DemoConfig) -> None:
+    """``demo``'s training flags: epochs, batches, seed, model, backend, layout."""
     demo.add_argument("--epochs", type=int, default=d.epochs, help=f"default {d.epochs}")
     demo.add_argument("--batch-graphs", type=int, default=d.batch_graphs,
                       help=f"graphs per batch the budget is fitted for (and the eager "
@@ -70,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="FixedSizeLoader's aggregation layout: hyb (narrow neighbour tables "
                            "+ spill lists), ell (tables as wide as the largest degree), none "
                            f"(PyG's scatter); default {d.layout or 'none'}")
+
+
+def _add_demo_run_args(demo: argparse.ArgumentParser, d: DemoConfig) -> None:
+    """``demo``'s other flags: the model's size, the data, the outputs, the runs and their
+    rounds, the threads, the task."""
     demo.add_argument("--hidden", type=int, default=d.hidden, help=f"default {d.hidden}")
     demo.add_argument("--layers", type=int, default=d.layers, help=f"default {d.layers}")
     demo.add_argument("--lr", type=float, default=d.lr, help=f"default {d.lr}")
@@ -107,9 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--task", choices=("graph", "node"), default="graph",
                       help="graph: the molecules (default); node: node classification on a "
                            "generated large graph with FixedSizeNeighborLoader "
-                           "(graph_adapter.app.demo_node; --nodes sets its size)")
+                           "(graph_adapter.app.demo.node; --nodes sets its size)")
     demo.add_argument("--nodes", type=int, default=None, help="--task node: graph size")
 
+
+def _add_bench(sub: Any) -> None:
+    """``bench``'s parser."""
     bench = sub.add_parser(
         "bench", help="run the benchmarks (collate, padding efficiency, throughput); "
                       "'bench parity --help': the training-parity seed sweep",
@@ -126,13 +152,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--verbose", action="store_true",
                        help="also print the throughput script's own output")
 
-    sub.add_parser("check", add_help=False,
-                   help="report what poptorch's dispatcher would reject (graph-adapter check -h)")
-    sub.add_parser("export", add_help=False,
-                   help="write a trained model as a .pt2/.onnx artifact that serves without "
-                        "PyG (graph-adapter export -h)")
-    return p
-
 
 def _err(cmd: str, msg: str) -> None:
     usage_error(f"{PROG} {cmd}", msg)
@@ -140,7 +159,7 @@ def _err(cmd: str, msg: str) -> None:
 
 def _run_demo(args: argparse.Namespace) -> int:
     if args.task == "node":
-        from .demo_node import run_node_cli
+        from .demo.node import run_node_cli
 
         return run_node_cli(args)
     cfg = DemoConfig(epochs=args.epochs, batch_graphs=args.batch_graphs, seed=args.seed,

@@ -5,7 +5,7 @@ missing extra or backend module, a missing file) and returns warnings for
 what works but is probably not meant (a setting far from useful values, or
 several threads on a machine other work keeps busy), each saying what to use
 instead. ``graph-adapter demo`` prints each as one
-line on stderr; :func:`graph_adapter.app.demo.run_demo` calls it too.
+line on stderr; :func:`graph_adapter.app.demo.graph.run_demo` calls it too.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from graph_adapter.backends import backend_names, resolve_backend
 
 from .datasets import require_rdkit
 from .models import MODELS
-from .results import DemoConfig, check_plot_extra
+from .demo.results import DemoConfig, check_plot_extra
 
 __all__ = ["DemoSettingError", "check_demo_settings", "MAX_STEPS_PER_RUN", "NCI5K_SIZE"]
 
@@ -56,9 +56,9 @@ def _require_backend(name: str) -> None:
 
 
 def _dynamo_backends() -> List[str]:
-    import torch._dynamo
+    from .torch_internals import dynamo_backends
 
-    return list(torch._dynamo.list_backends(exclude_tags=()))
+    return dynamo_backends()
 
 
 def _check_values(cfg: DemoConfig) -> None:

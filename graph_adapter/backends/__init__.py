@@ -86,7 +86,7 @@ from typing import Tuple
 
 from . import engines, program, registry, select
 from .compiled import BACKENDS, Compiled, CompiledModel, compile, register_backend
-from .engines import PerModeEngine
+from .engines import PerModeEngine, has_rnn, rnn_settings
 from .program import ShapeChangedError, load, signature_of
 from .registry import AUTO_RULE, Backend, auto_engine, backend_names, resolve_backend
 from .select import Choice, Measure, Selected
@@ -95,7 +95,7 @@ __all__ = [
     "compile", "Compiled", "CompiledModel", "ShapeChangedError", "load", "signature_of",
     "BACKENDS", "Backend", "register_backend", "backend_names", "resolve_backend",
     "AUTO_RULE", "auto_engine", "PerModeEngine", "Selected", "Measure", "Choice",
-    "precompiled_counts",
+    "precompiled_counts", "has_rnn", "rnn_settings",
 ]
 
 # Public names of the package before it was split into modules, outside ``__all__``:

@@ -40,7 +40,7 @@ from ..batching import Collator
 from ..format import LOSS_KEY, RESERVED_KEYS, has_micro_batch_dim, micro_batch
 from ..batching import FixedSizeLoader
 from ..nn import IPUWrapped
-from ..serve.contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract, InputField, OutputField
+from ..serve import CONTRACT_FILE, ONNX_METADATA_KEY, Contract, InputField, OutputField
 from ._export_opt import scatter_rows_as_scatter_nd
 from .inductor.rewrites import project_embedding_tables
 

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from ..format.pyg import global_store, store_mapping
 from ._stored import Stored, stored_of, stored_sizes
 from ._view import check_graph_item
 from .budget import Budget
@@ -55,9 +56,9 @@ def _stores(first: Any, hetero: bool) -> List[Store]:
 
 def _store_of(d: Any, store: StoreKey, hetero: bool):
     if not hetero:
-        return d._store
+        return global_store(d)
     if not store:
-        return d._global_store
+        return global_store(d)
     return d[store[0]] if len(store) == 1 else d[store]
 
 
@@ -69,7 +70,7 @@ def _count(d: Any, dim: Dim, hetero: bool) -> int:
         return (st.num_nodes or 0) if level == "node" else st.num_edges
     if level == "node":
         return d.num_nodes or 0
-    ei = d._store.get("edge_index")
+    ei = global_store(d).get("edge_index")
     return ei.shape[-1] if isinstance(ei, Tensor) else d.num_edges
 
 
@@ -254,7 +255,7 @@ class Scan:
         hetero = self.hetero
         plan = []
         for st in self.stores:
-            keys0 = set(_store_of(first, st.key, hetero)._mapping.keys())
+            keys0 = set(store_mapping(_store_of(first, st.key, hetero)).keys())
             # per key: field, dtype, shape before / after the cat dim (None: 0-d),
             # cat dim, and the lists it fills
             checks = [(f, f.torch_dtype, f.shape[:f.cat_dim] if f.shape else None,
@@ -269,8 +270,8 @@ class Scan:
             if counted:
                 sizes.extend([_count(d, dim, hetero) for _, dim in counted])
             for st, keys0, checks in plan:
-                s = _store_of(d, st.key, True) if hetero else d._store
-                if s._mapping.keys() != keys0:
+                s = _store_of(d, st.key, True) if hetero else global_store(d)
+                if store_mapping(s).keys() != keys0:
                     self._check_keys(s, st, [ck[0] for ck in checks], i)
                 for f, dt, pre, post, c, rows_f, cols_f, incs_f in checks:
                     v = s[f.attr]

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..format.pyg import dataset_indices, global_store, graph_num_nodes, in_memory_data
+
 __all__ = ["Stored", "stored_of", "stored_sizes"]
 
 #: PyG's keys that reveal a graph's node count, looked up first (``storage.N_KEYS``).
@@ -53,7 +55,7 @@ class Stored(NamedTuple):
         transposed view of it (no copy; e.g. ``edge_index`` ``[2, E]`` ->
         ``[E, 2]``).  A subset (``dataset[idx]``, ``shuffle()``): one gather
         of the selected graphs' rows."""
-        v = self.data._store[key]
+        v = global_store(self.data)[key]
         if v.dim() == 0:  # never stored so; kept for safety
             v = v.reshape(1)
         col = v if cat % max(v.dim(), 1) == 0 else v.movedim(cat, 0)
@@ -77,13 +79,13 @@ def stored_of(dataset: Any) -> Optional[Stored]:
     cls = type(dataset)
     if cls.get is not InMemoryDataset.get or cls.__getitem__ is not Dataset.__getitem__:
         return None  # items are not PyG's own slices of the storage
-    data, slices = getattr(dataset, "_data", None), dataset.slices
+    data, slices = in_memory_data(dataset), dataset.slices
     if type(data) is HeteroData or not isinstance(data, Data) or not isinstance(slices, dict):
         return None
     if type(data).__inc__ is not Data.__inc__:
         return None  # custom increments: read graph by graph (they are per graph)
     out: Dict[str, np.ndarray] = {}
-    for k, v in data._store.items():
+    for k, v in global_store(data).items():
         if isinstance(v, Tensor):
             s = slices.get(k)
             if type(v) is not Tensor or not isinstance(s, Tensor) or v.layout != torch.strided:
@@ -92,7 +94,7 @@ def stored_of(dataset: Any) -> Optional[Stored]:
     if not out or len({len(s) for s in out.values()}) != 1:
         return None
     m = len(next(iter(out.values()))) - 1
-    idx = None if dataset._indices is None else np.asarray(dataset.indices(), dtype=np.int64)
+    idx = None if dataset_indices(dataset) is None else np.asarray(dataset.indices(), dtype=np.int64)
     if idx is not None and np.array_equal(idx, np.arange(m)):
         idx = None
     if len(dataset) < 2 or (idx is None and m != len(dataset)):
@@ -104,9 +106,9 @@ def _node_counts(st: Stored) -> Optional[np.ndarray]:
     """Every graph's ``num_nodes`` as PyG's ``Data.num_nodes`` infers it from
     a separated graph: the stored ``num_nodes`` first, then the first
     ``N_KEYS`` attribute, then the first attribute named ``*node*``."""
-    store = st.data._store
-    if "_num_nodes" in store.__dict__:
-        c = np.asarray(store.__dict__["_num_nodes"], dtype=np.int64)
+    store = global_store(st.data)
+    if graph_num_nodes(store) is not None:
+        c = np.asarray(graph_num_nodes(store), dtype=np.int64)
         return c if st.indices is None else c[st.indices]
     for test in (lambda k: k in _N_KEYS, lambda k: "node" in k):
         for k, v in store.items():

@@ -114,7 +114,7 @@ class Budget:
         for name, v in (("nodes", nodes), ("edges", edges), ("graphs", graphs),
                         ("report", report)):
             object.__setattr__(b, name, v)
-        b._validate(check_ties=False)
+        cls._validate(b, check_ties=False)
         return b
 
     def _validate(self, check_ties: bool) -> None:

@@ -149,7 +149,7 @@ class Collator:
         self.layout = layout
         self.layout_widths: Optional[Tuple[int, int]] = None
         self.layout_spills: Optional[Tuple[int, int]] = None  # layout="hyb": (Kin, Kout)
-        self._widths_from = "given" if layout_widths is not None else "fitted from the dataset"
+        self.widths_from = "given" if layout_widths is not None else "fitted from the dataset"
         if layout_spills is not None and (layout != "hyb" or layout_widths is None):
             raise ValueError(f"layout_spills={layout_spills!r} is for layout='hyb' with "
                              f"layout_widths given too (layout={layout!r}, layout_widths="
@@ -362,7 +362,7 @@ class Collator:
                 f"graph {int(idx[slot]) if slot < idx.size else slot} (batch {where}): its node "
                 f"{node - int(ptr[slot])} has {what}, more than the ELL width {width} "
                 f"(Din={self.layout_widths[0]}, Dout={self.layout_widths[1]}, "
-                f"{self._widths_from}). Pass layout_widths=(Din, Dout) large enough for "
+                f"{self.widths_from}). Pass layout_widths=(Din, Dout) large enough for "
                 f"every graph, or leave such graphs out.") from None
         for k, v in tables.items():
             out[k] = torch.from_numpy(v)
@@ -402,14 +402,19 @@ class Collator:
         dataset indices, named by error messages (default: list positions)."""
         if len(data_list) == 0:
             return self.empty()
-        tmp = Collator.__new__(Collator)
-        tmp._setup(Scan(list(data_list), self.budget, True, schema=self.schema,
-                        exclude=self.scan.exclude, validate=self.validate, ids=ids),
-                   self.budget, True, self.index_dtype)
-        tmp.layout, tmp.layout_widths = self.layout, self.layout_widths
-        tmp.layout_spills = self.layout_spills
-        tmp._widths_from = self._widths_from
-        return tmp._batch(np.arange(len(data_list)), "of graphs")
+        scan = Scan(list(data_list), self.budget, True, schema=self.schema,
+                    exclude=self.scan.exclude, validate=self.validate, ids=ids)
+        return Collator._batch_of_scan(self, scan)
+
+    @classmethod
+    def _batch_of_scan(cls, like: "Collator", scan: Scan) -> Dict[str, Tensor]:
+        """The padded batch of every graph of ``scan``, collated as ``like`` collates its
+        dataset (same budget, schema, index dtype and layout tables)."""
+        new = cls.__new__(cls)
+        cls._setup(new, scan, like.budget, True, like.index_dtype)
+        new.layout, new.layout_widths = like.layout, like.layout_widths
+        new.layout_spills, new.widths_from = like.layout_spills, like.widths_from
+        return cls._batch(new, np.arange(scan.num_graphs), "of graphs")
 
     def collate_group(self, items: Sequence[Any]) -> Dict[str, Tensor]:
         """Padded batch of one group: dataset indices (columnar) or graph objects."""

@@ -101,10 +101,10 @@ class _PlanSampler(Sampler):
         self.loader = loader
 
     def __len__(self):
-        return len(self.loader._items())
+        return len(self.loader.epoch_items())
 
     def __iter__(self):
-        plan, items = self.loader._plan_items(self.loader._epoch)
+        plan, items = self.loader.plan_items(self.loader.epoch)
         return _item_lists(plan, items)
 
 
@@ -205,6 +205,7 @@ class FixedSizeLoader:
     instead of splitting (k graphs a micro-batch; see ``tail``).
     """
 
+    # Over 80 lines for its docstring: the user-facing reference of every argument.
     def __init__(self, dataset: Sequence[Any], budget: Union[Budget, dict, str], *, shuffle: bool = False,
                  seed: int = 0, micro_batches: int = 1, oversize: str = "error",
                  packer: str = "greedy", open_batches: int = 8,
@@ -340,7 +341,7 @@ class FixedSizeLoader:
         """The global packing plan of an epoch (all ranks; default: the epoch
         the next iteration yields): a JSON-serialisable list of batches of
         dataset indices, rank ``r`` taking batches ``r, r + world_size, ...``."""
-        return self._plan_items(self._next_epoch() if epoch is None else int(epoch))[0].to_lists()
+        return self.plan_items(self._next_epoch() if epoch is None else int(epoch))[0].to_lists()
 
     def _packed(self, e: int) -> FlatPlan:
         """The packer's plan of epoch ``e``, before balancing."""
@@ -352,7 +353,7 @@ class FixedSizeLoader:
         self._raw = (e, raw)
         return raw
 
-    def _plan_items(self, e: int) -> Tuple[FlatPlan, np.ndarray]:
+    def plan_items(self, e: int) -> Tuple[FlatPlan, np.ndarray]:
         """The balanced plan of epoch ``e`` and this rank's items (cached): the
         items are batch ids of the plan, ``[items, F]``, ``-1`` for a fully
         padded fill batch.  Rank ``r`` takes batches ``r, r + W, ...``, fills
@@ -373,13 +374,13 @@ class FixedSizeLoader:
             release_freed_memory()  # the packer's whole-dataset temporaries
         return plan, items
 
-    def _items(self) -> np.ndarray:
+    def epoch_items(self) -> np.ndarray:
         """This rank's items of the current epoch (the one being iterated), as
-        batch ids ``[items, F]`` (see :meth:`_plan_items`)."""
-        return self._plan_items(self._epoch)[1]
+        batch ids ``[items, F]`` (see :meth:`plan_items`)."""
+        return self.plan_items(self._epoch)[1]
 
     def __len__(self) -> int:
-        return int(self._plan_items(self._next_epoch())[1].shape[0])
+        return int(self.plan_items(self._next_epoch())[1].shape[0])
 
     def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
         if self._started and not self._epoch_set:
@@ -420,7 +421,7 @@ class FixedSizeLoader:
 
     @property
     def stats(self) -> LoaderStats:
-        plan, items = self._plan_items(self._epoch)
+        plan, items = self.plan_items(self._epoch)
         ids = items.reshape(-1)
         real = ids[ids >= 0]
         batches = int(ids.size)

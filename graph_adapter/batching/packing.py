@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..format import RESERVED_NODES, store_name
+from ..format.pyg import typed_stores
 
 __all__ = ["GraphSizes", "graph_sizes", "pack_greedy", "pack_histogram", "plan_epoch",
            "plan_efficiency", "find_oversize", "oversize_reasons", "slot_dims", "PACKERS"]
@@ -189,7 +190,7 @@ def graph_sizes(dataset, transform=None) -> GraphSizes:
             check_graph_item(d, i, first)
             # look the stores up, never d[t]: that would add an empty store to
             # the user's graph when it lacks the type
-            nodes, edges = d._node_store_dict, d._edge_store_dict
+            nodes, edges = typed_stores(d)
             for j, t in enumerate(nts):
                 m[i, j] = (nodes[t].num_nodes or 0) if t in nodes else 0
             for j, t in enumerate(ets):

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, MutableMapping, Optional, Tuple
 
+from torch_geometric.data import HeteroData
+
 __all__ = ["global_store", "store_mapping", "collate_info", "set_collate_info",
            "set_num_graphs", "graph_num_nodes", "set_graph_num_nodes", "typed_stores", "in_memory_data",
            "dataset_indices"]
@@ -24,8 +26,6 @@ __all__ = ["global_store", "store_mapping", "collate_info", "set_collate_info",
 def global_store(obj: Any) -> Any:
     """The store of a graph's un-typed attributes: ``Data``'s only store, ``HeteroData``'s
     global one (PyG: ``_store`` / ``_global_store``)."""
-    from torch_geometric.data import HeteroData
-
     return obj._global_store if isinstance(obj, HeteroData) else obj._store
 
 
@@ -72,8 +72,8 @@ def typed_stores(data: Any) -> Tuple[Dict[str, Any], Dict[Tuple[str, str, str], 
 
 def in_memory_data(dataset: Any) -> Any:
     """The one collated ``Data`` an ``InMemoryDataset`` holds (each attribute is every
-    graph's rows concatenated; PyG: ``_data``)."""
-    return dataset._data
+    graph's rows concatenated; PyG: ``_data``), ``None`` for other datasets."""
+    return getattr(dataset, "_data", None)
 
 
 def dataset_indices(dataset: Any) -> Optional[Any]:

@@ -95,7 +95,7 @@ class _HeteroBatches(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> Tuple[Dict[str, Tensor], Tuple[int, int, int]]:
         F = self.loader.micro_batches
-        parts = [self.loader._batch(self.epoch, c) for c in self.chunks[i * F:(i + 1) * F]]
+        parts = [self.loader.sample_chunk(self.epoch, c) for c in self.chunks[i * F:(i + 1) * F]]
         cuts = (sum(p[1] for p in parts), sum(p[2] for p in parts),
                 sum(int(p[1] + p[2] > 0) for p in parts))
         return (parts[0][0] if F == 1 else stack_micro_batches([p[0] for p in parts])), cuts

@@ -261,7 +261,7 @@ class _Batches(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int):
         F = self.loader.micro_batches
-        parts = [self.loader._batch(self.epoch, c) for c in self.chunks[i * F:(i + 1) * F]]
+        parts = [self.loader.sample_chunk(self.epoch, c) for c in self.chunks[i * F:(i + 1) * F]]
         flats = [p[0] for p in parts]
         cuts = (sum(p[1] for p in parts), sum(p[2] for p in parts), sum(p[1] + p[2] > 0 for p in parts))
         flat = flats[0] if F == 1 else stack_micro_batches(flats)
@@ -479,7 +479,10 @@ class FixedSizeNeighborLoader:
         finally:
             torch.set_num_threads(before)
 
-    def _batch(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+    def sample_chunk(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+        """``(flat, real nodes, real edges)`` of one chunk of seeds of an epoch, sampled
+        and padded with this loader's thread setting (an epoch's view stacks ``F`` of
+        them into one batch)."""
         with self._sampling_threads():
             return self._batch_now(epoch, chunk)
 
@@ -509,7 +512,7 @@ class FixedSizeNeighborLoader:
 
     def batch(self, epoch: int, chunk: int) -> Dict[str, Tensor]:
         """The padded batch of ``chunk`` in ``epoch`` (what iteration yields for it, F = 1)."""
-        return self._batch(epoch, chunk)[0]
+        return self.sample_chunk(epoch, chunk)[0]
 
     # -- iteration -----------------------------------------------------------
     def __iter__(self) -> Iterator[Dict[str, Tensor]]:

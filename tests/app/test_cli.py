@@ -10,7 +10,7 @@ from importlib import metadata
 import pytest
 
 from graph_adapter.app import cli
-from graph_adapter.app.demo import MODELS, run_demo
+from graph_adapter.app.demo.graph import MODELS, run_demo
 
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "graph_adapter")
 

@@ -5,7 +5,9 @@ import sys
 
 import pytest
 
-from graph_adapter.app import cli, demo
+from graph_adapter.app import cli
+
+from graph_adapter.app.demo import graph as demo
 from graph_adapter.backends import backend_names
 
 pytest.importorskip("rdkit")  # the demo's preflight asks for it first
@@ -69,7 +71,7 @@ def test_demo_help_lists_every_backend(capsys):
 def test_settings_far_from_useful_values_are_warned_about_with_a_remedy(monkeypatch):
     from graph_adapter.app import preflight
     from graph_adapter.app.preflight import DemoSettingError, check_demo_settings
-    from graph_adapter.app.results import DemoConfig
+    from graph_adapter.app.demo.results import DemoConfig
 
     monkeypatch.setattr(preflight.os, "getloadavg", lambda: (0.1, 0.1, 0.1))  # a quiet machine
     assert check_demo_settings(DemoConfig()) == []  # the defaults are fine
@@ -87,7 +89,7 @@ def test_a_busy_machine_is_warned_about_when_the_run_is_multi_threaded(monkeypat
     """Several threads on CPUs that other work keeps busy stall at every op: warned, with
     the remedy; one thread, or a quiet machine, is not warned about."""
     from graph_adapter.app import preflight
-    from graph_adapter.app.results import DemoConfig
+    from graph_adapter.app.demo.results import DemoConfig
 
     monkeypatch.setattr(preflight.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(preflight.os, "getloadavg", lambda: (5.5, 5.0, 4.0))
@@ -101,9 +103,9 @@ def test_a_busy_machine_is_warned_about_when_the_run_is_multi_threaded(monkeypat
 def test_demo_precompile_flag_reaches_the_adapters_compile(monkeypatch):
     """``--precompile`` is ``compile(..., precompile=True)`` for the adapter's model (a spy
     records the call and ends the run: the flag, not inductor, is under test)."""
-    from graph_adapter.app import demo_runs
-    from graph_adapter.app.results import DemoConfig
-    from graph_adapter.app.demo import run_demo
+    from graph_adapter.app.demo import timing
+    from graph_adapter.app.demo.results import DemoConfig
+    from graph_adapter.app.demo.graph import run_demo
     from _demo import TINY
 
     seen = []
@@ -115,7 +117,7 @@ def test_demo_precompile_flag_reaches_the_adapters_compile(monkeypatch):
         seen.append((backend, kw.get("precompile")))
         raise Seen
 
-    monkeypatch.setattr(demo_runs.ga, "compile", spy)
+    monkeypatch.setattr(timing.ga, "compile", spy)
     with pytest.raises(Seen):
         run_demo(DemoConfig(**{**TINY, "eager_baseline": False, "backend": "inductor",
                                "precompile": True}))

@@ -153,7 +153,7 @@ def test_cudagraphs_is_a_registered_backend_with_a_help_line():
 def test_the_demo_refuses_cudagraphs_before_loading_data():
     """The demo trains on the CPU: the setting fails at once, with the remedy."""
     from graph_adapter.app.preflight import DemoSettingError, check_demo_settings
-    from graph_adapter.app.results import DemoConfig
+    from graph_adapter.app.demo.results import DemoConfig
 
     with pytest.raises(DemoSettingError, match="--backend inductor"):
         check_demo_settings(DemoConfig(backend="inductor_cudagraphs"))

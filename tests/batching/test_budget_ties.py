@@ -23,7 +23,7 @@ from graph_adapter.batching import Budget
 from graph_adapter.batching import Collator
 from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.batching import GraphSizes
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import ipu_wrap
 
 SETTINGS = settings(deadline=None)
 DOCS = "docs/dev/FORMAT.md#the-level-of-a-key"

@@ -18,7 +18,7 @@ from torch_geometric.nn import ClusterGCNConv
 
 from graph_adapter.batching import RESERVED_NODES, Budget
 from graph_adapter.batching import FixedSizeLoader
-from graph_adapter.nn.wrap import ipu_wrap
+from graph_adapter.nn import ipu_wrap
 
 from _padding import untied
 

@@ -13,7 +13,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from graph_adapter.app.demo_node import sbm_graph
+from graph_adapter.app.demo.node import sbm_graph
 from graph_adapter.sampling.cluster import (FixedSizeClusterLoader, edge_cut, metis_csr,
                                         metis_partition)
 

@@ -15,7 +15,7 @@ from graph_adapter import ipu_wrap
 from graph_adapter.sampling import FanoutError
 from graph_adapter.sampling import FixedSizeHeteroNeighborLoader, trim_hetero
 from graph_adapter.sampling import InputNodesError, SubgraphOversizeError
-from graph_adapter.nn.losses import masked_cross_entropy
+from graph_adapter.nn import masked_cross_entropy
 
 ETS = [("author", "writes", "paper"), ("paper", "rev_writes", "author"),
        ("paper", "cites", "paper")]

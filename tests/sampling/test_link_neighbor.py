@@ -309,7 +309,7 @@ class _LinkPredictor(torch.nn.Module):
 @settings(max_examples=12, deadline=None)
 def test_scores_and_grads_equal_the_plain_model_in_train_mode(cfg):
     from graph_adapter import ipu_wrap
-    from graph_adapter.nn.link_losses import link_loss
+    from graph_adapter.nn import link_loss
 
     if cfg["neg_sampling"] is None:
         cfg = dict(cfg, neg_sampling="binary", labels=False)  # the loss needs labels
@@ -354,7 +354,7 @@ def test_scores_and_grads_equal_the_plain_model_in_train_mode(cfg):
 
 
 def test_link_loss_of_a_batch_without_real_slots_is_zero():
-    from graph_adapter.nn.link_losses import masked_link_bce, masked_triplet_bce
+    from graph_adapter.nn import masked_link_bce, masked_triplet_bce
 
     s = torch.randn(5, requires_grad=True)
     assert float(masked_link_bce(s, torch.ones(5), torch.zeros(5, dtype=torch.bool))) == 0.0
@@ -424,7 +424,7 @@ def test_link_batches_check_clean_and_emulator_training_equals_plain_loop(neg):
     from graph_adapter.backends import compile as ga_compile
     from graph_adapter.checker import check
     from graph_adapter.ipu import IPUOptions
-    from graph_adapter.nn.link_losses import link_loss
+    from graph_adapter.nn import link_loss
 
     d = _graph(150, 400, 8)
     opts = IPUOptions(1, 1, 2)

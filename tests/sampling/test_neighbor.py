@@ -323,7 +323,7 @@ def test_seed_outputs_and_grads_equal_the_plain_model_in_train_mode(cfg):
     from torch_geometric.nn import GraphSAGE
 
     from graph_adapter import ipu_wrap
-    from graph_adapter.nn.losses import masked_cross_entropy
+    from graph_adapter.nn import masked_cross_entropy
 
     d = cfg["data"]
     L = _loader(cfg)
@@ -444,7 +444,7 @@ def test_sampled_batches_check_clean_and_emulator_training_equals_plain_loop(arc
     from graph_adapter.backends import compile as ga_compile
     from graph_adapter.checker import check
     from graph_adapter.ipu import IPUOptions
-    from graph_adapter.nn.losses import masked_cross_entropy
+    from graph_adapter.nn import masked_cross_entropy
 
     d = _graph(150, 900, 7, feat=4, edge_attr=False)
     opts = IPUOptions(2, 1, 2)

@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime", reason="the serve extra (onnx, onnxscript, on
 
 from graph_adapter import serve  # noqa: E402
 from graph_adapter.app.models import build_model  # noqa: E402
-from graph_adapter.app.zoo_layers import MODEL  # noqa: E402
+from graph_adapter.app.zoo.layers import MODEL  # noqa: E402
 from graph_adapter.backends.export import UnsupportedExportError, export  # noqa: E402
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader

@@ -22,10 +22,11 @@ import numpy as np
 import torch
 
 import graph_adapter as ga
+from graph_adapter.format import RESERVED_NODES
 
 from ..datasets import load_nci5k
 
-__all__ = ["ours", "fixed_count", "dynamic_sampler", "main"]
+__all__ = ["ours", "probe_budget", "fixed_count", "dynamic_sampler", "main"]
 
 
 def ours(sizes, budget, packer: str, epochs: int, open_batches: int = 8):
@@ -37,14 +38,30 @@ def ours(sizes, budget, packer: str, epochs: int, open_batches: int = 8):
     return {k: float(np.mean([e[k] for e in effs])) for k in effs[0]}, 1
 
 
+def probe_budget(nodes: int, edges: int, graphs: int) -> ga.Budget:
+    """A :class:`~graph_adapter.Budget` whose counts may tie, for packing probes only (never
+    a model's input): the baselines' sizes (pad-to-max, jraph's rounding) are what they
+    are, and ``Budget(...)`` refuses ties, which only matter to masked layers. Nudging them
+    would move the baseline. The library has no public constructor for such a budget (it
+    builds them privately for ``Budget.fit``), so this builds the frozen dataclass without
+    its ``__post_init__`` check; the other checks (the reserved padding node and graph
+    slots) are kept by hand here."""
+    if graphs < 2 or nodes < RESERVED_NODES or edges < 0:
+        raise ValueError(f"probe_budget: nodes {nodes}, edges {edges}, graphs {graphs}")
+    b = object.__new__(ga.Budget)
+    for name, v in (("nodes", int(nodes)), ("edges", int(edges)), ("graphs", int(graphs)),
+                    ("report", None)):
+        object.__setattr__(b, name, v)
+    return b
+
+
 def fixed_count(sizes, k: int, epochs: int):
     """pad-to-max, k real graphs a batch (graphium / poptorch_geometric default:
     max size x (B - 1) + 1 with B = k + 1 slots)."""
     m = sizes.matrix
-    # a packing probe, never a model's input: its counts may tie (Budget refuses a tie,
-    # which only matters to masked layers), and nudging them would move the baseline
-    budget = ga.Budget._unchecked(nodes=int(m[:, 0].max()) * k + 1,
-                                  edges=int(m[:, 1].max()) * k, graphs=k + 1)
+    # a packing probe, never a model's input: its counts may tie (probe_budget)
+    budget = probe_budget(nodes=int(m[:, 0].max()) * k + 1, edges=int(m[:, 1].max()) * k,
+                          graphs=k + 1)
     effs = []
     for e in range(epochs):
         perm = np.random.default_rng([0, e]).permutation(sizes.num_graphs).tolist()
@@ -108,8 +125,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                       f"{e['batches']:.1f} | {e['mean_graphs_per_batch']:.1f} | {shapes} |")
         # jraph / flax ogbg recipe: mean x B rounded up to 64, next-fit
         mean = m.mean(axis=0)
-        jb = ga.Budget._unchecked(nodes=int(np.ceil(mean[0] * k / 64) * 64) + 1,
-                                  edges=int(np.ceil(mean[1] * k / 64) * 64), graphs=k + 1)
+        jb = probe_budget(nodes=int(np.ceil(mean[0] * k / 64) * 64) + 1,
+                          edges=int(np.ceil(mean[1] * k / 64) * 64), graphs=k + 1)
         e, shapes = ours(sizes, jb, "greedy", args.epochs, open_batches=1)
         print(f"| jraph-style next-fit, budget mean x {k} rounded to 64 | {jb.nodes} / "
               f"{jb.edges} / {jb.graphs} | {e['node_efficiency']:.1%} | "

@@ -69,7 +69,7 @@ import os
 import platform
 import statistics
 import time
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -77,7 +77,7 @@ from torch_geometric.data import Batch
 
 import graph_adapter as ga
 
-from ...backends.select import Measure
+from ...backends import Measure
 from ..datasets import load_nci5k
 from ..models import build_model
 from .throughput import inferer, set_inductor_env, timed_interleaved, trainer
@@ -105,12 +105,8 @@ def _synced(fn: Callable[[], None], device: torch.device) -> Callable[[], None]:
     return run
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    """Print the side-by-side table; return ``{"train": {variant: graphs/s},
-    "infer": {...}, "ratios": {variant: {mode: median ratio}}, "spread":
-    {variant: {mode: (min, max) per-round ratio}}, "loadavg": ..., "widths":
-    {layout: (Din, Dout)}, "spills": (Kin, Kout)}``."""
-    set_inductor_env()
+def _parser() -> argparse.ArgumentParser:
+    """The script's flags."""
     ap = argparse.ArgumentParser(prog="python -m graph_adapter.app.bench.layout")
     ap.add_argument("--limit", type=int, default=None, help="molecules (default: all)")
     ap.add_argument("--batch", type=int, default=64, help="graphs per batch")
@@ -131,11 +127,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     ap.add_argument("--select", action="store_true",
                     help="also run compile(select='measure') on the HYB batches, per mode")
     ap.add_argument("--select-steps", type=int, default=3, help="timed steps per candidate")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    load_start = os.getloadavg()[0]
-    device = torch.device(args.device)
-    cuda = device.type == "cuda"
+    return ap
+
+
+def _variants(args: argparse.Namespace, cuda: bool) -> List[str]:
+    """The variants to time: every one (``--hyb-widths``' too, and the CUDA ones on a GPU),
+    or ``--variants``' subset ("pyg", the baseline, always first)."""
     variants = (list(VARIANTS) + [f"wrap_inductor_hyb{d}" for d in args.hyb_widths]
                 + (list(CUDA_VARIANTS) if cuda else []))
     if args.variants:
@@ -147,12 +144,15 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         if unknown:
             raise SystemExit(f"unknown --variants {sorted(unknown)}; choose from {variants[1:]}")
         variants = ["pyg"] + [v for v in variants[1:] if v in keep]
+    return variants
 
-    data, _ = load_nci5k(limit=args.limit)
-    for d in data:  # strings cannot live in a tensor dict
-        del d.smiles
-        d.y = d.y.view(-1)
-    budget = ga.Budget.fit(data, args.batch)
+
+def _batches(data: List[Any], budget: Any, args: argparse.Namespace, variants: List[str],
+             device: torch.device) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any],
+                                            Dict[Any, Any]]:
+    """Each variant's batches (collated once, on ``device``), the layouts' widths and
+    spill capacities: ``(batches, widths, spills, collated)`` (``collated``: (layout,
+    widths) -> (batches, widths, spills), the variants of one layout sharing them)."""
     layouts: Dict[str, Any] = {"wrap_inductor_ell": ("ell", None),
                                "wrap_inductor_hyb": ("hyb", None),
                                "wrap_inductor_hyb_plain": ("hyb", None)}
@@ -180,7 +180,13 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                 moved[id(bs)] = [b.to(device) if k == "pyg" else ga.format.to_device(b, device)
                                  for b in bs]
             batches[k] = moved[id(bs)]
-        pyg = batches["pyg"]
+    return batches, widths, spills, collated
+
+
+def _print_setup(data: List[Any], budget: Any, args: argparse.Namespace, device: torch.device,
+                 widths: Dict[str, Any], spills: Dict[str, Any]) -> None:
+    """The machine, the data and the layouts' widths, before the table."""
+    cuda = device.type == "cuda"
     n = len(data)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__}, threads {torch.get_num_threads()}"
@@ -190,55 +196,58 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         print(f"  {k}: widths (Din, Dout) = {widths[k]}"
               + (f", spill capacity (Kin, Kout) = {spills[k]}" if spills[k] else ""))
 
-    torch.manual_seed(0)
-    base = build_model("gine", args.hidden, args.layers).to(device)
-    loss_fn = ga.masked_loss("l1")
 
-    def compiled(k: str, m: torch.nn.Module) -> Any:
-        if k in ("wrap_eager", "wrap_eager_trim"):
-            return m
-        if k == "wrap_inductor_cudagraphs":
-            return ga.compile(m, "inductor_cudagraphs")
-        return ga.compile(m, "inductor",
-                          index_add_fallback=False if k == "wrap_inductor_atomic" else None,
-                          options=PLAIN_OPTIONS if k == "wrap_inductor_hyb_plain" else None)
+def _compiled(k: str, m: torch.nn.Module) -> Any:
+    """Variant ``k``'s wrapped model ``m``, compiled as that variant compiles it."""
+    if k in ("wrap_eager", "wrap_eager_trim"):
+        return m
+    if k == "wrap_inductor_cudagraphs":
+        return ga.compile(m, "inductor_cudagraphs")
+    return ga.compile(m, "inductor",
+                      index_add_fallback=False if k == "wrap_inductor_atomic" else None,
+                      options=PLAIN_OPTIONS if k == "wrap_inductor_hyb_plain" else None)
 
-    res: Dict[str, Any] = {"device": str(device), "widths": widths, "spills": spills,
-                           "ratios": {}, "spread": {},
-                           "clock": args.clock, "threads": args.threads}
-    for mode in ("train", "infer"):
-        names = list(variants)
-        train = mode == "train"
-        pyg_model = copy.deepcopy(base).train(train)
-        # inference: no loss inside the wrapper (eager PyG's inference computes none)
-        ms = {k: ga.ipu_wrap(copy.deepcopy(base), loss_fn=loss_fn if train else None,
-                             trim=k == "wrap_eager_trim").train(train)
-              for k in names[1:]}
-        calls = {"pyg": _pyg_call(pyg_model), **{k: compiled(k, ms[k]) for k in names[1:]}}
-        if train:
-            fns = {"pyg": trainer(pyg_model, lambda b: F.l1_loss(
-                       calls["pyg"](b).view(-1), b.y), pyg)}
-            for k in names[1:]:
-                fns[k] = trainer(ms[k], lambda f, c=calls[k]: c(f)["loss"], batches[k])
-        else:
-            fns = {k: inferer(calls[k], batches[k]) for k in names}
-        if cuda:  # a pass ends when the GPU has done its work
-            fns = {k: _synced(fn, device) for k, fn in fns.items()}
-        t0 = time.perf_counter()
-        for fn in fns.values():  # warm-up: compiles, allocator, Adam state
-            fn()
-        res[f"{mode}_warmup_s"] = time.perf_counter() - t0
-        clock = time.process_time if args.clock == "cpu" else time.perf_counter
-        times = timed_interleaved(fns, args.rounds, lambda v: v, clock)  # every round's time
-        res[mode] = {k: n / statistics.median(times[k]) for k in names}
-        for k in names:
-            per_round = [p / t for p, t in zip(times["pyg"], times[k])]
-            res["ratios"].setdefault(k, {})[mode] = res[mode][k] / res[mode]["pyg"]
-            res["spread"].setdefault(k, {})[mode] = (min(per_round), max(per_round))
-    if args.select:
-        res["select"] = selection(base, loss_fn, collated["hyb", None][0], args.select_steps)
-    res["loadavg"] = (load_start, os.getloadavg()[0])
 
+def _time_mode(mode: str, variants: List[str], base: torch.nn.Module, loss_fn: Any,
+               batches: Dict[str, Any], args: argparse.Namespace, device: torch.device,
+               n: int, res: Dict[str, Any]) -> None:
+    """Time every variant in ``mode`` ("train" or "infer") in interleaved rounds, after a
+    warm-up pass; fills ``res[mode]`` (graphs/s), ``res["ratios"]``, ``res["spread"]`` and
+    ``res[mode + "_warmup_s"]``."""
+    cuda = device.type == "cuda"
+    pyg = batches["pyg"]
+    names = list(variants)
+    train = mode == "train"
+    pyg_model = copy.deepcopy(base).train(train)
+    # inference: no loss inside the wrapper (eager PyG's inference computes none)
+    ms = {k: ga.ipu_wrap(copy.deepcopy(base), loss_fn=loss_fn if train else None,
+                         trim=k == "wrap_eager_trim").train(train)
+          for k in names[1:]}
+    calls = {"pyg": _pyg_call(pyg_model), **{k: _compiled(k, ms[k]) for k in names[1:]}}
+    if train:
+        fns = {"pyg": trainer(pyg_model, lambda b: F.l1_loss(
+                   calls["pyg"](b).view(-1), b.y), pyg)}
+        for k in names[1:]:
+            fns[k] = trainer(ms[k], lambda f, c=calls[k]: c(f)["loss"], batches[k])
+    else:
+        fns = {k: inferer(calls[k], batches[k]) for k in names}
+    if cuda:  # a pass ends when the GPU has done its work
+        fns = {k: _synced(fn, device) for k, fn in fns.items()}
+    t0 = time.perf_counter()
+    for fn in fns.values():  # warm-up: compiles, allocator, Adam state
+        fn()
+    res[f"{mode}_warmup_s"] = time.perf_counter() - t0
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    times = timed_interleaved(fns, args.rounds, lambda v: v, clock)  # every round's time
+    res[mode] = {k: n / statistics.median(times[k]) for k in names}
+    for k in names:
+        per_round = [p / t for p, t in zip(times["pyg"], times[k])]
+        res["ratios"].setdefault(k, {})[mode] = res[mode][k] / res[mode]["pyg"]
+        res["spread"].setdefault(k, {})[mode] = (min(per_round), max(per_round))
+
+
+def _print_table(res: Dict[str, Any], variants: List[str], args: argparse.Namespace) -> None:
+    """The side-by-side table of :func:`main`'s figures."""
     print()
     print(f"{'graphs/s (ratio to eager PyG; range over rounds)':48s}"
           f"{'training':>28s}{'inference':>28s}")
@@ -270,6 +279,38 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             print(f"  {m}: picks {c['winner']}; {cells}; trial {c['trial_s']:.0f} s")
     print(f"load average (1 min) at start {res['loadavg'][0]:.2f}, at end {res['loadavg'][1]:.2f} "
           f"({os.cpu_count()} cores)")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """Print the side-by-side table; return ``{"train": {variant: graphs/s},
+    "infer": {...}, "ratios": {variant: {mode: median ratio}}, "spread":
+    {variant: {mode: (min, max) per-round ratio}}, "loadavg": ..., "widths":
+    {layout: (Din, Dout)}, "spills": (Kin, Kout)}``."""
+    set_inductor_env()
+    args = _parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    load_start = os.getloadavg()[0]
+    device = torch.device(args.device)
+    variants = _variants(args, device.type == "cuda")
+    data, _ = load_nci5k(limit=args.limit)
+    for d in data:  # strings cannot live in a tensor dict
+        del d.smiles
+        d.y = d.y.view(-1)
+    budget = ga.Budget.fit(data, args.batch)
+    batches, widths, spills, collated = _batches(data, budget, args, variants, device)
+    _print_setup(data, budget, args, device, widths, spills)
+    torch.manual_seed(0)
+    base = build_model("gine", args.hidden, args.layers).to(device)
+    loss_fn = ga.masked_loss("l1")
+    res: Dict[str, Any] = {"device": str(device), "widths": widths, "spills": spills,
+                           "ratios": {}, "spread": {},
+                           "clock": args.clock, "threads": args.threads}
+    for mode in ("train", "infer"):
+        _time_mode(mode, variants, base, loss_fn, batches, args, device, len(data), res)
+    if args.select:
+        res["select"] = selection(base, loss_fn, collated["hyb", None][0], args.select_steps)
+    res["loadavg"] = (load_start, os.getloadavg()[0])
+    _print_table(res, variants, args)
     return res
 
 

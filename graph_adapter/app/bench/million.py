@@ -58,8 +58,9 @@ def build_dataset(n: int):
 def dataset_mib(ds) -> float:
     """The bytes of the dataset's own tensors (storage and slices), in MiB."""
     import torch
+    from graph_adapter.format.pyg import global_store, in_memory_data
 
-    own = [v for v in ds._data._store.values() if isinstance(v, torch.Tensor)]
+    own = [v for v in global_store(in_memory_data(ds)).values() if isinstance(v, torch.Tensor)]
     own += list(ds.slices.values())
     return sum(t.numel() * t.element_size() for t in own) / 2**20
 

@@ -21,7 +21,7 @@ import torch
 import graph_adapter as ga
 
 from ..datasets import load_nci5k
-from . import collate, efficiency, layout, memory, models, throughput
+from . import collate, efficiency, layout, memory, model_table as models, throughput
 
 __all__ = ["BENCHMARKS", "Row", "run_suite"]
 

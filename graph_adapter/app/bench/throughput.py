@@ -27,7 +27,7 @@ import os
 import platform
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -119,42 +119,21 @@ def set_inductor_env() -> None:
                           os.path.join(tempfile.gettempdir(), "graph_adapter_bench_inductor"))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    """``python benchmarks/bench_throughput.py [options]``: print the tables and return
-    every figure (graphs/s, seconds, compile count) as a dict."""
-    set_inductor_env()
+def _parser() -> argparse.ArgumentParser:
+    """The script's flags."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=128)
-    args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    res = {"loadavg_start": os.getloadavg()}
+    return ap
 
-    data, bad = load_nci5k(limit=args.limit)
-    for d in data:  # strings cannot live in a tensor dict; drop for both sides
-        del d.smiles
-    n_graphs = len(data)
-    budget = ga.Budget.fit(data, args.batch)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"torch {torch.__version__}, threads {torch.get_num_threads()}, no GPU")
-    print(f"data: {n_graphs} molecules (NCI-5k), batch {args.batch} graphs; budget {budget}")
 
-    torch.manual_seed(0)
-    base = MolNet(args.hidden)
-
-    # ---- pre-collated batches --------------------------------------------
-    pyg_batches = [Batch.from_data_list(data[i:i + args.batch]) for i in range(0, n_graphs, args.batch)]
-    loader = ga.FixedSizeLoader(data, budget, shuffle=False)
-    flats = list(loader)
-    real = sum(int(f["graph_mask"].sum()) for f in flats)
-    print(f"padded batches: {len(flats)} (PyG: {len(pyg_batches)}), real graphs {real}, "
-          f"node fill {sum(int(f['node_mask'].sum()) for f in flats) / sum(f['node_mask'].numel() for f in flats):.2f}")
-
-    # inference ----------------------------------------------------------
+def _inference(base: torch.nn.Module, pyg_batches: List[Batch], flats: List[Dict[str, Any]],
+               n_graphs: int, repeats: int, res: Dict[str, Any]) -> Any:
+    """Inference of eager PyG, ipu_wrap eager and ipu_wrap + inductor, interleaved; fills
+    ``res`` (``compile_eval_s``, ``inf_*`` graphs/s) and returns the compiled model."""
     m_pyg = copy.deepcopy(base).eval()
     # no loss inside the wrapper: eager PyG's inference computes none either
     w_eager = ga.ipu_wrap(copy.deepcopy(base)).eval()
@@ -178,10 +157,17 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         c_inf(flats[0])
     res["compile_eval_s"] = time.perf_counter() - t
     t_inf = timed_interleaved({"inf_pyg": inf_pyg, "inf_wrapped_eager": inf_wrapped(w_eager),
-                               "inf_compiled": inf_wrapped(c_inf)}, args.repeats)
+                               "inf_compiled": inf_wrapped(c_inf)}, repeats)
     res.update({k: n_graphs / v for k, v in t_inf.items()})
 
-    # training step --------------------------------------------------------
+    return c_inf
+
+
+def _training(base: torch.nn.Module, pyg_batches: List[Batch], flats: List[Dict[str, Any]],
+              n_graphs: int, repeats: int, res: Dict[str, Any]) -> Tuple[Any, Any, Any]:
+    """One training pass of each, interleaved; fills ``res`` (``compile_train_s``,
+    ``train_*`` graphs/s) and returns ``(eager PyG model, ipu_wrap eager, compiled)``
+    (their training state, for the epochs)."""
     m_pyg_t = copy.deepcopy(base).train()
     w_eager_t = ga.ipu_wrap(copy.deepcopy(base), loss_fn=wrapped_loss).train()
     w_comp_t = ga.ipu_wrap(copy.deepcopy(base), loss_fn=wrapped_loss).train()
@@ -194,12 +180,20 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     t_train = timed_interleaved({
         "train_pyg": trainer(m_pyg_t, lambda b: pyg_loss(m_pyg_t(b), b), pyg_batches),
         "train_wrapped_eager": trainer(w_eager_t, lambda f: w_eager_t(f)["loss"], flats),
-        "train_compiled": trainer(w_comp_t, lambda f: c_train(f)["loss"], flats)}, args.repeats)
+        "train_compiled": trainer(w_comp_t, lambda f: c_train(f)["loss"], flats)}, repeats)
     res.update({k: n_graphs / v for k, v in t_train.items()})
 
-    # end-to-end epoch, data loading included --------------------------------
+    return m_pyg_t, (w_eager_t, w_comp_t), c_train
+
+
+def _epochs(data: List[Any], budget: Any, batch: int, models: Tuple[Any, Any, Any],
+            repeats: int, res: Dict[str, Any]) -> None:
+    """Whole epochs with data loading (PyG's DataLoader + eager, FixedSizeLoader + ipu_wrap
+    eager / compiled) and the loaders alone, interleaved; fills ``res`` (``epoch_*_s``,
+    ``load_*_s``)."""
+    m_pyg_t, (w_eager_t, w_comp_t), c_train = models
     def epoch_pyg():
-        dl = DataLoader(data, batch_size=args.batch, shuffle=True)
+        dl = DataLoader(data, batch_size=batch, shuffle=True)
         trainer(m_pyg_t, lambda b: pyg_loss(m_pyg_t(b), b), dl)()
 
     fsl = ga.FixedSizeLoader(data, budget, shuffle=True)
@@ -219,10 +213,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "epoch_pyg_s": epoch_pyg,
         "epoch_fsl_eager_s": epoch_fsl(w_eager_t, lambda f: w_eager_t(f)["loss"]),
         "epoch_fsl_compiled_s": epoch_fsl(w_comp_t, lambda f: c_train(f)["loss"]),
-        "load_pyg_s": loading_only(lambda: DataLoader(data, batch_size=args.batch, shuffle=True)),
-        "load_fsl_s": loading_only(lambda: fsl)}, args.repeats))
-    res["compiles"] = c_inf.compile_count + c_train.compile_count
+        "load_pyg_s": loading_only(lambda: DataLoader(data, batch_size=batch, shuffle=True)),
+        "load_fsl_s": loading_only(lambda: fsl)}, repeats))
 
+
+def _report(res: Dict[str, Any]) -> None:
+    """The tables and the ratios of :func:`main`'s figures."""
     print()
     print(f"{'':34s}{'graphs/s':>12s}")
     for k, label in [("inf_pyg", "inference  PyG eager (unpadded)"),
@@ -239,7 +235,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
           f"FixedSizeLoader + inductor {res['epoch_fsl_compiled_s']:.2f} s")
     print(f"data loading alone (one epoch, no model): PyG DataLoader {res['load_pyg_s']:.3f} s, "
           f"FixedSizeLoader {res['load_fsl_s']:.3f} s")
-    res["loadavg_end"] = os.getloadavg()
     print(f"load average at start {res['loadavg_start'][0]:.2f}, at end {res['loadavg_end'][0]:.2f} "
           f"(1 min; {os.cpu_count()} cores)")
     print()
@@ -249,4 +244,40 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
           f"{res['epoch_pyg_s'] / res['epoch_fsl_compiled_s']:.2f}x (goal >= 1.2x)")
     print(f"ratio epoch PyG+eager / FixedSizeLoader+ipu_wrap eager: "
           f"{res['epoch_pyg_s'] / res['epoch_fsl_eager_s']:.2f}x")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """``python benchmarks/bench_throughput.py [options]``: print the tables and return
+    every figure (graphs/s, seconds, compile count) as a dict."""
+    set_inductor_env()
+    args = _parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    res = {"loadavg_start": os.getloadavg()}
+
+    data, bad = load_nci5k(limit=args.limit)
+    for d in data:  # strings cannot live in a tensor dict; drop for both sides
+        del d.smiles
+    n_graphs = len(data)
+    budget = ga.Budget.fit(data, args.batch)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"torch {torch.__version__}, threads {torch.get_num_threads()}, no GPU")
+    print(f"data: {n_graphs} molecules (NCI-5k), batch {args.batch} graphs; budget {budget}")
+
+    torch.manual_seed(0)
+    base = MolNet(args.hidden)
+    # pre-collated batches
+    pyg_batches = [Batch.from_data_list(data[i:i + args.batch]) for i in range(0, n_graphs, args.batch)]
+    loader = ga.FixedSizeLoader(data, budget, shuffle=False)
+    flats = list(loader)
+    real = sum(int(f["graph_mask"].sum()) for f in flats)
+    print(f"padded batches: {len(flats)} (PyG: {len(pyg_batches)}), real graphs {real}, "
+          f"node fill {sum(int(f['node_mask'].sum()) for f in flats) / sum(f['node_mask'].numel() for f in flats):.2f}")
+
+    c_inf = _inference(base, pyg_batches, flats, n_graphs, args.repeats, res)
+    models = _training(base, pyg_batches, flats, n_graphs, args.repeats, res)
+    _epochs(data, budget, args.batch, models, args.repeats, res)
+    res["compiles"] = c_inf.compile_count + models[2].compile_count
+    res["loadavg_end"] = os.getloadavg()
+    _report(res)
     return res

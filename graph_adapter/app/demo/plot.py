@@ -1,17 +1,18 @@
 """The demo's plot (``graph-adapter demo --plot``): :func:`write_plot` draws a
-:class:`~graph_adapter.app.results.DemoResult`'s loss curves and padding histogram;
+:class:`~graph_adapter.app.demo.results.DemoResult`'s loss curves and padding histogram;
 :func:`check_plot_extra` says what to install when matplotlib is missing. Importable from
-:mod:`graph_adapter.app.results` too.
+:mod:`graph_adapter.app.demo.results` too.
 """
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import Any
 
-from .datasets import MissingExtraError
+from ..datasets import MissingExtraError
 
-if TYPE_CHECKING:  # (results imports this module)
-    from .results import DemoResult
+# ``result`` is a results.DemoResult; results imports this module, so the type is
+# named in words, not imported (no import cycle, for type checkers either).
+DemoResult = Any
 
 __all__ = ["write_plot", "check_plot_extra"]
 

@@ -3,7 +3,7 @@
 The warm-up left out of every steady-state figure (:data:`WARMUP_FACTOR`,
 :func:`warmup_steps`, :func:`warmup_rounds`), the rates and the per-round ratios of the
 interleaved rounds (:func:`steady_rate`, :func:`round_ratios`, :func:`median_range`).
-Importable from :mod:`graph_adapter.app.results` too.
+Importable from :mod:`graph_adapter.app.demo.results` too.
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import statistics
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = ["RunStats", "UNCOMPILED_BACKENDS", "WARMUP_FACTOR", "warmup_steps", "steady_rate",
-           "warmup_rounds", "round_ratios", "median_range", "TRAIN_ROUND_GRAPHS"]
+           "warmup_rounds", "round_ratios", "median_range", "TRAIN_ROUND_GRAPHS",
+           "PROBE_STEPS"]
 
 #: Backends that run the module as it is: their ``compile_count`` counts the
 #: (signature, mode) pairs seen, not compiles, so the report says "no compiler".
@@ -28,6 +29,10 @@ WARMUP_FACTOR = 1.5
 #: is smaller): about 0.2-0.4 s a run at the demo's defaults on a quiet 2-core machine,
 #: long enough that a moment's burst of other work is a small part of a round.
 TRAIN_ROUND_GRAPHS = 2048
+
+#: Training steps the repeat probe runs, twice
+#: (:func:`~graph_adapter.app.demo.timing.repeat_gap`).
+PROBE_STEPS = 3
 
 
 def warmup_steps(seconds: Sequence[float], factor: float = WARMUP_FACTOR) -> int:
@@ -148,7 +153,7 @@ class RunStats:
     compiles_training: Optional[int] = None  # ... after training (None: not compiled)
     epoch_loss: List[float] = dataclasses.field(default_factory=list)
     # the same few steps run twice from one state, after training: how far apart their
-    # losses came (0.0: bit for bit; None: not checked); see graph_adapter.app.repeat
+    # losses came (0.0: bit for bit; None: not checked); see graph_adapter.app.demo.timing.repeat_gap
     repeat_gap: Optional[float] = None
     # the test split evaluated again and again (the MAE pass, then every interleaved
     # round): how far apart the per-batch absolute-error sums came (0.0: bit for bit)

@@ -259,138 +259,188 @@ def _timed_epochs(steps: Callable[[int], Iterable[int]], epochs: int) -> Tuple[f
     return (seeds / total if total > 0 and seeds else 0.0), float(first or 0.0)
 
 
+#: one run's inference over the test seeds: () -> (right, total, seconds)
+Infer = Callable[[], Tuple[int, int, float]]
+
+
+@dataclasses.dataclass
+class _Graph:
+    """The generated graph, its seeded train / test seeds and the adapter's loaders over
+    them (the test loader shares the training one's budget: one compiled shape)."""
+
+    data: Any
+    train: Tensor
+    test: Tensor
+    loader: Any
+    test_loader: Any
+
+
+def _graph(cfg: NodeDemoConfig) -> _Graph:
+    """The stochastic-block-model graph of ``cfg`` and FixedSizeNeighborLoaders over it."""
+    from graph_adapter.sampling import FixedSizeNeighborLoader
+
+    data = sbm_graph(cfg.nodes, cfg.classes, cfg.out_degree, signal=cfg.signal, dim=cfg.dim,
+                     seed=cfg.seed)
+    train, test = _split(cfg.nodes, cfg.seed)
+    fan = list(cfg.num_neighbors)
+    loader = FixedSizeNeighborLoader(data, fan, cfg.batch_size, input_nodes=train,
+                                     shuffle=True, seed=cfg.seed)
+    test_loader = FixedSizeNeighborLoader(data, fan, cfg.batch_size, input_nodes=test,
+                                          budget=loader.budget, seed=cfg.seed)
+    return _Graph(data, train, test, loader, test_loader)
+
+
+def _adapter_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module, backend: str,
+                 fill: Dict[str, float]) -> Tuple[NodeRun, Infer, Any]:
+    """Train a copy of ``plain`` through ipu_wrap + compile on ``g.loader``'s padded
+    batches; returns its figures, its inference and its compiled model. ``fill`` gets the
+    loader's padding figures."""
+    import graph_adapter as ga
+    from graph_adapter.nn import masked_cross_entropy
+
+    loader = g.loader
+    mine = _model(cfg)
+    mine.load_state_dict(plain.state_dict())
+    wrapped = ga.ipu_wrap(mine, loss_fn=lambda out, b: masked_cross_entropy(
+        out, b["y"], b["seed_mask"]))
+    opt = torch.optim.Adam(wrapped.parameters(), lr=cfg.lr)
+    compiled = ga.compile(wrapped, backend, optimizer=opt)
+    run = NodeRun(name="graph_adapter")
+    _log(f"graph_adapter [{backend}]: training {cfg.epochs} epochs of {len(loader)} batches "
+         f"(the first step compiles) ...", cfg.progress)
+
+    def ours_steps(epoch: int) -> Iterable[int]:
+        loader.set_epoch(epoch)
+        compiled.train()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # trims: counted in loader.stats, reported
+            for flat in loader:
+                loss = compiled(flat)["loss"]
+                if not compiled.steps_optimizer:
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                run.final_loss = float(loss.detach().float().mean())
+                yield int(flat["seed_mask"].sum())
+        fill.update(nodes=loader.stats.node_efficiency, edges=loader.stats.edge_efficiency,
+                    trimmed=loader.stats.trimmed_batches, batches=loader.stats.batches)
+
+    run.train_seeds_per_s, run.first_step_s = _timed_epochs(ours_steps, cfg.epochs)
+    test_batches = list(g.test_loader)
+
+    def ours_infer() -> Tuple[int, int, float]:
+        compiled.eval()
+        right = total = 0
+        t = time.perf_counter()
+        with torch.no_grad():
+            for flat in test_batches:
+                out = compiled(flat)["output"]
+                sm = flat["seed_mask"]
+                right += int(((out.argmax(-1) == flat["y"]) & sm).sum())
+                total += int(sm.sum())
+        return right, total, time.perf_counter() - t
+
+    return run, ours_infer, compiled
+
+
+def _eager_source(use_pyg: bool) -> str:
+    """Where eager PyG's batches come from, in words (the report's line)."""
+    return ("PyG's NeighborLoader (same fanouts, batch size, seeds)" if use_pyg else
+            "our sampler's unpadded subgraphs: PyG's NeighborLoader needs pyg-lib or "
+            "torch-sparse, neither is installed")
+
+
+def _eager_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module,
+               use_pyg: bool) -> Tuple[NodeRun, Infer]:
+    """Train ``plain`` in eager PyG on unpadded sampled subgraphs; returns its figures and
+    its inference."""
+    base = NodeRun(name="eager PyG")
+    popt = torch.optim.Adam(plain.parameters(), lr=cfg.lr)
+    _log(f"eager PyG: training {cfg.epochs} epochs ...", cfg.progress)
+
+    def pyg_steps(epoch: int) -> Iterable[int]:
+        plain.train()
+        for x, ei, y, b in _eager_batches(g.data, g.train, cfg, True, epoch, use_pyg):
+            popt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(plain(x, ei)[:b], y[:b])
+            loss.backward()
+            popt.step()
+            base.final_loss = float(loss.detach())
+            yield b
+
+    base.train_seeds_per_s, base.first_step_s = _timed_epochs(pyg_steps, cfg.epochs)
+    eager_test = list(_eager_batches(g.data, g.test, cfg, False, 0, use_pyg))
+
+    def pyg_infer() -> Tuple[int, int, float]:
+        plain.eval()
+        right = total = 0
+        t = time.perf_counter()
+        with torch.no_grad():
+            for x, ei, y, b in eager_test:
+                right += int((plain(x, ei)[:b].argmax(-1) == y[:b]).sum())
+                total += b
+        return right, total, time.perf_counter() - t
+
+    return base, pyg_infer
+
+
+def _time_inference(runs: List[Tuple[NodeRun, Infer]], rounds: int, num_test: int,
+                    progress: bool) -> None:
+    """A warm-up pass of every run's inference (the inference compile; its accuracy), then
+    ``rounds`` interleaved rounds; each run's rate is its median round's."""
+    _log("inference over the test seeds (a warm-up pass, then interleaved rounds) ...",
+         progress)
+    times: Dict[str, List[float]] = {r.name: [] for r, _ in runs}
+    for r, infer in runs:
+        right, total, _ = infer()  # warm-up: the inference compile
+        r.test_accuracy = right / max(total, 1)
+    for _ in range(max(1, rounds)):
+        for r, infer in runs:
+            right, total, sec = infer()
+            times[r.name].append(sec)
+            r.infer_seeds_per_s = 0.0 if sec <= 0 else total / sec
+    for r, _ in runs:
+        med = sorted(times[r.name])[len(times[r.name]) // 2]
+        r.infer_seeds_per_s = num_test / med if med > 0 else 0.0
+
+
+def _load_average(default: float) -> float:
+    """The 1-minute load average (``default`` where the OS has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else default
+
+
 def run_node_demo(cfg: Optional[NodeDemoConfig] = None, **overrides: Any) -> NodeDemoResult:
     """Run the node-level demo (module doc) and return its figures."""
-    import graph_adapter as ga
     from graph_adapter.backends import resolve_backend
-    from graph_adapter.sampling import FixedSizeNeighborLoader
-    from graph_adapter.nn.losses import masked_cross_entropy
 
     cfg = dataclasses.replace(cfg or NodeDemoConfig(), **overrides)
     t0 = time.perf_counter()
-    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load0 = _load_average(float("nan"))
     threads_before = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
-        data = sbm_graph(cfg.nodes, cfg.classes, cfg.out_degree, signal=cfg.signal, dim=cfg.dim,
-                         seed=cfg.seed)
-        train, test = _split(cfg.nodes, cfg.seed)
-        fan = list(cfg.num_neighbors)
-        loader = FixedSizeNeighborLoader(data, fan, cfg.batch_size, input_nodes=train,
-                                         shuffle=True, seed=cfg.seed)
-        test_loader = FixedSizeNeighborLoader(data, fan, cfg.batch_size, input_nodes=test,
-                                              budget=loader.budget, seed=cfg.seed)
+        g = _graph(cfg)
         backend = resolve_backend(cfg.backend)[0]
         plain = _model(cfg)
-        runs: List[Tuple[NodeRun, Callable[[], Tuple[int, int, float]]]] = []
-
-        # -- graph_adapter ------------------------------------------------------
-        mine = _model(cfg)
-        mine.load_state_dict(plain.state_dict())
-        wrapped = ga.ipu_wrap(mine, loss_fn=lambda out, b: masked_cross_entropy(
-            out, b["y"], b["seed_mask"]))
-        opt = torch.optim.Adam(wrapped.parameters(), lr=cfg.lr)
-        compiled = ga.compile(wrapped, backend, optimizer=opt)
-        run = NodeRun(name="graph_adapter")
-        _log(f"graph_adapter [{backend}]: training {cfg.epochs} epochs of {len(loader)} batches "
-             f"(the first step compiles) ...", cfg.progress)
         fill: Dict[str, float] = {}
-
-        def ours_steps(epoch: int) -> Iterable[int]:
-            loader.set_epoch(epoch)
-            compiled.train()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # trims: counted in loader.stats, reported
-                for flat in loader:
-                    loss = compiled(flat)["loss"]
-                    if not compiled.steps_optimizer:
-                        opt.zero_grad(set_to_none=True)
-                        loss.backward()
-                        opt.step()
-                    run.final_loss = float(loss.detach().float().mean())
-                    yield int(flat["seed_mask"].sum())
-            fill.update(nodes=loader.stats.node_efficiency, edges=loader.stats.edge_efficiency,
-                        trimmed=loader.stats.trimmed_batches, batches=loader.stats.batches)
-
-        run.train_seeds_per_s, run.first_step_s = _timed_epochs(ours_steps, cfg.epochs)
-        test_batches = list(test_loader)
-
-        def ours_infer() -> Tuple[int, int, float]:
-            compiled.eval()
-            right = total = 0
-            t = time.perf_counter()
-            with torch.no_grad():
-                for flat in test_batches:
-                    out = compiled(flat)["output"]
-                    sm = flat["seed_mask"]
-                    right += int(((out.argmax(-1) == flat["y"]) & sm).sum())
-                    total += int(sm.sum())
-            return right, total, time.perf_counter() - t
-
-        runs.append((run, ours_infer))
-
-        # -- eager PyG ----------------------------------------------------------
+        run, infer, compiled = _adapter_run(cfg, g, plain, backend, fill)
+        runs: List[Tuple[NodeRun, Infer]] = [(run, infer)]
         use_pyg = pyg_sampler_available()
-        source = ("PyG's NeighborLoader (same fanouts, batch size, seeds)" if use_pyg else
-                  "our sampler's unpadded subgraphs: PyG's NeighborLoader needs pyg-lib or "
-                  "torch-sparse, neither is installed")
         if cfg.eager_baseline:
-            base = NodeRun(name="eager PyG")
-            popt = torch.optim.Adam(plain.parameters(), lr=cfg.lr)
-            _log(f"eager PyG: training {cfg.epochs} epochs ...", cfg.progress)
-
-            def pyg_steps(epoch: int) -> Iterable[int]:
-                plain.train()
-                for x, ei, y, b in _eager_batches(data, train, cfg, True, epoch, use_pyg):
-                    popt.zero_grad(set_to_none=True)
-                    loss = F.cross_entropy(plain(x, ei)[:b], y[:b])
-                    loss.backward()
-                    popt.step()
-                    base.final_loss = float(loss.detach())
-                    yield b
-
-            base.train_seeds_per_s, base.first_step_s = _timed_epochs(pyg_steps, cfg.epochs)
-            eager_test = list(_eager_batches(data, test, cfg, False, 0, use_pyg))
-
-            def pyg_infer() -> Tuple[int, int, float]:
-                plain.eval()
-                right = total = 0
-                t = time.perf_counter()
-                with torch.no_grad():
-                    for x, ei, y, b in eager_test:
-                        right += int((plain(x, ei)[:b].argmax(-1) == y[:b]).sum())
-                        total += b
-                return right, total, time.perf_counter() - t
-
-            runs.append((base, pyg_infer))
-
-        # -- inference, interleaved rounds --------------------------------------
-        _log("inference over the test seeds (a warm-up pass, then interleaved rounds) ...",
-             cfg.progress)
-        times: Dict[str, List[float]] = {r.name: [] for r, _ in runs}
-        for r, infer in runs:
-            right, total, _ = infer()  # warm-up: the inference compile
-            r.test_accuracy = right / max(total, 1)
-        for _ in range(max(1, cfg.infer_rounds)):
-            for r, infer in runs:
-                right, total, sec = infer()
-                times[r.name].append(sec)
-                r.infer_seeds_per_s = 0.0 if sec <= 0 else total / sec
-        for r, _ in runs:
-            med = sorted(times[r.name])[len(times[r.name]) // 2]
-            r.infer_seeds_per_s = len(test) / med if med > 0 else 0.0
+            runs.append(_eager_run(cfg, g, plain, use_pyg))
+        _time_inference(runs, cfg.infer_rounds, len(g.test), cfg.progress)
         if backend != "eager":
             run.compiles = int(getattr(compiled, "compile_count", 0))
         return NodeDemoResult(
-            config=cfg, backend=backend, num_nodes=int(data.num_nodes),
-            num_edges=int(data.num_edges), num_train=int(train.numel()),
-            num_test=int(test.numel()), budget=loader.budget.to_dict(),
+            config=cfg, backend=backend, num_nodes=int(g.data.num_nodes),
+            num_edges=int(g.data.num_edges), num_train=int(g.train.numel()),
+            num_test=int(g.test.numel()), budget=g.loader.budget.to_dict(),
             node_efficiency=fill.get("nodes", 0.0), edge_efficiency=fill.get("edges", 0.0),
             trimmed_batches=int(fill.get("trimmed", 0)), batches=int(fill.get("batches", 0)),
-            eager_source=source, runs=[r for r, _ in runs], threads=torch.get_num_threads(),
-            seconds=time.perf_counter() - t0,
-            load_average=(load0, os.getloadavg()[0] if hasattr(os, "getloadavg") else load0))
+            eager_source=_eager_source(use_pyg), runs=[r for r, _ in runs],
+            threads=torch.get_num_threads(), seconds=time.perf_counter() - t0,
+            load_average=(load0, _load_average(load0)))
     finally:
         torch.set_num_threads(threads_before)
 
@@ -403,7 +453,7 @@ def node_config_from_args(args: Any) -> NodeDemoConfig:
     share the molecule demo's flags, whose defaults are that demo's: they apply
     where they differ from those defaults, else the node demo's own defaults hold.
     """
-    from .results import DemoConfig
+    from .config import DemoConfig
 
     mol, node = DemoConfig(), NodeDemoConfig()
     kw: Dict[str, Any] = dict(seed=args.seed, backend=args.backend, threads=args.threads,
@@ -421,7 +471,7 @@ def run_node_cli(args: Any) -> int:
     figures); returns the exit code."""
     import json
 
-    from .usage import EXIT_USAGE
+    from ..usage import EXIT_USAGE
 
     cfg = node_config_from_args(args)
     if cfg.nodes < 2 * cfg.batch_size or cfg.epochs < 1:

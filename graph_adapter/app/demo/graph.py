@@ -21,7 +21,7 @@ What :func:`run_demo` does, in order:
    the same process, for the throughput and MAE comparison;
 6. times training of every run's (already compiled) training step over a
    fixed list of its training batches (the first ones of its epoch 1
-   holding :data:`~graph_adapter.app.results.TRAIN_ROUND_GRAPHS` real
+   holding :data:`~graph_adapter.app.demo.results.TRAIN_ROUND_GRAPHS` real
    graphs) in ``train_rounds`` interleaved rounds (:func:`time_interleaved`):
    each round runs each run once, in turn, so that the runs timed in one
    round share the machine's state of the moment (a burst of other work,
@@ -32,29 +32,29 @@ What :func:`run_demo` does, in order:
    its test batches in ``infer_rounds`` interleaved rounds the same way;
    every round's errors are compared with the MAE pass's
    (``infer_repeat_gap``: the restored training state is checked there too);
-8. returns a :class:`~graph_adapter.app.results.DemoResult`; its ``report()``
+8. returns a :class:`~graph_adapter.app.demo.results.DemoResult`; its ``report()``
    formats it.
 
 Every run goes through the same epoch loop (:func:`train_epochs`) and the same
 evaluation loop (:func:`evaluate`); they differ only in their step functions.
 Throughput is steady state, from the interleaved rounds, after every compile:
 the leading rounds in which any run was slower than
-:data:`~graph_adapter.app.results.WARMUP_FACTOR` x its median round are left
-out (:func:`~graph_adapter.app.results.warmup_rounds`); a run's rate is its
+:data:`~graph_adapter.app.demo.results.WARMUP_FACTOR` x its median round are left
+out (:func:`~graph_adapter.app.demo.results.warmup_rounds`); a run's rate is its
 round's graphs over its median round, a ratio the median of the per-round
-ratios (:func:`~graph_adapter.app.results.round_ratios`). The runs train one
+ratios (:func:`~graph_adapter.app.demo.results.round_ratios`). The runs train one
 after the other (each in its own epochs: interleaving epochs would run three
 models, three optimizers and three progress bars in lockstep), and a whole
 process or period of this virtual machine can run 20% slower than another:
 timed that way the training ratio to eager PyG moved from 1.11x to 1.40x in
 three quiet runs. Each run's own epochs are still timed (every step; the
 leading steps slower than that factor x the run's median step, the compile
-among them, left out: :func:`~graph_adapter.app.results.warmup_steps`) and
+among them, left out: :func:`~graph_adapter.app.demo.results.warmup_steps`) and
 reported second.
-The models live in :mod:`graph_adapter.app.models`, the figures and the
-report in :mod:`graph_adapter.app.results`; the loops in
-:mod:`graph_adapter.app.demo_loops`, the interleaved rounds in
-:mod:`graph_adapter.app.demo_rounds` and the runs in :mod:`graph_adapter.app.demo_runs`.
+The settings are one :class:`~graph_adapter.app.demo.config.DemoConfig`, built here once
+and passed down. The models live in :mod:`graph_adapter.app.models`, the figures and the
+report in :mod:`graph_adapter.app.demo.results`; the runs, their loops, the interleaved
+rounds and the repeat probe in :mod:`graph_adapter.app.demo.timing`.
 """
 from __future__ import annotations
 
@@ -70,14 +70,13 @@ import graph_adapter as ga
 from graph_adapter.backends import resolve_backend
 from graph_adapter.batching import Collator
 
-from .datasets import load_nci5k
-from .demo_loops import evaluate, log, time_interleaved, train_epochs
-from .demo_rounds import CompileCount, time_inference, time_training
-from .demo_runs import mode_backend, train_adapter, train_pyg
-from .models import MODELS, AtomBondEncoder, MolRegressor, build_model
-from .preflight import DemoSettingError, check_demo_settings
-from .repeat import known_nondeterminism
-from .results import DemoConfig, DemoResult, RunStats, write_plot
+from ..datasets import load_nci5k
+from ..models import MODELS, AtomBondEncoder, MolRegressor, build_model
+from ..preflight import DemoSettingError, check_demo_settings
+from .config import DemoConfig
+from .results import DemoResult, RunStats, write_plot
+from .timing import (Timed, evaluate, known_nondeterminism, log, mode_backend, time_interleaved,
+                     time_rounds, train_adapter, train_epochs, train_pyg)
 
 __all__ = ["MODELS", "DemoConfig", "DemoResult", "RunStats", "AtomBondEncoder", "MolRegressor",
            "build_model", "run_demo", "train_epochs", "evaluate", "time_interleaved",
@@ -127,12 +126,23 @@ def run_demo(cfg: Optional[DemoConfig] = None, **overrides: Any) -> DemoResult:
         torch.use_deterministic_algorithms(was_deterministic)
 
 
-def _run(cfg: DemoConfig) -> DemoResult:
-    """:func:`run_demo` once its settings are checked."""
-    import numpy as np
+@dataclasses.dataclass
+class _Molecules:
+    """The loaded molecules and their seeded train / test split, with the training
+    targets' mean and standard deviation (the model's output scale)."""
 
-    t_all = time.perf_counter()
-    load_start = os.getloadavg()[0]
+    graphs: List[Any]
+    num_bad: int
+    load_seconds: float
+    train: List[Any]
+    test: List[Any]
+    y_mean: float
+    y_std: float
+    y_test: torch.Tensor
+
+
+def _load(cfg: DemoConfig) -> _Molecules:
+    """rdkit's NCI molecules (``cfg.limit``, ``cfg.path``), split by ``cfg.seed``."""
     log("loading rdkit's NCI first_5k molecules (from_smiles) ...", cfg.progress)
     t0 = time.perf_counter()
     graphs, n_bad = load_nci5k(limit=cfg.limit, path=cfg.path)
@@ -147,73 +157,118 @@ def _run(cfg: DemoConfig) -> DemoResult:
     y_train = torch.cat([d.y.view(-1) for d in train])
     y_test = torch.cat([d.y.view(-1) for d in test])
     y_mean, y_std = float(y_train.mean()), float(y_train.std().clamp(min=1e-6)) if len(train) > 1 else 1.0
+    return _Molecules(graphs, n_bad, load_seconds, train, test, y_mean, y_std, y_test)
 
-    # The budget sees graph sizes only (no targets): fit on every molecule so
-    # that no test graph is too big for it.
-    budget = ga.Budget.fit(graphs, min(cfg.batch_graphs, len(graphs)), seed=cfg.seed)
-    # pad-to-max with a fixed graph count (graphium / poptorch_geometric default sizing:
-    # largest graph x k real graphs + 1 padding node)
+
+def _pad_to_max(graphs, batch_graphs: int) -> float:
+    """The node efficiency of pad-to-max with a fixed graph count (graphium /
+    poptorch_geometric default sizing: largest graph x k real graphs + 1 padding node)."""
+    import numpy as np
+
     n_nodes = np.array([d.num_nodes for d in graphs], dtype=np.float64)
-    k = min(cfg.batch_graphs, len(graphs))
-    pad_to_max = float(n_nodes.mean() * k / (n_nodes.max() * k + 1))
+    k = min(batch_graphs, len(graphs))
+    return float(n_nodes.mean() * k / (n_nodes.max() * k + 1))
 
-    backend, note = resolve_backend(cfg.backend)
+
+@dataclasses.dataclass
+class _Runs:
+    """Every run, trained and evaluated: the adapter's figures, its loader's statistics,
+    its compiled model, its epoch-1 node fill and layout, and every run ready for the
+    interleaved rounds (the adapter's first)."""
+
+    adapter: RunStats
+    loader_stats: Any
+    compiled: Any
+    fill: List[float]
+    layout: Dict[str, Any]
+    timed: List[Timed]
+
+    def stats(self, name: str) -> Optional[RunStats]:
+        """The figures of the run called ``name`` (``None``: not run)."""
+        return {t.stats.name: t.stats for t in self.timed}.get(name)
+
+
+def _train_runs(cfg: DemoConfig, mols: _Molecules, budget, backend: str) -> _Runs:
+    """The adapter's run, then eager PyG's and (``cfg.pyg_compile``) PyG compiled's, from
+    the same initial weights."""
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, cfg.hidden, cfg.layers, y_mean, y_std)
+    model = build_model(cfg.model, cfg.hidden, cfg.layers, mols.y_mean, mols.y_std)
     pyg_model = copy.deepcopy(model)  # same initial weights; ipu_wrap edits norms in place
-
     fill: List[float] = []
     # the HYB spill adds with scatter_add (nn/static_layout.SPILL_ADD), which poptorch
     # handles: the IPU backends keep the layout too
-    layout = _layout_of(graphs, budget, cfg.layout)
-    adapter, st, compiled, adapter_timed = train_adapter(model, train, test, budget, cfg,
-                                                         backend, fill, layout)
-    training_backend = mode_backend(compiled, training=True)
+    layout = _layout_of(mols.graphs, budget, cfg.layout)
+    adapter, st, compiled, adapter_timed = train_adapter(model, mols.train, mols.test, budget,
+                                                         cfg, backend, fill, layout)
     timed = [adapter_timed]
     if cfg.eager_baseline:
-        timed.append(train_pyg(copy.deepcopy(pyg_model), train, test, cfg, compiled=False))
+        timed.append(train_pyg(copy.deepcopy(pyg_model), mols.train, mols.test, cfg,
+                               compiled=False))
     if cfg.pyg_compile:
-        timed.append(train_pyg(copy.deepcopy(pyg_model), train, test, cfg, compiled=True))
-    by_name = {t.stats.name: t.stats for t in timed}
-    eager, pyg_compiled = by_name.get("eager PyG"), by_name.get("PyG compiled")
+        timed.append(train_pyg(copy.deepcopy(pyg_model), mols.train, mols.test, cfg,
+                               compiled=True))
+    return _Runs(adapter, st, compiled, fill, layout, timed)
+
+
+def _nondeterminism(cfg: DemoConfig, runs: _Runs) -> Dict[str, str]:
+    """Run name -> why its training will not repeat bit for bit, for the runs that won't."""
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    out = {}
+    checked = ((runs.adapter, mode_backend(runs.compiled, training=True),
+                getattr(runs.compiled, "atomic_adds", None)),
+               (runs.stats("PyG compiled"), cfg.pyg_compile_backend, None))  # None: assume atomics
+    for run, run_backend, atomic in checked:
+        cause = known_nondeterminism(run_backend, threads, deterministic, atomic)
+        if run is not None and cause:
+            out[run.name] = cause
+    return out
+
+
+def _run(cfg: DemoConfig) -> DemoResult:
+    """:func:`run_demo` once its settings are checked."""
+    t_all = time.perf_counter()
+    load_start = os.getloadavg()[0]
+    mols = _load(cfg)
+    # The budget sees graph sizes only (no targets): fit on every molecule so
+    # that no test graph is too big for it.
+    budget = ga.Budget.fit(mols.graphs, min(cfg.batch_graphs, len(mols.graphs)), seed=cfg.seed)
+    backend, note = resolve_backend(cfg.backend)
+    runs = _train_runs(cfg, mols, budget, backend)
     # after every training run and every compile: the runs' training, then their
     # inference, side by side (0 compiles expected in either: every step compiled in its
     # epochs or its MAE pass)
-    count = CompileCount(compiled, backend)
-    train_seconds = time_training(timed, cfg.train_rounds, cfg.progress)
-    train_compiles = count.since()
-    count = CompileCount(compiled, backend)
-    infer_seconds = time_inference(timed, cfg.infer_rounds, cfg.progress)
-    round_compiles = count.since()
-    threads = torch.get_num_threads()
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    nondeterminism = {}
-    runs = ((adapter, training_backend, getattr(compiled, "atomic_adds", None)),
-            (pyg_compiled, cfg.pyg_compile_backend, None))  # None: not read, assume atomics
-    for run, run_backend, atomic in runs:
-        cause = known_nondeterminism(run_backend, threads, deterministic, atomic)
-        if run is not None and cause:
-            nondeterminism[run.name] = cause
-    result = DemoResult(
-        config=cfg, num_graphs=len(graphs), num_bad_smiles=n_bad, num_train=len(train),
-        num_test=len(test), backend=backend, backend_note=note,
-        budget={"nodes": budget.nodes, "edges": budget.edges, "graphs": budget.graphs},
-        node_efficiency=st.node_efficiency, edge_efficiency=st.edge_efficiency,
-        graph_efficiency=st.graph_efficiency, pad_to_max_node_efficiency=pad_to_max,
-        batch_node_fill=fill, adapter=adapter, eager=eager, pyg_compiled=pyg_compiled,
-        load_seconds=load_seconds, cpu_count=os.cpu_count() or 0, threads=threads,
-        training_backend=training_backend,
-        inference_backend=mode_backend(compiled, training=False),
-        nondeterminism=nondeterminism,
-        layout={"name": layout["layout"], "widths": list(layout["layout_widths"]),
-                "spills": list(layout["layout_spills"] or [])} if layout else None,
-        infer_rounds=cfg.infer_rounds, infer_rounds_seconds=infer_seconds,
-        infer_round_compiles=round_compiles,
-        train_rounds=cfg.train_rounds if any(t.stats.train_round_seconds for t in timed) else 0,
-        train_rounds_seconds=train_seconds, train_round_compiles=train_compiles)
-    result._mean_mae = float((y_test - y_mean).abs().mean())
+    rounds = time_rounds(runs.timed, cfg, runs.compiled, backend)
+    result = _result(cfg, mols, budget, backend, note, runs, rounds)
+    result.mean_mae = float((mols.y_test - mols.y_mean).abs().mean())
     result.total_seconds = time.perf_counter() - t_all
     result.load_average = [load_start, os.getloadavg()[0]]
     if cfg.plot:
         write_plot(result, cfg.plot)
     return result
+
+
+def _result(cfg: DemoConfig, mols: _Molecules, budget, backend: str, note: str, runs: _Runs,
+            rounds) -> DemoResult:
+    """The :class:`DemoResult` of a run's parts (its timings but the whole run's)."""
+    st, layout, compiled = runs.loader_stats, runs.layout, runs.compiled
+    return DemoResult(
+        config=cfg, num_graphs=len(mols.graphs), num_bad_smiles=mols.num_bad,
+        num_train=len(mols.train), num_test=len(mols.test), backend=backend, backend_note=note,
+        budget={"nodes": budget.nodes, "edges": budget.edges, "graphs": budget.graphs},
+        node_efficiency=st.node_efficiency, edge_efficiency=st.edge_efficiency,
+        graph_efficiency=st.graph_efficiency,
+        pad_to_max_node_efficiency=_pad_to_max(mols.graphs, cfg.batch_graphs),
+        batch_node_fill=runs.fill, adapter=runs.adapter, eager=runs.stats("eager PyG"),
+        pyg_compiled=runs.stats("PyG compiled"),
+        load_seconds=mols.load_seconds, cpu_count=os.cpu_count() or 0,
+        threads=torch.get_num_threads(),
+        training_backend=mode_backend(compiled, training=True),
+        inference_backend=mode_backend(compiled, training=False),
+        nondeterminism=_nondeterminism(cfg, runs),
+        layout={"name": layout["layout"], "widths": list(layout["layout_widths"]),
+                "spills": list(layout["layout_spills"] or [])} if layout else None,
+        infer_rounds=cfg.infer_rounds, infer_rounds_seconds=rounds.infer_seconds,
+        infer_round_compiles=rounds.infer_compiles,
+        train_rounds=cfg.train_rounds if any(t.stats.train_round_seconds for t in runs.timed) else 0,
+        train_rounds_seconds=rounds.train_seconds, train_round_compiles=rounds.train_compiles)

@@ -1,12 +1,12 @@
-"""The PyG zoo table (graph_adapter/app/zoo.py -> docs/zoo.md)."""
+"""The PyG zoo table (graph_adapter/app/zoo/table.py -> docs/zoo.md)."""
 import os
 import re
 
 import pytest
 
-from graph_adapter.app import zoo, zoo_why
+from graph_adapter.app.zoo import table as zoo, why as zoo_why
 
-DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "zoo.md")
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "zoo.md")
 
 
 def _parse(doc):

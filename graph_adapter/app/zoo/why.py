@@ -1,7 +1,7 @@
 """The zoo's rows that stay red: for each, the causes (:data:`WHY_NOT`: probes that
 measure each one on the row's own batches) and what a user does instead, with the
 workarounds the script runs like rows (:class:`Try`). Used by
-:func:`graph_adapter.app.zoo_run.run_row` for the note of a red row.
+:func:`graph_adapter.app.zoo.run.run_row` for the note of a red row.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torch import nn
 from torch_geometric.data import Batch
 from torch_geometric.nn import conv as C
 
-from .zoo_layers import BUDGET, F, call
+from .layers import BUDGET, F, call
 
 __all__ = ["CELLS", "WIDTH", "Probe", "Try", "WhyNot", "WHY_NOT"]
 

@@ -1,8 +1,8 @@
 """The zoo's layer table: every class/function of ``torch_geometric.nn.conv / aggr / norm
 / pool / models.__all__`` as a row (:func:`rows`): how to build it (a small default: 8
 features, 3 edge features, 3-D positions) and call it (:class:`Row`, :func:`call`), or
-why it is not built here. Run by :mod:`graph_adapter.app.zoo_run`, tabled by
-:mod:`graph_adapter.app.zoo`.
+why it is not built here. Run by :mod:`graph_adapter.app.zoo.run`, tabled by
+:mod:`graph_adapter.app.zoo.table`.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import json
 import torch
 
 from graph_adapter.app.cli import main
-from graph_adapter.app.demo_node import NodeDemoConfig, node_config_from_args, sbm_graph
+from graph_adapter.app.demo.node import NodeDemoConfig, node_config_from_args, sbm_graph
 
 
 def test_sbm_graph_is_undirected_class_correlated_and_seeded():

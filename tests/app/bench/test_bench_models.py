@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch_geometric.data import Batch
 
-from graph_adapter.app.bench import models as M
+from graph_adapter.app.bench import model_table as M
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
-from graph_adapter.nn.wrap import ipu_wrap, unpad
+from graph_adapter.nn import ipu_wrap, unpad
 
 pytest.importorskip("rdkit")
 

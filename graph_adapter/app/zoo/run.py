@@ -1,6 +1,6 @@
 """One row of the zoo (:func:`run_row`): the layer built and called on padded batches of
 one budget, eager against unpadded, compiled, exported and checked; a red row's note
-measured by the probes of :data:`~graph_adapter.app.zoo_why.WHY_NOT` and its workarounds
+measured by the probes of :data:`~graph_adapter.app.zoo.why.WHY_NOT` and its workarounds
 run like rows.
 """
 from __future__ import annotations
@@ -17,10 +17,10 @@ from torch import nn
 from torch_geometric.data import Batch, Data
 
 from graph_adapter import check, ipu_wrap
-from graph_adapter.backends.engines import has_rnn, rnn_settings
+from graph_adapter.backends import has_rnn, rnn_settings
 
-from .zoo_layers import BUDGET, EDGE_DIM, F, Row, call
-from .zoo_why import CELLS, WHY_NOT, Try
+from .layers import BUDGET, EDGE_DIM, F, Row, call
+from .why import CELLS, WHY_NOT, Try
 
 __all__ = ["run_row"]
 
@@ -79,7 +79,7 @@ def _why_not(family: str, name: str, factory: Callable, style: str, model: nn.Mo
     """The note of a red row: ``why: <measured causes>. Instead: <workaround>: <its cells>``."""
     entry = WHY_NOT.get(name)
     if entry is None:
-        return "unexplained: no cause recorded for this row (graph_adapter/app/zoo_why.py WHY_NOT)"
+        return "unexplained: no cause recorded for this row (graph_adapter/app/zoo/why.py WHY_NOT)"
     causes = []
     for probe in entry.probes:
         try:
@@ -88,16 +88,16 @@ def _why_not(family: str, name: str, factory: Callable, style: str, model: nn.Mo
             return f"unexplained: the probe {probe.__name__} failed: {_why(e)}"
         if cause is None:
             return (f"unexplained: the probe {probe.__name__} did not reproduce its cause "
-                    f"(graph_adapter/app/zoo_why.py WHY_NOT)")
+                    f"(graph_adapter/app/zoo/why.py WHY_NOT)")
         causes.append(cause)
     tried = []
-    import torch._dynamo
+    from ..torch_internals import dynamo_config_patch
 
     for t in entry.tries:
         def workaround(variant=t.variant):
             return variant(factory())
 
-        with torch._dynamo.config.patch(dict(t.config)), \
+        with dynamo_config_patch(dict(t.config)), \
                 torch.backends.mkldnn.flags(enabled=t.mkldnn and torch.backends.mkldnn.enabled):
             got = run_row(family, name, (workaround, style), why=False, modes=t.modes,
                           grad=t.grad)
@@ -139,12 +139,12 @@ def _invariant(model: nn.Module, b: Batch, flat) -> str:
 
 def _compiles(model: nn.Module, flats, modes: Tuple[bool, ...] = (True, False),
               grad: bool = True) -> str:
-    import torch._dynamo
+    from ..torch_internals import lookup_backend, reset_dynamo
 
-    aot = torch._dynamo.lookup_backend("aot_eager")
+    aot = lookup_backend("aot_eager")
     counts = []
     for train in modes:
-        torch._dynamo.reset()
+        reset_dynamo()
         n = [0]
 
         def counting(gm, ex):

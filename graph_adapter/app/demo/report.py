@@ -1,8 +1,8 @@
 """The text ``graph-adapter demo`` prints, but for the joining of its parts.
 
-:class:`DemoReport` is the base class of :class:`~graph_adapter.app.results.DemoResult`
+:class:`DemoReport` is the base class of :class:`~graph_adapter.app.demo.results.DemoResult`
 that formats it: the header, the table of the runs side by side and the notes under it;
-:meth:`DemoResult.report <graph_adapter.app.results.DemoResult.report>` joins them, each
+:meth:`DemoResult.report <graph_adapter.app.demo.results.DemoResult.report>` joins them, each
 line wrapped by :func:`wrap`. Its methods read the result's fields; it holds none of its
 own.
 """
@@ -14,16 +14,15 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from .models import MODELS
-from .repeat import PROBE_STEPS
-from .run_stats import WARMUP_FACTOR, RunStats
+from ..models import MODELS
+from .run_stats import PROBE_STEPS, WARMUP_FACTOR, RunStats
 
 __all__ = ["DemoReport", "wrap"]
 
 
 class DemoReport:
-    """The parts of :meth:`DemoResult.report <graph_adapter.app.results.DemoResult.report>`
-    (a base class of :class:`~graph_adapter.app.results.DemoResult`: ``self`` is the
+    """The parts of :meth:`DemoResult.report <graph_adapter.app.demo.results.DemoResult.report>`
+    (a base class of :class:`~graph_adapter.app.demo.results.DemoResult`: ``self`` is the
     result)."""
 
     def _header(self) -> List[str]:
@@ -182,7 +181,7 @@ class DemoReport:
                          f"{self._load()}, {self.cpu_count} CPUs): times and throughput are "
                          f"lower and noisier than on a quiet machine; compare figures within "
                          f"one run only")
-        lines.append(f"test MAE baseline (predict the training mean): {self._mean_mae:.2f}")
+        lines.append(f"test MAE baseline (predict the training mean): {self.mean_mae:.2f}")
         parts = [f"loading molecules {self.load_seconds:.0f} s"] + [
             f"{r.name} {r.run_seconds:.0f} s" for r in self.runs()]
         if self.train_rounds:

@@ -102,7 +102,7 @@ class _Demo(nn.Module):
     def __init__(self):
         super().__init__()
         from ..models import build_model
-        from ..results import DemoConfig
+        from ..demo.results import DemoConfig
 
         cfg = DemoConfig()
         self.inner = build_model(cfg.model, cfg.hidden, cfg.layers)
@@ -140,7 +140,7 @@ def _ogb() -> nn.Module:
 
 
 def _demo_layout() -> Optional[str]:
-    from ..results import DemoConfig
+    from ..demo.results import DemoConfig
     return DemoConfig().layout
 
 

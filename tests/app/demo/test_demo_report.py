@@ -10,11 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import graph_adapter as ga
-from graph_adapter.app import demo, demo_loops, demo_rounds, demo_runs
-from graph_adapter.app.demo import run_demo
-from graph_adapter.app.repeat import repeat_gap
+from graph_adapter.app.demo import graph as demo, timing
+from graph_adapter.app.demo.graph import run_demo
+from graph_adapter.app.demo.timing import repeat_gap
 from graph_adapter.app.preflight import DemoSettingError
-from graph_adapter.app.results import (REPORT_WIDTH, WARMUP_FACTOR, RunStats, median_range,
+from graph_adapter.app.demo.results import (REPORT_WIDTH, WARMUP_FACTOR, RunStats, median_range,
                                        round_ratios, steady_rate, warmup_rounds, warmup_steps)
 
 pytest.importorskip("rdkit")
@@ -109,7 +109,7 @@ def test_repeat_gap_measures_and_restores(noisy):
 
 
 def test_known_nondeterminism_is_inductor_training_on_several_threads_without_deterministic_mode():
-    from graph_adapter.app.repeat import known_nondeterminism
+    from graph_adapter.app.demo.timing import known_nondeterminism
 
     assert "atomic adds" in known_nondeterminism("inductor", 2, False)
     assert known_nondeterminism("inductor", 1, False) is None  # one thread: one order
@@ -146,7 +146,7 @@ def test_inference_that_does_not_repeat_is_reported(monkeypatch):
     """The test split's second pass is compared with the first: a step whose result
     depends on something outside the model (here a counter) is caught and named."""
     calls = iter(range(10_000))
-    real = demo_runs._eager_abs_error
+    real = timing._eager_abs_error
 
     def noisy(model):
         step = real(model)
@@ -156,7 +156,7 @@ def test_inference_that_does_not_repeat_is_reported(monkeypatch):
             return err + 1e-3 * next(calls), n
         return run
 
-    monkeypatch.setattr(demo_runs, "_eager_abs_error", noisy)
+    monkeypatch.setattr(timing, "_eager_abs_error", noisy)
     r = run_demo(backend="eager", **TINY)
     assert r.eager.infer_repeat_gap > 0 and r.adapter.infer_repeat_gap == 0.0
     text = r.report()
@@ -206,14 +206,14 @@ def test_the_progress_bar_opens_after_the_first_step(monkeypatch):
         opened.append((len(steps), total, initial))
         return None
 
-    monkeypatch.setattr(demo_loops, "_progress", fake_progress)
+    monkeypatch.setattr(timing, "_progress", fake_progress)
 
     def step(batch):
         steps.append(batch)
         return 1.0, 1
 
-    demo.train_epochs(stats, step, lambda epoch: range(4), 2, label="x",
-                      shape_of=lambda b: (), progress=True, compiles=True)
+    timing.train_epochs(stats, step, lambda epoch: range(4), 2, label="x",
+                        shape_of=lambda b: (), progress=True, compiles=True)
     assert opened == [(1, 8, 1)]
     assert len(stats.step_seconds) == stats.steps == 8
 
@@ -283,8 +283,8 @@ def test_first_step_counts_inductor_cache_hits_and_compiles():
     alone (the counters are process-wide: the step's difference, not the totals)."""
     from torch._dynamo.utils import counters
 
-    from graph_adapter.app.demo_loops import train_epochs
-    from graph_adapter.app.results import RunStats
+    from graph_adapter.app.demo.timing import train_epochs
+    from graph_adapter.app.demo.results import RunStats
 
     from graph_adapter.backends.inductor import precompile as _precompile
 
@@ -354,7 +354,7 @@ def test_time_interleaved_runs_each_run_once_a_round_in_rotating_turns():
     runs = {"a": (step_of("a", 1.0), _SlowLoading([1, 2], clock)),
             "b": (step_of("b", 2.0), _SlowLoading([3], clock)),
             "c": (step_of("c", 3.0), _SlowLoading([4, 5, 6], clock))}
-    res = demo.time_interleaved(runs, 3, clock=clock)
+    res = timing.time_interleaved(runs, 3, clock=clock)
     a, b, c = [("a", 1), ("a", 2)], [("b", 3)], [("c", 4), ("c", 5), ("c", 6)]
     assert calls == a + b + c + b + c + a + c + a + b  # round r starts with run r mod 3
     # step time only: the loading's 100 s never counts
@@ -437,7 +437,7 @@ def test_report_gives_the_interleaved_ratio_and_its_range():
 def test_inference_is_timed_after_every_run_has_trained(monkeypatch):
     """One interleaved timing, after the last training run, over each run's test batches."""
     events = []
-    real_train, real_timed = demo.train_epochs, demo.time_interleaved
+    real_train, real_timed = timing.train_epochs, timing.time_interleaved
 
     def train(stats, *args, **kwargs):
         events.append(("train", stats.name))
@@ -450,8 +450,8 @@ def test_inference_is_timed_after_every_run_has_trained(monkeypatch):
         events.append(("train rounds" if grad else "rounds", tuple(runs), rounds, graphs))
         return real_timed(runs, rounds, **kwargs)
 
-    monkeypatch.setattr(demo_runs, "train_epochs", train)
-    monkeypatch.setattr(demo_rounds, "time_interleaved", timed)
+    monkeypatch.setattr(timing, "train_epochs", train)
+    monkeypatch.setattr(timing, "time_interleaved", timed)
     r = run_demo(backend="eager", infer_rounds=4, train_rounds=3, **TINY)
     assert events == [("train", "graph_adapter"), ("train", "eager PyG"),
                       ("train rounds", ("graph_adapter", "eager PyG"), 3, (r.num_train,) * 2),

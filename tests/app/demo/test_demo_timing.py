@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from graph_adapter.app import demo, demo_rounds
+from graph_adapter.app.demo import graph as demo, timing
 from graph_adapter.app.cli import build_parser
-from graph_adapter.app.demo import run_demo
+from graph_adapter.app.demo.graph import run_demo
 from graph_adapter.app.preflight import DemoSettingError
-from graph_adapter.app.results import REPORT_WIDTH, RunStats
+from graph_adapter.app.demo.results import REPORT_WIDTH, RunStats
 
 pytest.importorskip("rdkit")
 
@@ -83,8 +83,8 @@ def _training_run(name, clock, seconds, modes_seen, graphs_a_batch=4, batches=3)
         return float(loss.detach()), graphs_a_batch
 
     stats = RunStats(name)
-    training = demo_rounds.Training(step, data, graphs_a_batch * batches, [net], opt, net)
-    return demo_rounds.Timed(stats, lambda b: (0.0, 0), [], [], training), net, opt
+    training = timing.Training(step, data, graphs_a_batch * batches, [net], opt, net)
+    return timing.Timed(stats, lambda b: (0.0, 0), [], [], training), net, opt
 
 
 # --------------------------------------------------------------------------
@@ -105,7 +105,7 @@ def test_training_rounds_run_with_gradients_each_run_once_a_round_in_rotating_tu
     runs = {"a": (step_of("a", 1.0), [1, 2]), "b": (step_of("b", 2.0), [3]),
             "c": (step_of("c", 0.5), [4, 5])}
     with torch.no_grad():  # (the rounds turn gradients on themselves)
-        res = demo.time_interleaved(runs, 4, clock=clock, grad=True)
+        res = timing.time_interleaved(runs, 4, clock=clock, grad=True)
     a, b, c = [("a", 1), ("a", 2)], [("b", 3)], [("c", 4), ("c", 5)]
     assert calls == a + b + c + b + c + a + c + a + b + a + b + c  # round r starts with r mod 3
     assert res == {"a": ([2.0] * 4, [[1.0, 2.0]] * 4), "b": ([2.0] * 4, [[3.0]] * 4),
@@ -120,7 +120,7 @@ def test_time_training_fills_the_rounds_and_leaves_warmup_rounds_out_of_every_ru
     ta, _, _ = _training_run("a", clock, lambda r: (4.0 if r == 0 else 1.0) * slow.get(r, 1.0),
                              modes)
     tb, _, _ = _training_run("b", clock, lambda r: 2.0 * slow.get(r, 1.0), modes)
-    seconds = demo_rounds.time_training([ta, tb], 5, progress=False, clock=clock)
+    seconds = timing.time_training([ta, tb], 5, progress=False, clock=clock)
     assert seconds >= 0
     a, b = ta.stats, tb.stats
     assert a.train_round_seconds == [12.0, 3.0, 3.0, 9.0, 3.0]
@@ -140,7 +140,7 @@ def test_time_training_puts_state_and_mode_back():
     runs = [_training_run(n, clock, lambda r: 1.0, modes) for n in ("a", "b")]
     before = [_state([net], opt) for _, net, opt in runs]
     rng = torch.get_rng_state()
-    demo_rounds.time_training([t for t, _, _ in runs], 3, progress=False, clock=clock)
+    timing.time_training([t for t, _, _ in runs], 3, progress=False, clock=clock)
     assert len(modes) == 2 * 3 * 3 and all(mode for _, mode in modes)
     for (t, net, opt), state in zip(runs, before):
         assert not net.training  # back in eval mode, as the MAE pass left it
@@ -155,37 +155,37 @@ def test_time_training_leaves_out_runs_that_cannot_be_put_back_and_a_run_alone()
     tb, _, _ = _training_run("b", clock, lambda r: 1.0, modes)
     tc, _, _ = _training_run("c", clock, lambda r: 1.0, modes)
     tc.training = None  # (an optimizer stepped inside the backend: no state to restore)
-    demo_rounds.time_training([ta, tb, tc], 2, progress=False, clock=clock)
+    timing.time_training([ta, tb, tc], 2, progress=False, clock=clock)
     assert len(ta.stats.train_round_seconds) == len(tb.stats.train_round_seconds) == 2
     assert tc.stats.train_round_seconds == []
     modes.clear()
-    assert demo_rounds.time_training([tc, _training_run("d", clock, lambda r: 1.0, modes)[0]],
+    assert timing.time_training([tc, _training_run("d", clock, lambda r: 1.0, modes)[0]],
                                      2, progress=False) == 0.0
     assert modes == []  # a run alone: nothing to compare it with, not run
 
 
 def test_first_graphs_takes_leading_batches_until_enough_real_graphs():
     sizes = [5, 7, 3, 9]
-    assert demo_rounds.first_graphs(sizes, int, 12) == ([5, 7], 12)
-    assert demo_rounds.first_graphs(sizes, int, 13) == ([5, 7, 3], 15)
-    assert demo_rounds.first_graphs(sizes, int, 100) == (sizes, 24)  # fewer: every batch
+    assert timing.first_graphs(sizes, int, 12) == ([5, 7], 12)
+    assert timing.first_graphs(sizes, int, 13) == ([5, 7, 3], 15)
+    assert timing.first_graphs(sizes, int, 100) == (sizes, 24)  # fewer: every batch
 
 
 def test_compile_count_reads_dynamo_and_the_adapters_own_count(monkeypatch):
     graphs = [10]
-    monkeypatch.setattr(demo_rounds, "graphs_compiled", lambda: graphs[0])
+    monkeypatch.setattr(timing, "graphs_compiled", lambda: graphs[0])
 
     class Compiled:
         compile_count = 2
 
     c = Compiled()
-    count = demo_rounds.CompileCount(c, "inductor")
+    count = timing.CompileCount(c, "inductor")
     assert count.since() == 0
     c.compile_count = 3  # a backend compiling outside Dynamo
     assert count.since() == 1
     graphs[0] = 14
     assert count.since() == 4
-    eager = demo_rounds.CompileCount(c, "eager")  # (eager's count is of programs run)
+    eager = timing.CompileCount(c, "eager")  # (eager's count is of programs run)
     c.compile_count = 9
     assert eager.since() == 0
 
@@ -199,7 +199,7 @@ def test_training_rounds_change_no_reported_figure(monkeypatch):
     bit (so the inference rounds that follow repeat the MAE pass's errors exactly), and
     the rounds trained the runs' own training steps on epoch 1's first batches."""
     seen = {}
-    real = demo.time_training
+    real = timing.time_training
 
     def spy(timed, rounds, progress, **kwargs):
         runs = [t for t in timed if t.training is not None]
@@ -213,7 +213,7 @@ def test_training_rounds_change_no_reported_figure(monkeypatch):
                 t.training.mode.training == modes[t.stats.name])
         return out
 
-    monkeypatch.setattr(demo, "time_training", spy)
+    monkeypatch.setattr(timing, "time_training", spy)
     r = run_demo(backend="eager", train_rounds=3, **TINY)
     assert seen == {"graph_adapter": (True, True), "eager PyG": (True, True)}
     for run in r.runs():

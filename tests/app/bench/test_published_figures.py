@@ -15,7 +15,7 @@ import graph_adapter as ga
 from graph_adapter.app.bench import efficiency
 from graph_adapter.app.datasets import load_nci5k
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EPOCHS = 3  # what `graph-adapter bench` (not --quick) averages over
 
 

@@ -1,18 +1,21 @@
-"""What a demo run is configured with (:class:`DemoConfig`) and what it measured.
+"""What a demo run measured (:class:`DemoResult`), and the names its tests and callers read.
+
+Its settings are a :class:`~graph_adapter.app.demo.config.DemoConfig` (re-exported here).
 
 :class:`RunStats` holds one training run's figures (the adapter's or eager
 PyG's), :class:`DemoResult` the whole run's; :meth:`DemoResult.report` formats
 it as the text ``graph-adapter demo`` prints, :func:`write_plot` draws it.
 
 :class:`RunStats` and the rule its figures are taken by live in
-:mod:`graph_adapter.app.run_stats`, the report's parts in :mod:`graph_adapter.app.report`
-and the plot in :mod:`graph_adapter.app.plot`; every name is importable from here.
+:mod:`graph_adapter.app.demo.run_stats`, the report's parts in :mod:`graph_adapter.app.demo.report`
+and the plot in :mod:`graph_adapter.app.demo.plot`; every name is importable from here.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Dict, List, Optional
 
+from .config import DemoConfig
 from .plot import check_plot_extra, write_plot
 from .report import DemoReport, wrap
 from .run_stats import (TRAIN_ROUND_GRAPHS, UNCOMPILED_BACKENDS, WARMUP_FACTOR, RunStats,
@@ -24,51 +27,6 @@ __all__ = ["DemoConfig", "RunStats", "DemoResult", "write_plot", "check_plot_ext
 
 #: The report's line width (fits a terminal and the docs' code blocks).
 REPORT_WIDTH = 88
-
-
-@dataclasses.dataclass
-class DemoConfig:
-    """Settings of :func:`run_demo` (the CLI flags of ``graph-adapter demo``)."""
-
-    epochs: int = 10
-    batch_graphs: int = 64
-    seed: int = 0
-    model: str = "gine"
-    backend: str = "auto"
-    # FixedSizeLoader's aggregation layout (None, "ell", "hyb"): HYB's narrow neighbour
-    # tables were the steadiest compiled training and the fastest inference measured
-    # (docs/benchmarks.md); fitted on every molecule, shared by train and test loaders
-    layout: Optional[str] = "hyb"
-    hidden: int = 64
-    layers: int = 4
-    lr: float = 2e-3
-    test_fraction: float = 0.1
-    limit: Optional[int] = None  # use only the first `limit` molecules
-    path: Optional[str] = None  # a SMILES,TPSA csv instead of rdkit's
-    eager_baseline: bool = True
-    # a third run: eager PyG's model under torch.compile(dynamic=True) (PyG's documented
-    # compile route) on the same DataLoader batches
-    pyg_compile: bool = True
-    # the Dynamo backend of that run ("inductor": torch.compile's default, PyG's route;
-    # the tests pass "aot_eager", which compiles nothing but counts the same graphs)
-    pyg_compile_backend: str = "inductor"
-    progress: bool = True
-    plot: Optional[str] = None  # write loss curves + padding histogram to this PNG
-    threads: Optional[int] = None
-    # torch.use_deterministic_algorithms(True) for the run: compiled kernels fall back to
-    # ATen's deterministic ones instead of multi-threaded atomic adds
-    deterministic: bool = False
-    # inference is timed after every run has trained and compiled, in this many
-    # interleaved rounds over the test split (each round runs each run once, in turn)
-    infer_rounds: int = 30
-    # training too, before those: each run's training step over the same number of
-    # training graphs (TRAIN_ROUND_GRAPHS) in this many interleaved rounds, its weights and
-    # optimizer state put back afterwards (0: the training figures of the runs' own
-    # epochs, run after run)
-    train_rounds: int = 15
-    # compile(..., precompile=True) for the adapter's model (inductor only): a later run
-    # with the same settings loads each graph's Dynamo result instead of tracing again
-    precompile: bool = False
 
 
 @dataclasses.dataclass
@@ -144,7 +102,7 @@ class DemoResult(DemoReport):
                 d[key]["training_ratio_to_eager"] = (
                     list(run.training_ratio(self.eager)) if self.eager is not None
                     and self.eager.epoch_graphs_per_second > 0 else None)
-        d["_mean_mae"] = self._mean_mae
+        d["_mean_mae"] = self.mean_mae  # the JSON key of earlier reports
         return d
 
     def report(self, width: int = REPORT_WIDTH) -> str:
@@ -155,4 +113,5 @@ class DemoResult(DemoReport):
         lines += wrap(self._footer(), width)
         return "\n".join(lines)
 
-    _mean_mae: float = float("nan")
+    #: test MAE of predicting the training mean (the baseline the report names)
+    mean_mae: float = float("nan")

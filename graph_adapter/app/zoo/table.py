@@ -1,6 +1,6 @@
 """The PyG zoo through graph_adapter: one row per conv, model, norm, pool and aggregation.
 
-``python -m graph_adapter.app.zoo [--write docs/zoo.md] [--only NAME ...]``
+``python -m graph_adapter.app.zoo.table [--write docs/zoo.md] [--only NAME ...]``
 
 For every class/function in ``torch_geometric.nn.conv / aggr / norm / pool /
 models.__all__`` this builds the layer (a small default: 8 features, 3 edge
@@ -22,9 +22,9 @@ built here (needs an optional package, a hetero graph, a sparse adjacency,
 rewritten by ``--write`` (the whole table: not with ``--only``, which runs
 and prints a few rows while developing).
 
-The rows live in :mod:`graph_adapter.app.zoo_layers`, the red rows' causes and
-workarounds in :mod:`graph_adapter.app.zoo_why`, the run of one row in
-:mod:`graph_adapter.app.zoo_run`; this module tables them.
+The rows live in :mod:`graph_adapter.app.zoo.layers`, the red rows' causes and
+workarounds in :mod:`graph_adapter.app.zoo.why`, the run of one row in
+:mod:`graph_adapter.app.zoo.run`; this module tables them.
 """
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from .zoo_layers import (AGGR, BUDGET, CONV, EDGE_DIM, FAMILIES, MODEL, NORM, POOL, F, Row,
+from .layers import (AGGR, BUDGET, CONV, EDGE_DIM, FAMILIES, MODEL, NORM, POOL, F, Row,
                          rows)
-from .zoo_run import run_row
-from .zoo_why import CELLS, WHY_NOT, WIDTH, Probe, Try, WhyNot
+from .run import run_row
+from .why import CELLS, WHY_NOT, WIDTH, Probe, Try, WhyNot
 
 __all__ = ["BEGIN", "END", "table", "write", "main", "run_row", "rows", "Row", "F", "EDGE_DIM",
            "BUDGET", "CONV", "AGGR", "NORM", "POOL", "MODEL", "FAMILIES", "CELLS", "WIDTH",

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SCRIPTS = ("bench_collate.py", "bench_efficiency.py", "bench_throughput.py", "bench_layout.py",
            "bench_value_check.py")
 
