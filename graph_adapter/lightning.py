@@ -191,7 +191,9 @@ class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
         if _poptorch_running() is not None:
             return loss_of(self.model(batch), self.loss_key)
         loss = _loss(self.model(batch), self.loss_key)
-        self.log("val_loss", loss.detach(), prog_bar=True, batch_size=1)
+        # sync_dist: each rank validates its own share (the loaders shard), so the
+        # epoch's figure is the mean over ranks, the same on every rank
+        self.log("val_loss", loss.detach(), prog_bar=True, batch_size=1, sync_dist=True)
         return loss
 
     def setup(self, stage: str) -> None:
@@ -238,7 +240,7 @@ class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
                                 dataloader_idx: int = 0) -> None:
         if self._on_poptorch_strategy():
             self.log("val_loss", _loss(outputs, self.loss_key).detach(), prog_bar=True,
-                     batch_size=1)
+                     batch_size=1, sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self._optimizer is not None:

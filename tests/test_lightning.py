@@ -110,3 +110,35 @@ def test_training_step_marks_its_loss_inside_poptorch():
                                  torch.optim.SGD(module.parameters(), lr=0.01))
         loss = model(host)
         assert loss.shape == (4,) and model.emulator.steps == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy, form", [("ddp", "loaders"), ("ddp_spawn", "datamodule")])
+def test_ddp_shards_training_and_validation_and_syncs_val_loss(tmp_path, strategy, form):
+    """Two CPU ranks on gloo, loaders built before the process group (``loaders``) or
+    by a DataModule: every training and validation graph once over both ranks each
+    epoch, equal step counts, one ``val_loss`` reduced across the ranks."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("gloo backend not available")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, os.path.join(root, "tests", "_lightning_ddp.py"),
+                        str(tmp_path), strategy, form], cwd=root, env=env, timeout=300,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = p.stdout.decode(errors="replace")
+    assert p.returncode == 0, log[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    assert r0["world"] == r1["world"] == 2
+    assert r0["train_batches"] == r1["train_batches"]
+    for split, ids in (("train", range(40)), ("val", range(1000, 1014))):
+        for epoch in ("0", "1"):
+            a, b = r0[split][epoch], r1[split][epoch]
+            assert a and b and not set(a) & set(b), (split, epoch)
+            assert sorted(a + b) == list(ids), (split, epoch)
+    assert r0["val_loss"] == r1["val_loss"] and len(r0["val_loss"]) == 2

@@ -11,7 +11,10 @@ One module a job, in the order a batch is made:
   scan of a dataset's keys (``_scan``), graph views (``_view``), in-memory
   datasets read column-wise (``_stored``), the gathers (``_gather``) and the
   static aggregation tables (``_layout``);
-* :mod:`~graph_adapter.batching.loader`: :class:`FixedSizeLoader`.
+* :mod:`~graph_adapter.batching.loader`: :class:`FixedSizeLoader`;
+* :mod:`~graph_adapter.batching.ranks`: which share of an epoch a loader
+  yields (rank and world size, read from ``torch.distributed`` at each epoch),
+  shared with the sampling stage's loaders.
 
 It may import :mod:`graph_adapter.format`, torch, numpy and PyG; never a later
 stage (``sampling``, ``nn``, ...).
@@ -22,9 +25,11 @@ from .packing import (PACKERS, GraphSizes, find_oversize, graph_sizes, oversize_
 from .collate import Collator, HeteroCollator, KeySpec, collate_padded, make_collator
 from ._layout import LAYOUTS, DegreeWidthError
 from .loader import FixedSizeLoader, LoaderStats
+from .ranks import RankMismatchError, Ranks, Sharded, distributed_ranks, fingerprint
 
 __all__ = ["Budget", "RESERVED_NODES", "GraphSizes", "graph_sizes", "pack_greedy",
            "pack_histogram", "plan_epoch", "plan_efficiency", "find_oversize",
            "oversize_reasons", "slot_dims", "PACKERS", "KeySpec", "Collator", "HeteroCollator",
            "make_collator", "collate_padded", "LAYOUTS", "DegreeWidthError",
-           "FixedSizeLoader", "LoaderStats"]
+           "FixedSizeLoader", "LoaderStats", "Ranks", "Sharded", "RankMismatchError",
+           "distributed_ranks", "fingerprint"]

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from ._scan import TRIM_FROM, release_freed_memory
 from ._view import as_graphs
 from .budget import RESERVED_NODES, Budget
+from .ranks import Ranks, Sharded, fingerprint
 from .collate import Collator
 from ..format import stack_micro_batches, to_device
 from ..format import Field
@@ -113,7 +114,7 @@ def _item_lists(plan: FlatPlan, items: np.ndarray) -> Iterator[List[List[int]]]:
         yield [plan.batch(j) if j >= 0 else [] for j in row.tolist()]
 
 
-class FixedSizeLoader:
+class FixedSizeLoader(Sharded):
     """Yields padded flat dicts of fixed shapes, every graph exactly once per epoch.
 
     Args:
@@ -149,13 +150,17 @@ class FixedSizeLoader:
         columnar: build a columnar copy of the dataset once (fastest
             collate); ``False`` collates ``Data`` objects fetched per batch
             (in the workers with ``num_workers > 0``).
-        rank: this process's rank for distributed sharding; default: from
-            ``torch.distributed`` when it is initialised, else 0.  Every
-            rank gets the same number of batches (fully padded fill batches
-            where needed), the same shapes, and disjoint graphs.  All ranks
-            must use the same dataset, budget, seed and packer.
-        world_size: the number of ranks; default: from ``torch.distributed``
-            when it is initialised, else 1.
+        rank: this process's rank for distributed sharding; default
+            ``None``: read from ``torch.distributed`` each time an epoch is
+            planned (``len``, ``iter``), so a loader built before the process
+            group (as under Lightning) shards once it exists; 0 without one.
+            Every rank gets the same number of batches (fully padded fill
+            batches where needed), the same shapes, and disjoint graphs.  All
+            ranks must use the same dataset, budget, seed and packer: the
+            first epoch of a group checks it (:mod:`~graph_adapter.batching.ranks`).
+        world_size: the number of ranks; default ``None``: from
+            ``torch.distributed`` as ``rank``, 1 without a group.  Given
+            values that disagree with a running group warn once.
         transform: a function from a dataset item to a ``Data`` /
             ``HeteroData`` (graphium's items are dicts: ``lambda item:
             item["features"]``); applied on the host, never changing the
@@ -237,14 +242,7 @@ class FixedSizeLoader:
                   "drop_last"):
             if k in dataloader_kwargs:
                 raise TypeError(f"FixedSizeLoader sets {k!r} itself; it cannot be passed")
-        if rank is None and world_size is None and torch.distributed.is_available() \
-                and torch.distributed.is_initialized():
-            rank = torch.distributed.get_rank()
-            world_size = torch.distributed.get_world_size()
-        rank = 0 if rank is None else int(rank)
-        world_size = 1 if world_size is None else int(world_size)
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        ranks = Ranks(rank, world_size, "FixedSizeLoader")
         dataset = as_graphs(dataset, transform, float_dtype)
         self.dataset = dataset
         self.budget = budget
@@ -255,8 +253,7 @@ class FixedSizeLoader:
         self.oversize = oversize
         self.packer = packer
         self.open_batches = int(open_batches)
-        self.rank = rank
-        self.world_size = world_size
+        self._ranks = ranks
         self.collator = Collator(dataset, budget, columnar=columnar, index_dtype=index_dtype,
                                  exclude=exclude, validate=validate, layout=layout,
                                  layout_widths=layout_widths, layout_spills=layout_spills)
@@ -281,7 +278,7 @@ class FixedSizeLoader:
         self._started = False
         # plans are kept as arrays (packing.FlatPlan), items as an int array of
         # batch ids [items, F] (-1: a fully padded fill batch): 8 bytes a graph
-        self._cache: Optional[Tuple[int, FlatPlan, np.ndarray]] = None
+        self._cache: Optional[Tuple[Tuple[int, int, int], FlatPlan, np.ndarray]] = None
         self._raw: Optional[Tuple[int, FlatPlan]] = None
         self.device = None if device is None else torch.device(device)
         self._dl = DataLoader(_Fetch(dataset, self.collator.columnar),
@@ -324,6 +321,19 @@ class FixedSizeLoader:
         return f"nodes {{{nodes}}} and edges {{{edges}}}"
 
     # ------------------------------------------------------------ planning
+    def _facts(self) -> Dict[str, int]:
+        """What every rank's loader must agree on (exchanged at the first epoch)."""
+        b = self.budget
+        facts = {"graphs in the dataset": self.sizes.num_graphs,
+                 "skipped graphs": len(self.skipped_indices),
+                 "seed": self.seed, "shuffle": int(self.shuffle),
+                 "micro_batches": self.micro_batches}
+        totals = self.sizes.matrix.sum(axis=0)
+        for i, t in enumerate(totals.tolist()):
+            facts[f"size total {i} (nodes, then edges)"] = int(t)
+        facts["budget fingerprint"] = fingerprint(b.to_json())
+        return facts
+
     @property
     def epoch(self) -> int:
         return self._epoch
@@ -358,18 +368,19 @@ class FixedSizeLoader:
         items are batch ids of the plan, ``[items, F]``, ``-1`` for a fully
         padded fill batch.  Rank ``r`` takes batches ``r, r + W, ...``, fills
         up to every rank's count, then to a multiple of ``F``."""
-        if self._cache is not None and self._cache[0] == e:
+        rank, W = self._ranks.resolve()
+        if self._cache is not None and self._cache[0] == (e, rank, W):
             return self._cache[1], self._cache[2]
-        F, W = self.micro_batches, self.world_size
+        F = self.micro_batches
         plan = _split_to_multiple(self._packed(e), W * F if self.tail == "split" else W)
         nb = plan.num_batches
         per_rank = -(-nb // W)
-        mine = np.arange(self.rank, nb, W, dtype=np.int64)
+        mine = np.arange(rank, nb, W, dtype=np.int64)
         n_items = -(-per_rank // F)
         ids = np.full(n_items * F, -1, dtype=np.int64)
         ids[:mine.size] = mine
         items = ids.reshape(n_items, F)
-        self._cache = (e, plan, items)
+        self._cache = ((e, rank, W), plan, items)
         if self.sizes.num_graphs >= TRIM_FROM:
             release_freed_memory()  # the packer's whole-dataset temporaries
         return plan, items
@@ -387,6 +398,7 @@ class FixedSizeLoader:
             self._epoch += 1
         self._started = True
         self._epoch_set = False
+        self._ranks.check_same(self._facts)
         if self.device is None:
             return iter(self._dl)
         return (to_device(b, self.device) for b in self._dl)

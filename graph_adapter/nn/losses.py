@@ -14,7 +14,7 @@ equals its ``torch.nn.functional`` counterpart with ``reduction="mean"``.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +23,7 @@ from torch import Tensor
 from ..format import MASK_OF_LEVEL
 
 __all__ = ["masked_mean", "masked_mse_loss", "masked_l1_loss", "masked_bce_with_logits",
-           "masked_cross_entropy", "masked_loss"]
+           "masked_cross_entropy", "masked_loss", "MaskedLoss"]
 
 
 def _expand(mask: Tensor, like: Tensor) -> Tensor:
@@ -162,11 +162,26 @@ def masked_loss(kind: Union[str, Callable] = "mse", target: str = "y", level: st
     fn = _KINDS[kind] if isinstance(kind, str) else kind
     if level not in ("graph", "node", "edge"):
         raise ValueError(f"level={level!r}; choose 'graph', 'node' or 'edge'")
-    mask_name = MASK_OF_LEVEL[level]
+    name = f"masked_{kind if isinstance(kind, str) else getattr(kind, '__name__', 'loss')}"
+    return MaskedLoss(fn, target, MASK_OF_LEVEL[level], output_key, name)
 
-    def loss_fn(output, batch):
-        pred = output if output_key is None else output[output_key]
-        return fn(pred, batch[target], batch[mask_name])
 
-    loss_fn.__name__ = f"masked_{kind if isinstance(kind, str) else getattr(kind, '__name__', 'loss')}"
-    return loss_fn
+class MaskedLoss:
+    """The ``loss_fn(output, batch)`` that :func:`masked_loss` returns.
+
+    A plain object, not a closure, so that a wrapped model pickles with its loss
+    (Lightning's ``ddp_spawn`` sends the module to each process; ``torch.save``).
+    """
+
+    def __init__(self, fn: Callable, target: str, mask_name: str,
+                 output_key: Optional[Union[int, str]], name: str):
+        self.fn, self.target, self.mask_name, self.output_key = fn, target, mask_name, output_key
+        self.__name__ = name
+
+    def __call__(self, output: Any, batch: Any) -> Tensor:
+        pred = output if self.output_key is None else output[self.output_key]
+        return self.fn(pred, batch[self.target], batch[self.mask_name])
+
+    def __repr__(self) -> str:
+        return (f"{self.__name__}(target={self.target!r}, mask={self.mask_name!r}"
+                + ("" if self.output_key is None else f", output_key={self.output_key!r}") + ")")

@@ -304,7 +304,8 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
                  metis_backend: Optional[str] = None, shuffle: bool = False,
                  budget: Union[Budget, dict, str, None] = None, seed: int = 0,
                  oversize: str = "trim", success_ratio: float = 0.99, fit_batches: int = 32,
-                 round_to: int = 1, micro_batches: int = 1, rank: int = 0, world_size: int = 1,
+                 round_to: int = 1, micro_batches: int = 1, rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
                  prefetch: int = 0):
         # batches are built per chunk by the neighbour loader's iteration (_batch_now

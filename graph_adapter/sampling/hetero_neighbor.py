@@ -65,7 +65,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from ..batching import RESERVED_NODES, Budget
+from ..batching import RESERVED_NODES, Budget, Ranks
 from ..batching import collate_padded
 from .csr import CSC, FanoutError, check_fanouts
 from ..format import EDGE_MASK, GRAPH_MASK, NODE_MASK, SEP, stack_micro_batches
@@ -128,7 +128,8 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
                  budget: Union[Budget, dict, str, None] = None, seed: int = 0,
                  replace: bool = False, disjoint: bool = False, directed: bool = True,
                  oversize: str = "trim", success_ratio: float = 0.99, fit_batches: int = 32,
-                 micro_batches: int = 1, rank: int = 0, world_size: int = 1,
+                 micro_batches: int = 1, rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
                  sampler: str = "ours"):
         name = type(self).__name__
@@ -146,13 +147,13 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
             raise ValueError(f"batch_size={batch_size!r}; give a positive int")
         if oversize not in OVERSIZE_POLICIES:
             raise ValueError(f"oversize={oversize!r}; choose one of {OVERSIZE_POLICIES}")
-        if not (0 <= rank < world_size) or micro_batches < 1:
-            raise ValueError(f"rank={rank}, world_size={world_size}, micro_batches="
-                             f"{micro_batches}: need 0 <= rank < world_size and F >= 1")
+        if micro_batches < 1:
+            raise ValueError(f"micro_batches={micro_batches}; give F >= 1")
+        self._ranks = Ranks(rank, world_size, name)
         self.data, self.batch_size, self.shuffle, self.seed = data, batch_size, shuffle, seed
         self.replace, self.disjoint, self.oversize = replace, bool(disjoint), oversize
         self.directed = bool(directed)
-        self.micro_batches, self.rank, self.world_size = micro_batches, rank, world_size
+        self.micro_batches = micro_batches
         self.pad_id, self.num_workers, self.sampler_threads = pad_id, num_workers, sampler_threads
         self.prefetch = 0  # the homogeneous loader's background thread: not offered here
         self.sampler, self._pyg, self.csc = sampler, None, None
@@ -351,6 +352,7 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         self._epoch = epoch + 1
         st = self._new_stats(epoch)
         self.stats = st
+        self._ranks.check_same(self._rank_facts)
         ds = _HeteroBatches(self, epoch, self.chunks_of_rank())
         it = (torch.utils.data.DataLoader(ds, batch_size=None, shuffle=False,
                                           num_workers=self.num_workers)

@@ -176,7 +176,8 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
                  replace: bool = False, disjoint: bool = False, directed: bool = True,
                  oversize: str = "trim",
                  success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
-                 micro_batches: int = 1, rank: int = 0, world_size: int = 1,
+                 micro_batches: int = 1, rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
                  sampler: str = "ours", prefetch: int = 0):
         if neg_sampling not in NEG_SAMPLING:

@@ -65,7 +65,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..batching import RESERVED_NODES, Budget
+from ..batching import RESERVED_NODES, Budget, Ranks, Sharded, fingerprint
 from .csr import CSC, FanoutError, Sample, check_fanouts, sample_neighbors
 from ..format import EDGE_MASK, GRAPH_MASK, NODE_MASK, RESERVED_KEYS, stack_micro_batches
 from .pyg_sampler import SAMPLERS, PygNeighborSampler
@@ -268,7 +268,7 @@ class _Batches(torch.utils.data.Dataset):
         return flat, cuts
 
 
-class FixedSizeNeighborLoader:
+class FixedSizeNeighborLoader(Sharded):
     """Yields padded flat dicts of one signature, each the subgraph sampled around a seed batch.
 
     Args:
@@ -292,7 +292,10 @@ class FixedSizeNeighborLoader:
         success_ratio / fit_batches / round_to: budget fitting (quantile,
             sampled batches, rounding of both counts).
         micro_batches: ``F`` > 1 stacks F batches on a new leading dim.
-        rank / world_size: distributed sharding (every seed once over all ranks).
+        rank / world_size: distributed sharding (every seed once over all ranks);
+            ``None`` (default): read from ``torch.distributed`` when each epoch is
+            planned, so a loader built before the process group shards once it
+            exists (:mod:`graph_adapter.batching.ranks`).
         pad_id: the ``n_id`` / ``e_id`` value of padding rows.
         num_workers: sampling worker processes (``torch.utils.data.DataLoader``).
         prefetch: batches one background thread samples and pads ahead of the
@@ -312,7 +315,8 @@ class FixedSizeNeighborLoader:
                  replace: bool = False, disjoint: bool = False, directed: bool = True,
                  oversize: str = "trim",
                  success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
-                 micro_batches: int = 1, rank: int = 0, world_size: int = 1,
+                 micro_batches: int = 1, rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
                  sampler: str = "ours", prefetch: int = 0):
         self._setup(data, num_neighbors, batch_size, shuffle=shuffle, seed=seed, replace=replace,
@@ -328,7 +332,7 @@ class FixedSizeNeighborLoader:
     def _setup(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *, shuffle: bool,
                seed: int, replace: bool, disjoint: bool, oversize: str, micro_batches: int,
                directed: bool,
-               rank: int, world_size: int, pad_id: int, num_workers: int,
+               rank: Optional[int], world_size: Optional[int], pad_id: int, num_workers: int,
                sampler_threads: Optional[int], sampler: str = "ours", prefetch: int = 0) -> None:
         """Check and keep the settings every neighbour loader shares; build the CSC."""
         name = type(self).__name__
@@ -351,8 +355,7 @@ class FixedSizeNeighborLoader:
             raise ValueError(f"sampler={sampler!r}; choose one of {SAMPLERS}")
         if oversize not in OVERSIZE_POLICIES:
             raise ValueError(f"oversize={oversize!r}; choose one of {OVERSIZE_POLICIES}")
-        if not (0 <= rank < world_size):
-            raise ValueError(f"rank={rank}, world_size={world_size}: need 0 <= rank < world_size")
+        self._ranks = Ranks(rank, world_size, name)
         if micro_batches < 1:
             raise ValueError(f"micro_batches={micro_batches}; give F >= 1")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
@@ -365,7 +368,7 @@ class FixedSizeNeighborLoader:
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.replace, self.disjoint, self.oversize = replace, disjoint, oversize
         self.directed = bool(directed)
-        self.micro_batches, self.rank, self.world_size = micro_batches, rank, world_size
+        self.micro_batches = micro_batches
         self.pad_id, self.num_workers, self.prefetch = pad_id, num_workers, prefetch
         self.sampler_threads = sampler_threads
         self.num_nodes = int(data.num_nodes)
@@ -435,7 +438,15 @@ class FixedSizeNeighborLoader:
 
     def chunks_of_rank(self) -> List[int]:
         """The chunks this rank yields, in order: ``b * world_size + rank``."""
-        return [b * self.world_size + self.rank for b in range(self.num_chunks // self.world_size)]
+        rank, world = self._ranks.resolve()
+        return [b * world + rank for b in range(self.num_chunks // world)]
+
+    def _rank_facts(self) -> Dict[str, int]:
+        """What every rank's loader must agree on (exchanged at a group's first epoch)."""
+        return {"nodes of the graph": self.num_nodes, "seeds": int(self.seeds.numel()),
+                "batch_size": self.batch_size, "seed": int(self.seed),
+                "shuffle": int(bool(self.shuffle)), "micro_batches": self.micro_batches,
+                "budget fingerprint": fingerprint(self.budget.to_json())}
 
     # -- sampling ----------------------------------------------------------
     def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0) -> Sample:
@@ -519,6 +530,7 @@ class FixedSizeNeighborLoader:
         epoch = self._explicit_epoch if self._explicit_epoch is not None else self._epoch
         self._explicit_epoch = None
         self._epoch = epoch + 1
+        self._ranks.check_same(self._rank_facts)
         chunks = self.chunks_of_rank()
         ds = _Batches(self, epoch, chunks)
         st = self._new_stats(epoch)

@@ -172,3 +172,18 @@ def test_loss_of_a_target_in_another_dtype_is_in_pred_dtype():
     assert masked_mse_loss(pred, target, torch.ones(3, dtype=torch.bool)).dtype == torch.float32
     with pytest.raises(RuntimeError):
         masked_l1_loss(torch.randn(3, 2), torch.randn(4, 2))
+
+
+def test_masked_loss_pickles_with_the_wrapped_model():
+    """Lightning's ddp_spawn pickles the module: the loss must not be a closure."""
+    import pickle
+
+    from graph_adapter.nn import masked_loss
+
+    for kind, level in (("mse", "graph"), ("cross_entropy", "node"), ("l1", "edge")):
+        fn = pickle.loads(pickle.dumps(masked_loss(kind, level=level, output_key=0)))
+        assert fn.__name__ == f"masked_{kind}" and repr(fn).startswith(f"masked_{kind}(")
+    pred, y = torch.randn(4, 1), torch.randn(4, 1)
+    batch = {"y": y, "graph_mask": torch.tensor([True, True, False, True])}
+    fn = pickle.loads(pickle.dumps(masked_loss("mse")))
+    assert torch.equal(fn(pred, batch), ((pred - y)[batch["graph_mask"]] ** 2).mean())
