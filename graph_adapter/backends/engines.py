@@ -237,8 +237,11 @@ class DynamoEngine:
             return fn
         try:
             with _precompile.grads_set_aside(self._wrapped):
-                fn = self._aot.aot_compile(((flat,), {}))
-                _precompile.save(key, fn, self._wrapped)
+                with _precompile.recording() as reads:  # the globals the trace reads
+                    fn = self._aot.aot_compile(((flat,), {}))
+                # not saved (a warning says why) where a global read cannot be recorded:
+                # this process still runs the entry, traced under its own values
+                _precompile.save(key, fn, self._wrapped, reads)
         except Exception as exc:  # torch's precompile is experimental: compile as usual
             _precompile.log.warning("graph_adapter: no precompiled entry (%s: %s); compiling "
                                     "as usual", type(exc).__name__, exc)

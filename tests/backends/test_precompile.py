@@ -1,11 +1,20 @@
-"""Precompiled entries (``backends/_precompile.py``, opt-in): the key tells apart
-every change that needs another graph, a changed source never loads, PyG's and
-the gradients' state is restored, and (slow) a second compiled model loads the
-first one's entry, computes the same, and recompiles through the ordinary entry
-when the model changes after the load."""
+"""Precompiled entries (``backends/inductor/precompile.py``, opt-in): the key tells
+apart every change that needs another graph, a changed source never loads, PyG's and
+the gradients' state is restored, the globals a trace reads (a module's dict item,
+float, list item and attribute, ``os.environ``, ``sys.argv``) are recorded and a
+changed one is named, a global that cannot be recorded refuses the save with one
+warning, (slow) a second compiled model loads the first one's entry, computes the
+same, and recompiles through the ordinary entry when the model changes after the
+load, and (slow) a later process whose globals hold other values recompiles and
+equals eager, while one with the same values loads."""
 import copy
 import importlib
+import json
+import os
+import subprocess
 import sys
+import textwrap
+import warnings
 
 import pytest
 import torch
@@ -182,3 +191,209 @@ def test_a_second_model_loads_the_entry_and_a_change_recompiles(tmp_path, monkey
     monkeypatch.setattr(P, "sources_unchanged", lambda info: False)
     assert P.load(key, w1) is None
     torch._dynamo.reset()
+
+
+# ------------------------------------------------------------------ what a trace read
+#: a model whose forward reads globals of every kind research code reads: a module-level
+#: dict's item, a plain float, a list item, an imported module's attribute,
+#: ``os.environ[...]``, ``os.environ.get`` of a variable that may be missing, ``sys.argv``
+_CFG_MODULE = """
+import os, sys
+CONFIG = {"scale": 1.0}
+OFFSET = 0.0
+WEIGHTS = [1.0, 1.0]
+GAIN = 1.0
+
+def helper(h):
+    h = h * CONFIG["scale"] + OFFSET * WEIGHTS[1]
+    h = h + float(os.environ["GA_PC_SHIFT"]) + float(os.environ.get("GA_PC_MISSING", "0"))
+    return h * 2 if "--double" in sys.argv else h
+"""
+_MODEL_MODULE = """
+import torch
+from torch import nn
+from torch_geometric.nn import global_add_pool
+import ga_pc_cfg as cfg
+
+class ReadsGlobals(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, data):
+        h = cfg.helper(self.lin(data.x).relu()) * cfg.GAIN
+        return self.head(global_add_pool(h, data.batch)).squeeze(-1)
+"""
+#: values under which a process runs the model (``b`` changes every read of ``a``)
+_VALUES = {"a": {"scale": 1.0, "offset": 0.0, "weight": 1.0, "gain": 1.0, "shift": "0",
+                 "missing": None, "argv": []},
+           "b": {"scale": 3.0, "offset": 0.5, "weight": 2.0, "gain": 2.0, "shift": "0.25",
+                 "missing": "1", "argv": ["--double"]}}
+
+
+def _write_modules(where):
+    (where / "ga_pc_cfg.py").write_text(_CFG_MODULE)
+    (where / "ga_pc_model.py").write_text(_MODEL_MODULE)
+
+
+def _set_values(values, cfg):
+    """Put ``values`` into the globals ``ga_pc_cfg``'s reads (and sys.argv, os.environ)."""
+    cfg.CONFIG["scale"], cfg.OFFSET, cfg.GAIN = values["scale"], values["offset"], values["gain"]
+    cfg.WEIGHTS[1] = values["weight"]
+    os.environ["GA_PC_SHIFT"] = values["shift"]
+    if values["missing"] is None:
+        os.environ.pop("GA_PC_MISSING", None)
+    else:
+        os.environ["GA_PC_MISSING"] = values["missing"]
+    sys.argv[1:] = values["argv"]
+
+
+def _aliases():
+    """Dynamo's aliases of the modules imported now (``__import_a_dot_b`` -> ``a.b``)."""
+    return {"__import_" + n.replace(".", "_dot_"): n for n in list(sys.modules)}
+
+
+def _recorded_reads(wrapped, flat):
+    """The reads of one trace (Dynamo's ``"eager"`` backend: no inductor compile)."""
+    def entry(batch):
+        return wrapped(batch)
+
+    torch._dynamo.reset()
+    fn = torch.compile(entry, backend="eager", fullgraph=True, dynamic=False,
+                       options={"guard_filter_fn": P.serializable_guards})
+    with P.recording() as reads, torch.no_grad():
+        fn(flat)
+    reads.resolve(_aliases())
+    torch._dynamo.reset()
+    return reads
+
+
+def test_the_reads_name_each_changed_global_environ_and_argv(tmp_path, monkeypatch):
+    """Every global the trace read is recorded with its value, as JSON; the same values
+    read the same, and each change of one (a dict item, a float, a list item, an
+    imported module's attribute, a variable's value, a missing variable now set,
+    ``sys.argv``) is named; put back, they read the same again."""
+    _write_modules(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["prog"])
+    monkeypatch.setenv("GA_PC_SHIFT", "0")
+    try:
+        import ga_pc_cfg as cfg
+        import ga_pc_model
+
+        _set_values(_VALUES["a"], cfg)
+        torch.manual_seed(0)
+        reads = _recorded_reads(ipu_wrap(ga_pc_model.ReadsGlobals()).eval(), _batch())
+        assert not reads.refused, reads.refused
+        entries = json.loads(json.dumps(reads.entries))  # as a later process reads them
+        assert P.reads_differ(entries) is None
+        names = {P.render(path) for path, _, _ in entries}
+        assert {"ga_pc_cfg.CONFIG['scale']", "ga_pc_cfg.OFFSET", "ga_pc_cfg.WEIGHTS[1]",
+                "ga_pc_model.cfg.GAIN", "ga_pc_cfg.sys.argv"} <= names, sorted(names)
+        for what, expected in [("scale", "CONFIG['scale'] was 1.0, is 3.0"),
+                               ("offset", "OFFSET was 0.0, is 0.5"),
+                               ("weight", "WEIGHTS[1] was 1.0, is 2.0"),
+                               ("gain", "cfg.GAIN was 1.0, is 2.0"),
+                               ("shift", "environ._data[b'GA_PC_SHIFT'] was b'0', is b'0.25'"),
+                               ("missing", "['GA_PC_MISSING'] set"),
+                               ("argv", "sys.argv (len) was 1, is 2")]:
+            _set_values(dict(_VALUES["a"], **{what: _VALUES["b"][what]}), cfg)
+            why = P.reads_differ(entries)
+            assert why is not None and expected in why, (what, why)
+            _set_values(_VALUES["a"], cfg)
+            assert P.reads_differ(entries) is None, what
+    finally:
+        for name in ("ga_pc_cfg", "ga_pc_model"):
+            sys.modules.pop(name, None)
+
+
+def test_a_global_that_cannot_be_recorded_refuses_the_save_once(tmp_path, monkeypatch):
+    """A trace that read a global whose value JSON cannot write (a complex number) is
+    not saved: one warning names the global, and no file is written."""
+    (tmp_path / "ga_pc_marker.py").write_text("SCALE = 2 + 1j\n")
+    (tmp_path / "ga_pc_marked.py").write_text(textwrap.dedent("""
+        from torch import nn
+        import ga_pc_marker as m
+
+        class Marked(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(4, 1)
+
+            def forward(self, data):
+                return self.lin(data.x).squeeze(-1) * m.SCALE.real
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(P, "artifact_dir", lambda: str(tmp_path / "entries"))
+    monkeypatch.setattr(P, "_WARNED", set())
+    try:
+        import ga_pc_marked
+
+        w = ipu_wrap(ga_pc_marked.Marked()).eval()
+        reads = _recorded_reads(w, _batch())
+        assert reads.refused == {"ga_pc_marked.m.SCALE": "CONSTANT_MATCH of a builtins.complex"}
+        key = P.artifact_key(w, _batch(), _SETTINGS)
+        with pytest.warns(RuntimeWarning, match=r"not saved.*ga_pc_marked\.m\.SCALE.*complex"):
+            assert P.save(key, object(), w, reads) is False
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # said once: a second refusal is silent
+            assert P.save(key, object(), w, reads) is False
+        assert not (tmp_path / "entries").exists()
+    finally:
+        for name in ("ga_pc_marker", "ga_pc_marked"):
+            sys.modules.pop(name, None)
+
+
+_GLOBALS_CHILD = textwrap.dedent("""
+    import json, os, sys
+    values = json.loads(os.environ["GA_PC_VALUES"])
+    import torch
+    import ga_pc_cfg as cfg
+    from ga_pc_model import ReadsGlobals
+    from test_precompile import _batch, _set_values
+    from graph_adapter.backends import compile
+    from graph_adapter.nn import ipu_wrap
+
+    _set_values(values, cfg)
+    torch.manual_seed(0)
+    wrapped = ipu_wrap(ReadsGlobals()).eval()
+    flat = _batch()
+    c = compile(wrapped, "inductor", precompile=True)
+    with torch.no_grad():
+        out, ref = c(flat)["output"], wrapped(flat)["output"]
+    print("RESULT " + json.dumps({"loads": c._engine.precompiled_loads,
+                                  "compiles": c.compile_count,
+                                  "diff": float((out - ref).abs().max())}))
+""")
+
+
+def _run_globals_child(tmp_path, values):
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"),
+               TORCHINDUCTOR_COMPILE_THREADS="1", GA_PC_VALUES=json.dumps(values),
+               PYTHONPATH=os.pathsep.join([str(tmp_path / "modules"), here, os.path.dirname(here),
+                                           os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", _GLOBALS_CHILD], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.slow
+@pytest.mark.extended  # two inductor compiles in fresh processes: CI's second step runs it
+def test_a_later_process_with_other_globals_recompiles(tmp_path):
+    """Fresh processes on one temp cache: the first compiles and saves; a second with the
+    same values loads it; a third whose globals hold other values (a dict item, a
+    float, a list item, a module attribute, a variable, a missing variable set,
+    sys.argv) does not load it: it compiles, and its outputs equal eager."""
+    (tmp_path / "modules").mkdir()
+    _write_modules(tmp_path / "modules")
+    first = _run_globals_child(tmp_path, _VALUES["a"])
+    assert (first["loads"], first["compiles"]) == (0, 1) and first["diff"] == 0.0, first
+    again = _run_globals_child(tmp_path, _VALUES["a"])
+    assert (again["loads"], again["compiles"]) == (1, 0) and again["diff"] == 0.0, again
+    other = _run_globals_child(tmp_path, _VALUES["b"])
+    assert other["diff"] < 1e-5, other  # the old code ran the first entry: off by ~10
+    assert (other["loads"], other["compiles"]) == (0, 1), other

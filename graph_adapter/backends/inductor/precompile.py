@@ -46,20 +46,25 @@ restored after.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import hashlib
+import inspect
 import json
 import logging
 import os
 import sys
+import types
+import warnings
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
 import torch
 from torch import Tensor, nn
 
 __all__ = ["ENABLED", "COUNTS", "artifact_key", "artifact_dir", "sources_unchanged",
-           "grads_set_aside", "load", "save", "serializable_guards"]
+           "grads_set_aside", "load", "save", "serializable_guards", "recording", "Reads",
+           "reads_differ", "entry_name", "render", "Unguardable"]
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +75,7 @@ ENABLED = os.environ.get("GRAPH_ADAPTER_PRECOMPILE") == "1"
 #: process-wide, as inductor's own cache counters are (``backends.precompiled_counts``).
 COUNTS = {"loaded": 0, "saved": 0}
 
-_FORMAT = "graph_adapter.precompile/1"
+_FORMAT = "graph_adapter.precompile/2"
 _PLAIN = (bool, int, float, str, type(None))
 
 
@@ -226,13 +231,423 @@ def grads_set_aside(wrapped: nn.Module) -> Iterator[None]:
             p.grad = g
 
 
+# ------------------------------------------------------------------ what a trace read
+# Dynamo serializes the guards on globals (a module's attributes, a dict item of a
+# module-level config, ``os.environ``, ``sys.argv``) by their sources only: their
+# modules pickle by name (``GuardsStatePickler._unpickle_python_module``), so a load
+# rebuilds each guard from the value the global has *then* (``EQUALS_MATCH`` reads
+# it at build time), and the guard passes whatever the value. Identity guards
+# (a function or class a global names) are not serialized at all. So every global
+# the trace read is recorded here with its value, as JSON, and a load compares.
+
+#: guard kinds whose check is the value itself (``==``, ``is None``, ``bool``)
+_VALUE_GUARDS = {"CONSTANT_MATCH", "EQUALS_MATCH", "BOOL_MATCH", "NONE_MATCH"}
+#: guard kinds that check what an object is (dropped by torch's serialization)
+_IDENTITY_GUARDS = {"ID_MATCH", "MODULE_MATCH", "FUNCTION_MATCH", "CLASS_MATCH",
+                    "CLOSURE_MATCH", "BUILTIN_MATCH", "NN_MODULE", "WEAKREF_ALIVE",
+                    "DICT_VERSION"}
+_CHECK_OF_GUARD = {"TYPE_MATCH": "type", "FAKE_SCRIPT_TYPE_MATCH": "type",
+                   "SEQUENCE_LENGTH": "len", "TUPLE_ITERATOR_LEN": "len",
+                   "EMPTY_NN_MODULE_HOOKS_DICT": "len", "DICT_KEYS_MATCH": "keys",
+                   "MAPPING_KEYS_CHECK": "keys", "TENSOR_MATCH": "tensor",
+                   "NOT_NONE_MATCH": "none", **{g: "value" for g in _VALUE_GUARDS},
+                   **{g: "id" for g in _IDENTITY_GUARDS}}
+#: guard kinds about an object's keys or attributes: the key is the guard's argument
+_ARG_GUARDS = {"DICT_CONTAINS": ("in", "key"), "DICT_NOT_CONTAINS": ("in", "key"),
+               "SET_CONTAINS": ("in", "key"), "SET_NOT_CONTAINS": ("in", "key"),
+               "HASATTR": ("hasattr", "attr"),
+               "NOT_PRESENT_IN_GENERIC_DICT": ("in_dict", "attr")}
+#: aliasing between two globals: each one's own reads stand for it
+_SKIPPED_GUARDS = {"DUPLICATE_INPUT"}
+#: the environment's names that torch sets itself while it compiles
+_TORCH_ENV_PREFIX = "_TORCH"
+_ACTIVE: list = []  # the recorders of the compiles under way (innermost last)
+_WARNED: set = set()
+
+
+class Unguardable(Exception):
+    """A global the trace read whose value cannot be recorded as JSON."""
+
+
+def _qualname(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', None)}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def _enc(v: Any, depth: int = 0) -> Any:
+    """``v`` as JSON: plain values as they are, others tagged (``{"tuple": [...]}``);
+    raises :class:`Unguardable` for a value JSON cannot tell from another."""
+    import enum
+
+    if type(v) in (bool, int, float, str, type(None)):
+        return v
+    if depth > 8:
+        raise Unguardable(f"a {type(v).__name__} nested over 8 deep")
+    if isinstance(v, torch.Size):
+        return {"size": list(v)}
+    if type(v) in (list, tuple):
+        return {type(v).__name__: [_enc(x, depth + 1) for x in v]}
+    if type(v) in (set, frozenset):
+        return {"set": sorted((_enc(x, depth + 1) for x in v), key=json.dumps)}
+    if type(v) in (dict, collections.OrderedDict):
+        return {"dict": [[_enc(k, depth + 1), _enc(x, depth + 1)] for k, x in v.items()]}
+    if type(v) is bytes:
+        return {"bytes": v.hex()}
+    if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return {type(v).__name__: str(v)}
+    if isinstance(v, enum.Enum):
+        return {"enum": [_qualname(type(v)), v.name]}
+    if isinstance(v, type):
+        return {"class": _qualname(v)}
+    if type(v) in (range, slice):
+        return {type(v).__name__: [_enc(v.start), _enc(v.stop), _enc(v.step)]}
+    raise Unguardable(f"a {_qualname(type(v))}")
+
+
+def _dec(v: Any) -> Any:
+    """The key or index :func:`_enc` wrote (plain values, tuples, bytes)."""
+    if not isinstance(v, dict):
+        return v
+    if "tuple" in v:
+        return tuple(_dec(x) for x in v["tuple"])
+    if "bytes" in v:
+        return bytes.fromhex(v["bytes"])
+    raise Unguardable(f"a key {v}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _code_digest(code: types.CodeType) -> str:
+    return hashlib.sha256(code.co_code + repr(code.co_names).encode()).hexdigest()[:16]
+
+
+def _identity(v: Any) -> Any:
+    """What an identity guard checks, by name: a module, class, function (and its
+    bytecode), builtin; anything else only where it is plain data."""
+    if inspect.ismodule(v):
+        return {"module": v.__name__}
+    if isinstance(v, type):
+        return {"class": _qualname(v)}
+    if isinstance(v, types.FunctionType):
+        return {"function": [_qualname(v), _code_digest(v.__code__)]}
+    if isinstance(v, (types.BuiltinFunctionType, types.MethodWrapperType,
+                      types.WrapperDescriptorType, types.MethodDescriptorType)):
+        owner = getattr(v, "__self__", None)
+        owner = owner.__name__ if inspect.ismodule(owner) else _qualname(type(owner))
+        return {"builtin": [owner, _qualname(v)]}
+    if isinstance(v, torch._ops.OpOverloadPacket) or isinstance(v, torch._ops.OpOverload):
+        return {"op": str(v)}
+    return {"value": _enc(v)}
+
+
+def _observe(check: list, obj: Any) -> Any:
+    """What the guard ``check`` reads of ``obj``, as JSON."""
+    kind = check[0]
+    if kind == "value":
+        return _enc(obj)
+    if kind == "type":
+        return _qualname(type(obj))
+    if kind == "len":
+        return len(obj)
+    if kind == "keys":
+        return _enc(list(dict.keys(obj)) if isinstance(obj, dict) else list(obj.keys()))
+    if kind == "none":
+        return obj is None
+    if kind == "in":
+        return _dec(check[1]) in obj
+    if kind == "hasattr":
+        return hasattr(obj, check[1])
+    if kind == "in_dict":
+        return check[1] in getattr(obj, "__dict__", {})
+    if kind == "tensor":
+        return [_qualname(type(obj)), str(obj.dtype), list(obj.shape), list(obj.stride()),
+                str(obj.device), obj.requires_grad]
+    if kind == "id":
+        return _identity(obj)
+    if kind == "env_names":  # Dynamo guards no missing key (``os.environ.get``)
+        return sorted(k for k in obj if not k.startswith(_TORCH_ENV_PREFIX))
+    raise Unguardable(f"a check {kind!r}")
+
+
+def _steps(source: Any, import_sources: Mapping[str, str]) -> list:
+    """A guard's source as a JSON path: ``[["module", "pcmod"], ["attr", "CONFIG"],
+    ["item", "scale"]]``; :class:`Unguardable` for a source it cannot walk again."""
+    from torch._dynamo import source as S
+
+    out = []
+    while not isinstance(source, S.GlobalSource):
+        if isinstance(source, (S.AttrSource, S.GenericAttrSource)):
+            out.append(["attr", source.member])
+        elif isinstance(source, (S.GetItemSource, S.DictGetItemSource,
+                                 S.DictSubclassGetItemSource)):
+            if isinstance(source.index, S.ConstDictKeySource):
+                out.append(["kitem", source.index.index])
+            elif isinstance(source.index, S.Source) or getattr(source, "index_is_slice", False):
+                raise Unguardable("an item of a computed index")
+            else:
+                out.append(["item", _enc(source.index)])
+        elif isinstance(source, S.ConstDictKeySource):
+            out.append(["key", source.index])
+        elif isinstance(source, S.DefaultsSource):
+            out.append(["kwdefaults" if source.is_kw else "defaults", source.idx_key])
+        elif isinstance(source, (S.ClosureSource, S.TypeMROSource, S.CodeSource)):
+            out.append(["attr", {S.ClosureSource: "__closure__", S.TypeMROSource: "__mro__",
+                                 S.CodeSource: "__code__"}[type(source)]])
+        elif isinstance(source, (S.TypeSource, S.TypeDictSource)):
+            out.append(["type" if isinstance(source, S.TypeSource) else "typedict"])
+        elif not isinstance(source, S.NNModuleSource):  # NNModuleSource: a marker only
+            raise Unguardable(f"a {type(source).__name__}")
+        source = source.base
+    name = source.global_name
+    if name in import_sources:
+        root = ["module", import_sources[name]]
+    elif name.startswith("__builtins_dict__"):
+        root = ["builtins"]
+    else:
+        raise Unguardable(f"a global {name!r} of the compiled entry itself")
+    return [root] + out[::-1]
+
+
+def _root(root: list) -> Any:
+    import builtins
+    import importlib
+
+    if root[0] == "module":
+        return sys.modules.get(root[1]) or importlib.import_module(root[1])
+    return {"builtins": builtins.__dict__, "environ": os.environ}[root[0]]
+
+
+def _step(obj: Any, step: list) -> Any:
+    kind = step[0]
+    if kind == "attr":
+        return getattr(obj, step[1])
+    if kind == "item":
+        return obj[_dec(step[1])]
+    if kind == "kitem":
+        return obj[list(dict.keys(obj))[step[1]]]
+    if kind == "key":
+        return list(dict.keys(obj))[step[1]]
+    if kind in ("defaults", "kwdefaults"):
+        return getattr(obj, f"__{kind}__")[step[1]]
+    if kind == "type":
+        return type(obj)
+    if kind == "typedict":
+        return dict(obj.__dict__)
+    raise Unguardable(f"a step {kind!r}")
+
+
+def _objects(path: list, last: Optional[list] = None) -> list:
+    """Each object along ``path`` as it is now, the path's own last (an exception: it
+    is not there now). ``last``: ``[path, objects]`` of the path walked before, whose
+    common beginning is not walked again (sorted paths share theirs)."""
+    objs = []
+    if last is not None:
+        prev, prev_objs = last
+        for i, (a, b) in enumerate(zip(path, prev[:len(prev_objs)])):
+            if a != b:
+                break
+            objs.append(prev_objs[i])
+    if not objs:
+        objs.append(_root(path[0]))
+    for step in path[len(objs):]:
+        objs.append(_step(objs[-1], step))
+    return objs
+
+
+def _now_all(entries: list) -> list:
+    """What each entry's check reads at its path now; ``{"missing": ...}`` where the
+    path is not there now."""
+    out, last = [], None
+    for path, check, _ in entries:
+        try:
+            objs = _objects(path, last)
+            last = [path, objs]
+            out.append(_observe(check, objs[-1]))
+        except Exception as exc:  # noqa: BLE001 - whatever a getattr raises: not there now
+            last = None
+            out.append({"missing": type(exc).__name__})
+    return out
+
+
+def render(path: list) -> str:
+    """A path as a person would write it: ``pcmod.CONFIG['scale']``."""
+    out = {"module": lambda r: r[1], "builtins": lambda r: "builtins",
+           "environ": lambda r: "os.environ"}[path[0][0]](path[0])
+    for step in path[1:]:
+        kind = step[0]
+        if kind == "attr":
+            out += f".{step[1]}"
+        elif kind in ("item", "kitem", "key"):
+            idx = repr(_dec(step[1])) if kind == "item" else f"<key {step[1]}>"
+            out = f"list({out}.keys())[{step[1]}]" if kind == "key" else f"{out}[{idx}]"
+        elif kind in ("defaults", "kwdefaults"):
+            out += f".__{kind}__[{step[1]!r}]"
+        else:
+            out = f"type({out})" + (".__dict__" if kind == "typedict" else "")
+    return out
+
+
+def _check_of(guard_type: str, arg: Any) -> list:
+    """The JSON check standing for a Dynamo guard kind (a kind not known here: its
+    value, where that is plain data)."""
+    if guard_type in _ARG_GUARDS:
+        kind, _ = _ARG_GUARDS[guard_type]
+        return [kind, _enc(arg) if kind == "in" else arg]
+    return [_CHECK_OF_GUARD.get(guard_type, "value")]
+
+
+class Reads:
+    """The globals one trace read (module attributes and their items, ``os.environ``,
+    ``sys.argv``), from Dynamo's guards on them as :func:`serializable_guards` saw
+    them while :func:`recording` was open; :meth:`resolve` makes them JSON:
+    ``entries``, sorted ``[path, check, value]`` triples, and ``refused``, what
+    cannot be recorded (the source as a person writes it, and why)."""
+
+    def __init__(self) -> None:
+        self.guards: list = []
+        self.entries: list = []
+        self.refused: Dict[str, str] = {}
+        self.resolved = False
+
+    def note(self, entries: Any) -> None:
+        """Keep the guards on globals of one :func:`serializable_guards` call."""
+        for e in entries:
+            if not e.is_global or e.guard_type in _SKIPPED_GUARDS or "___unnamed_scope_" in e.name:
+                continue  # an unnamed scope: a closure's per-call globals, not a module's
+            arg = None
+            if e.guard_type in _ARG_GUARDS:
+                arg = (getattr(e.orig_guard.create_fn, "keywords", None) or {}).get(
+                    _ARG_GUARDS[e.guard_type][1])
+            self.guards.append((e.orig_guard.originating_source, e.guard_type, arg,
+                                e.value if e.has_value else _NOTHING, e.name))
+
+    def resolve(self, import_sources: Mapping[str, str]) -> None:
+        """``entries`` and ``refused`` from the guards kept (``import_sources``: the
+        entry's module aliases, ``__import_pcmod`` -> ``pcmod``)."""
+        found, environ = {}, False
+        for source, guard_type, arg, value, name in self.guards:
+            path = None
+            try:
+                path = _steps(source, import_sources)
+                check = _check_of(guard_type, arg)
+                objs = _objects(path)
+                now = _observe(check, objs[-1])
+                if value is not _NOTHING and value is not objs[-1] and _observe(check, value) != now:
+                    raise Unguardable("another object than the one Dynamo read")
+            except Exception as exc:  # noqa: BLE001 - Unguardable, or a path not walked back
+                why = str(exc) if isinstance(exc, Unguardable) else f"{type(exc).__name__}: {exc}"
+                self.refused.setdefault(render(path) if path else name, f"{guard_type} of {why}")
+                continue
+            found[json.dumps([path, check])] = [path, check, now]
+            environ = environ or any(o is os.environ for o in objs)
+        if environ:  # a missing variable is read without a guard: the names stand for it
+            path, check = [["environ"]], ["env_names"]
+            found[json.dumps([path, check])] = [path, check, _observe(check, os.environ)]
+        self.entries = sorted(found.values(), key=json.dumps)
+        self.resolved = True
+
+
+_NOTHING = object()
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Reads]:
+    """The :class:`Reads` of the compile inside (``aot_compile`` with
+    :func:`serializable_guards` as its guard filter)."""
+    reads = Reads()
+    _ACTIVE.append(reads)
+    try:
+        yield reads
+    finally:
+        _ACTIVE.remove(reads)
+
+
+def reads_differ(entries: list) -> Optional[str]:
+    """``None`` where every recorded read has its recorded value now, else the first
+    that does not (``"pcmod.CONFIG['scale'] was 1.0, is 3.0"``)."""
+    now = _now_all(entries)
+    if json.dumps(now) == json.dumps([value for _, _, value in entries]):
+        return None
+    for (path, check, value), v in zip(entries, now):
+        if json.dumps(v) != json.dumps(value):
+            what = "" if check[0] == "value" else f" ({' '.join(map(str, check))})"
+            if check[0] == "env_names" and isinstance(v, list):
+                return (f"the environment's variables: {sorted(set(v) - set(value))} set, "
+                        f"{sorted(set(value) - set(v))} unset since")
+            return f"{render(path)}{what} was {_shown(value)}, is {_shown(v)}"
+    return None
+
+
+def _shown(v: Any) -> str:
+    """A recorded value for a log line (bytes, as the environment holds them, as bytes)."""
+    try:
+        return repr(_dec(v))
+    except Unguardable:
+        return json.dumps(v)
+
+
+def _warn_refused(refused: Mapping[str, str]) -> None:
+    """Say once per process, per set of sources, why an entry was not saved."""
+    names = tuple(sorted(refused))
+    if names in _WARNED:
+        return
+    _WARNED.add(names)
+    listed = "; ".join(f"{n} ({refused[n]})" for n in names[:5])
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    warnings.warn(
+        f"graph_adapter: precompiled entry not saved: the traced forward read {listed}{more}, "
+        "whose value precompile cannot record as JSON, so a later process could not tell "
+        "its value from this one's. Keep such a global a number, string, bool, None, a "
+        "list/dict of those, a module, class or function; or read it outside forward and "
+        "pass it in as an input or module attribute; or compile with precompile=False. "
+        "This process compiles as usual.", RuntimeWarning, stacklevel=3)
+
+
+# ------------------------------------------------------------------ entries on disk
+_MAX_VARIANTS = 8  # entries kept per key, one per set of values the globals had
+
+
+def entry_name(key: Mapping[str, Any], entries: list) -> str:
+    """An entry's file name: the key's digest, then the digest of what its trace read
+    and the values it read (so an entry is found only under the values it was traced
+    under, and entries traced under other values sit beside it)."""
+    reads = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{digest(key)}-{reads}"
+
+
+def _variants(d: str, key: Mapping[str, Any]) -> list:
+    """The key's index ``<key>.reads.json``: its entries' reads, newest first."""
+    try:
+        with open(os.path.join(d, digest(key) + ".reads.json")) as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return []
+    return doc.get("variants", []) if doc.get("format") == _FORMAT else []
+
+
+def _write_json(path: str, doc: Any) -> None:
+    tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
 def load(key: Mapping[str, Any], wrapped: nn.Module) -> Optional[Callable]:
-    """The precompiled entry of ``key``, or ``None`` (none saved, unreadable, made by
-    other sources: each logged and answered by a compile, never raised)."""
+    """The precompiled entry of ``key`` traced under the values the globals its trace
+    read have now, or ``None`` (none saved, none under these values, unreadable, made
+    by other sources: each logged and answered by a compile, never raised)."""
     from . import host_checks as _host_checks
 
-    path = os.path.join(artifact_dir(), digest(key) + ".bin")
-    if not os.path.exists(path):
+    d = artifact_dir()
+    path, differ = None, None
+    for variant in _variants(d, key):
+        why = reads_differ(variant["reads"])
+        if why is None:
+            path = os.path.join(d, entry_name(key, variant["reads"]) + ".bin")
+            break
+        differ = differ or why
+    if path is None or not os.path.exists(path):
+        if differ:
+            log.info("graph_adapter: no precompiled entry of %s under this process's values "
+                     "(%s); compiling", digest(key), differ)
         return None
     try:
         with open(path, "rb") as fh, _plain_setstate(), _host_checks.remembered_host_checks():
@@ -248,27 +663,50 @@ def load(key: Mapping[str, Any], wrapped: nn.Module) -> Optional[Callable]:
     return fn
 
 
-def save(key: Mapping[str, Any], fn: Any, wrapped: nn.Module) -> None:
-    """Write ``fn`` (an ``aot_compile`` result) and its key's description, atomically."""
+def save(key: Mapping[str, Any], fn: Any, wrapped: nn.Module,
+         reads: Optional[Reads] = None) -> bool:
+    """Write ``fn`` (an ``aot_compile`` result), its key's description and what its
+    trace read (``reads``, from :func:`recording` around the ``aot_compile``; without
+    it, nothing: the entry then loads whatever the globals hold), atomically. An
+    entry whose trace read a global that cannot be recorded is not written: a
+    warning says so, once (``False``)."""
+    reads = reads if reads is not None else Reads()
+    if not reads.resolved:
+        reads.resolve(fn._artifacts.runtime_env.import_sources)
+    if reads.refused:
+        _warn_refused(reads.refused)
+        return False
     d = artifact_dir()
     os.makedirs(d, exist_ok=True)
-    name = digest(key)
+    name = entry_name(key, reads.entries)
     fn.save_compiled_function(os.path.join(d, name + ".bin"), external_data={"wrapped": wrapped})
-    tmp = os.path.join(d, f".{name}.json.{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump(key, fh, indent=1, sort_keys=True)
-    os.replace(tmp, os.path.join(d, name + ".json"))
+    _write_json(os.path.join(d, digest(key) + ".json"), key)
+    variants = [{"entry": name, "reads": reads.entries}]
+    for old in _variants(d, key):
+        if old.get("entry") != name and len(variants) < _MAX_VARIANTS:
+            variants.append(old)
+        elif old.get("entry") != name:  # the oldest beyond the limit: its file goes too
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(d, old["entry"] + ".bin"))
+    _write_json(os.path.join(d, digest(key) + ".reads.json"),
+                {"format": _FORMAT, "variants": variants})
     COUNTS["saved"] += 1
+    return True
 
 
 def serializable_guards(entries: Any) -> list:
     """The ``guard_filter_fn`` of an entry to be saved: every guard Dynamo can
-    serialize, globals included (torch's default for ``aot_compile`` drops globals)."""
+    serialize, globals included (torch's default for ``aot_compile`` drops globals);
+    inside :func:`recording`, the guards on globals are also kept for the entry's
+    reads (which are checked at a load: the serialized ones cannot be)."""
     from torch._dynamo.guards import CheckFunctionManager
 
     bad = CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
+    if _ACTIVE:  # a compile to be saved: what its trace read, kept beside its entry
+        _ACTIVE[-1].note(entries)
     # Dynamo names the scope of some closures after an object id ("___unnamed_scope_<id>"):
     # a guard on such a name fails in any other process, so it cannot be kept
     return [not (e.guard_type in bad or any(t in bad for t in e.derived_guard_types)
                  or "___unnamed_scope_" in e.name)
             for e in entries]
+
