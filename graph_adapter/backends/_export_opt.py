@@ -1,15 +1,29 @@
 """Rewrites of an exported ONNX model before ``graph_adapter.export`` writes it.
 
-One rewrite, :func:`scatter_rows_as_scatter_nd`. PyG's sum aggregation
+:func:`deterministic_row_scatters` (what ``export`` runs). PyG's sum aggregation
 (``torch_geometric.utils.scatter``) adds messages into node rows with
 ``zeros.scatter_add_(0, index.view(-1, 1).expand_as(src), src)``; the ONNX
 exporter writes that as it reads: ``ScatterElements(axis=0, reduction="add")``
-on an index ``Expand``-ed to ``[E, D]``. onnxruntime (1.32, CPU) runs
-``ScatterElements`` one element at a time, reading an index per element: 61% of
-the demo's GINE 4 x 64 program at 256 molecules a call. The same sum is a
-``ScatterND(reduction="add")`` of whole rows with the index as ``[E, 1]``:
-outputs equal (bit for bit on the demo: both add row by row in edge order), and
-the program ran 32.6 -> 11.9 ms at 1 thread (``docs/deploy.md``, Speed).
+on an index ``Expand``-ed to ``[E, D]``, which onnxruntime (1.32, CPU) runs one
+element at a time, on one thread: 61% of the demo's GINE 4 x 64 program at 256
+molecules a call. The rewrite sums the same rows as *sorted segments*: the rows
+are ordered by their index (``TopK``, ties in row order), added up in float64
+(``CumSum``), and each target row gets the difference of the prefix sums at its
+segment's ends (``Gather``); every one of these kernels gives the same bits at any
+thread count. Float64 keeps the differences exact to float32 rounding (sums of
+float32 values never overflow there). A prefix sum spreads a NaN or an infinity
+to every later segment, so when the total of any column is not finite an ``If``
+runs the original ``ScatterElements`` instead (each row's own sum, the eager
+semantics; slower, only for such calls). Integer rows are summed in int64
+(wrapping differences are exact). Reducing ``ScatterND`` nodes on a row index
+(``[E, 1]``) get the same treatment (``add``) or become ``ScatterElements``
+(``mul``/``max``/``min``).
+
+:func:`scatter_rows_as_scatter_nd` (no longer run by ``export``) writes the row
+adds as one ``ScatterND(reduction="add")`` instead: 2.7x faster on the demo, but
+onnxruntime splits its rows over the intra-op threads and adds into shared rows
+without a lock, so rows whose index repeats lose updates at 2+ threads (wide
+rows, about 1500+ rows of 128 floats: up to 8.8% off; ``docs/deploy.md``).
 
 Only the exact pattern is rewritten: ``ScatterElements`` with ``axis=0`` and
 ``reduction="add"`` whose indices are ``Expand(Reshape(i, [k, 1, ..., 1]))``
@@ -19,9 +33,9 @@ is removed with every other node nobody reads (:func:`drop_dead_nodes`).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
-__all__ = ["scatter_rows_as_scatter_nd", "drop_dead_nodes"]
+__all__ = ["deterministic_row_scatters", "scatter_rows_as_scatter_nd", "drop_dead_nodes"]
 
 #: the shape constant of the ``[-1, 1]`` row index the rewrite adds (one per model)
 _ROW_INDEX_SHAPE = "graph_adapter_row_index_shape"
@@ -130,3 +144,229 @@ def _subgraph_reads(node: Any) -> Set[str]:
                 reads.update(n.input)
                 reads.update(_subgraph_reads(n))
     return reads
+
+
+# ------------------------------------------------------------ deterministic row scatters
+#: the shared constants the deterministic rewrite adds (once a model)
+_DET_CONSTANTS = {"graph_adapter_det_minus1": [-1], "graph_adapter_det_zero": 0,
+                  "graph_adapter_det_one1": [1], "graph_adapter_det_zero1": [0],
+                  "graph_adapter_det_end": [2 ** 62]}
+
+
+class _Emit:
+    """Nodes of one rewritten scatter, with names unique in the model (its output's)."""
+
+    def __init__(self, prefix: str):
+        self.prefix, self.nodes, self.count = prefix, [], 0
+
+    def __call__(self, op: str, inputs: List[str], outputs: int = 1, **attrs: Any) -> Any:
+        from onnx import helper
+
+        self.count += 1
+        names = [f"{self.prefix}__{op.lower()}{self.count}_{k}" for k in range(outputs)]
+        self.nodes.append(helper.make_node(op, inputs, names, name=names[0], **attrs))
+        return names[0] if outputs == 1 else names
+
+
+def _value_types(model: Any) -> Dict[str, Any]:
+    """Name -> ``TypeProto.Tensor`` (elem type, shape) of every value shape inference knows."""
+    import onnx
+
+    g = onnx.shape_inference.infer_shapes(model).graph
+    out = {v.name: v.type.tensor_type for v in (*g.input, *g.value_info, *g.output)}
+    for init in g.initializer:
+        t = onnx.TypeProto.Tensor()
+        t.elem_type = init.data_type
+        t.shape.dim.extend(onnx.TensorShapeProto.Dimension(dim_value=d) for d in init.dims)
+        out[init.name] = t
+    return out
+
+
+def _is_float(elem_type: int) -> bool:
+    from onnx import TensorProto
+
+    return elem_type in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
+                         TensorProto.BFLOAT16)
+
+
+class _Deterministic:
+    """The rewrite of one model (:func:`deterministic_row_scatters`). The order of the
+    rows and the rows per target depend on the index and the target count only: scatters
+    on the same index into as many rows (the layers of a model, a softmax's sum and its
+    messages) share one sort."""
+
+    def __init__(self, model: Any):
+        self.graph = model.graph
+        self.producers = {out: n for n in self.graph.node for out in n.output}
+        self.types = _value_types(model)
+        self.sorted: Dict[Tuple[str, Any], Tuple[str, str, str, str]] = {}
+        self.initializers: List[Any] = []
+
+    def _rows_of(self, emit: _Emit, data: str) -> Tuple[str, Any]:
+        """``(n, key)``: a ``[1]`` tensor of ``data``'s row count (a constant when static)."""
+        import numpy as np
+        from onnx import numpy_helper
+
+        t = self.types.get(data)
+        dims = t.shape.dim if t is not None and t.HasField("shape") else []
+        if dims and dims[0].dim_value > 0:
+            n = int(dims[0].dim_value)
+            name = f"graph_adapter_det_rows_{n}"
+            if not any(i.name == name for i in self.initializers):
+                self.initializers.append(numpy_helper.from_array(np.array([n], np.int64), name))
+            return name, n
+        return emit("Slice", [emit("Shape", [data]), "graph_adapter_det_zero1",
+                              "graph_adapter_det_one1"]), data
+
+    def _order(self, emit: _Emit, data: str, row: str) -> Tuple[str, str, str, str]:
+        """``(i1, perm, ends, starts)``: the flat index (negative ones counted from the
+        end, as ScatterElements reads them), the row order sorted by index (ties in row
+        order), each target's segment of the sorted rows."""
+        import numpy as np
+        from onnx import numpy_helper
+
+        n, key = self._rows_of(emit, data)
+        if (row, key) in self.sorted:
+            return self.sorted[(row, key)]
+        i1 = emit("Reshape", [row, "graph_adapter_det_minus1"])
+        i1 = emit("Where", [emit("Less", [i1, "graph_adapter_det_zero"]), emit("Add", [i1, n]), i1])
+        e = emit("Shape", [i1])
+        _, perm = emit("TopK", [i1, e], outputs=2, axis=0, largest=0, sorted=1)
+        ones = emit("ConstantOfShape", [e], value=numpy_helper.from_array(np.ones(1, np.int64)))
+        zeros = emit("ConstantOfShape", [n], value=numpy_helper.from_array(np.zeros(1, np.int64)))
+        # rows per target: a 1-D ScatterElements of E ones (deterministic, cheap)
+        cnt = emit("ScatterElements", [zeros, i1, ones], axis=0, reduction="add")
+        ends = emit("CumSum", [cnt, "graph_adapter_det_zero"])
+        self.sorted[(row, key)] = i1, perm, ends, emit("Sub", [ends, cnt])
+        return self.sorted[(row, key)]
+
+    def segment_sums(self, emit: _Emit, data: str, row: str, updates: str, acc: int
+                     ) -> Tuple[str, str]:
+        """``(seg, cs0)``: per row of ``data``, the sum (in ``acc``) of the ``updates``
+        rows whose index ``row`` names it, as differences of prefix sums over the rows
+        sorted by index; ``cs0``: the prefix sums (row 0 zero, the last the totals)."""
+        import numpy as np
+        from onnx import helper, numpy_helper
+
+        _, perm, ends, starts = self._order(emit, data, row)
+        rows = emit("Cast", [emit("Gather", [updates, perm], axis=0)], to=acc)
+        cs = emit("CumSum", [rows, "graph_adapter_det_zero"])
+        tail = emit("Slice", [emit("Shape", [updates]), "graph_adapter_det_one1",
+                              "graph_adapter_det_end"])
+        zero = numpy_helper.from_array(np.zeros(1, dtype=helper.tensor_dtype_to_np_dtype(acc)))
+        zrow = emit("ConstantOfShape", [emit("Concat", ["graph_adapter_det_one1", tail], axis=0)],
+                    value=zero)
+        cs0 = emit("Concat", [zrow, cs], axis=0)
+        hi, lo = emit("Gather", [cs0, ends], axis=0), emit("Gather", [cs0, starts], axis=0)
+        return emit("Sub", [hi, lo]), cs0
+
+    def sum_rows(self, node_name: str, out: str, data: str, row: str, updates: str,
+                 elem: int, rank: int) -> List[Any]:
+        """The nodes that write ``out = data + (rows of updates added at row)``, the same
+        bits at any thread count (module doc)."""
+        from onnx import TensorProto, helper
+
+        emit = _Emit(out)
+        if not _is_float(elem):
+            seg, _ = self.segment_sums(emit, data, row, updates, TensorProto.INT64)
+            if elem != TensorProto.INT64:
+                seg = emit("Cast", [seg], to=elem)
+            emit.nodes.append(helper.make_node("Add", [data, seg], [out], name=f"{out}__add"))
+            return emit.nodes
+        seg, cs0 = self.segment_sums(emit, data, row, updates, TensorProto.DOUBLE)
+        total = emit("ReduceSum", [emit("Slice", [cs0, "graph_adapter_det_minus1",
+                                                  "graph_adapter_det_end"])], keepdims=0)
+        not_finite = emit("IsNaN", [emit("Sub", [total, total])])  # inf - inf, nan - nan
+        fast = _Emit(f"{out}__sorted")
+        fast_out = fast("Add", [data, fast("Cast", [seg], to=elem)])
+        slow = _Emit(f"{out}__per_element")
+        slow_out = slow("ScatterElements", [data, _expanded(slow, row, updates, rank), updates],
+                        axis=0, reduction="add")
+
+        def branch(e: _Emit, result: str, name: str) -> Any:
+            return helper.make_graph(e.nodes, name, [], [helper.make_tensor_value_info(
+                result, elem, None)])
+
+        emit.nodes.append(helper.make_node(
+            "If", [not_finite], [out], name=f"{node_name or out}__deterministic",
+            then_branch=branch(slow, slow_out, f"{out}__not_finite"),
+            else_branch=branch(fast, fast_out, f"{out}__finite")))
+        return emit.nodes
+
+    def replace(self, node: Any) -> Optional[List[Any]]:
+        """The nodes that replace ``node`` (module doc), or ``None`` to keep it."""
+        from onnx import TensorProto, helper
+
+        data = self.types.get(node.input[0]) if node.input else None
+        elem = data.elem_type if data is not None else TensorProto.UNDEFINED
+        if elem in (TensorProto.UNDEFINED, TensorProto.BOOL, TensorProto.STRING) or \
+                len(node.input) != 3 or not data.HasField("shape"):
+            return None
+        rank = len(data.shape.dim)
+        if node.op_type == "ScatterElements":
+            attrs = _attrs(node)
+            if attrs.get("axis", 0) != 0 or attrs.get("reduction") != b"add":
+                return None
+            row = _row_index(self.graph, self.producers, node.input[1])
+            return None if row is None else self.sum_rows(
+                node.name, node.output[0], node.input[0], row, node.input[2], elem, rank)
+        reduction = _attrs(node).get("reduction", b"none").decode()
+        if node.op_type != "ScatterND" or reduction == "none" or not _row_nd(self.types,
+                                                                             node.input[1]):
+            return None
+        if reduction == "add":
+            return self.sum_rows(node.name, node.output[0], node.input[0], node.input[1],
+                                 node.input[2], elem, rank)
+        # mul / max / min: ScatterElements reduces one element at a time, in row order
+        emit = _Emit(node.output[0])
+        index = _expanded(emit, node.input[1], node.input[2], rank)
+        emit.nodes.append(helper.make_node("ScatterElements", [node.input[0], index, node.input[2]],
+                                           list(node.output), name=f"{node.name}__elements",
+                                           axis=0, reduction=reduction))
+        return emit.nodes
+
+
+def _expanded(emit: _Emit, row: str, updates: str, rank: int) -> str:
+    """``row`` (one index a row) as ScatterElements reads it: broadcast to ``updates``."""
+    from onnx import TensorProto, helper
+
+    shape = emit("Constant", [], value=helper.make_tensor(
+        f"{emit.prefix}__index_shape", TensorProto.INT64, [rank], [-1] + [1] * (rank - 1)))
+    return emit("Expand", [emit("Reshape", [row, shape]), emit("Shape", [updates])])
+
+
+def _row_nd(types: Dict[str, Any], indices: str) -> bool:
+    """Whether a ScatterND's ``indices`` are ``[E, 1]``: one row of ``data`` an update row."""
+    t = types.get(indices)
+    dims = t.shape.dim if t is not None and t.HasField("shape") else []
+    return len(dims) == 2 and dims[1].dim_value == 1
+
+
+def deterministic_row_scatters(model: Any) -> int:
+    """Rewrite every row-wise scatter add of ``model`` (an ``onnx.ModelProto``, in place)
+    so that onnxruntime computes it the same at any thread count (module doc): the
+    exporter's ``ScatterElements(axis=0, add)`` of whole rows and any reducing
+    ``ScatterND`` on a ``[E, 1]`` row index. Returns how many. Needs opset >= 16; an
+    older model is left as it is (``0``)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset < 16:
+        return 0
+    rewrite = _Deterministic(model)
+    nodes: List[Any] = []
+    done = 0
+    for node in model.graph.node:
+        replaced = rewrite.replace(node)
+        nodes.extend(replaced if replaced is not None else [node])
+        done += replaced is not None
+    if done:
+        graph = model.graph
+        graph.initializer.extend(numpy_helper.from_array(np.array(v, dtype=np.int64), k)
+                                 for k, v in _DET_CONSTANTS.items())
+        graph.initializer.extend(rewrite.initializers)
+        del graph.node[:]
+        graph.node.extend(nodes)
+        drop_dead_nodes(graph)
+    return done

@@ -10,23 +10,27 @@ with ``torch.export`` on one padded batch of the budget, then compiled:
 
 Before compiling, the exported program gets the graph rewrite the compile path gives
 inductor (:func:`rewritten_program`: a linear of a sum of embedding lookups projects the
-tables); the ONNX model has its row-wise scatter adds written as ``ScatterND``
-(:mod:`~graph_adapter.backends._export_opt`). Both keep the function; ``rewrite=False``
-turns them off.
+tables); the ONNX model has its row-wise scatter adds summed as sorted segments, which
+onnxruntime computes the same at any thread count (:mod:`~graph_adapter.backends._export_opt`).
+Both keep the function; ``rewrite=False`` turns them off.
 
 The artifact carries its input contract as JSON (:class:`graph_adapter.serve.Contract`:
 the budget, every input key with its level, dtype and per-graph shape, every output with
 its level), in the ``.pt2`` archive's ``extra/graph_adapter.json`` or the ONNX model's
-``metadata_props``; nothing is pickled. Inputs the model never reads (``y``, labels) are
-left out of the program, so requests need not carry them. Before the file is written the
-artifact runs on the example batch and must equal the eager wrapper within
-:data:`TOLERANCE` (else :class:`ExportMismatchError`).
+``metadata_props``; nothing is pickled. Inputs the program never reads (``y``, labels, a
+feature the forward names but ignores) are left out of it, so requests need not carry
+them. Before the file is written the artifact runs on a few padded batches (the ONNX one
+twice each, at the server's thread count and at 2 and 4 threads) and must equal the
+eager wrapper within :data:`TOLERANCE` every time (else :class:`ExportMismatchError`,
+naming the output, the batch and the threads).
 """
 from __future__ import annotations
 
 import contextlib
 import copy
 import importlib.metadata
+import itertools
+import re
 import os
 import tempfile
 import zipfile
@@ -41,11 +45,12 @@ from ..format import LOSS_KEY, RESERVED_KEYS, has_micro_batch_dim, micro_batch
 from ..batching import FixedSizeLoader
 from ..nn import IPUWrapped
 from ..serve import CONTRACT_FILE, ONNX_METADATA_KEY, Contract, InputField, OutputField
-from ._export_opt import scatter_rows_as_scatter_nd
+from ._export_opt import deterministic_row_scatters
 from .inductor.rewrites import project_embedding_tables
 
 __all__ = ["export", "ExportError", "UnsupportedExportError", "ExportMismatchError",
-           "TOLERANCE", "FORMATS", "contract_inputs", "rewritten_program"]
+           "TOLERANCE", "FORMATS", "CHECK_THREADS", "CHECK_RUNS", "contract_inputs",
+           "rewritten_program"]
 
 FORMATS = ("pt2", "onnx")
 #: ``|artifact - eager| <= atol + rtol * |eager|`` on every output, checked at export.
@@ -68,13 +73,22 @@ class ExportMismatchError(ExportError):
 
 
 class _Inference(nn.Module):
-    """The wrapper's outputs without the loss (the artifact is the inference graph)."""
+    """The wrapper's outputs without the loss (the artifact is the inference graph).
 
-    def __init__(self, wrapped: IPUWrapped):
+    ``fill``: key -> ``(shape, dtype)`` of the inputs the program never reads: made as
+    zeros inside forward (a forward that names them still gets them), so that they
+    are no input of the program and no request carries them."""
+
+    def __init__(self, wrapped: IPUWrapped,
+                 fill: Optional[Dict[str, Tuple[Tuple[int, ...], torch.dtype]]] = None):
         super().__init__()
         self.wrapped = wrapped
+        self.fill = dict(fill or {})
 
     def forward(self, flat: Dict[str, Tensor]) -> Dict[str, Tensor]:
+        if self.fill:
+            flat = {**flat, **{k: torch.zeros(shape, dtype=dtype)
+                               for k, (shape, dtype) in self.fill.items()}}
         out = self.wrapped(flat)
         return {k: v for k, v in out.items() if k != LOSS_KEY}
 
@@ -100,6 +114,26 @@ def _collator_and_example(source: Any, example: Optional[Sequence[Any]]
         return col, col.collate_indices(range(len(example)))
     raise TypeError(f"loader_or_budget must be a FixedSizeLoader or a Budget, got "
                     f"{type(source).__name__}")
+
+
+def _check_batches(source: Any, example: Optional[Sequence[Any]], col: Collator,
+                   first: Dict[str, Tensor], count: int = 3) -> List[Dict[str, Tensor]]:
+    """``first`` and up to ``count - 1`` more padded batches for the artifact's check:
+    the loader's next batches of its plan, or the example graphs packed in other orders
+    and subsets (other rows share a target, other padding)."""
+    out = [first]
+    if isinstance(source, FixedSizeLoader):
+        if col.columnar:
+            out += [col.collate_indices(b) for b in source.plan(0)[1:count]]
+        else:
+            for flat in itertools.islice(iter(source), 1, count):
+                out.append(micro_batch(flat, 0) if has_micro_batch_dim(flat) else flat)
+        return out
+    n = len(example or ())
+    for order in (list(range(n))[::-1], list(range(0, n, 2))):
+        if order and len(out) < count:
+            out.append(col.collate_indices(order))
+    return out
 
 
 def _unused_inputs(ep: Any, keys: List[str]) -> List[str]:
@@ -161,25 +195,27 @@ def _real_rows(contract: Contract, flat: Mapping[str, Tensor]) -> Dict[str, int]
 
 
 def _max_diff(got: Mapping[str, Any], ref: Mapping[str, Tensor], contract: Contract,
-              flat: Mapping[str, Tensor]) -> float:
+              flat: Mapping[str, Tensor], where: str = "") -> float:
     """The largest ``|artifact - eager|`` over the real rows of every output; raises
     ``ExportMismatchError`` beyond ``contract.tolerance``.
 
     Padding rows are left out: they hold what the padding self-loops add up on the
     padding nodes (values of 1e8 and more after a few sum layers), whose rounding
     depends on the order of adds, and no request ever reads them (``serve`` splits the
-    real rows only). Their shape is checked."""
+    real rows only). Their shape is checked. ``where`` (e.g. ``" of batch 2, run 1 at 2
+    onnxruntime threads"``) goes into the error."""
     tol, real = contract.tolerance, _real_rows(contract, flat)
     worst = 0.0
     for k, r in ref.items():
         g = torch.as_tensor(got[k]).to(r.dtype)
         if g.shape != r.shape:
-            raise ExportMismatchError(f"output {k!r}: shape {tuple(g.shape)} from the "
-                                      f"artifact, {tuple(r.shape)} from the eager wrapper")
+            raise ExportMismatchError(f"output {k!r}{where}: shape {tuple(g.shape)} from "
+                                      f"the artifact, {tuple(r.shape)} from the eager wrapper")
         g, r = g[:real[k]], r[:real[k]]
         if not r.is_floating_point():
             if not torch.equal(g, r):
-                raise ExportMismatchError(f"output {k!r} (integer) differs from eager")
+                raise ExportMismatchError(f"output {k!r} (integer){where} differs from "
+                                          f"eager; not written")
             continue
         d = (g - r).abs()
         worst = max(worst, float(d.max()) if d.numel() else 0.0)
@@ -187,7 +223,7 @@ def _max_diff(got: Mapping[str, Any], ref: Mapping[str, Tensor], contract: Contr
         if bool(bad.any()):
             raise ExportMismatchError(
                 f"output {k!r}: the artifact differs from the eager wrapper by up to "
-                f"{float(d.max()):.3g} on the real rows (tolerance atol={tol['atol']}, "
+                f"{float(d.max()):.3g} on the real rows{where} (tolerance atol={tol['atol']}, "
                 f"rtol={tol['rtol']}); not written")
     return worst
 
@@ -234,8 +270,13 @@ def rewritten_program(ep: Any, flat: Dict[str, Tensor]) -> Tuple[Any, int]:
     return _trace(ep.module(), flat), rewritten
 
 
-def _write_pt2(ep: Any, path: str, contract: Contract, flat: Dict[str, Tensor],
-               ref: Mapping[str, Tensor], inductor_configs: Optional[Dict[str, Any]]) -> Contract:
+#: one check case: (the padded batch fed, the eager outputs on it, the full batch whose
+#: masks give the real rows)
+_Case = Tuple[Dict[str, Tensor], Dict[str, Tensor], Dict[str, Tensor]]
+
+
+def _write_pt2(ep: Any, path: str, contract: Contract, cases: Sequence[_Case],
+               inductor_configs: Optional[Dict[str, Any]]) -> Contract:
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(suffix=".pt2", prefix=".export-", dir=d)
     os.close(fd)
@@ -243,9 +284,12 @@ def _write_pt2(ep: Any, path: str, contract: Contract, flat: Dict[str, Tensor],
         torch._inductor.aoti_compile_and_package(ep, package_path=tmp,
                                                  inductor_configs=dict(inductor_configs or {}))
         model = torch._inductor.aoti_load_package(tmp)
-        with torch.inference_mode():
-            got = model(flat)
-        contract = _with(contract, verified_max_abs_diff=_max_diff(got, ref, contract, flat))
+        worst = 0.0
+        for b, (flat, ref, full) in enumerate(cases):
+            with torch.inference_mode():
+                got = model(flat)
+            worst = max(worst, _max_diff(got, ref, contract, full, f" of check batch {b}"))
+        contract = _with(contract, verified_max_abs_diff=worst)
         with zipfile.ZipFile(tmp, "a") as z:
             root = z.namelist()[0].split("/")[0]
             z.writestr(f"{root}/extra/{CONTRACT_FILE}", contract.to_json())
@@ -256,28 +300,111 @@ def _write_pt2(ep: Any, path: str, contract: Contract, flat: Dict[str, Tensor],
     return contract
 
 
-def _write_onnx(ep: Any, path: str, contract: Contract, flat: Dict[str, Tensor],
-                ref: Mapping[str, Tensor], rewrite: bool = True) -> Contract:
+#: thread counts the ONNX artifact is checked at besides the server's (``threads``):
+#: onnxruntime splits a kernel's rows over its intra-op threads only at 2 and more
+CHECK_THREADS = (2, 4)
+#: runs of each check batch at each thread count (a race shows in some runs only)
+CHECK_RUNS = 2
+
+
+def _onnx_session(model: bytes, threads: Optional[int]) -> Any:
+    """An onnxruntime CPU session as ``serve.load(path, threads=threads)`` makes it."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    if threads is not None:
+        opts.intra_op_num_threads = int(threads)
+        opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def _onnx_node_layer(proto: Any, message: str) -> str:
+    """``" in layer 'conv1' (GATConv)"`` for the ONNX node an onnxruntime error names."""
+    names = set(re.findall(r"node with name '([^']+)'|node name: (\S+)|Node \(([^)]+)\)", message))
+    wanted = {n for group in names for n in group if n}
+    for node in proto.graph.node:
+        if node.name in wanted:
+            meta = {p.key: p.value for p in node.metadata_props}
+            scopes = re.findall(r"'([^']*)'", meta.get("pkg.torch.onnx.name_scopes", ""))
+            classes = re.findall(r"'([^']*)'", meta.get("pkg.torch.onnx.class_hierarchy", ""))
+            if scopes and classes:
+                return f" in layer {scopes[-2] if len(scopes) > 1 else scopes[-1]!r} " \
+                       f"({classes[-2 if len(classes) > 1 else -1].rsplit('.', 1)[-1]}, " \
+                       f"ONNX {node.op_type})"
+            return f" in ONNX node {node.name!r} ({node.op_type})"
+    return ""
+
+
+def _check_onnx(proto: Any, contract: Contract, cases: Sequence[_Case],
+                threads: Optional[int]) -> float:
+    """The largest difference to eager over every check batch, run :data:`CHECK_RUNS`
+    times at the server's thread count (``None``: onnxruntime's default) and at each of
+    :data:`CHECK_THREADS`; ``ExportMismatchError`` names the output, the batch, the run
+    and the threads of the first one beyond tolerance."""
+    model = proto.SerializeToString()
+    counts: List[Optional[int]] = [threads] + [t for t in CHECK_THREADS if t != threads]
+    in_names, out_names = contract.onnx_input_names, list(contract.onnx_output_names)
+    worst = 0.0
+    for t in counts:
+        try:
+            sess = _onnx_session(model, t)
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own kinds
+            raise UnsupportedExportError(
+                f"onnxruntime cannot run the exported model{_onnx_node_layer(proto, str(e))}: "
+                f"{str(e).splitlines()[0][:300]}; export format='pt2' instead") from e
+        label = "onnxruntime's default threads" if t is None else f"{t} onnxruntime threads"
+        for b, (flat, ref, full) in enumerate(cases):
+            feed = {n: flat[f.key].numpy() for n, f in zip(in_names, contract.inputs) if n}
+            for run in range(CHECK_RUNS):
+                got = dict(zip([f.key for f in contract.outputs], sess.run(out_names, feed)))
+                where = f" of check batch {b}, run {run + 1} at {label}"
+                worst = max(worst, _max_diff(got, ref, contract, full, where))
+    return worst
+
+
+def _onnx_program(ep: Any) -> Any:
+    """``torch.onnx.export(ep)``; an op without an ONNX translation is refused naming its
+    layer (the module path and class of the exported node) and the exporter's reason."""
+    try:
+        return torch.onnx.export(ep, dynamo=True, verbose=False)
+    except Exception as e:  # noqa: BLE001 - the exporter wraps its errors in several kinds
+        chain, c = [], e
+        while c is not None:
+            chain.append(c)
+            c = c.__cause__ or c.__context__
+        text = "\n".join(str(x) for x in chain)
+        found = re.search(r"translating node %(\w+)", text)
+        node = next((n for n in ep.graph.nodes if found and n.name == found.group(1)), None)
+        if node is None:
+            raise
+        stack = list(node.meta.get("nn_module_stack", {}).values())
+        path, cls = (stack[-1][0], str(stack[-1][1]).rsplit(".", 1)[-1]) if stack else ("", "")
+        path = path.removeprefix("wrapped.model.").removeprefix("wrapped.")
+        reason = str(chain[-1]).splitlines()[0][:300]
+        raise UnsupportedExportError(
+            f"layer {path!r} ({cls}) cannot be exported to ONNX: {node.target} has no ONNX "
+            f"translation ({reason}); export format='pt2' instead, or write the layer with "
+            f"ops the ONNX exporter knows") from e
+
+
+def _write_onnx(ep: Any, path: str, contract: Contract, cases: Sequence[_Case],
+                rewrite: bool = True, threads: Optional[int] = None) -> Contract:
     try:
         import onnx
-        import onnxruntime as ort
+        import onnxruntime  # noqa: F401
     except ImportError as e:
         raise ImportError("format='onnx' needs onnx, onnxscript and onnxruntime: "
                           "pip install 'graph_adapter[serve]'") from e
-    program = torch.onnx.export(ep, dynamo=True, verbose=False)
-    proto = program.model_proto
+    proto = _onnx_program(ep).model_proto
     if rewrite:
-        scatter_rows_as_scatter_nd(proto)
+        deterministic_row_scatters(proto)
     names = {i.name for i in proto.graph.input}
     placeholders = list(ep.graph_signature.user_inputs)
     # an input the program never reads may be pruned from the ONNX graph: fed as nothing
     in_names = tuple(n if n in names else "" for n in placeholders)
     out_names = tuple(o.name for o in proto.graph.output)
     contract = _with(contract, onnx_input_names=in_names, onnx_output_names=out_names)
-    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    feed = {n: flat[f.key].numpy() for n, f in zip(in_names, contract.inputs) if n}
-    got = dict(zip([f.key for f in contract.outputs], sess.run(list(out_names), feed)))
-    contract = _with(contract, verified_max_abs_diff=_max_diff(got, ref, contract, flat))
+    contract = _with(contract, verified_max_abs_diff=_check_onnx(proto, contract, cases, threads))
     entry = proto.metadata_props.add()
     entry.key, entry.value = ONNX_METADATA_KEY, contract.to_json()
     tmp = path + ".tmp"
@@ -286,19 +413,31 @@ def _write_onnx(ep: Any, path: str, contract: Contract, flat: Dict[str, Tensor],
     return contract
 
 
-def _reference(module: nn.Module, flat: Dict[str, Tensor], dropped: List[str]
-               ) -> Tuple[Dict[str, Tensor], Dict[str, Tensor], List[str]]:
-    """The eager outputs on ``flat`` without the unread keys ``dropped``; where the wrapper
-    still asks for one of them (a parameter bound by name, e.g. an ``edge_index`` the model
-    ignores), they are kept (requests must carry them) instead."""
-    reduced = {k: v for k, v in flat.items() if k not in dropped}
+def _drop_unread(wrapped: IPUWrapped, flat: Dict[str, Tensor]
+                 ) -> Tuple[_Inference, List[str], Dict[str, Tensor]]:
+    """``(module, dropped, ref)``: the inference module without the inputs the traced
+    program never reads (features and labels: ``y``, an ``edge_attr`` the forward names
+    but ignores; reserved keys stay, the packer makes them), which it makes as zeros
+    itself, and its eager outputs on ``flat`` without them. They must equal the
+    wrapper's on the whole ``flat`` (a key read outside the graph, by Python, keeps
+    its place in the contract)."""
+    module = _Inference(wrapped)
+    unused = _unused_inputs(_trace(copy.deepcopy(module), flat), list(flat))
+    dropped = [k for k in unused if k not in RESERVED_KEYS]
     with torch.no_grad():
-        if dropped:
-            try:
-                return reduced, module(reduced), dropped
-            except Exception:  # noqa: BLE001 - the full dict below raises whatever is real
-                pass
-        return flat, module(flat), []
+        ref = module(flat)
+        if not dropped:
+            return module, [], ref
+        fill = {k: (tuple(flat[k].shape), flat[k].dtype) for k in dropped}
+        reduced = _Inference(wrapped, fill)
+        try:
+            got = reduced({k: v for k, v in flat.items() if k not in dropped})
+        except Exception:  # noqa: BLE001 - the whole dict's outputs stand
+            return module, [], ref
+    same = got.keys() == ref.keys() and all(
+        torch.equal(got[k], ref[k]) or (ref[k].is_floating_point() and torch.allclose(
+            got[k], ref[k], equal_nan=True)) for k in ref)
+    return (reduced, dropped, got) if same else (module, [], ref)
 
 
 @contextlib.contextmanager
@@ -333,22 +472,32 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
         format: ``"pt2"`` (AOTInductor, runs on torch) or ``"onnx"`` (onnxruntime).
         example: with a ``Budget``: a few graphs the model takes (they must fit one batch).
         inductor_configs: pt2 only: passed to ``aoti_compile_and_package``.
-        threads: pt2 only: the threads the server runs it with (``serve.load(path,
-            threads=...)``). Inductor compiles its loops for a fixed thread count (its
-            OpenMP regions), so the kernels are compiled under
+        threads: the threads the server runs it with (``serve.load(path,
+            threads=...)``). pt2: inductor compiles its loops for a fixed thread count
+            (its OpenMP regions), so the kernels are compiled under
             ``torch.set_num_threads(threads)`` (restored after); ``None``: this
             process's count. Recorded in the contract (``threads``). On the demo's
             model, compiled at 2 threads and run at 1: 6.3 ms a call, compiled at 1:
-            5.3 ms.
+            5.3 ms. onnx: the check runs the artifact at this count (``None``:
+            onnxruntime's default) and at each of :data:`CHECK_THREADS`.
         rewrite: apply the compile path's graph rewrite to the exported program
-            (:func:`rewritten_program`) and, for onnx, write row-wise scatter adds as
-            ``ScatterND`` (:mod:`~graph_adapter.backends._export_opt`); ``False``
-            exports the graph as traced.
+            (:func:`rewritten_program`) and, for onnx, sum row-wise scatter adds as
+            sorted segments, the same at any thread count
+            (:mod:`~graph_adapter.backends._export_opt`); ``False`` exports the graph
+            as traced.
+
+    Inputs the traced program never reads (``y``; a feature the forward names but
+    ignores) are left out of the contract (``dropped_inputs``): requests need not carry
+    them. Before anything is written the artifact runs on up to three padded batches
+    (the loader's first ones, or the example graphs in other orders): pt2 once each,
+    onnx :data:`CHECK_RUNS` times each at ``threads`` and at :data:`CHECK_THREADS`.
 
     Returns the artifact's :class:`~graph_adapter.serve.Contract` (also in the file).
     Raises ``UnsupportedExportError`` for hetero graphs, layout tables (``layout=``),
-    outputs without node/edge/graph rows; ``ExportMismatchError`` when the compiled
-    artifact's outputs differ from the eager wrapper's beyond :data:`TOLERANCE`.
+    outputs without node/edge/graph rows, and (onnx) a layer with an op the ONNX
+    exporter or onnxruntime cannot run (named: its module path and class);
+    ``ExportMismatchError`` when an output of the artifact differs from the eager
+    wrapper's beyond :data:`TOLERANCE` on any check batch, run or thread count (named).
     """
     if format not in FORMATS:
         raise ValueError(f"format={format!r}; choose one of {FORMATS}")
@@ -373,24 +522,28 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
     try:
         wrapped.eval()
         wrapped.loss_fn = None
-        module = _Inference(wrapped)
-        unused = _unused_inputs(_trace(copy.deepcopy(module), flat), list(flat))
-        dropped = [k for k in unused if k not in RESERVED_KEYS]
-        flat, ref, dropped = _reference(module, flat, dropped)
-        ep = _trace(module, flat)
+        module, dropped, ref = _drop_unread(wrapped, flat)
+        full = _check_batches(loader_or_budget, example, col, flat)
+        cases = []
+        for b in full:
+            fed = {k: v for k, v in b.items() if k not in dropped}
+            with torch.no_grad():
+                cases.append((fed, ref if b is flat else module(fed), b))
+        fed = cases[0][0]
+        ep = _trace(module, fed)
         if rewrite:
-            ep, _ = rewritten_program(ep, flat)
+            ep, _ = rewritten_program(ep, fed)
         b = col.budget
         contract = Contract(format=format, nodes=int(b.nodes), edges=int(b.edges),
-                            graphs=int(b.graphs), inputs=contract_inputs(col, flat),
+                            graphs=int(b.graphs), inputs=contract_inputs(col, fed),
                             outputs=_outputs(ref, b), dropped_inputs=tuple(dropped),
                             tolerance=dict(TOLERANCE[format]), versions=_versions())
         if format == "pt2":
             n = torch.get_num_threads() if threads is None else int(threads)
             with _num_threads(n):
-                return _write_pt2(ep, str(path), _with(contract, threads=n), flat, ref,
+                return _write_pt2(ep, str(path), _with(contract, threads=n), cases,
                                   inductor_configs)
-        return _write_onnx(ep, str(path), contract, flat, ref, rewrite)
+        return _write_onnx(ep, str(path), contract, cases, rewrite, threads)
     finally:
         wrapped.loss_fn = loss_fn
         wrapped.train(was_training)
