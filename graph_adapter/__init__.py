@@ -62,8 +62,9 @@ if PYG_IMPORT_ERROR is None:
                            FixedSizeLinkNeighborLoader, FixedSizeNeighborLoader, LinkLoaderStats,
                            NeighborLoaderStats)
     from .nn import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
-                     StaticSizeError, UnboundInputError, ipu_wrap, link_loss, losses,
-                     masked_link_bce, masked_loss, masked_triplet_bce, unpad)
+                     StaticSizeError, UnboundInputError, global_mean_scale, ipu_wrap,
+                     link_loss, losses, masked_link_bce, masked_loss, masked_triplet_bce,
+                     unpad)
     from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
     from .checker import CheckReport, Finding, check
     from .backends import Compiled, ShapeChangedError, compile
@@ -110,6 +111,7 @@ __all__ = [
     "StaticSizeError",
     "losses",
     "masked_loss",
+    "global_mean_scale",
     "compile",
     "Compiled",
     "ShapeChangedError",

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from .format import LOSS_KEY, loss_of
+from .nn import global_mean_scale
 
 try:  # Lightning 2.x ships as ``lightning``; older installs as ``pytorch_lightning``.
     import lightning.pytorch as pl
@@ -185,7 +186,28 @@ class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
             return pt.identity_loss(loss_of(self.model(batch), self.loss_key), reduction="none")
         loss = _loss(self.model(batch), self.loss_key)
         self.log("train_loss", loss.detach(), prog_bar=True, batch_size=1)
-        return loss
+        return loss * self._global_mean_scale(batch, loss)
+
+    def _global_mean_scale(self, batch: Mapping[str, Tensor], loss: Tensor) -> Any:
+        """Under DDP with more than one rank, the factor that makes the ranks' averaged
+        gradient that of the mean over every rank's real graphs (``global_mean_scale``
+        of the loss's own count); 1 otherwise, or for a loss without ``count``
+        (warned once)."""
+        trainer = getattr(self, "_trainer", None)
+        if trainer is None or trainer.world_size < 2 or not torch.distributed.is_initialized():
+            return 1.0
+        count = getattr(getattr(self.model, "loss_fn", None), "count", None)
+        if count is None:
+            if not getattr(self, "_warned_scale", False):
+                self._warned_scale = True
+                warnings.warn(
+                    f"FlatDictModule on {trainer.world_size} ranks: the loss_fn has no "
+                    f".count(batch), so each rank's mean loss weighs its graphs by 1/(its "
+                    f"real graphs) and DDP's averaged gradient is biased when ranks hold "
+                    f"different numbers; use graph_adapter.masked_loss, or give the loss a "
+                    f"count method (graph_adapter.global_mean_scale)", stacklevel=2)
+            return 1.0
+        return global_mean_scale(count(batch)).to(loss.dtype)
 
     def validation_step(self, batch: Mapping[str, Tensor], batch_idx: Any) -> Tensor:
         if _poptorch_running() is not None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import operator
 import warnings
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
 
@@ -172,6 +172,8 @@ class Sharded:
         return self._ranks.resolve()[1]
 
 
-def fingerprint(text: str) -> int:
-    """A 56-bit integer digest of ``text`` (a budget's JSON, ...), for :meth:`Ranks.check_same`."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:7], "little")
+def fingerprint(data: Union[str, bytes]) -> int:
+    """A 56-bit integer digest of ``data`` (a budget's JSON, a partition's bytes), for
+    :meth:`Ranks.check_same` (fits an int64 tensor)."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    return int.from_bytes(hashlib.sha256(raw).digest()[:7], "little")

@@ -22,8 +22,9 @@ from .wrap import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInpu
                    UnboundInputError, ipu_wrap, unpad)
 from .static import StaticSizeError
 from .norm import MaskedBatchNorm1d, mask_norms, masked_batch_norm
-from .losses import (masked_bce_with_logits, masked_cross_entropy, masked_l1_loss, masked_loss,
-                     masked_mean, masked_mse_loss)
+from .losses import (MaskedLoss, global_mean_scale, masked_bce_with_logits,
+                     masked_cross_entropy, masked_l1_loss, masked_loss, masked_mean,
+                     masked_mse_loss)
 from .link_losses import link_loss, masked_link_bce, masked_triplet_bce
 from .host_model import HostModel
 
@@ -32,4 +33,4 @@ __all__ = ["ipu_wrap", "IPUWrapped", "unpad", "AmbiguousLevelError", "InputValue
            "MaskedBatchNorm1d", "mask_norms", "masked_batch_norm", "losses", "masked_loss",
            "masked_mean", "masked_mse_loss", "masked_l1_loss", "masked_bce_with_logits",
            "masked_cross_entropy", "link_loss", "masked_link_bce", "masked_triplet_bce",
-           "HostModel"]
+           "HostModel", "MaskedLoss", "global_mean_scale"]

@@ -23,7 +23,7 @@ from torch import Tensor
 from ..format import MASK_OF_LEVEL
 
 __all__ = ["masked_mean", "masked_mse_loss", "masked_l1_loss", "masked_bce_with_logits",
-           "masked_cross_entropy", "masked_loss", "MaskedLoss"]
+           "masked_cross_entropy", "masked_loss", "MaskedLoss", "global_mean_scale"]
 
 
 def _expand(mask: Tensor, like: Tensor) -> Tensor:
@@ -182,6 +182,55 @@ class MaskedLoss:
         pred = output if self.output_key is None else output[self.output_key]
         return self.fn(pred, batch[self.target], batch[self.mask_name])
 
+    def count(self, batch: Any) -> Tensor:
+        """How many target elements this loss's mean divides by in ``batch``: real
+        rows with a non-NaN target (cross-entropy: a target that is not -100).
+
+        Up to a factor the same on every rank (a ``[G]`` target against a ``[G, d]``
+        prediction counts ``G``, the mean ``G * d``), which :func:`global_mean_scale`
+        does not see: it uses only the ratio of a rank's count to the sum.
+        """
+        target, mask = batch[self.target], batch[self.mask_name].bool()
+        if self.fn is masked_cross_entropy:
+            valid = target.reshape(-1) != -100
+            return (valid & mask.reshape(-1)).sum()
+        valid = target == target if target.is_floating_point() else \
+            torch.ones_like(target, dtype=torch.bool)
+        return (valid & _rows(mask, valid)).sum()
+
     def __repr__(self) -> str:
         return (f"{self.__name__}(target={self.target!r}, mask={self.mask_name!r}"
                 + ("" if self.output_key is None else f", output_key={self.output_key!r}") + ")")
+
+
+def global_mean_scale(count: Union[int, Tensor], group: Any = None) -> Tensor:
+    """The factor that turns this rank's masked-mean loss into its share of the mean
+    over every rank's real elements, under ``DistributedDataParallel``.
+
+    DDP averages gradients over ranks; ranks whose batches hold different numbers
+    of real graphs (a fill batch holds none) then weigh their graphs unequally.
+    Multiplying each rank's mean by ``world_size * count / sum(counts)`` (``count``:
+    this rank's, e.g. :meth:`MaskedLoss.count`, summed over ranks with one
+    ``all_reduce`` of a scalar) makes DDP's averaged gradient exactly that of the
+    mean loss over every real element of the step, as one process with all the
+    ranks' graphs in one batch. ``0`` when no rank has a real element; ``1``
+    without a process group of more than one rank. A collective: every rank of
+    ``group`` calls it once a step::
+
+        out = step(batch)
+        (out["loss"] * global_mean_scale(loss_fn.count(batch))).backward()
+
+    Returns a 0-d float64 tensor on ``count``'s device (CPU for an int).
+    """
+    dist = torch.distributed
+    c = torch.as_tensor(count, dtype=torch.float64)
+    if not (dist.is_available() and dist.is_initialized()):
+        return torch.ones((), dtype=torch.float64, device=c.device)
+    world = dist.get_world_size(group)
+    if world == 1:
+        return torch.ones((), dtype=torch.float64, device=c.device)
+    total = c.detach().clone().reshape(1)
+    dist.all_reduce(total, group=group)
+    if float(total) == 0:
+        return torch.zeros((), dtype=torch.float64, device=c.device)
+    return world * c.detach() / total[0]

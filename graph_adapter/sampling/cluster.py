@@ -39,6 +39,8 @@ METIS: "Not compiled with METIS support").
 from __future__ import annotations
 
 import importlib
+import os
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -48,7 +50,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..batching import Budget
+from ..batching import Budget, fingerprint
 from .csr import Sample, induced_edges
 from .neighbor import FixedSizeNeighborLoader, NeighborLoaderStats
 
@@ -173,9 +175,16 @@ def _run_metis(backend: str, indptr: Tensor, col: Tensor, num_parts: int, recurs
         import pyg_lib
 
         return pyg_lib.partition.metis(indptr, col, num_parts, recursive=recursive).long()
+    if threading.active_count() > 1:
+        return _pymetis_isolated(indptr, col, num_parts, recursive, seed)
+    return _pymetis(indptr.numpy(), col.numpy(), num_parts, recursive, seed)
+
+
+def _pymetis(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, recursive: bool,
+             seed: int) -> Tensor:
+    """pymetis in this process (see :func:`_pymetis_isolated` for when not)."""
     import pymetis
 
-    xadj, adjncy = indptr.numpy(), col.numpy()
     # METIS's seed is a C int; pymetis >= 2025.2 takes a CSRAdjacency (xadj= warns)
     opts = pymetis.Options(seed=int(seed) % (2 ** 31))
     if hasattr(pymetis, "CSRAdjacency"):
@@ -187,14 +196,64 @@ def _run_metis(backend: str, indptr: Tensor, col: Tensor, num_parts: int, recurs
     return torch.from_numpy(np.asarray(out.vertex_part, dtype=np.int64))
 
 
+# Run by _pymetis_isolated in a fresh interpreter that imports only numpy and pymetis
+# (not torch: ~0.3 s instead of ~2 s); the same call as _pymetis, files in, file out.
+_ISOLATED = """
+import sys
+import numpy as np
+import pymetis
+d = sys.argv[1]
+n, rec, seed = (int(v) for v in open(d + "/args").read().split())
+x, a = np.load(d + "/xadj.npy"), np.load(d + "/adjncy.npy")
+opts = pymetis.Options(seed=seed)
+if hasattr(pymetis, "CSRAdjacency"):
+    out = pymetis.part_graph(n, pymetis.CSRAdjacency(x, a), recursive=bool(rec), options=opts)
+else:
+    out = pymetis.part_graph(n, xadj=x, adjncy=a, recursive=bool(rec), options=opts)
+np.save(d + "/part.npy", np.asarray(out.vertex_part, dtype=np.int64))
+"""
+
+
+def _pymetis_isolated(indptr: Tensor, col: Tensor, num_parts: int, recursive: bool,
+                      seed: int) -> Tensor:
+    """pymetis in a child process of its own, where the seed alone decides.
+
+    The pymetis wheels' METIS draws from the C library's ``rand()``, one state
+    for the whole process, and releases the GIL while it runs: another thread
+    drawing from ``rand()`` meanwhile changes the partition (seen: three
+    partitions in five calls of one seed with a thread calling ``rand()``). With
+    other threads alive the partition runs in a fresh interpreter (~0.3 s more),
+    so a seed gives the same partition in every call and every process, and
+    ranks that partition the same graph get the same clusters.
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="graph_adapter_metis_") as d:
+        np.save(os.path.join(d, "xadj.npy"), indptr.numpy())
+        np.save(os.path.join(d, "adjncy.npy"), col.numpy())
+        with open(os.path.join(d, "args"), "w") as f:
+            f.write(f"{num_parts} {int(bool(recursive))} {int(seed) % (2 ** 31)}")
+        done = subprocess.run([sys.executable, "-I", "-c", _ISOLATED, d],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if done.returncode != 0:
+            raise PartitionError(f"METIS (pymetis, in a child process so that other threads "
+                                 f"cannot change its random draws) failed: "
+                                 f"{done.stdout.decode(errors='replace')[-2000:]}")
+        return torch.from_numpy(np.load(os.path.join(d, "part.npy")))
+
+
 def metis_partition(edge_index: Tensor, num_nodes: int, num_parts: int,
                     recursive: bool = False, *, seed: int = 0,
                     backend: Optional[str] = None) -> Tensor:
     """A ``[N]`` part id in ``[0, num_parts)`` per node from METIS on :func:`metis_csr`.
 
     ``backend``: one of :data:`METIS_BACKENDS`, or ``None`` for the first present.
-    ``seed``: METIS's random seed with pymetis (the same seed, the same
-    partition; seeds 0 and 1 gave the same one with pymetis 2025.2.2);
+    ``seed``: METIS's random seed with pymetis: the same seed gives the same
+    partition in every call and every process (with other threads alive, METIS
+    runs in a child process: it draws from the C library's process-wide
+    ``rand()``; seeds 0 and 1 gave the same one with pymetis 2025.2.2);
     torch-sparse and pyg-lib take none (METIS's default seed: deterministic, not
     seedable). METIS may leave a part empty (more parts than it can fill well):
     :class:`FixedSizeClusterLoader` renumbers the others and warns.
@@ -361,6 +420,14 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
         edge_index, e_id, _ = induced_edges(self.csc, n_id, self.csc.scratch())
         return Sample(n_id=n_id, edge_index=edge_index, e_id=e_id,
                       nodes_per_hop=[int(n_id.numel())], edges_per_hop=[int(e_id.numel())])
+
+    def _rank_facts(self) -> Dict[str, int]:
+        """The neighbour loader's facts and the partition: ranks that partitioned the
+        graph differently would train on clusters that overlap and miss nodes."""
+        facts = super()._rank_facts()
+        facts["partition fingerprint"] = fingerprint(
+            self.partptr.numpy().tobytes() + self.node_perm.numpy().tobytes())
+        return facts
 
     def _fit_budget(self, success_ratio: float, fit_batches: int, round_to: int) -> Budget:
         return super()._fit_budget(success_ratio, fit_batches, round_to,

@@ -116,3 +116,32 @@ def test_the_loader_over_metis_parts_reports_what_ran_and_keeps_its_invariants(s
         assert L.stats.partitioner == "pymetis" and L.stats.edge_cut == L.edge_cut
     given_ = FixedSizeClusterLoader(sbm, batch_size=3, partition=part)
     assert given_.partitioner == "given" and given_.stats.edge_cut is None
+
+
+def test_a_seed_gives_one_partition_while_another_thread_draws_from_rand(sbm):
+    """pymetis's METIS draws from the C library's rand(), one state a process: a
+    thread drawing from it during a partition changed the partition (three in five
+    calls) until the partition ran in a child process whenever other threads live."""
+    import ctypes
+    import ctypes.util
+    import threading
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    n = sbm.num_nodes
+    alone = metis_partition(sbm.edge_index, n, 8, seed=7, backend="pymetis")
+    stop = threading.Event()
+
+    def draw():
+        while not stop.is_set():
+            libc.rand()
+
+    t = threading.Thread(target=draw, daemon=True)
+    t.start()
+    try:
+        beside = [metis_partition(sbm.edge_index, n, 8, seed=7, backend="pymetis")
+                  for _ in range(4)]
+    finally:
+        stop.set()
+        t.join()
+    for p in beside:  # the child process's partition is the in-process one
+        assert torch.equal(p, alone)

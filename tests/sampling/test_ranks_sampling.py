@@ -78,6 +78,17 @@ def _worker(argv):
     res = {name: {"rank": L.rank, "world": L.world_size, "len": len(L),
                   "covered": _covered(name, L), "stats_rank": L.stats.rank}
            for name, L in loaders.items()}
+    from graph_adapter.batching import RankMismatchError
+    from graph_adapter.sampling import FixedSizeClusterLoader
+
+    part = torch.arange(50) % 7
+    mine = FixedSizeClusterLoader(_graph(), batch_size=2, partition=part if rank == 0
+                                  else (part + rank) % 7)  # rank 1 partitioned otherwise
+    try:
+        _covered("cluster", mine)
+        res["mismatch"] = None
+    except RankMismatchError as e:
+        res["mismatch"] = str(e)
     dist.barrier()
     dist.destroy_process_group()
     with open(out, "w") as f:
@@ -100,6 +111,8 @@ def test_sampling_loaders_built_before_the_group_shard_once_it_exists():
         total = {"neighbor": 50, "cluster": 50, "hetero": 30}[name]
         assert not set(a["covered"]) & set(b["covered"]), name
         assert sorted(a["covered"] + b["covered"]) == list(range(total)), name
+    for res in (r0, r1):  # ranks whose partitions differ: both raise, naming it
+        assert res["mismatch"] is not None and "partition fingerprint: rank 0 has" in res["mismatch"]
 
 
 if __name__ == "__main__":
