@@ -30,8 +30,9 @@ batch as positional tensors: within noise).
 Precompiled entries (opt-in, :mod:`~graph_adapter.backends.inductor.precompile`): with
 ``_precompile.ENABLED`` a :class:`DynamoEngine` (``"inductor"``, CPU, no RNN)
 runs each (signature, mode, grad mode) through an entry saved by torch's
-``aot_compile`` (an earlier process's, when its key and sources match, else
-one compiled now and saved), so a warm process skips Dynamo's trace; where
+``aot_compile`` (an earlier process's, when its key and sources match and the
+globals its trace read hold the values they had then, else one compiled now and
+saved), so a warm process skips Dynamo's trace; where
 that entry's saved guards fail, the ordinary entry above runs and recompiles.
 """
 from __future__ import annotations

@@ -9,9 +9,12 @@ serialized artifact; ``torch.compiler.load_compiled_function`` brings it back
 without tracing. :class:`~graph_adapter.backends.engines.DynamoEngine` uses one
 per (signature, mode, grad mode) when ``ENABLED``:
 
-* **where**: ``$TORCHINDUCTOR_CACHE_DIR/graph_adapter_precompiled/<key>.bin``
-  (torch's artifact, written atomically), beside ``<key>.json`` (what the key
-  was made of, for people; never read back to decide anything);
+* **where**: ``$TORCHINDUCTOR_CACHE_DIR/graph_adapter_precompiled/``: torch's
+  artifact ``<key>-<reads>.bin`` (written atomically; :func:`entry_name`), beside
+  ``<key>.json`` (what the key was made of, for people; never read back to
+  decide anything) and ``<key>.reads.json`` (what each of the key's entries read
+  outside its inputs, and the values: up to 8 entries a key, newest first, each
+  traced under other values of those globals);
 * **the key** (:func:`artifact_key`, sha256 of a JSON document): torch and
   Python versions and executable, graph_adapter's FX pass versions, the backend, its options
   and the ``index_add`` fallback, the thread count (inductor's CPU code bakes
@@ -25,14 +28,32 @@ per (signature, mode, grad mode) when ``ENABLED``:
   function Dynamo traced and their checksum; a load compares them with the
   files as they are now (:func:`sources_unchanged`) and recompiles on any
   difference (a changed ``forward`` of the model, of PyG, of graph_adapter);
+* **no program traced under other values of a global**: every global the trace
+  read (a module's attribute, a module-level dict's item or list's item, an
+  imported module's attribute, ``os.environ[...]``, ``sys.argv``, a function or
+  class a global names) is recorded at the save with its value, as JSON
+  (:class:`Reads`, from Dynamo's guards on globals, which :func:`serializable_guards`
+  sees while :func:`recording` is open), and an entry is loaded only where each
+  one reads the same now (:func:`reads_differ`); other values compile (and save
+  an entry of their own). Torch's own serialized guards cannot do this: they
+  keep a global's *source*, and the module it hangs from pickles by name, so the
+  load rebuilds each guard from the value the global has at the load, and it
+  passes whatever the value; identity guards (which function a global names)
+  are not serialized at all. Dynamo guards no *missing* key
+  (``os.environ.get("X", "0")`` with ``X`` unset), so where the trace read
+  ``os.environ`` the environment's variable names are recorded too (not their
+  values; torch's own ``_TORCH...`` names left out). A trace that read a global
+  whose value JSON cannot hold (a complex number, a NumPy scalar, an object
+  only its identity tells apart) is not saved: a ``RuntimeWarning`` names it, once; the process runs
+  the entry it compiled;
 * **guards**: the loaded entry runs its own serialized guards on every call
   (the guards Dynamo can serialize: the batch's tensors, the modules' flags and
-  attributes, the parameters; not identity guards on functions and modules,
-  which the source check and the key stand in for). A call whose guards fail
-  (the model changed in this process) goes to the ordinary ``torch.compile``
-  entry, which recompiles as it would without precompile, and the loaded
-  entry is dropped for that key. Global guards are kept where serializable,
-  so a module global that ``forward`` reads is checked too.
+  attributes, the parameters, and the globals' values as they were at the
+  load). A call whose guards fail (the model changed in this process) goes to
+  the ordinary ``torch.compile`` entry, which recompiles as it would without
+  precompile, and the loaded entry is dropped for that key. A function or
+  class that a global names, rebound after the load, is not noticed (its
+  identity guard is not serialized; the reads are checked at the load only).
 
 Only ``"inductor"`` on the CPU and models without an ``nn.RNNBase`` use it.
 The wrapped module itself is never serialized: torch pickles it as external
