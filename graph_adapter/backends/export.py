@@ -440,6 +440,31 @@ def _drop_unread(wrapped: IPUWrapped, flat: Dict[str, Tensor]
     return (reduced, dropped, got) if same else (module, [], ref)
 
 
+def _refuse_unservable(col: Collator) -> None:
+    """``UnsupportedExportError`` for what the serving packer cannot build."""
+    if col.is_hetero:
+        raise UnsupportedExportError(
+            "hetero graphs (HeteroData) are not supported by graph_adapter.serve yet: its "
+            "packer builds homogeneous batches only; export a homogeneous model")
+    if col.layout is not None:
+        raise UnsupportedExportError(
+            f"a loader with layout={col.layout!r}: the serving packer does not build the "
+            f"neighbour tables; export with a FixedSizeLoader without layout= (same model, "
+            f"same weights)")
+
+
+def _cases(module: _Inference, dropped: List[str], ref: Dict[str, Tensor],
+           batches: List[Dict[str, Tensor]]) -> List[_Case]:
+    """The check cases of ``batches`` (the first one's eager outputs are ``ref``): each
+    batch without the ``dropped`` keys, the module's eager outputs on it, the batch."""
+    out = []
+    for i, b in enumerate(batches):
+        fed = {k: v for k, v in b.items() if k not in dropped}
+        with torch.no_grad():
+            out.append((fed, ref if i == 0 else module(fed), b))
+    return out
+
+
 @contextlib.contextmanager
 def _num_threads(n: int) -> Iterator[None]:
     """``torch.set_num_threads(n)`` inside, the previous count restored after."""
@@ -509,26 +534,13 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
         raise TypeError(f"export takes an ipu_wrap-ped model, got {type(wrapped).__name__}: "
                         f"export(ipu_wrap(model), loader, path)")
     col, flat = _collator_and_example(loader_or_budget, example)
-    if col.is_hetero:
-        raise UnsupportedExportError(
-            "hetero graphs (HeteroData) are not supported by graph_adapter.serve yet: its "
-            "packer builds homogeneous batches only; export a homogeneous model")
-    if col.layout is not None:
-        raise UnsupportedExportError(
-            f"a loader with layout={col.layout!r}: the serving packer does not build the "
-            f"neighbour tables; export with a FixedSizeLoader without layout= (same model, "
-            f"same weights)")
+    _refuse_unservable(col)
     was_training, loss_fn = wrapped.training, wrapped.loss_fn
     try:
         wrapped.eval()
         wrapped.loss_fn = None
         module, dropped, ref = _drop_unread(wrapped, flat)
-        full = _check_batches(loader_or_budget, example, col, flat)
-        cases = []
-        for b in full:
-            fed = {k: v for k, v in b.items() if k not in dropped}
-            with torch.no_grad():
-                cases.append((fed, ref if b is flat else module(fed), b))
+        cases = _cases(module, dropped, ref, _check_batches(loader_or_budget, example, col, flat))
         fed = cases[0][0]
         ep = _trace(module, fed)
         if rewrite:
