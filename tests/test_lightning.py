@@ -113,7 +113,10 @@ def test_training_step_marks_its_loss_inside_poptorch():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy, form", [("ddp", "loaders"), ("ddp_spawn", "datamodule")])
+@pytest.mark.parametrize("strategy, form", [
+    ("ddp", "loaders"),
+    # ~35 s more: CI's second step
+    pytest.param("ddp_spawn", "datamodule", marks=pytest.mark.extended)])
 def test_ddp_shards_training_and_validation_and_syncs_val_loss(tmp_path, strategy, form):
     """Two CPU ranks on gloo, loaders built before the process group (``loaders``) or
     by a DataModule: every training and validation graph once over both ranks each

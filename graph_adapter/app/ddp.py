@@ -13,10 +13,12 @@ of an epoch gets a fully padded fill batch.
 
 Why the loss is rescaled: DDP averages gradients over ranks, but ranks hold
 different numbers of real graphs in a step (a fill batch holds none). Each
-rank's masked mean is multiplied by ``world_size * n_rank / n_all`` (``n``:
-real graphs, summed over ranks with one all-reduce of a scalar), so the
-averaged gradient is exactly that of the mean loss over every real graph of
-the step, as on one process with one big batch.
+rank's masked mean is multiplied by :func:`graph_adapter.global_mean_scale`
+(``world_size * n_rank / n_all``, ``n``: the loss's real elements, summed over
+ranks with one all-reduce of a scalar), so the averaged gradient is exactly
+that of the mean loss over every real graph of the step, as on one process
+with one big batch. ``--backend inductor`` compiles the module inside DDP
+(``graph_adapter.compile`` of a DDP module).
 
 The script prints one JSON line per rank at the end (steps, losses, a
 checksum of the parameters): all ranks must report the same checksum.
@@ -35,7 +37,7 @@ from torch import Tensor, nn
 
 import graph_adapter as ga
 
-__all__ = ["synthetic_graphs", "RegressionGIN", "global_mean_scale", "train", "main"]
+__all__ = ["synthetic_graphs", "RegressionGIN", "train", "main"]
 
 
 def synthetic_graphs(n: int, seed: int = 0) -> List[Any]:
@@ -69,19 +71,6 @@ class RegressionGIN(nn.Module):
         return self.head(self.pool(self.gnn(x, edge_index), batch))
 
 
-def global_mean_scale(real_graphs: int, world_size: int) -> float:
-    """The factor that turns a rank's masked mean into its share of the global mean.
-
-    ``world_size * n_rank / n_all`` with ``n_all`` all-reduced over ranks;
-    0 when no rank has a real graph (an all-fill step changes nothing).
-    """
-    if world_size == 1:
-        return 1.0
-    total = torch.tensor([float(real_graphs)])
-    dist.all_reduce(total)
-    return 0.0 if total.item() == 0 else world_size * real_graphs / total.item()
-
-
 def _checksum(model: nn.Module) -> float:
     return float(sum(p.detach().double().sum() for p in model.parameters()))
 
@@ -94,9 +83,10 @@ def train(graphs: Sequence[Any], *, epochs: int, graphs_per_batch: int, backend:
     torch.manual_seed(seed)  # same initial weights everywhere (DDP also broadcasts them)
     budget = ga.Budget.fit(graphs, graphs_per_batch=graphs_per_batch)
     loader = ga.FixedSizeLoader(graphs, budget, shuffle=True, seed=seed)
-    wrapped = ga.ipu_wrap(RegressionGIN(), loss_fn=ga.masked_loss("mse"))
+    loss_fn = ga.masked_loss("mse")
+    wrapped = ga.ipu_wrap(RegressionGIN(), loss_fn=loss_fn)
     model = nn.parallel.DistributedDataParallel(wrapped) if world > 1 else wrapped
-    step = ga.compile(model, backend=backend)
+    step = ga.compile(model, backend=backend)  # DDP: compiles the module inside it
     opt = torch.optim.Adam(wrapped.parameters(), lr=lr)
     losses, shapes, steps = [], set(), 0
     for epoch in range(epochs):
@@ -107,7 +97,7 @@ def train(graphs: Sequence[Any], *, epochs: int, graphs_per_batch: int, backend:
             real = int(flat["graph_mask"].sum())
             loss = step(flat)["loss"]
             opt.zero_grad()
-            (loss * global_mean_scale(real, world)).backward()
+            (loss * ga.global_mean_scale(loss_fn.count(flat))).backward()
             opt.step()
             steps += 1
             if real:

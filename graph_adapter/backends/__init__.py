@@ -61,6 +61,8 @@ One module a job:
 * :mod:`~graph_adapter.backends.compiled`: :func:`compile`,
   :func:`register_backend`, :class:`Compiled` (the signature checks, the
   engine's calls) and the built-in backends' registration (:data:`BACKENDS`);
+* :mod:`~graph_adapter.backends.ddp`: ``compile(DistributedDataParallel(wrapped))``
+  (:class:`CompiledDDP`: DDP's forward eager around the compiled wrapped module);
 * :mod:`~graph_adapter.backends.select`: ``compile(..., select="measure")``,
   the candidates (compiled, compiled on PyG's scatter path, the eager
   wrapper) timed at a mode's first steps and the fastest kept
@@ -86,6 +88,7 @@ from typing import Tuple
 
 from . import engines, program, registry, select
 from .compiled import BACKENDS, Compiled, CompiledModel, compile, register_backend
+from .ddp import CompiledDDP
 from .engines import PerModeEngine, has_rnn, rnn_settings
 from .program import ShapeChangedError, load, signature_of
 from .registry import AUTO_RULE, Backend, auto_engine, backend_names, resolve_backend
@@ -95,7 +98,7 @@ __all__ = [
     "compile", "Compiled", "CompiledModel", "ShapeChangedError", "load", "signature_of",
     "BACKENDS", "Backend", "register_backend", "backend_names", "resolve_backend",
     "AUTO_RULE", "auto_engine", "PerModeEngine", "Selected", "Measure", "Choice",
-    "precompiled_counts", "has_rnn", "rnn_settings",
+    "precompiled_counts", "has_rnn", "rnn_settings", "CompiledDDP",
 ]
 
 # Public names of the package before it was split into modules, outside ``__all__``:

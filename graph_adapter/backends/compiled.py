@@ -21,6 +21,7 @@ from .engines import (CudaGraphEngine, DynamoEngine, EagerEngine, EngineSettings
                       PerModeEngine, precompile_refusal, generates_code, precompile_refused,
                       traces)
 from .program import CompiledHost, Signature, per_micro_batch, save_program, signature_of
+from .ddp import CompiledDDP, is_ddp
 from .registry import Backend, add_backend, backend_entry, backend_names, device_of
 from .select import Measure, Selected, measure_settings
 
@@ -230,8 +231,23 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
     Returns:
         A :class:`CompiledModel`: a :class:`Compiled` for the in-process
         backends, what :func:`graph_adapter.ipu.compile_ipu` returns for the
-        IPU ones.
+        IPU ones; for a ``DistributedDataParallel`` module, a
+        :class:`~graph_adapter.backends.ddp.CompiledDDP` that runs DDP around
+        the compiled wrapped module (DDP's own forward does not trace whole).
     """
+    if is_ddp(wrapped):  # DDP's forward does not trace: compile what it wraps
+        if select is not None:
+            raise ValueError("compile(DistributedDataParallel(...), select=...): measure on "
+                             "one process (compile the wrapped module), then wrap in DDP")
+        inner = compile(wrapped.module, backend, allow_new_shapes=allow_new_shapes,
+                        options=options, optimizer=optimizer, strict=strict,
+                        index_add_fallback=index_add_fallback, check_bounds=check_bounds,
+                        precompile=precompile, **kwargs)
+        if getattr(inner, "steps_optimizer", False):
+            raise ValueError(f"compile(DistributedDataParallel(...), {backend!r}): that backend "
+                             f"runs its own step; DDP needs one the caller steps (inductor, "
+                             f"aot_eager, eager)")
+        return CompiledDDP(wrapped, inner)
     entry = backend_entry(backend, device_of(wrapped))
     if precompile is not None:
         kwargs["precompile"] = precompile

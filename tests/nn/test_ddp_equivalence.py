@@ -119,6 +119,7 @@ def _worker(argv):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # two ranks, four trainings: ~45 s quiet, CI second step
 def test_two_rank_ddp_equals_one_process_with_both_ranks_graphs():
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("gloo backend not available")
