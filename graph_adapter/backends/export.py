@@ -318,6 +318,11 @@ def _onnx_session(model: bytes, threads: Optional[int]) -> Any:
     return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
+def _layer_path(path: str) -> str:
+    """A module path of the exported program as the user's model names it."""
+    return path.removeprefix("wrapped.model.").removeprefix("wrapped.")
+
+
 def _onnx_node_layer(proto: Any, message: str) -> str:
     """``" in layer 'conv1' (GATConv)"`` for the ONNX node an onnxruntime error names."""
     names = set(re.findall(r"node with name '([^']+)'|node name: (\S+)|Node \(([^)]+)\)", message))
@@ -328,7 +333,8 @@ def _onnx_node_layer(proto: Any, message: str) -> str:
             scopes = re.findall(r"'([^']*)'", meta.get("pkg.torch.onnx.name_scopes", ""))
             classes = re.findall(r"'([^']*)'", meta.get("pkg.torch.onnx.class_hierarchy", ""))
             if scopes and classes:
-                return f" in layer {scopes[-2] if len(scopes) > 1 else scopes[-1]!r} " \
+                layer = _layer_path(scopes[-2] if len(scopes) > 1 else scopes[-1])
+                return f" in layer {layer!r} " \
                        f"({classes[-2 if len(classes) > 1 else -1].rsplit('.', 1)[-1]}, " \
                        f"ONNX {node.op_type})"
             return f" in ONNX node {node.name!r} ({node.op_type})"
@@ -379,7 +385,7 @@ def _onnx_program(ep: Any) -> Any:
             raise
         stack = list(node.meta.get("nn_module_stack", {}).values())
         path, cls = (stack[-1][0], str(stack[-1][1]).rsplit(".", 1)[-1]) if stack else ("", "")
-        path = path.removeprefix("wrapped.model.").removeprefix("wrapped.")
+        path = _layer_path(path)
         reason = str(chain[-1]).splitlines()[0][:300]
         raise UnsupportedExportError(
             f"layer {path!r} ({cls}) cannot be exported to ONNX: {node.target} has no ONNX "

@@ -443,3 +443,21 @@ def test_a_layer_onnx_cannot_express_is_refused_by_name(setup, tmp_path):
                        r"exported to ONNX: aten\.cummax.* format='pt2'"):
         export(ipu_wrap(_WithCumMax()), budget, path, format="onnx", example=graphs[:4])
     assert not os.path.exists(path)
+
+
+def test_an_onnxruntime_error_is_named_by_the_layer_of_its_node(setup, tmp_path):
+    """onnxruntime names a node it cannot run; the refusal names its layer and class."""
+    import onnx
+
+    graphs, budget, wrapped = setup
+    path = str(tmp_path / "m.onnx")
+    export(wrapped, budget, path, format="onnx", example=graphs[:4])
+    proto = onnx.load(path)
+    gemm = next(n for n in proto.graph.node if n.op_type == "Gemm")
+    message = f"NOT_IMPLEMENTED : Could not find an implementation for Gemm(13) node with " \
+              f"name '{gemm.name}'"
+    named = E._onnx_node_layer(proto, message)
+    import re
+
+    assert re.fullmatch(r" in layer 'gnn\.[\w.]+' \(\w+, ONNX Gemm\)", named), named
+    assert E._onnx_node_layer(proto, "no node named") == ""
