@@ -170,8 +170,12 @@ def load(path: PathLike, *, threads: Optional[int] = None) -> Predictor:
     """Load an artifact written by ``graph_adapter.export``.
 
     ``threads``: intra-op threads (onnxruntime's session option; for pt2,
-    ``torch.set_num_threads``, which is process-wide). Raises ``ArtifactError`` for a file
-    without a graph_adapter contract, ``RuntimeMissingError`` naming what to install.
+    ``torch.set_num_threads``, which is process-wide); ``None``: the runtime's default.
+    An ``.onnx`` artifact of ``graph_adapter.export`` gives the same predictions at any
+    count (its scatter adds are written so; export checked it at 2 and 4 threads); a
+    ``.pt2`` one runs fastest at the count it was exported for (``contract.threads``).
+    Raises ``ArtifactError`` for a file without a graph_adapter contract,
+    ``RuntimeMissingError`` naming what to install.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
