@@ -346,6 +346,41 @@ def test_a_global_that_cannot_be_recorded_refuses_the_save_once(tmp_path, monkey
             sys.modules.pop(name, None)
 
 
+def test_a_set_of_functions_is_recorded_by_its_members_names(tmp_path, monkeypatch):
+    """``f in SOME_SET`` with functions for members (graph_adapter's own sets of tensor
+    methods are such; Dynamo guards each by its place in this process's set order):
+    the set is recorded member by member, by name, and a member swapped for another
+    is named; the save is not refused."""
+    (tmp_path / "ga_pc_set.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+        DOUBLED = {torch.relu, torch.tanh}
+
+        class InSet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(4, 1)
+
+            def forward(self, data):
+                out = self.lin(data.x).squeeze(-1)
+                return out * 2 if torch.relu in DOUBLED else out
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import ga_pc_set
+
+        reads = _recorded_reads(ipu_wrap(ga_pc_set.InSet()).eval(), _batch())
+        assert not reads.refused, reads.refused
+        entries = json.loads(json.dumps(reads.entries))
+        assert ["members"] in [c for p, c, _ in entries if P.render(p) == "ga_pc_set.DOUBLED"]
+        assert P.reads_differ(entries) is None
+        ga_pc_set.DOUBLED.discard(torch.relu)
+        ga_pc_set.DOUBLED.add(torch.sigmoid)  # as many members: one of them another
+        assert P.reads_differ(entries).startswith("ga_pc_set.DOUBLED (members) was")
+    finally:
+        sys.modules.pop("ga_pc_set", None)
+
+
 _PLAIN = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4)
     | st.binary(max_size=4),

@@ -352,11 +352,21 @@ def _identity(v: Any) -> Any:
     if isinstance(v, (types.BuiltinFunctionType, types.MethodWrapperType,
                       types.WrapperDescriptorType, types.MethodDescriptorType)):
         owner = getattr(v, "__self__", None)
-        owner = owner.__name__ if inspect.ismodule(owner) else _qualname(type(owner))
-        return {"builtin": [owner, _qualname(v)]}
+        owner = getattr(v, "__objclass__", None) if owner is None else owner
+        owner = owner.__name__ if inspect.ismodule(owner) else _qualname(
+            owner if isinstance(owner, type) else type(owner))
+        return {"builtin": [owner, getattr(v, "__qualname__", repr(v))]}
     if isinstance(v, torch._ops.OpOverloadPacket) or isinstance(v, torch._ops.OpOverload):
         return {"op": str(v)}
     return {"value": _enc(v)}
+
+
+def _member(v: Any) -> Any:
+    """A set's member or a dict's key as JSON: its value, else what it is by name."""
+    try:
+        return _enc(v)
+    except Unguardable:
+        return _identity(v)
 
 
 def _observe(check: list, obj: Any) -> Any:
@@ -374,6 +384,8 @@ def _observe(check: list, obj: Any) -> Any:
         return obj is None
     if kind == "in":
         return _dec(check[1]) in obj
+    if kind == "members":
+        return sorted(json.dumps(_member(k)) for k in obj)
     if kind == "hasattr":
         return hasattr(obj, check[1])
     if kind == "in_dict":
@@ -511,7 +523,15 @@ def _check_of(guard_type: str, arg: Any) -> list:
     value, where that is plain data)."""
     if guard_type in _ARG_GUARDS:
         kind, _ = _ARG_GUARDS[guard_type]
-        return [kind, _enc(arg) if kind == "in" else arg]
+        if kind != "in":
+            return [kind, arg]
+        try:
+            key = _enc(arg)
+            if _dec(key) == arg:
+                return [kind, key]
+        except Unguardable:
+            pass
+        return ["members"]  # a key JSON cannot give back (a function): every member, by name
     return [_CHECK_OF_GUARD.get(guard_type, "value")]
 
 
@@ -543,12 +563,16 @@ class Reads:
     def resolve(self, import_sources: Mapping[str, str]) -> None:
         """``entries`` and ``refused`` from the guards kept (``import_sources``: the
         entry's module aliases, ``__import_pcmod`` -> ``pcmod``)."""
+        from torch._dynamo.source import NonSerializableSetGetItemSource as SetMember
+
         found, environ = {}, False
         for source, guard_type, arg, value, name in self.guards:
             path = None
             try:
-                path = _steps(source, import_sources)
                 check = _check_of(guard_type, arg)
+                if isinstance(source, SetMember):  # a set's i-th member: its order is the
+                    source, check, value = source.base, ["members"], _NOTHING  # process's
+                path = _steps(source, import_sources)
                 objs = _objects(path)
                 now = _observe(check, objs[-1])
                 if value is not _NOTHING and value is not objs[-1] and _observe(check, value) != now:
