@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -88,10 +89,11 @@ def train(graphs: Sequence[Any], *, epochs: int, graphs_per_batch: int, backend:
     model = nn.parallel.DistributedDataParallel(wrapped) if world > 1 else wrapped
     step = ga.compile(model, backend=backend)  # DDP: compiles the module inside it
     opt = torch.optim.Adam(wrapped.parameters(), lr=lr)
-    losses, shapes, steps = [], set(), 0
+    losses, shapes, steps, seconds, trained = [], set(), 0, [], []
     for epoch in range(epochs):
         loader.set_epoch(epoch)
         total, n = 0.0, 0
+        start = time.perf_counter()
         for flat in loader:
             shapes.add(tuple((k, tuple(v.shape)) for k, v in flat.items()))
             real = int(flat["graph_mask"].sum())
@@ -102,8 +104,11 @@ def train(graphs: Sequence[Any], *, epochs: int, graphs_per_batch: int, backend:
             steps += 1
             if real:
                 total, n = total + float(loss.detach()) * real, n + real
+        seconds.append(time.perf_counter() - start)
+        trained.append(n)
         losses.append(total / max(n, 1))
     return {"rank": rank, "world_size": world, "steps": steps, "batches_per_epoch": len(loader),
+            "epoch_s": seconds, "epoch_graphs": trained,
             "distinct_shapes": len(shapes), "epoch_loss": losses,
             "compiles": step.compile_count, "param_checksum": _checksum(wrapped)}
 

@@ -171,9 +171,20 @@ BENCHMARKS: Dict[str, Tuple[str, Callable[[_Molecules, bool, bool], List[Row]]]]
                _layout_rows),
     "models": ("models table: six GNNs, compiled vs eager PyG (inductor compiles: minutes)",
                _models_rows),
+    "ddp": ("data parallel: 1 process against 2 under torchrun (1 thread each)",
+            lambda data, quick, verbose: _ddp_rows(quick)),
     "million": ("a million graphs in an InMemoryDataset (two fresh processes)",
                 lambda data, quick, verbose: _million_rows(quick)),
 }
+
+
+def _ddp_rows(quick: bool) -> List[Row]:
+    from . import ddp
+
+    r = ddp.measure(400 if quick else 2000, 2 if quick else 3)
+    return [("ddp", "graphs/s training, 2 processes (DDP, gloo, 1 thread each)",
+             f"{r['2']['graphs_per_s']:,.0f}", f"{r['1']['graphs_per_s']:,.0f}",
+             "1 process, 1 thread", f"{r['ratio']:.2f}x")]
 
 
 def _million_rows(quick: bool) -> List[Row]:
