@@ -249,14 +249,17 @@ class _Deterministic:
         from onnx import helper, numpy_helper
 
         _, perm, ends, starts = self._order(emit, data, row)
-        rows = emit("Cast", [emit("Gather", [updates, perm], axis=0)], to=acc)
-        cs = emit("CumSum", [rows, "graph_adapter_det_zero"])
         tail = emit("Slice", [emit("Shape", [updates]), "graph_adapter_det_one1",
                               "graph_adapter_det_end"])
-        zero = numpy_helper.from_array(np.zeros(1, dtype=helper.tensor_dtype_to_np_dtype(acc)))
+        t = self.types.get(updates)
+        elem = t.elem_type if t is not None and t.elem_type else acc
+        zero = numpy_helper.from_array(np.zeros(1, dtype=helper.tensor_dtype_to_np_dtype(elem)))
         zrow = emit("ConstantOfShape", [emit("Concat", ["graph_adapter_det_one1", tail], axis=0)],
                     value=zero)
-        cs0 = emit("Concat", [zrow, cs], axis=0)
+        # the zero row before the sorted rows (prefix sum 0 at row 0) is put there before
+        # the cast: a copy of half the bytes
+        rows = emit("Concat", [zrow, emit("Gather", [updates, perm], axis=0)], axis=0)
+        cs0 = emit("CumSum", [emit("Cast", [rows], to=acc), "graph_adapter_det_zero"])
         hi, lo = emit("Gather", [cs0, ends], axis=0), emit("Gather", [cs0, starts], axis=0)
         return emit("Sub", [hi, lo]), cs0
 
