@@ -185,8 +185,7 @@ def _value_types(model: Any) -> Dict[str, Any]:
 def _is_float(elem_type: int) -> bool:
     from onnx import TensorProto
 
-    return elem_type in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
-                         TensorProto.BFLOAT16)
+    return elem_type in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16)
 
 
 class _Deterministic:
@@ -302,7 +301,9 @@ class _Deterministic:
 
         data = self.types.get(node.input[0]) if node.input else None
         elem = data.elem_type if data is not None else TensorProto.UNDEFINED
-        if elem in (TensorProto.UNDEFINED, TensorProto.BOOL, TensorProto.STRING) or \
+        # (bfloat16 has no numpy dtype for the zero row: kept; ScatterElements is deterministic)
+        if elem in (TensorProto.UNDEFINED, TensorProto.BOOL, TensorProto.STRING,
+                    TensorProto.BFLOAT16) or \
                 len(node.input) != 3 or not data.HasField("shape"):
             return None
         rank = len(data.shape.dim)
