@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.metadata
-import itertools
 import re
 import os
 import tempfile
@@ -123,11 +122,10 @@ def _check_batches(source: Any, example: Optional[Sequence[Any]], col: Collator,
     and subsets (other rows share a target, other padding)."""
     out = [first]
     if isinstance(source, FixedSizeLoader):
-        if col.columnar:
-            out += [col.collate_indices(b) for b in source.plan(0)[1:count]]
-        else:
-            for flat in itertools.islice(iter(source), 1, count):
-                out.append(micro_batch(flat, 0) if has_micro_batch_dim(flat) else flat)
+        # from the plan, not by iterating (which would move the loader's epoch)
+        for b in source.plan(0)[1:count]:
+            out.append(col.collate_indices(b) if col.columnar else
+                       col.collate([source.dataset[i] for i in b], ids=b))
         return out
     n = len(example or ())
     for order in (list(range(n))[::-1], list(range(0, n, 2))):
