@@ -64,7 +64,7 @@ if PYG_IMPORT_ERROR is None:
     from .nn import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError,
                      StaticSizeError, UnboundInputError, global_mean_scale, ipu_wrap,
                      link_loss, losses, masked_link_bce, masked_loss, masked_triplet_bce,
-                     unpad)
+                     unpad, unwrap)
     from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
     from .checker import CheckReport, Finding, check
     from .backends import Compiled, ShapeChangedError, compile
@@ -104,6 +104,7 @@ __all__ = [
     "FixedSizeNeighborLoader",
     "NeighborLoaderStats",
     "ipu_wrap",
+    "unwrap",
     "unpad",
     "IPUWrapped",
     "MissingInputError",

@@ -60,3 +60,22 @@ def run_ranks(script: str, world: int, *args: str, timeout: float = 180,
             with open(o) as f:
                 res.append(json.load(f))
         return res
+
+
+def finish(out: str, result: Any) -> None:
+    """Wait for every rank, end the group, write this rank's ``result`` as JSON."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
+def error_text(fn, error: type) -> Any:
+    """``str`` of the ``error`` that ``fn()`` raises, ``None`` if it raises none."""
+    try:
+        fn()
+    except error as e:
+        return str(e)
+    return None

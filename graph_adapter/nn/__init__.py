@@ -19,7 +19,7 @@ It may import :mod:`graph_adapter.format`, :mod:`graph_adapter.batching`,
 """
 from . import losses
 from .wrap import (AmbiguousLevelError, InputValueError, IPUWrapped, MissingInputError, TrimError,
-                   UnboundInputError, ipu_wrap, unpad)
+                   UnboundInputError, ipu_wrap, unpad, unwrap)
 from .static import StaticSizeError
 from .norm import MaskedBatchNorm1d, mask_norms, masked_batch_norm
 from .losses import (MaskedLoss, global_mean_scale, masked_bce_with_logits,
@@ -33,4 +33,4 @@ __all__ = ["ipu_wrap", "IPUWrapped", "unpad", "AmbiguousLevelError", "InputValue
            "MaskedBatchNorm1d", "mask_norms", "masked_batch_norm", "losses", "masked_loss",
            "masked_mean", "masked_mse_loss", "masked_l1_loss", "masked_bce_with_logits",
            "masked_cross_entropy", "link_loss", "masked_link_bce", "masked_triplet_bce",
-           "HostModel", "MaskedLoss", "global_mean_scale"]
+           "HostModel", "MaskedLoss", "global_mean_scale", "unwrap"]

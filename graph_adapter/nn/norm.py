@@ -30,6 +30,7 @@ they are called with the batch vector and no ``batch_size``.
 """
 from __future__ import annotations
 
+import copyreg
 from typing import Any, List, Optional, Tuple
 
 import torch
@@ -39,7 +40,8 @@ from . import static
 from ..format import mask_of_rows
 from ..format.torch_internals import BatchNormBase, current_dispatch_mode
 
-__all__ = ["MaskedBatchNorm1d", "mask_norms", "masked_batch_norm", "real_prefix"]
+__all__ = ["MaskedBatchNorm1d", "mask_norms", "unmask_norms", "plain_class",
+           "masked_batch_norm", "real_prefix"]
 
 
 def _row_mask(rows: int, op: str) -> Optional[Tensor]:
@@ -274,7 +276,21 @@ def masked_batch_norm(x: Tensor, mask: Tensor, bn: BatchNormBase,
     return torch.where(mb, out, 0.0)
 
 
-class MaskedBatchNorm1d(nn.BatchNorm1d):
+class _PicklesAsPlain:
+    """Mixin: pickled (``torch.save``, ``copy.deepcopy``) as the plain class it
+    stands in for. A model saved after training through ``ipu_wrap`` then loads
+    where graph_adapter is not installed, as the model the user built; an
+    ``IPUWrapped`` masks its model's norms again when it is itself unpickled."""
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        out = list(super().__reduce_ex__(protocol))  # type: ignore[misc]
+        # copyreg's reconstructor (the standard library's): pickle refuses
+        # __newobj__ with a class other than the object's own
+        out[0], out[1] = copyreg._reconstructor, (plain_class(type(self)), object, None)
+        return tuple(out)
+
+
+class MaskedBatchNorm1d(_PicklesAsPlain, nn.BatchNorm1d):
     """``BatchNorm1d`` whose training statistics skip padding rows (see module doc)."""
 
     def forward(self, x: Tensor) -> Tensor:
@@ -300,13 +316,34 @@ class _BatchSizeFromFrame:
 _SWAPPED: dict = {}
 
 
+_PLAIN: dict = {MaskedBatchNorm1d: nn.BatchNorm1d}  # stand-in class -> the class it stands in for
+
+
 def _batch_size_class(cls: type) -> type:
     new = _SWAPPED.get(cls)
     if new is None:
-        new = type(cls.__name__, (_BatchSizeFromFrame, cls), {"__module__": cls.__module__,
-                                                               "__qualname__": cls.__qualname__})
+        new = type(cls.__name__, (_PicklesAsPlain, _BatchSizeFromFrame, cls),
+                   {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
         _SWAPPED[cls] = new
+        _PLAIN[new] = cls
     return new
+
+
+def plain_class(cls: type) -> type:
+    """The class a stand-in of :func:`mask_norms` stands in for (``cls`` itself if none)."""
+    return _PLAIN.get(cls, cls)
+
+
+def unmask_norms(model: nn.Module) -> int:
+    """Undo :func:`mask_norms`: every stand-in of ``model`` back to its plain class, in
+    place (parameters, buffers and hooks untouched). Returns how many were changed."""
+    changed = 0
+    for m in model.modules():
+        plain = plain_class(type(m))
+        if plain is not type(m):
+            m.__class__ = plain
+            changed += 1
+    return changed
 
 
 def _batch_size_norms() -> tuple:

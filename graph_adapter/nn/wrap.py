@@ -28,7 +28,7 @@ from torch_geometric.data.data import BaseData
 from torch_geometric.data import Data, HeteroData
 
 from . import stand_ins, static
-from .norm import eager_ok, mask_norms
+from .norm import eager_ok, mask_norms, unmask_norms
 from ..format import (GRAPH_MASK, LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP,
                       has_micro_batch_dim, is_hetero, key_of, mask_of_rows, masks_by_level,
                       micro_batch, num_micro_batches, parse_key, store_name, strip_micro_batch)
@@ -43,7 +43,7 @@ from ._trim import TrimError, TrimPlan
 
 stand_ins.register_all()  # the static stand-ins, before any wrapper installs them
 
-__all__ = ["ipu_wrap", "IPUWrapped", "unpad", "strip_micro_batch", "has_micro_batch_dim",
+__all__ = ["ipu_wrap", "IPUWrapped", "unwrap", "unpad", "strip_micro_batch", "has_micro_batch_dim",
            "MissingInputError", "UnboundInputError", "AmbiguousLevelError", "InputValueError",
            "TrimError", "OUTPUT_KEY", "LOSS_KEY"]
 
@@ -151,6 +151,14 @@ def _flatten_output(out: Any, prefix: str, res: Dict[str, Tensor]) -> None:
 class IPUWrapped(nn.Module):
     """The module :func:`ipu_wrap` returns (``.model`` is the wrapped model)."""
 
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        # the masked norms pickle as their plain classes (so that the user's model
+        # saved alone loads without graph_adapter): a wrapper unpickled (ddp_spawn,
+        # torch.load, copy.deepcopy) masks its model's norms again
+        super().__setstate__(state)
+        if getattr(self, "mask_norm", False):
+            mask_norms(self.model)
+
     def __init__(self, model: nn.Module, loss_fn: Optional[Callable] = None,
                  inputs: str = "auto", bind: Optional[Mapping[str, str]] = None,
                  mask_norm: bool = True, extra_kwargs: Optional[Mapping[str, Any]] = None,
@@ -160,6 +168,7 @@ class IPUWrapped(nn.Module):
         self.loss_fn = loss_fn
         self.bind = dict(bind or {})
         self.extra_kwargs = dict(extra_kwargs or {})
+        self.mask_norm = bool(mask_norm)
         if mask_norm:
             mask_norms(model)
         static.install(model, *(m for m in [loss_fn] if m is not None and not isinstance(m, nn.Module)))
@@ -420,7 +429,10 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
             tell. ``"data"`` or ``"tensors"`` choose yourself.
         bind: ``{parameter: flat key}`` overrides for named-tensor models.
         mask_norm: swap the model's ``BatchNorm1d`` layers (in place) for
-            masked ones (:mod:`graph_adapter.nn.norm`). State-dict keys are kept.
+            masked ones (:mod:`graph_adapter.nn.norm`). State-dict keys are kept;
+            the stand-ins pickle as their plain torch / PyG classes, so
+            ``torch.save(model)`` loads where graph_adapter is not installed;
+            :func:`unwrap` puts the plain classes back.
         extra_kwargs: constant keyword arguments passed to every call (also
             how to leave a defaulted parameter unbound on purpose:
             ``extra_kwargs={"edge_attr": None}``).
@@ -480,6 +492,20 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
     """
     return IPUWrapped(model, loss_fn=loss_fn, inputs=inputs, bind=bind, mask_norm=mask_norm,
                       extra_kwargs=extra_kwargs, check_inputs=check_inputs, trim=trim)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user's model as it was before :func:`ipu_wrap`: its norms' stand-ins (the
+    masked ``BatchNorm1d``, PyG's graph norms taking the static batch size) back to
+    their plain classes, in place; parameters, buffers, hooks and ``state_dict``
+    keys are untouched. Given the wrapper, unwraps its ``.model`` and returns it.
+
+    Not needed to save the model: the stand-ins pickle as their plain classes
+    already. Wrapping the model again masks them again.
+    """
+    inner = model.model if isinstance(model, IPUWrapped) else model
+    unmask_norms(inner)
+    return inner
 
 
 # --------------------------------------------------------------------------

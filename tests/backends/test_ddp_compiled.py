@@ -1,7 +1,6 @@
 """``graph_adapter.compile(DistributedDataParallel(wrapped), "inductor")`` on 2 CPU
 ranks (gloo): one compile per rank and mode, the same parameters as eager DDP
 after a few steps, the ranks' parameters equal, the user's DDP object unchanged."""
-import json
 import os
 import sys
 
@@ -9,7 +8,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _ranks import init, run_ranks  # noqa: E402
+from _ranks import finish, init, run_ranks  # noqa: E402
 
 
 def _graphs():
@@ -68,8 +67,6 @@ def _run(backend, steps=3):
 
 def _worker(argv):
     rank, world, out, _ = init(argv)
-    import torch.distributed as dist
-
     res = {"eager": _run("eager"), "inductor": _run("inductor")}
     import graph_adapter as ga
 
@@ -81,10 +78,7 @@ def _worker(argv):
     plain.eval()
     plain(flat)
     res["plain_compiles"] = plain.compile_count
-    dist.barrier()
-    dist.destroy_process_group()
-    with open(out, "w") as f:
-        json.dump(res, f)
+    finish(out, res)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import torch
 from graph_adapter.batching import Budget, FixedSizeLoader, RankMismatchError, Ranks
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _ranks import init, run_ranks  # noqa: E402
+from _ranks import error_text, finish, init, run_ranks  # noqa: E402
 
 
 def _graphs(n: int = 29):
@@ -66,10 +66,6 @@ def _worker(argv):
     graphs = _graphs()
     before = FixedSizeLoader(graphs, BUDGET, shuffle=True, seed=3)  # no group yet
     rank, world, out, _ = init(argv)
-    import json
-
-    import torch.distributed as dist
-
     res = {"before_len": len(before), "rank": before.rank, "world": before.world_size}
     res["before_ids"] = [_ids(before) for _ in range(2)]
     res["stats_rank"] = before.stats.rank
@@ -80,15 +76,8 @@ def _worker(argv):
     res["explicit_warnings"] = [str(w.message) for w in seen
                                 if "torch.distributed runs" in str(w.message)]
     mine = graphs if rank == 0 else graphs[:-1]
-    try:
-        _ids(FixedSizeLoader(mine, BUDGET))
-        res["mismatch"] = None
-    except RankMismatchError as e:
-        res["mismatch"] = str(e)
-    dist.barrier()
-    dist.destroy_process_group()
-    with open(out, "w") as f:
-        json.dump(res, f)
+    res["mismatch"] = error_text(lambda: _ids(FixedSizeLoader(mine, BUDGET)), RankMismatchError)
+    finish(out, res)
 
 
 def test_a_loader_built_before_the_group_shards_once_it_exists():

@@ -3,7 +3,6 @@ process with those 2k graphs a step (float64), when each rank's masked-mean
 loss is scaled by ``global_mean_scale``; without it, it does not (ranks hold
 different numbers of real graphs). BatchNorm: DDP broadcasts rank 0's buffers at
 each forward, so every rank ends with the same running statistics."""
-import json
 import os
 import sys
 
@@ -11,7 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _ranks import init, run_ranks  # noqa: E402
+from _ranks import finish, init, run_ranks  # noqa: E402
 
 
 def _graphs():
@@ -69,7 +68,6 @@ def _reference(plan, budget, opt_name, steps, world):
 
 
 def _train(opt_name, norm, scaled, steps):
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from graph_adapter import Budget, FixedSizeLoader, global_mean_scale, ipu_wrap, masked_loss
@@ -100,8 +98,6 @@ def _train(opt_name, norm, scaled, steps):
 
 def _worker(argv):
     rank, world, out, _ = init(argv)
-    import torch.distributed as dist
-
     steps, res = 3, {}
     for opt_name, scaled in (("sgd", True), ("sgd", False), ("adam", True)):
         loader, budget, params, counts, _ = _train(opt_name, None, scaled, steps)
@@ -112,10 +108,7 @@ def _worker(argv):
             res[key]["diff"] = float((params - ref).abs().max())
     _, _, _, _, buffers = _train("sgd", "batch_norm", True, steps)
     res["bn_buffers"] = buffers
-    dist.barrier()
-    dist.destroy_process_group()
-    with open(out, "w") as f:
-        json.dump(res, f)
+    finish(out, res)
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ Built before ``init_process_group`` (as in a Lightning script), the neighbour,
 link, cluster and hetero loaders shard once the group exists: every seed (or
 supervision edge, or node of a cluster) once over the two ranks.
 """
-import json
 import os
 import sys
 import warnings
@@ -13,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _ranks import init, run_ranks  # noqa: E402
+from _ranks import error_text, finish, init, run_ranks  # noqa: E402
 
 
 def _graph():
@@ -73,8 +72,6 @@ def _covered(name, loader):
 def _worker(argv):
     loaders = _loaders()  # no group yet
     rank, world, out, _ = init(argv)
-    import torch.distributed as dist
-
     res = {name: {"rank": L.rank, "world": L.world_size, "len": len(L),
                   "covered": _covered(name, L), "stats_rank": L.stats.rank}
            for name, L in loaders.items()}
@@ -84,15 +81,8 @@ def _worker(argv):
     part = torch.arange(50) % 7
     mine = FixedSizeClusterLoader(_graph(), batch_size=2, partition=part if rank == 0
                                   else (part + rank) % 7)  # rank 1 partitioned otherwise
-    try:
-        _covered("cluster", mine)
-        res["mismatch"] = None
-    except RankMismatchError as e:
-        res["mismatch"] = str(e)
-    dist.barrier()
-    dist.destroy_process_group()
-    with open(out, "w") as f:
-        json.dump(res, f)
+    res["mismatch"] = error_text(lambda: _covered("cluster", mine), RankMismatchError)
+    finish(out, res)
 
 
 def test_sampling_loaders_built_before_the_group_shard_once_it_exists():
