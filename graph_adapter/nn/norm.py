@@ -30,7 +30,6 @@ they are called with the batch vector and no ``batch_size``.
 """
 from __future__ import annotations
 
-import copyreg
 from typing import Any, List, Optional, Tuple
 
 import torch
@@ -284,9 +283,9 @@ class _PicklesAsPlain:
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         out = list(super().__reduce_ex__(protocol))  # type: ignore[misc]
-        # copyreg's reconstructor (the standard library's): pickle refuses
+        # object.__new__(plain class), then the state: pickle refuses copyreg's
         # __newobj__ with a class other than the object's own
-        out[0], out[1] = copyreg._reconstructor, (plain_class(type(self)), object, None)
+        out[0], out[1] = object.__new__, (plain_class(type(self)),)
         return tuple(out)
 
 
