@@ -134,6 +134,7 @@ class Scan:
             self.dims = [("node", ()), ("edge", ())]
         self.stores = _stores(first, hetero)
         self.excluded: Dict[str, str] = {}
+        self._mixed: set = set()  # excluded keys some graph holds as a tensor (named once)
         protos = [f for st in self.stores for f in self._protos(first, st)]
         # an InMemoryDataset is read off its concatenated storage (no per-graph
         # Python); anything else, or a storage the fast path cannot vouch for,
@@ -262,17 +263,22 @@ class Scan:
                        f.shape[f.cat_dim + 1:], f.cat_dim, rows[f.key],
                        cols[f.key] if columnar else None, incs.get(f.key))
                       for f in protos if f.store == st.key]
-            plan.append((st, keys0, checks))
+            # attributes left out for graph 0's non-tensor value: a later tensor is named
+            mixed = [a for a in sorted(keys0) if self.excluded.get(key_of(st.key, a), "")
+                     .startswith("not a tensor")]
+            plan.append((st, keys0, checks, mixed))
         for i in range(n):
             d = first if i == 0 else dataset[i]
             if hetero or not isinstance(d, Data):
                 self._check_graph(d, i)
             if counted:
                 sizes.extend([_count(d, dim, hetero) for _, dim in counted])
-            for st, keys0, checks in plan:
+            for st, keys0, checks, mixed in plan:
                 s = _store_of(d, st.key, True) if hetero else global_store(d)
                 if store_mapping(s).keys() != keys0:
                     self._check_keys(s, st, [ck[0] for ck in checks], i)
+                for a in mixed:
+                    self._note_mixed(key_of(st.key, a), store_mapping(s).get(a), i)
                 for f, dt, pre, post, c, rows_f, cols_f, incs_f in checks:
                     v = s[f.attr]
                     sh = v.shape
@@ -298,7 +304,7 @@ class Scan:
                     if cols_f is not None:
                         cols_f.append(vv)
                     if incs_f is not None:
-                        incs_f.append(int(d.__inc__(f.attr, v)))
+                        incs_f.append(self._int_inc(d, f.attr, v, i))
         as_np = {k: np.asarray(v, dtype=np.int64) for k, v in rows.items()}
         matrix = np.empty((n, len(self.dims)), dtype=np.int64)
         if counted:
@@ -329,6 +335,34 @@ class Scan:
                 raise not_collatable("the dataset's storage", k, col)
         return rows, cols, {}, matrix
 
+    def _note_mixed(self, key: str, v: Any, i: int) -> None:
+        """``key`` is left out for a graph's non-tensor value; if graph ``i`` holds a
+        tensor under it (the first such graph), the reason names it too."""
+        if isinstance(v, Tensor) and key not in self._mixed:
+            self._mixed.add(key)
+            self.excluded[key] += (f"; the {self._at(i)} has a tensor of shape "
+                                   f"{tuple(v.shape)} under it, left out with it")
+
+    def _int_inc(self, d: Any, attr: str, v: Tensor, i: int) -> int:
+        """``d.__inc__(attr, v)`` as an int, or a named error for a tensor increment
+        (PyG's bipartite ``[[num_src], [num_dst]]`` form), which is not supported."""
+        inc = d.__inc__(attr, v)
+        if isinstance(inc, Tensor):
+            if inc.numel() == 1:
+                return int(inc)
+            raise ValueError(
+                f"{self._at(i)}: {type(d).__name__}.__inc__({attr!r}, ...) returned a tensor of "
+                f"shape {tuple(inc.shape)} ({inc.flatten().tolist()[:4]}); graph_adapter "
+                f"increments a key by one int per graph (PyG's default, or a custom int such "
+                f"as PairData's). For a bipartite edge_index with per-row increments, use "
+                f"HeteroData (one node type a side), or exclude={[attr]!r} and rebuild it "
+                f"inside the model")
+        try:
+            return int(inc)
+        except (TypeError, ValueError):
+            raise ValueError(f"{self._at(i)}: {type(d).__name__}.__inc__({attr!r}, ...) returned "
+                             f"{inc!r}; give an int") from None
+
     def _check_graph(self, d: Any, i: int) -> None:
         if not isinstance(d, HeteroData):
             check_graph_item(d, i if self.ids is None else int(self.ids[i]))
@@ -354,6 +388,8 @@ class Scan:
                     and not isinstance(v, Tensor):
                 self.excluded[key] = (f"not a tensor ({type(v).__name__}; first seen on the "
                                       f"{self._at(i)})")
+            elif self.excluded.get(key, "").startswith("not a tensor"):
+                self._note_mixed(key, v, i)
         have = {k for k, v in s.items() if isinstance(v, Tensor) and k not in META_KEYS
                 and key_of(st.key, k) not in self.excluded and key_of(st.key, k)
                 not in self.exclude}

@@ -289,3 +289,30 @@ def test_columnar_loader_with_worker_and_pin_memory():
     for r, o in zip(ref, got):
         for k in r:
             assert torch.equal(r[k].nan_to_num(), o[k].nan_to_num()), k
+
+
+def _two_node_graphs(n=6, cls=Data, **attrs):
+    return [cls(x=torch.randn(4, 3), edge_index=torch.tensor([[0, 1, 2], [1, 2, 3]]), **attrs)
+            for _ in range(n)]
+
+
+def test_a_tensor_increment_is_named_with_the_graph_key_and_the_way_out():
+    class Bipartite(Data):
+        def __inc__(self, key, value, *args, **kwargs):
+            if key == "edge_index":  # PyG's bipartite form: one increment per row
+                return torch.tensor([[self.num_nodes], [self.num_nodes]])
+            return super().__inc__(key, value, *args, **kwargs)
+
+    graphs = _two_node_graphs(cls=Bipartite)
+    with pytest.raises(ValueError, match=r"graph at dataset index 0: Bipartite.__inc__\('edge_index'"
+                                         r".*shape \(2, 1\).*HeteroData.*exclude=\['edge_index'\]"):
+        Collator(graphs, Budget.tight(graphs, 3))
+
+
+def test_an_attribute_str_in_one_graph_and_tensor_in_another_names_both():
+    graphs = _two_node_graphs(name="a")
+    graphs[4].name = torch.tensor([1.0])
+    with pytest.warns(UserWarning, match=r"'name' \(not a tensor \(str\); the graph at dataset "
+                                         r"index 4 has a tensor of shape \(1,\) under it"):
+        c = Collator(graphs, Budget.tight(graphs, 3))
+    assert "name" not in c.keys and "index 4" in c.excluded_keys["name"]
