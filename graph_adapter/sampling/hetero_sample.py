@@ -18,7 +18,7 @@ same batches (docs/large_graphs.md, "Heterogeneous graphs").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -132,44 +132,77 @@ def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor
         # per type: (nodes, their rows, their trees) added by the last hop
         frontier = {seed_type: (seeds, torch.arange(seeds.numel()), tree)}
         for h in range(hops):
-            drawn: List[Tuple[EdgeType, Tensor, Tensor, Tensor]] = []
-            for et, csc in cscs.items():
-                k = fanouts[et][h]
-                if et[2] not in frontier or k == 0:
-                    continue
-                nodes, node_rows, node_tree = frontier[et[2]]
-                seg, pos = sample_hop(csc, nodes, k, replace, gen)
-                src = csc.sources(pos)  # key: the node, or its (tree, node) pair
-                key = take(node_tree, seg) * size[et[0]] + src if disjoint else src
-                drawn.append((et, key, take(node_rows, seg), csc.edge_ids(pos)))
-            nxt = {}
-            for t in scratch:  # the new rows of each type: first appearance, edge types in order
-                cand = [key for et, key, _, _ in drawn if et[0] == t]
-                if not cand:
-                    continue
-                key = torch.cat(cand)
-                first = rows[t].n
-                if disjoint:
-                    new = unique_in_order(take(key, (rows[t].lookup(key) < 0).nonzero().view(-1)))
-                    rows[t].add(new)
-                else:  # the same rows, in the same order, without unique's sort
-                    new = rows[t].add_unseen(key)
-                new_nodes = new % size[t] if disjoint else new
-                new_tree = new // size[t] if disjoint else None
-                n_ids[t].append(new_nodes)
-                if disjoint:
-                    trees[t].append(new_tree)
-                if new.numel():
-                    nxt[t] = (new_nodes, torch.arange(first, first + new.numel()), new_tree)
+            drawn = _draw_hop(cscs, fanouts, h, frontier, size, disjoint, replace, gen)
+            frontier = _new_rows(drawn, rows, size, disjoint, n_ids, trees)
             for et, key, dst_rows, eid in drawn:
                 parts[et].append((rows[et[0]].lookup(key), dst_rows, eid))
-            frontier = nxt
     finally:
         for r in rows.values():
             r.reset()
+    return _assemble(cscs, scratch, n_ids, trees if disjoint else None, parts, directed)
+
+
+_Drawn = Tuple[EdgeType, Tensor, Tensor, Tensor]  # edge type, source keys, dst rows, edge ids
+
+
+def _draw_hop(cscs: Dict[EdgeType, CSC], fanouts: Dict[EdgeType, List[int]], h: int,
+              frontier: Dict[str, Tuple[Tensor, Tensor, Optional[Tensor]]],
+              size: Dict[str, int], disjoint: bool, replace: bool,
+              gen: torch.Generator) -> List[_Drawn]:
+    """Hop ``h``'s draws, edge type by edge type, into the frontier's nodes: each
+    drawn edge's source key (the node, or ``tree * N + node``), destination row and
+    edge id."""
+    drawn: List[_Drawn] = []
+    for et, csc in cscs.items():
+        k = fanouts[et][h]
+        if et[2] not in frontier or k == 0:
+            continue
+        nodes, node_rows, node_tree = frontier[et[2]]
+        seg, pos = sample_hop(csc, nodes, k, replace, gen)
+        src = csc.sources(pos)  # key: the node, or its (tree, node) pair
+        key = take(node_tree, seg) * size[et[0]] + src if disjoint else src
+        drawn.append((et, key, take(node_rows, seg), csc.edge_ids(pos)))
+    return drawn
+
+
+def _new_rows(drawn: List[_Drawn], rows: Dict[str, Any], size: Dict[str, int], disjoint: bool,
+              n_ids: Dict[str, List[Tensor]], trees: Dict[str, List[Tensor]]
+              ) -> Dict[str, Tuple[Tensor, Tensor, Optional[Tensor]]]:
+    """Give the hop's unseen source keys rows (per type: first appearance, edge types
+    in order), append their nodes (and trees) to ``n_ids`` (``trees``); the next
+    frontier: per type, ``(nodes, their rows, their trees)``."""
+    nxt = {}
+    for t in rows:
+        cand = [key for et, key, _, _ in drawn if et[0] == t]
+        if not cand:
+            continue
+        key = torch.cat(cand)
+        first = rows[t].n
+        if disjoint:
+            new = unique_in_order(take(key, (rows[t].lookup(key) < 0).nonzero().view(-1)))
+            rows[t].add(new)
+        else:  # the same rows, in the same order, without unique's sort
+            new = rows[t].add_unseen(key)
+        new_nodes = new % size[t] if disjoint else new
+        new_tree = new // size[t] if disjoint else None
+        n_ids[t].append(new_nodes)
+        if disjoint:
+            trees[t].append(new_tree)
+        if new.numel():
+            nxt[t] = (new_nodes, torch.arange(first, first + new.numel()), new_tree)
+    return nxt
+
+
+def _assemble(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor],
+              n_ids: Dict[str, List[Tensor]], trees: Optional[Dict[str, List[Tensor]]],
+              parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]],
+              directed: bool) -> HeteroSample:
+    """The sample from the hops' rows and edges (``directed=False``: the induced edges
+    between the sampled rows instead of the drawn ones)."""
     empty = torch.zeros(0, dtype=torch.long)
     n_id = {t: torch.cat(v) if v else empty for t, v in n_ids.items()}
-    seed_of = {t: torch.cat(v) if v else empty for t, v in trees.items()} if disjoint else None
+    seed_of = None if trees is None else {t: torch.cat(v) if v else empty
+                                          for t, v in trees.items()}
     if not directed:
         ei, eid = {}, {}
         for et, csc in cscs.items():
