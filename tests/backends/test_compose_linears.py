@@ -86,8 +86,8 @@ def test_rule_bounds():
 def test_the_composed_product_replaces_the_outer_one():
     model = _Encode(3, 64, 64, True, True, projections=4).double()
     graph = rewritten_graph(model, R.compose_linears, 4, torch.randn(200, 3, dtype=torch.float64))
-    linears = [n for n in graph.nodes if n.target in R._LINEAR]
-    inner = [n for n in linears if n.args[0].op == "placeholder" and R._value(n) is not None]
+    linears = [n for n in graph.nodes if n.target in R.LINEAR]
+    inner = [n for n in linears if n.args[0].op == "placeholder" and R.example_value(n) is not None]
     assert len(inner) == 1  # the inner linear is left for the dead-code passes ...
     assert not inner[0].users  # ... with no [200, 64] x [64, 64] product of it left
     of_x = [n for n in linears if n.args[0] is inner[0].args[0]]

@@ -83,7 +83,7 @@ def test_linears_of_one_sum_share_one_stacked_table():
     ops = [n.op for n in graph.nodes]  # the placeholders (tables among them) still come first
     assert ops.index("call_function") > max(i for i, op in enumerate(ops) if op == "placeholder")
     # no [rows, d_in] x [d_in, d_out] product of the summed lookups is left
-    assert sum(n.target in R._LINEAR for n in graph.nodes) == 3
+    assert sum(n.target in R.LINEAR for n in graph.nodes) == 3
 
 
 @pytest.mark.parametrize("case", ["padding_idx", "max_norm", "big_tables", "not_a_lookup"])

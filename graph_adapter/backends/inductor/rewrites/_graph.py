@@ -1,0 +1,47 @@
+"""FX helpers the rewrites share: ATen op handles, call arguments, example values,
+and whether an op writes a tensor."""
+from __future__ import annotations
+
+import operator
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+
+ATEN = torch.ops.aten
+LINEAR = (torch._C._nn.linear, F.linear, ATEN.linear.default)
+EMBEDDING = (F.embedding,)
+ATEN_EMBEDDING = (ATEN.embedding.default,)
+ADD = (operator.add, torch.add, operator.iadd)
+ATEN_ADD = (ATEN.add.Tensor,)
+
+
+def arg(node: fx.Node, i: int, name: str, default=None):
+    """Positional-or-keyword argument ``name`` (position ``i``) of a call node."""
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+def written(table: fx.Node) -> bool:
+    """Whether an ATen op of the graph writes ``table`` or a view of it: ``max_norm``'s
+    ``embedding_renorm_(detach(table), ...)`` renormalises the rows in place before the
+    lookup reads them, which the projected copy would not see."""
+    seen, todo = {table}, [table]
+    while todo:
+        for user in todo.pop().users:
+            schema = getattr(user.target, "_schema", None)
+            if user.op != "call_function" or schema is None or user in seen:
+                continue
+            if schema.is_mutable:
+                return True
+            if any(r.alias_info is not None for r in schema.returns):  # detach, view, ...
+                seen.add(user)
+                todo.append(user)
+    return False
+
+
+def example_value(node: fx.Node) -> Optional[torch.Tensor]:
+    v = node.meta.get("example_value", node.meta.get("val"))
+    return v if isinstance(v, torch.Tensor) else None
