@@ -9,7 +9,9 @@ One module a job:
 * :mod:`~graph_adapter.sampling.sampled`: one sample padded to a budget, and
   the budget fitted to samples;
 * :mod:`~graph_adapter.sampling.hetero_sample`: the same for heterogeneous graphs;
-* :mod:`~graph_adapter.sampling.neighbor`, :mod:`~graph_adapter.sampling.link`,
+* :mod:`~graph_adapter.sampling.settings`: the settings the loaders share,
+  one checked object (:class:`SamplingSettings`);
+* :mod:`~graph_adapter.sampling.neighbor` (the loaders' base), :mod:`~graph_adapter.sampling.link`,
   :mod:`~graph_adapter.sampling.cluster`,
   :mod:`~graph_adapter.sampling.hetero_neighbor`: the loaders.
 
@@ -20,6 +22,7 @@ from .csr import CSC, ArrayRows, FanoutError, Sample, check_fanouts, sample_neig
 from .pyg_sampler import (SAMPLERS, PygHeteroNeighborSampler, PygNeighborSampler,
                           PygSamplerUnavailableError, pyg_sampler_backend)
 from .sampled import fit_neighbor_budget, pad_sample, trim_sample
+from .settings import SamplingSettings
 from .neighbor import (OVERSIZE_POLICIES, FixedSizeNeighborLoader, InputNodesError,
                        NeighborLoaderStats, SubgraphOversizeError)
 from .link import NEG_SAMPLING, FixedSizeLinkNeighborLoader, LinkLabelError, LinkLoaderStats
@@ -38,4 +41,4 @@ __all__ = ["CSC", "ArrayRows", "FanoutError", "Sample", "check_fanouts", "sample
            "FixedSizeHeteroNeighborLoader", "HeteroSample", "fit_hetero_budget",
            "sample_hetero_neighbors", "trim_hetero", "METIS_BACKENDS", "ClusterLoaderStats",
            "FixedSizeClusterLoader", "MetisUnavailableError", "PartitionError", "edge_cut",
-           "metis_available", "metis_partition"]
+           "metis_available", "metis_partition", "SamplingSettings"]

@@ -52,6 +52,7 @@ from torch import Tensor
 
 from ..batching import Budget, fingerprint
 from .csr import Sample, induced_edges
+from .settings import SamplingSettings
 from .neighbor import FixedSizeNeighborLoader, NeighborLoaderStats
 
 __all__ = ["FixedSizeClusterLoader", "ClusterLoaderStats", "MetisUnavailableError",
@@ -370,11 +371,8 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
         # batches are built per chunk by the neighbour loader's iteration (_batch_now
         # below), so its prefetching thread serves them as it serves sampled ones; the
         # induced edges hold the CSC's lock, so the caller's own batch() can run beside it
-        self._setup(data, [-1], batch_size, shuffle=shuffle, seed=seed, replace=False,
-                    disjoint=False, directed=False, oversize=oversize,
-                    micro_batches=micro_batches, rank=rank, world_size=world_size,
-                    pad_id=pad_id, num_workers=num_workers, sampler_threads=sampler_threads,
-                    prefetch=prefetch)
+        self._setup(data, [-1], batch_size, SamplingSettings.of(
+            dict(locals(), replace=False, disjoint=False, directed=False)))
         self.num_neighbors = None  # no hops: a batch is whole clusters
         self.partitioner, self.partition_seconds, self.edge_cut = "given", 0.0, None
         if partition is None:

@@ -65,12 +65,13 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from ..batching import RESERVED_NODES, Budget, Ranks
+from ..batching import RESERVED_NODES, Budget
 from ..batching import collate_padded
 from .csr import CSC, FanoutError, check_fanouts
 from ..format import EDGE_MASK, GRAPH_MASK, NODE_MASK, SEP, stack_micro_batches
-from .pyg_sampler import SAMPLERS, PygHeteroNeighborSampler
-from .neighbor import (OVERSIZE_POLICIES, FixedSizeNeighborLoader, InputNodesError,
+from .pyg_sampler import PygHeteroNeighborSampler
+from .settings import SamplingSettings
+from .neighbor import (FixedSizeNeighborLoader, InputNodesError,
                        NeighborLoaderStats, SubgraphOversizeError, seed_tensor,
                        check_hetero_fanouts, chunk_seed)
 from .sampled import ADDED_KEYS, E_ID, N_ID, SEED_MASK, SEED_OF
@@ -133,31 +134,12 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
                  sampler: str = "ours"):
         name = type(self).__name__
-        if sampler not in SAMPLERS:
-            raise ValueError(f"sampler={sampler!r}; choose one of {SAMPLERS}")
-        if disjoint and not directed:
-            raise NotImplementedError(f"{name}(directed=False, disjoint=True): an induced "
-                                      f"subgraph per seed tree is not built; use one of them")
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"num_workers={num_workers!r}; give an int >= 0")
         if not (hasattr(data, "node_types") and hasattr(data, "edge_types")):
             raise TypeError(f"{name} samples HeteroData; for a homogeneous graph use "
                             f"FixedSizeNeighborLoader")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r}; give a positive int")
-        if oversize not in OVERSIZE_POLICIES:
-            raise ValueError(f"oversize={oversize!r}; choose one of {OVERSIZE_POLICIES}")
-        if micro_batches < 1:
-            raise ValueError(f"micro_batches={micro_batches}; give F >= 1")
-        self._ranks = Ranks(rank, world_size, name)
-        self.data, self.batch_size, self.shuffle, self.seed = data, batch_size, shuffle, seed
-        self.replace, self.disjoint, self.oversize = replace, bool(disjoint), oversize
-        self.directed = bool(directed)
-        self.micro_batches = micro_batches
-        self.pad_id, self.num_workers, self.sampler_threads = pad_id, num_workers, sampler_threads
-        self.prefetch = 0  # the homogeneous loader's background thread: not offered here
-        self.sampler, self._pyg, self.csc = sampler, None, None
-        self._epoch, self._explicit_epoch = 0, None
+        # prefetch: the homogeneous loader's background thread, not offered here (0)
+        self._keep_settings(batch_size, SamplingSettings.of(locals()))
+        self.data, self._pyg, self.csc = data, None, None
         self.edge_types: List[EdgeType] = [tuple(et) for et in data.edge_types]
         self.fanouts = self._fanouts(num_neighbors)
         self.num_neighbors = num_neighbors

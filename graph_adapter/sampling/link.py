@@ -60,6 +60,7 @@ from ..batching import Budget
 from ..format import (DST_NEG_INDEX, DST_POS_INDEX, EDGE_LABEL, EDGE_LABEL_INDEX, INPUT_ID,
                       LINK_KEYS, LINK_MASK, SRC_INDEX)
 from .csr import Sample
+from .settings import SamplingSettings
 from .neighbor import FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed
 
 __all__ = ["FixedSizeLinkNeighborLoader", "LinkLoaderStats", "LinkLabelError",
@@ -190,11 +191,7 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
             if neg_sampling == "triplet" and r != int(r):
                 raise LinkLabelError(f"neg_sampling_ratio={r} with neg_sampling='triplet': give "
                                      f"an int (negative destinations per positive), as PyG")
-        self._setup(data, num_neighbors, batch_size, shuffle=shuffle, seed=seed, replace=replace,
-                    disjoint=disjoint, directed=directed, oversize=oversize,
-                    micro_batches=micro_batches, rank=rank,
-                    world_size=world_size, pad_id=pad_id, num_workers=num_workers,
-                    sampler_threads=sampler_threads, sampler=sampler, prefetch=prefetch)
+        self._setup(data, num_neighbors, batch_size, SamplingSettings.of(locals()))
         for k in LINK_KEYS:  # RandomLinkSplit leaves them on the graph: never gathered
             if k in self.node_attrs or k in self.edge_attrs or k in self.excluded_keys:
                 self.node_attrs.pop(k, None)

@@ -58,7 +58,7 @@ import math
 import queue
 import threading
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -68,7 +68,8 @@ from torch import Tensor
 from ..batching import RESERVED_NODES, Budget, Ranks, Sharded, fingerprint
 from .csr import CSC, FanoutError, Sample, check_fanouts, sample_neighbors
 from ..format import EDGE_MASK, GRAPH_MASK, NODE_MASK, RESERVED_KEYS, stack_micro_batches
-from .pyg_sampler import SAMPLERS, PygNeighborSampler
+from .pyg_sampler import PygNeighborSampler
+from .settings import OVERSIZE_POLICIES, SamplingSettings
 from .sampled import (ADDED_KEYS, E_ID, N_ID, SEED_MASK, SEED_OF, fit_neighbor_budget,
                       pad_sample, trim_sample)
 
@@ -77,7 +78,6 @@ __all__ = ["FixedSizeNeighborLoader", "NeighborLoaderStats", "SubgraphOversizeEr
            "fit_neighbor_budget", "pad_sample", "trim_sample", "check_hetero_fanouts",
            "seed_tensor", "chunk_seed", "prefetched"]
 
-OVERSIZE_POLICIES = ("trim", "error")
 
 
 class SubgraphOversizeError(RuntimeError):
@@ -319,21 +319,14 @@ class FixedSizeNeighborLoader(Sharded):
                  world_size: Optional[int] = None,
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
                  sampler: str = "ours", prefetch: int = 0):
-        self._setup(data, num_neighbors, batch_size, shuffle=shuffle, seed=seed, replace=replace,
-                    disjoint=disjoint, directed=directed, oversize=oversize,
-                    micro_batches=micro_batches, rank=rank, world_size=world_size,
-                    pad_id=pad_id, num_workers=num_workers,
-                    sampler_threads=sampler_threads, sampler=sampler, prefetch=prefetch)
+        self._setup(data, num_neighbors, batch_size, SamplingSettings.of(locals()))
         self.seeds = seed_tensor(input_nodes, self.num_nodes)
         self.stats = self._new_stats(0)
         self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
                                            batch_size, f"batch_size={batch_size} seeds")
 
-    def _setup(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *, shuffle: bool,
-               seed: int, replace: bool, disjoint: bool, oversize: str, micro_batches: int,
-               directed: bool,
-               rank: Optional[int], world_size: Optional[int], pad_id: int, num_workers: int,
-               sampler_threads: Optional[int], sampler: str = "ours", prefetch: int = 0) -> None:
+    def _setup(self, data: Any, num_neighbors: Sequence[int], batch_size: int,
+               settings: SamplingSettings) -> None:
         """Check and keep the settings every neighbour loader shares; build the CSC."""
         name = type(self).__name__
         if hasattr(data, "node_types") and hasattr(data, "edge_types") and data.edge_types:
@@ -346,42 +339,33 @@ class FixedSizeNeighborLoader(Sharded):
             raise FanoutError("num_neighbors is a dict (a fanout per edge type) but the graph is "
                               "homogeneous: give one list, e.g. [10, 5]")
         self.num_neighbors = check_fanouts(num_neighbors)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r}; give a positive int")
-        if not directed and disjoint:
-            raise NotImplementedError(f"{name}(directed=False, disjoint=True): an induced "
-                                      "subgraph per seed tree is not built; use one of them")
-        if sampler not in SAMPLERS:
-            raise ValueError(f"sampler={sampler!r}; choose one of {SAMPLERS}")
-        if oversize not in OVERSIZE_POLICIES:
-            raise ValueError(f"oversize={oversize!r}; choose one of {OVERSIZE_POLICIES}")
-        self._ranks = Ranks(rank, world_size, name)
-        if micro_batches < 1:
-            raise ValueError(f"micro_batches={micro_batches}; give F >= 1")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch={prefetch!r}; give the number of batches a background "
-                             f"thread prepares ahead (0: none)")
-        if prefetch and num_workers:
-            raise ValueError(f"prefetch={prefetch} with num_workers={num_workers}: the worker "
-                             f"processes already prepare batches ahead; use one of them")
+        self._keep_settings(batch_size, settings)
         self.data = data
-        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
-        self.replace, self.disjoint, self.oversize = replace, disjoint, oversize
-        self.directed = bool(directed)
-        self.micro_batches = micro_batches
-        self.pad_id, self.num_workers, self.prefetch = pad_id, num_workers, prefetch
-        self.sampler_threads = sampler_threads
         self.num_nodes = int(data.num_nodes)
         self.node_attrs, self.edge_attrs, self.excluded_keys = _attributes(data)
-        self.sampler = sampler
-        self._pyg = (PygNeighborSampler(data, self.num_neighbors, replace=replace,
-                                        disjoint=disjoint, directed=directed)
-                     if sampler == "pyg" else None)
+        self._pyg = (PygNeighborSampler(data, self.num_neighbors, replace=self.replace,
+                                        disjoint=self.disjoint, directed=self.directed)
+                     if self.sampler == "pyg" else None)
         self.csc: Optional[CSC] = None  # PyG's sampler keeps its own
         if self._pyg is None:
             with self._sampling_threads():  # its sorts are small chunks too (1M nodes: 3.5x
                 # slower at 2 threads than at 1 on the loaded 2-core box, large_graphs.md)
                 self.csc = CSC.from_edge_index(data.edge_index, self.num_nodes)
+
+    def _keep_settings(self, batch_size: int, settings: SamplingSettings) -> None:
+        """Check ``batch_size`` and the shared settings; keep them as attributes (``rank``
+        and ``world_size`` resolved at each epoch: :mod:`graph_adapter.batching.ranks`)."""
+        name = type(self).__name__
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r}; give a positive int")
+        settings.check(name)
+        self.settings = settings
+        self.batch_size = batch_size
+        for f in fields(settings):
+            if f.name not in ("rank", "world_size"):
+                setattr(self, f.name, getattr(settings, f.name))
+        self.directed, self.disjoint = bool(self.directed), bool(self.disjoint)
+        self._ranks = Ranks(settings.rank, settings.world_size, name)
         self._epoch = 0
         self._explicit_epoch: Optional[int] = None
 
