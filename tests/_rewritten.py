@@ -1,4 +1,4 @@
-"""A Dynamo graph after one of ``backends._fx_rewrites``' rewrites (tests' helper)."""
+"""A Dynamo graph after one of ``backends.inductor.rewrites``' rewrites (tests' helper)."""
 import torch
 
 
