@@ -20,6 +20,7 @@ optional dependency / file (the message says what to install or where).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from typing import Any, Optional, Sequence
@@ -33,6 +34,9 @@ from .demo.config import DemoConfig
 from .demo.graph import MODELS, run_demo
 from .preflight import DemoSettingError
 from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
+
+#: where ``graph-adapter demo`` writes its plot unless told (where matplotlib is installed)
+DEFAULT_PLOT = "graph_adapter_demo.png"
 
 __all__ = ["main", "build_parser"]
 
@@ -101,7 +105,11 @@ def _add_demo_run_args(demo: argparse.ArgumentParser, d: DemoConfig) -> None:
     demo.add_argument("--data", default=None, metavar="CSV",
                       help="a SMILES,TPSA file instead of rdkit's first_5k.tpsa.csv")
     demo.add_argument("--plot", default=None, metavar="FILE.png",
-                      help="write loss curves and the padding histogram (needs the 'plot' extra)")
+                      help="write loss curves and the padding histogram here (default, "
+                           f"where matplotlib is installed: {DEFAULT_PLOT})")
+    demo.add_argument("--no-plot", action="store_true", help="write no plot")
+    demo.add_argument("--explain", action="store_true",
+                      help="print how each figure of the report is measured")
     demo.add_argument("--json", default=None, metavar="FILE",
                       help="also write every measured figure as JSON")
     demo.add_argument("--no-eager", action="store_true",
@@ -157,6 +165,16 @@ def _err(cmd: str, msg: str) -> None:
     usage_error(f"{PROG} {cmd}", msg)
 
 
+def _plot_path(args: argparse.Namespace) -> Optional[str]:
+    """``--plot FILE``, else :data:`DEFAULT_PLOT` where matplotlib imports; ``None`` with
+    ``--no-plot`` (a plot asked for explicitly without matplotlib fails in the demo, named)."""
+    if args.no_plot:
+        return None
+    if args.plot:
+        return args.plot
+    return DEFAULT_PLOT if importlib.util.find_spec("matplotlib") is not None else None
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     if args.task == "node":
         from .demo.node import run_node_cli
@@ -168,7 +186,8 @@ def _run_demo(args: argparse.Namespace) -> int:
                      layers=args.layers, lr=args.lr, limit=args.limit, path=args.data,
                      eager_baseline=not args.no_eager, pyg_compile=not args.no_pyg_compile,
                      progress=not args.quiet,
-                     plot=args.plot, threads=args.threads, deterministic=args.deterministic,
+                     plot=_plot_path(args), threads=args.threads,
+                     deterministic=args.deterministic, explain=args.explain,
                      train_rounds=args.train_rounds, infer_rounds=args.infer_rounds,
                      precompile=args.precompile)
     try:

@@ -1,5 +1,6 @@
 """The graph-adapter command: demo (eager backend, a few molecules), check, bench, errors;
 the application's place (graph_adapter.app imports the library, never the reverse)."""
+import importlib.util
 import json
 import math
 import os
@@ -53,13 +54,14 @@ def test_check_delegates_to_check_main(monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore")
-def test_demo_cli_end_to_end(tmp_path, capsys):
+def test_demo_cli_end_to_end(tmp_path, capsys, monkeypatch):
     """The demo trains (eager backend, 300 molecules, 5 short epochs: about a second): the
     adapter's and eager PyG's test MAE end well below the mean predictor's, their training
     loss well below its first epoch's (measured: MAE 0.46x and 0.41x the mean predictor's,
     last epoch's loss 0.49x the first's; an optimizer that does not step gives 1.0x)."""
     pytest.importorskip("rdkit")
     out_json = tmp_path / "demo.json"
+    monkeypatch.chdir(tmp_path)  # where the default plot goes
     rc = cli.main(["demo", "--limit", "300", "--epochs", "5", "--batch-graphs", "32",
                    "--lr", "0.005", "--backend", "eager", "--hidden", "32", "--layers", "2",
                    "--quiet", "--json", str(out_json), "--no-pyg-compile"])
@@ -86,6 +88,27 @@ def test_demo_cli_end_to_end(tmp_path, capsys):
     med, lo, hi = a["inference_ratio_to_eager"]
     assert lo <= med <= hi and len(a["infer_round_seconds"]) == res["infer_rounds"]
     assert "interleaved rounds" in out
+    # the report: the table, then the end-to-end line, the method notes only on --explain
+    lines = out.strip().splitlines()
+    assert len(lines) <= 45, len(lines)
+    table_end = next(i for i, line in enumerate(lines) if line.startswith("deterministic"))
+    assert lines[table_end + 2].startswith("end to end: graph_adapter trained in")
+    assert "[2] steady state" not in out and "graph-adapter demo --explain" in out
+    if importlib.util.find_spec("matplotlib") is not None:  # the plot by default
+        assert (tmp_path / cli.DEFAULT_PLOT).stat().st_size > 0
+        assert f"plot written to {cli.DEFAULT_PLOT}" in out
+
+
+def test_demo_explain_prints_the_method_notes(capsys):
+    pytest.importorskip("rdkit")
+    rc = cli.main(["demo", "--limit", "40", "--epochs", "1", "--batch-graphs", "32",
+                   "--backend", "eager", "--hidden", "8", "--layers", "1", "--quiet",
+                   "--no-pyg-compile", "--no-plot", "--explain", "--train-rounds", "2",
+                   "--infer-rounds", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "[2] steady state" in out and "[4] training" in out and "--explain" not in out
+    assert "plot written" not in out
 
 
 @pytest.mark.filterwarnings("ignore")
@@ -124,7 +147,7 @@ def test_demo_skips_bad_smiles(tmp_path, capsys):
     csv.write_text("".join(f"{s},{10.0 + i}\n" for i, s in enumerate(good)) + "bad((,1\nC1CC,2\n")
     rc = cli.main(["demo", "--data", str(csv), "--epochs", "1", "--backend", "eager",
                    "--hidden", "8", "--layers", "1", "--batch-graphs", "4", "--quiet", "--no-eager",
-                   "--no-pyg-compile"])
+                   "--no-pyg-compile", "--no-plot"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "2 rows skipped (SMILES rdkit cannot parse" in out

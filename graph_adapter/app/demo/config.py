@@ -37,6 +37,7 @@ class DemoConfig:
     pyg_compile_backend: str = "inductor"
     progress: bool = True
     plot: Optional[str] = None  # write loss curves + padding histogram to this PNG
+    explain: bool = False  # print the method notes of the report's [1]-[4]
     threads: Optional[int] = None
     # torch.use_deterministic_algorithms(True) for the run: compiled kernels fall back to
     # ATen's deterministic ones instead of multi-threaded atomic adds

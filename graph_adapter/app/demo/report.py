@@ -123,19 +123,55 @@ class DemoReport:
         return (f"{head} {verdict} of {self.num_train} graphs at these speeds ({saved:.2f} s "
                 f"saved an epoch){_cache_hint(r.first_step_cache)}")
 
-    def _footer(self) -> List[str]:
-        c = self.config
-        lines = ["[1] each distinct shape is a recompile for torch.compile(dynamic=False)",
-                 "[2] steady state, step time only (data loading is in the wall time). "
-                 + self._training_note() + " " + self._inference_note()]
-        if self.pyg_compiled is not None:
-            lines.append("[3] PyG's documented compile route: eager PyG's model under "
-                         "torch.compile(dynamic=True), on the same DataLoader batches (graph "
-                         "breaks included: a graph compiled is one piece between two breaks)")
-        lines.append(f"[4] training: the first {PROBE_STEPS} training steps run twice from one "
-                     f"state after training (then put back) gave the same losses bit for bit; "
-                     f"inference: the test split's {self._passes()} gave the same errors bit "
-                     f"for bit")
+    def _footer(self, explain: bool = False) -> List[str]:
+        """Under the table: what the run comes to (end to end, steady ratios, payback),
+        what to know about it (backends, repeatability, load), where the time went; the
+        method notes [1]-[4] with ``explain``, else one line naming ``--explain``."""
+        lines = self._summary() + self._caveats()
+        lines.append(f"test MAE baseline (predict the training mean): {self.mean_mae:.2f}")
+        lines.append(self._where_time_went())
+        if self.config.plot:
+            lines.append(f"plot written to {self.config.plot}")
+        if explain:
+            return lines + self._method_notes()
+        return lines + ["[1]-[4]: how each figure is measured: graph-adapter demo --explain"]
+
+    def _end_to_end(self, r: RunStats, e: RunStats) -> str:
+        """Training wall time with the compile against eager PyG's: what a user waits."""
+        ratio = r.train_seconds / e.train_seconds if e.train_seconds > 0 else float("nan")
+        return (f"end to end: {r.name} trained in {r.train_seconds:.1f} s (compile included), "
+                f"eager PyG in {e.train_seconds:.1f} s: {ratio:.2f}x the wall time over "
+                f"{self.config.epochs} epochs")
+
+    def _summary(self) -> List[str]:
+        """The end-to-end line, the steady-state ratios and the payback of each run
+        against eager PyG."""
+        e, lines = self.eager, []
+        if e is None or e.epoch_graphs_per_second <= 0 or e.eval_graphs_per_second <= 0:
+            return lines
+        for r in self.runs():
+            if r is e:
+                continue
+            lines.append(self._end_to_end(r, e))
+            t_med, t_lo, t_hi = r.training_ratio(e)
+            t_rounds = (f" (median of {self._kept_train_rounds()} interleaved rounds, "
+                        f"range {t_lo:.2f}-{t_hi:.2f})" if r.train_round_seconds and
+                        e.train_round_seconds else " (in the runs' own epochs)")
+            med, lo, hi = r.inference_ratio(e)
+            rounds = (f"median of {self._kept_rounds()} interleaved rounds, range "
+                      f"{lo:.2f}-{hi:.2f}; " if r.infer_round_seconds else "")
+            lines.append(f"{r.name} / eager PyG, steady graphs/s: training {t_med:.2f}x"
+                         f"{t_rounds}, inference {med:.2f}x ({rounds}same model, loss, "
+                         f"optimizer and data, measured in this run)")
+            payback = self._payback(r, e)
+            if payback:
+                lines.append(payback)
+        return lines
+
+    def _caveats(self) -> List[str]:
+        """What qualifies the figures: another backend for training, a run that does not
+        repeat, compiles inside timed rounds, a busy machine."""
+        c, lines = self.config, []
         if self.training_backend and self.training_backend != self.backend:
             lines.append(f"graph_adapter's training ran on {self.training_backend!r}, its "
                          f"inference on {self.inference_backend!r} ({self.backend}); "
@@ -152,24 +188,6 @@ class DemoReport:
                        "--threads 1 makes it repeat")
                 lines.append(f"{r.name} is not deterministic here ({'; '.join(causes)}): its test "
                              f"MAE varies from run to run; {fix}")
-        e = self.eager
-        if e is not None and e.epoch_graphs_per_second > 0 and e.eval_graphs_per_second > 0:
-            for r in self.runs():
-                if r is not e:
-                    t_med, t_lo, t_hi = r.training_ratio(e)
-                    t_rounds = (f" (median of {self._kept_train_rounds()} interleaved rounds, "
-                                f"range {t_lo:.2f}-{t_hi:.2f})" if r.train_round_seconds and
-                                e.train_round_seconds else " (in the runs' own epochs)")
-                    med, lo, hi = r.inference_ratio(e)
-                    rounds = (f"median of {self._kept_rounds()} interleaved rounds, range "
-                              f"{lo:.2f}-{hi:.2f}; " if r.infer_round_seconds else "")
-                    lines.append(
-                        f"{r.name} / eager PyG, steady graphs/s: training {t_med:.2f}x"
-                        f"{t_rounds}, inference {med:.2f}x ({rounds}same model, loss, "
-                        f"optimizer and data, measured in this run)")
-                    payback = self._payback(r, e)
-                    if payback:
-                        lines.append(payback)
         if self.train_round_compiles:
             lines.append(f"{_count(self.train_round_compiles, 'graph')} compiled during the "
                          f"timed training rounds: the training figures include compiles")
@@ -181,16 +199,30 @@ class DemoReport:
                          f"{self._load()}, {self.cpu_count} CPUs): times and throughput are "
                          f"lower and noisier than on a quiet machine; compare figures within "
                          f"one run only")
-        lines.append(f"test MAE baseline (predict the training mean): {self.mean_mae:.2f}")
+        return lines
+
+    def _where_time_went(self) -> str:
         parts = [f"loading molecules {self.load_seconds:.0f} s"] + [
             f"{r.name} {r.run_seconds:.0f} s" for r in self.runs()]
         if self.train_rounds:
             parts.append(f"training rounds {self.train_rounds_seconds:.0f} s")
         if self.infer_rounds:
             parts.append(f"inference rounds {self.infer_rounds_seconds:.0f} s")
-        lines.append(f"total {self.total_seconds:.0f} s ({', '.join(parts)})")
-        if c.plot:
-            lines.append(f"plot written to {c.plot}")
+        return f"total {self.total_seconds:.0f} s ({', '.join(parts)})"
+
+    def _method_notes(self) -> List[str]:
+        """The footnotes of the table's [1]-[4] (``--explain``)."""
+        lines = ["[1] each distinct shape is a recompile for torch.compile(dynamic=False)",
+                 "[2] steady state, step time only (data loading is in the wall time). "
+                 + self._training_note() + " " + self._inference_note()]
+        if self.pyg_compiled is not None:
+            lines.append("[3] PyG's documented compile route: eager PyG's model under "
+                         "torch.compile(dynamic=True), on the same DataLoader batches (graph "
+                         "breaks included: a graph compiled is one piece between two breaks)")
+        lines.append(f"[4] training: the first {PROBE_STEPS} training steps run twice from one "
+                     f"state after training (then put back) gave the same losses bit for bit; "
+                     f"inference: the test split's {self._passes()} gave the same errors bit "
+                     f"for bit")
         return lines
 
     def _rounds_run(self) -> int:

@@ -105,12 +105,17 @@ class DemoResult(DemoReport):
         d["_mean_mae"] = self.mean_mae  # the JSON key of earlier reports
         return d
 
-    def report(self, width: int = REPORT_WIDTH) -> str:
-        """The text ``graph-adapter demo`` prints; no line is longer than ``width``."""
+    def report(self, width: int = REPORT_WIDTH, explain: Optional[bool] = None) -> str:
+        """The text ``graph-adapter demo`` prints; no line is longer than ``width``.
+
+        The table first, then what it comes to (end to end, steady ratios), then where
+        the time went; ``explain`` (default: the run's ``--explain``) adds the method
+        notes of the table's [1]-[4]."""
+        explain = self.config.explain if explain is None else explain
         lines = [""] + wrap(self._header(), width) + [""]
         lines += self._table()
         lines.append("")
-        lines += wrap(self._footer(), width)
+        lines += wrap(self._footer(explain), width)
         return "\n".join(lines)
 
     #: test MAE of predicting the training mean (the baseline the report names)

@@ -250,7 +250,7 @@ def test_report_gives_the_interleaved_training_ratio_and_keeps_the_epochs_figure
     a.train_round_graphs, e.train_round_graphs = 20, 10
     a.train_warmup_rounds = e.train_warmup_rounds = 1
     r.train_rounds = 4
-    text = r.report()
+    text = r.report(explain=True)  # the method notes say how the rounds ran
     flat = " ".join(text.split())
     # per-round ratios (20 / a) / (10 / e) after the first: 4, 12, 2
     assert a.training_ratio(e) == (4.0, 2.0, 12.0)
