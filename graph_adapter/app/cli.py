@@ -20,6 +20,7 @@ optional dependency / file (the message says what to install or where).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -32,6 +33,7 @@ from .bench import BENCHMARKS, run_suite
 from .datasets import MissingExtraError, require_rdkit
 from .demo.config import DemoConfig
 from .demo.graph import MODELS, run_demo
+from .demo.results import seed_spread
 from .preflight import DemoSettingError
 from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
 
@@ -81,6 +83,9 @@ def _add_demo_model_args(demo: argparse.ArgumentParser, d: DemoConfig) -> None:
                       help=f"graphs per batch the budget is fitted for (and the eager "
                            f"DataLoader's batch_size); default {d.batch_graphs}")
     demo.add_argument("--seed", type=int, default=d.seed, help=f"default {d.seed}")
+    demo.add_argument("--seeds", type=int, default=1, metavar="N",
+                      help="run N seeds (--seed, --seed + 1, ...): the first one's report, then "
+                           "each run's test MAE mean and range over them")
     demo.add_argument("--model", choices=sorted(MODELS), default=d.model,
                       help="; ".join(f"{k}: {v}" for k, v in MODELS.items()))
     demo.add_argument("--backend", default=d.backend, choices=backend_names(), metavar="NAME",
@@ -190,6 +195,9 @@ def _run_demo(args: argparse.Namespace) -> int:
                      deterministic=args.deterministic, explain=args.explain,
                      train_rounds=args.train_rounds, infer_rounds=args.infer_rounds,
                      precompile=args.precompile)
+    if args.seeds < 1:
+        _err("demo", f"--seeds {args.seeds}: give the number of seeds to run, at least 1")
+        return EXIT_USAGE
     try:
         result = run_demo(cfg)
     except (ImportError, FileNotFoundError, DemoSettingError) as e:
@@ -199,6 +207,11 @@ def _run_demo(args: argparse.Namespace) -> int:
         _err("demo", str(e))
         return EXIT_USAGE
     print(result.report())
+    if args.seeds > 1:  # the other seeds for their test MAE only: no timed rounds, no plot
+        more = [run_demo(dataclasses.replace(cfg, seed=cfg.seed + k, plot=None, train_rounds=0,
+                                             infer_rounds=1))
+                for k in range(1, args.seeds)]
+        print("\n".join(seed_spread([result] + more)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result.as_dict(), f, indent=2, default=str)

@@ -224,3 +224,22 @@ def test_demo_plot(tmp_path):
 # --------------------------------------------------------------------------
 # the application's place in the package
 # --------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_demo_seeds_report_the_test_mae_spread(capsys):
+    pytest.importorskip("rdkit")
+    rc = cli.main(["demo", "--limit", "40", "--epochs", "1", "--batch-graphs", "32",
+                   "--backend", "eager", "--hidden", "8", "--layers", "1", "--quiet",
+                   "--no-pyg-compile", "--no-plot", "--seeds", "3", "--seed", "5",
+                   "--train-rounds", "2", "--infer-rounds", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    head, *rows = out.strip().splitlines()[-3:]
+    assert head == "test MAE (TPSA, A^2) over 3 seeds (5, 6, 7):"
+    for row, name in zip(rows, ("graph_adapter", "eager PyG")):
+        maes = [float(v) for v in row.split("(")[1].rstrip(")").split(", ")]
+        assert row.startswith(f"  {name}: mean {sum(maes) / 3:.2f}, range "
+                              f"{min(maes):.2f}-{max(maes):.2f}")
+        assert len(set(maes)) > 1  # the seeds differ
+    assert cli.main(["demo", "--seeds", "0"]) == 2

@@ -21,7 +21,7 @@ from .report import DemoReport, wrap
 from .run_stats import (TRAIN_ROUND_GRAPHS, UNCOMPILED_BACKENDS, WARMUP_FACTOR, RunStats,
                         median_range, round_ratios, steady_rate, warmup_rounds, warmup_steps)
 
-__all__ = ["DemoConfig", "RunStats", "DemoResult", "write_plot", "check_plot_extra",
+__all__ = ["seed_spread", "DemoConfig", "RunStats", "DemoResult", "write_plot", "check_plot_extra",
            "UNCOMPILED_BACKENDS", "WARMUP_FACTOR", "warmup_steps", "steady_rate",
            "warmup_rounds", "round_ratios", "median_range", "TRAIN_ROUND_GRAPHS"]
 
@@ -120,3 +120,19 @@ class DemoResult(DemoReport):
 
     #: test MAE of predicting the training mean (the baseline the report names)
     mean_mae: float = float("nan")
+
+
+def seed_spread(results: List["DemoResult"]) -> List[str]:
+    """The test MAE of each run over the seeds of ``results`` (one demo a seed): its
+    mean and range, so that one seed's difference is read against the spread."""
+    seeds = [r.config.seed for r in results]
+    lines = [f"test MAE (TPSA, A^2) over {len(results)} seeds ({', '.join(map(str, seeds))}):"]
+    for key in ("adapter", "eager", "pyg_compiled"):
+        runs = [getattr(r, key) for r in results]
+        if any(run is None for run in runs):
+            continue
+        maes = [run.test_mae for run in runs]
+        lines.append(f"  {runs[0].name}: mean {sum(maes) / len(maes):.2f}, range "
+                     f"{min(maes):.2f}-{max(maes):.2f} (" + ", ".join(f"{m:.2f}" for m in maes)
+                     + ")")
+    return lines
