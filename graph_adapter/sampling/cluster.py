@@ -344,13 +344,13 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
         seed: as :class:`FixedSizeNeighborLoader`'s, and METIS's seed with
             pymetis (:func:`metis_partition`).
         The rest: as :class:`FixedSizeNeighborLoader` (``shuffle``,
-        ``oversize``, ``success_ratio``, ``fit_batches``, ``round_to``,
-        ``micro_batches``, ``rank``, ``world_size``, ``pad_id``, ``num_workers``,
-        ``sampler_threads``, ``prefetch``: a background thread builds up to
-        ``prefetch`` batches ahead, the same batches, order, stats and errors as
-        without it, :func:`~graph_adapter.sampling.neighbor.prefetched`; not with
-        ``num_workers``). Every cluster is in exactly one batch an epoch,
-        across ranks.
+            ``oversize``, ``success_ratio``, ``fit_batches``, ``round_to``,
+            ``micro_batches``, ``rank``, ``world_size``, ``pad_id``, ``num_workers``,
+            ``sampler_threads``, ``prefetch``: a background thread builds up to
+            ``prefetch`` batches ahead, the same batches, order, stats and errors as
+            without it, :func:`~graph_adapter.sampling.neighbor.prefetched`; not with
+            ``num_workers``). Every cluster is in exactly one batch an epoch,
+            across ranks.
 
     Attributes: ``partitioner`` (``"given"`` or the METIS backend),
     ``partition_seconds`` (METIS's wall time, CSR included; 0 for ``partition=``),

@@ -119,9 +119,9 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         sampler: ``"ours"`` (default: torch only) or ``"pyg"`` (PyG's sampler;
             needs pyg-lib or torch-sparse).
         The rest: as :class:`FixedSizeNeighborLoader` (``shuffle``, ``seed``,
-        ``replace``, ``directed``, ``oversize``, ``success_ratio``,
-        ``fit_batches``, ``micro_batches``, ``rank``, ``world_size``,
-        ``pad_id``, ``sampler_threads``).
+            ``replace``, ``directed``, ``oversize``, ``success_ratio``,
+            ``fit_batches``, ``micro_batches``, ``rank``, ``world_size``,
+            ``pad_id``, ``sampler_threads``).
     """
 
     def __init__(self, data: Any, num_neighbors: Any, batch_size: int, *,

@@ -159,9 +159,9 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
             batch (``min(2 L, num_nodes)`` real nodes), its dict/JSON, or
             ``None`` (fitted from the sampler's output).
         The rest: as :class:`FixedSizeNeighborLoader` (``shuffle``, ``seed``,
-        ``replace``, ``oversize``, ``success_ratio``, ``fit_batches``,
-        ``round_to``, ``micro_batches``, ``rank``, ``world_size``, ``pad_id``,
-        ``num_workers``, ``prefetch``, ``sampler_threads``, ``directed``, ``sampler``).
+            ``replace``, ``oversize``, ``success_ratio``, ``fit_batches``,
+            ``round_to``, ``micro_batches``, ``rank``, ``world_size``, ``pad_id``,
+            ``num_workers``, ``prefetch``, ``sampler_threads``, ``directed``, ``sampler``).
         disjoint: PyG's ``disjoint=True``: every endpoint is a seed row of its own
             (repeats included) growing its own tree; ``seed_of`` gives each row's
             supervision slot (a link's two endpoints, and a triplet's negatives,
