@@ -8,7 +8,9 @@ Subcommands:
 * ``graph-adapter bench``: run the benchmarks that ship with the package
   (:mod:`graph_adapter.app.bench`: collate, padding efficiency, compiles,
   throughput) and print one table; ``graph-adapter bench parity``: the
-  training-parity seed sweep (:mod:`graph_adapter.app.bench.parity`).
+  training-parity seed sweep (:mod:`graph_adapter.app.bench.parity`);
+  ``graph-adapter bench ddp``: 1 process against 2 under torchrun
+  (:mod:`graph_adapter.app.bench.ddp`).
 * ``graph-adapter check package.module:factory``: what poptorch's dispatcher
   would reject, found on CPU (:mod:`graph_adapter.app.check_cli`).
 * ``graph-adapter export package.module:factory OUT.pt2``: a servable artifact
@@ -249,6 +251,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .bench.parity import main as parity_main
 
         return int(parity_main(argv[2:]) or 0)
+    if argv[:2] == ["bench", "ddp"]:  # 1 process against 2 under torchrun, options of its own
+        from .bench.ddp import main as ddp_main
+
+        ddp_main(argv[2:])
+        return 0
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
