@@ -50,8 +50,14 @@ def level_of_attr(obj: BaseData, skey: StoreKey, store, attr: str, value: Tensor
             if bool((counts == 1).all()):
                 candidates.append("graph")
             ptr = store_mapping(store).get(PTR) if not is_global and len(skey) != 3 else None
-            if ptr is not None and _readable(ptr, key_of(skey, PTR)) and torch.equal(
-                    counts, torch.diff(ptr.cpu())):
+            nodes = torch.diff(ptr.cpu()) if ptr is not None and _readable(
+                ptr, key_of(skey, PTR)) else None
+            if nodes is None and "batch" in slices and not is_global and len(skey) != 3:
+                # a batch of batches has no ptr of its own: the inner ``batch``
+                # vectors (one row per node) count each graph's nodes
+                nodes = torch.diff(slices["batch"])
+                ptr = nodes
+            if nodes is not None and torch.equal(counts, nodes):
                 candidates.append("node")
             if not is_global and len(skey) != 1 and "edge_index" in slices:
                 if torch.equal(counts, torch.diff(slices["edge_index"])):

@@ -158,7 +158,8 @@ def _store(v: Any, where: str) -> Tuple[str, ...]:
 
 def field_fields_of(d: Any, where: str) -> Dict[str, Any]:
     """The checked keyword arguments of one ``Field`` from its JSON."""
-    _keys(d, where, ("key", "store", "attr", "dtype", "shape", "level"), ("inc", "rows"))
+    _keys(d, where, ("key", "store", "attr", "dtype", "shape", "level"),
+          ("inc", "rows", "nodes", "edges"))
     store = _store(d["store"], f"{where}.store")
     attr = _str(d["attr"], f"{where}.attr")
     key = _str(d["key"], f"{where}.key")
@@ -179,14 +180,15 @@ def field_fields_of(d: Any, where: str) -> Dict[str, Any]:
     if inc not in ("none", "nodes", "custom"):
         raise _fail(f"{where}.inc", inc, "one of ['none', 'nodes', 'custom']")
     rows = _int(d.get("rows", 1), f"{where}.rows", minimum=1)
+    sets = {k: _str(d[k], f"{where}.{k}") for k in ("nodes", "edges") if k in d}
     return dict(key=key, store=store, attr=attr, dtype=dtype, shape=shape, level=level, inc=inc,
-                rows=rows)
+                rows=rows, **sets)
 
 
 def spec_fields_of(d: Any) -> Dict[str, Any]:
     """The checked top-level values of a spec's JSON (``fields`` as dicts for ``Field``)."""
     _keys(d, "object", ("format", "data_cls", "is_batch", "fields", "node_types", "edge_types",
-                        "constants", "batch_info"))
+                        "constants", "batch_info"), ("graphs",))
     if d["format"] != SPEC_FORMAT:
         raise _fail("'format'", d["format"], repr(SPEC_FORMAT))
     if not isinstance(d["is_batch"], bool):
@@ -222,7 +224,9 @@ def spec_fields_of(d: Any) -> Dict[str, Any]:
             raise _fail("'batch_info'", info[:40], "null for a spec that is not a batch")
     return dict(data_cls=d["data_cls"], is_batch=d["is_batch"], fields=fields,
                 node_types=node_types, edge_types=tuple(edge_types), constants=tuple(constants),
-                batch_info=info)
+                batch_info=info,
+                **({"graphs": _int(d["graphs"], "'graphs'")} if d.get("graphs") is not None
+                   else {}))
 
 
 def _json(text: str, where: str) -> Any:
@@ -338,7 +342,7 @@ def check_batch_sizes(flat: Mapping[str, Tensor], spec: Any) -> None:
                 f"key {f.key!r} has {rows} rows along dim {f.cat_dim}, but the spec's batch has "
                 f"{want} ({info['num_graphs']} graphs): the spec comes from another batch. Use the "
                 f"spec that flatten() returned with this flat dict (or flatten the batch again).")
-        if f.level == "node" and f.attr not in (PTR, "batch"):
+        if f.level == "node" and not f.nodes and f.attr not in (PTR, "batch"):
             node_slices.setdefault(f.store, slices)
     for f in spec.fields:
         nodes = node_slices.get(f.store)

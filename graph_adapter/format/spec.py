@@ -44,6 +44,7 @@ from ._spec_checks import (SPEC_FORMAT, allow_modules, check_batch_info, check_b
                            check_flat, decode_constants, field_fields_of, spec_fields_of)
 from . import classes
 from ._levels import level_of_attr
+from ._node_sets import extra_sets
 from .classes import class_path, resolve_class
 from .errors import (BatchMismatchError, ClassNotAllowedError, DeviceMismatchError,
                      DtypeMismatchError, MissingKeyError, ShapeMismatchError, SpecError,
@@ -113,6 +114,11 @@ class Field:
             row 1 by the destination type's) or ``"custom"`` (the graph's own
             ``__inc__``).
         rows: graph-level attributes: rows per graph.
+        nodes: the node set a node-level key belongs to (or an index key points
+            into) when its store has several, named by the set's first feature
+            key (PyG's ``PairData``: ``"x_s"``); ``""``: the store's own nodes.
+        edges: the edge set of an edge-level key of such a store, named by its
+            index key (``"edge_index_s"``); ``""``: the store's own edges.
 
     ``shape`` has ``None`` on the cat dim; a 0-d attribute has ``shape == ()``.
     """
@@ -125,6 +131,8 @@ class Field:
     level: str
     inc: str = "none"
     rows: int = 1
+    nodes: str = ""
+    edges: str = ""
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -156,6 +164,10 @@ class Field:
             d["inc"] = self.inc
         if self.rows != 1:
             d["rows"] = self.rows
+        if self.nodes:
+            d["nodes"] = self.nodes
+        if self.edges:
+            d["edges"] = self.edges
         return d
 
     @classmethod
@@ -177,6 +189,9 @@ class Spec:
         constants: ``(store, attr, json)`` for every non-tensor attribute.
         batch_info: JSON of ``num_graphs``, ``_slice_dict`` and ``_inc_dict``
             (``None`` for non-batches and for :meth:`static` specs).
+        graphs: a :meth:`static` spec's graph count where no key's static
+            shape gives it (a batch without ``ptr`` or ``graph_mask``: a batch
+            of batches, ``PairData``); ``None`` otherwise.
     """
 
     data_cls: str
@@ -186,6 +201,7 @@ class Spec:
     edge_types: Tuple[Tuple[str, str, str], ...] = ()
     constants: Tuple[Tuple[StoreKey, str, str], ...] = ()
     batch_info: Optional[str] = None
+    graphs: Optional[int] = None
 
     def __post_init__(self) -> None:
         # Decode the JSON parts once, eagerly: unflatten() may run inside a
@@ -223,7 +239,10 @@ class Spec:
         Two batches of one schema have equal ``static()`` specs.
         ``unflatten(flat, spec.static())`` traces under ``fullgraph=True``.
         """
-        return dataclasses.replace(self, constants=(), batch_info=None)
+        graphs = None
+        if self._batch_values is not None and _num_graphs_key(self) is None:
+            graphs = int(self._batch_values["num_graphs"])
+        return dataclasses.replace(self, constants=(), batch_info=None, graphs=graphs)
 
     @property
     def num_graphs(self) -> Optional[int]:
@@ -252,6 +271,7 @@ class Spec:
             "edge_types": [list(t) for t in self.edge_types],
             "constants": [[list(s), a, j] for s, a, j in self.constants],
             "batch_info": self.batch_info,
+            **({} if self.graphs is None else {"graphs": self.graphs}),
         }
 
     @classmethod
@@ -331,10 +351,13 @@ def flatten(
     # An object that unflatten() made knows its levels: no data reads, which
     # matters when its tensors are fake (torch.export flattens inputs again).
     made_from = obj.__dict__.get("_graph_adapter_spec")
-    known = {f.key: f.level for f in made_from.fields} if made_from is not None else {}
+    known = {f.key: (f.level, f.nodes, f.edges) for f in made_from.fields} \
+        if made_from is not None else {}
     flat: Dict[str, Tensor] = {}
     fields: List[Field] = []
     constants: List[Tuple[StoreKey, str, str]] = []
+    # keys of further node sets in a homogeneous store (PyG's PairData)
+    extra = {} if isinstance(obj, HeteroData) else extra_sets(obj)
     num_nodes_lists = []  # PyG's per-graph ``num_nodes`` of a batch (format.pyg.graph_num_nodes)
     for skey, store in _stores(obj):
         if is_batch and graph_num_nodes(store) is not None:
@@ -344,10 +367,13 @@ def flatten(
             key = key_of(skey, attr)
             value = store[attr]
             if isinstance(value, Tensor) and value.layout == torch.strided and not value.is_nested:
-                level = levels.pop(key, None) or known.get(key) or \
+                where = known.get(key) or extra.get(attr, None)
+                given = levels.pop(key, None)
+                level = given or (where[0] if where else None) or \
                     level_of_attr(obj, skey, store, attr, value)
+                sets = where[1:] if where and not given else ("", "")
                 flat[key] = value
-                fields.append(_field_of(obj, skey, store, attr, key, value, level))
+                fields.append(_field_of(obj, skey, store, attr, key, value, level, sets))
             else:
                 constants.append((skey, attr, _constant_json(key, value)))
     if levels:
@@ -387,14 +413,15 @@ def _check_flatten_args(obj: Any, levels: Optional[Mapping[str, str]]) -> Dict[s
 
 
 def _field_of(obj: BaseData, skey: StoreKey, store: Any, attr: str, key: str, value: Tensor,
-              level: str) -> Field:
+              level: str, sets: Tuple[str, str] = ("", "")) -> Field:
     """The :class:`Field` of one dense tensor attribute: its concatenation dim (PyG's
     ``__cat_dim__``) is the one left ``None`` in the shape."""
     cat = obj.__cat_dim__(attr, value, store) if value.dim() else None
     shape: List[Optional[int]] = list(value.shape)
     if cat is not None:
         shape[cat] = None
-    return Field(key, skey, attr, str(value.dtype).replace("torch.", ""), tuple(shape), level)
+    return Field(key, skey, attr, str(value.dtype).replace("torch.", ""), tuple(shape), level,
+                 nodes=sets[0], edges=sets[1])
 
 
 def _constant_json(key: str, value: Any) -> str:
@@ -549,11 +576,25 @@ def _copy(value: Any) -> Any:
         return copy.deepcopy(value)
 
 
-def _static_num_graphs(flat: Mapping[str, Tensor], spec: Spec) -> Optional[int]:
+def _num_graphs_key(spec: Spec) -> Optional[Tuple[str, int]]:
+    """``(key, offset)``: the key whose last static size minus ``offset`` is the graph
+    count (``graph_mask``; a ``ptr``; a ``follow_batch`` vector's ``<key>_ptr``)."""
     for f in spec.fields:
         if f.attr == GRAPH_MASK and not f.store:
-            return flat[f.key].size(-1)
+            return f.key, 0
     for f in spec.fields:
         if f.attr == PTR:
-            return flat[f.key].size(-1) - 1
+            return f.key, 1
+    attrs = {(f.store, f.attr) for f in spec.fields}
+    for f in spec.fields:
+        if f.attr.endswith("_" + PTR) and (f.store, f.attr[:-len(PTR) - 1]) in attrs \
+                and len(f.shape) == 1:
+            return f.key, 1
     return None
+
+
+def _static_num_graphs(flat: Mapping[str, Tensor], spec: Spec) -> Optional[int]:
+    got = _num_graphs_key(spec)
+    if got is not None:
+        return flat[got[0]].size(-1) - got[1]
+    return spec.graphs

@@ -1,0 +1,109 @@
+"""Several node sets in one store, as PyG's ``__inc__`` defines them (its
+"advanced mini-batching" ``PairData``: ``x_s`` / ``edge_index_s`` and ``x_t`` /
+``edge_index_t``), for :func:`graph_adapter.format.spec.flatten`.
+
+An index key whose ``__inc__`` is not the store's node count (``edge_index`` and
+``face`` always are) increments by the size of another node set: that set's
+per-graph sizes are the key's increments, and the keys with those row counts
+belong to it. A set is named by its first feature key (``x_s``); where sizes
+tie, keys that share the last ``_`` token with it (``_s``) win.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch
+from torch_geometric.data.data import BaseData
+
+from .keys import PTR, is_index_attr
+from .pyg import collate_info, global_store, store_mapping
+
+__all__ = ["extra_sets", "Where"]
+
+#: ``(level, nodes, edges)``: a key's level and the node / edge set it belongs to.
+Where = Tuple[str, str, str]
+
+_MAIN_INDEX = ("edge_index", "face")
+
+
+def _tag(name: str) -> str:
+    return name.rsplit("_", 1)[1] if "_" in name else ""
+
+
+def _affine(a: str, b: str) -> bool:
+    return _tag(a) != "" and _tag(a) == _tag(b)
+
+
+def _int_inc(obj: BaseData, attr: str, value: Tensor) -> Optional[int]:
+    try:
+        inc = obj.__inc__(attr, value)
+    except Exception:  # a custom __inc__ that needs other arguments: no set read
+        return None
+    if isinstance(inc, Tensor):
+        return int(inc) if inc.numel() == 1 else None
+    return int(inc) if isinstance(inc, int) else None
+
+
+def _follow(attr: str, tensors: Dict[str, Tensor]) -> Optional[str]:
+    """The key a ``follow_batch`` vector (``x_s_batch``, ``x_s_ptr``) was made for."""
+    for suffix in ("_batch", "_" + PTR):
+        if attr.endswith(suffix) and attr[:-len(suffix)] in tensors:
+            return attr[:-len(suffix)]
+    return None
+
+
+def extra_sets(obj: BaseData) -> Dict[str, Where]:
+    """``{attr: (level, nodes, edges)}`` of the global store's keys that belong to a node
+    set other than the store's own (empty when there is none: every key as before)."""
+    store = global_store(obj)
+    tensors = {a: v for a, v in store_mapping(store).items()
+               if isinstance(v, Tensor) and v.dim() > 0}
+    is_batch = isinstance(obj, Batch)
+    slices, incs = collate_info(obj) if is_batch else (None, None)
+
+    def counts(a: str) -> Optional[Tensor]:
+        if is_batch:
+            return torch.diff(slices[a]) if a in slices else None
+        return torch.tensor([tensors[a].size(obj.__cat_dim__(a, tensors[a]))])
+
+    def same(a: str, series: Tensor) -> bool:
+        c = counts(a)
+        return c is not None and c.shape == series.shape and bool(torch.equal(c, series))
+
+    feats = sorted(a for a in tensors if not is_index_attr(a) and a != "batch"
+                   and _follow(a, tensors) is None)
+    out: Dict[str, Where] = {}
+    for k in sorted(tensors):
+        v = tensors[k]
+        if not is_index_attr(k) or k in _MAIN_INDEX or v.is_floating_point() or \
+                v.dtype == torch.bool or _follow(k, tensors) is not None:
+            continue
+        total = _int_inc(obj, k, v)
+        if not total:
+            continue
+        inc = incs.get(k) if is_batch else torch.zeros(1, dtype=torch.long)
+        if inc is None:
+            continue
+        series = torch.diff(torch.cat([inc.reshape(-1).long(), torch.tensor([total])]))
+        owners = [a for a in feats if same(a, series)]
+        owners.sort(key=lambda a: not _affine(a, k))
+        if not owners or not _affine(owners[0], k):
+            continue  # no feature key of its own: read as the store's own nodes
+        name = owners[0]
+        for a in owners:
+            if _affine(a, name) or a == name:
+                out.setdefault(a, ("node", name, ""))
+        # a tie of its rows with the set's size goes to edges for an "edge" name
+        # (format.pick_level, as PyG breaks it)
+        node_level = same(k, series) and "edge" not in k
+        out[k] = ("node", name, "") if node_level else ("edge", name, k)
+        for a in feats:  # the edge set's features (edge_attr_s)
+            if a not in out and _affine(a, k) and same(a, counts(k)):
+                out[a] = ("edge", "", k)
+    for a in tensors:
+        base = _follow(a, tensors)
+        if base is not None and base in out:
+            out[a] = out[base] if a.endswith("_batch") else ("other", "", "")
+    return out
