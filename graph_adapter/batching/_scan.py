@@ -26,7 +26,8 @@ from ._stored import Stored, stored_of, stored_sizes
 from ._view import check_graph_item
 from .budget import Budget
 from ..format import (Dim, BATCH, EDGE_MASK, EDGE_TYPE_SEP, GRAPH_MASK, NODE_MASK, PTR,
-                      RESERVED_KEYS, SEP, StoreKey, is_index_attr, key_of, store_name)
+                      RESERVED_KEYS, SEP, StoreKey, is_index_attr, key_of, node_sets,
+                      store_name)
 from .packing import GraphSizes
 from ..format import Field
 
@@ -132,6 +133,8 @@ class Scan:
                 [("edge", tuple(en.split(EDGE_TYPE_SEP))) for en in budget.edges]
         else:
             self.dims = [("node", ()), ("edge", ())]
+        if not hetero:
+            self._refuse_node_sets(first)
         self.stores = _stores(first, hetero)
         self.excluded: Dict[str, str] = {}
         self._mixed: set = set()  # excluded keys some graph holds as a tensor (named once)
@@ -162,6 +165,25 @@ class Scan:
                     if f.inc == "nodes":
                         self._check_index_range(f, rows[f.key])
             del cols, rows
+
+    def _refuse_node_sets(self, first: Any) -> None:
+        """A named error for graphs with several node sets in one store (PyG's
+        ``PairData``): a padded batch has one node and one edge budget per store,
+        and padding one set to the other's budget would be wrong, so they are
+        refused before any key is misread as another set's level."""
+        own = {a: w for a, w in node_sets(first).items() if a not in self.exclude}
+        sets = sorted({w[1] for w in own.values() if w[1]})
+        if not sets:
+            return
+        keys = sorted(own)
+        raise ValueError(
+            f"{self._at(0)} ({type(first).__name__}) has {len(sets)} node sets of its own in "
+            f"one store, {sets} (keys {keys}, read off its __inc__), besides or instead of its "
+            f"num_nodes; the padded batches have one node and one edge budget per store, so "
+            f"FixedSizeLoader cannot pad them yet. flatten()/unflatten() keep such batches "
+            f"exactly. To load them padded, pass transform= making each graph a HeteroData "
+            f"with one node type per set (docs/batching.md), or leave the keys out "
+            f"(exclude={keys!r}).")
 
     def _at(self, i: int) -> str:
         """Where graph ``i`` of the scan is, for error messages."""

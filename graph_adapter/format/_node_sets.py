@@ -14,13 +14,13 @@ from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Batch
+from torch_geometric.data import Batch, Data
 from torch_geometric.data.data import BaseData
 
 from .keys import PTR, is_index_attr
 from .pyg import collate_info, global_store, store_mapping
 
-__all__ = ["extra_sets", "Where"]
+__all__ = ["extra_sets", "node_sets", "Where"]
 
 #: ``(level, nodes, edges)``: a key's level and the node / edge set it belongs to.
 Where = Tuple[str, str, str]
@@ -57,6 +57,8 @@ def _follow(attr: str, tensors: Dict[str, Tensor]) -> Optional[str]:
 def extra_sets(obj: BaseData) -> Dict[str, Where]:
     """``{attr: (level, nodes, edges)}`` of the global store's keys that belong to a node
     set other than the store's own (empty when there is none: every key as before)."""
+    if type(obj).__inc__ is Data.__inc__:
+        return {}  # PyG's own increments: every index key counts the store's nodes
     store = global_store(obj)
     tensors = {a: v for a, v in store_mapping(store).items()
                if isinstance(v, Tensor) and v.dim() > 0}
@@ -107,3 +109,11 @@ def extra_sets(obj: BaseData) -> Dict[str, Where]:
         if base is not None and base in out:
             out[a] = out[base] if a.endswith("_batch") else ("other", "", "")
     return out
+
+
+def node_sets(obj: BaseData) -> Dict[str, Where]:
+    """``{attr: (level, nodes, edges)}`` of the keys of a homogeneous ``Data`` / ``Batch``
+    that belong to a node or edge set of their own (PyG's ``PairData``: ``x_s``,
+    ``edge_index_s``...), as :func:`~graph_adapter.format.flatten` records them in
+    ``Field.nodes`` / ``Field.edges``; ``{}`` for a graph with one node set."""
+    return extra_sets(obj)
