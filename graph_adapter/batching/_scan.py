@@ -177,9 +177,9 @@ class Scan:
             return
         keys = sorted(own)
         raise ValueError(
-            f"{self._at(0)} ({type(first).__name__}) has {len(sets)} node sets of its own in "
-            f"one store, {sets} (keys {keys}, read off its __inc__), besides or instead of its "
-            f"num_nodes; the padded batches have one node and one edge budget per store, so "
+            f"keys {keys} of the {self._at(0)} ({type(first).__name__}) make {len(sets)} node "
+            f"sets of their own in one store, {sets} (read off its __inc__), besides or instead "
+            f"of its num_nodes; the padded batches have one node and one edge budget per store, so "
             f"FixedSizeLoader cannot pad them yet. flatten()/unflatten() keep such batches "
             f"exactly. To load them padded, pass transform= making each graph a HeteroData "
             f"with one node type per set (docs/batching.md), or leave the keys out "

@@ -26,7 +26,7 @@ def _pd():
 def test_pair_data_refused_naming_its_node_sets():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        with pytest.raises(ValueError, match=r"2 node sets .*\['x_s', 'x_t'\].*exclude=") as e:
+        with pytest.raises(ValueError, match=r"make 2 node sets .*\['x_s', 'x_t'\].*exclude=") as e:
             Collator([_pd(), _pd()], Budget(nodes=20, edges=17, graphs=3))
     assert "graph 0 makes it node-level" not in str(e.value)
 
