@@ -43,13 +43,13 @@ from ..batching import Collator
 from ..format import LOSS_KEY, RESERVED_KEYS, has_micro_batch_dim, micro_batch
 from ..batching import FixedSizeLoader
 from ..nn import IPUWrapped
-from ..serve import CONTRACT_FILE, ONNX_METADATA_KEY, Contract, InputField, OutputField
+from ..serve import CONTRACT_FILE, ONNX_METADATA_KEY, Contract, InputField, OutputField, Rung
 from ._export_opt import deterministic_row_scatters
 from .inductor.rewrites import project_embedding_tables
 
 __all__ = ["export", "ExportError", "UnsupportedExportError", "ExportMismatchError",
            "TOLERANCE", "FORMATS", "CHECK_THREADS", "CHECK_RUNS", "contract_inputs",
-           "rewritten_program"]
+           "rewritten_program", "LADDER_GRAPHS", "ladder_budgets"]
 
 FORMATS = ("pt2", "onnx")
 #: ``|artifact - eager| <= atol + rtol * |eager|`` on every output, checked at export.
@@ -298,6 +298,139 @@ def _write_pt2(ep: Any, path: str, contract: Contract, cases: Sequence[_Case],
     return contract
 
 
+#: graphs per call of the rungs ``ladder=True`` fits on the data: one request graph
+#: (a single molecule), a small request, and the bulk of a large one
+LADDER_GRAPHS = (1, 16, 256)
+
+
+def _top_rung(max_nodes: int, max_edges: int) -> Budget:
+    """The smallest budget that takes one graph of ``max_nodes`` / ``max_edges``."""
+    nodes, edges = int(max_nodes) + 2, max(int(max_edges), 1)
+    while edges in (nodes, 2):  # a budget's three counts must differ (dims are told by size)
+        edges += 1
+    return Budget(nodes=nodes, edges=edges, graphs=2)
+
+
+def ladder_budgets(data: Sequence[Any], max_nodes: Optional[int] = None,
+                   max_edges: Optional[int] = None,
+                   graphs_per_call: Sequence[int] = LADDER_GRAPHS) -> List[Budget]:
+    """The default rungs of ``export(..., ladder=True)``: ``Budget.fit(data, k)`` for each
+    ``k`` of ``graphs_per_call`` the data has graphs for (``fit`` never sizes one below
+    the data's largest graph), plus a top rung for one graph of ``max_nodes`` nodes and
+    ``max_edges`` edges when either is given (the largest graph a server must take);
+    duplicates dropped, cheapest first."""
+    rungs = [Budget.fit(data, int(k)) for k in graphs_per_call if int(k) <= len(data)]
+    if max_nodes is not None or max_edges is not None:
+        rungs.append(_top_rung(max_nodes or 1, max_edges or 1))
+    out: List[Budget] = []
+    for b in sorted(rungs, key=lambda b: (b.nodes + b.edges, b.graphs)):
+        if all((b.nodes, b.edges, b.graphs) != (o.nodes, o.edges, o.graphs) for o in out):
+            out.append(b)
+    return out
+
+
+def _data_of(source: Any, example: Optional[Sequence[Any]]) -> Sequence[Any]:
+    return source.dataset if isinstance(source, FixedSizeLoader) else list(example or ())
+
+
+def _rung_batches(data: Sequence[Any], b: Budget, scan: int = 2048) -> List[Dict[str, Tensor]]:
+    """Check batches of rung ``b``: the data's first graphs that fit one call, and the
+    largest graph (of the first ``scan``) that fits alone."""
+    graphs = [data[i] for i in range(min(len(data), scan))]
+    cap = min(b.nodes - 2, b.nodes - b.graphs + 1)
+    fits = [g for g in graphs if g.num_nodes <= cap and g.num_edges <= b.edges]
+    if not fits:
+        raise ValueError(f"rung nodes={b.nodes}, edges={b.edges}, graphs={b.graphs} holds "
+                         f"none of the data's graphs: its check needs one; give a larger rung")
+    pick, n, e = [], 0, 0
+    for g in fits:
+        k = len(pick) + 1
+        if k > b.graphs - 1 or n + g.num_nodes > b.nodes - 2 or e + g.num_edges > b.edges \
+                or b.nodes - (n + g.num_nodes) < b.graphs - k:
+            break
+        pick.append(g)
+        n, e = n + g.num_nodes, e + g.num_edges
+    big = max(fits, key=lambda g: (g.num_nodes, g.num_edges))
+    return [Collator(p, b, warn=False).collate_indices(range(len(p))) for p in (pick, [big])]
+
+
+def _pt2_rung(module: _Inference, dropped: List[str], b: Budget, data: Sequence[Any],
+              rewrite: bool, contract: Contract, configs: Optional[Dict[str, Any]],
+              d: str) -> Tuple[str, float]:
+    """One rung compiled into a temporary package in ``d`` and checked against eager on
+    its check batches: ``(package path, largest difference)``."""
+    cases = _cases(module, dropped, None, _rung_batches(data, b))
+    fed = cases[0][0]
+    ep = _trace(module, fed)
+    if rewrite:
+        ep, _ = rewritten_program(ep, fed)
+    c = _with(contract, nodes=int(b.nodes), edges=int(b.edges), graphs=int(b.graphs))
+    fd, tmp = tempfile.mkstemp(suffix=".pt2", prefix=".export-", dir=d)
+    os.close(fd)
+    try:
+        torch._inductor.aoti_compile_and_package(ep, package_path=tmp,
+                                                 inductor_configs=dict(configs or {}))
+        model = torch._inductor.aoti_load_package(tmp)
+        worst = 0.0
+        for i, (flat, ref, full) in enumerate(cases):
+            with torch.inference_mode():
+                got = model(flat)
+            where = f" of rung nodes={b.nodes}, edges={b.edges}, graphs={b.graphs}, " \
+                    f"check batch {i}"
+            worst = max(worst, _max_diff(got, ref, c, full, where))
+    except BaseException:
+        os.remove(tmp)
+        raise
+    return tmp, worst
+
+
+def _merge_pt2(packages: Sequence[Tuple[str, str]], contract: Contract, path: str) -> None:
+    """One archive of several AOTInductor packages: the first keeps its program name
+    ``model``, every other one's goes under ``data/aotinductor/<name>/``."""
+    base = packages[0][1]
+    with zipfile.ZipFile(base, "a") as out:
+        root = out.namelist()[0].split("/")[0]
+        for name, pkg in packages[1:]:
+            with zipfile.ZipFile(pkg) as z:
+                for info in z.infolist():
+                    rel = info.filename.split("/", 1)[1]
+                    if rel.startswith("data/aotinductor/model/"):
+                        info2 = copy.copy(info)
+                        info2.filename = f"{root}/data/aotinductor/{name}/" + \
+                            rel[len("data/aotinductor/model/"):]
+                        out.writestr(info2, z.read(info.filename))
+        out.writestr(f"{root}/extra/{CONTRACT_FILE}", contract.to_json())
+    os.replace(base, path)
+
+
+def _write_pt2_ladder(module: _Inference, dropped: List[str], budgets: Sequence[Budget],
+                      data: Sequence[Any], path: str, contract: Contract, rewrite: bool,
+                      configs: Optional[Dict[str, Any]]) -> Contract:
+    """Every rung compiled and checked, then one archive: the largest rung is the
+    program ``model`` (and the contract's top-level budget), rung ``i`` ``rung<i>``."""
+    d = os.path.dirname(os.path.abspath(path))
+    top = max(range(len(budgets)), key=lambda i: (budgets[i].nodes + budgets[i].edges))
+    built: List[Tuple[str, str]] = []
+    rungs: List[Rung] = []
+    try:
+        for i, b in enumerate(budgets):
+            tmp, worst = _pt2_rung(module, dropped, b, data, rewrite, contract, configs, d)
+            name = "model" if i == top else f"rung{i}"
+            built.append((name, tmp))
+            rungs.append(Rung(int(b.nodes), int(b.edges), int(b.graphs), name, worst))
+        built.sort(key=lambda p: p[0] != "model")
+        t = budgets[top]
+        contract = _with(contract, nodes=int(t.nodes), edges=int(t.edges),
+                         graphs=int(t.graphs), rungs=tuple(rungs),
+                         verified_max_abs_diff=max(r.verified_max_abs_diff for r in rungs))
+        _merge_pt2(built, contract, path)
+    finally:
+        for _, tmp in built:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return contract
+
+
 #: thread counts the ONNX artifact is checked at besides the server's (``threads``):
 #: onnxruntime splits a kernel's rows over its intra-op threads only at 2 and more
 CHECK_THREADS = (2, 4)
@@ -457,7 +590,7 @@ def _refuse_unservable(col: Collator) -> None:
             f"same weights)")
 
 
-def _cases(module: _Inference, dropped: List[str], ref: Dict[str, Tensor],
+def _cases(module: _Inference, dropped: List[str], ref: Optional[Dict[str, Tensor]],
            batches: List[Dict[str, Tensor]]) -> List[_Case]:
     """The check cases of ``batches`` (the first one's eager outputs are ``ref``): each
     batch without the ``dropped`` keys, the module's eager outputs on it, the batch."""
@@ -465,7 +598,7 @@ def _cases(module: _Inference, dropped: List[str], ref: Dict[str, Tensor],
     for i, b in enumerate(batches):
         fed = {k: v for k, v in b.items() if k not in dropped}
         with torch.no_grad():
-            out.append((fed, ref if i == 0 else module(fed), b))
+            out.append((fed, ref if i == 0 and ref is not None else module(fed), b))
     return out
 
 
@@ -486,10 +619,37 @@ def _with(c: Contract, **kw: Any) -> Contract:
     return dataclasses.replace(c, **kw)
 
 
+def _ladder_of(source: Any, example: Optional[Sequence[Any]], format: str, ladder: Any,
+               max_nodes: Optional[int], max_edges: Optional[int]) -> List[Budget]:
+    """The rungs ``export`` compiles (``[]``: one budget, today's artifact)."""
+    if ladder is None or ladder is False:
+        if max_nodes is not None or max_edges is not None:
+            raise ValueError("max_nodes= / max_edges= size the top rung of a ladder: pass "
+                             "ladder=True with them (or fit the one budget on such graphs)")
+        return []
+    if format != "pt2":
+        raise UnsupportedExportError(
+            f"ladder= with format={format!r}: a ladder artifact is written as .pt2 only "
+            f"(one AOTInductor program a rung in one archive); export format='pt2', or "
+            f"one .onnx artifact a budget")
+    if ladder is True:
+        budgets = ladder_budgets(_data_of(source, example), max_nodes, max_edges)
+    else:
+        budgets = [b if isinstance(b, Budget) else Budget.from_dict(b) for b in ladder]
+        if max_nodes is not None or max_edges is not None:
+            budgets.append(_top_rung(max_nodes or 1, max_edges or 1))
+    if not budgets or any(b.is_hetero for b in budgets):
+        raise ValueError(f"ladder={ladder!r}: give one or more homogeneous Budgets "
+                         f"(or ladder=True)")
+    return budgets
+
+
 def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget], path: str,
            format: str = "pt2", *, example: Optional[Sequence[Any]] = None,
            inductor_configs: Optional[Dict[str, Any]] = None, rewrite: bool = True,
-           threads: Optional[int] = None) -> Contract:
+           threads: Optional[int] = None,
+           ladder: Union[None, bool, Sequence[Budget]] = None,
+           max_nodes: Optional[int] = None, max_edges: Optional[int] = None) -> Contract:
     """Write the inference graph of ``wrapped`` for one budget as a servable artifact.
 
     Args:
@@ -514,6 +674,13 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
             sorted segments, the same at any thread count
             (:mod:`~graph_adapter.backends._export_opt`); ``False`` exports the graph
             as traced.
+        ladder: ``None``: one budget (``loader_or_budget``'s). ``True``: several budgets
+            in one artifact, one program each (:func:`ladder_budgets`: fitted on the
+            loader's dataset or ``example`` for calls of about 1, 16 and 256 graphs, plus
+            a top rung for one graph of ``max_nodes`` / ``max_edges``); a list of
+            ``Budget``: those. ``serve`` packs each request over the rungs. pt2 only.
+        max_nodes, max_edges: with ``ladder=True``: the largest single graph the server
+            must take (a top rung sized for it alone).
 
     Inputs the traced program never reads (``y``; a feature the forward names but
     ignores) are left out of the contract (``dropped_inputs``): requests need not carry
@@ -537,6 +704,7 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
     if not isinstance(wrapped, IPUWrapped):
         raise TypeError(f"export takes an ipu_wrap-ped model, got {type(wrapped).__name__}: "
                         f"export(ipu_wrap(model), loader, path)")
+    budgets = _ladder_of(loader_or_budget, example, format, ladder, max_nodes, max_edges)
     col, flat = _collator_and_example(loader_or_budget, example)
     _refuse_unservable(col)
     was_training, loss_fn = wrapped.training, wrapped.loss_fn
@@ -557,6 +725,11 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
         if format == "pt2":
             n = torch.get_num_threads() if threads is None else int(threads)
             with _num_threads(n):
+                if budgets:
+                    return _write_pt2_ladder(module, dropped, budgets,
+                                             _data_of(loader_or_budget, example), str(path),
+                                             _with(contract, threads=n), rewrite,
+                                             inductor_configs)
                 return _write_pt2(ep, str(path), _with(contract, threads=n), cases,
                                   inductor_configs)
         return _write_onnx(ep, str(path), contract, cases, rewrite, threads)

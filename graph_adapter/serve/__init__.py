@@ -11,13 +11,13 @@ when a pt2 artifact is loaded) and numpy + onnxruntime (the ``.onnx`` path, whic
 imports torch): nothing of torch_geometric, nothing else of graph_adapter (it is a stage
 of its own, rank 0, so that a server needs only the runtime).
 """
-from .contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract, InputField, OutputField
+from .contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract, InputField, OutputField, Rung
 from .errors import (ArtifactError, EdgeIndexError, FeatureDtypeError, FeatureShapeError,
                      GraphInputError, GraphTooLargeError, MissingFeatureError,
                      RuntimeMissingError, ServeError)
 from .runtime import Predictor, load, read_contract
 
-__all__ = ["load", "Predictor", "read_contract", "Contract", "InputField", "OutputField",
+__all__ = ["load", "Predictor", "read_contract", "Contract", "InputField", "OutputField", "Rung",
            "ServeError", "ArtifactError", "RuntimeMissingError", "GraphInputError",
            "MissingFeatureError", "FeatureDtypeError", "FeatureShapeError", "EdgeIndexError",
            "GraphTooLargeError", "CONTRACT_FILE", "ONNX_METADATA_KEY"]

@@ -17,10 +17,12 @@ from typing import Any, Dict, List, Optional, Tuple
 from .errors import ArtifactError
 
 __all__ = ["CONTRACT_VERSION", "CONTRACT_FILE", "ONNX_METADATA_KEY", "InputField",
-           "OutputField", "Contract"]
+           "OutputField", "Rung", "Contract"]
 
 #: bumped when a runtime of an older version could misread a newer contract
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2
+#: the version a one-budget contract (no ``rungs``) is written with: older runtimes read it
+ONE_BUDGET_VERSION = 1
 #: the contract's name inside a ``.pt2`` archive (``<archive>/extra/<this>``)
 CONTRACT_FILE = "graph_adapter.json"
 #: the ONNX model's ``metadata_props`` key that holds the contract
@@ -79,6 +81,23 @@ class OutputField:
 
 
 @dataclass(frozen=True)
+class Rung:
+    """One budget of a ladder artifact and the name of its program in the archive."""
+
+    nodes: int
+    edges: int
+    graphs: int
+    program: str
+    verified_max_abs_diff: Optional[float] = None
+
+    @property
+    def max_graph_nodes(self) -> int:
+        """The most nodes one graph may have in a call of this rung (as
+        :attr:`Contract.max_graph_nodes`)."""
+        return min(self.nodes - 2, self.nodes - self.graphs + 1)
+
+
+@dataclass(frozen=True)
 class Contract:
     """What an artifact takes and returns; ``to_json`` / ``from_json`` round-trip it."""
 
@@ -97,6 +116,10 @@ class Contract:
     #: pt2: the thread count its kernels were compiled for (inductor writes it into
     #: their OpenMP regions: a program compiled at 2 threads ran 20% slower at 1)
     threads: Optional[int] = None
+    #: a ladder artifact's budgets, one program each, cheapest first (``()``: one
+    #: budget, the top-level ``nodes``/``edges``/``graphs``, program ``"model"``); the
+    #: top-level budget is the largest rung's
+    rungs: Tuple[Rung, ...] = ()
 
     @property
     def features(self) -> Tuple[InputField, ...]:
@@ -110,7 +133,7 @@ class Contract:
 
     def to_json(self) -> str:
         d = asdict(self)
-        d["contract_version"] = CONTRACT_VERSION
+        d["contract_version"] = CONTRACT_VERSION if self.rungs else ONE_BUDGET_VERSION
         return json.dumps(d, indent=1, sort_keys=True)
 
     @classmethod
@@ -129,6 +152,7 @@ class Contract:
             inputs = tuple(InputField(**{**f, "shape": tuple(f["shape"])}) for f in d.pop("inputs"))
             outputs = tuple(OutputField(**{**f, "shape": tuple(f["shape"])})
                             for f in d.pop("outputs"))
+            d["rungs"] = tuple(Rung(**r) for r in d.get("rungs", ()))
             for k in ("dropped_inputs", "onnx_input_names", "onnx_output_names"):
                 d[k] = tuple(d.get(k, ()))
             c = cls(inputs=inputs, outputs=outputs, **d)

@@ -19,7 +19,8 @@ from .errors import (EdgeIndexError, FeatureDtypeError, FeatureShapeError, Graph
                      MissingFeatureError)
 from .ops import dtype_name
 
-__all__ = ["Graph", "read_graph", "plan_calls", "pack_call", "slot_counts"]
+__all__ = ["Graph", "read_graph", "plan_calls", "plan_ladder", "pack_call", "slot_counts",
+           "CALL_OVERHEAD_ROWS"]
 
 
 @dataclass
@@ -261,3 +262,71 @@ def _reserved(ops: Any, f: InputField, slots: List[int], n: int, e: int, k: int,
     if f.key == "graph_mask":
         return ops.prefix_mask(c.graphs, k)
     raise AssertionError(f"unknown reserved key {f.key!r}")  # export writes only these five
+
+
+#: a call's cost in padded rows (nodes + edges) plus this many rows' worth for the call
+#: itself (its launch and the packing), so that a few graphs take one small call
+#: rather than many tiny ones
+CALL_OVERHEAD_ROWS = 2048
+
+
+def _cost(c: Contract) -> int:
+    return c.nodes + c.edges + CALL_OVERHEAD_ROWS
+
+
+def _fits(c: Contract, g: Graph) -> bool:
+    return g.nodes <= c.max_graph_nodes and g.edges <= c.edges
+
+
+def _ladder_too_large(rungs: Sequence[Contract], g: Graph, i: int) -> str:
+    top = max(rungs, key=lambda c: (c.max_graph_nodes, c.edges))
+    return (f"graph {i} has {g.nodes} nodes and {g.edges} edges; the top rung of this "
+            f"ladder (nodes={top.nodes}, edges={top.edges}, graphs={top.graphs}) takes at "
+            f"most {top.max_graph_nodes} nodes and {top.edges} edges per graph. It is never "
+            f"cut: re-export with export(..., ladder=True, max_nodes={g.nodes}, "
+            f"max_edges={g.edges}) (a top rung for such graphs), or leave it out")
+
+
+def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph]
+                ) -> List[Tuple[int, List[int]]]:
+    """``(rung, graph positions)`` per padded call over the rungs of a ladder artifact
+    (each rung a contract of its own budget): every graph in exactly one call.
+
+    A graph too large for the rung with the most graph slots runs alone in the cheapest
+    rung that holds it. The rest are packed in request order into calls of that bulk
+    rung while more than two of its calls remain; the tail goes, call by call, to the
+    rung whose calls would cover it at the least cost (padded rows plus
+    :data:`CALL_OVERHEAD_ROWS` a call). Raises ``GraphTooLargeError`` (naming the top
+    rung and the export option that would take the graph) before any call.
+    """
+    order = sorted(range(len(rungs)), key=lambda r: _cost(rungs[r]))
+    bulk = max(order, key=lambda r: (rungs[r].graphs, -_cost(rungs[r])))
+    out: List[Tuple[int, List[int]]] = []
+    rest: List[int] = []
+    for i, g in enumerate(graphs):
+        if _fits(rungs[bulk], g):
+            rest.append(i)
+            continue
+        home = next((r for r in order if _fits(rungs[r], g)), None)
+        if home is None:
+            raise GraphTooLargeError(_ladder_too_large(rungs, g, i), i)
+        out.append((home, [i]))
+    calls = plan_calls(rungs[bulk], [graphs[i] for i in rest])
+    for call in calls[:-2]:
+        out.append((bulk, [rest[j] for j in call]))
+    tail = [rest[j] for call in calls[-2:] for j in call]
+    while tail:
+        best = None
+        for r in order:
+            part = [graphs[i] for i in tail]
+            if not all(_fits(rungs[r], g) for g in part):
+                continue
+            plan = plan_calls(rungs[r], part)
+            cost = len(plan) * _cost(rungs[r])
+            if best is None or cost < best[0]:
+                best = (cost, r, plan)
+        assert best is not None  # the bulk rung holds every graph of the tail
+        _, r, plan = best
+        out.append((r, [tail[j] for j in plan[0]]))
+        tail = [tail[j] for call in plan[1:] for j in call]
+    return out

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import zipfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
@@ -12,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from .contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract
 from .errors import ArtifactError, RuntimeMissingError
 from .ops import NumpyOps, TorchOps
-from .pack import Graph, pack_call, plan_calls, read_graph
+from .pack import Graph, pack_call, plan_calls, plan_ladder, read_graph
 
 __all__ = ["load", "Predictor", "read_contract"]
 
@@ -59,7 +60,7 @@ def read_contract(path: PathLike) -> Contract:
 
 
 class _Pt2:
-    def __init__(self, path: str, threads: Optional[int]):
+    def __init__(self, path: str, threads: Optional[int], rungs: Sequence[Any] = ()):
         try:
             import torch
         except ImportError as e:
@@ -69,17 +70,25 @@ class _Pt2:
             torch.set_num_threads(int(threads))  # process-wide: AOTInductor's kernels use it
         self.torch = torch
         self.model = torch._inductor.aoti_load_package(path)
+        self.programs: Dict[str, Any] = {}
+        if rungs:  # a ladder: one program a rung, by its name in the archive
+            from torch._inductor.package import load_package
 
-    def __call__(self, flat: Dict[str, Any], contract: Contract) -> Dict[str, Any]:
+            self.programs = {r.program: load_package(path, r.program) for r in rungs}
+
+    def __call__(self, flat: Dict[str, Any], contract: Contract,
+                 program: Optional[str] = None) -> Dict[str, Any]:
+        model = self.programs[program] if program else self.model
         with self.torch.inference_mode():
-            return dict(self.model(flat))
+            return dict(model(flat))
 
 
 class _Onnx:
     def __init__(self, session: Any):
         self.session = session
 
-    def __call__(self, flat: Dict[str, Any], contract: Contract) -> Dict[str, Any]:
+    def __call__(self, flat: Dict[str, Any], contract: Contract,
+                 program: Optional[str] = None) -> Dict[str, Any]:
         feed = {name: flat[f.key] for name, f in zip(contract.onnx_input_names, contract.inputs)}
         values = self.session.run(list(contract.onnx_output_names), feed)
         return {f.key: v for f, v in zip(contract.outputs, values)}
@@ -103,6 +112,21 @@ class Predictor:
         self.ops = ops
         self.calls = 0
         self.ignored_keys: set = set()
+        # a ladder: each rung as a contract of its own budget (what pack_call packs for)
+        self.rungs = [dataclasses.replace(contract, nodes=r.nodes, edges=r.edges,
+                                          graphs=r.graphs, rungs=())
+                      for r in contract.rungs]
+        #: calls run so far per rung (by its program name); a ladder only
+        self.rung_calls: Dict[str, int] = {r.program: 0 for r in contract.rungs}
+
+    def plan(self, checked: Sequence[Graph]) -> List[Any]:
+        """``(rung index or None, graph positions)`` per call (``None``: one budget)."""
+        if not self.rungs:
+            return [(None, call) for call in plan_calls(self.contract, checked)]
+        return plan_ladder(self.rungs, checked)
+
+    def _call_contract(self, rung: Optional[int]) -> Contract:
+        return self.contract if rung is None else self.rungs[rung]
 
     def check(self, graphs: Sequence[Any]) -> List[Graph]:
         """Every request graph checked against the contract (its features' keys, dtypes,
@@ -117,13 +141,18 @@ class Predictor:
     def pack(self, graphs: Sequence[Any]) -> List[Dict[str, Any]]:
         """The padded flat dicts ``predict`` would run (one per call)."""
         checked = self.check(graphs)
-        return [pack_call(self.contract, self.ops, [checked[i] for i in call])
-                for call in plan_calls(self.contract, checked)]
+        return [pack_call(self._call_contract(r), self.ops, [checked[i] for i in call])
+                for r, call in self.plan(checked)]
 
-    def run_padded(self, flat: Dict[str, Any]) -> Dict[str, Any]:
-        """The artifact's raw outputs on one padded flat dict (keys: the contract's)."""
+    def run_padded(self, flat: Dict[str, Any], rung: Optional[int] = None) -> Dict[str, Any]:
+        """The artifact's raw outputs on one padded flat dict (keys: the contract's);
+        ``rung``: a ladder's rung index (its budget's program), ``None`` for one budget."""
         self.calls += 1
-        return self._run(flat, self.contract)
+        if rung is None:
+            return self._run(flat, self.contract)
+        program = self.contract.rungs[rung].program
+        self.rung_calls[program] += 1
+        return self._run(flat, self.contract, program)
 
     def predict(self, graphs: Sequence[Any]) -> List[Any]:
         """One prediction per graph, in request order.
@@ -132,16 +161,18 @@ class Predictor:
         shape), a node-level one its nodes' rows (``[n_i, ...]``), an edge-level one its
         edges' rows. With one output key (``"output"``, a model returning one tensor) each
         item is that array; with several, a dict ``{key: array}``. Arrays are torch
-        tensors for pt2, numpy arrays for onnx. Many graphs run as several padded calls.
+        tensors for pt2, numpy arrays for onnx. Many graphs run as several padded calls;
+        a ladder artifact packs them over its rungs (:func:`~graph_adapter.serve.pack.plan_ladder`).
         """
         checked = self.check(graphs)
         preds: List[Any] = [None] * len(checked)
-        calls = plan_calls(self.contract, checked)
-        parts = [[checked[i] for i in call] for call in calls]
-        flats = [pack_call(self.contract, self.ops, part) for part in parts]  # all checked first
-        for call, part, flat in zip(calls, parts, flats):
-            out = self.run_padded(flat)
-            for i, p in zip(call, split_per_graph(self.contract, out, part)):
+        calls = self.plan(checked)
+        parts = [[checked[i] for i in call] for _, call in calls]
+        flats = [pack_call(self._call_contract(r), self.ops, part)  # all checked first
+                 for (r, _), part in zip(calls, parts)]
+        for (r, call), part, flat in zip(calls, parts, flats):
+            out = self.run_padded(flat, r)
+            for i, p in zip(call, split_per_graph(self._call_contract(r), out, part)):
                 preds[i] = p
         return preds
 
@@ -182,7 +213,7 @@ def load(path: PathLike, *, threads: Optional[int] = None) -> Predictor:
         raise FileNotFoundError(f"no artifact at {path}")
     if zipfile.is_zipfile(path):
         contract = _pt2_contract(path)
-        return Predictor(contract, _Pt2(path, threads), TorchOps())
+        return Predictor(contract, _Pt2(path, threads, contract.rungs), TorchOps())
     session = _onnx_session(path, threads)
     contract = _onnx_contract(session, path)
     return Predictor(contract, _Onnx(session), NumpyOps())
