@@ -619,6 +619,19 @@ def _with(c: Contract, **kw: Any) -> Contract:
     return dataclasses.replace(c, **kw)
 
 
+def _check_args(wrapped: Any, path: str, format: str, threads: Optional[int]) -> None:
+    """``export``'s argument errors, named."""
+    if format not in FORMATS:
+        raise ValueError(f"format={format!r}; choose one of {FORMATS}")
+    if not str(path).endswith("." + format):
+        raise ValueError(f"path {path!r} must end in .{format} for format={format!r}")
+    if threads is not None and int(threads) < 1:
+        raise ValueError(f"threads={threads}: give the server's thread count (1 or more)")
+    if not isinstance(wrapped, IPUWrapped):
+        raise TypeError(f"export takes an ipu_wrap-ped model, got {type(wrapped).__name__}: "
+                        f"export(ipu_wrap(model), loader, path)")
+
+
 def _ladder_of(source: Any, example: Optional[Sequence[Any]], format: str, ladder: Any,
                max_nodes: Optional[int], max_edges: Optional[int]) -> List[Budget]:
     """The rungs ``export`` compiles (``[]``: one budget, today's artifact)."""
@@ -674,13 +687,9 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
             sorted segments, the same at any thread count
             (:mod:`~graph_adapter.backends._export_opt`); ``False`` exports the graph
             as traced.
-        ladder: ``None``: one budget (``loader_or_budget``'s). ``True``: several budgets
-            in one artifact, one program each (:func:`ladder_budgets`: fitted on the
-            loader's dataset or ``example`` for calls of about 1, 16 and 256 graphs, plus
-            a top rung for one graph of ``max_nodes`` / ``max_edges``); a list of
-            ``Budget``: those. ``serve`` packs each request over the rungs. pt2 only.
-        max_nodes, max_edges: with ``ladder=True``: the largest single graph the server
-            must take (a top rung sized for it alone).
+        ladder: ``None``: one budget; ``True``: several in one artifact, one program
+            each (:func:`ladder_budgets`, ``docs/deploy.md``); or a list of ``Budget``.
+            pt2 only. ``max_nodes`` / ``max_edges``: a top rung for one such graph.
 
     Inputs the traced program never reads (``y``; a feature the forward names but
     ignores) are left out of the contract (``dropped_inputs``): requests need not carry
@@ -695,15 +704,7 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
     ``ExportMismatchError`` when an output of the artifact differs from the eager
     wrapper's beyond :data:`TOLERANCE` on any check batch, run or thread count (named).
     """
-    if format not in FORMATS:
-        raise ValueError(f"format={format!r}; choose one of {FORMATS}")
-    if not str(path).endswith("." + format):
-        raise ValueError(f"path {path!r} must end in .{format} for format={format!r}")
-    if threads is not None and int(threads) < 1:
-        raise ValueError(f"threads={threads}: give the server's thread count (1 or more)")
-    if not isinstance(wrapped, IPUWrapped):
-        raise TypeError(f"export takes an ipu_wrap-ped model, got {type(wrapped).__name__}: "
-                        f"export(ipu_wrap(model), loader, path)")
+    _check_args(wrapped, path, format, threads)
     budgets = _ladder_of(loader_or_budget, example, format, ladder, max_nodes, max_edges)
     col, flat = _collator_and_example(loader_or_budget, example)
     _refuse_unservable(col)
