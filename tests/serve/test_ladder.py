@@ -151,3 +151,20 @@ def test_ladder_mixed_requests_keep_order_and_equal_eager(ladder, picks):
 
 _PREDICTORS: dict = {}
 _EAGER: dict = {}
+
+
+def test_ladder_arguments_are_named_before_any_compile(tmp_path):
+    from graph_adapter.app.models import build_model
+    from graph_adapter.backends.export import UnsupportedExportError, export
+    from graph_adapter.batching import Budget, FixedSizeLoader
+    from graph_adapter.nn import ipu_wrap
+
+    from _padding import molecule_like_graphs
+
+    graphs = molecule_like_graphs(10, seed=1)
+    loader = FixedSizeLoader(graphs, Budget.fit(graphs, 4))
+    wrapped = ipu_wrap(build_model("gine", hidden=8, layers=1, y_mean=0.0, y_std=1.0))
+    with pytest.raises(ValueError, match="ladder=True"):
+        export(wrapped, loader, str(tmp_path / "m.pt2"), max_nodes=50)
+    with pytest.raises(UnsupportedExportError, match="pt2"):
+        export(wrapped, loader, str(tmp_path / "m.onnx"), format="onnx", ladder=True)
