@@ -384,6 +384,7 @@ def test_inputs_a_forward_names_but_never_reads_are_not_in_the_onnx_contract(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # an AOTInductor compile, ~15 s: CI's second step (the onnx case is in the main suite)
 def test_inputs_a_forward_names_but_never_reads_are_not_in_the_pt2_contract(tmp_path):
     _unread_round_trip("pt2", tmp_path)
 

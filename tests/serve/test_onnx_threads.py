@@ -132,6 +132,7 @@ def test_wide_models_give_eager_predictions_at_1_2_and_4_threads(name, tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # ~13 s: CI's second step (GATv2 stands for attention in the main suite)
 @pytest.mark.parametrize("name", ["GATConv", "TransformerConv"])
 def test_other_attention_layers_give_eager_predictions_at_1_2_and_4_threads(name, tmp_path):
     _serve_at_thread_counts(name, tmp_path)
