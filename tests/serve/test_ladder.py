@@ -116,6 +116,7 @@ def _eager(model, graphs):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # three AOTInductor compiles (~60 s, the fixture): CI's second step
 def test_ladder_artifact_lists_rungs_and_predicts_like_eager(ladder):
     model, graphs, path, contract, (n, e) = ladder
     assert len(contract.rungs) == 3  # 1 and 16 graphs (40 graphs: no 256), the top rung
@@ -136,6 +137,7 @@ def test_ladder_artifact_lists_rungs_and_predicts_like_eager(ladder):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # shares the fixture above
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.integers(0, 39), min_size=1, max_size=120))
 def test_ladder_mixed_requests_keep_order_and_equal_eager(ladder, picks):
