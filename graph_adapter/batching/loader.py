@@ -321,7 +321,7 @@ class FixedSizeLoader(Sharded):
         return f"nodes {{{nodes}}} and edges {{{edges}}}"
 
     # ------------------------------------------------------------ planning
-    def _facts(self) -> Dict[str, int]:
+    def _rank_facts(self) -> Dict[str, int]:
         """What every rank's loader must agree on (exchanged at the first epoch)."""
         b = self.budget
         facts = {"graphs in the dataset": self.sizes.num_graphs,
@@ -398,7 +398,7 @@ class FixedSizeLoader(Sharded):
             self._epoch += 1
         self._started = True
         self._epoch_set = False
-        self._ranks.check_same(self._facts)
+        self._ranks.check_same(self._rank_facts)
         if self.device is None:
             return iter(self._dl)
         return (to_device(b, self.device) for b in self._dl)
