@@ -305,71 +305,18 @@ class Budget:
         ``HeteroData`` (graphium's items are dicts), as ``FixedSizeLoader``'s.
         The dataset's graphs are only read, never changed.
         """
-        from .packing import graph_sizes, plan_epoch_flat, plan_efficiency
+        from .packing import graph_sizes
 
         k = _check_k(graphs_per_batch)
         if not 0.0 < success_ratio <= 1.0:
             raise ValueError(f"success_ratio must be in (0, 1], got {success_ratio}")
         sizes = graph_sizes(dataset, transform)
-        n = sizes.num_graphs
-        if n == 0:
+        if sizes.num_graphs == 0:
             raise ValueError("Budget.fit: empty dataset")
-        k = min(k, n)
-        rng = np.random.default_rng(seed)
-        # random batches of k distinct graphs
-        idx = np.stack([rng.choice(n, size=k, replace=False) for _ in range(num_samples)])
-        sums = sizes.matrix[idx].sum(axis=1)  # [samples, D]
-        # the plans below (graph cap, expected efficiency) run on a random
-        # sample of a large dataset: a million graphs would take seconds each
-        sample = None if n <= _PLAN_GRAPHS else np.sort(rng.choice(n, _PLAN_GRAPHS,
-                                                                   replace=False))
-        step = max(1, round_to)
-
-        def make(q, cap):
-            """(budget, plan) for real capacities ``q`` and graph cap ``cap``
-            (None: probed); ``cap`` is returned too."""
-            q = np.maximum(q, sizes.matrix.max(axis=0))
-            if round_to > 1:
-                q = _round_vec(q, sizes, round_to)
-            if cap is None:
-                probe = cls._from_vector(sizes, q, graphs=n + 1)
-                # the greedy packer in random order: the histogram packer without a
-                # cap would pile the smallest graphs into one batch
-                pp = plan_epoch_flat(sizes, probe, packer="greedy", shuffle=True, seed=seed,
-                                     fill_slots=False, indices=sample)
-                cap = max(k, int(pp.counts().max()))
-            G = int(cap) + 1
-            q = _room_for_slots(q, sizes, G, step)
-            b = _distinct_levels(cls._from_vector(sizes, q, graphs=G), step)
-            plan = plan_epoch_flat(sizes, b, packer=packer, shuffle=True, seed=seed,
-                                   indices=sample)
-            return b, plan, q
-
-        if fill_to_brim:
-            q = np.ceil(np.quantile(sums, success_ratio, axis=0, method="higher")
-                        ).astype(np.int64)
-            budget, plan, q = make(q, graph_cap)
-        else:
-            planned_n = n if sample is None else int(sample.size)
-            # Two graph caps: the packer's own (probed) and 1.25 k. On molecules the
-            # probe is the smaller (NCI-5k, k=64: 73); on sets of very uneven small
-            # graphs it lets a batch take 13 graphs for k=8 and needs more node slots
-            # for the same mean (37 graphs of 1-6 nodes: nodes 37, fill 70%; a cap of
-            # 10: nodes 30, fill 86%, batches 10-5 instead of 13-1).
-            caps = [graph_cap] if graph_cap is not None else [None, int(np.ceil(1.25 * k))]
-            fits = [_fit_mean(make, sizes, k, c, planned_n) for c in caps]
-            target = planned_n / -(-planned_n // k)
-            budget, plan, q = min(fits, key=lambda f: _fit_rank(f, sizes, target))
-        eff = plan_efficiency(plan, sizes, budget)
-        sample_fit = float(np.mean(np.all(sums <= budget.capacity()[0], axis=1)))
-        planned = n if sample is None else int(sample.size)
-        report = {"method": "fit", "graphs_per_batch": k, "success_ratio": success_ratio,
-                  "fill_to_brim": bool(fill_to_brim),
-                  "sampled_fit_ratio": sample_fit, "packer": packer, "seed": seed, **eff,
-                  "steps_per_epoch": eff["batches"],
-                  "dataloader_steps_per_epoch": -(-planned // k)}
-        if sample is not None:  # the efficiency figures are those of the sample
-            report["planned_graphs"] = planned
+        fit = _Fit(sizes, min(k, sizes.num_graphs), num_samples, seed, packer, round_to)
+        budget, plan = fit.quantiles(success_ratio, graph_cap) if fill_to_brim else \
+            fit.mean(graph_cap)
+        report = fit.report(budget, plan, success_ratio, fill_to_brim)
         return cls(nodes=budget.nodes, edges=budget.edges, graphs=budget.graphs, report=report)
 
     @classmethod
@@ -390,6 +337,85 @@ class Budget:
 
 #: Graph count above which Budget.fit plans a random sample of this many graphs.
 _PLAN_GRAPHS = 200_000
+
+
+class _Fit:
+    """One :meth:`Budget.fit`: the sampled batch sums, the planned sample and
+    the budget of given real capacities, shared by its two sizings (the mean
+    graph count, the ``fill_to_brim`` quantiles) and its report."""
+
+    def __init__(self, sizes, k: int, num_samples: int, seed: int, packer: str, round_to: int):
+        self.sizes, self.k, self.seed, self.packer = sizes, k, seed, packer
+        self.round_to, self.step = round_to, max(1, round_to)
+        n = self.n = sizes.num_graphs
+        rng = np.random.default_rng(seed)
+        # random batches of k distinct graphs
+        idx = np.stack([rng.choice(n, size=k, replace=False) for _ in range(num_samples)])
+        self.sums = sizes.matrix[idx].sum(axis=1)  # [samples, D]
+        # the plans (graph cap, expected efficiency) run on a random sample of a
+        # large dataset: a million graphs would take seconds each
+        self.sample = None if n <= _PLAN_GRAPHS else np.sort(rng.choice(n, _PLAN_GRAPHS,
+                                                                        replace=False))
+        self.planned = n if self.sample is None else int(self.sample.size)
+
+    def make(self, q: np.ndarray, cap: Optional[int]):
+        """``(budget, plan, q)`` for real capacities ``q`` (at least the largest
+        graph's, rounded, room for the slots) and graph cap ``cap`` (``None``: the
+        most graphs the greedy packer puts in a batch without a cap)."""
+        from .packing import plan_epoch_flat
+
+        sizes = self.sizes
+        q = np.maximum(q, sizes.matrix.max(axis=0))
+        if self.round_to > 1:
+            q = _round_vec(q, sizes, self.round_to)
+        if cap is None:
+            probe = Budget._from_vector(sizes, q, graphs=self.n + 1)
+            # the greedy packer in random order: the histogram packer without a
+            # cap would pile the smallest graphs into one batch
+            pp = plan_epoch_flat(sizes, probe, packer="greedy", shuffle=True, seed=self.seed,
+                                 fill_slots=False, indices=self.sample)
+            cap = max(self.k, int(pp.counts().max()))
+        G = int(cap) + 1
+        q = _room_for_slots(q, sizes, G, self.step)
+        b = _distinct_levels(Budget._from_vector(sizes, q, graphs=G), self.step)
+        plan = plan_epoch_flat(sizes, b, packer=self.packer, shuffle=True, seed=self.seed,
+                               indices=self.sample)
+        return b, plan, q
+
+    def quantiles(self, success_ratio: float, graph_cap: Optional[int]):
+        """``fill_to_brim=True``: the ``success_ratio`` quantiles of the sampled sums."""
+        q = np.ceil(np.quantile(self.sums, success_ratio, axis=0, method="higher")
+                    ).astype(np.int64)
+        return self.make(q, graph_cap)[:2]
+
+    def mean(self, graph_cap: Optional[int]):
+        """The budget whose plan's mean real graphs a batch is ``DataLoader``'s."""
+        # Two graph caps: the packer's own (probed) and 1.25 k. On molecules the
+        # probe is the smaller (NCI-5k, k=64: 73); on sets of very uneven small
+        # graphs it lets a batch take 13 graphs for k=8 and needs more node slots
+        # for the same mean (37 graphs of 1-6 nodes: nodes 37, fill 70%; a cap of
+        # 10: nodes 30, fill 86%, batches 10-5 instead of 13-1).
+        k = self.k
+        caps = [graph_cap] if graph_cap is not None else [None, int(np.ceil(1.25 * k))]
+        fits = [_fit_mean(self.make, self.sizes, k, c, self.planned) for c in caps]
+        target = self.planned / -(-self.planned // k)
+        return min(fits, key=lambda f: _fit_rank(f, self.sizes, target))[:2]
+
+    def report(self, budget: "Budget", plan, success_ratio: float,
+               fill_to_brim: bool) -> Dict[str, Any]:
+        """``Budget.report`` of a fitted budget (the efficiency of one planned epoch)."""
+        from .packing import plan_efficiency
+
+        eff = plan_efficiency(plan, self.sizes, budget)
+        sample_fit = float(np.mean(np.all(self.sums <= budget.capacity()[0], axis=1)))
+        report = {"method": "fit", "graphs_per_batch": self.k, "success_ratio": success_ratio,
+                  "fill_to_brim": bool(fill_to_brim),
+                  "sampled_fit_ratio": sample_fit, "packer": self.packer, "seed": self.seed,
+                  **eff, "steps_per_epoch": eff["batches"],
+                  "dataloader_steps_per_epoch": -(-self.planned // self.k)}
+        if self.sample is not None:  # the efficiency figures are those of the sample
+            report["planned_graphs"] = self.planned
+        return report
 
 
 def _fit_rank(fit, sizes, target: float) -> Tuple[bool, float]:
