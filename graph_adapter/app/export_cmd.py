@@ -3,8 +3,10 @@
 The factory takes no arguments and returns ``(wrapped, loader)`` (an ``ipu_wrap``-ped,
 trained model and its ``FixedSizeLoader``) or ``(wrapped, budget, example_graphs)``.
 :func:`graph_adapter.backends.export.export` does the work; this prints the contract.
-Exit codes: 0 written, 1 the export failed (unsupported model, outputs beyond
-tolerance: the message says which), 2 a usage error or a missing extra.
+``--ladder`` (with ``--max-nodes`` / ``--max-edges`` for the top rung) writes a ladder
+of budgets, one program a rung (``export(..., ladder=True)``). Exit codes: 0 written,
+1 the export failed (unsupported model, outputs beyond tolerance: the message says
+which), 2 a usage error or a missing extra.
 """
 from __future__ import annotations
 
@@ -36,7 +38,32 @@ def build_export_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None,
                    help="pt2: the threads the server runs it with (inductor compiles its "
                         "loops for one thread count); default: this process's")
+    p.add_argument("--ladder", action="store_true",
+                   help="several budgets in one artifact, one program each: fitted on the "
+                        "data for calls of about 1, 16 and 256 graphs (both formats)")
+    p.add_argument("--max-nodes", type=int, default=None, metavar="N",
+                   help="with --ladder: a top rung for one graph of N nodes (the largest "
+                        "graph the server must take)")
+    p.add_argument("--max-edges", type=int, default=None, metavar="E",
+                   help="with --ladder: the top rung's edges (one graph of E edges)")
     return p
+
+
+def _export_options(args: argparse.Namespace) -> Optional[dict]:
+    """``export``'s keyword options from the flags, or ``None`` after a usage error."""
+    kw: dict = {} if args.threads is None else {"threads": args.threads}
+    sized = args.max_nodes is not None or args.max_edges is not None
+    if sized and not args.ladder:
+        usage_error(PROG, "--max-nodes / --max-edges size the top rung of a ladder: add "
+                          "--ladder (or fit the one budget on data with such graphs)")
+        return None
+    for flag, v in (("--max-nodes", args.max_nodes), ("--max-edges", args.max_edges)):
+        if v is not None and v < 1:
+            usage_error(PROG, f"{flag} {v}: give the largest graph's count (1 or more)")
+            return None
+    if args.ladder:
+        kw.update(ladder=True, max_nodes=args.max_nodes, max_edges=args.max_edges)
+    return kw
 
 
 def export_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -51,6 +78,9 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
         usage_error(PROG, f"cannot tell the format from {args.path!r}: end it in .pt2 or .onnx, "
                           f"or pass --format")
         return EXIT_USAGE
+    kw = _export_options(args)
+    if kw is None:
+        return EXIT_USAGE
     try:
         made = load_factory(args.factory)()
     except Exception as exc:  # noqa: BLE001 - any failure of the user's code is a usage error
@@ -62,7 +92,6 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     example = made[2] if len(made) == 3 else None
     try:
-        kw = {} if args.threads is None else {"threads": args.threads}
         contract = export(made[0], made[1], args.path, format=fmt, example=example, **kw)
     except (TypeError, ValueError, ImportError) as exc:  # what to pass or install
         if isinstance(exc, ExportError):
@@ -80,6 +109,11 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
           f"edges={contract.edges} graphs={contract.graphs}; inputs {feats}; outputs {outs}; "
           f"max |artifact - eager| on the example batch {contract.verified_max_abs_diff:.2g}"
           + ("" if contract.threads is None else f"; compiled for {contract.threads} thread(s)"))
+    if contract.rungs:
+        print("rungs (one program each): " + "; ".join(
+            f"nodes={r.nodes} edges={r.edges} graphs={r.graphs}" for r in contract.rungs)
+            + f"; one graph of up to {max(r.max_graph_nodes for r in contract.rungs)} nodes "
+              f"and {max(r.edges for r in contract.rungs)} edges is served")
     if contract.dropped_inputs:
         print(f"not read by the model, left out of requests: {list(contract.dropped_inputs)}")
     return 0

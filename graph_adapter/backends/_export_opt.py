@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-__all__ = ["deterministic_row_scatters", "scatter_rows_as_scatter_nd", "drop_dead_nodes"]
+__all__ = ["deterministic_row_scatters", "scatter_rows_as_scatter_nd", "drop_dead_nodes",
+           "ladder_model"]
 
 #: the shape constant of the ``[-1, 1]`` row index the rewrite adds (one per model)
 _ROW_INDEX_SHAPE = "graph_adapter_row_index_shape"
@@ -374,3 +375,133 @@ def deterministic_row_scatters(model: Any) -> int:
         graph.node.extend(nodes)
         drop_dead_nodes(graph)
     return done
+
+
+# ------------------------------------------------------------------ a ladder of rungs
+def _walk_names(graph: Any, rename: Any) -> None:
+    """Apply ``rename`` to every value and node name of ``graph`` and its subgraphs."""
+    from onnx import AttributeProto
+
+    for node in graph.node:
+        node.input[:] = [rename(x) for x in node.input]
+        node.output[:] = [rename(x) for x in node.output]
+        if node.name:
+            node.name = rename(node.name)
+        for a in node.attribute:
+            if a.type == AttributeProto.GRAPH:
+                _walk_names(a.g, rename)
+            elif a.type == AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    _walk_names(g, rename)
+    for v in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
+        v.name = rename(v.name)
+
+
+def _outer_value(name: str, values: List[Any]) -> Any:
+    """The outer graph's value info of ``name`` given one per rung (the same element
+    type): a dim every rung has the same size on stays static, any other one gets a
+    symbolic name (``<name>_dim<k>``)."""
+    from onnx import helper
+
+    shapes = [[d.dim_value for d in v.type.tensor_type.shape.dim] for v in values]
+    shape = [dims[0] if len(set(dims)) == 1 and dims[0] > 0 else f"{name}_dim{k}"
+             for k, dims in enumerate(zip(*shapes))]
+    return helper.make_tensor_value_info(name, values[0].type.tensor_type.elem_type, shape)
+
+
+def _branch(model: Any, r: int, outer: Set[str]) -> Any:
+    """Rung ``r``'s graph as an ``If`` branch: no inputs (it reads the ``outer`` graph's
+    inputs by name), every other name prefixed ``rung<r>/`` (names are unique across
+    the whole model), its own weights kept inside (measured: weights read from the outer
+    scope cost every call about 15 us more on the demo's model, one per value), and
+    the initializers no node reads dropped (onnxruntime warns of each on load)."""
+    import onnx
+
+    g = onnx.GraphProto()
+    g.CopyFrom(model.graph)
+    prefix = f"rung{r}/"
+    _walk_names(g, lambda x: x if not x or x in outer else prefix + x)
+    del g.input[:]
+    read = {o.name for o in g.output} | _subgraph_reads(
+        onnx.helper.make_node("If", [], [], then_branch=g))
+    kept = [i for i in g.initializer if i.name in read]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    g.name = f"rung{r}"
+    return g
+
+
+def ladder_model(models: List[Any], rung_input: str, order: Optional[List[int]] = None) -> Any:
+    """One ``onnx.ModelProto`` that runs rung ``r`` of ``models`` (one exported model a
+    budget, the same function; each with static shapes) when its int64 scalar input
+    ``rung_input`` is ``r``.
+
+    The outer graph's inputs are the rungs' (by name; a dim that differs between rungs
+    is symbolic) plus ``rung_input``; its outputs are the first model's output names,
+    bound by position to each rung's. The rungs are a chain of ``If`` nodes
+    (``Equal(rung_input, r)``), in ``order`` (default: as given): the first is tested
+    first, and the last is the innermost ``else``, run for any other index. Each
+    ``If`` a call passes costs onnxruntime a few microseconds: put the cheapest calls
+    first. Each rung keeps its own weights (the file holds them once a rung, as a
+    ``.pt2`` ladder does).
+    """
+    from onnx import TensorProto, helper
+
+    if not models:
+        raise ValueError("a ladder needs one or more rungs")
+    if len(models) == 1:  # one rung: the model itself, the rung index read by nothing
+        import onnx
+
+        model = onnx.ModelProto()
+        model.CopyFrom(models[0])
+        model.graph.input.append(helper.make_tensor_value_info(rung_input, TensorProto.INT64, []))
+        return model
+    order = list(range(len(models))) if order is None else list(order)
+    inputs: Dict[str, List[Any]] = {}
+    for m in models:
+        for v in m.graph.input:
+            inputs.setdefault(v.name, []).append(v)
+    outer = set(inputs) | {rung_input}
+    branches = {r: _branch(models[r], r, outer) for r in order}
+    first = models[0].graph.output
+    outs = [[m.graph.output[j] for m in models] for j in range(len(first))]
+    if any(len(m.graph.output) != len(first) for m in models):
+        raise ValueError("the rungs' models have different output counts")
+    names = [o.name for o in first]
+
+    def results(prefix: str) -> List[Any]:
+        return [helper.make_tensor_value_info(f"{prefix}{n}", o[0].type.tensor_type.elem_type,
+                                              None) for n, o in zip(names, outs)]
+
+    inner: Any = branches[order[-1]]
+    nodes: List[Any] = []
+    for depth in range(len(order) - 2, -1, -1):
+        r = order[depth]
+        prefix = "" if depth == 0 else f"graph_adapter_ladder{depth}/"
+        cond, k = f"graph_adapter_is_rung{r}", f"graph_adapter_rung{r}_index"
+        nodes = [helper.make_node("Constant", [], [k], name=k, value=helper.make_tensor(
+                     k, TensorProto.INT64, [], [r])),
+                 helper.make_node("Equal", [rung_input, k], [cond], name=cond),
+                 helper.make_node("If", [cond], [f"{prefix}{n}" for n in names],
+                                  name=f"graph_adapter_if_rung{r}",
+                                  then_branch=branches[r], else_branch=inner)]
+        if depth:
+            inner = helper.make_graph(nodes, f"rungs_after{depth}", [], results(prefix))
+    graph = helper.make_graph(
+        nodes, "graph_adapter_ladder",
+        [_outer_value(n, vs) for n, vs in inputs.items()] +
+        [helper.make_tensor_value_info(rung_input, TensorProto.INT64, [])],
+        [_outer_value(n, o) for n, o in zip(names, outs)])
+    opsets: Dict[str, int] = {}
+    for m in models:
+        for o in m.opset_import:
+            opsets[o.domain] = max(opsets.get(o.domain, 0), o.version)
+    model = helper.make_model(graph, ir_version=max(m.ir_version for m in models),
+                              opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
+    seen: Set[Tuple[str, str]] = set()
+    for m in models:  # model-local functions (the exporter's), once each
+        for f in m.functions:
+            if (f.domain, f.name) not in seen:
+                seen.add((f.domain, f.name))
+                model.functions.append(f)
+    return model

@@ -23,11 +23,17 @@ them. Before the file is written the artifact runs on a few padded batches (the 
 twice each, at the server's thread count and at 2 and 4 threads) and must equal the
 eager wrapper within :data:`TOLERANCE` every time (else :class:`ExportMismatchError`,
 naming the output, the batch and the threads).
+
+``ladder=``: several budgets in one artifact (``docs/deploy.md``, a ladder of budgets):
+a ``.pt2`` archive of one AOTInductor program a rung, or one ONNX model whose rungs are
+``If`` branches on an int64 input (:data:`ONNX_RUNG_INPUT`); each rung traced and
+checked on its own batches.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib.metadata
 import re
 import os
@@ -44,12 +50,12 @@ from ..format import LOSS_KEY, RESERVED_KEYS, has_micro_batch_dim, micro_batch
 from ..batching import FixedSizeLoader
 from ..nn import IPUWrapped
 from ..serve import CONTRACT_FILE, ONNX_METADATA_KEY, Contract, InputField, OutputField, Rung
-from ._export_opt import deterministic_row_scatters
+from ._export_opt import deterministic_row_scatters, ladder_model
 from .inductor.rewrites import project_embedding_tables
 
 __all__ = ["export", "ExportError", "UnsupportedExportError", "ExportMismatchError",
            "TOLERANCE", "FORMATS", "CHECK_THREADS", "CHECK_RUNS", "contract_inputs",
-           "rewritten_program", "LADDER_GRAPHS", "ladder_budgets"]
+           "rewritten_program", "LADDER_GRAPHS", "ladder_budgets", "ONNX_RUNG_INPUT"]
 
 FORMATS = ("pt2", "onnx")
 #: ``|artifact - eager| <= atol + rtol * |eager|`` on every output, checked at export.
@@ -454,11 +460,20 @@ def _layer_path(path: str) -> str:
     return path.removeprefix("wrapped.model.").removeprefix("wrapped.")
 
 
+def _all_nodes(graph: Any) -> Iterator[Any]:
+    """The nodes of ``graph`` and of its subgraphs (a ladder's rungs are ``If`` branches)."""
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _all_nodes(g)
+
+
 def _onnx_node_layer(proto: Any, message: str) -> str:
     """``" in layer 'conv1' (GATConv)"`` for the ONNX node an onnxruntime error names."""
     names = set(re.findall(r"node with name '([^']+)'|node name: (\S+)|Node \(([^)]+)\)", message))
     wanted = {n for group in names for n in group if n}
-    for node in proto.graph.node:
+    for node in _all_nodes(proto.graph):
         if node.name in wanted:
             meta = {p.key: p.value for p in node.metadata_props}
             scopes = re.findall(r"'([^']*)'", meta.get("pkg.torch.onnx.name_scopes", ""))
@@ -472,16 +487,23 @@ def _onnx_node_layer(proto: Any, message: str) -> str:
     return ""
 
 
-def _check_onnx(proto: Any, contract: Contract, cases: Sequence[_Case],
-                threads: Optional[int]) -> float:
-    """The largest difference to eager over every check batch, run :data:`CHECK_RUNS`
-    times at the server's thread count (``None``: onnxruntime's default) and at each of
-    :data:`CHECK_THREADS`; ``ExportMismatchError`` names the output, the batch, the run
-    and the threads of the first one beyond tolerance."""
+#: one group of ONNX check cases: (feeds every case gets besides its inputs, e.g. a
+#: ladder's rung index; the group's name in errors, e.g. ``" of rung nodes=.."``; cases)
+_CaseGroup = Tuple[Dict[str, Any], str, Sequence[_Case]]
+
+
+def _check_onnx(proto: Any, contract: Contract, cases: Union[Sequence[_Case], Sequence[_CaseGroup]],
+                threads: Optional[int], groups: bool = False) -> List[float]:
+    """The largest difference to eager over every check batch (per group of
+    ``cases`` when ``groups``: a ladder's rungs), run :data:`CHECK_RUNS` times at the
+    server's thread count (``None``: onnxruntime's default) and at each of
+    :data:`CHECK_THREADS`; ``ExportMismatchError`` names the output, the batch (and the
+    group), the run and the threads of the first one beyond tolerance."""
     model = proto.SerializeToString()
     counts: List[Optional[int]] = [threads] + [t for t in CHECK_THREADS if t != threads]
     in_names, out_names = contract.onnx_input_names, list(contract.onnx_output_names)
-    worst = 0.0
+    todo: Sequence[_CaseGroup] = cases if groups else [({}, "", cases)]  # type: ignore[list-item]
+    worst = [0.0] * len(todo)
     for t in counts:
         try:
             sess = _onnx_session(model, t)
@@ -490,12 +512,14 @@ def _check_onnx(proto: Any, contract: Contract, cases: Sequence[_Case],
                 f"onnxruntime cannot run the exported model{_onnx_node_layer(proto, str(e))}: "
                 f"{str(e).splitlines()[0][:300]}; export format='pt2' instead") from e
         label = "onnxruntime's default threads" if t is None else f"{t} onnxruntime threads"
-        for b, (flat, ref, full) in enumerate(cases):
-            feed = {n: flat[f.key].numpy() for n, f in zip(in_names, contract.inputs) if n}
-            for run in range(CHECK_RUNS):
-                got = dict(zip([f.key for f in contract.outputs], sess.run(out_names, feed)))
-                where = f" of check batch {b}, run {run + 1} at {label}"
-                worst = max(worst, _max_diff(got, ref, contract, full, where))
+        for g, (extra, name, group) in enumerate(todo):
+            for b, (flat, ref, full) in enumerate(group):
+                feed = {n: flat[f.key].numpy() for n, f in zip(in_names, contract.inputs) if n}
+                feed.update(extra)
+                for run in range(CHECK_RUNS):
+                    got = dict(zip([f.key for f in contract.outputs], sess.run(out_names, feed)))
+                    where = f"{name} of check batch {b}, run {run + 1} at {label}"
+                    worst[g] = max(worst[g], _max_diff(got, ref, contract, full, where))
     return worst
 
 
@@ -524,10 +548,13 @@ def _onnx_program(ep: Any) -> Any:
             f"ops the ONNX exporter knows") from e
 
 
-def _write_onnx(ep: Any, path: str, contract: Contract, cases: Sequence[_Case],
-                rewrite: bool = True, threads: Optional[int] = None) -> Contract:
+def _onnx_proto(ep: Any, rewrite: bool) -> Tuple[Any, Tuple[str, ...]]:
+    """``(model, input names)``: the ONNX model of ``ep`` (its row scatters made
+    deterministic with ``rewrite``) and the ONNX input name of each of ``ep``'s user
+    inputs (``""``: pruned from the ONNX graph, as an input the program never reads may
+    be: fed as nothing)."""
     try:
-        import onnx
+        import onnx  # noqa: F401
         import onnxruntime  # noqa: F401
     except ImportError as e:
         raise ImportError("format='onnx' needs onnx, onnxscript and onnxruntime: "
@@ -536,17 +563,71 @@ def _write_onnx(ep: Any, path: str, contract: Contract, cases: Sequence[_Case],
     if rewrite:
         deterministic_row_scatters(proto)
     names = {i.name for i in proto.graph.input}
-    placeholders = list(ep.graph_signature.user_inputs)
-    # an input the program never reads may be pruned from the ONNX graph: fed as nothing
-    in_names = tuple(n if n in names else "" for n in placeholders)
-    out_names = tuple(o.name for o in proto.graph.output)
-    contract = _with(contract, onnx_input_names=in_names, onnx_output_names=out_names)
-    contract = _with(contract, verified_max_abs_diff=_check_onnx(proto, contract, cases, threads))
+    return proto, tuple(n if n in names else "" for n in ep.graph_signature.user_inputs)
+
+
+def _save_onnx(proto: Any, contract: Contract, path: str) -> None:
+    import onnx
+
     entry = proto.metadata_props.add()
     entry.key, entry.value = ONNX_METADATA_KEY, contract.to_json()
     tmp = path + ".tmp"
     onnx.save(proto, tmp)
     os.replace(tmp, path)
+
+
+def _write_onnx(ep: Any, path: str, contract: Contract, cases: Sequence[_Case],
+                rewrite: bool = True, threads: Optional[int] = None) -> Contract:
+    proto, in_names = _onnx_proto(ep, rewrite)
+    out_names = tuple(o.name for o in proto.graph.output)
+    contract = _with(contract, onnx_input_names=in_names, onnx_output_names=out_names)
+    worst, = _check_onnx(proto, contract, cases, threads)
+    contract = _with(contract, verified_max_abs_diff=worst)
+    _save_onnx(proto, contract, path)
+    return contract
+
+
+#: the int64 scalar input of an ONNX ladder that selects the rung
+#: (``Contract.onnx_rung_input``)
+ONNX_RUNG_INPUT = "graph_adapter_rung"
+
+
+def _write_onnx_ladder(module: _Inference, dropped: List[str], budgets: Sequence[Budget],
+                       data: Sequence[Any], path: str, contract: Contract, rewrite: bool,
+                       threads: Optional[int]) -> Contract:
+    """Every rung exported to ONNX, then one model of them all
+    (:func:`~graph_adapter.backends._export_opt.ladder_model`: an ``If`` a rung on the
+    ``graph_adapter_rung`` input, the cheapest rungs tested first), checked like a
+    one-budget artifact on each rung's check batches with its index fed."""
+    import numpy as np
+
+    protos, groups, in_names = [], [], None
+    for i, b in enumerate(budgets):
+        cases = _cases(module, dropped, None, _rung_batches(data, b))
+        fed = cases[0][0]
+        ep = _trace(module, fed)
+        if rewrite:
+            ep, _ = rewritten_program(ep, fed)
+        proto, names = _onnx_proto(ep, rewrite)
+        # an input any rung reads is an input of the ladder (each rung reads what it needs)
+        in_names = names if in_names is None else tuple(a or n for a, n in zip(in_names, names))
+        protos.append(proto)
+        groups.append(({ONNX_RUNG_INPUT: np.array(i, dtype=np.int64)},
+                       f" of rung nodes={b.nodes}, edges={b.edges}, graphs={b.graphs},", cases))
+    order = sorted(range(len(budgets)), key=lambda i: (budgets[i].nodes + budgets[i].edges,
+                                                       budgets[i].graphs))
+    merged = ladder_model(protos, ONNX_RUNG_INPUT, order)
+    top = max(range(len(budgets)), key=lambda i: (budgets[i].nodes + budgets[i].edges))
+    rungs = tuple(Rung(int(b.nodes), int(b.edges), int(b.graphs), f"rung{i}")
+                  for i, b in enumerate(budgets))
+    t = budgets[top]
+    contract = _with(contract, nodes=int(t.nodes), edges=int(t.edges), graphs=int(t.graphs),
+                     rungs=rungs, onnx_rung_input=ONNX_RUNG_INPUT, onnx_input_names=in_names,
+                     onnx_output_names=tuple(o.name for o in merged.graph.output))
+    worst = _check_onnx(merged, contract, groups, threads, groups=True)
+    contract = _with(contract, verified_max_abs_diff=max(worst), rungs=tuple(
+        dataclasses.replace(r, verified_max_abs_diff=w) for r, w in zip(rungs, worst)))
+    _save_onnx(merged, contract, path)
     return contract
 
 
@@ -614,8 +695,6 @@ def _num_threads(n: int) -> Iterator[None]:
 
 
 def _with(c: Contract, **kw: Any) -> Contract:
-    import dataclasses
-
     return dataclasses.replace(c, **kw)
 
 
@@ -632,7 +711,7 @@ def _check_args(wrapped: Any, path: str, format: str, threads: Optional[int]) ->
                         f"export(ipu_wrap(model), loader, path)")
 
 
-def _ladder_of(source: Any, example: Optional[Sequence[Any]], format: str, ladder: Any,
+def _ladder_of(source: Any, example: Optional[Sequence[Any]], ladder: Any,
                max_nodes: Optional[int], max_edges: Optional[int]) -> List[Budget]:
     """The rungs ``export`` compiles (``[]``: one budget, today's artifact)."""
     if ladder is None or ladder is False:
@@ -640,11 +719,6 @@ def _ladder_of(source: Any, example: Optional[Sequence[Any]], format: str, ladde
             raise ValueError("max_nodes= / max_edges= size the top rung of a ladder: pass "
                              "ladder=True with them (or fit the one budget on such graphs)")
         return []
-    if format != "pt2":
-        raise UnsupportedExportError(
-            f"ladder= with format={format!r}: a ladder artifact is written as .pt2 only "
-            f"(one AOTInductor program a rung in one archive); export format='pt2', or "
-            f"one .onnx artifact a budget")
     if ladder is True:
         budgets = ladder_budgets(_data_of(source, example), max_nodes, max_edges)
     else:
@@ -655,6 +729,29 @@ def _ladder_of(source: Any, example: Optional[Sequence[Any]], format: str, ladde
         raise ValueError(f"ladder={ladder!r}: give one or more homogeneous Budgets "
                          f"(or ladder=True)")
     return budgets
+
+
+def _write(module: _Inference, dropped: List[str], cases: List[_Case], budgets: List[Budget],
+           data: Sequence[Any], path: str, contract: Contract, rewrite: bool,
+           threads: Optional[int], configs: Optional[Dict[str, Any]]) -> Contract:
+    """The artifact of ``export`` written (one budget: traced on ``cases[0]``; a ladder:
+    one program a rung of ``budgets``, each traced on its own batches of ``data``)."""
+    if not budgets:
+        fed = cases[0][0]
+        ep = _trace(module, fed)
+        if rewrite:
+            ep, _ = rewritten_program(ep, fed)
+    if contract.format == "onnx":
+        if budgets:
+            return _write_onnx_ladder(module, dropped, budgets, data, path, contract, rewrite,
+                                      threads)
+        return _write_onnx(ep, path, contract, cases, rewrite, threads)
+    n = torch.get_num_threads() if threads is None else int(threads)
+    with _num_threads(n):
+        if budgets:
+            return _write_pt2_ladder(module, dropped, budgets, data, path,
+                                     _with(contract, threads=n), rewrite, configs)
+        return _write_pt2(ep, path, _with(contract, threads=n), cases, configs)
 
 
 def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget], path: str,
@@ -689,7 +786,10 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
             as traced.
         ladder: ``None``: one budget; ``True``: several in one artifact, one program
             each (:func:`ladder_budgets`, ``docs/deploy.md``); or a list of ``Budget``.
-            pt2 only. ``max_nodes`` / ``max_edges``: a top rung for one such graph.
+            pt2: an AOTInductor program a rung in one archive; onnx: one model, an
+            ``If`` branch a rung on its ``graph_adapter_rung`` input. Every rung is
+            checked as a one-budget artifact is, on its own batches of the data.
+            ``max_nodes`` / ``max_edges``: a top rung for one such graph.
 
     Inputs the traced program never reads (``y``; a feature the forward names but
     ignores) are left out of the contract (``dropped_inputs``): requests need not carry
@@ -705,7 +805,7 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
     wrapper's beyond :data:`TOLERANCE` on any check batch, run or thread count (named).
     """
     _check_args(wrapped, path, format, threads)
-    budgets = _ladder_of(loader_or_budget, example, format, ladder, max_nodes, max_edges)
+    budgets = _ladder_of(loader_or_budget, example, ladder, max_nodes, max_edges)
     col, flat = _collator_and_example(loader_or_budget, example)
     _refuse_unservable(col)
     was_training, loss_fn = wrapped.training, wrapped.loss_fn
@@ -715,25 +815,13 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
         module, dropped, ref = _drop_unread(wrapped, flat)
         cases = _cases(module, dropped, ref, _check_batches(loader_or_budget, example, col, flat))
         fed = cases[0][0]
-        ep = _trace(module, fed)
-        if rewrite:
-            ep, _ = rewritten_program(ep, fed)
         b = col.budget
         contract = Contract(format=format, nodes=int(b.nodes), edges=int(b.edges),
                             graphs=int(b.graphs), inputs=contract_inputs(col, fed),
                             outputs=_outputs(ref, b), dropped_inputs=tuple(dropped),
                             tolerance=dict(TOLERANCE[format]), versions=_versions())
-        if format == "pt2":
-            n = torch.get_num_threads() if threads is None else int(threads)
-            with _num_threads(n):
-                if budgets:
-                    return _write_pt2_ladder(module, dropped, budgets,
-                                             _data_of(loader_or_budget, example), str(path),
-                                             _with(contract, threads=n), rewrite,
-                                             inductor_configs)
-                return _write_pt2(ep, str(path), _with(contract, threads=n), cases,
-                                  inductor_configs)
-        return _write_onnx(ep, str(path), contract, cases, rewrite, threads)
+        return _write(module, dropped, cases, budgets, _data_of(loader_or_budget, example),
+                      str(path), contract, rewrite, threads, inductor_configs)
     finally:
         wrapped.loss_fn = loss_fn
         wrapped.train(was_training)

@@ -82,7 +82,10 @@ class OutputField:
 
 @dataclass(frozen=True)
 class Rung:
-    """One budget of a ladder artifact and the name of its program in the archive."""
+    """One budget of a ladder artifact and the name of its program: in a ``.pt2``
+    archive, the AOTInductor program's; in an ONNX one, ``rung<i>``, the ``If`` branch
+    run when :attr:`Contract.onnx_rung_input` is ``i`` (the rung's index in
+    :attr:`Contract.rungs`)."""
 
     nodes: int
     edges: int
@@ -120,6 +123,10 @@ class Contract:
     #: budget, the top-level ``nodes``/``edges``/``graphs``, program ``"model"``); the
     #: top-level budget is the largest rung's
     rungs: Tuple[Rung, ...] = ()
+    #: an ONNX ladder: the name of its int64 scalar input that selects the rung (the
+    #: rung's index in ``rungs``); one ONNX model holds every rung (an ``If`` a rung).
+    #: ``""``: not a ladder, or a ``.pt2`` one (a program a rung)
+    onnx_rung_input: str = ""
 
     @property
     def features(self) -> Tuple[InputField, ...]:
@@ -134,6 +141,8 @@ class Contract:
     def to_json(self) -> str:
         d = asdict(self)
         d["contract_version"] = CONTRACT_VERSION if self.rungs else ONE_BUDGET_VERSION
+        if not self.onnx_rung_input:  # one-budget contracts stay as version 1 wrote them
+            del d["onnx_rung_input"]
         return json.dumps(d, indent=1, sort_keys=True)
 
     @classmethod

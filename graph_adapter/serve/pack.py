@@ -284,7 +284,9 @@ def _ladder_too_large(rungs: Sequence[Contract], g: Graph, i: int) -> str:
             f"ladder (nodes={top.nodes}, edges={top.edges}, graphs={top.graphs}) takes at "
             f"most {top.max_graph_nodes} nodes and {top.edges} edges per graph. It is never "
             f"cut: re-export with export(..., ladder=True, max_nodes={g.nodes}, "
-            f"max_edges={g.edges}) (a top rung for such graphs), or leave it out")
+            f"max_edges={g.edges}) (a top rung for such graphs; on the command line "
+            f"graph-adapter export ... --ladder --max-nodes {g.nodes} --max-edges {g.edges}), "
+            f"or leave it out")
 
 
 def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph]

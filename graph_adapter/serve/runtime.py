@@ -84,12 +84,33 @@ class _Pt2:
 
 
 class _Onnx:
-    def __init__(self, session: Any):
+    """One onnxruntime session. A ladder is one model too (an ``If`` branch a rung):
+    each call feeds the rung's index in ``contract.rungs`` as the int64 scalar
+    ``contract.onnx_rung_input`` (``program=None``: the top rung, the contract's
+    top-level budget)."""
+
+    def __init__(self, session: Any, contract: Contract, path: str = "the artifact"):
         self.session = session
+        self.rung_index: Dict[Optional[str], Any] = {}
+        if contract.rungs:
+            import numpy as np
+
+            if not contract.onnx_rung_input:
+                raise ArtifactError(f"{path}: an ONNX contract with rungs but no "
+                                    f"onnx_rung_input; re-export it with graph_adapter.export")
+            top = max(range(len(contract.rungs)), key=lambda i: (
+                contract.rungs[i].nodes, contract.rungs[i].edges, contract.rungs[i].graphs)
+                == (contract.nodes, contract.edges, contract.graphs))
+            self.rung_index = {r.program: np.array(i, dtype=np.int64)
+                               for i, r in enumerate(contract.rungs)}
+            self.rung_index[None] = self.rung_index[contract.rungs[top].program]
 
     def __call__(self, flat: Dict[str, Any], contract: Contract,
                  program: Optional[str] = None) -> Dict[str, Any]:
-        feed = {name: flat[f.key] for name, f in zip(contract.onnx_input_names, contract.inputs)}
+        feed = {name: flat[f.key] for name, f in zip(contract.onnx_input_names, contract.inputs)
+                if name}
+        if self.rung_index:
+            feed[contract.onnx_rung_input] = self.rung_index[program]
         values = self.session.run(list(contract.onnx_output_names), feed)
         return {f.key: v for f, v in zip(contract.outputs, values)}
 
@@ -216,4 +237,4 @@ def load(path: PathLike, *, threads: Optional[int] = None) -> Predictor:
         return Predictor(contract, _Pt2(path, threads, contract.rungs), TorchOps())
     session = _onnx_session(path, threads)
     contract = _onnx_contract(session, path)
-    return Predictor(contract, _Onnx(session), NumpyOps())
+    return Predictor(contract, _Onnx(session, contract, path), NumpyOps())
