@@ -246,6 +246,11 @@ class Budget:
             raise ValueError("Budget.tight: empty dataset")
         k = min(k, sizes.num_graphs)
         top = -np.sort(-sizes.matrix, axis=0)[:k].sum(axis=0)
+        # any k graphs leave a padding node for every padding slot (packing.slot_dims:
+        # their n_i - 1 sum to at most N - G), also where some graphs have no node
+        nt = sizes.num_node_dims
+        slots = -np.sort(-np.maximum(sizes.matrix[:, :nt] - 1, 0), axis=0)[:k].sum(axis=0)
+        top[:nt] = np.maximum(top[:nt], slots + k + 1 - RESERVED_NODES)
         b = cls._from_vector(sizes, _room_for_slots(top, sizes, k + 1, 1), graphs=k + 1,
                              report={"method": "tight", "graphs_per_batch": k})
         # the sums may tie (N == E, E == G, ...): one more row where they do

@@ -256,3 +256,11 @@ def test_uneven_small_graphs_get_a_cap_near_k_and_the_better_fill():
     assert b.report["node_efficiency"] >= probed.report["node_efficiency"] + 0.1
     assert abs(b.report["mean_graphs_per_batch"] - 37 / 5) <= 0.01 * 37 / 5
     assert max(len(x) for x in FixedSizeLoader(data, b).plan(0)) <= 10
+
+
+def test_tight_fits_any_k_graphs_when_some_have_no_node():
+    # found by the property above: two 2-node graphs and two empty ones, k=4; the sums
+    # of the largest sizes (4 nodes) left N - G = 1 padding node for 2 padding-slot weights
+    m = np.asarray([(0, 0), (0, 0), (2, 0), (2, 0)], np.int64)
+    b = Budget.tight(m, 4)
+    assert len(plan_epoch(m, b, shuffle=True, seed=0)) == 1
