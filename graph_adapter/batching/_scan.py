@@ -26,9 +26,10 @@ from ._stored import Stored, stored_of, stored_sizes
 from ._view import check_graph_item
 from .budget import Budget
 from ..format import (Dim, BATCH, EDGE_MASK, EDGE_TYPE_SEP, GRAPH_MASK, NODE_MASK, PTR,
-                      RESERVED_KEYS, SEP, StoreKey, is_index_attr, key_of, node_sets,
+                      RESERVED_KEYS, SEP, StoreKey, dim_of, inc_dims, is_index_attr, key_of,
                       store_name)
 from .packing import GraphSizes
+from ._sets import NodeSets, node_sets_of
 from ..format import Field
 
 __all__ = ["Scan", "Store", "Dim", "META_KEYS"]
@@ -46,10 +47,12 @@ class Store(NamedTuple):
     reserved: Tuple[str, ...]
 
 
-def _stores(first: Any, hetero: bool) -> List[Store]:
-    """The stores in PyG order: node types, edge types, global store."""
+def _stores(first: Any, hetero: bool, sets: Optional[NodeSets] = None) -> List[Store]:
+    """The stores in PyG order: node types, edge types, global store (a homogeneous
+    store with node sets of their own reserves every set's keys: ``_sets.py``)."""
     if not hetero:
-        return [Store((), "mixed", RESERVED_KEYS)]
+        return [Store((), "mixed", RESERVED_KEYS if sets is None else
+                      (GRAPH_MASK,) + sets.reserved())]
     return [Store((nt,), "node", (BATCH, PTR, NODE_MASK)) for nt in first.node_types] + \
         [Store(tuple(et), "edge", (EDGE_MASK,)) for et in first.edge_types] + \
         [Store((), "graph", (GRAPH_MASK,))]
@@ -63,8 +66,10 @@ def _store_of(d: Any, store: StoreKey, hetero: bool):
     return d[store[0]] if len(store) == 1 else d[store]
 
 
-def _count(d: Any, dim: Dim, hetero: bool) -> int:
+def _count(d: Any, dim: Dim, hetero: bool, sets: Optional[NodeSets] = None) -> int:
     """Node or edge count of one graph along one size dim."""
+    if sets is not None:
+        return sets.count(d, dim)
     level, store = dim
     if hetero:
         st = _store_of(d, store, True)
@@ -118,7 +123,11 @@ class Scan:
         self.exclude = frozenset(exclude)
         self.on_purpose: Dict[str, str] = {}
         self.hetero = hetero = isinstance(first, HeteroData)
-        if hetero != budget.is_hetero:
+        #: node sets of their own in a homogeneous store (PyG's PairData), or None
+        self.sets: Optional[NodeSets] = None if hetero else node_sets_of(first, self.exclude)
+        if self.sets is not None:
+            self._check_set_budget(first, budget)
+        elif hetero != budget.is_hetero:
             raise TypeError("HeteroData needs a hetero Budget (dicts of node/edge types)"
                             if hetero else "a hetero Budget needs a HeteroData dataset")
         self.num_graphs = n
@@ -131,11 +140,11 @@ class Scan:
             self._check_types(budget)
             self.dims: List[Dim] = [("node", (nt,)) for nt in budget.nodes] + \
                 [("edge", tuple(en.split(EDGE_TYPE_SEP))) for en in budget.edges]
+        elif self.sets is not None:
+            self.dims = self.sets.dims()
         else:
             self.dims = [("node", ()), ("edge", ())]
-        if not hetero:
-            self._refuse_node_sets(first)
-        self.stores = _stores(first, hetero)
+        self.stores = _stores(first, hetero, self.sets)
         self.excluded: Dict[str, str] = {}
         self._mixed: set = set()  # excluded keys some graph holds as a tensor (named once)
         protos = [f for st in self.stores for f in self._protos(first, st)]
@@ -148,13 +157,14 @@ class Scan:
             self._read(dataset, protos, columnar, schema)
         #: whether the sizes and columns were read off an InMemoryDataset's storage
         self.from_storage = got is not None
-        self.sizes = GraphSizes(sizes) if not hetero else GraphSizes(
+        self.sizes = GraphSizes(sizes) if not budget.is_hetero else GraphSizes(
             sizes, tuple(budget.nodes), tuple(budget.edges))
         if schema is not None:
             self.fields = self._match(protos, schema)
         else:
             self.fields = [self._decide(first, f, rows[f.key]) for f in protos]
         self._check_rows(rows)
+        self._check_set_incs(incs)
         self.incs: Dict[str, np.ndarray] = incs
         self.columns: Optional[Dict[str, Tensor]] = None
         if columnar:
@@ -166,24 +176,49 @@ class Scan:
                         self._check_index_range(f, rows[f.key])
             del cols, rows
 
-    def _refuse_node_sets(self, first: Any) -> None:
-        """A named error for graphs with several node sets in one store (PyG's
-        ``PairData``): a padded batch has one node and one edge budget per store,
-        and padding one set to the other's budget would be wrong, so they are
-        refused before any key is misread as another set's level."""
-        own = {a: w for a, w in node_sets(first).items() if a not in self.exclude}
-        sets = sorted({w[1] for w in own.values() if w[1]})
-        if not sets:
+    def _check_set_budget(self, first: Any, budget: Budget) -> None:
+        """A homogeneous store with node sets of their own (PyG's ``PairData``) needs a
+        budget per set (``_sets.py``), named as the sets are."""
+        sets = self.sets
+        if budget.is_hetero and tuple(budget.nodes) == sets.nodes and \
+                tuple(budget.edges) == sets.edges:
             return
-        keys = sorted(own)
+        keys = sorted(sets.where)
+        fix = (f"Budget(nodes={{{', '.join(f'{n!r}: ...' for n in sets.nodes)}}}, "
+               f"edges={{{', '.join(f'{e!r}: ...' for e in sets.edges)}}}, graphs=...)")
+        got = (f"a budget per type with nodes {sorted(budget.nodes)} and edges "
+               f"{sorted(budget.edges)}" if budget.is_hetero else "one node and one edge count")
         raise ValueError(
-            f"keys {keys} of the {self._at(0)} ({type(first).__name__}) make {len(sets)} node "
-            f"sets of their own in one store, {sets} (read off its __inc__), besides or instead "
-            f"of its num_nodes; the padded batches have one node and one edge budget per store, so "
-            f"FixedSizeLoader cannot pad them yet. flatten()/unflatten() keep such batches "
-            f"exactly. To load them padded, pass transform= making each graph a HeteroData "
-            f"with one node type per set (docs/batching.md), or leave the keys out "
-            f"(exclude={keys!r}).")
+            f"keys {keys} of the {self._at(0)} ({type(first).__name__}) make "
+            f"{len(sets.sets())} node sets of their own in one store, {sets.sets()} (read off "
+            f"its __inc__; edge sets {[e for e in sets.edges if e]}"
+            f"{', and the store has nodes of its own' if '' in sets.nodes else ''}), so every "
+            f"set has its own count in the budget, but this budget has {got}. Pass {fix} "
+            f"('' is the store's own nodes or edges), e.g. Budget.fit(dataset, k) or "
+            f"Budget.tight(dataset, k) sizes every set; or pass transform= making each graph "
+            f"a HeteroData with one node type per set, or leave the keys out (exclude={keys!r}).")
+
+    def _check_set_incs(self, incs: Dict[str, Any]) -> None:
+        """An index key into a node set of its own is incremented, graph by graph, by that
+        set's size: PyG's batch offsets it by its ``__inc__``, the padded one by the set's
+        node counts, which must be the same numbers."""
+        if self.sets is None:
+            return
+        col = {dim: j for j, dim in enumerate(self.dims)}
+        for f in self.fields:
+            if f.key not in incs or not f.nodes:
+                continue
+            want = self.sizes.matrix[:, col[inc_dims(f)[0]]]
+            bad = np.nonzero(np.asarray(incs[f.key]) != want)[0]
+            if len(bad):
+                i = int(bad[0])
+                raise ValueError(
+                    f"{self._at(i)}: __inc__({f.key!r}) is {int(incs[f.key][i])}, but its node "
+                    f"set {f.nodes!r} has {int(want[i])} rows in that graph (graph 0 made "
+                    f"{f.key!r} an index into {f.nodes!r}: its increment was that set's size); "
+                    f"the padded batch offsets {f.key!r} by the set's node counts, so both must "
+                    f"agree on every graph. Make __inc__ return the set's size, or leave the key "
+                    f"out (exclude=[{f.key!r}]).")
 
     def _at(self, i: int) -> str:
         """Where graph ``i`` of the scan is, for error messages."""
@@ -235,6 +270,9 @@ class Scan:
             self.excluded[key] = f"cat dim {cat!r} is not an int"
             return None
         dt = _dtype_name(v.dtype)
+        where = self.sets.where.get(key) if self.sets is not None else None
+        if where is not None and v.dim():
+            return self._proto_set(key, v, cat, dt, where)
         inc = _homo_inc(first, key, v)
         if inc == "nodes":
             _check_index_proto(key, v, key == "edge_index", self._at(0))
@@ -243,6 +281,22 @@ class Scan:
         shape: List[Optional[int]] = list(v.shape)
         shape[cat % v.dim()] = None
         return Field(key, (), key, dt, tuple(shape), "?", inc)
+
+    def _proto_set(self, key: str, v: Tensor, cat: int, dt: str,
+                   where: Tuple[str, str, str]) -> Field:
+        """A key in a node or edge set of its own: its level and set as
+        :func:`graph_adapter.format.node_sets` read them off graph 0; an index into a
+        set (``edge_index_s``) is offset by that set's node counts (``inc="nodes"``
+        with ``Field.nodes``), which :meth:`_check_set_incs` holds to its ``__inc__``."""
+        level, nodes, edges = where
+        shape: List[Optional[int]] = list(v.shape)
+        shape[cat % v.dim()] = None
+        inc = "none"
+        if nodes and (edges == key or (level == "node" and is_index_attr(key))):
+            _check_index_proto(key, v, False, self._at(0))
+            inc = "nodes"
+        return Field(key, (), key, dt, tuple(shape), level, inc, nodes=nodes if inc == "nodes"
+                     or level == "node" else "", edges=edges if level == "edge" else "")
 
     def _proto_hetero(self, store: Store, key: str, attr: str, v: Tensor) -> Field:
         dt = _dtype_name(v.dtype)
@@ -269,12 +323,14 @@ class Scan:
         ``num_nodes``: :meth:`_check_rows` then holds by construction.)"""
         n = self.num_graphs
         first = dataset[0]
-        by_dim = {(f.level, f.store): f.key for f in reversed(schema or []) if f.shape}
+        by_dim = {dim_of(f): f.key for f in reversed(schema or []) if f.shape}
         counted = [(j, dim) for j, dim in enumerate(self.dims) if dim not in by_dim]
         sizes: List[int] = []  # flat, graph after graph (no list per graph: memory)
         rows: Dict[str, List[int]] = {f.key: [] for f in protos}
         cols: Dict[str, List[Tensor]] = {f.key: [] for f in protos}
-        incs: Dict[str, List[int]] = {f.key: [] for f in protos if f.inc == "custom"}
+        # custom increments, and those of indices into a node set of its own (checked)
+        incs: Dict[str, List[int]] = {f.key: [] for f in protos if f.inc == "custom"
+                                      or (f.inc == "nodes" and f.nodes)}
         hetero = self.hetero
         plan = []
         for st in self.stores:
@@ -294,7 +350,7 @@ class Scan:
             if hetero or not isinstance(d, Data):
                 self._check_graph(d, i)
             if counted:
-                sizes.extend([_count(d, dim, hetero) for _, dim in counted])
+                sizes.extend([_count(d, dim, hetero, self.sets) for _, dim in counted])
             for st, keys0, checks, mixed in plan:
                 s = _store_of(d, st.key, True) if hetero else global_store(d)
                 if store_mapping(s).keys() != keys0:
@@ -343,7 +399,7 @@ class Scan:
         the columns are the storage tensors (cat dim first, views: no copy).
         Dtypes and trailing shapes are one per key by construction of the
         storage, so the per-graph checks of :meth:`_read` hold."""
-        if self.hetero or any(f.inc == "custom" or f.attr not in stored.slices
+        if self.hetero or self.sets is not None or any(f.inc == "custom" or f.attr not in stored.slices
                               for f in protos):
             return None
         matrix = stored_sizes(stored)
@@ -428,7 +484,7 @@ class Scan:
         decision on graph 0, checked on every graph."""
         if f.level != "?":
             return _with_level(f, f.level, rows)
-        nodes, edges = self.sizes.matrix[:, 0], self.sizes.matrix[:, 1]
+        nodes, edges = self._own_counts()
         varies = not np.all(rows == rows[0])
         if first.is_node_attr(f.key) and np.array_equal(rows, nodes):
             level = "node"
@@ -443,6 +499,14 @@ class Scan:
         else:
             raise ValueError(self._undecided(first, f, rows, nodes, edges))
         return _with_level(f, level, rows)
+
+    def _own_counts(self) -> Tuple[np.ndarray, np.ndarray]:
+        """The store's own node and edge counts of every graph (``-1`` where a store with
+        node sets of their own has none: no key's rows match them)."""
+        col = {dim: j for j, dim in enumerate(self.dims)}
+        none = np.full(self.num_graphs, -1, dtype=np.int64)
+        return tuple(self.sizes.matrix[:, col[(lv, ())]] if (lv, ()) in col else none
+                     for lv in ("node", "edge"))
 
     def _undecided(self, first: Any, f: Field, rows: np.ndarray, nodes: np.ndarray,
                    edges: np.ndarray) -> str:
@@ -485,8 +549,7 @@ class Scan:
             return
         a = col.numpy() if col.dtype != torch.bfloat16 else col.long().numpy()
         a = a.reshape(a.shape[0], -1)  # [rows of every graph, entries per row]
-        src, dst = (("node", (f.store[0],)), ("node", (f.store[2],))) if len(f.store) == 3 \
-            else (("node", f.store),) * 2
+        src, dst = inc_dims(f)
         j = {dim: c for c, dim in enumerate(self.dims)}
         bounds = self.sizes.matrix[:, [j[src], j[dst]]]  # [graphs, 2]
         ends = np.cumsum(rows)
@@ -525,7 +588,7 @@ class Scan:
             if f.level == "graph":
                 want = np.full(self.num_graphs, f.rows)
             else:
-                want = m[:, col[(f.level, f.store)]]
+                want = m[:, col[dim_of(f)]]
             bad = np.nonzero(rows[f.key] != want)[0]
             if len(bad):
                 i = int(bad[0])

@@ -55,7 +55,7 @@ from ..format import (BATCH, EDGE_MASK, GRAPH_MASK, NODE_MASK, PTR, RESERVED_KEY
                       stack_micro_batches, store_name)
 from .packing import GraphSizes
 from ..format import Field
-from ..format import inc_dims, unpad_batch, unpad_hetero
+from ..format import dim_of, inc_dims, set_key, unpad_batch, unpad_hetero
 
 __all__ = ["KeySpec", "Collator", "HeteroCollator", "make_collator", "collate_padded",
            "unpad_batch", "unpad_hetero", "RESERVED_KEYS"]
@@ -171,8 +171,11 @@ class Collator:
             raise ValueError(f"layout={self.layout!r} is for homogeneous datasets only (a "
                              "HeteroData dataset has one edge_index per edge type); pass "
                              "layout=None")
-        if "edge_index" not in {f.key for f in self.schema}:
-            raise ValueError(f"layout={self.layout!r} needs an 'edge_index' in every graph")
+        if "edge_index" not in {f.key for f in self.schema} or self.scan.sets is not None:
+            raise ValueError(f"layout={self.layout!r} needs an 'edge_index' in every graph, and "
+                             f"one node set a store (these graphs have "
+                             f"{self.scan.sets.sets() if self.scan.sets else 'none'} besides); "
+                             f"pass layout=None")
         if widths is not None:
             din, dout = (int(w) for w in widths)
             if din < 1 or dout < 1:
@@ -230,12 +233,19 @@ class Collator:
         self._template = dict.fromkeys(self.keys)
         self._steps = [self._step(f) for f in self.schema]
         # (column, padded rows, keys) of the reserved keys of every size dim
-        self._reserved = [(j, int(self._rows[j]), key_of(store, EDGE_MASK)) if level == "edge"
-                          else (j, int(self._rows[j]), key_of(store, BATCH), key_of(store, PTR),
-                                key_of(store, NODE_MASK))
-                          for (level, store), j in self._col.items()]
+        self._reserved = [(j, int(self._rows[j]), *self._reserved_keys(dim))
+                          for dim, j in self._col.items()]
         self._used = sorted({s.rows_of for s in self._steps if isinstance(s.rows_of, int)})
         self._graph_rows = sorted({f.rows for f in self.schema if f.level == "graph"})
+
+    def _reserved_keys(self, dim: Tuple[str, Tuple[str, ...]]) -> Tuple[str, ...]:
+        """``(edge_mask,)`` of an edge dim, ``(batch, ptr, node_mask)`` of a node dim: of
+        its store (``paper/batch``), or of a set of its own (``x_s_batch``: ``_sets.py``)."""
+        level, store = dim
+        attrs = (EDGE_MASK,) if level == "edge" else (BATCH, PTR, NODE_MASK)
+        if self.scan.sets is not None and store:
+            return tuple(set_key(store[0], a) for a in attrs)
+        return tuple(key_of(store, a) for a in attrs)
 
     @property
     def is_hetero(self) -> bool:
@@ -265,7 +275,7 @@ class Collator:
         if f.level == "graph":
             R, rows_of, per = self.budget.graphs * f.rows, ("graph", f.rows), None
         else:
-            per = self._col[(f.level, f.store)]
+            per = self._col[dim_of(f)]
             R, rows_of = int(self._rows[per]), per
         shape = [R] if f.scalar else trail[:cat] + [R] + trail[cat:]
         col = self.scan.columns[f.key] if self.columnar else \
@@ -389,7 +399,8 @@ class Collator:
         b = self.budget
         parts = [f"{g} graphs (max {b.graphs - 1})"]
         for (level, store), j in self._col.items():
-            name = f"{level}s" + (f" of {store_name(store)}" if self.is_hetero else "")
+            name = f"{level}s" + (f" of {store_name(store) or 'the store'}" if
+                                  self.budget.is_hetero else "")
             parts.append(f"{tot[j]} {name} (max {self._cap[j]})")
         return (f"batch {where} does not fit {b!r}: " + ", ".join(parts)
                 + f" (every batch keeps {RESERVED_NODES} padding nodes of each node type and "
@@ -437,7 +448,8 @@ class Collator:
         return {k: (tuple(v.shape), v.dtype) for k, v in e.items()}
 
     def unpad(self, flat: Mapping[str, Tensor]) -> List[Any]:
-        """The real graphs of a padded flat dict, as ``Data`` / ``HeteroData``."""
+        """The real graphs of a padded flat dict, as ``Data`` / ``HeteroData`` (graphs with
+        node sets of their own, PyG's ``PairData``: ``Data`` with the same keys)."""
         return unpad_hetero(flat, self.schema, self.scan.node_types, self.scan.edge_types)
 
 

@@ -167,13 +167,15 @@ def graph_sizes(dataset, transform=None) -> GraphSizes:
         if m.ndim != 2 or m.shape[1] != 2:
             raise ValueError("graph_sizes: an array must have shape [num_graphs, 2]")
         return GraphSizes(m)
+    from ._sets import node_sets_of
     from ._stored import stored_of, stored_sizes
     from ._view import as_graphs, check_graph_item
 
     stored = stored_of(dataset) if transform is None else None
     m = stored_sizes(stored) if stored is not None else None
-    if m is not None:  # an InMemoryDataset: its slices, no graph read
-        return GraphSizes(m)
+    if m is not None and (len(dataset) == 0 or _is_hetero(dataset[0]) or
+                          node_sets_of(dataset[0]) is None):
+        return GraphSizes(m)  # an InMemoryDataset: its slices, no graph read
     dataset = as_graphs(dataset, transform)
     n = len(dataset)
     if n == 0:
@@ -196,6 +198,15 @@ def graph_sizes(dataset, transform=None) -> GraphSizes:
             for j, t in enumerate(ets):
                 m[i, len(nts) + j] = edges[t].num_edges if t in edges else 0
         return GraphSizes(m, nts, tuple(_edge_type_name(e) for e in ets))
+    sets = node_sets_of(first)
+    if sets is not None:  # node sets of their own in one store (PairData): a column each
+        dims = sets.dims()
+        m = np.zeros((n, len(dims)), dtype=np.int64)
+        for i in range(n):
+            d = first if i == 0 else dataset[i]
+            check_graph_item(d, i, first)
+            m[i] = [sets.count(d, dim) for dim in dims]
+        return GraphSizes(m, sets.nodes, sets.edges)
     m = np.zeros((n, 2), dtype=np.int64)
     for i in range(n):
         d = first if i == 0 else dataset[i]

@@ -10,17 +10,17 @@ tie, keys that share the last ``_`` token with it (``_s``) win.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 from torch_geometric.data.data import BaseData
 
-from .keys import PTR, is_index_attr
+from .keys import BATCH, EDGE_MASK, NODE_MASK, PTR, is_index_attr
 from .pyg import collate_info, global_store, store_mapping
 
-__all__ = ["extra_sets", "node_sets", "Where"]
+__all__ = ["extra_sets", "node_sets", "Where", "set_key", "set_masks"]
 
 #: ``(level, nodes, edges)``: a key's level and the node / edge set it belongs to.
 Where = Tuple[str, str, str]
@@ -117,3 +117,28 @@ def node_sets(obj: BaseData) -> Dict[str, Where]:
     ``edge_index_s``...), as :func:`~graph_adapter.format.flatten` records them in
     ``Field.nodes`` / ``Field.edges``; ``{}`` for a graph with one node set."""
     return extra_sets(obj)
+
+
+def set_key(name: str, reserved: str) -> str:
+    """The key of a reserved key (``batch``, ``ptr``, ``node_mask``, ``edge_mask``) of a
+    node or edge set of its own in a padded batch: ``<set>_<reserved>`` (``x_s_batch``,
+    ``x_s_ptr``, ``x_s_node_mask``, ``edge_index_s_edge_mask``), the names PyG's
+    ``follow_batch=[set]`` gives the batch vector and ``ptr``."""
+    return f"{name}_{reserved}"
+
+
+def set_masks(flat: Mapping[str, Tensor]) -> Dict[str, List[Tuple[str, str]]]:
+    """``{"node": [(mask key, set)], "edge": [...]}``: the masks of the node and edge sets
+    of their own in a padded homogeneous batch (keys only, no value read: it traces).
+    A ``<set>_node_mask`` counts where ``<set>``, ``<set>_batch`` and ``<set>_ptr`` are
+    keys too, an ``<edge set>_edge_mask`` where ``<edge set>`` is, so that a dataset
+    attribute that merely ends like a mask (``train_node_mask``) is never one."""
+    out: Dict[str, List[Tuple[str, str]]] = {"node": [], "edge": []}
+    for k in flat:
+        for level, mask, needs in (("node", NODE_MASK, (BATCH, PTR)), ("edge", EDGE_MASK, ())):
+            tail = "_" + mask
+            if k.endswith(tail) and len(k) > len(tail):
+                name = k[:-len(tail)]
+                if name in flat and all(set_key(name, r) in flat for r in needs):
+                    out[level].append((k, name))
+    return out

@@ -18,14 +18,29 @@ from torch import Tensor
 from .keys import Dim, BATCH, EDGE_MASK, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR, RESERVED_KEYS, is_hetero, is_index_attr, key_of, levels_of_rows, parse_key
 from .micro import has_micro_batch_dim, split_micro_batches
 from .spec import Field
+from ._node_sets import set_key
 
-__all__ = ["unpad_batch", "unpad_hetero", "inc_dims"]
+__all__ = ["unpad_batch", "unpad_hetero", "inc_dims", "dim_of"]
+
+
+def dim_of(f: Field) -> Dim:
+    """The size dim whose rows a node- or edge-level key has: ``(level, store)``, or,
+    for a key in a node or edge set of its own (PyG's ``PairData``: ``Field.nodes`` /
+    ``Field.edges``), ``("node", (set,))`` / ``("edge", (edge set,))``."""
+    if f.level == "node" and f.nodes:
+        return "node", (f.nodes,)
+    if f.level == "edge" and f.edges:
+        return "edge", (f.edges,)
+    return f.level, f.store
 
 
 def inc_dims(f: Field) -> Tuple[Dim, Dim]:
-    """The node dims whose counts offset an ``inc == "nodes"`` key: (source, destination)."""
+    """The node dims whose counts offset an ``inc == "nodes"`` key: (source, destination)
+    (a key pointing into a node set of its own: that set's, ``Field.nodes``)."""
     if len(f.store) == 3:
         return ("node", (f.store[0],)), ("node", (f.store[2],))
+    if f.nodes:
+        return ("node", (f.nodes,)), ("node", (f.nodes,))
     return ("node", f.store), ("node", f.store)
 
 
@@ -61,38 +76,72 @@ def _unpad(flat: Mapping[str, Tensor], schema: Optional[Sequence[Field]],
     if hetero and not node_types:  # the stores, from the format's own keys
         node_types = [parse_key(k)[0][0] for k in flat if parse_key(k)[1] == PTR]
         edge_types = [parse_key(k)[0] for k in flat if parse_key(k)[1] == EDGE_MASK]
-    node_stores = [(nt,) for nt in node_types] if hetero else [()]
-    edge_stores = [tuple(et) for et in edge_types] if hetero else [()]
+    specs = {f.key: f for f in schema} if schema is not None else {}
+    if not hetero and not specs and PTR not in flat:
+        raise ValueError(
+            f"unpad_batch: this homogeneous batch has no {PTR!r} (keys {sorted(flat)[:8]}...): "
+            f"its nodes are in sets of their own (PyG's PairData: x_s_ptr, x_t_ptr), which only "
+            f"the collator's schema names; pass schema=loader.schema (or loader.unpad(batch)).")
+    node_dims = [("node", (nt,)) for nt in node_types] if hetero else _set_dims(specs, "node")
+    edge_dims = [("edge", tuple(et)) for et in edge_types] if hetero else _set_dims(specs, "edge")
     g = int(flat[GRAPH_MASK].sum())
     G = flat[GRAPH_MASK].numel()
     n_i, n_off = {}, {}
-    for st in node_stores:
-        ptr = flat[key_of(st, PTR)].long()
-        n_i[st], n_off[st] = ptr[1:g + 1] - ptr[:g], ptr[:g]
-    e_i = {st: _edge_counts(flat, st, g) for st in edge_stores}
-    specs = {f.key: f for f in schema} if schema is not None else {}
+    for dim in node_dims:
+        ptr = flat[_reserved(dim, PTR, hetero)].long()
+        n_i[dim], n_off[dim] = ptr[1:g + 1] - ptr[:g], ptr[:g]
+    e_i = {dim: _edge_counts(flat, dim, g, specs, hetero) for dim in edge_dims}
+    reserved = set(RESERVED_KEYS) | {_reserved(d, r, hetero) for d in node_dims
+                                     for r in (BATCH, PTR, NODE_MASK)} | \
+        {_reserved(d, EDGE_MASK, hetero) for d in edge_dims}
     parts: Dict[Field, List[Tensor]] = {}
     for k, v in flat.items():
-        if parse_key(k)[1] in RESERVED_KEYS or k in LAYOUT_KEYS or (hetero and specs and k not in specs):
+        if parse_key(k)[1] in reserved or k in LAYOUT_KEYS or (hetero and specs and k not in specs):
             continue  # (hetero with a schema: the schema's keys only)
         f = specs.get(k) or _guess_field(k, v, flat, levels or {}, G)
         parts[f] = _split(f, v, g, G, n_i, n_off, e_i)
-    return [_build(parts, j, hetero, node_stores, n_i, specs) for j in range(g)]
+    return [_build(parts, j, hetero, node_dims, n_i, specs) for j in range(g)]
 
 
-def _edge_counts(flat: Mapping[str, Tensor], st: Tuple[str, ...], g: int) -> Tensor:
-    """Real edges of every real graph of one edge store (from its source nodes' graphs)."""
-    e_real = int(flat[key_of(st, EDGE_MASK)].sum())
-    ei = flat.get(key_of(st, "edge_index"))
+def _set_dims(specs: Mapping[str, Field], level: str) -> List[Dim]:
+    """A homogeneous batch's node (edge) dims: the store's own, and with a schema whose
+    keys are in sets of their own (``PairData``), those sets' (:func:`dim_of`)."""
+    sets = sorted({dim_of(f)[1] for f in specs.values() if f.level == level})
+    if not any(sets):
+        return [(level, ())]
+    return [(level, s) for s in sets]
+
+
+def _reserved(dim: Dim, attr: str, hetero: bool) -> str:
+    """The key of reserved ``attr`` (``ptr``, ``batch``, a mask) of one size dim."""
+    store = dim[1]
+    if hetero or not store:
+        return key_of(store, attr)
+    return set_key(store[0], attr)
+
+
+def _edge_counts(flat: Mapping[str, Tensor], dim: Dim, g: int, specs: Mapping[str, Field],
+                 hetero: bool) -> Tensor:
+    """Real edges of every real graph of one edge dim (from its source nodes' graphs):
+    of a hetero edge store, the store's own edges, or an edge set of its own (named
+    by its index key, which points into a node set: ``Field.nodes``)."""
+    st = dim[1]
+    e_real = int(flat[_reserved(dim, EDGE_MASK, hetero)].sum())
+    if hetero or not st:
+        index, src_dim = key_of(st, "edge_index"), ("node", st[:1])
+    else:
+        index = st[0]
+        src_dim = inc_dims(specs[index])[0] if index in specs else ("node", ())
+    ei = flat.get(index)
     if ei is None:
         if e_real:
-            raise ValueError("unpad_batch: cannot split edges without edge_index")
+            raise ValueError(f"unpad_batch: cannot split edges without {index!r}")
         return torch.zeros(g, dtype=torch.long)
     if not e_real:
         return torch.zeros(g, dtype=torch.long)
-    src_store = st[:1]
-    src = ei[0, :e_real].long()
-    return torch.bincount(flat[key_of(src_store, BATCH)].long()[src], minlength=g)[:g]
+    src = ei.reshape(-1, ei.shape[-1])[0, :e_real].long()
+    batch = flat[_reserved(src_dim, BATCH, hetero)].long()
+    return torch.bincount(batch[src], minlength=g)[:g]
 
 
 def _guess_field(k: str, v: Tensor, flat: Mapping[str, Tensor], levels: Mapping[str, str],
@@ -136,14 +185,14 @@ def _split(f: Field, v: Tensor, g: int, G: int, n_i, n_off, e_i) -> List[Tensor]
     if f.level == "graph":
         cnt = torch.full((g,), vv.shape[0] // G, dtype=torch.long)
     elif f.level == "node":
-        cnt = n_i[f.store]
+        cnt = n_i[dim_of(f)]
     else:
-        cnt = e_i[f.store]
+        cnt = e_i[dim_of(f)]
     m = int(cnt.sum())
     out = []
     for j, p in enumerate(torch.split(vv[:m], cnt.tolist()) if g else []):
         if f.inc == "nodes":
-            (_, src), (_, dst) = inc_dims(f)
+            src, dst = inc_dims(f)
             sub = n_off[src][j] if src == dst else torch.stack([n_off[src][j], n_off[dst][j]])
             p = p - sub.to(p.dtype)
         # (custom increments cannot be undone from the flat dict alone)
@@ -155,19 +204,20 @@ def _split(f: Field, v: Tensor, g: int, G: int, n_i, n_off, e_i) -> List[Tensor]
     return out
 
 
-def _build(parts: Mapping[Field, List[Tensor]], j: int, hetero: bool, node_stores,
+def _build(parts: Mapping[Field, List[Tensor]], j: int, hetero: bool, node_dims,
            n_i, specs: Mapping[str, Field]) -> Any:
     """Real graph ``j`` as a ``Data`` / ``HeteroData``."""
     from torch_geometric.data import Data, HeteroData
 
     if hetero:
         h = HeteroData()
-        for st in node_stores:
-            h[st[0]].num_nodes = int(n_i[st][j])
+        for dim in node_dims:
+            h[dim[1][0]].num_nodes = int(n_i[dim][j])
         for f, ps in parts.items():
             (h[f.store if len(f.store) == 3 else f.store[0]] if f.store else h)[f.attr] = ps[j]
         return h
     d = Data(**{f.attr: ps[j] for f, ps in parts.items()})
-    if not any((f.key in specs and f.level == "node") or f.attr == "x" for f in parts):
-        d.num_nodes = int(n_i[()][j])
+    own = ("node", ())
+    if own in n_i and not any((f.key in specs and dim_of(f) == own) or f.attr == "x" for f in parts):
+        d.num_nodes = int(n_i[own][j])
     return d
