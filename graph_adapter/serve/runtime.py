@@ -98,9 +98,11 @@ class _Onnx:
             if not contract.onnx_rung_input:
                 raise ArtifactError(f"{path}: an ONNX contract with rungs but no "
                                     f"onnx_rung_input; re-export it with graph_adapter.export")
+            # the rung of the top-level budget (export writes the largest rung's there)
             top = max(range(len(contract.rungs)), key=lambda i: (
-                contract.rungs[i].nodes, contract.rungs[i].edges, contract.rungs[i].graphs)
-                == (contract.nodes, contract.edges, contract.graphs))
+                (contract.rungs[i].nodes, contract.rungs[i].edges, contract.rungs[i].graphs)
+                == (contract.nodes, contract.edges, contract.graphs),
+                contract.rungs[i].nodes + contract.rungs[i].edges))
             self.rung_index = {r.program: np.array(i, dtype=np.int64)
                                for i, r in enumerate(contract.rungs)}
             self.rung_index[None] = self.rung_index[contract.rungs[top].program]

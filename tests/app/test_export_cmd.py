@@ -32,6 +32,12 @@ FACTORY = textwrap.dedent("""
         return ipu_wrap(build_model("gin", hidden=8, layers=1)).eval(), \\
             FixedSizeLoader(gs, Budget.fit(gs, 4))
 
+    MODEL = build_model("gin", hidden=8, layers=1).eval()  # one set of weights per import
+
+    def ladder():
+        gs = graphs()
+        return ipu_wrap(MODEL), FixedSizeLoader(gs, Budget.fit(gs, 4))
+
     class Scalar(nn.Module):
         def forward(self, x, edge_index):
             return x.float().sum() + edge_index.sum()
@@ -69,3 +75,69 @@ def test_export_failures_have_exit_codes(here, capsys):
     assert main(["export", "fac:scalar", "s.onnx"]) == 1
     assert "export failed: output 'output'" in capsys.readouterr().err
     assert not (here / "s.onnx").exists()
+
+
+def test_export_ladder_writes_rungs_that_serve_a_graph_over_the_bulk(here, capsys):
+    """``--ladder --max-nodes/--max-edges`` (onnx: one model, an If branch a rung): a graph
+    larger than any the factory's data holds is served by the top rung."""
+    assert main(["export", "fac:ladder", "l.onnx", "--ladder", "--max-nodes", "20",
+                 "--max-edges", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "rungs (one program each): nodes=" in out and "20 nodes and 40 edges" in out
+    import torch
+    from torch_geometric.data import Batch, Data
+
+    import fac
+
+    p = serve.load(str(here / "l.onnx"), threads=1)
+    assert len(p.contract.rungs) == 2  # 1 graph a call (12 graphs: no 16), the top rung
+    small = fac.graphs()
+    big = small[3]  # 6 nodes, 12 edges, three times: 18 nodes, 36 edges
+    g = Data(x=big.x.repeat(3, 1), edge_index=torch.cat([big.edge_index + 6 * k
+                                                         for k in range(3)], 1),
+             edge_attr=big.edge_attr.repeat(3, 1))
+    request = small[:3] + [g] + small[3:5]
+    preds = p.predict(request)
+    assert p.rung_calls[p.contract.rungs[1].program] == 1  # the big graph, alone
+    fac.MODEL.eval()  # export restores the wrapper's mode (training), the model's with it
+    with torch.no_grad():
+        want = [fac.MODEL(b.x, b.edge_index, b.edge_attr, b.batch)
+                for b in (Batch.from_data_list([d]) for d in request)]
+    assert len(preds) == len(request)
+    for got, w in zip(preds, want):
+        torch.testing.assert_close(torch.as_tensor(got).reshape(w.shape), w, atol=1e-4, rtol=1e-4)
+
+
+def test_export_ladder_flags_are_checked_before_the_model_loads(here, capsys):
+    assert main(["export", "fac:make", "m.onnx", "--max-nodes", "30"]) == 2
+    assert "add --ladder" in capsys.readouterr().err
+    assert main(["export", "fac:make", "m.pt2", "--ladder", "--max-edges", "0"]) == 2
+    assert "--max-edges 0" in capsys.readouterr().err
+    assert not (here / "m.onnx").exists() and not (here / "m.pt2").exists()
+
+
+def test_export_ladder_flags_reach_export_for_pt2(here, capsys, monkeypatch):
+    """pt2 (an AOTInductor compile a rung, not run here): the flags become
+    ``export(..., ladder=True, max_nodes=, max_edges=)`` and the rungs are printed."""
+    from graph_adapter.app import export_cmd
+    from graph_adapter.serve import Contract, OutputField, Rung
+
+    seen = {}
+
+    def fake_export(wrapped, source, path, format, example=None, **kw):
+        seen.update(kw, format=format)
+        open(path, "wb").close()
+        return Contract("pt2", 82, 150, 2, (), (OutputField("output", "graph", "float32", (2, 1)),),
+                        verified_max_abs_diff=0.0, threads=1,
+                        rungs=(Rung(8, 12, 2, "rung0"), Rung(82, 150, 2, "model")))
+
+    monkeypatch.setattr(export_cmd, "export", fake_export)
+    assert main(["export", "fac:make", "m.pt2", "--ladder", "--max-nodes", "80",
+                 "--max-edges", "150", "--threads", "1"]) == 0
+    assert seen == {"format": "pt2", "ladder": True, "max_nodes": 80, "max_edges": 150,
+                    "threads": 1}
+    out = capsys.readouterr().out
+    assert "rungs (one program each): nodes=8 edges=12 graphs=2; nodes=82 edges=150" in out
+    seen.clear()
+    assert main(["export", "fac:make", "m.pt2", "--ladder"]) == 0
+    assert seen["ladder"] is True and seen["max_nodes"] is None and seen["max_edges"] is None
