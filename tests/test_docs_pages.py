@@ -102,18 +102,21 @@ def test_page_length(page):
 
 @pytest.mark.parametrize("page", user_pages() + ["README.md"])
 def test_no_commit_hash(page):
-    assert [f"{page}:{n}: {t}" for n, t in commit_hashes(_lines(page))] == []
+    found = [f"{page}:{n}: {t}" for n, t in commit_hashes(_lines(page))]
+    assert not found, "commit hashes in a user page:\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize("page", user_pages() + ["README.md"])
 def test_no_tracker_word(page):
-    assert [f"{page}:{n}: {w}" for n, w in tracker_words(_lines(page))] == []
+    found = [f"{page}:{n}: {w}" for n, w in tracker_words(_lines(page))]
+    assert not found, "the tracker's word in a user page:\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize("page", user_pages())
 def test_no_load_figures(page):
-    found = load_figures(_lines(page), machine_lines_allowed=page == BENCHMARKS)
-    assert [f"{page}:{n}: {t}" for n, t in found] == []
+    found = [f"{page}:{n}: {t}" for n, t in
+             load_figures(_lines(page), machine_lines_allowed=page == BENCHMARKS)]
+    assert not found, "load figures in a user page:\n" + "\n".join(found)
 
 
 def test_readme_length():
