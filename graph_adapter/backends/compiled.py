@@ -9,6 +9,7 @@ registered at the end of this module.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Tuple, Union
 
 import torch
@@ -18,14 +19,21 @@ from .. import ipu
 from ..nn import static
 from ..format import DIAGNOSED, BoundsPlan, bounds_plan, check_before_call, named_error
 from .engines import (CudaGraphEngine, DynamoEngine, EagerEngine, EngineSettings, ExportEngine,
-                      PerModeEngine, precompile_refusal, generates_code, precompile_refused,
-                      traces)
+                      PerModeEngine, precompile_refusal, generates_code, has_rnn,
+                      precompile_refused, traces)
+from .background import BackgroundEngine, BackgroundStats, background_refusal
 from .program import CompiledHost, Signature, per_micro_batch, save_program, signature_of
 from .ddp import CompiledDDP, is_ddp
 from .registry import Backend, add_backend, backend_entry, backend_names, device_of
 from .select import Measure, Selected, measure_settings
 
-__all__ = ["CompiledModel", "Compiled", "compile", "register_backend", "BACKENDS"]
+__all__ = ["CompiledModel", "Compiled", "compile", "register_backend", "BACKENDS",
+           "BACKGROUND_DEFAULT"]
+
+#: ``compile(background=None)``: whether the in-process backends that can compile in
+#: the background (``"inductor"`` on the CPU, ``"aot_eager"``) do so by default
+#: (``GRAPH_ADAPTER_BACKGROUND=1`` / ``0`` in the environment at import overrides it)
+BACKGROUND_DEFAULT = os.environ.get("GRAPH_ADAPTER_BACKGROUND", "0") == "1"
 
 
 class CompiledModel(Protocol):
@@ -56,8 +64,11 @@ class Compiled(CompiledHost):
     Attributes:
         wrapped: the ``ipu_wrap``-ped module (parameters are shared).
         backend: the backend name.
-        compile_count: compiles so far (see :mod:`graph_adapter.backends`).
+        compile_count: compiles so far (see :mod:`graph_adapter.backends`);
+            with ``background=True``, the children's compiles included.
         signatures: the admitted input signatures.
+        stats: with ``background=True``, a :class:`BackgroundStats` (how many calls
+            ran eagerly, when each mode switched); else ``None``.
     """
 
     steps_optimizer = False
@@ -65,7 +76,7 @@ class Compiled(CompiledHost):
     def __init__(self, wrapped: nn.Module, backend: str, allow_new_shapes: bool = False,
                  options: Optional[Dict[str, Any]] = None, strict: bool = False,
                  index_add_fallback: Optional[bool] = None, check_bounds: Optional[bool] = None,
-                 precompile: Optional[bool] = None):
+                 precompile: Optional[bool] = None, background: Optional[bool] = None):
         entry = backend_entry(backend, device_of(wrapped))
         if entry.engine is None:
             raise ValueError(f"backend {backend!r} does not run in this process; use compile()")
@@ -79,12 +90,57 @@ class Compiled(CompiledHost):
                                and issubclass(entry.engine, DynamoEngine)):
             raise precompile_refused(entry.name, precompile_refusal(
                 entry.name, wrapped, False, entry.engine))
+        background = self._background(entry, wrapped, background, precompile)
+        if background and entry.name == "inductor":
+            precompile = True  # the child hands its compile over as a precompiled entry
         self._engine = entry.engine(wrapped, EngineSettings(entry.name, options, strict,
                                                              index_add_fallback, precompile))
+        if background:
+            self._engine = BackgroundEngine(wrapped, self._engine)
         self.check_bounds = check_bounds
         self._bounds: Dict[Signature, BoundsPlan] = {}  # per signature; empty: not checked
 
+    @staticmethod
+    def _background(entry: Backend, wrapped: nn.Module, background: Optional[bool],
+                    precompile: Optional[bool]) -> bool:
+        """Whether this model compiles in the background (``background=None``: by
+        :data:`BACKGROUND_DEFAULT`, where the backend and model allow it)."""
+        want = BACKGROUND_DEFAULT if background is None else background
+        if not want:
+            return False
+        dynamo = entry.engine is DynamoEngine
+        why = background_refusal(entry.name, device_of(wrapped), precompile_refusal(
+            entry.name, wrapped, has_rnn(wrapped), entry.engine) if dynamo else "")
+        if why and background:
+            raise ValueError(f"compile({entry.name!r}, background=True): {why}; pass "
+                             f"background=False (the first call compiles in this process)")
+        if not why and precompile is False and entry.name == "inductor":
+            if background:
+                raise ValueError("compile('inductor', background=True, precompile=False): the "
+                                 "background compile hands its program over as a precompiled "
+                                 "entry; drop precompile=False or pass background=False")
+            return False
+        return not why
+
     # ---- the compiled-model interface ------------------------------------
+    @property
+    def stats(self) -> Optional[BackgroundStats]:
+        """With ``background=True``: how many calls ran eagerly and when each mode
+        switched to its compiled program (:class:`BackgroundStats`); else ``None``."""
+        return self._engine.stats if isinstance(self._engine, BackgroundEngine) else None
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """With ``background=True``: block until no background compile runs or waits
+        (at most ``timeout`` seconds); whether none does. Without: ``True``."""
+        if isinstance(self._engine, BackgroundEngine):
+            return self._engine.wait(timeout)
+        return True
+
+    def close(self) -> None:
+        """Stop a running background compile (its mode stays eager); else nothing."""
+        if isinstance(self._engine, BackgroundEngine):
+            self._engine.close()
+
     @property
     def compile_count(self) -> int:
         return self._engine.compile_count
@@ -120,6 +176,9 @@ class Compiled(CompiledHost):
         begin = getattr(self._engine, "begin_call", None)  # engines that need a step mark
         if begin is not None:
             begin()
+        before = getattr(self._engine, "before_call", None)  # background: eager or compiled
+        if before is not None:
+            before(flat, key)
         try:
             return per_micro_batch(lambda mb: self._engine.run(mb, key), flat)
         except DIAGNOSED as exc:
@@ -172,7 +231,7 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             strict: bool = False, index_add_fallback: Optional[bool] = None,
             check_bounds: Optional[bool] = None,
             select: Union[None, str, Measure] = None, precompile: Optional[bool] = None,
-            **kwargs: Any) -> Any:
+            background: Optional[bool] = None, **kwargs: Any) -> Any:
     """Compile an ``ipu_wrap``-ped model for fixed-size batches.
 
     Args:
@@ -225,6 +284,20 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             raises ``ValueError``. Opt-in: torch marks the API experimental, and
             a loaded entry does not see a function of the model replaced at run
             time (:mod:`graph_adapter.backends.inductor.precompile`).
+        background: ``"inductor"`` on the CPU (and ``"aot_eager"``): run each new
+            (budget, mode) eagerly, through the wrapped module itself (on the real
+            rows only with ``ipu_wrap(trim=True)``), while a forked child process
+            compiles it and saves a precompiled entry; the first call after the
+            child is done loads that entry (about a second) and the calls after
+            it run compiled. The model, the optimizer state and the buffers are
+            the same objects throughout. ``.stats`` says how many calls ran
+            eagerly and when each mode switched, ``.wait()`` blocks until the
+            compiles are done, ``.close()`` stops them. A child that fails
+            leaves its mode eager and warns once with the reason.
+            ``None`` (default): :data:`BACKGROUND_DEFAULT` where the backend
+            and model allow it; ``True`` elsewhere raises ``ValueError``
+            naming why (a GPU model, an IPU backend: poptorch compiles before
+            its first step). :mod:`graph_adapter.backends.background`.
         kwargs: backend-specific (see :func:`graph_adapter.ipu.compile_ipu`);
             the in-process backends take none.
 
@@ -242,7 +315,7 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
         inner = compile(wrapped.module, backend, allow_new_shapes=allow_new_shapes,
                         options=options, optimizer=optimizer, strict=strict,
                         index_add_fallback=index_add_fallback, check_bounds=check_bounds,
-                        precompile=precompile, **kwargs)
+                        precompile=precompile, background=background, **kwargs)
         if getattr(inner, "steps_optimizer", False):
             raise ValueError(f"compile(DistributedDataParallel(...), {backend!r}): that backend "
                              f"runs its own step; DDP needs one the caller steps (inductor, "
@@ -251,6 +324,8 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
     entry = backend_entry(backend, device_of(wrapped))
     if precompile is not None:
         kwargs["precompile"] = precompile
+    if background is not None:
+        kwargs["background"] = background
     if select is not None:
         measure = measure_settings(select)
         if entry.engine is None:
@@ -270,24 +345,28 @@ def _build_compiled(wrapped: nn.Module, name: str, *, allow_new_shapes: bool = F
                     options: Optional[Dict[str, Any]] = None, optimizer: Any = None,
                     strict: bool = False, index_add_fallback: Optional[bool] = None,
                     check_bounds: Optional[bool] = None, precompile: Optional[bool] = None,
-                    **kwargs: Any) -> Compiled:
+                    background: Optional[bool] = None, **kwargs: Any) -> Compiled:
     """The build of every engine backend (``optimizer`` unused: the caller steps it)."""
     if kwargs:
         raise TypeError(f"unexpected keyword arguments for backend {name!r}: {sorted(kwargs)}")
     return Compiled(wrapped, name, allow_new_shapes=allow_new_shapes, options=options,
                     strict=strict, index_add_fallback=index_add_fallback,
-                    check_bounds=check_bounds, precompile=precompile)
+                    check_bounds=check_bounds, precompile=precompile, background=background)
 
 
 def _build_ipu(wrapped: nn.Module, name: str, *, allow_new_shapes: bool = False,
                options: Any = None, optimizer: Any = None, strict: bool = False,
                index_add_fallback: Optional[bool] = None, check_bounds: Optional[bool] = None,
-               precompile: Optional[bool] = None, **kwargs: Any) -> Any:
+               precompile: Optional[bool] = None, background: Optional[bool] = None,
+               **kwargs: Any) -> Any:
     """The build of the IPU backends (``strict`` and ``index_add_fallback`` do not
     apply; ``check_bounds`` goes to the poptorch runner, which checks host batches)."""
     if precompile:
         raise precompile_refused(name, f"precompiled entries serve backend 'inductor' only, "
                                        f"not {name!r}")
+    if background:
+        raise ValueError(f"compile({name!r}, background=True): poptorch compiles its program "
+                         f"before the first step, by design; pass background=False")
     if check_bounds is not None:
         kwargs["check_bounds"] = check_bounds
     if allow_new_shapes:

@@ -52,7 +52,8 @@ from .registry import device_of, get_backend
 from .program import Signature
 
 __all__ = ["EngineSettings", "DynamoEngine", "CudaGraphEngine", "EagerEngine", "ExportEngine",
-           "PerModeEngine", "traces", "generates_code", "has_rnn", "rnn_settings"]
+           "PerModeEngine", "traces", "generates_code", "has_rnn", "rnn_settings",
+           "compile_in_this_process"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +122,15 @@ def _own_entry(wrapped: nn.Module) -> Callable[[Mapping[str, Tensor]], Dict[str,
 
     entry.__code__ = entry.__code__.replace(co_name=f"graph_adapter_entry_{next(_entries)}")
     return entry
+
+
+def compile_in_this_process() -> None:
+    """Inductor compiles in this process from now on, without its pool of compile
+    workers: a forked child (a background compile) inherits its parent's pool, whose
+    pipes belong to the parent."""
+    from torch._inductor import config
+
+    config.compile_threads = 1
 
 
 def has_rnn(module: nn.Module) -> bool:
@@ -216,6 +226,19 @@ class DynamoEngine:
             if fn is not None:
                 return fn.fn(flat)
         return self._fn(flat)
+
+    def warm(self, flat: Dict[str, Tensor]) -> bool:
+        """Compile this call without running inductor's code for it (the child of a
+        background compile, :mod:`~graph_adapter.backends.background`); whether a
+        precompiled entry for it is on disk now. With precompiled entries: load or
+        build and save the call's entry; without (``"aot_eager"``, which generates
+        no code): run the call once."""
+        if self._pre is None:
+            self._fn(flat)
+            return False
+        before = _precompile.COUNTS["saved"] + _precompile.COUNTS["loaded"]
+        self._load_or_build(flat)
+        return _precompile.COUNTS["saved"] + _precompile.COUNTS["loaded"] > before
 
     def _precompiled(self, flat: Dict[str, Tensor], key: Any) -> Any:
         """The precompiled entry for this call whose guards pass, or ``None`` (then the

@@ -1,0 +1,465 @@
+"""``compile(..., background=True)``: eager steps while a child process compiles.
+
+A first inductor compile of a GNN step takes 20-35 s on a 2-core CPU, which
+plain PyG never pays. With ``background=True``, :class:`~graph_adapter.backends.compiled.Compiled`
+runs each new (signature, mode, grad mode) through the wrapped module itself,
+eagerly (on the real rows only where ``ipu_wrap(trim=True)``), and forks a
+child process that compiles that call and saves it as a precompiled entry
+(:mod:`graph_adapter.backends.inductor.precompile`) beside inductor's caches.
+Once the child is done, the next call of that key loads the entry (no trace:
+about a second) and every call after it runs compiled. The switch is at a call
+boundary and the compiled program reads the same parameters and buffers, so
+the optimizer, its state and BatchNorm's running statistics carry over.
+
+Why a forked child and not a thread: the wrapper's eager calls and a trace
+share process state (the static-size frames of :mod:`graph_adapter.nn.static`,
+the trim plans, the gradients set aside while an entry is saved), and Dynamo
+holds the GIL for most of a compile, so a thread would stall the eager steps it
+is meant to spare. A fork sees the model, the batch and a notebook's own
+classes as they are (nothing is pickled) and leaves nothing behind here.
+
+The child takes one core: while it runs, this process's torch runs on one
+thread fewer (``torch.set_num_threads(n - 1)``; ``n`` again once no child
+runs), so that the eager steps and the compile do not fight over the cores
+(OpenMP threads that wait for work spin, and on 2 cores they starve a compile
+that shares their core: an ``"aot_eager"`` compile of 1.5 s took 25 s beside
+2-thread eager steps at a lower priority). Where torch already runs on one
+thread, the child lowers its priority instead (``nice`` 10). The child:
+
+* runs torch on one thread: the CPU build's OpenMP runtime (libgomp) has no
+  fork handler, and a forked child that enters a parallel region waits for the
+  parent's pool threads, which do not exist in it (a matmul hangs). The
+  compile is told the parent's thread count (``torch.get_num_threads``, which
+  inductor bakes into its CPU code and its cache key, and the entry's key
+  records), and the child never runs the code it generates;
+* compiles in its own process (``compile_threads=1``: it must not share the
+  parent's pool of compile workers, whose pipes it inherited);
+* ends with ``os._exit`` (the parent's ``atexit`` handlers do not run twice).
+
+The switch is checked, not assumed: the time from one call of a key to its
+next (the whole step: forward, backward, optimizer, the next batch) is
+measured on both sides of it (the eager side again once the child is done,
+on this process's own thread count, over :data:`MEASURED_STEPS` steps before
+the switch), and where the median of :data:`MEASURED_STEPS`
+compiled steps is slower than the eager steps' median by more than
+:data:`SLOWER_BY`, the key goes back to eager for good (``state`` ``"eager"``,
+``why`` gives both figures): a compiled program that loses to the eager module
+on this machine is not kept for the sake of it.
+
+One child at a time (on 2 cores two compiles only slow each other down); later
+keys wait their turn in order. A child that fails leaves its key eager and warns
+once, with the child's error. A child still running after ``timeout`` seconds
+is killed (its key stays eager). At the interpreter's exit a running child is
+waited for up to :data:`EXIT_WAIT` seconds (a line on stderr says so) and then
+killed; entries are written atomically, so a killed child leaves none, never
+half of one.
+
+``"inductor"`` on the CPU only (forking a process that holds a CUDA context is
+not supported by CUDA); ``"aot_eager"`` runs the same machinery (its child
+traces and checks the call; nothing it makes outlives it, so the parent
+compiles at the switch): the cheap way to test it.
+"""
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import multiprocessing
+import multiprocessing.util  # its exit handler first: see the atexit line at the end
+import os
+import sys
+import time
+import traceback
+import warnings
+from typing import Any, Dict, List, Mapping, Optional
+
+import torch
+from torch import Tensor, nn
+
+from .engines import compile_in_this_process
+
+__all__ = ["BackgroundEngine", "BackgroundStats", "EXIT_WAIT", "DEFAULT_TIMEOUT",
+           "background_refusal"]
+
+#: seconds the interpreter's exit waits for a running background compile to write
+#: its entry before it is killed (``GRAPH_ADAPTER_BACKGROUND_EXIT_WAIT``)
+EXIT_WAIT = float(os.environ.get("GRAPH_ADAPTER_BACKGROUND_EXIT_WAIT", "120"))
+#: seconds a background compile may take before it is killed (its key stays eager)
+DEFAULT_TIMEOUT = 900.0
+#: compiled steps timed after a switch (after the first, which loads the entry)
+MEASURED_STEPS = 8
+#: a switch is undone when the compiled steps' median is slower than the eager ones' by this
+SLOWER_BY = 0.05
+
+_LIVE: List["_Child"] = []  # every running child of this process (for the exit wait)
+
+
+def background_refusal(backend: str, device: torch.device, precompile_why_not: str) -> str:
+    """Why ``background=True`` cannot serve this backend and model (``""``: it can)."""
+    if backend not in ("inductor", "aot_eager"):
+        return f"background compiles serve backends 'inductor' and 'aot_eager', not {backend!r}"
+    if device.type != "cpu":
+        return (f"background compiles run in a forked child process, and a process holding a "
+                f"{device.type} context cannot be forked; the model is on {device}")
+    if backend == "inductor" and precompile_why_not:
+        return f"the child hands its compile over as a precompiled entry, and {precompile_why_not}"
+    return ""
+
+
+@dataclasses.dataclass
+class BackgroundStats:
+    """What ``compile(..., background=True)`` did so far (``Compiled.stats``).
+
+    Attributes:
+        eager_calls: calls that ran the wrapped module eagerly (a key not compiled yet).
+        compiled_calls: calls that ran the compiled program.
+        keys: one entry a (signature, mode, grad mode) seen, in order of first call:
+            ``mode`` (``"train"`` / ``"eval"``, ``"+no_grad"``), ``state``
+            (``"waiting"``, ``"compiling"``, ``"ready"``: compiled, the eager steps
+            timed once more before the switch, ``"compiled"``, ``"eager"``), ``why``
+            (why it stays eager: the child's error, a timeout), ``eager_calls``
+            before the switch, ``switched_at`` (this object's call number of the
+            first compiled call, from 0; ``None`` before), ``compile_s`` (the
+            child's wall time), ``switch_s`` (the first compiled call: the entry's
+            load and the run), ``saved`` (the child wrote a precompiled entry),
+            ``eager_step_s`` / ``compiled_step_s`` (median step times either
+            side of the switch, from one call of the key to its next), ``pid``
+            (the compile's process, once started).
+    """
+
+    eager_calls: int = 0
+    compiled_calls: int = 0
+    keys: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line for people: how many calls ran eagerly and when each key switched."""
+        parts = []
+        for k in self.keys:
+            if k["state"] == "compiled":
+                parts.append(f"{k['mode']}: {k['eager_calls']} eager calls, compiled in "
+                             f"{k['compile_s']:.1f} s in the background, switched at call "
+                             f"{k['switched_at']} ({k['switch_s']:.2f} s)")
+            else:
+                why = f" ({k['why']})" if k.get("why") else ""
+                parts.append(f"{k['mode']}: {k['state']}{why}, {k['eager_calls']} eager calls")
+        return "; ".join(parts) or "no calls yet"
+
+
+@dataclasses.dataclass
+class _Key:
+    """One (signature, mode, grad mode) and its compile's progress."""
+
+    info: Dict[str, Any]
+    example: Optional[Dict[str, Tensor]] = None  # a batch to compile with (until it starts)
+    child: Optional["_Child"] = None
+    last: Optional[float] = None  # when the key's previous call began
+    last_compiled = False  # whether it ran compiled
+    eager_steps: List[float] = dataclasses.field(default_factory=list)  # the last few
+    compiled_steps: List[float] = dataclasses.field(default_factory=list)
+
+    def step_ended(self, now: float) -> None:
+        """A call began: time the step that ended (from the key's previous call) on the
+        side it ran."""
+        if self.last is not None:
+            (self.compiled_steps if self.last_compiled else self.eager_steps).append(now - self.last)
+            del self.eager_steps[:-2 * MEASURED_STEPS]
+            del self.compiled_steps[2 * MEASURED_STEPS:]  # only the first few are judged
+        self.last = now
+
+
+class _Child:
+    """One forked compile: the process and the read end of its report pipe."""
+
+    def __init__(self, process: Any, conn: Any, started: float):
+        self.process, self.conn, self.started = process, conn, started
+
+    def report(self) -> Optional[Dict[str, Any]]:
+        """The child's JSON report once it ended (``None`` while it runs)."""
+        if self.process.is_alive():
+            return None
+        self.process.join()
+        doc = None
+        try:
+            if self.conn.poll():
+                doc = json.loads(self.conn.recv())
+        except (EOFError, OSError, ValueError):
+            doc = None
+        self.conn.close()
+        if doc is None:
+            doc = {"ok": False, "error": f"the compile process ended with exit code "
+                                         f"{self.process.exitcode} and no report"}
+        return doc
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.conn.close()
+
+
+def _mode_name(key: Any, grad: bool) -> str:
+    return ("train" if key[1] else "eval") + ("" if grad else "+no_grad")
+
+
+class _Threads:
+    """This process's torch threads, one fewer while any child compiles (module doc)."""
+
+    children = 0
+    saved = 0
+
+    @classmethod
+    def child_started(cls) -> int:
+        """Note a child; the thread count its compile is for (this process's own)."""
+        if cls.children == 0:
+            cls.saved = torch.get_num_threads()
+            if cls.saved > 1:
+                torch.set_num_threads(cls.saved - 1)
+        cls.children += 1
+        return cls.saved
+
+    @classmethod
+    def child_ended(cls) -> None:
+        cls.children -= 1
+        if cls.children == 0 and cls.saved > 1:
+            torch.set_num_threads(cls.saved)
+
+
+def _run_child(inner: Any, flat: Dict[str, Tensor], grad: bool, threads: int,
+               conn: Any) -> None:
+    """The child's whole life (see the module doc): compile, report as JSON, exit."""
+    t0 = time.perf_counter()
+    try:
+        if threads == 1:  # no core given up for it: the eager steps go first
+            try:
+                os.nice(10)
+            except OSError:  # not allowed here: compile at the same priority
+                pass
+        torch.set_num_threads(1)
+        torch.get_num_threads = lambda: threads  # what the parent's code will run on
+        compile_in_this_process()
+        with torch.set_grad_enabled(grad):
+            saved = inner.warm(flat)
+        doc = {"ok": True, "saved": bool(saved), "compiles": inner.compile_count,
+               "seconds": time.perf_counter() - t0}
+    except BaseException as exc:  # everything goes back to the parent as text
+        doc = {"ok": False, "seconds": time.perf_counter() - t0,
+               "error": f"{type(exc).__name__}: {exc}".strip()[:2000],
+               "traceback": traceback.format_exc()[-4000:]}
+    try:
+        conn.send(json.dumps(doc))
+        conn.close()
+    finally:
+        os._exit(0)
+
+
+class BackgroundEngine:
+    """Eager calls until a forked child has compiled a key, then the compiled ones.
+
+    Wraps a :class:`~graph_adapter.backends.engines.DynamoEngine` (``inner``)
+    that loads the child's precompiled entry at the switch.
+    :class:`~graph_adapter.backends.compiled.Compiled` calls :meth:`before_call`
+    once a call (it picks eager or compiled for the whole call, every
+    micro-batch alike) and :meth:`run` once a micro-batch.
+    """
+
+    def __init__(self, wrapped: nn.Module, inner: Any, *, timeout: float = DEFAULT_TIMEOUT):
+        self._wrapped, self._inner, self._timeout = wrapped, inner, timeout
+        self._keys: Dict[Any, _Key] = {}
+        self._order: List[Any] = []  # keys in order of first call (the waiting line)
+        self._calls = 0
+        self._child_compiles = 0
+        self._compiled_now = False
+        self._stats = BackgroundStats()
+
+    # ---- what Compiled reads -----------------------------------------------
+    @property
+    def compile_count(self) -> int:
+        """Graphs compiled for this model: in the children and in this process."""
+        return self._inner.compile_count + self._child_compiles
+
+    @property
+    def runs_generated_code(self) -> bool:
+        return self._inner.runs_generated_code
+
+    @property
+    def atomic_adds(self) -> Optional[bool]:
+        return self._inner.atomic_adds
+
+    @property
+    def stats(self) -> BackgroundStats:
+        self.poll()
+        return self._stats
+
+    # ---- one call ------------------------------------------------------------
+    def before_call(self, flat: Mapping[str, Tensor], key: Any) -> None:
+        """Pick eager or compiled for this call; start or queue the key's compile."""
+        self.poll()
+        ck = (key, torch.is_grad_enabled())
+        k = self._keys.get(ck)
+        if k is None:
+            info = {"mode": _mode_name(key, ck[1]), "state": "waiting", "why": None,
+                    "eager_calls": 0, "switched_at": None, "compile_s": None,
+                    "switch_s": None, "saved": False, "eager_step_s": None,
+                    "compiled_step_s": None, "pid": None}
+            # a copy: the loader may hand out the same buffers again, changed
+            k = self._keys[ck] = _Key(info, {n: v.detach().clone() for n, v in flat.items()})
+            self._order.append(ck)
+            self._stats.keys.append(info)
+            self._start_next()
+        k.step_ended(time.perf_counter())
+        self._judge(k)
+        self._compiled_now = k.last_compiled = k.info["state"] == "compiled"
+        if self._compiled_now:
+            self._stats.compiled_calls += 1
+        else:
+            self._stats.eager_calls += 1
+            k.info["eager_calls"] += 1
+        self._ck, self._calls = ck, self._calls + 1
+
+    def _judge(self, k: _Key) -> None:
+        """Undo a switch whose compiled steps are slower than the eager ones (module doc)."""
+        if k.info["state"] == "ready" and len(k.eager_steps) >= MEASURED_STEPS:
+            k.info["state"] = "compiled"  # the eager side is timed: switch
+        steps = k.compiled_steps[1:]  # the first ends the call that loaded the entry
+        if k.info["state"] != "compiled" or k.info["compiled_step_s"] is not None \
+                or len(steps) < MEASURED_STEPS or not k.eager_steps:
+            return
+        eager, compiled = _median(k.eager_steps[-MEASURED_STEPS:]), _median(steps[:MEASURED_STEPS])
+        k.info["eager_step_s"], k.info["compiled_step_s"] = eager, compiled
+        k.compiled_steps = []
+        if compiled > eager * (1 + SLOWER_BY):
+            k.info["state"] = "eager"
+            k.info["why"] = (f"its compiled steps took {compiled * 1e3:.2f} ms (median of "
+                             f"{MEASURED_STEPS}), the eager ones {eager * 1e3:.2f} ms")
+
+    def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
+        if self._compiled_now:
+            k = self._keys[self._ck]
+            if k.info["switched_at"] is None:  # the first compiled call: the switch
+                t0 = time.perf_counter()
+                out = self._inner.run(flat, key)
+                k.info["switch_s"], k.info["switched_at"] = time.perf_counter() - t0, self._calls - 1
+                return out
+            return self._inner.run(flat, key)
+        return self._wrapped(flat)
+
+    # ---- the children ---------------------------------------------------------
+    def poll(self) -> None:
+        """Collect a finished child (and start the next waiting key); kill one past its time."""
+        for ck in self._order:
+            k = self._keys[ck]
+            if k.child is None:
+                continue
+            doc = k.child.report()
+            if doc is None:
+                if time.perf_counter() - k.child.started > self._timeout:
+                    k.child.kill()
+                    doc = {"ok": False, "error": f"no compile after {self._timeout:.0f} s "
+                                                 f"(the process was stopped)"}
+                else:
+                    continue
+            self._finish(k, doc)
+        self._start_next()
+
+    def _finish(self, k: _Key, doc: Dict[str, Any]) -> None:
+        _forget(k.child)
+        k.child = None
+        k.info["compile_s"] = doc.get("seconds")
+        if doc.get("ok"):
+            self._child_compiles += int(doc.get("compiles", 0))
+            k.info["state"], k.info["saved"] = "ready", bool(doc.get("saved"))
+            k.eager_steps, k.last = [], None  # timed again, on this process's thread count
+            return
+        k.info["state"], k.info["why"] = "eager", doc.get("error")
+        warnings.warn(f"graph_adapter.compile(background=True): the {k.info['mode']} compile "
+                      f"failed in its process, so those calls stay eager: {doc.get('error')}",
+                      RuntimeWarning, stacklevel=3)
+
+    def _start_next(self) -> None:
+        if any(self._keys[ck].child is not None for ck in self._order):
+            return  # one child at a time
+        for ck in self._order:
+            k = self._keys[ck]
+            if k.info["state"] == "waiting":
+                self._fork(ck, k)
+                return
+
+    def _fork(self, ck: Any, k: _Key) -> None:
+        ctx = multiprocessing.get_context("fork")
+        recv, send = ctx.Pipe(duplex=False)
+        flat, k.example = k.example, None
+        threads = _Threads.child_started()
+        proc = ctx.Process(target=_run_child, daemon=True,
+                           args=(self._inner, flat, ck[1], threads, send),
+                           name=f"graph_adapter compile ({k.info['mode']})")
+        proc.start()
+        send.close()
+        k.child = _Child(proc, recv, time.perf_counter())
+        k.info["state"], k.info["pid"] = "compiling", proc.pid
+        _LIVE.append(k.child)
+
+    # ---- waiting and closing ----------------------------------------------------
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until no compile runs or waits (``timeout`` seconds at most); whether
+        none does. The calls after it run compiled where the compile succeeded."""
+        end = None if timeout is None else time.perf_counter() + timeout
+        while True:
+            self.poll()
+            busy = [ck for ck in self._order if self._keys[ck].info["state"] in
+                    ("waiting", "compiling")]
+            if not busy:
+                return True
+            if end is not None and time.perf_counter() >= end:
+                return False
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """Stop a running compile now (its key stays eager; no entry is left half written)."""
+        for ck in self._order:
+            k = self._keys[ck]
+            if k.child is not None:
+                k.child.kill()
+                self._finish_quietly(k, "stopped by close()")
+            elif k.info["state"] == "waiting":
+                k.info["state"], k.info["why"], k.example = "eager", "stopped by close()", None
+
+    def _finish_quietly(self, k: _Key, why: str) -> None:
+        _forget(k.child)
+        k.child = None
+        k.info["state"], k.info["why"] = "eager", why
+
+
+def _median(xs: List[float]) -> float:
+    ys = sorted(xs)
+    mid = len(ys) // 2
+    return ys[mid] if len(ys) % 2 else 0.5 * (ys[mid - 1] + ys[mid])
+
+
+def _forget(child: Optional[_Child]) -> None:
+    """A child that ended: out of the exit wait's list, its core given back."""
+    if child is not None and child in _LIVE:
+        _LIVE.remove(child)
+        _Threads.child_ended()
+
+
+def _wait_at_exit() -> None:
+    """At the interpreter's exit: let a running compile write its entry (bounded), then stop it."""
+    live = [c for c in _LIVE if c.process.is_alive()]
+    if not live:
+        return
+    print(f"graph_adapter: waiting up to {EXIT_WAIT:.0f} s for {len(live)} background "
+          f"compile(s) to write their cache entries (Ctrl-C stops them; the next run then "
+          f"compiles again)", file=sys.stderr, flush=True)
+    end = time.perf_counter() + EXIT_WAIT
+    try:
+        for c in live:
+            c.process.join(max(0.0, end - time.perf_counter()))
+    except KeyboardInterrupt:
+        pass
+    for c in live:
+        c.kill()
+
+
+# Registered after multiprocessing's own exit handler (imported above), so it runs first:
+# multiprocessing's would terminate the daemonic children without waiting.
+atexit.register(_wait_at_exit)

@@ -1,0 +1,258 @@
+"""``compile(..., background=True)`` (``backends/background.py``): eager calls while a
+forked child compiles, then the compiled program, as one model.
+
+With ``"aot_eager"`` (cheap; its child traces the call, the parent compiles at the
+switch): training and inference across the switch equal a plain eager run (float64:
+losses, gradients, parameters, Adam's state, BatchNorm's buffers); a switch whose
+compiled steps are slower goes back to eager and says why; a child that fails warns
+once and leaves its mode eager; a model changed after the switch recompiles (no stale
+graph); an interpreter that exits with a compile running leaves no process behind;
+refusals name why. (extended) With ``"inductor"``: the child's precompiled entry is
+what the parent loads at the switch (no compile in the parent), and a process that
+exits mid-compile waits for the entry, which the next process loads.
+"""
+import copy
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+from torch import nn
+from torch_geometric.nn import global_add_pool
+
+import graph_adapter as ga
+from graph_adapter.backends import background as B
+from graph_adapter.backends.inductor import precompile as P
+
+from _padding import pad_batch, random_graphs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class Net(nn.Module):
+    def __init__(self, width=8):
+        super().__init__()
+        self.lin = nn.Linear(4, width)
+        self.norm = nn.BatchNorm1d(width)
+        self.head = nn.Linear(width, 1)
+        self.scale = 1.0
+
+    def forward(self, data):
+        h = self.norm(self.lin(data.x).relu()) * self.scale  # (a bias right before
+        # BatchNorm gets no gradient, and Adam turns its rounding noise into steps)
+        return self.head(global_add_pool(h, data.batch)).squeeze(-1)
+
+
+class ReadsItem(Net):
+    def forward(self, data):  # a data-dependent Python branch: fullgraph cannot trace it
+        if float(data.x.sum().item()) > 1e9:
+            return self.head(global_add_pool(self.lin(data.x), data.batch)).squeeze(-1)
+        return super().forward(data)
+
+
+def _batches(n=10, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [{k: (v.double() if v.is_floating_point() else v)
+             for k, v in pad_batch(random_graphs(gen, 4), 30, 60, 6).items()} for _ in range(n)]
+
+
+def _pair(cls=Net):
+    torch.manual_seed(0)
+    model = cls().double()
+    a = ga.ipu_wrap(model, loss_fn=ga.masked_loss("mse"), trim=True).train()
+    return a, copy.deepcopy(a)
+
+
+@pytest.fixture
+def quick(monkeypatch):
+    """Switch after two timed eager steps and keep the compiled program however it times."""
+    monkeypatch.setattr(B, "MEASURED_STEPS", 2)
+    monkeypatch.setattr(B, "SLOWER_BY", float("inf"))
+
+
+def _train(model_call, wrapped, batches, wait_after=None, compiled=None):
+    opt = torch.optim.Adam(wrapped.parameters(), lr=1e-2)
+    losses = []
+    for i, flat in enumerate(batches):
+        loss = model_call(flat)["loss"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+        if i == wait_after:
+            assert compiled.wait(120), compiled.stats.summary()
+    return torch.stack(losses), opt
+
+
+def test_training_across_the_switch_equals_plain_eager(quick):
+    ref, bg = _pair()
+    c = ga.compile(bg, "aot_eager", background=True)
+    batches = _batches(10)
+    want, ref_opt = _train(ref, ref, batches)
+    got, opt = _train(c, bg, batches, wait_after=0, compiled=c)
+    (info,) = c.stats.keys
+    assert info["state"] == "compiled" and info["mode"] == "train", c.stats.summary()
+    # call 0 started the child; calls 1-2 timed eager at full threads; call 3 switched
+    assert info["switched_at"] == 3 and c.stats.eager_calls == 3 and c.stats.compiled_calls == 7
+    assert c.compile_count >= 1
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+    for (name, p), q in zip(ref.named_parameters(), bg.parameters()):
+        torch.testing.assert_close(q, p, rtol=0, atol=1e-10, msg=name)
+        torch.testing.assert_close(opt.state[q]["exp_avg_sq"], ref_opt.state[p]["exp_avg_sq"],
+                                   rtol=0, atol=1e-12, msg=name)
+    for (name, b), b2 in zip(ref.named_buffers(), bg.buffers()):
+        torch.testing.assert_close(b2, b, rtol=0, atol=1e-10, msg=name)
+
+
+def test_inference_across_the_switch_equals_plain_eager(quick):
+    ref, bg = _pair()
+    ref.eval()
+    bg.eval()
+    c = ga.compile(bg, "aot_eager", background=True)
+    with torch.no_grad():
+        for i, flat in enumerate(_batches(8)):
+            real = flat["graph_mask"].bool()  # (padded slots: zeros eager, anything compiled)
+            torch.testing.assert_close(c(flat)["output"][real], ref(flat)["output"][real],
+                                       rtol=0, atol=1e-12)
+            if i == 0:
+                assert c.wait(120)
+    (info,) = c.stats.keys
+    assert info["mode"] == "eval+no_grad" and info["state"] == "compiled"
+    assert c.stats.compiled_calls == 5
+
+
+def test_a_switch_that_is_slower_goes_back_to_eager_and_says_why(monkeypatch):
+    monkeypatch.setattr(B, "MEASURED_STEPS", 2)
+    monkeypatch.setattr(B, "SLOWER_BY", -1.0)  # any compiled step counts as slower
+    ref, bg = _pair()
+    c = ga.compile(bg, "aot_eager", background=True)
+    batches = _batches(10)
+    want, _ = _train(ref, ref, batches)
+    got, _ = _train(c, bg, batches, wait_after=0, compiled=c)
+    (info,) = c.stats.keys
+    assert info["state"] == "eager" and "compiled steps took" in info["why"]
+    assert info["compiled_step_s"] is not None and info["eager_step_s"] is not None
+    # 3 compiled calls (the switch and the 2 timed), then eager again
+    assert c.stats.compiled_calls == 3 and c.stats.eager_calls == 7
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+
+
+def test_a_failed_background_compile_warns_once_and_stays_eager(quick):
+    ref, bg = _pair(ReadsItem)
+    c = ga.compile(bg, "aot_eager", background=True)
+    batches = _batches(6)
+    c(batches[0])
+    with pytest.warns(RuntimeWarning, match="train compile failed in its process") as rec:
+        assert c.wait(120)
+    assert len([w for w in rec if "failed in its process" in str(w.message)]) == 1
+    (info,) = c.stats.keys
+    assert info["state"] == "eager" and info["why"], info
+    want, _ = _train(ref, ref, batches[1:])
+    got, _ = _train(c, bg, batches[1:])
+    assert c.stats.compiled_calls == 0
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+
+
+def test_a_model_changed_after_the_switch_recompiles(quick):
+    ref, bg = _pair()
+    c = ga.compile(bg, "aot_eager", background=True)
+    batches = _batches(8)
+    _train(c, bg, batches[:6], wait_after=0, compiled=c)
+    assert c.stats.keys[0]["state"] == "compiled"
+    before = c.compile_count
+    bg.model.scale = 3.0  # read in forward (a graph input or a guard: never stale)
+    bg.model.norm.eval()  # running statistics instead of the batch's: a new graph
+    real = batches[6]["graph_mask"].bool()  # (same grad mode: the compiled key)
+    out = c(batches[6])["output"][real]
+    assert c.stats.compiled_calls == 4  # calls 3-6
+    torch.testing.assert_close(out, bg(batches[6])["output"][real], rtol=0, atol=1e-12)
+    assert c.compile_count > before
+
+
+@pytest.mark.parametrize("backend, match", [("eager", "serve backends 'inductor'"),
+                                            ("ipu-emulator", "poptorch compiles")])
+def test_background_true_where_it_cannot_serve_is_refused_by_name(backend, match):
+    _, bg = _pair()
+    with pytest.raises(ValueError, match=match):
+        ga.compile(bg, backend, background=True)
+
+
+def test_an_rnn_model_is_refused_for_inductor_with_the_reason():
+    class WithRNN(Net):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.GRU(8, 8)
+    wrapped = ga.ipu_wrap(WithRNN(), loss_fn=ga.masked_loss("mse"))
+    with pytest.raises(ValueError, match="precompiled entry"):
+        ga.compile(wrapped, "inductor", background=True)
+    assert ga.compile(wrapped, "inductor").stats is None  # the default: compiled here
+
+
+_EXIT_SCRIPT = textwrap.dedent("""
+    import sys, torch, graph_adapter as ga
+    sys.path.insert(0, {tests!r})
+    from test_background import Net, _batches
+    torch.manual_seed(0)
+    w = ga.ipu_wrap(Net().double(), loss_fn=ga.masked_loss("mse")).train()
+    c = ga.compile(w, {backend!r}, background=True)
+    c(_batches(1)[0])["loss"].backward()
+    print("child", c.stats.keys[0]["pid"], flush=True)
+""")
+
+
+def _run_exit_script(backend, env, timeout):
+    script = _EXIT_SCRIPT.format(tests=os.path.join(ROOT, "tests", "backends"),
+                                 backend=backend)
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "tests"), **env}
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=ROOT)
+
+
+def _gone(pid, within=10.0):
+    end = time.time() + within
+    while time.time() < end:
+        if not os.path.exists(f"/proc/{pid}"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_exit_with_a_compile_running_leaves_no_process():
+    r = _run_exit_script("aot_eager", {"GRAPH_ADAPTER_BACKGROUND_EXIT_WAIT": "0"}, 120)
+    assert r.returncode == 0, r.stderr
+    pid = int(r.stdout.split("child")[1])
+    assert _gone(pid), f"compile process {pid} outlived its parent"
+    assert "waiting up to 0 s for 1 background compile" in r.stderr
+
+
+@pytest.mark.extended
+def test_inductor_switch_loads_the_childs_entry_and_exit_keeps_it(tmp_path, monkeypatch):
+    """The parent compiles nothing itself: it loads what its child saved; a process that
+    exits mid-compile waits for its entry, which the next process loads."""
+    monkeypatch.setattr(B, "MEASURED_STEPS", 2)
+    monkeypatch.setattr(B, "SLOWER_BY", float("inf"))
+    cache = str(tmp_path / "inductor")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
+    torch._dynamo.reset()
+    ref, bg = _pair()
+    c = ga.compile(bg, "inductor", background=True)
+    batches = _batches(6)
+    want, _ = _train(ref, ref, batches)
+    loads = P.COUNTS["loaded"]
+    got, _ = _train(c, bg, batches, wait_after=0, compiled=c)
+    (info,) = c.stats.keys
+    assert info["state"] == "compiled" and info["saved"], c.stats.summary()
+    assert P.COUNTS["loaded"] == loads + 1  # the switch loaded the child's entry
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-9)
+    torch._dynamo.reset()
+
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "second"),
+           "GRAPH_ADAPTER_BACKGROUND_EXIT_WAIT": "600"}
+    r = _run_exit_script("inductor", env, 900)
+    assert r.returncode == 0, r.stderr
+    assert _gone(int(r.stdout.split("child")[1]))
+    entries = list((tmp_path / "second" / "graph_adapter_precompiled").glob("*.bin"))
+    assert len(entries) == 1, r.stderr
