@@ -292,24 +292,33 @@ def _raw_dict(v: Any, where: str) -> Dict[Any, Any]:
 
 def _check_slices(d: Any, length: int, where: str, cumulative: bool) -> None:
     for k, v in _raw_dict(d, where).items():
-        w = f"{where}[{k!r}]"
-        if isinstance(v, dict) and "__dict__" in v:
-            _check_slices(v, length, w, cumulative)
-            continue
-        if v is None and not cumulative:
-            continue
-        # slices: [G + 1] offsets; increments: [G, ...] (hetero edge_index: [G, 2, 1]).
-        shape = v.get("shape") if isinstance(v, dict) and "__tensor__" in v else None
-        if not (isinstance(shape, list) and shape and shape[0] == length
-                and (len(shape) == 1 or not cumulative)):
-            raise _fail(w, str(v)[:60], f"a tensor of {length} rows (num_graphs"
-                                        f"{' + 1' if cumulative else ''})")
-        data = v.get("data")
-        if cumulative and (not isinstance(data, list) or len(data) != length
-                           or not all(isinstance(x, int) and not isinstance(x, bool) for x in data)
-                           or data[0] != 0
-                           or any(b < a for a, b in zip(data, data[1:]))):
-            raise _fail(w, str(data)[:60], "slice offsets starting at 0, never decreasing")
+        _check_slice(v, length, f"{where}[{k!r}]", cumulative)
+
+
+def _check_slice(v: Any, length: int, w: str, cumulative: bool) -> None:
+    """One entry of ``slice_dict`` / ``inc_dict``: a tensor, or (a hetero store, or an
+    attribute PyG collates recursively: a dict or list of tensors) a dict or list of them."""
+    if isinstance(v, dict) and "__dict__" in v:
+        _check_slices(v, length, w, cumulative)
+        return
+    if isinstance(v, list):
+        for i, item in enumerate(v):
+            _check_slice(item, length, f"{w}[{i}]", cumulative)
+        return
+    if v is None and not cumulative:
+        return
+    # slices: [G + 1] offsets; increments: [G, ...] (hetero edge_index: [G, 2, 1]).
+    shape = v.get("shape") if isinstance(v, dict) and "__tensor__" in v else None
+    if not (isinstance(shape, list) and shape and shape[0] == length
+            and (len(shape) == 1 or not cumulative)):
+        raise _fail(w, str(v)[:60], f"a tensor of {length} rows (num_graphs"
+                                    f"{' + 1' if cumulative else ''})")
+    data = v.get("data")
+    if cumulative and (not isinstance(data, list) or len(data) != length
+                       or not all(isinstance(x, int) and not isinstance(x, bool) for x in data)
+                       or data[0] != 0
+                       or any(b < a for a, b in zip(data, data[1:]))):
+        raise _fail(w, str(data)[:60], "slice offsets starting at 0, never decreasing")
 
 
 # --------------------------------------------------------------------------
