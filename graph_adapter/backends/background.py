@@ -40,7 +40,8 @@ The switch is checked, not assumed: the time from one call of a key to its
 next (the whole step: forward, backward, optimizer, the next batch) is
 measured on both sides of it (the eager side again once the child is done,
 on this process's own thread count, over :data:`MEASURED_STEPS` steps before
-the switch), and where the median of :data:`MEASURED_STEPS`
+the switch; after :meth:`BackgroundEngine.wait`, which switches at the next
+call, against the eager steps timed while the child ran), and where the median of :data:`MEASURED_STEPS`
 compiled steps is slower than the eager steps' median by more than
 :data:`SLOWER_BY`, the key goes back to eager for good (``state`` ``"eager"``,
 ``why`` gives both figures): a compiled program that loses to the eager module
@@ -154,6 +155,7 @@ class _Key:
     child: Optional["_Child"] = None
     last: Optional[float] = None  # when the key's previous call began
     last_compiled = False  # whether it ran compiled
+    fresh = 0  # eager steps timed since the child ended
     eager_steps: List[float] = dataclasses.field(default_factory=list)  # the last few
     compiled_steps: List[float] = dataclasses.field(default_factory=list)
 
@@ -162,6 +164,7 @@ class _Key:
         side it ran."""
         if self.last is not None:
             (self.compiled_steps if self.last_compiled else self.eager_steps).append(now - self.last)
+            self.fresh += not self.last_compiled
             del self.eager_steps[:-2 * MEASURED_STEPS]
             del self.compiled_steps[2 * MEASURED_STEPS:]  # only the first few are judged
         self.last = now
@@ -318,7 +321,7 @@ class BackgroundEngine:
 
     def _judge(self, k: _Key) -> None:
         """Undo a switch whose compiled steps are slower than the eager ones (module doc)."""
-        if k.info["state"] == "ready" and len(k.eager_steps) >= MEASURED_STEPS:
+        if k.info["state"] == "ready" and k.fresh >= MEASURED_STEPS:
             k.info["state"] = "compiled"  # the eager side is timed: switch
         steps = k.compiled_steps[1:]  # the first ends the call that loaded the entry
         if k.info["state"] != "compiled" or k.info["compiled_step_s"] is not None \
@@ -368,7 +371,7 @@ class BackgroundEngine:
         if doc.get("ok"):
             self._child_compiles += int(doc.get("compiles", 0))
             k.info["state"], k.info["saved"] = "ready", bool(doc.get("saved"))
-            k.eager_steps, k.last = [], None  # timed again, on this process's thread count
+            k.fresh, k.last = 0, None  # timed again, on this process's thread count
             return
         k.info["state"], k.info["why"] = "eager", doc.get("error")
         warnings.warn(f"graph_adapter.compile(background=True): the {k.info['mode']} compile "
@@ -401,13 +404,16 @@ class BackgroundEngine:
     # ---- waiting and closing ----------------------------------------------------
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Block until no compile runs or waits (``timeout`` seconds at most); whether
-        none does. The calls after it run compiled where the compile succeeded."""
+        none does. The next call of each compiled key switches (module doc)."""
         end = None if timeout is None else time.perf_counter() + timeout
         while True:
             self.poll()
             busy = [ck for ck in self._order if self._keys[ck].info["state"] in
                     ("waiting", "compiling")]
             if not busy:
+                for ck in self._order:
+                    if self._keys[ck].info["state"] == "ready":
+                        self._keys[ck].info["state"] = "compiled"
                 return True
             if end is not None and time.perf_counter() >= end:
                 return False

@@ -151,6 +151,10 @@ def _flatten_output(out: Any, prefix: str, res: Dict[str, Tensor]) -> None:
 class IPUWrapped(nn.Module):
     """The module :func:`ipu_wrap` returns (``.model`` is the wrapped model)."""
 
+    #: attributes no forward reads (counters of eager calls): left out of what a
+    #: precompiled entry's key describes (backends/inductor/precompile.py)
+    untraced_attributes = ("trim_stats",)
+
     def __setstate__(self, state: Dict[str, Any]) -> None:
         # the masked norms pickle as their plain classes (so that the user's model
         # saved alone loads without graph_adapter): a wrapper unpickled (ddp_spawn,

@@ -149,12 +149,15 @@ def _describe(v: Any, depth: int = 0) -> Any:
 
 
 def _structure(wrapped: nn.Module) -> list:
-    """Every submodule: name, class, training flag, plain attributes; every
-    parameter and buffer: name, shape, dtype, device, requires_grad."""
+    """Every submodule: name, class, training flag, plain attributes (but those its
+    class lists in ``untraced_attributes``); every parameter and buffer: name, shape,
+    dtype, device, requires_grad."""
     mods = []
     for name, m in wrapped.named_modules():
+        # (a module's counters, which its forward never reads, would make every key new)
+        untraced = set(getattr(type(m), "untraced_attributes", ()))
         attrs = {k: _describe(v) for k, v in sorted(vars(m).items())
-                 if not k.startswith("_") or k in ("_requested_inputs",)}
+                 if (not k.startswith("_") or k in ("_requested_inputs",)) and k not in untraced}
         mods.append([name, f"{type(m).__module__}.{type(m).__qualname__}", m.training,
                      {k: v for k, v in attrs.items() if v is not None}])
     tensors = [[kind, name, list(t.shape), str(t.dtype), str(t.device), t.requires_grad]
