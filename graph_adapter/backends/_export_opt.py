@@ -409,18 +409,35 @@ def _outer_value(name: str, values: List[Any]) -> Any:
     return helper.make_tensor_value_info(name, values[0].type.tensor_type.elem_type, shape)
 
 
-def _branch(model: Any, r: int, outer: Set[str]) -> Any:
-    """Rung ``r``'s graph as an ``If`` branch: no inputs (it reads the ``outer`` graph's
-    inputs by name), every other name prefixed ``rung<r>/`` (names are unique across
-    the whole model), its own weights kept inside (measured: weights read from the outer
+def _branch(model: Any, r: int) -> Any:
+    """Rung ``r``'s graph as an ``If`` branch: no inputs (it reads the outer graph's
+    inputs by name), every name prefixed ``rung<r>/`` (names are unique across the
+    whole model), its own weights kept inside (measured: weights read from the outer
     scope cost every call about 15 us more on the demo's model, one per value), and
-    the initializers no node reads dropped (onnxruntime warns of each on load)."""
+    the initializers no node reads dropped (onnxruntime warns of each on load).
+
+    Each outer input is read through a ``Reshape`` to the rung's static shape (an alias,
+    no copy): the outer inputs' differing dims are symbolic, and without the static
+    shapes onnxruntime cannot fold the branch's ``Shape`` arithmetic (measured: 2.5%
+    slower calls of 256 molecules on the demo's model; 0.2% with the ``Reshape``)."""
+    import numpy as np
     import onnx
+    from onnx import helper, numpy_helper
 
     g = onnx.GraphProto()
     g.CopyFrom(model.graph)
     prefix = f"rung{r}/"
-    _walk_names(g, lambda x: x if not x or x in outer else prefix + x)
+    _walk_names(g, lambda x: prefix + x if x else x)
+    pins = []
+    for v in g.input:
+        name = v.name[len(prefix):]
+        dims = [d.dim_value for d in v.type.tensor_type.shape.dim]
+        shape = f"{v.name}__static_shape"
+        g.initializer.append(numpy_helper.from_array(np.array(dims, dtype=np.int64), shape))
+        pins.append(helper.make_node("Reshape", [name, shape], [v.name], name=f"{v.name}__static"))
+    nodes = pins + list(g.node)
+    del g.node[:]
+    g.node.extend(nodes)
     del g.input[:]
     read = {o.name for o in g.output} | _subgraph_reads(
         onnx.helper.make_node("If", [], [], then_branch=g))
@@ -461,8 +478,7 @@ def ladder_model(models: List[Any], rung_input: str, order: Optional[List[int]] 
     for m in models:
         for v in m.graph.input:
             inputs.setdefault(v.name, []).append(v)
-    outer = set(inputs) | {rung_input}
-    branches = {r: _branch(models[r], r, outer) for r in order}
+    branches = {r: _branch(models[r], r) for r in order}
     first = models[0].graph.output
     outs = [[m.graph.output[j] for m in models] for j in range(len(first))]
     if any(len(m.graph.output) != len(first) for m in models):

@@ -145,7 +145,11 @@ def test_the_merged_model_keeps_weights_a_rung_and_drops_unread_ones(hand_ladder
     assert sorted(b.name for b in rungs) == ["rung0", "rung1", "rung2"]
     for b in rungs:
         names = {i.name for i in b.initializer}
-        assert names == {f"{b.name}/{k}" for k in ("two", "shape", "axis1", "zeros")}
+        assert names == {f"{b.name}/{k}" for k in ("two", "shape", "axis1", "zeros",
+                                                   "x__static_shape", "batch__static_shape")}
+        # the outer inputs are read through a Reshape to the rung's static shape
+        pins = [n for n in b.node if n.op_type == "Reshape" and n.input[0] in ("x", "batch")]
+        assert [n.input[0] for n in pins] == ["x", "batch"]
 
 
 @settings(max_examples=25, deadline=None,

@@ -1,0 +1,146 @@
+"""An ONNX ladder (one model, an ``If`` branch a rung) against one-budget ONNX artifacts,
+side by side in one run.
+
+    python benchmarks/bench_onnx_ladder.py [--limit 3000] [--hidden 64] [--layers 4]
+                                           [--threads 1] [--rounds 7]
+
+The demo's model (GINE with atom/bond embeddings, BatchNorm, add pooling; random
+weights, ``eval()``) on rdkit's NCI-5k molecules. Written with ``graph_adapter.export``
+(``format="onnx"``): the ladder (``ladder=True``: rungs fitted for calls of 1, 16 and 256
+molecules) and one one-budget artifact per rung budget (the same padded calls). Printed:
+
+* load: ``serve.load`` seconds and file size of each;
+* call: the program alone on one padded call (``run_padded``), the ladder's rung vs the
+  one-budget artifact of that rung's budget: the cost of the ``If`` chain;
+* predict: ``serve.load(path).predict(request)`` (checking, packing, splitting
+  included) on requests of 1 and of 256 molecules: the ladder vs the one-budget artifact
+  fitted for 256 (what a server without a ladder runs) and vs the 1-molecule one.
+
+Each figure is the median of ``--rounds`` interleaved rounds; the machine's load is
+printed beside them (the ratios are from one process, measured side by side).
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout
+
+import torch  # noqa: E402
+
+from graph_adapter import serve  # noqa: E402
+from graph_adapter.app.datasets import load_nci5k  # noqa: E402
+from graph_adapter.app.models import build_model  # noqa: E402
+from graph_adapter.backends.export import export  # noqa: E402
+from graph_adapter.batching import Budget, FixedSizeLoader  # noqa: E402
+from graph_adapter.nn import ipu_wrap  # noqa: E402
+
+KEYS = ("x", "edge_index", "edge_attr")
+
+
+def _load_avg():
+    return "load average %.2f %.2f %.2f" % os.getloadavg()
+
+
+def _timed(fn, reps):
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t) / reps
+
+
+def _median_rounds(variants, rounds):
+    """name -> median seconds a call over ``rounds`` rounds, variants interleaved."""
+    got = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, (fn, reps) in variants.items():
+            got[name].append(_timed(fn, reps))
+    return {name: statistics.median(v) for name, v in got.items()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--limit", type=int, default=3000)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    data, _ = load_nci5k(limit=args.limit)
+    torch.manual_seed(0)
+    wrapped = ipu_wrap(build_model("gine", hidden=args.hidden, layers=args.layers).eval())
+    tmp = tempfile.mkdtemp(prefix="bench_onnx_ladder_")
+    print(f"{len(data)} molecules, GINE {args.layers} x {args.hidden}, {args.threads} "
+          f"onnxruntime thread(s); {_load_avg()}")
+
+    t = time.perf_counter()
+    ladder_path = os.path.join(tmp, "ladder.onnx")
+    contract = export(wrapped, FixedSizeLoader(data, Budget.fit(data, 256)), ladder_path,
+                      format="onnx", ladder=True, threads=args.threads)
+    print(f"ladder export {time.perf_counter() - t:.1f} s: rungs " + "; ".join(
+        f"{r.program} nodes={r.nodes} edges={r.edges} graphs={r.graphs}" for r in contract.rungs))
+    one_paths = []
+    for r in contract.rungs:
+        b = Budget(nodes=r.nodes, edges=r.edges, graphs=r.graphs)
+        path = os.path.join(tmp, f"one_{r.program}.onnx")
+        export(wrapped, FixedSizeLoader(data, b), path, format="onnx", threads=args.threads)
+        one_paths.append(path)
+
+    # ---- load
+    loads = {}
+    for name, path in [("ladder", ladder_path)] + [(f"one {r.program}", p) for r, p in
+                                                   zip(contract.rungs, one_paths)]:
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            serve.load(path, threads=args.threads)
+            times.append(time.perf_counter() - t)
+        loads[name] = (statistics.median(times), os.path.getsize(path) / 1e6)
+    print(f"\nload (median of 5; {_load_avg()})")
+    for name, (s, mb) in loads.items():
+        print(f"  {name:12s} {s * 1e3:8.1f} ms  {mb:6.2f} MB")
+
+    ladder = serve.load(ladder_path, threads=args.threads)
+    ones = [serve.load(p, threads=args.threads) for p in one_paths]
+    requests = {1: [{k: data[i][k].numpy() for k in KEYS} for i in range(1)],
+                256: [{k: d[k].numpy() for k in KEYS} for d in data[:256]]}
+
+    # ---- one padded call: the ladder's rung vs the one-budget artifact of its budget
+    print(f"\nprogram alone, one padded call (median of {args.rounds} rounds; {_load_avg()})")
+    for i, (r, one) in enumerate(zip(contract.rungs, ones)):
+        req = requests[256][:max(1, min(r.graphs - 1, 255))]
+        flat_o = one.pack(req)[0]
+        flat_l = flat_o  # the same padded dict: the rung's budget is the artifact's
+        reps = 400 if r.graphs <= 20 else 30
+        m = _median_rounds({"one": (lambda: one.run_padded(flat_o), reps),
+                            "ladder": (lambda: ladder.run_padded(flat_l, i), reps)},
+                           args.rounds)
+        print(f"  {r.program} (graphs={r.graphs:3d}): one-budget {m['one'] * 1e3:7.3f} ms, "
+              f"ladder {m['ladder'] * 1e3:7.3f} ms  ({m['ladder'] / m['one']:.3f}x, "
+              f"+{(m['ladder'] - m['one']) * 1e6:.0f} us)")
+
+    # ---- predict: the ladder vs one-budget artifacts
+    big = max(range(len(contract.rungs)), key=lambda i: contract.rungs[i].graphs)
+    small = min(range(len(contract.rungs)), key=lambda i: contract.rungs[i].graphs)
+    print(f"\npredict(request) (median of {args.rounds} rounds; {_load_avg()})")
+    for size, reps in ((1, 400), (256, 20)):
+        req = requests[size]
+        variants = {"ladder": (lambda: ladder.predict(req), reps),
+                    f"one-budget {contract.rungs[big].graphs - 1}": (
+                        lambda: ones[big].predict(req), reps),
+                    f"one-budget {contract.rungs[small].graphs - 1}": (
+                        lambda: ones[small].predict(req), max(reps // (size // 2 or 1), 3))}
+        m = _median_rounds(variants, args.rounds)
+        base = m["ladder"]
+        row = ", ".join(f"{k} {v * 1e3:.3f} ms ({v / base:.2f}x the ladder's)"
+                        for k, v in m.items())
+        print(f"  {size:3d} molecule(s): {row}; ladder calls/request "
+              f"{len(ladder.plan(ladder.check(req)))}")
+    print(f"\n{_load_avg()}")
+
+
+if __name__ == "__main__":
+    main()
