@@ -137,6 +137,11 @@ def _add_demo_run_args(demo: argparse.ArgumentParser, d: DemoConfig) -> None:
                            "each graph's Dynamo result is saved beside inductor's cache, and "
                            "a later run with the same settings loads it instead of tracing "
                            "the model again (opt-in; docs/wrapping.md)")
+    demo.add_argument("--background", action=argparse.BooleanOptionalAction, default=None,
+                      help="compile(..., background=True): the adapter trains eagerly while a "
+                           "child process compiles, then switches to the compiled program "
+                           "(--no-background: the first step compiles; default: the "
+                           "library's default)")
     demo.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     demo.add_argument("--deterministic", action="store_true",
                       help="torch.use_deterministic_algorithms(True) for the run: the same "
@@ -196,7 +201,7 @@ def _run_demo(args: argparse.Namespace) -> int:
                      plot=_plot_path(args), threads=args.threads,
                      deterministic=args.deterministic, explain=args.explain,
                      train_rounds=args.train_rounds, infer_rounds=args.infer_rounds,
-                     precompile=args.precompile)
+                     precompile=args.precompile, background=args.background)
     if args.seeds < 1:
         _err("demo", f"--seeds {args.seeds}: give the number of seeds to run, at least 1")
         return EXIT_USAGE

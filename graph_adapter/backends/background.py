@@ -136,7 +136,11 @@ class BackgroundStats:
         """One line for people: how many calls ran eagerly and when each key switched."""
         parts = []
         for k in self.keys:
-            if k["state"] == "compiled":
+            if k["state"] in ("compiled", "ready") and k["switched_at"] is None:
+                parts.append(f"{k['mode']}: {k['eager_calls']} eager calls, compiled in "
+                             f"{k['compile_s']:.1f} s in the background, switches at its "
+                             f"next call")
+            elif k["state"] == "compiled":
                 parts.append(f"{k['mode']}: {k['eager_calls']} eager calls, compiled in "
                              f"{k['compile_s']:.1f} s in the background, switched at call "
                              f"{k['switched_at']} ({k['switch_s']:.2f} s)")

@@ -53,3 +53,6 @@ class DemoConfig:
     # compile(..., precompile=True) for the adapter's model (inductor only): a later run
     # with the same settings loads each graph's Dynamo result instead of tracing again
     precompile: bool = False
+    # compile(..., background=...) for the adapter's model: True trains eagerly while a
+    # child process compiles, then switches (None: the library's default)
+    background: Optional[bool] = None

@@ -150,6 +150,11 @@ class RunStats:
     mean_graphs_per_batch: float = 0.0  # real graphs per training step, counted
     distinct_shapes: int = 0  # distinct (nodes, edges, graphs) batch shapes, epoch 1
     compiles: Optional[int] = None  # graphs compiled after evaluation (None: no compiler)
+    # compile(..., background=True): what ran eagerly, when each mode switched (the
+    # compiled model's stats.summary()); seconds the run waited for the compiles after
+    # its training and test pass, before the timed rounds
+    background: Optional[str] = None
+    background_wait_seconds: float = 0.0
     compiles_training: Optional[int] = None  # ... after training (None: not compiled)
     epoch_loss: List[float] = dataclasses.field(default_factory=list)
     # the same few steps run twice from one state, after training: how far apart their

@@ -555,7 +555,8 @@ def train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backen
     # one compiled model for training and evaluation (.train() / .eval()); backends that
     # step the optimizer inside the compiled program (steps_optimizer: the IPU ones) take it
     compiled = ga.compile(wrapped, backend, optimizer=opt,
-                          **({"precompile": True} if cfg.precompile else {}))
+                          **({"precompile": True} if cfg.precompile else {}),
+                          **({} if cfg.background is None else {"background": cfg.background}))
 
     stats.batches_per_epoch = len(loader)  # planned (the progress bar); counted in training
     loader.set_epoch(0)
@@ -608,6 +609,12 @@ def train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backen
             cfg.progress)
     timed = measure_mae(stats, eval_step, list(test_loader))
     timed.training = training
+    if getattr(compiled, "stats", None) is not None:  # background compiles: done before the rounds
+        t_wait = time.perf_counter()
+        log(f"graph_adapter [{backend}]: waiting for the background compiles ...", cfg.progress)
+        compiled.wait()
+        stats.background_wait_seconds = time.perf_counter() - t_wait
+        stats.background = compiled.stats.summary()
     if backend != "eager":  # (eager's count is of programs run, not compiles)
         stats.compiles_training = compiles_after_training
         stats.compiles = int(compiled.compile_count)

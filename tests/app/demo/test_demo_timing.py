@@ -297,3 +297,31 @@ def test_cli_passes_the_rounds_through(monkeypatch, capsys):
         (7, 9), (demo.DemoConfig.train_rounds, demo.DemoConfig.infer_rounds)]
     assert "--train-rounds N" in build_parser()._subparsers._group_actions[0].choices[
         "demo"].format_help()
+
+
+def test_cli_passes_background_through(monkeypatch):
+    from graph_adapter.app import cli
+
+    seen = []
+
+    class _Result:
+        def report(self):
+            return "report"
+
+    monkeypatch.setattr(cli, "run_demo", lambda cfg: seen.append(cfg) or _Result())
+    for flags in (["--background"], ["--no-background"], []):
+        assert cli.main(["demo", "--quiet", *flags]) == 0
+    assert [c.background for c in seen] == [True, False, None]
+
+
+@pytest.mark.extended  # ~30 s: the demo's runs and a compile in a child process
+def test_a_background_run_trains_eagerly_then_reports_the_switch(monkeypatch):
+    from graph_adapter.backends import background
+
+    monkeypatch.setattr(background, "MEASURED_STEPS", 1)
+    r = demo.run_demo(backend="aot_eager", background=True, eager_baseline=True, **TINY)
+    text = r.report()
+    assert "eager while compiling in the background" in text
+    assert "compiled in the background: train:" in " ".join(text.split())
+    assert "train:" in r.adapter.background and "eval" in r.adapter.background
+    assert r.adapter.compiles >= 1
