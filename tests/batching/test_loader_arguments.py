@@ -1,8 +1,8 @@
 """Every public argument of ``FixedSizeLoader`` changes what it yields: a test that goes
 red if the argument were silently ignored (replaced by its default).
 
-Arguments held elsewhere (each test asserts the argument's effect, not only that it is
-accepted):
+Arguments held elsewhere (each of these tests was seen red with the argument dropped
+from the call, i.e. at its default):
 
 ========================  ==========================================================
 ``shuffle``               ``test_loader.py::test_len_seed_and_set_epoch`` (epochs differ; fixed without)
@@ -15,9 +15,9 @@ accepted):
 ``float_dtype``           the same test (float16 in, float32 out; kept without it)
 ``exclude``               ``tests/format/test_bad_inputs.py::test_non_tensor_attribute_on_some_graphs_only_is_reported`` (a tensor key left out)
 ``validate``              ``tests/format/test_bad_inputs.py::test_index_check_can_be_skipped_explicitly``
-``layout``                ``test_layout.py`` (the ELL / HYB tables are keys of every batch)
-``layout_widths``,        ``test_layout.py::test_hyb_spills_given_share_one_shape_between_loaders``
-``layout_spills``         (given: the train loader's shapes; fitted: others)
+``layout``,               ``test_layout.py::test_hyb_spills_given_share_one_shape_between_loaders``
+``layout_widths``,        (the tables fitted; given widths and spills: the train loader's
+``layout_spills``         shapes; fitted apart: others)
 ``device``                ``tests/backends/test_gpu_path.py::test_batches_moved_to_a_device_keep_every_key_dtype_and_shape`` (meta)
 ========================  ==========================================================
 
