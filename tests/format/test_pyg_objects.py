@@ -47,6 +47,15 @@ class PairData(Data):
         return super().__inc__(key, value, *args, **kwargs)
 
 
+class BipartiteData(Data):
+    """A bipartite ``edge_index`` incremented per row by a tensor ``[[n_s], [n_t]]``."""
+
+    def __inc__(self, key, value, *args, **kwargs):
+        if key == "edge_index":
+            return torch.tensor([[self.x_s.size(0)], [self.x_t.size(0)]])
+        return super().__inc__(key, value, *args, **kwargs)
+
+
 class ConstIncData(Data):
     def __inc__(self, key, value, *args, **kwargs):
         return 2
@@ -112,6 +121,10 @@ ROUND_TRIPS = {
     "recursive (dict and list of tensors)": lambda g: Batch.from_data_list([_recursive(g, 9), _recursive(g, 12)]),
     "batch of batches": lambda g: Batch.from_data_list(
         [Batch.from_data_list([Data(x=torch.randn(2, 16, generator=g))] * 2)] * 2),
+    "hetero graph": lambda g: _hetero(g, 10, 20),
+    "bipartite, a tensor __inc__": lambda g: Batch.from_data_list(
+        [BipartiteData(x_s=torch.randn(n, 2, generator=g), x_t=torch.randn(n + 1, 2, generator=g),
+                       edge_index=_edges(g, n, n + 1, 2 * n), num_nodes=n) for n in (3, 4)]),
     "hetero batch": lambda g: Batch.from_data_list([_hetero(g, 10, 20), _hetero(g, 5, 10)]),
     "PairData": lambda g: Batch.from_data_list([_pair(g), _pair(g)]),
     "PairData, follow_batch": lambda g: Batch.from_data_list([_pair(g), _pair(g)],
