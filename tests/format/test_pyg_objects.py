@@ -100,9 +100,29 @@ def _time(g):
                 edge_attr=torch.rand(8, 16, generator=g), time=torch.arange(8), num_nodes=4)
 
 
+def _weighted():
+    """Integer node features, a one-row y, an integer edge_weight (test_data_subgraph)."""
+    ei = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4], [1, 0, 2, 1, 3, 2, 4, 3]])
+    return Data(x=torch.arange(5), y=torch.tensor([0.0]), edge_index=ei,
+                edge_weight=torch.arange(8), num_nodes=5)
+
+
+def _list_field():
+    """A per-node Python list (test_data_subgraph_with_list_field)."""
+    return Data(x=torch.arange(5), y=list(range(5)),
+                edge_index=torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4], [1, 0, 2, 1, 3, 2, 4, 3]]))
+
+
 #: name -> the object (built anew for each test)
 ROUND_TRIPS = {
     "basic graph": lambda g: _basic(1, 3),
+    "repeated edges (test_data)": lambda g: Data(x=torch.tensor([[1.0, 3, 5], [2, 4, 6]]).t(),
+                                                 edge_index=torch.tensor([[0, 0, 1, 1, 2], [1, 1, 0, 2, 1]])),
+    "integer edge_weight, batched": lambda g: Batch.from_data_list([_weighted(), _weighted()]),
+    "a per-node list, batched": lambda g: Batch.from_data_list([_list_field(), _list_field()]),
+    "no faces, num_nodes only (test_debug_data)": lambda g: Data(face=torch.zeros((3, 0), dtype=torch.long), num_nodes=10),
+    "pos only, batched": lambda g: Batch.from_data_list([Data(pos=torch.randn(5, 3, generator=g), num_nodes=5),
+                                                          Data(pos=torch.randn(4, 3, generator=g), num_nodes=4)]),
     "basic batch of one": lambda g: Batch.from_data_list([_basic(1, 3)]),
     "basic batch, follow_batch on a str": lambda g: Batch.from_data_list(
         [_basic(1, 3), _basic(2, 2), _basic(3, 4)], follow_batch=["string"]),
@@ -254,6 +274,11 @@ def test_nested_tensors_are_refused_by_name():
 #: name -> (graphs, the keys left out with a warning)
 LOADED = {
     "basic": (lambda g: [_basic(1, 3), _basic(2, 2), _basic(3, 4)], {"y", "string", "array"}),
+    "repeated edges (test_data)": (lambda g: [Data(x=torch.randn(3, 2, generator=g),
+                                                    edge_index=torch.tensor([[0, 0, 1, 1, 2], [1, 1, 0, 2, 1]]))] * 2, set()),
+    "integer edge_weight": (lambda g: [_weighted(), _weighted()], set()),
+    "a per-node list": (lambda g: [_list_field(), _list_field()], {"y"}),
+    "pos only": (lambda g: [Data(pos=torch.randn(n, 3, generator=g), num_nodes=n) for n in (5, 4)], set()),
     "EdgeIndex": (lambda g: [Data(edge_index=EdgeIndex([[0, 1, 1, 2], [1, 0, 2, 1]], sparse_size=(3, 3)), num_nodes=3),
                              Data(edge_index=EdgeIndex([[1, 0, 2, 1], [0, 1, 1, 2]], sparse_size=(4, 4)), num_nodes=4)], set()),
     "new dim (__cat_dim__ None)": (lambda g: [NewDimData(x=torch.randn(3, generator=g), foo=torch.randn(4, generator=g)),
