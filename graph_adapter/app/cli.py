@@ -15,6 +15,9 @@ Subcommands:
   would reject, found on CPU (:mod:`graph_adapter.app.check_cli`).
 * ``graph-adapter export package.module:factory OUT.pt2``: a servable artifact
   (:mod:`graph_adapter.app.export_cmd`, ``docs/deploy.md``).
+* ``graph-adapter serve OUT.pt2 --port N``: that artifact over HTTP + JSON, concurrent
+  requests merged (:func:`graph_adapter.serve.serve_main`; without PyG:
+  ``python -m graph_adapter.serve``).
 
 Exit codes: 0 success, 1 a check failed, 2 a usage error or a missing
 optional dependency / file (the message says what to install or where).
@@ -55,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="graph_adapter: run unmodified PyTorch Geometric GNNs under compilers that "
                     "demand stable input shapes (poptorch/IPU, torch.compile, torch.export).")
     p.add_argument("--version", action="version", version=f"%(prog)s {ga.__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{demo,bench,check,export}")
+    sub = p.add_subparsers(dest="command", metavar="{demo,bench,check,export,serve}")
     _add_demo(sub, d)
     _add_bench(sub)
     sub.add_parser("check", add_help=False,
@@ -63,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("export", add_help=False,
                    help="write a trained model as a .pt2/.onnx artifact that serves without "
                         "PyG (graph-adapter export -h)")
+    sub.add_parser("serve", add_help=False,
+                   help="serve an exported artifact over HTTP + JSON, merging concurrent "
+                        "requests (graph-adapter serve -h)")
     return p
 
 
@@ -252,6 +258,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .export_cmd import export_main
 
         return int(export_main(argv[1:]) or 0)
+    if argv and argv[0] == "serve":  # the serving runtime only
+        from graph_adapter.serve import serve_main
+
+        return int(serve_main(argv[1:]) or 0)
     if argv[:2] == ["bench", "parity"]:  # a sweep of demo runs, with options of its own
         from .bench.parity import main as parity_main
 

@@ -4,7 +4,8 @@
 ``edge_index``, ``edge_attr``, ...) or PyG ``Data``; they are checked against the
 artifact's JSON contract, packed into its budget (several padded calls for many graphs,
 the layout of ``docs/dev/FORMAT.md``), run, and split back: one prediction per graph.
-See ``docs/deploy.md``.
+``PredictServer`` / ``graph-adapter serve``: the same over HTTP + JSON, concurrent requests
+merged into one call (:mod:`.server`). See ``docs/deploy.md``.
 
 This subpackage may import the standard library, torch (the ``.pt2`` path, imported only
 when a pt2 artifact is loaded) and numpy + onnxruntime (the ``.onnx`` path, which never
@@ -16,8 +17,12 @@ from .errors import (ArtifactError, EdgeIndexError, FeatureDtypeError, FeatureSh
                      GraphInputError, GraphTooLargeError, MissingFeatureError,
                      RuntimeMissingError, ServeError)
 from .runtime import Predictor, load, read_contract
+from .server import (DynamicBatcher, PayloadError, PredictServer, QueueFullError, decode_graphs,
+                     encode_prediction, serve_main)
 
 __all__ = ["load", "Predictor", "read_contract", "Contract", "InputField", "OutputField", "Rung",
            "ServeError", "ArtifactError", "RuntimeMissingError", "GraphInputError",
            "MissingFeatureError", "FeatureDtypeError", "FeatureShapeError", "EdgeIndexError",
-           "GraphTooLargeError", "CONTRACT_FILE", "ONNX_METADATA_KEY"]
+           "GraphTooLargeError", "CONTRACT_FILE", "ONNX_METADATA_KEY",
+           "PredictServer", "DynamicBatcher", "PayloadError", "QueueFullError",
+           "decode_graphs", "encode_prediction", "serve_main"]

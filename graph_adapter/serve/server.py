@@ -1,0 +1,540 @@
+"""An HTTP + JSON server of an exported artifact, with dynamic batching (standard library only).
+
+``graph-adapter serve model.pt2 --port 8000`` (or ``python -m graph_adapter.serve``, which
+needs no PyG) answers:
+
+* ``POST /predict`` with ``{"graphs": [graph, ...]}`` (or a bare JSON list of graphs), each
+  graph an object of features as nested lists (``{"x": [[...], ...], "edge_index":
+  [[...], [...]], ...}``, the keys and per-graph shapes of the artifact's contract): ``200``
+  ``{"predictions": [...]}``, one per graph in request order (a nested list, or an object
+  ``{output key: nested list}`` for a model with several outputs);
+* ``GET /health``: ``{"status": "ok", ...}`` and the server's counters;
+* ``GET /contract``: the artifact's JSON contract (:class:`~graph_adapter.serve.Contract`).
+
+Concurrent requests are queued and merged into one ``Predictor.predict`` call (which packs
+them over the artifact's budget, or over its ladder's rungs): the worker waits at most
+``max_delay_ms`` after the oldest queued request for more to arrive (Triton's
+``max_queue_delay``), and merges at most ``max_batch`` graphs (a request larger than that
+runs alone, never cut). Each request gets its own graphs' predictions back, in order.
+
+Errors are JSON ``{"error": name, "message": text, "graph": i, "key": k}``: ``400`` for a
+body that is not JSON or not a list of graph objects, ``422`` for a graph the contract
+refuses (``MissingFeatureError``, ``FeatureDtypeError``, ``FeatureShapeError``,
+``EdgeIndexError``, ``GraphTooLargeError``: their own text, ``graph`` counted within the
+request), ``411``/``413`` for a body without a length or over ``max_body_bytes``, ``503``
+when the queue is full or the server is stopping. A bad request never fails the others it
+was merged with, and a client that disconnects mid-request costs only its own connection.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+
+from .contract import Contract
+from .errors import FeatureDtypeError, FeatureShapeError, GraphInputError, ServeError
+
+__all__ = ["DynamicBatcher", "PredictServer", "PayloadError", "QueueFullError",
+           "decode_graphs", "encode_prediction", "serve_main", "build_serve_parser"]
+
+
+class PayloadError(ServeError, ValueError):
+    """A request body that is not a JSON list of graph objects (HTTP 400)."""
+
+
+# -- JSON <-> arrays -----------------------------------------------------------------------
+
+#: the numpy dtype kinds a JSON array may have for a contract dtype's kind: integers are
+#: valid floats, but a float is never silently truncated to an integer (nor 0/1 to a bool)
+_ACCEPTED_KINDS = {"f": "fiu", "c": "fiuc", "i": "iu", "u": "iu", "b": "b"}
+
+
+def _feature_array(np: Any, f: Any, value: Any, i: int) -> Any:
+    """A JSON value (nested lists) as a numpy array of the contract's dtype, or the named
+    error a client can act on. Shapes are checked by ``predict`` (``FeatureShapeError``)."""
+    try:
+        want = np.dtype(f.dtype)
+    except TypeError:  # a dtype numpy lacks (bfloat16): the runtime casts the lists itself
+        return value
+    try:
+        a = np.asarray(value)
+    except (ValueError, OverflowError):  # ragged rows, a number out of range
+        raise FeatureShapeError(f"graph {i}: feature {f.key!r} is not a rectangular array of "
+                                f"numbers (rows of different lengths?): send nested lists of "
+                                f"its per-graph shape", i, f.key) from None
+    if a.size == 0:  # [] / [[], []]: no values, no dtype of their own
+        return a.astype(want)
+    if a.dtype.kind not in _ACCEPTED_KINDS.get(want.kind, want.kind):
+        what = {"f": "numbers with a fraction", "b": "true/false", "U": "strings",
+                "O": "values that are not numbers (null, objects, or mixed)"}.get(
+                    a.dtype.kind, "integers" if a.dtype.kind in "iu" else str(a.dtype))
+        raise FeatureDtypeError(f"graph {i}: feature {f.key!r} holds {what}, the artifact was "
+                                f"exported for {f.dtype}: send "
+                                f"{'integers' if want.kind in 'iu' else f.dtype + ' values'}",
+                                i, f.key)
+    return a.astype(want, copy=False)
+
+
+def decode_graphs(body: bytes, contract: Contract) -> List[Dict[str, Any]]:
+    """The graphs of a ``POST /predict`` body: each contract feature as a numpy array of
+    the contract's dtype (other keys, such as labels, are passed on and ignored).
+
+    Raises :class:`PayloadError` (not JSON, not a list of objects) or the
+    :class:`~graph_adapter.serve.GraphInputError` of the first wrong feature.
+    """
+    import numpy as np
+
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError) as e:  # (UnicodeDecodeError is a ValueError)
+        raise PayloadError(f"the body is not valid JSON ({e}); send "
+                           f'{{"graphs": [{{"x": [[...]], "edge_index": [[...], [...]]}}]}}')
+    graphs = doc.get("graphs") if isinstance(doc, dict) else doc
+    if not isinstance(graphs, list):
+        raise PayloadError('the body must be {"graphs": [graph, ...]} (or a JSON list of '
+                           f'graphs), got a JSON {type(doc).__name__}'
+                           + (f" with keys {sorted(doc)}" if isinstance(doc, dict) else ""))
+    out = []
+    for i, g in enumerate(graphs):
+        if not isinstance(g, dict):
+            raise PayloadError(f"graph {i} is a JSON {type(g).__name__}, not an object of "
+                               f"features ({{\"x\": [[...]], ...}})")
+        d = dict(g)
+        for f in contract.features:
+            if d.get(f.key) is not None:
+                d[f.key] = _feature_array(np, f, d[f.key], i)
+        out.append(d)
+    return out
+
+
+def _as_list(v: Any) -> Any:
+    return v.tolist() if hasattr(v, "tolist") else v
+
+
+def encode_prediction(pred: Any) -> Any:
+    """One graph's prediction (an array, or ``{key: array}``) as JSON-ready nested lists."""
+    if isinstance(pred, dict):
+        return {k: _as_list(v) for k, v in pred.items()}
+    return _as_list(pred)
+
+
+# -- dynamic batching ----------------------------------------------------------------------
+
+class _Pending:
+    """One queued request: its graphs, and its answer once the worker has one."""
+
+    __slots__ = ("graphs", "arrived", "done", "preds", "error")
+
+    def __init__(self, graphs: Sequence[Any]):
+        self.graphs = graphs
+        self.arrived = time.monotonic()
+        self.done = threading.Event()
+        self.preds: Optional[List[Any]] = None
+        self.error: Optional[BaseException] = None
+
+    def answer(self, preds: Optional[List[Any]] = None,
+               error: Optional[BaseException] = None) -> None:
+        self.preds, self.error = preds, error
+        self.done.set()
+
+
+class QueueFullError(ServeError):
+    """The batcher holds ``max_queue`` requests already, or is closed (HTTP 503)."""
+
+
+class DynamicBatcher:
+    """Merges concurrent ``predict`` requests into one ``Predictor.predict`` call.
+
+    One worker thread runs every call (so the predictor is never used by two threads).
+    It takes the oldest queued request, waits until ``max_batch`` graphs are queued or
+    ``max_delay_s`` has passed since that request arrived, and predicts the queued
+    requests (in arrival order, at most ``max_batch`` graphs; one larger request alone)
+    as one list: ``predict`` packs it over the budget or the ladder's rungs. A request
+    whose graphs the contract refuses gets its own error (graph positions counted within
+    it); the others of its merge are predicted without it.
+
+    ``max_batch``: graphs a merge holds; default one call of the bulk budget (its graph
+    slots less the padding one). ``max_queue``: requests waiting, beyond which
+    :meth:`submit` raises :class:`QueueFullError`.
+    """
+
+    def __init__(self, predictor: Any, max_delay_s: float = 0.002,
+                 max_batch: Optional[int] = None, max_queue: int = 1024):
+        self.predictor = predictor
+        c = predictor.contract
+        self.max_batch = int(max_batch) if max_batch else max(
+            [r.graphs for r in c.rungs] or [c.graphs]) - 1
+        if self.max_batch < 1 or max_delay_s < 0:
+            raise ValueError(f"max_batch={max_batch} and max_delay_s={max_delay_s}: give "
+                             f"at least one graph and a delay >= 0")
+        self.max_delay_s = float(max_delay_s)
+        self.max_queue = int(max_queue)
+        self.queue: Deque[_Pending] = collections.deque()
+        self.queued_graphs = 0
+        self.closed = False
+        self.cond = threading.Condition()
+        #: requests answered, graphs predicted, merged calls made, requests refused
+        self.stats = {"requests": 0, "graphs": 0, "batches": 0, "refused": 0}
+        self.worker = threading.Thread(target=self._loop, name="graph_adapter-batcher",
+                                       daemon=True)
+        self.worker.start()
+
+    def submit(self, graphs: Sequence[Any], timeout: Optional[float] = None) -> List[Any]:
+        """The predictions of ``graphs`` (as ``Predictor.predict``), once merged and run;
+        raises what ``predict`` raised for them, ``QueueFullError``, or ``TimeoutError``."""
+        p = _Pending(graphs)
+        with self.cond:
+            if self.closed or len(self.queue) >= self.max_queue:
+                raise QueueFullError("the server is stopping" if self.closed else
+                                     f"{len(self.queue)} requests are queued already "
+                                     f"(max_queue): retry later")
+            self.queue.append(p)
+            self.queued_graphs += len(graphs)
+            self.cond.notify()
+        if not p.done.wait(timeout):
+            raise TimeoutError(f"no answer within {timeout} s (the worker is busy)")
+        if p.error is not None:
+            raise p.error
+        assert p.preds is not None
+        return p.preds
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Answer what is queued, then stop the worker (later submits: ``QueueFullError``)."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        self.worker.join(timeout)
+
+    def _take(self) -> Optional[List[_Pending]]:
+        """The next merge (``None``: closed and drained), waiting as the docstring says."""
+        with self.cond:
+            while not self.queue:
+                if self.closed:
+                    return None
+                self.cond.wait()
+            deadline = self.queue[0].arrived + self.max_delay_s
+            while self.queued_graphs < self.max_batch and not self.closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            batch = [self.queue.popleft()]
+            n = len(batch[0].graphs)
+            while self.queue and n + len(self.queue[0].graphs) <= self.max_batch:
+                n += len(self.queue[0].graphs)
+                batch.append(self.queue.popleft())
+            self.queued_graphs -= n
+            return batch
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            try:
+                self._run(batch)
+            except BaseException as e:  # noqa: BLE001 - never leave a request unanswered
+                for p in batch:
+                    if not p.done.is_set():
+                        p.answer(error=e)
+
+    def _alone(self, p: _Pending) -> None:
+        try:
+            p.answer(self.predictor.predict(p.graphs))
+            self.stats["batches"] += 1
+            self.stats["graphs"] += len(p.graphs)
+        except Exception as e:  # noqa: BLE001 - the request's own error, sent back
+            self.stats["refused"] += 1
+            p.answer(error=e)
+
+    def _run(self, batch: List[_Pending]) -> None:
+        live = list(batch)
+        self.stats["requests"] += len(batch)
+        while live:
+            if len(live) == 1:  # its errors count graphs within it already
+                return self._alone(live[0])
+            merged = [g for p in live for g in p.graphs]
+            try:
+                preds = self.predictor.predict(merged)
+            except GraphInputError as e:  # one request's graph: answer it alone, retry the rest
+                culprit = _owner(live, e.graph)
+                self._alone(culprit)
+                live.remove(culprit)
+                continue
+            except Exception:  # noqa: BLE001 - not a graph's fault: each request on its own
+                for p in live:
+                    self._alone(p)
+                return
+            self.stats["batches"] += 1
+            self.stats["graphs"] += len(merged)
+            i = 0
+            for p in live:
+                p.answer(preds[i:i + len(p.graphs)])
+                i += len(p.graphs)
+            return
+
+
+def _owner(live: Sequence[_Pending], graph: int) -> _Pending:
+    """The request that holds position ``graph`` of a merge of ``live``."""
+    run = 0
+    for p in live:
+        run += len(p.graphs)
+        if graph < run:
+            return p
+    return live[-1]
+
+
+# -- HTTP ----------------------------------------------------------------------------------
+
+def _error_body(e: BaseException) -> Dict[str, Any]:
+    return {"error": type(e).__name__, "message": str(e), "graph": getattr(e, "graph", None),
+            "key": getattr(e, "key", None)}
+
+
+def _status(e: BaseException) -> int:
+    if isinstance(e, PayloadError):
+        return 400
+    if isinstance(e, GraphInputError):
+        return 422
+    if isinstance(e, (QueueFullError, TimeoutError)):
+        return 503
+    return 500
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: a client reuses its connection
+    server_version = "graph_adapter-serve"
+    #: a client that stalls mid-request is dropped after this many seconds of silence
+    timeout = 30.0
+    server: "PredictServer"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        if self.server.verbose:
+            super().log_message(format, *args)
+
+    def _send(self, code: int, doc: Any, raw: Optional[bytes] = None) -> None:
+        body = raw if raw is not None else json.dumps(doc).encode()
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:  # the client left before its answer (BrokenPipe, reset)
+            self.close_connection = True
+
+    def do_GET(self) -> None:  # noqa: N802 - the base's name
+        if self.path == "/health":
+            self._send(200, self.server.health())
+        elif self.path == "/contract":
+            self._send(200, None, self.server.contract_json)
+        else:
+            self._send(404, {"error": "NotFound", "message": f"no {self.path}: GET /health, "
+                             f"GET /contract, POST /predict"})
+
+    def _body(self) -> Optional[bytes]:
+        """The request body, or ``None`` once an error was sent / the client is gone."""
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            self.close_connection = True
+            self._send(411, {"error": "LengthRequired", "message": "send a Content-Length "
+                             "header (chunked bodies are not read)"})
+            return None
+        n = int(length)
+        if n > self.server.max_body_bytes:
+            self.close_connection = True
+            self._send(413, {"error": "PayloadTooLarge", "message": f"a body of {n} bytes; "
+                             f"this server reads at most {self.server.max_body_bytes} (split "
+                             f"the request, or start it with a larger --max-body-mb)"})
+            return None
+        chunks, got = [], 0
+        try:
+            while got < n:
+                chunk = self.rfile.read(min(n - got, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+        except OSError:  # a reset or a timeout while reading: the client is gone
+            got = -1
+        if got != n:  # disconnected mid-body: nobody to answer
+            self.close_connection = True
+            self.server.count("disconnected")
+            return None
+        return b"".join(chunks)
+
+    def do_POST(self) -> None:  # noqa: N802 - the base's name
+        if self.path != "/predict":
+            self.close_connection = True  # its body is not read
+            self._send(404, {"error": "NotFound", "message": f"no POST {self.path}: POST "
+                             f"/predict"})
+            return
+        body = self._body()
+        if body is None:
+            return
+        try:
+            graphs = decode_graphs(body, self.server.predictor.contract)
+            preds = self.server.batcher.submit(graphs, self.server.request_timeout_s)
+            doc = {"predictions": [encode_prediction(p) for p in preds]}
+        except Exception as e:  # noqa: BLE001 - every failure is answered, named
+            code = _status(e)
+            if code == 500:
+                self.log_error("internal error on POST /predict: %r", e)
+            self._send(code, _error_body(e))
+            return
+        self._send(200, doc)
+
+
+class PredictServer(ThreadingHTTPServer):
+    """The HTTP server of one loaded artifact (one thread a connection, one batching worker).
+
+    ``predictor``: a :class:`~graph_adapter.serve.Predictor` (``serve.load(path)``).
+    ``port=0`` picks a free port (:attr:`port`, :attr:`url`). :meth:`start` serves in a
+    background thread; :meth:`close` (or leaving a ``with`` block) stops accepting,
+    answers what is queued, and releases the port. ``serve_forever`` / ``shutdown``
+    are the standard library's.
+    """
+
+    daemon_threads = True  # a connection left open does not keep the process alive
+    allow_reuse_address = True
+
+    def __init__(self, predictor: Any, host: str = "127.0.0.1", port: int = 8000, *,
+                 max_delay_ms: float = 2.0, max_batch: Optional[int] = None,
+                 max_queue: int = 1024, max_body_bytes: int = 64 << 20,
+                 request_timeout_s: float = 60.0, verbose: bool = False):
+        self.predictor = predictor
+        self.batcher = DynamicBatcher(predictor, max_delay_ms / 1e3, max_batch, max_queue)
+        self.max_body_bytes = int(max_body_bytes)
+        self.request_timeout_s = float(request_timeout_s)
+        self.verbose = verbose
+        self.contract_json = predictor.contract.to_json().encode()
+        self.started = time.time()
+        self.counters: Dict[str, int] = {"disconnected": 0}
+        self.lock = threading.Lock()
+        self.thread: Optional[threading.Thread] = None
+        super().__init__((host, port), _Handler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.server_address[0]}:{self.port}"
+
+    def count(self, what: str) -> None:
+        with self.lock:
+            self.counters[what] = self.counters.get(what, 0) + 1
+
+    def health(self) -> Dict[str, Any]:
+        """``GET /health``: the artifact, the batching settings and the counters."""
+        c, b = self.predictor.contract, self.batcher
+        return {"status": "stopping" if b.closed else "ok", "format": c.format,
+                "budget": {"nodes": c.nodes, "edges": c.edges, "graphs": c.graphs},
+                "rungs": len(c.rungs), "max_batch": b.max_batch,
+                "max_delay_ms": b.max_delay_s * 1e3, "queued": len(b.queue),
+                "calls": self.predictor.calls, **b.stats, **self.counters,
+                "uptime_s": round(time.time() - self.started, 3)}
+
+    def start(self) -> "PredictServer":
+        """Serve in a daemon thread; returns at once (the port is bound already)."""
+        self.thread = threading.Thread(target=self.serve_forever, name="graph_adapter-http",
+                                       daemon=True)
+        self.thread.start()
+        return self
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop serving (from any thread but the one in ``serve_forever``), answer what is
+        queued, release the port."""
+        if self.thread is not None:
+            self.shutdown()
+            self.thread.join(timeout)
+            self.thread = None
+        self.batcher.close(timeout)
+        self.server_close()
+
+    def __enter__(self) -> "PredictServer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# -- the command ---------------------------------------------------------------------------
+
+def build_serve_parser(prog: str = "graph-adapter serve") -> argparse.ArgumentParser:
+    """The options of ``graph-adapter serve`` / ``python -m graph_adapter.serve``."""
+    p = argparse.ArgumentParser(prog=prog, description="Serve an artifact of "
+                                "graph_adapter.export over HTTP + JSON (POST /predict, GET "
+                                "/health, GET /contract), merging concurrent requests.")
+    p.add_argument("artifact", help="a .pt2 or .onnx file written by graph_adapter.export")
+    p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine "
+                   "only; 0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8000, help="default 8000; 0: a free one")
+    p.add_argument("--threads", type=int, default=None,
+                   help="the runtime's intra-op threads (serve.load(threads=)); default: "
+                        "the runtime's")
+    p.add_argument("--max-delay-ms", type=float, default=2.0,
+                   help="how long the oldest queued request waits for others to merge "
+                        "with (default 2; 0: merge only what is queued already)")
+    p.add_argument("--max-batch", type=int, default=None,
+                   help="graphs a merged call holds at most (default: one call of the "
+                        "largest budget's graph slots)")
+    p.add_argument("--max-queue", type=int, default=1024, help="queued requests beyond "
+                   "which the server answers 503 (default 1024)")
+    p.add_argument("--max-body-mb", type=float, default=64.0, help="default 64")
+    p.add_argument("--verbose", action="store_true", help="log every request")
+    return p
+
+
+def serve_main(argv: Optional[Sequence[str]] = None, prog: str = "graph-adapter serve", *,
+               stop: Optional[threading.Event] = None,
+               started: Optional[Callable[[PredictServer], Any]] = None) -> int:
+    """Run the server until SIGINT/SIGTERM (or ``stop`` is set); returns the exit code (2:
+    a usage error, a missing runtime or file, a port in use; the message says which).
+    ``started(server)`` is called once it listens (a test reads ``server.url`` there)."""
+    from .runtime import load
+
+    try:
+        args = build_serve_parser(prog).parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2)
+        return int(e.code or 0)
+    try:
+        predictor = load(args.artifact, threads=args.threads)
+        server = PredictServer(predictor, args.host, args.port, max_delay_ms=args.max_delay_ms,
+                               max_batch=args.max_batch, max_queue=args.max_queue,
+                               max_body_bytes=int(args.max_body_mb * (1 << 20)),
+                               verbose=args.verbose)
+    except (ServeError, OSError, ValueError) as e:  # no file, not an artifact, port taken
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    stop = stop or threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # Ctrl-C, docker stop
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    c = predictor.contract
+    print(f"serving {args.artifact} ({c.format}, {len(c.rungs) or 1} budget(s), max batch "
+          f"{server.batcher.max_batch} graphs, max delay {args.max_delay_ms} ms) on "
+          f"{server.url}: POST /predict, GET /health, GET /contract", flush=True)
+    server.start()
+    if started is not None:
+        started(server)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(f"stopped: {server.health()}", flush=True)
+    return 0
+

@@ -1,0 +1,385 @@
+"""The HTTP server of an artifact (``graph_adapter.serve.PredictServer``), on 127.0.0.1 only.
+
+One small ``.onnx`` artifact for the module (the demo's model, exported in ~3 s): 8
+concurrent clients, every answer equal to the local ``predict`` of the same request;
+malformed JSON, a missing feature, a wrong dtype, a graph over the budget (4xx with the
+named error's text); clients that disconnect or stall mid-request; a clean shutdown.
+The batcher's merging is also checked on a stand-in predictor (hypothesis: any requests,
+each answered with its own graphs' predictions, in order). A ``.pt2`` ladder (two
+AOTInductor compiles) runs the same load test in CI's extended step.
+"""
+import http.client
+import json
+import random
+import socket
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graph_adapter import serve
+from graph_adapter.serve import (DynamicBatcher, GraphInputError, MissingFeatureError,
+                                 PredictServer, QueueFullError)
+
+KEYS = ("x", "edge_index", "edge_attr")
+TIME_LIMIT = 120.0  # seconds a load test may take before it fails (it stops by itself)
+
+
+def _json_graph(d):
+    return {k: d[k].tolist() for k in KEYS}
+
+
+def _post(port, doc=None, raw=None, path="/predict"):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("POST", path, raw if raw is not None else json.dumps(doc),
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        conn.close()
+
+
+def _get(port, path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def onnx_artifact(tmp_path_factory):
+    pytest.importorskip("onnxruntime", reason="the serve extra (onnx, onnxscript, onnxruntime)")
+    import torch
+
+    from graph_adapter.app.models import build_model
+    from graph_adapter.backends.export import export
+    from graph_adapter.batching import Budget, FixedSizeLoader
+    from graph_adapter.nn import ipu_wrap
+
+    from _padding import molecule_like_graphs
+
+    graphs = molecule_like_graphs(200, seed=11)
+    torch.manual_seed(0)
+    model = build_model("gine", hidden=8, layers=1, y_mean=1.0, y_std=2.0).eval()
+    path = str(tmp_path_factory.mktemp("server") / "m.onnx")
+    contract = export(ipu_wrap(model), FixedSizeLoader(graphs, Budget.fit(graphs, 8)), path,
+                      format="onnx", threads=1)
+    return path, contract, graphs
+
+
+@pytest.fixture(scope="module")
+def server(onnx_artifact):
+    path, _, _ = onnx_artifact
+    with PredictServer(serve.load(path, threads=1), port=0, max_delay_ms=5).start() as s:
+        yield s
+
+
+def _load_test(server, path, graphs, clients=8, per_client=40, max_graphs=12, seed=0):
+    """``clients`` threads, each posting ``per_client`` requests of 1..``max_graphs``
+    distinct graphs over one keep-alive connection; every answer is compared with a
+    local predictor's on the same request. Returns the merged calls' count."""
+    rng = random.Random(seed)
+    plans = [[rng.sample(range(len(graphs)), rng.randint(1, max_graphs))
+              for _ in range(per_client)] for _ in range(clients)]
+    local = serve.load(path, threads=1)  # the reference (the server's own runs elsewhere)
+    want = {i: np.asarray(p, dtype=np.float64) for i, p in
+            enumerate(local.predict([{k: d[k].numpy() for k in KEYS} for d in graphs]))}
+    payload = [_json_graph(d) for d in graphs]
+    answers, errors = [[] for _ in range(clients)], []
+    deadline = time.monotonic() + TIME_LIMIT
+    before = dict(server.batcher.stats)
+
+    def client(c):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        try:
+            for picks in plans[c]:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the load test ran over its time limit")
+                conn.request("POST", "/predict",
+                             json.dumps({"graphs": [payload[i] for i in picks]}),
+                             {"Content-Type": "application/json"})
+                r = conn.getresponse()
+                answers[c].append((r.status, json.loads(r.read())))
+        except Exception as e:  # noqa: BLE001 - reported by the test thread
+            errors.append(repr(e))
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()) + 5)
+    assert not [t for t in threads if t.is_alive()] and not errors, errors
+    for c in range(clients):
+        assert len(answers[c]) == per_client  # nothing lost
+        for picks, (status, doc) in zip(plans[c], answers[c]):
+            assert status == 200, doc
+            got = doc["predictions"]
+            assert len(got) == len(picks)  # none lost or duplicated
+            for i, g in zip(picks, got):  # each its own graph's, in order
+                np.testing.assert_allclose(np.asarray(g), want[i], rtol=1e-5, atol=1e-5)
+    stats = server.batcher.stats
+    assert stats["requests"] - before["requests"] == clients * per_client
+    assert stats["graphs"] - before["graphs"] == sum(len(p) for pl in plans for p in pl)
+    return stats["batches"] - before["batches"]
+
+
+def test_eight_concurrent_clients_each_get_their_own_answers(server, onnx_artifact):
+    path, _, graphs = onnx_artifact
+    batches = _load_test(server, path, graphs)
+    assert batches < 8 * 40  # concurrent requests were merged into fewer calls
+    status, health = _get(server.port, "/health")
+    assert status == 200 and health["status"] == "ok" and health["format"] == "onnx"
+
+
+def test_contract_endpoint_is_the_artifacts_contract(server, onnx_artifact):
+    status, doc = _get(server.port, "/contract")
+    assert status == 200
+    assert serve.Contract.from_json(json.dumps(doc)) == onnx_artifact[1]
+    assert _get(server.port, "/nope")[0] == 404
+
+
+def test_malformed_json_is_a_400_and_the_server_goes_on(server, onnx_artifact):
+    graphs = onnx_artifact[2]
+    status, doc = _post(server.port, raw='{"graphs": [{"x": [[1, 2]')
+    assert status == 400 and doc["error"] == "PayloadError" and "not valid JSON" in doc["message"]
+    status, doc = _post(server.port, {"molecules": []})
+    assert status == 400 and '{"graphs": [graph, ...]}' in doc["message"]
+    status, doc = _post(server.port, {"graphs": [_json_graph(graphs[0]), 7]})
+    assert status == 400 and "graph 1 is a JSON int" in doc["message"]
+    assert _post(server.port, {"graphs": [_json_graph(graphs[0])]})[0] == 200
+
+
+def _local_error(path, request):
+    with pytest.raises(GraphInputError) as e:
+        serve.load(path, threads=1).predict(request)
+    return e.value
+
+
+def test_missing_feature_is_a_422_with_the_named_errors_text(server, onnx_artifact):
+    path, _, graphs = onnx_artifact
+    request = [_json_graph(graphs[0]), {k: v for k, v in _json_graph(graphs[1]).items()
+                                        if k != "edge_attr"}]
+    status, doc = _post(server.port, {"graphs": request})
+    want = _local_error(path, [{k: np.asarray(v) for k, v in g.items()} for g in request])
+    assert isinstance(want, MissingFeatureError)
+    assert status == 422 and doc == {"error": "MissingFeatureError", "message": str(want),
+                                     "graph": 1, "key": "edge_attr"}
+
+
+def test_wrong_dtype_and_shape_are_422_never_cast(server, onnx_artifact):
+    g = _json_graph(onnx_artifact[2][0])
+    status, doc = _post(server.port, [{**g, "x": [[v + 0.5 for v in row] for row in g["x"]]}])
+    assert status == 422 and doc["error"] == "FeatureDtypeError" and doc["key"] == "x"
+    assert "int64" in doc["message"]  # a fraction is never truncated to an integer
+    status, doc = _post(server.port, [{**g, "x": [row[:-1] for row in g["x"]]}])
+    assert status == 422 and doc["error"] == "FeatureShapeError"
+    status, doc = _post(server.port, [{**g, "x": [g["x"][0], g["x"][0][:3]]}])  # ragged
+    assert status == 422 and doc["error"] == "FeatureShapeError"
+    m = len(g["edge_attr"])
+    status, doc = _post(server.port, [{**g, "edge_index": [[0] * m, [99] + [0] * (m - 1)]}])
+    assert status == 422 and doc["error"] == "EdgeIndexError", doc
+
+
+def test_graph_over_the_budget_is_a_422_with_its_text(server, onnx_artifact):
+    path, contract, graphs = onnx_artifact
+    n = contract.max_graph_nodes + 1
+    big = {"x": [[0] * 9] * n, "edge_index": [[0], [1]], "edge_attr": [[0, 0, 0]]}
+    request = [_json_graph(graphs[0]), big]
+    status, doc = _post(server.port, {"graphs": request})
+    want = _local_error(path, [{k: np.asarray(v) for k, v in g.items()} for g in request])
+    assert status == 422 and doc["error"] == "GraphTooLargeError"
+    assert doc["message"] == str(want) and doc["graph"] == 1
+
+
+def test_clients_that_disconnect_or_stall_mid_request_cost_only_themselves(server,
+                                                                          onnx_artifact):
+    body = json.dumps({"graphs": [_json_graph(onnx_artifact[2][0])]}).encode()
+    head = (f"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    before = server.counters["disconnected"]
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    s.sendall(head + body[:len(body) // 2])  # half the body, then gone
+    s.close()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    s.sendall(head + body)  # the whole request, gone before its answer
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.close()  # (a reset: the server's write fails)
+    stalled = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    stalled.sendall(head + body[:10])  # and one that stays, silent
+    try:
+        for _ in range(3):  # the others are served meanwhile
+            status, doc = _post(server.port, {"graphs": [_json_graph(onnx_artifact[2][1])]})
+            assert status == 200 and len(doc["predictions"]) == 1
+        deadline = time.monotonic() + 10
+        while server.counters["disconnected"] < before + 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.counters["disconnected"] >= before + 1
+        assert _get(server.port, "/health")[1]["status"] == "ok"
+    finally:
+        stalled.close()
+
+
+def test_shutdown_answers_what_is_queued_and_releases_the_port(onnx_artifact):
+    path, _, graphs = onnx_artifact
+    s = PredictServer(serve.load(path, threads=1), port=0).start()
+    port = s.port
+    assert _post(port, [_json_graph(graphs[0])])[0] == 200
+    t = time.monotonic()
+    s.close()
+    assert time.monotonic() - t < 10 and not s.batcher.worker.is_alive()
+    with pytest.raises(QueueFullError, match="stopping"):
+        s.batcher.submit([{}])
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_serve_main_runs_until_stopped(onnx_artifact, capsys):
+    path, contract, graphs = onnx_artifact
+    stop, up = threading.Event(), []
+    rc = []
+    t = threading.Thread(target=lambda: rc.append(serve.serve_main(
+        [path, "--port", "0", "--threads", "1", "--max-delay-ms", "1"], stop=stop,
+        started=up.append)), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not up and t.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert up, capsys.readouterr()
+    assert _get(up[0].port, "/contract")[1]["nodes"] == contract.nodes
+    assert _post(up[0].port, [_json_graph(graphs[0])])[0] == 200
+    stop.set()
+    t.join(15)
+    assert rc == [0] and "POST /predict" in capsys.readouterr().out
+    assert serve.serve_main(["/no/such/model.onnx"]) == 2
+    assert "no artifact at" in capsys.readouterr().err
+
+
+# -- the batcher on a stand-in predictor (no artifact) -------------------------------------
+
+class _Doubler:
+    """Predicts ``2 * id`` a graph; a graph ``{"bad": True}`` is refused, named by position."""
+
+    def __init__(self, graphs_per_call=9):
+        self.contract = SimpleNamespace(rungs=(), graphs=graphs_per_call)
+        self.calls = 0
+        self.merged = []
+        self.gate = threading.Event()  # calls wait for it (the test queues requests first)
+        self.gate.set()
+        self.held = 0
+
+    def predict(self, graphs):
+        self.held = len(graphs)  # graphs of the call waiting at the gate
+        self.gate.wait(30)
+        self.calls += 1
+        for i, g in enumerate(graphs):
+            if g.get("bad"):
+                raise MissingFeatureError(f"graph {i}: bad", i, "x")
+        self.merged.append(len(graphs))
+        return [2 * g["id"] for g in graphs]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.lists(st.booleans(), min_size=1, max_size=12), min_size=1, max_size=16),
+       st.sampled_from([0.0, 0.002, 0.02]))
+def test_batcher_answers_each_request_with_its_own_graphs_in_order(requests, delay):
+    pred = _Doubler()
+    b = DynamicBatcher(pred, max_delay_s=delay, max_batch=8)
+    reqs, ids = [], iter(range(10 ** 6))
+    for flags in requests:  # a request holding a True flag has one bad graph
+        reqs.append([{"id": next(ids), "bad": bad and j == flags.index(True)}
+                     for j, bad in enumerate(flags)])
+    out = [None] * len(reqs)
+
+    def go(k):
+        try:
+            out[k] = b.submit(reqs[k], timeout=30)
+        except MissingFeatureError as e:
+            out[k] = e
+
+    pred.gate.clear()  # the first call waits until every request is queued: they merge
+    threads = [threading.Thread(target=go, args=(k,)) for k in range(len(reqs))]
+    for t in threads:
+        t.start()
+    deadline, total = time.monotonic() + 10, sum(map(len, reqs))
+    while b.queued_graphs + pred.held < total and time.monotonic() < deadline:
+        time.sleep(0.001)
+    pred.gate.set()
+    for t in threads:
+        t.join(30)
+    b.close(5)
+    for req, got in zip(reqs, out):
+        if any(g["bad"] for g in req):  # its own error, its graph counted within it
+            assert isinstance(got, MissingFeatureError)
+            assert got.graph == next(j for j, g in enumerate(req) if g["bad"])
+        else:
+            assert got == [2 * g["id"] for g in req]
+    assert all(n <= 8 or n == len(max(reqs, key=len)) for n in pred.merged)
+    assert b.stats["requests"] == len(reqs)
+
+
+def test_batcher_waits_at_most_max_delay_and_merges_what_arrives_meanwhile():
+    pred = _Doubler(graphs_per_call=100)
+    b = DynamicBatcher(pred, max_delay_s=0.3)
+    out = []
+    threads = [threading.Thread(target=lambda k=k: out.append(b.submit([{"id": k}])))
+               for k in range(5)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    took = time.monotonic() - t0
+    b.close(5)
+    assert sorted(out) == [[0], [2], [4], [6], [8]]
+    assert pred.merged == [5] and took < 5  # one call, after the wait (not per request)
+    b = DynamicBatcher(_Doubler(graphs_per_call=3), max_delay_s=10.0)  # max_batch 2
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=lambda k=k: b.submit([{"id": k}])) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert time.monotonic() - t0 < 5  # a full batch does not wait for the delay
+    b.close(5)
+
+
+# -- a .pt2 ladder (two AOTInductor compiles): CI's extended step --------------------------
+
+@pytest.mark.slow
+@pytest.mark.extended  # two AOTInductor compiles (~40 s)
+def test_a_pt2_ladder_serves_eight_clients_and_names_the_top_rung(tmp_path):
+    import torch
+
+    from graph_adapter.app.models import build_model
+    from graph_adapter.backends.export import export
+    from graph_adapter.batching import Budget, FixedSizeLoader
+    from graph_adapter.nn import ipu_wrap
+
+    from _padding import molecule_like_graphs
+
+    graphs = molecule_like_graphs(120, seed=4)
+    torch.manual_seed(0)
+    model = build_model("gine", hidden=8, layers=1, y_mean=1.0, y_std=2.0).eval()
+    path = str(tmp_path / "ladder.pt2")
+    contract = export(ipu_wrap(model), FixedSizeLoader(graphs, Budget.fit(graphs, 4)), path,
+                      ladder=[Budget.fit(graphs, 2), Budget.fit(graphs, 16)], threads=1)
+    assert len(contract.rungs) == 2
+    with PredictServer(serve.load(path, threads=1), port=0, max_delay_ms=5).start() as s:
+        assert s.batcher.max_batch == max(r.graphs for r in contract.rungs) - 1
+        _load_test(s, path, graphs, per_client=25)
+        assert set(s.predictor.rung_calls.values()) != {0} and s.predictor.rung_calls
+        n = max(r.max_graph_nodes for r in contract.rungs) + 1
+        status, doc = _post(s.port, [{"x": [[0] * 9] * n, "edge_index": [[0], [1]],
+                                      "edge_attr": [[0, 0, 0]]}])
+        assert status == 422 and doc["error"] == "GraphTooLargeError"
+        assert "top rung" in doc["message"] and f"max_nodes={n}" in doc["message"]
