@@ -29,7 +29,7 @@ from ..format import (Dim, BATCH, EDGE_MASK, EDGE_TYPE_SEP, GRAPH_MASK, NODE_MAS
                       RESERVED_KEYS, SEP, StoreKey, dim_of, inc_dims, is_index_attr, key_of,
                       store_name)
 from .packing import GraphSizes
-from ._sets import NodeSets, node_sets_of
+from ._sets import SAMPLE, NodeSets, node_sets_of
 from ..format import Field
 
 __all__ = ["Scan", "Store", "Dim", "META_KEYS"]
@@ -103,6 +103,12 @@ class Scan:
     ``ids``: the dataset indices of ``dataset``'s graphs, for error messages
     (a batch of graph objects); default: their positions.
 
+    ``sets``: the node sets of their own of the dataset these graphs are collated
+    like (with ``schema``; default: read off the first graphs, ``_sets.py``).
+
+    ``sets``: the node sets of their own of the dataset these graphs are collated
+    like (with ``schema``; default: read off the first graphs, ``_sets.py``).
+
     ``exclude``: keys left out on purpose (listed in ``excluded``, not
     warned about).  ``validate``: check every index key (``edge_index``...)
     of every graph: an integer dtype, ``[2, E]`` for ``edge_index``, and
@@ -113,7 +119,8 @@ class Scan:
 
     def __init__(self, dataset: Sequence[Any], budget: Budget, columnar: bool = True,
                  schema: Optional[Sequence[Field]] = None, exclude: Collection[str] = (),
-                 validate: bool = True, ids: Optional[Sequence[int]] = None):
+                 validate: bool = True, ids: Optional[Sequence[int]] = None,
+                 sets: Optional[NodeSets] = None):
         n = len(dataset)
         if n == 0:
             raise ValueError("cannot collate an empty dataset")
@@ -124,7 +131,9 @@ class Scan:
         self.on_purpose: Dict[str, str] = {}
         self.hetero = hetero = isinstance(first, HeteroData)
         #: node sets of their own in a homogeneous store (PyG's PairData), or None
-        self.sets: Optional[NodeSets] = None if hetero else node_sets_of(first, self.exclude)
+        # (graphs collated like a dataset: its sets, ``sets``)
+        self.sets: Optional[NodeSets] = sets if sets is not None or hetero else node_sets_of(
+            first, self.exclude, _head(dataset, first, n))
         if self.sets is not None:
             self._check_set_budget(first, budget)
         elif hetero != budget.is_hetero:
@@ -595,6 +604,14 @@ class Scan:
                 raise ValueError(f"{self._at(i)}: key {f.key!r} has "
                                  f"{rows[f.key][i]} rows on its cat dim, expected {want[i]} "
                                  f"({f.level} rows)")
+
+
+def _head(dataset: Sequence[Any], first: Any, n: int) -> List[Any]:
+    """The first graphs of ``dataset`` that name its node sets (``_sets.SAMPLE``), where
+    graph 0 has node sets of its own (PyG's own ``__inc__`` has none: no read)."""
+    if type(first).__inc__ is Data.__inc__ or isinstance(first, HeteroData):
+        return []
+    return [first] + [dataset[i] for i in range(1, min(n, SAMPLE))]
 
 
 def _check_index_proto(key: str, v: Tensor, edge: bool, at: str) -> None:

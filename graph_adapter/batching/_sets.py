@@ -22,14 +22,19 @@ of a hetero graph has:
 """
 from __future__ import annotations
 
-from typing import Any, Collection, Dict, List, Optional, Tuple
+import warnings
+from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
 from torch import Tensor
+from torch_geometric.data import Batch, Data
 
 from ..format import (BATCH, EDGE_MASK, NODE_MASK, PTR, Dim, node_sets, set_key)
 from ..format.pyg import global_store, store_mapping
 
-__all__ = ["NodeSets", "node_sets_of"]
+__all__ = ["NodeSets", "node_sets_of", "SAMPLE"]
+
+#: The first graphs of a dataset whose PyG ``Batch`` names its node sets.
+SAMPLE = 32
 
 
 class NodeSets:
@@ -82,10 +87,19 @@ class NodeSets:
         return v.size(d.__cat_dim__(store[0], v)) if v.dim() else 1
 
 
-def node_sets_of(first: Any, exclude: Collection[str] = ()) -> Optional[NodeSets]:
+def node_sets_of(first: Any, exclude: Collection[str] = (),
+                 sample: Sequence[Any] = ()) -> Optional[NodeSets]:
     """The :class:`NodeSets` of graph ``first`` (a homogeneous ``Data``), or ``None``
-    when it has one node set (every plain ``Data``: PyG's own ``__inc__``)."""
-    where = {a: w for a, w in node_sets(first).items() if a not in exclude}
+    when it has one node set (every plain ``Data``: PyG's own ``__inc__``).
+
+    ``sample``: the dataset's first graphs (``first`` among them), read as PyG's
+    ``Batch`` of them: one graph alone cannot tell a set's keys from another
+    count that happens to equal its size there (one node and one edge), the
+    per-graph sizes of several mostly can."""
+    if type(first).__inc__ is Data.__inc__:
+        return None
+    where = _where(first, sample)
+    where = {a: w for a, w in where.items() if a not in exclude}
     if not any(w[1] or w[2] for w in where.values()):
         return None
     st = global_store(first)
@@ -94,3 +108,18 @@ def node_sets_of(first: Any, exclude: Collection[str] = ()) -> Optional[NodeSets
     # PyG's collate makes a batch vector only for a store whose num_nodes it can
     # infer (x, pos, num_nodes, ...); PairData has none: no own node set
     return NodeSets(where, bool(st.can_infer_num_nodes) or own_edges, own_edges)
+
+
+def _where(first: Any, sample: Sequence[Any]) -> Dict[str, Tuple[str, str, str]]:
+    """:func:`graph_adapter.format.node_sets` of a ``Batch`` of ``sample`` (of ``first``
+    alone where there is no sample, or PyG cannot batch it)."""
+    if len(sample) > 1:
+        try:
+            with warnings.catch_warnings():
+                # PyG cannot infer a PairData's num_nodes: it says so while batching,
+                # which this probe must not add to what the user sees
+                warnings.simplefilter("ignore", UserWarning)
+                return node_sets(Batch.from_data_list(list(sample)))
+        except Exception:  # graphs that PyG itself cannot batch: graph 0 decides
+            pass
+    return node_sets(first)

@@ -413,7 +413,7 @@ class Collator:
         dataset indices, named by error messages (default: list positions)."""
         if len(data_list) == 0:
             return self.empty()
-        scan = Scan(list(data_list), self.budget, True, schema=self.schema,
+        scan = Scan(list(data_list), self.budget, True, schema=self.schema, sets=self.scan.sets,
                     exclude=self.scan.exclude, validate=self.validate, ids=ids)
         return Collator._batch_of_scan(self, scan)
 

@@ -167,7 +167,9 @@ def graph_sizes(dataset, transform=None) -> GraphSizes:
         if m.ndim != 2 or m.shape[1] != 2:
             raise ValueError("graph_sizes: an array must have shape [num_graphs, 2]")
         return GraphSizes(m)
-    from ._sets import node_sets_of
+    from torch_geometric.data import Data
+
+    from ._sets import SAMPLE, node_sets_of
     from ._stored import stored_of, stored_sizes
     from ._view import as_graphs, check_graph_item
 
@@ -198,7 +200,8 @@ def graph_sizes(dataset, transform=None) -> GraphSizes:
             for j, t in enumerate(ets):
                 m[i, len(nts) + j] = edges[t].num_edges if t in edges else 0
         return GraphSizes(m, nts, tuple(_edge_type_name(e) for e in ets))
-    sets = node_sets_of(first)
+    sets = node_sets_of(first, (), [first] + [dataset[i] for i in range(1, min(n, SAMPLE))]
+                        if type(first).__inc__ is not Data.__inc__ else ())
     if sets is not None:  # node sets of their own in one store (PairData): a column each
         dims = sets.dims()
         m = np.zeros((n, len(dims)), dtype=np.int64)

@@ -89,12 +89,17 @@ def extra_sets(obj: BaseData) -> Dict[str, Where]:
         if inc is None:
             continue
         series = torch.diff(torch.cat([inc.reshape(-1).long(), torch.tensor([total])]))
+        edge_rows = counts(k)
         owners = [a for a in feats if same(a, series)]
-        owners.sort(key=lambda a: not _affine(a, k))
+        # the set's name: a key of its own tag, not one named for edges (PyG's tie
+        # rule: a name with "edge" in it is edge-level where edges match too)
+        owners.sort(key=lambda a: (not _affine(a, k), "edge" in a))
         if not owners or not _affine(owners[0], k):
             continue  # no feature key of its own: read as the store's own nodes
         name = owners[0]
         for a in owners:
+            if "edge" in a and a != name and same(a, edge_rows):
+                continue  # edge_attr_s with as many rows as nodes and edges: an edge key
             if _affine(a, name) or a == name:
                 out.setdefault(a, ("node", name, ""))
         # a tie of its rows with the set's size goes to edges for an "edge" name
@@ -102,7 +107,7 @@ def extra_sets(obj: BaseData) -> Dict[str, Where]:
         node_level = same(k, series) and "edge" not in k
         out[k] = ("node", name, "") if node_level else ("edge", name, k)
         for a in feats:  # the edge set's features (edge_attr_s)
-            if a not in out and _affine(a, k) and same(a, counts(k)):
+            if a not in out and _affine(a, k) and same(a, edge_rows):
                 out[a] = ("edge", "", k)
     for a in tensors:
         base = _follow(a, tensors)

@@ -29,9 +29,10 @@ from torch_geometric.data import Data, HeteroData
 
 from . import stand_ins, static
 from .norm import eager_ok, mask_norms, unmask_norms
-from ..format import (GRAPH_MASK, LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP,
+from ..format import (BATCH, GRAPH_MASK, LOSS_KEY, MASK_OF_LEVEL, NODE_MASK, OUTPUT_KEY, SEP,
                       has_micro_batch_dim, is_hetero, key_of, mask_of_rows, masks_by_level,
-                      micro_batch, num_micro_batches, parse_key, store_name, strip_micro_batch)
+                      micro_batch, num_micro_batches, parse_key, set_key, set_masks, store_name,
+                      strip_micro_batch)
 from ._inputs import (InputRecord, MissingInputError, UnboundInputError, check_binding,
                       check_format, choose_mode, input_signature, missing_required,
                       require_graph_mask)
@@ -146,6 +147,24 @@ def _flatten_output(out: Any, prefix: str, res: Dict[str, Tensor]) -> None:
             f"tuples/lists/dicts of them and Data/Batch objects can be returned through the "
             f"fixed-key output dict. Return a tensor (e.g. torch.as_tensor) instead."
         )
+
+
+def _with_node_sets(frame: Dict[str, Any], flat: Mapping[str, Tensor]) -> Dict[str, Any]:
+    """``frame`` knowing the node and edge sets of their own of a padded homogeneous
+    batch (PyG's ``PairData``: ``x_s_node_mask``, ``x_s_batch``...): their masks among
+    the masks of their level (a BatchNorm on ``x_s`` rows gets ``x_s_node_mask``; the
+    budget keeps every set's count distinct) and their batch vectors among the batch
+    vectors (``global_mean_pool(h, data.x_s_batch)`` has ``G`` slots). Keys only: it traces."""
+    sets = set_masks(flat)
+    if not sets["node"] and not sets["edge"]:
+        return frame
+    masks = {lv: list(ms) for lv, ms in frame["masks"].items()}
+    for lv in ("node", "edge"):
+        masks[lv] += [flat[k] for k, _ in sets[lv]]
+    frame["masks"] = masks
+    frame["batches"] = list(frame["batches"]) + [flat[set_key(name, BATCH)]
+                                                 for _, name in sets["node"]]
+    return frame
 
 
 class IPUWrapped(nn.Module):
@@ -332,7 +351,7 @@ class IPUWrapped(nn.Module):
                 out = self.model(**self._kwargs(flat))
             return out, None if self.loss_fn is None else self.loss_fn(out, batch)
         batch = unflatten(flat, spec, validate=False)
-        frame = static.make_frame(flat)
+        frame = _with_node_sets(static.make_frame(flat), flat)
         static.push_frame(frame)
         try:
             if mode == "data":
@@ -523,10 +542,12 @@ _KEEP = ("none", "other")
 
 
 def _matches(rows: int, flat: Mapping[str, Tensor]) -> List[Tuple[str, str]]:
-    """``(mask key, level)`` of every mask whose last dim is ``rows`` (node, edge, graph)."""
+    """``(mask key, level)`` of every mask whose last dim is ``rows`` (node, edge, graph;
+    the masks of node and edge sets of their own, ``x_s_node_mask``, too)."""
     level_of = {m: lv for lv, m in MASK_OF_LEVEL.items()}
-    found = [(k, level_of[parse_key(k)[1]]) for k, v in flat.items()
-             if parse_key(k)[1] in level_of and v.size(-1) == rows]
+    level_of.update({k: lv for lv, ms in set_masks(flat).items() for k, _ in ms})
+    found = [(k, level_of.get(k) or level_of[parse_key(k)[1]]) for k, v in flat.items()
+             if (k in level_of or parse_key(k)[1] in level_of) and v.size(-1) == rows]
     return sorted(found, key=lambda kl: list(MASK_OF_LEVEL).index(kl[1]))
 
 
@@ -566,7 +587,9 @@ def _mask_for(key: str, rows: int, flat: Mapping[str, Tensor],
 
 
 def _sizes(flat: Mapping[str, Tensor]) -> str:
-    return ", ".join(f"{k}: {v.size(-1)}" for k, v in flat.items() if parse_key(k)[1] in MASK_OF_LEVEL.values())
+    sets = {k for ms in set_masks(flat).values() for k, _ in ms}
+    return ", ".join(f"{k}: {v.size(-1)}" for k, v in flat.items()
+                     if parse_key(k)[1] in MASK_OF_LEVEL.values() or k in sets)
 
 
 def _select(key: str, value: Tensor, flat: Mapping[str, Tensor], levels: Mapping[str, str]) -> Tensor:

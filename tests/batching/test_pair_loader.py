@@ -1,12 +1,22 @@
 """FixedSizeLoader on graphs with several node sets in one store (PyG's PairData):
-refused by name, listing the sets, before any key is misread."""
+every set is a size dim with its own budget count, ``<set>_batch`` / ``<set>_ptr`` /
+``<set>_node_mask`` and ``<edge set>_edge_mask`` (graph_adapter/batching/_sets.py)."""
+import json
 import warnings
 
+import numpy as np
 import pytest
 import torch
-from torch_geometric.data import Data
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch_geometric.data import Batch, Data
 
-from graph_adapter.batching import Budget, Collator
+from graph_adapter import ipu_wrap, unpad
+from graph_adapter.batching import Budget, Collator, FixedSizeLoader, graph_sizes
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Unable to accurately infer 'num_nodes'")  # PyG, on any PairData
 
 
 class PairData(Data):
@@ -23,11 +33,36 @@ def _pd():
                     x_t=torch.randn(4, 16), edge_index_t=torch.tensor([[0, 0, 0], [1, 2, 3]]))
 
 
-def test_pair_data_refused_naming_its_node_sets():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        with pytest.raises(ValueError, match=r"make 2 node sets .*\['x_s', 'x_t'\].*exclude=") as e:
-            Collator([_pd(), _pd()], Budget(nodes=20, edges=17, graphs=3))
+def _pair(ns, nt, es, et, seed, dtype=torch.float32, y=True):
+    g = torch.Generator().manual_seed(seed)
+    p = PairData(x_s=torch.randn(ns, 3, generator=g).to(dtype),
+                 edge_index_s=torch.randint(0, ns, (2, es), generator=g),
+                 edge_attr_s=torch.randn(es, 2, generator=g).to(dtype),
+                 x_t=torch.randn(nt, 3, generator=g).to(dtype),
+                 edge_index_t=torch.randint(0, nt, (2, et), generator=g))
+    if y:
+        p.y = torch.randn(1, generator=g).to(dtype)
+    return p
+
+
+def _pairs(sizes, seed=0, **kw):
+    return [_pair(*s, seed=seed + i, **kw) for i, s in enumerate(sizes)]
+
+
+def _same(a, b):
+    return set(a.keys()) == set(b.keys()) and all(torch.equal(a[k], b[k]) for k in b.keys())
+
+
+# sets of at least one node (graph 0 names the sets: PyG's __inc__ of an empty set is 0)
+pair_sizes = st.lists(st.tuples(st.integers(1, 5), st.integers(1, 4), st.integers(0, 6),
+                                st.integers(0, 5)), min_size=1, max_size=12)
+
+
+# ------------------------------------------------------------------ budgets
+def test_int_budget_refused_naming_the_sets_and_the_budget_to_pass():
+    with pytest.raises(ValueError, match=r"make 2 node sets .*\['x_s', 'x_t'\].*Budget\(nodes="
+                                         r"\{'x_s': \.\.\., 'x_t': \.\.\.\}.*exclude=") as e:
+        Collator([_pd(), _pd()], Budget(nodes=20, edges=17, graphs=3))
     assert "graph 0 makes it node-level" not in str(e.value)
 
 
@@ -37,3 +72,187 @@ def test_plain_data_with_suffixed_keys_unaffected():
              node_index_2=torch.tensor([3, 0, 1, 2]), x_2=torch.randn(4, 1))
     c = Collator([d, d], Budget(nodes=12, edges=7, graphs=3), warn=False)
     assert c.levels["x_2"] == "node" and c.levels["node_index_2"] == "node"
+
+
+def test_budget_per_set_fits_and_round_trips_json():
+    ds = _pairs([(3, 2, 4, 1), (5, 4, 6, 3), (1, 1, 0, 0)])
+    b = Budget.fit(ds, 2)
+    assert tuple(b.nodes) == ("x_s", "x_t") and tuple(b.edges) == ("edge_index_s", "edge_index_t")
+    assert Budget.from_json(b.to_json()) == b
+    sizes = graph_sizes(ds)
+    assert sizes.matrix.tolist() == [[3, 2, 4, 1], [5, 4, 6, 3], [1, 1, 0, 0]]
+    t = Budget.tight(ds, 2)
+    assert t.max_real_nodes["x_s"] >= 8 and t.edges["edge_index_s"] >= 10
+    ld = FixedSizeLoader(ds, json.loads(b.to_json()))
+    assert ld.budget == b
+
+
+def test_a_graph_over_a_sets_budget_is_named():
+    ds = _pairs([(3, 2, 4, 1), (9, 2, 4, 1)])
+    b = Budget(nodes={"x_s": 8, "x_t": 7}, edges={"edge_index_s": 10, "edge_index_t": 9}, graphs=3)
+    with pytest.raises(ValueError, match=r"holds at most 6 x_s nodes.*dataset index 1 has nodes \{x_s: 9, x_t: 2\}"):
+        FixedSizeLoader(ds, b)
+    with pytest.warns(UserWarning, match="dataset index 1"):
+        ld = FixedSizeLoader(ds, b, oversize="skip")
+    assert list(ld.skipped_indices) == [1]
+
+
+def test_an_inc_that_is_not_its_sets_size_is_named():
+    class Odd(PairData):
+        def __inc__(self, key, value, *args, **kwargs):
+            if key == "edge_index_s":  # the set's size on graph 0 only
+                return self.x_s.size(0) if self.x_s.size(0) == 3 else 7
+            return super().__inc__(key, value, *args, **kwargs)
+
+    ds = [Odd(**{k: p[k] for k in p.keys()}) for p in _pairs([(3, 2, 4, 1), (4, 2, 2, 1)])]
+    with pytest.raises(ValueError, match=r"dataset index 1: __inc__\('edge_index_s'\) is 7, but "
+                                         r"its node set 'x_s' has 4 rows"):
+        Collator(ds, Budget.tight(ds, 2))
+
+
+def test_unpad_without_schema_is_named():
+    from graph_adapter.format import unpad_batch
+
+    ds = _pairs([(3, 2, 4, 1), (4, 2, 2, 1)])
+    c = Collator(ds, Budget.tight(ds, 2))
+    with pytest.raises(ValueError, match="schema=loader.schema"):
+        unpad_batch(c.collate_indices([0, 1]))
+
+
+# ------------------------------------------------------------------ the batches
+def test_keys_follow_batch_and_padding_rows():
+    ds = _pairs([(3, 2, 4, 1), (4, 2, 2, 1), (2, 3, 1, 2)])
+    b = Budget.tight(ds, 3)
+    c = Collator(ds, b)
+    out = c.collate_indices([0, 1, 2])
+    assert set(out) == {"x_s", "x_t", "edge_index_s", "edge_index_t", "edge_attr_s", "y",
+                        "graph_mask", "x_s_batch", "x_s_ptr", "x_s_node_mask", "x_t_batch",
+                        "x_t_ptr", "x_t_node_mask", "edge_index_s_edge_mask",
+                        "edge_index_t_edge_mask"}
+    ref = Batch.from_data_list(ds, follow_batch=["x_s", "x_t"])
+    for s in ("x_s", "x_t"):
+        n = ref[s].size(0)
+        assert torch.equal(out[s][:n], ref[s]) and not out[s][n:].any()
+        assert torch.equal(out[s + "_batch"][:n], ref[s + "_batch"])
+        assert torch.equal(out[s + "_ptr"][:4], ref[s + "_ptr"])
+        assert int(out[s + "_node_mask"].sum()) == n and out[s + "_batch"][-1] == b.graphs - 1
+    for k, s in (("edge_index_s", "x_s"), ("edge_index_t", "x_t")):
+        e = ref[k].size(1)
+        assert torch.equal(out[k][:, :e], ref[k])  # PyG's __inc__ offsets, exactly
+        # padding edges join the set's last (padding) node, never a real one
+        assert (out[k][:, e:] == b.nodes[s] - 1).all()
+        assert int(out[k + "_edge_mask"].sum()) == e
+    assert torch.equal(out["edge_attr_s"][:ref.edge_attr_s.size(0)], ref.edge_attr_s)
+
+
+@settings(max_examples=12, deadline=None)
+@given(sizes=pair_sizes, k=st.integers(1, 4), seed=st.integers(0, 3),
+       packer=st.sampled_from(["greedy", "histogram"]))
+def test_every_graph_once_per_epoch_with_one_signature(sizes, k, seed, packer):
+    ds = _pairs(sizes, seed=seed)
+    b = Budget.fit(ds, k, num_samples=50)
+    ld = FixedSizeLoader(ds, b, seed=seed, packer=packer)
+    sig, seen = None, []
+    for batch in ld:
+        s = {key: (tuple(v.shape), v.dtype) for key, v in batch.items()}
+        assert sig is None or s == sig
+        sig = s
+        seen += ld.collator.unpad(batch)
+    assert len(seen) == len(ds)
+    left = list(range(len(ds)))
+    for g in seen:  # each graph back exactly, once
+        j = next(j for j in left if _same(g, ds[j]))
+        left.remove(j)
+    assert sig == {key: (tuple(v.shape), v.dtype) for key, v in ld.collator.empty().items()}
+
+
+def test_micro_batches_stack_every_set():
+    ds = _pairs([(3, 2, 4, 1), (4, 2, 2, 1), (2, 3, 1, 2), (1, 1, 0, 0)])
+    ld = FixedSizeLoader(ds, Budget.fit(ds, 1), micro_batches=2)
+    batch = next(iter(ld))
+    assert batch["graph_mask"].dim() == 2 and batch["x_s_node_mask"].shape[0] == 2
+    assert len(ld.collator.unpad(batch)) == int(batch["graph_mask"].sum())
+
+
+# ------------------------------------------------------------------ a wrapped model
+class PairNet(nn.Module):
+    """Two convolutions, a BatchNorm on the source set's nodes, a pool per set."""
+
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn import GCNConv, GraphConv
+
+        self.cs, self.ct = GCNConv(3, 6), GraphConv(3, 6)
+        self.bn = nn.BatchNorm1d(6)
+        self.lin = nn.Linear(12, 1)
+
+    def forward(self, data):
+        from torch_geometric.nn import global_add_pool, global_mean_pool
+
+        hs = self.bn(self.cs(data.x_s, data.edge_index_s).relu())
+        ht = self.ct(data.x_t, data.edge_index_t).relu()
+        h = torch.cat([global_mean_pool(hs, data.x_s_batch), global_add_pool(ht, data.x_t_batch)], -1)
+        return {"graph": self.lin(h).squeeze(-1), "nodes_s": hs}
+
+
+@settings(max_examples=6, deadline=None)
+@given(sizes=st.lists(st.tuples(st.integers(2, 5), st.integers(1, 4), st.integers(0, 6),
+                                st.integers(0, 5)), min_size=1, max_size=10),
+       seed=st.integers(0, 5))
+def test_wrapped_pair_model_is_padding_invariant(sizes, seed):
+    # (two source nodes at least: PyG's BatchNorm1d in train() raises on one row)
+    ds = _pairs(sizes, seed=seed, dtype=torch.float64)
+    torch.manual_seed(seed)
+    model, ref = PairNet().double(), PairNet().double()
+    ref.load_state_dict(model.state_dict())
+    wrapped = ipu_wrap(model)
+    ld = FixedSizeLoader(ds, Budget.fit(ds, 3, num_samples=50), seed=seed)
+    for batch in ld:
+        graphs = ld.collator.unpad(batch)
+        pyg = Batch.from_data_list([PairData(**{k: g[k] for k in g.keys()}) for g in graphs],
+                                   follow_batch=["x_s", "x_t"])
+        out = unpad(wrapped(batch), batch)
+        want = ref(pyg)
+        assert torch.allclose(out["output/graph"], want["graph"], atol=1e-12)
+        assert torch.allclose(out["output/nodes_s"], want["nodes_s"], atol=1e-12)
+        (out["output/graph"].sum() + out["output/nodes_s"].square().sum()).backward()
+        (want["graph"].sum() + want["nodes_s"].square().sum()).backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            assert torch.allclose(p.grad, q.grad, atol=1e-12), name
+        model.zero_grad()
+        ref.zero_grad()
+        # the masked BatchNorm took its statistics over the real x_s rows only
+        assert torch.allclose(model.bn.running_mean, ref.bn.running_mean, atol=1e-12)
+        assert torch.allclose(model.bn.running_var, ref.bn.running_var, atol=1e-12)
+
+
+def test_sets_read_off_the_first_graphs_not_graph_0_alone():
+    # graph 0 has one x_s node and one edge: edge_attr_s has the rows of both; the
+    # first graphs together (and PyG's rule for "edge" names) make it edge-level
+    ds = _pairs([(1, 1, 1, 0), (1, 1, 0, 0), (2, 1, 3, 1)])
+    c = Collator(ds, Budget.tight(ds, 2))
+    assert c.levels["edge_attr_s"] == "edge" and c.levels["x_s"] == "node"
+    f = {f.key: f for f in c.schema}
+    assert (f["edge_attr_s"].edges, f["x_s"].nodes, f["edge_index_s"].nodes) == \
+        ("edge_index_s", "x_s", "x_s")
+
+
+def test_graph_objects_collate_like_the_dataset():
+    ds = _pairs([(3, 2, 4, 1), (4, 2, 2, 1), (2, 3, 1, 2)])
+    c = Collator(ds, Budget.tight(ds, 3))
+    a, b = c.collate([ds[2], ds[0]]), c.collate_indices([2, 0])
+    assert a.keys() == b.keys()
+    assert all(a[k].dtype == b[k].dtype and torch.allclose(a[k], b[k], equal_nan=True)
+               if a[k].is_floating_point() else torch.equal(a[k], b[k]) for k in a)
+
+
+def test_trim_takes_the_padded_path_on_sets():
+    ds = _pairs([(3, 2, 4, 1), (4, 2, 2, 1), (2, 3, 1, 2)], dtype=torch.float64)
+    batch = Collator(ds, Budget.tight(ds, 3)).collate_indices([0, 1, 2])
+    torch.manual_seed(0)
+    model = PairNet().double().eval()
+    plain, trimmed = ipu_wrap(model), ipu_wrap(model, trim=True)
+    for _ in range(2):
+        a, b = plain(batch), trimmed(batch)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert trimmed.trim_stats["trimmed"] == 0
