@@ -142,7 +142,7 @@ def _add_demo_run_args(demo: argparse.ArgumentParser, d: DemoConfig) -> None:
                       help="compile the adapter's model with precompile=True (inductor): "
                            "each graph's Dynamo result is saved beside inductor's cache, and "
                            "a later run with the same settings loads it instead of tracing "
-                           "the model again (opt-in; docs/wrapping.md)")
+                           "the model again (opt-in; docs/compile.md)")
     demo.add_argument("--background", action=argparse.BooleanOptionalAction, default=None,
                       help="compile(..., background=True): the adapter trains eagerly while a "
                            "child process compiles, then switches to the compiled program "
