@@ -2,6 +2,7 @@
 
     python benchmarks/bench_serve.py [--limit 5000] [--hidden 64] [--layers 4]
                                      [--rounds 5] [--latency 200] [--threads 1]
+                                     [--only programs sizes server]
 
 The demo's model (GINE with atom/bond embeddings, BatchNorm, add pooling; random weights,
 ``eval()``: weights do not change the cost) on rdkit's NCI-5k molecules. Two budgets, each
@@ -15,6 +16,15 @@ splitting per graph included. The programs alone are also measured next to
 ``graph_adapter.compile(wrapped, "inductor")`` on the same padded calls. Prints predictions/s (wall clock and per CPU-second of the
 process) and the ratio to eager PyG, p50 latency of one molecule, artifact size and load
 time. Ratios are from one process, measured side by side; the machine's load is printed.
+
+``sizes``: requests of 1, 16 and 256 molecules and a mixed-size stream (sizes drawn from
+1..256, most small), each answered by eager PyG, the one-budget artifacts (fitted for 300
+graphs a call) and the ladder artifacts (``export(..., ladder=True, max_nodes=, max_edges=)``
+for the data's largest molecule), interleaved: molecules/s, p50 and p99 per request.
+``server``: ``python -m graph_adapter.serve`` in a process of its own (1 thread), 8 client
+threads here posting pre-encoded JSON over keep-alive connections, against the same
+requests through in-process ``predict`` one after another: molecules/s, and the server
+process's CPU seconds per 1000 molecules.
 """
 import argparse
 import os
@@ -87,6 +97,219 @@ def _load(path, threads):
     return p, statistics.median(loads)
 
 
+# -- requests of 1, 16, 256 molecules and a mixed stream; the server under 8 clients -----
+
+def _mixed_sizes(rng, count):
+    """Request sizes of a stream: most small, some bulk (1: 40%, 2-16: 35%, 17-64: 15%,
+    65-256: 10%)."""
+    out = []
+    for _ in range(count):
+        u = rng.random()
+        lo, hi = (1, 1) if u < .4 else (2, 16) if u < .75 else (17, 64) if u < .9 else (65, 256)
+        out.append(rng.randint(lo, hi))
+    return out
+
+
+def _streams(data, rng):
+    """``{name: [request, ...]}``: lists of molecule indices, the same for every variant."""
+    n = len(data)
+
+    def reqs(sizes):
+        return [[rng.randrange(n) for _ in range(k)] for k in sizes]
+    return {"1": reqs([1] * 200), "16": reqs([16] * 60), "256": reqs([256] * 12),
+            "mixed": reqs(_mixed_sizes(rng, 60))}
+
+
+def _pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def _export_ladders(wrapped, data, tmp, threads):
+    """The ladder artifacts (pt2, and onnx where this version writes one): default rungs
+    (calls of about 1, 16 and 256 graphs) plus a top rung for the data's largest molecule."""
+    from graph_adapter.batching import FixedSizeLoader
+
+    loader = FixedSizeLoader(data, Budget.fit(data, 300))
+    big_n = max(d.num_nodes for d in data)
+    big_e = max(d.num_edges for d in data)
+    out = {}
+    for fmt in ("pt2", "onnx"):
+        path = os.path.join(tmp, f"ladder.{fmt}")
+        t = time.perf_counter()
+        try:
+            kw = {"threads": threads} if fmt == "pt2" else {}
+            c = export(wrapped, loader, path, format=fmt, ladder=True, max_nodes=big_n,
+                       max_edges=big_e, **kw)
+        except Exception as e:  # noqa: BLE001 - a format without ladders: said, skipped
+            print(f"ladder {fmt}: not written ({type(e).__name__}: {str(e)[:160]})")
+            continue
+        print(f"ladder {fmt}: rungs {[(r.nodes, r.edges, r.graphs) for r in c.rungs]}, "
+              f"{os.path.getsize(path) / 1e6:.2f} MB, export {time.perf_counter() - t:.0f} s")
+        out[fmt] = path
+    return out
+
+
+def _sizes(data, model, variants, streams, rounds):
+    """Interleaved rounds: every variant answers every stream's requests; per (stream,
+    variant) the request latencies and the molecules answered, wall seconds."""
+    eager = _eager(model)
+    lat = {(s, v): [] for s in streams for v in variants}
+    for _ in range(rounds):
+        for s, reqs in streams.items():
+            for v, (p, kind) in variants.items():
+                for r in reqs:
+                    graphs = [data[i] for i in r]
+                    req = graphs if p is None else _requests(graphs, kind)
+                    t = time.perf_counter()
+                    (eager if p is None else p.predict)(req)
+                    lat[(s, v)].append(time.perf_counter() - t)
+    return lat
+
+
+def _print_sizes(lat, streams, variants):
+    print(f"\nrequests by size (load average now {os.getloadavg()}):")
+    print(f"{'requests':<9} {'variant':<14} {'mol/s':>9} {'x eager':>8} {'x 1-budget':>10} "
+          f"{'p50 ms':>8} {'p99 ms':>8}")
+    for s, reqs in streams.items():
+        mols = sum(map(len, reqs))
+        rate = {v: mols * (len(lat[(s, v)]) // len(reqs)) / sum(lat[(s, v)]) for v in variants}
+        for v in variants:
+            fmt = v.split()[0]
+            one = rate.get(f"{fmt} 1-budget") if fmt in ("pt2", "onnx") else None
+            ratio = "" if one is None or v.endswith("1-budget") else f"{rate[v] / one:.2f}x"
+            print(f"{s:<9} {v:<14} {rate[v]:>9.0f} {rate[v] / rate['eager PyG']:>7.2f}x "
+                  f"{ratio:>10} {_pct(lat[(s, v)], .5) * 1e3:>8.2f} "
+                  f"{_pct(lat[(s, v)], .99) * 1e3:>8.2f}")
+
+
+def _proc_cpu(pid):
+    """User + system CPU seconds of process ``pid`` (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _start_server(path, threads, delay_ms):
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, "-m", "graph_adapter.serve", path, "--port", "0",
+                             "--threads", str(threads), "--max-delay-ms", str(delay_ms)],
+                            stdout=subprocess.PIPE, text=True, cwd=root,
+                            env=dict(os.environ, PYTHONPATH=root))
+    line = proc.stdout.readline()  # "serving ... on http://127.0.0.1:PORT: ..."
+    port = int(line.split("http://127.0.0.1:")[1].split(":")[0])
+    return proc, port
+
+
+def _clients(port, bodies, clients=8):
+    """``clients`` threads posting ``bodies`` (round robin) over keep-alive connections;
+    wall seconds, and the answers' counts (all must be 200)."""
+    import http.client
+    import json
+    import threading
+
+    errors = []
+
+    def run(mine):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        for b, n in mine:
+            conn.request("POST", "/predict", b, {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            doc = json.loads(r.read())
+            if r.status != 200 or len(doc["predictions"]) != n:
+                errors.append((r.status, str(doc)[:200]))
+        conn.close()
+    threads = [threading.Thread(target=run, args=(bodies[c::clients],)) for c in range(clients)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]
+    return time.perf_counter() - t
+
+
+def _server(data, artifacts, threads, total, rng):
+    """The server (its own process) under 8 clients vs in-process ``predict``, per size."""
+    import json
+
+    print(f"\nserver under 8 concurrent clients vs in-process predict, 1 thread "
+          f"(load average now {os.getloadavg()}):")
+    print(f"{'artifact':<16} {'requests':<9} {'delay':>5} {'server mol/s':>12} "
+          f"{'predict mol/s':>13} {'ratio':>6} {'server CPU-s/1k mol':>19} {'calls/req':>9}")
+    sizes = {"1": [1] * total, "16": [16] * (total // 2), "mixed": _mixed_sizes(rng, total // 4)}
+    for name, path in artifacts.items():
+        local = serve.load(path, threads=threads)
+        torch.set_num_threads(threads)
+        kind = "torch" if path.endswith(".pt2") else "numpy"
+        for s, ks in sizes.items():
+            reqs = [[data[rng.randrange(len(data))] for _ in range(k)] for k in ks]
+            bodies = [(json.dumps({"graphs": [{k: d[k].tolist() for k in KEYS} for d in r]}),
+                       len(r)) for r in reqs]
+            local_reqs = [_requests(r, kind) for r in reqs]
+            mols = sum(ks)
+            for delay in (0.0, 2.0):
+                proc, port = _start_server(path, threads, delay)
+                try:
+                    _clients(port, bodies[:16])  # warm-up
+                    cpu0 = _proc_cpu(proc.pid)
+                    wall = _clients(port, bodies)
+                    cpu = _proc_cpu(proc.pid) - cpu0
+                    import http.client
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                    conn.request("GET", "/health")
+                    health = json.loads(conn.getresponse().read())
+                    conn.close()
+                finally:
+                    proc.terminate()
+                    proc.wait(30)
+                local.predict(local_reqs[0])
+                t = time.perf_counter()
+                for r in local_reqs:
+                    local.predict(r)
+                local_wall = time.perf_counter() - t
+                calls = health["calls"] / max(health["requests"], 1)
+                print(f"{name:<16} {s:<9} {delay:>5.0f} {mols / wall:>12.0f} "
+                      f"{mols / local_wall:>13.0f} {local_wall / wall:>5.2f}x "
+                      f"{cpu / mols * 1e3:>19.2f} {calls:>9.2f}  "
+                      f"(load {os.getloadavg()[0]:.1f})")
+
+
+def run_sizes_and_server(args, data, model, wrapped, tmp):
+    """The ``sizes`` and ``server`` parts (see the module's docstring)."""
+    import random
+
+    threads = args.threads[0]
+    torch.set_num_threads(threads)
+    one = {}
+    budget = Budget.fit(data, 300)
+    for fmt in ("pt2", "onnx"):
+        path = os.path.join(tmp, f"one.{fmt}")
+        kw = {"threads": threads} if fmt == "pt2" else {}
+        export(wrapped, budget, path, format=fmt, example=data[:8], **kw)
+        one[fmt] = path
+    ladders = _export_ladders(wrapped, data, tmp, threads)
+    print(f"one budget: {budget}; exports done (load average {os.getloadavg()})")
+    rng = random.Random(0)
+    if "sizes" in args.only:
+        variants = {"eager PyG": (None, None)}
+        for fmt, kind in (("pt2", "torch"), ("onnx", "numpy")):
+            variants[f"{fmt} 1-budget"] = (serve.load(one[fmt], threads=threads), kind)
+            if fmt in ladders:
+                variants[f"{fmt} ladder"] = (serve.load(ladders[fmt], threads=threads), kind)
+        torch.set_num_threads(threads)
+        streams = _streams(data, rng)
+        _sizes(data, model, variants, {k: v[:3] for k, v in streams.items()}, 1)  # warm-up
+        lat = _sizes(data, model, variants, streams, max(1, args.rounds // 2))
+        _print_sizes(lat, streams, variants)
+    if "server" in args.only:
+        arts = {f"{fmt} ladder": p for fmt, p in ladders.items()}
+        arts.update({f"{fmt} 1-budget": p for fmt, p in one.items() if fmt not in ladders})
+        _server(data, arts, threads, args.server_requests, rng)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--limit", type=int, default=None)
@@ -95,6 +318,10 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--latency", type=int, default=200, help="single-molecule requests")
     ap.add_argument("--threads", type=int, nargs="+", default=[1])
+    ap.add_argument("--only", nargs="+", default=["programs", "sizes", "server"],
+                    choices=["programs", "sizes", "server"])
+    ap.add_argument("--server-requests", type=int, default=400,
+                    help="requests per size the 8 clients post in all")
     args = ap.parse_args(argv)
     print(f"load average at start: {os.getloadavg()}; cpus: {os.cpu_count()}; "
           f"torch {torch.__version__}")
@@ -105,6 +332,10 @@ def main(argv=None):
     model = build_model("gine", hidden=args.hidden, layers=args.layers).eval()
     wrapped = ipu_wrap(model).eval()
     tmp = tempfile.mkdtemp(prefix="bench_serve_")
+    if "sizes" in args.only or "server" in args.only:
+        run_sizes_and_server(args, data, model, wrapped, tmp)
+    if "programs" not in args.only:
+        return
     # a budget sized for 300 graphs a batch on average: most 256-molecule requests fit
     # one padded call (the calls per request are printed)
     big_budget, big = _export_all(wrapped, data, 300, tmp, args.threads)
