@@ -146,8 +146,8 @@ def _add_demo_run_args(demo: argparse.ArgumentParser, d: DemoConfig) -> None:
     demo.add_argument("--background", action=argparse.BooleanOptionalAction, default=None,
                       help="compile(..., background=True): the adapter trains eagerly while a "
                            "child process compiles, then switches to the compiled program "
-                           "(--no-background: the first step compiles; default: the "
-                           "library's default)")
+                           "(--no-background: the first step compiles; default: on with "
+                           "inductor)")
     demo.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     demo.add_argument("--deterministic", action="store_true",
                       help="torch.use_deterministic_algorithms(True) for the run: the same "

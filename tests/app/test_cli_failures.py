@@ -114,7 +114,7 @@ def test_demo_precompile_flag_reaches_the_adapters_compile(monkeypatch):
         pass
 
     def spy(wrapped, backend, **kw):  # records the call, then ends the run there
-        seen.append((backend, kw.get("precompile")))
+        seen.append((backend, kw.get("precompile"), kw.get("background")))
         raise Seen
 
     monkeypatch.setattr(timing.ga, "compile", spy)
@@ -123,4 +123,4 @@ def test_demo_precompile_flag_reaches_the_adapters_compile(monkeypatch):
                                "precompile": True}))
     # (without the flag nothing is passed: the demo tests on aot_eager would fail if it were,
     # compile() refusing precompile=True there)
-    assert seen == [("inductor", True)]
+    assert seen == [("inductor", True, True)]  # (background: the demo's default on inductor)

@@ -53,6 +53,7 @@ class DemoConfig:
     # compile(..., precompile=True) for the adapter's model (inductor only): a later run
     # with the same settings loads each graph's Dynamo result instead of tracing again
     precompile: bool = False
-    # compile(..., background=...) for the adapter's model: True trains eagerly while a
-    # child process compiles, then switches (None: the library's default)
+    # compile(..., background=True) for the adapter's model: it trains eagerly while a
+    # child process compiles, then switches (None: on with backend "inductor", the
+    # demo's default; False: the first step compiles)
     background: Optional[bool] = None

@@ -554,9 +554,11 @@ def train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backen
     sched = _scheduler(opt, cfg.epochs)
     # one compiled model for training and evaluation (.train() / .eval()); backends that
     # step the optimizer inside the compiled program (steps_optimizer: the IPU ones) take it
+    # the demo's default: with inductor, train at once (eager) while a child compiles
+    background = backend == "inductor" if cfg.background is None else cfg.background
     compiled = ga.compile(wrapped, backend, optimizer=opt,
                           **({"precompile": True} if cfg.precompile else {}),
-                          **({} if cfg.background is None else {"background": cfg.background}))
+                          **({"background": True} if background else {}))
 
     stats.batches_per_epoch = len(loader)  # planned (the progress bar); counted in training
     loader.set_epoch(0)

@@ -1,0 +1,152 @@
+"""The first run's training wall time, compile included, against eager PyG's.
+
+What a user waits for the first time they train: each variant runs in a fresh
+child process on a fresh (cold) inductor cache, the demo's model and molecules
+(``graph-adapter demo`` defaults: GINE 4 x 64 + BatchNorm, HYB layout,
+``Budget.fit`` at 64 graphs a batch, L1 loss, Adam), and reports its training
+wall time after each epoch (data loading included, the process's start and the
+molecules' loading not):
+
+* ``pyg``: eager PyG (``DataLoader`` batches, the plain model);
+* ``compiled``: ``FixedSizeLoader`` + ``ipu_wrap(trim=True)`` +
+  ``compile("inductor", background=False)``: the first step compiles;
+* ``background``: the same with ``background=True``: eager steps while a child
+  process compiles, then the compiled program;
+* ``eager``: the adapter without a compiler (``compile("eager")``), trimmed.
+
+Then the same variants once more on the caches the first round left (warm).
+The variants run in turn, round after round (``--rounds``), so that a busy
+machine slows them alike; the table gives each epoch count's median ratio to
+eager PyG of the same round.
+
+    python benchmarks/bench_first_run.py [--epochs 10] [--rounds 1] [--threads 2]
+        [--limit N] [--variants pyg,compiled,background,eager]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+_CHILD = textwrap.dedent(r"""
+    import json, os, time
+    import torch
+    torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
+    import torch.nn.functional as F
+    import graph_adapter as ga
+    from graph_adapter.app.datasets import load_nci5k
+    from graph_adapter.app.demo.graph import _layout_of
+    from graph_adapter.app.models import build_model
+    from torch_geometric.loader import DataLoader
+
+    variant, epochs = os.environ["BENCH_VARIANT"], int(os.environ["BENCH_EPOCHS"])
+    graphs, _ = load_nci5k(limit=int(os.environ["BENCH_LIMIT"]) or None)
+    for d in graphs:
+        del d.smiles
+    torch.manual_seed(0)
+    model = build_model("gine", 64, 4, 0.0, 1.0)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+    ends, stats = [], None
+    if variant == "pyg":
+        loader = DataLoader(graphs, batch_size=64, shuffle=True,
+                            generator=torch.Generator().manual_seed(0))
+        t0 = time.perf_counter()
+        for epoch in range(epochs):
+            for b in loader:
+                loss = F.l1_loss(model(b.x, b.edge_index, b.edge_attr, b.batch).view(-1),
+                                 b.y.view(-1))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            ends.append(time.perf_counter() - t0)
+    else:
+        budget = ga.Budget.fit(graphs, 64, seed=0)
+        layout = _layout_of(graphs, budget, "hyb")
+        loader = ga.FixedSizeLoader(graphs, budget, shuffle=True, seed=0, **layout)
+        wrapped = ga.ipu_wrap(model, loss_fn=ga.masked_loss("l1"), trim=True)
+        backend = "eager" if variant == "eager" else "inductor"
+        kwargs = {} if variant == "eager" else {"background": variant == "background"}
+        compiled = ga.compile(wrapped, backend, **kwargs)
+        t0 = time.perf_counter()
+        for epoch in range(epochs):
+            loader.set_epoch(epoch)
+            for flat in loader:
+                loss = compiled(flat)["loss"]
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            ends.append(time.perf_counter() - t0)
+        if getattr(compiled, "stats", None) is not None:
+            stats = compiled.stats.summary()
+    print("RESULT " + json.dumps({"epoch_ends_s": ends, "background": stats}), flush=True)
+""")
+
+
+def run_child(variant: str, cache_dir: str, epochs: int, threads: int, limit: int) -> dict:
+    """One fresh process; its epoch ends, plus how long it took to exit (a background
+    compile still running is waited for at the exit: the time after training)."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, BENCH_VARIANT=variant,
+               BENCH_EPOCHS=str(epochs), BENCH_THREADS=str(threads), BENCH_LIMIT=str(limit))
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                         text=True)
+    wall = time.perf_counter() - t0
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if out.returncode != 0 or line is None:
+        raise RuntimeError(f"{variant}: exit {out.returncode}\n{out.stderr[-3000:]}")
+    doc = json.loads(line[len("RESULT "):])
+    doc["process_s"] = wall
+    return doc
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--limit", type=int, default=0, help="molecules (0: all)")
+    p.add_argument("--variants", default="pyg,compiled,background,eager")
+    args = p.parse_args(argv)
+    variants = args.variants.split(",")
+    with open("/proc/loadavg") as fh:
+        load0 = fh.read().split()[0]
+    print(f"threads {args.threads}, {os.cpu_count()} CPUs, load {load0} at the start; "
+          f"{args.epochs} epochs", flush=True)
+    ratios = {}  # (cache, variant) -> [[ratio per epoch] per round]
+    for r in range(args.rounds):
+        with tempfile.TemporaryDirectory() as root:
+            for cache in ("cold", "warm"):
+                res = {}
+                for v in variants:
+                    d = os.path.join(root, v)  # each variant's own cache: cold, then warm
+                    res[v] = run_child(v, d, args.epochs, args.threads, args.limit)
+                    ends = res[v]["epoch_ends_s"]
+                    print(f"round {r + 1} {cache:4s} {v:10s} epoch 1 {ends[0]:6.1f} s, "
+                          f"epoch {args.epochs} {ends[-1]:6.1f} s, process {res[v]['process_s']:6.1f} s"
+                          + (f"; {res[v]['background']}" if res[v]["background"] else ""),
+                          flush=True)
+                base = res.get("pyg")
+                for v in variants:
+                    if base is not None and v != "pyg":
+                        ratios.setdefault((cache, v), []).append(
+                            [a / b for a, b in zip(res[v]["epoch_ends_s"], base["epoch_ends_s"])])
+    with open("/proc/loadavg") as fh:
+        load1 = fh.read().split()[0]
+    print(f"\ntraining wall time / eager PyG's (median of {args.rounds} round(s)), by epochs "
+          f"trained; load {load1} at the end")
+    shown = sorted({1, 2, 3, 5, args.epochs} & set(range(1, args.epochs + 1)))
+    print(f"{'cache':6s} {'variant':11s} " + " ".join(f"{e:>6d}" for e in shown))
+    for (cache, v), rows in ratios.items():
+        med = [statistics.median(row[e - 1] for row in rows) for e in shown]
+        print(f"{cache:6s} {v:11s} " + " ".join(f"{m:6.2f}" for m in med))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
