@@ -397,15 +397,20 @@ def _walk_names(graph: Any, rename: Any) -> None:
         v.name = rename(v.name)
 
 
-def _outer_value(name: str, values: List[Any]) -> Any:
+def _outer_value(name: str, values: List[Any], dims: Dict[str, List[int]]) -> Any:
     """The outer graph's value info of ``name`` given one per rung (the same element
     type): a dim every rung has the same size on stays static, any other one gets a
-    symbolic name (``<name>_dim<k>``)."""
+    symbolic name (``<name>_dim<k>``), recorded in ``dims`` with its size in each rung."""
     from onnx import helper
 
     shapes = [[d.dim_value for d in v.type.tensor_type.shape.dim] for v in values]
-    shape = [dims[0] if len(set(dims)) == 1 and dims[0] > 0 else f"{name}_dim{k}"
-             for k, dims in enumerate(zip(*shapes))]
+    shape: List[Any] = []
+    for k, sizes in enumerate(zip(*shapes)):
+        if len(set(sizes)) == 1 and sizes[0] > 0:
+            shape.append(sizes[0])
+        else:
+            shape.append(f"{name}_dim{k}")
+            dims[shape[-1]] = list(sizes)
     return helper.make_tensor_value_info(name, values[0].type.tensor_type.elem_type, shape)
 
 
@@ -448,66 +453,77 @@ def _branch(model: Any, r: int) -> Any:
     return g
 
 
-def ladder_model(models: List[Any], rung_input: str, order: Optional[List[int]] = None) -> Any:
-    """One ``onnx.ModelProto`` that runs rung ``r`` of ``models`` (one exported model a
-    budget, the same function; each with static shapes) when its int64 scalar input
-    ``rung_input`` is ``r``.
+def _empty_branch(r: int, outputs: List[Any]) -> Any:
+    """The ``else`` of rung ``r``'s ``If``: each output with no rows (``[0, ...]``)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    nodes, values = [], []
+    for j, o in enumerate(outputs):
+        t = o.type.tensor_type
+        shape = [0] + [d.dim_value for d in t.shape.dim][1:]
+        name = f"rung{r}/not_this_rung{j}"
+        empty = np.zeros(shape, dtype=helper.tensor_dtype_to_np_dtype(t.elem_type))
+        nodes.append(helper.make_node("Constant", [], [name], name=name,
+                                      value=numpy_helper.from_array(empty, name)))
+        values.append(helper.make_tensor_value_info(name, t.elem_type, shape))
+    return helper.make_graph(nodes, f"not_rung{r}", [], values)
+
+
+def ladder_model(models: List[Any], rung_input: str) -> Tuple[Any, Dict[str, List[int]]]:
+    """``(model, dims)``: one ``onnx.ModelProto`` of every rung of ``models`` (one
+    exported model a budget, the same function, each with static shapes), and the size
+    of each of its symbolic dims in each rung.
 
     The outer graph's inputs are the rungs' (by name; a dim that differs between rungs
-    is symbolic) plus ``rung_input``; its outputs are the first model's output names,
-    bound by position to each rung's. The rungs are a chain of ``If`` nodes
-    (``Equal(rung_input, r)``), in ``order`` (default: as given): the first is tested
-    first, and the last is the innermost ``else``, run for any other index. Each
-    ``If`` a call passes costs onnxruntime a few microseconds: put the cheapest calls
-    first. Each rung keeps its own weights (the file holds them once a rung, as a
-    ``.pt2`` ladder does).
+    is symbolic, ``<input>_dim<k>``) plus ``rung_input``, an int64 vector of ``r + 1``
+    elements (any values) for rung ``r`` (its length is the symbolic dim
+    ``rung_input``). Each rung is an ``If`` on ``Shape(rung_input) == [r + 1]`` whose
+    ``else`` gives its outputs with no rows, and each output is the ``Concat`` of the
+    rungs' (all empty but the one run): every ``If`` sits at the top level. A session
+    made with the free dimension overrides of rung ``r`` (``dims``, and ``r + 1`` for
+    ``rung_input``) has static shapes only: onnxruntime folds the conditions and
+    inlines the taken branch, so that the session runs rung ``r``'s graph as a
+    one-budget artifact of its budget would (measured within 1% of one a call; with
+    nested ``If`` branches onnxruntime 1.23 inlined wrongly and failed at run time). A
+    plain session runs any rung: all ``If``s run a call, the rung's branch and the
+    empty ones. Each rung keeps its own weights (the file holds them once a rung, as
+    a ``.pt2`` ladder does).
     """
     from onnx import TensorProto, helper
 
     if not models:
         raise ValueError("a ladder needs one or more rungs")
-    if len(models) == 1:  # one rung: the model itself, the rung index read by nothing
-        import onnx
-
-        model = onnx.ModelProto()
-        model.CopyFrom(models[0])
-        model.graph.input.append(helper.make_tensor_value_info(rung_input, TensorProto.INT64, []))
-        return model
-    order = list(range(len(models))) if order is None else list(order)
+    first = models[0].graph.output
+    if any(len(m.graph.output) != len(first) for m in models):
+        raise ValueError("the rungs' models have different output counts")
     inputs: Dict[str, List[Any]] = {}
     for m in models:
         for v in m.graph.input:
             inputs.setdefault(v.name, []).append(v)
-    branches = {r: _branch(models[r], r) for r in order}
-    first = models[0].graph.output
-    outs = [[m.graph.output[j] for m in models] for j in range(len(first))]
-    if any(len(m.graph.output) != len(first) for m in models):
-        raise ValueError("the rungs' models have different output counts")
+    dims: Dict[str, List[int]] = {rung_input: [r + 1 for r in range(len(models))]}
+    outer = [_outer_value(n, vs, dims) for n, vs in inputs.items()]
+    outer.append(helper.make_tensor_value_info(rung_input, TensorProto.INT64, [rung_input]))
     names = [o.name for o in first]
-
-    def results(prefix: str) -> List[Any]:
-        return [helper.make_tensor_value_info(f"{prefix}{n}", o[0].type.tensor_type.elem_type,
-                                              None) for n, o in zip(names, outs)]
-
-    inner: Any = branches[order[-1]]
-    nodes: List[Any] = []
-    for depth in range(len(order) - 2, -1, -1):
-        r = order[depth]
-        prefix = "" if depth == 0 else f"graph_adapter_ladder{depth}/"
-        cond, k = f"graph_adapter_is_rung{r}", f"graph_adapter_rung{r}_index"
-        nodes = [helper.make_node("Constant", [], [k], name=k, value=helper.make_tensor(
-                     k, TensorProto.INT64, [], [r])),
-                 helper.make_node("Equal", [rung_input, k], [cond], name=cond),
-                 helper.make_node("If", [cond], [f"{prefix}{n}" for n in names],
-                                  name=f"graph_adapter_if_rung{r}",
-                                  then_branch=branches[r], else_branch=inner)]
-        if depth:
-            inner = helper.make_graph(nodes, f"rungs_after{depth}", [], results(prefix))
-    graph = helper.make_graph(
-        nodes, "graph_adapter_ladder",
-        [_outer_value(n, vs) for n, vs in inputs.items()] +
-        [helper.make_tensor_value_info(rung_input, TensorProto.INT64, [])],
-        [_outer_value(n, o) for n, o in zip(names, outs)])
+    length = "graph_adapter_rung_length"
+    nodes = [helper.make_node("Shape", [rung_input], [length], name=length)]
+    parts: List[List[str]] = [[] for _ in names]
+    for r, m in enumerate(models):
+        k, cond = f"graph_adapter_rung{r}_length", f"graph_adapter_is_rung{r}"
+        outs = [f"graph_adapter_rung{r}/{n}" for n in names]
+        nodes += [helper.make_node("Constant", [], [k], name=k, value=helper.make_tensor(
+                      k, TensorProto.INT64, [1], [r + 1])),
+                  helper.make_node("Equal", [length, k], [cond], name=cond),
+                  helper.make_node("If", [cond], outs, name=f"graph_adapter_if_rung{r}",
+                                   then_branch=_branch(m, r),
+                                   else_branch=_empty_branch(r, list(m.graph.output)))]
+        for j, o in enumerate(outs):
+            parts[j].append(o)
+    nodes += [helper.make_node("Concat", p, [n], name=f"graph_adapter_rungs_{n}", axis=0)
+              for n, p in zip(names, parts)]
+    outputs = [_outer_value(n, [m.graph.output[j] for m in models], {})
+               for j, n in enumerate(names)]
+    graph = helper.make_graph(nodes, "graph_adapter_ladder", outer, outputs)
     opsets: Dict[str, int] = {}
     for m in models:
         for o in m.opset_import:
@@ -520,4 +536,4 @@ def ladder_model(models: List[Any], rung_input: str, order: Optional[List[int]] 
             if (f.domain, f.name) not in seen:
                 seen.add((f.domain, f.name))
                 model.functions.append(f)
-    return model
+    return model, dims

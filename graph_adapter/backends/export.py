@@ -444,14 +444,18 @@ CHECK_THREADS = (2, 4)
 CHECK_RUNS = 2
 
 
-def _onnx_session(model: bytes, threads: Optional[int]) -> Any:
-    """An onnxruntime CPU session as ``serve.load(path, threads=threads)`` makes it."""
+def _onnx_session(model: bytes, threads: Optional[int],
+                  dims: Optional[Mapping[str, int]] = None) -> Any:
+    """An onnxruntime CPU session as ``serve.load(path, threads=threads)`` makes it;
+    ``dims``: free dimension overrides (a ladder's rung, as ``serve`` makes its session)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     if threads is not None:
         opts.intra_op_num_threads = int(threads)
         opts.inter_op_num_threads = 1
+    for name, size in (dims or {}).items():
+        opts.add_free_dimension_override_by_name(name, int(size))
     return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
@@ -488,8 +492,9 @@ def _onnx_node_layer(proto: Any, message: str) -> str:
 
 
 #: one group of ONNX check cases: (feeds every case gets besides its inputs, e.g. a
-#: ladder's rung index; the group's name in errors, e.g. ``" of rung nodes=.."``; cases)
-_CaseGroup = Tuple[Dict[str, Any], str, Sequence[_Case]]
+#: ladder's rung input; the free dimension overrides of its sessions (a ladder's rung);
+#: the group's name in errors, e.g. ``" of rung nodes=.."``; cases)
+_CaseGroup = Tuple[Dict[str, Any], Dict[str, int], str, Sequence[_Case]]
 
 
 def _check_onnx(proto: Any, contract: Contract, cases: Union[Sequence[_Case], Sequence[_CaseGroup]],
@@ -502,17 +507,17 @@ def _check_onnx(proto: Any, contract: Contract, cases: Union[Sequence[_Case], Se
     model = proto.SerializeToString()
     counts: List[Optional[int]] = [threads] + [t for t in CHECK_THREADS if t != threads]
     in_names, out_names = contract.onnx_input_names, list(contract.onnx_output_names)
-    todo: Sequence[_CaseGroup] = cases if groups else [({}, "", cases)]  # type: ignore[list-item]
+    todo: Sequence[_CaseGroup] = cases if groups else [({}, {}, "", cases)]  # type: ignore
     worst = [0.0] * len(todo)
     for t in counts:
-        try:
-            sess = _onnx_session(model, t)
-        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own kinds
-            raise UnsupportedExportError(
-                f"onnxruntime cannot run the exported model{_onnx_node_layer(proto, str(e))}: "
-                f"{str(e).splitlines()[0][:300]}; export format='pt2' instead") from e
         label = "onnxruntime's default threads" if t is None else f"{t} onnxruntime threads"
-        for g, (extra, name, group) in enumerate(todo):
+        for g, (extra, dims, name, group) in enumerate(todo):
+            try:
+                sess = _onnx_session(model, t, dims) if dims else _onnx_session(model, t)
+            except Exception as e:  # noqa: BLE001 - onnxruntime raises its own kinds
+                raise UnsupportedExportError(
+                    f"onnxruntime cannot run the exported model{_onnx_node_layer(proto, str(e))}"
+                    f": {str(e).splitlines()[0][:300]}; export format='pt2' instead") from e
             for b, (flat, ref, full) in enumerate(group):
                 feed = {n: flat[f.key].numpy() for n, f in zip(in_names, contract.inputs) if n}
                 feed.update(extra)
@@ -597,8 +602,8 @@ def _write_onnx_ladder(module: _Inference, dropped: List[str], budgets: Sequence
                        threads: Optional[int]) -> Contract:
     """Every rung exported to ONNX, then one model of them all
     (:func:`~graph_adapter.backends._export_opt.ladder_model`: an ``If`` a rung on the
-    ``graph_adapter_rung`` input, the cheapest rungs tested first), checked like a
-    one-budget artifact on each rung's check batches with its index fed."""
+    length of the ``graph_adapter_rung`` input), checked like a one-budget artifact on
+    each rung's check batches, in the session ``serve`` makes for that rung."""
     import numpy as np
 
     protos, groups, in_names = [], [], None
@@ -612,18 +617,20 @@ def _write_onnx_ladder(module: _Inference, dropped: List[str], budgets: Sequence
         # an input any rung reads is an input of the ladder (each rung reads what it needs)
         in_names = names if in_names is None else tuple(a or n for a, n in zip(in_names, names))
         protos.append(proto)
-        groups.append(({ONNX_RUNG_INPUT: np.array(i, dtype=np.int64)},
+        groups.append((np.zeros(i + 1, dtype=np.int64), i,
                        f" of rung nodes={b.nodes}, edges={b.edges}, graphs={b.graphs},", cases))
-    order = sorted(range(len(budgets)), key=lambda i: (budgets[i].nodes + budgets[i].edges,
-                                                       budgets[i].graphs))
-    merged = ladder_model(protos, ONNX_RUNG_INPUT, order)
+    merged, dims = ladder_model(protos, ONNX_RUNG_INPUT)
     top = max(range(len(budgets)), key=lambda i: (budgets[i].nodes + budgets[i].edges))
     rungs = tuple(Rung(int(b.nodes), int(b.edges), int(b.graphs), f"rung{i}")
                   for i, b in enumerate(budgets))
     t = budgets[top]
     contract = _with(contract, nodes=int(t.nodes), edges=int(t.edges), graphs=int(t.graphs),
                      rungs=rungs, onnx_rung_input=ONNX_RUNG_INPUT, onnx_input_names=in_names,
+                     onnx_rung_dims={k: tuple(v) for k, v in dims.items()},
                      onnx_output_names=tuple(o.name for o in merged.graph.output))
+    # each rung checked in the session serve makes for it (its sizes as dim overrides)
+    groups = [({ONNX_RUNG_INPUT: feed}, {k: v[i] for k, v in dims.items()}, name, cases)
+              for feed, i, name, cases in groups]
     worst = _check_onnx(merged, contract, groups, threads, groups=True)
     contract = _with(contract, verified_max_abs_diff=max(worst), rungs=tuple(
         dataclasses.replace(r, verified_max_abs_diff=w) for r, w in zip(rungs, worst)))

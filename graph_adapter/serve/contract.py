@@ -84,8 +84,8 @@ class OutputField:
 class Rung:
     """One budget of a ladder artifact and the name of its program: in a ``.pt2``
     archive, the AOTInductor program's; in an ONNX one, ``rung<i>``, the ``If`` branch
-    run when :attr:`Contract.onnx_rung_input` is ``i`` (the rung's index in
-    :attr:`Contract.rungs`)."""
+    run when :attr:`Contract.onnx_rung_input` has ``i + 1`` elements (``i``: the rung's
+    index in :attr:`Contract.rungs`)."""
 
     nodes: int
     edges: int
@@ -123,10 +123,14 @@ class Contract:
     #: budget, the top-level ``nodes``/``edges``/``graphs``, program ``"model"``); the
     #: top-level budget is the largest rung's
     rungs: Tuple[Rung, ...] = ()
-    #: an ONNX ladder: the name of its int64 scalar input that selects the rung (the
-    #: rung's index in ``rungs``); one ONNX model holds every rung (an ``If`` a rung).
-    #: ``""``: not a ladder, or a ``.pt2`` one (a program a rung)
+    #: an ONNX ladder: the name of its int64 input that selects the rung: ``i + 1``
+    #: elements (any values) for ``rungs[i]``; one ONNX model holds every rung (an
+    #: ``If`` a rung). ``""``: not a ladder, or a ``.pt2`` one (a program a rung)
     onnx_rung_input: str = ""
+    #: an ONNX ladder: each symbolic dim of its inputs (the rung input's length among
+    #: them) -> its size in each rung (as ``rungs``): a session made with rung ``i``'s
+    #: sizes as free dimension overrides runs that rung's graph alone
+    onnx_rung_dims: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def features(self) -> Tuple[InputField, ...]:
@@ -142,7 +146,7 @@ class Contract:
         d = asdict(self)
         d["contract_version"] = CONTRACT_VERSION if self.rungs else ONE_BUDGET_VERSION
         if not self.onnx_rung_input:  # one-budget contracts stay as version 1 wrote them
-            del d["onnx_rung_input"]
+            del d["onnx_rung_input"], d["onnx_rung_dims"]
         return json.dumps(d, indent=1, sort_keys=True)
 
     @classmethod
@@ -164,6 +168,7 @@ class Contract:
             d["rungs"] = tuple(Rung(**r) for r in d.get("rungs", ()))
             for k in ("dropped_inputs", "onnx_input_names", "onnx_output_names"):
                 d[k] = tuple(d.get(k, ()))
+            d["onnx_rung_dims"] = {k: tuple(v) for k, v in d.get("onnx_rung_dims", {}).items()}
             c = cls(inputs=inputs, outputs=outputs, **d)
         except (TypeError, KeyError) as e:
             raise ArtifactError(f"{where}: malformed graph_adapter contract ({e})") from None

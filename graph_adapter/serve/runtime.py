@@ -29,7 +29,9 @@ def _pt2_contract(path: str) -> Contract:
         return Contract.from_json(z.read(names[0]).decode(), path)
 
 
-def _onnx_session(path: str, threads: Optional[int]) -> Any:
+def _onnx_session(path: str, threads: Optional[int],
+                  dims: Optional[Mapping[str, int]] = None) -> Any:
+    """An onnxruntime CPU session; ``dims``: free dimension overrides (a ladder's rung)."""
     try:
         import onnxruntime as ort
     except ImportError as e:
@@ -40,6 +42,8 @@ def _onnx_session(path: str, threads: Optional[int]) -> Any:
     if threads is not None:
         opts.intra_op_num_threads = int(threads)
         opts.inter_op_num_threads = 1
+    for name, size in (dims or {}).items():
+        opts.add_free_dimension_override_by_name(name, int(size))
     return ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
@@ -84,36 +88,49 @@ class _Pt2:
 
 
 class _Onnx:
-    """One onnxruntime session. A ladder is one model too (an ``If`` branch a rung):
-    each call feeds the rung's index in ``contract.rungs`` as the int64 scalar
-    ``contract.onnx_rung_input`` (``program=None``: the top rung, the contract's
-    top-level budget)."""
+    """onnxruntime sessions of one artifact. A ladder is one model too (an ``If``
+    branch a rung, chosen by the length of ``contract.onnx_rung_input``): it gets one
+    session a rung, made with the rung's sizes as free dimension overrides
+    (``contract.onnx_rung_dims``), in which onnxruntime folds the choice away and runs
+    the rung's graph alone (``docs/deploy.md``: within 1-3% of a one-budget artifact of
+    its budget a call, where one session for every rung cost up to 6% more).
+    ``program=None``: the top rung, the contract's top-level budget."""
 
-    def __init__(self, session: Any, contract: Contract, path: str = "the artifact"):
+    def __init__(self, session: Any, contract: Contract, path: str = "the artifact",
+                 threads: Optional[int] = None):
         self.session = session
-        self.rung_index: Dict[Optional[str], Any] = {}
+        self.sessions: Dict[Optional[str], Any] = {}
+        self.rung_feed: Dict[Optional[str], Any] = {}
         if contract.rungs:
             import numpy as np
 
-            if not contract.onnx_rung_input:
+            dims = contract.onnx_rung_dims
+            if not contract.onnx_rung_input or any(len(v) != len(contract.rungs)
+                                                   for v in dims.values()):
                 raise ArtifactError(f"{path}: an ONNX contract with rungs but no "
-                                    f"onnx_rung_input; re-export it with graph_adapter.export")
+                                    f"onnx_rung_input or onnx_rung_dims of each rung; "
+                                    f"re-export it with graph_adapter.export")
+            for i, r in enumerate(contract.rungs):
+                self.sessions[r.program] = _onnx_session(
+                    path, threads, {k: v[i] for k, v in dims.items()})
+                self.rung_feed[r.program] = np.zeros(i + 1, dtype=np.int64)
             # the rung of the top-level budget (export writes the largest rung's there)
-            top = max(range(len(contract.rungs)), key=lambda i: (
-                (contract.rungs[i].nodes, contract.rungs[i].edges, contract.rungs[i].graphs)
-                == (contract.nodes, contract.edges, contract.graphs),
-                contract.rungs[i].nodes + contract.rungs[i].edges))
-            self.rung_index = {r.program: np.array(i, dtype=np.int64)
-                               for i, r in enumerate(contract.rungs)}
-            self.rung_index[None] = self.rung_index[contract.rungs[top].program]
+            top = max(contract.rungs, key=lambda r: (
+                (r.nodes, r.edges, r.graphs) == (contract.nodes, contract.edges, contract.graphs),
+                r.nodes + r.edges))
+            self.sessions[None] = self.sessions[top.program]
+            self.rung_feed[None] = self.rung_feed[top.program]
+            self.session = None  # the plain one (every rung's If run a call): not used
 
     def __call__(self, flat: Dict[str, Any], contract: Contract,
                  program: Optional[str] = None) -> Dict[str, Any]:
         feed = {name: flat[f.key] for name, f in zip(contract.onnx_input_names, contract.inputs)
                 if name}
-        if self.rung_index:
-            feed[contract.onnx_rung_input] = self.rung_index[program]
-        values = self.session.run(list(contract.onnx_output_names), feed)
+        session = self.session
+        if self.sessions:
+            session = self.sessions[program]
+            feed[contract.onnx_rung_input] = self.rung_feed[program]
+        values = session.run(list(contract.onnx_output_names), feed)
         return {f.key: v for f, v in zip(contract.outputs, values)}
 
 
@@ -239,4 +256,4 @@ def load(path: PathLike, *, threads: Optional[int] = None) -> Predictor:
         return Predictor(contract, _Pt2(path, threads, contract.rungs), TorchOps())
     session = _onnx_session(path, threads)
     contract = _onnx_contract(session, path)
-    return Predictor(contract, _Onnx(session, contract, path), NumpyOps())
+    return Predictor(contract, _Onnx(session, contract, path, threads), NumpyOps())

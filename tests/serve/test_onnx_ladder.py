@@ -1,9 +1,11 @@
-"""A ladder of budgets in one ONNX model: an ``If`` branch a rung, chosen by the int64
-input ``contract.onnx_rung_input``.
+"""A ladder of budgets in one ONNX model: an ``If`` branch a rung, chosen by the length
+of the int64 input ``contract.onnx_rung_input``; ``serve`` runs each rung in a session
+of its own (the rung's sizes as free dimension overrides: the choice folded away).
 
 Fast (main suite): hand-built rung models (numpy + onnx helpers, no export) merged by
-``ladder_model`` and served by ``serve.load``: each call runs the branch of its rung
-(a rung's static reshape fails on any other budget), predictions are the model's for
+``ladder_model`` and served by ``serve.load``: each call runs the session of its rung
+(static shapes: it refuses any other budget), a plain session dispatches by the rung
+input, a rung's session has no ``If`` left, predictions are the model's for
 every graph, in request order, none lost or repeated; a graph over the top rung gets the
 named error; one-budget artifacts of before the ladder load as they did.
 Extended (CI's second step, ~10 s of ONNX exports): the demo's GINE exported with
@@ -73,13 +75,15 @@ def _save(model, contract_json, path):
     return str(path)
 
 
-def _ladder(path, order=None):
+def _ladder(path):
     models = [_rung_model(N, G) for N, _, G in BUDGETS]
-    merged = ladder_model(models, RUNG_INPUT, order)
+    merged, dims = ladder_model(models, RUNG_INPUT)
     onnx.checker.check_model(merged)
+    assert dims == {RUNG_INPUT: [1, 2, 3], "x_dim0": [12, 60, 400], "batch_dim0": [12, 60, 400]}
     N, E, G = BUDGETS[-1]
     rungs = tuple(Rung(n, e, g, f"rung{i}") for i, (n, e, g) in enumerate(BUDGETS))
-    c = _contract(N, G, E, rungs=rungs, onnx_rung_input=RUNG_INPUT)
+    c = _contract(N, G, E, rungs=rungs, onnx_rung_input=RUNG_INPUT,
+                  onnx_rung_dims={k: tuple(v) for k, v in dims.items()})
     return _save(merged, c.to_json(), path), c
 
 
@@ -100,7 +104,7 @@ def hand_ladder(tmp_path_factory):
     return _ladder(tmp_path_factory.mktemp("onnx_ladder") / "ladder.onnx")
 
 
-def test_each_call_runs_the_branch_of_its_rung(hand_ladder, tmp_path):
+def test_each_call_runs_the_session_of_its_rung(hand_ladder):
     path, c = hand_ladder
     assert serve.read_contract(path) == c
     assert json.loads(c.to_json())["contract_version"] == 2
@@ -113,16 +117,30 @@ def test_each_call_runs_the_branch_of_its_rung(hand_ladder, tmp_path):
         out = p.run_padded(pack_call(p.rungs[r], p.ops, checked), r)
         assert out["h"].shape == (N, 2) and out["g"].shape == (G, 2)
         np.testing.assert_array_equal(out["h"][:5], 2 * one["x"])
-        if r != len(BUDGETS) - 1:  # another budget: the branch (static shapes) refuses it
-            with pytest.raises(Exception, match="If node"):
+        if r != len(BUDGETS) - 1:  # another budget: the rung's session (static) refuses it
+            with pytest.raises(Exception, match="(?i)dimension|shape"):
                 p.run_padded(top, r)
     assert p.rung_calls == {"rung0": 2, "rung1": 2, "rung2": 1}
     assert p.run_padded(top)["g"].shape == (BUDGETS[-1][2], 2)  # no rung: the top one
-    # the If chain in another order runs the same rungs
-    path2, _ = _ladder(tmp_path / "reordered.onnx", order=[2, 0, 1])
-    q = serve.load(path2, threads=1)
-    graphs = [_graph(rng, n) for n in (3, 7, 2)]
-    _assert_predicts(q.predict(graphs), graphs)
+
+
+def test_a_plain_session_runs_the_rung_its_input_names(hand_ladder):
+    """Any onnxruntime session of the file (no overrides) runs rung ``i`` for a rung
+    input of ``i + 1`` elements: every If runs, all but that rung's give no rows."""
+    import onnxruntime as ort
+
+    path, _ = hand_ladder
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for r, (N, _, G) in enumerate(BUDGETS):
+        x = rng.standard_normal((N, 2)).astype(np.float32)
+        batch = np.minimum(np.arange(N) // 3, G - 1).astype(np.int64)
+        h, g = sess.run(["h", "g"], {"x": x, "batch": batch,
+                                     RUNG_INPUT: np.zeros(r + 1, np.int64)})
+        np.testing.assert_array_equal(h, 2 * x)
+        want = np.zeros((G, 2), np.float32)
+        np.add.at(want, batch, x)
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
 
 
 def test_the_merged_model_keeps_weights_a_rung_and_drops_unread_ones(hand_ladder):
@@ -130,19 +148,12 @@ def test_the_merged_model_keeps_weights_a_rung_and_drops_unread_ones(hand_ladder
     assert [i.name for i in model.graph.input] == ["x", "batch", RUNG_INPUT]
     dims = [[d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim]
             for i in model.graph.input]
-    assert dims[0][1] == 2 and isinstance(dims[0][0], str) and dims[2] == []
+    assert dims == [["x_dim0", 2], ["batch_dim0"], [RUNG_INPUT]]
     assert not model.graph.initializer  # each branch holds its own (no outer-scope reads)
-    branches = []
-
-    def walk(g):
-        for n in g.node:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    branches.append(a.g)
-                    walk(a.g)
-    walk(model.graph)
-    rungs = [b for b in branches if b.name.startswith("rung") and not b.name.startswith("rungs")]
-    assert sorted(b.name for b in rungs) == ["rung0", "rung1", "rung2"]
+    ifs = [n for n in model.graph.node if n.op_type == "If"]
+    assert len(ifs) == 3  # one a rung, all at the top level (nested ones: no inlining)
+    rungs = [a.g for n in ifs for a in n.attribute if a.name == "then_branch"]
+    assert [b.name for b in rungs] == ["rung0", "rung1", "rung2"]
     for b in rungs:
         names = {i.name for i in b.initializer}
         assert names == {f"{b.name}/{k}" for k in ("two", "shape", "axis1", "zeros",
@@ -150,6 +161,22 @@ def test_the_merged_model_keeps_weights_a_rung_and_drops_unread_ones(hand_ladder
         # the outer inputs are read through a Reshape to the rung's static shape
         pins = [n for n in b.node if n.op_type == "Reshape" and n.input[0] in ("x", "batch")]
         assert [n.input[0] for n in pins] == ["x", "batch"]
+
+
+def test_a_rung_session_runs_the_rung_graph_alone(hand_ladder, tmp_path):
+    """With a rung's sizes as free dimension overrides onnxruntime folds the choice away:
+    the optimized graph has no If left (it runs that rung's nodes only)."""
+    import onnxruntime as ort
+
+    path, c = hand_ladder
+    for i in range(len(c.rungs)):
+        opts = ort.SessionOptions()
+        for k, v in c.onnx_rung_dims.items():
+            opts.add_free_dimension_override_by_name(k, v[i])
+        opts.optimized_model_filepath = str(tmp_path / f"opt{i}.onnx")
+        ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        ops = [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node]
+        assert "If" not in ops and "ScatterND" in ops, ops
 
 
 @settings(max_examples=25, deadline=None,
@@ -209,10 +236,12 @@ def test_a_rung_contract_without_its_input_is_refused(tmp_path):
     path, c = _ladder(tmp_path / "l.onnx")
     m = onnx.load(path)
     del m.metadata_props[:]
-    bad = dataclasses.replace(c, onnx_rung_input="")
-    _save(m, bad.to_json(), tmp_path / "bad.onnx")
-    with pytest.raises(serve.ArtifactError, match="onnx_rung_input"):
-        serve.load(str(tmp_path / "bad.onnx"))
+    for bad in (dataclasses.replace(c, onnx_rung_input=""),
+                dataclasses.replace(c, onnx_rung_dims={"x_dim0": (12, 60)})):
+        _save(m, bad.to_json(), tmp_path / "bad.onnx")
+        del m.metadata_props[:]
+        with pytest.raises(serve.ArtifactError, match="onnx_rung_input"):
+            serve.load(str(tmp_path / "bad.onnx"))
 
 
 # --------------------------------------------------------------- exported (extended)
