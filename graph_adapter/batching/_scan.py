@@ -25,9 +25,9 @@ from ..format.pyg import global_store, store_mapping
 from ._stored import Stored, stored_of, stored_sizes
 from ._view import check_graph_item
 from .budget import Budget
-from ..format import (Dim, BATCH, EDGE_MASK, EDGE_TYPE_SEP, GRAPH_MASK, NODE_MASK, PTR,
-                      RESERVED_KEYS, SEP, StoreKey, dim_of, inc_dims, is_index_attr, key_of,
-                      store_name)
+from ..format import (Dim, BATCH, EDGE_MASK, EDGE_TYPE_SEP, GRAPH_MASK, NODE_MASK, PAIR_SEP,
+                      PTR, RESERVED_KEYS, SEP, StoreKey, dim_of, inc_dims, is_index_attr,
+                      key_of, store_name)
 from .packing import GraphSizes
 from ._sets import SAMPLE, NodeSets, node_sets_of
 from ..format import Field
@@ -217,13 +217,17 @@ class Scan:
         for f in self.fields:
             if f.key not in incs or not f.nodes:
                 continue
-            want = self.sizes.matrix[:, col[inc_dims(f)[0]]]
-            bad = np.nonzero(np.asarray(incs[f.key]) != want)[0]
+            src, dst = inc_dims(f)
+            got = np.asarray(incs[f.key]).reshape(self.num_graphs, -1)
+            want = self.sizes.matrix[:, [col[src]] + ([col[dst]] if got.shape[1] == 2 else [])]
+            bad = np.nonzero(np.any(got != want, axis=1))[0]
             if len(bad):
                 i = int(bad[0])
+                g, w = got[i].tolist(), want[i].tolist()
                 raise ValueError(
-                    f"{self._at(i)}: __inc__({f.key!r}) is {int(incs[f.key][i])}, but its node "
-                    f"set {f.nodes!r} has {int(want[i])} rows in that graph (graph 0 made "
+                    f"{self._at(i)}: __inc__({f.key!r}) is {g[0] if len(g) == 1 else g}, but "
+                    f"its node set {f.nodes!r} has {w[0] if len(w) == 1 else w} rows in that "
+                    f"graph (graph 0 made "
                     f"{f.key!r} an index into {f.nodes!r}: its increment was that set's size); "
                     f"the padded batch offsets {f.key!r} by the set's node counts, so both must "
                     f"agree on every graph. Make __inc__ return the set's size, or leave the key "
@@ -301,8 +305,8 @@ class Scan:
         shape: List[Optional[int]] = list(v.shape)
         shape[cat % v.dim()] = None
         inc = "none"
-        if nodes and (edges == key or (level == "node" and is_index_attr(key))):
-            _check_index_proto(key, v, False, self._at(0))
+        if nodes and is_index_attr(key):  # an index into one set (two: bipartite "x_s,x_t")
+            _check_index_proto(key, v, key == "edge_index", self._at(0))
             inc = "nodes"
         return Field(key, (), key, dt, tuple(shape), level, inc, nodes=nodes if inc == "nodes"
                      or level == "node" else "", edges=edges if level == "edge" else "")
@@ -391,7 +395,8 @@ class Scan:
                     if cols_f is not None:
                         cols_f.append(vv)
                     if incs_f is not None:
-                        incs_f.append(self._int_inc(d, f.attr, v, i))
+                        incs_f.append(self._pair_inc(d, f.attr, v, i) if PAIR_SEP in f.nodes
+                                      else self._int_inc(d, f.attr, v, i))
         as_np = {k: np.asarray(v, dtype=np.int64) for k, v in rows.items()}
         matrix = np.empty((n, len(self.dims)), dtype=np.int64)
         if counted:
@@ -449,6 +454,17 @@ class Scan:
         except (TypeError, ValueError):
             raise ValueError(f"{self._at(i)}: {type(d).__name__}.__inc__({attr!r}, ...) returned "
                              f"{inc!r}; give an int") from None
+
+    def _pair_inc(self, d: Any, attr: str, v: Tensor, i: int) -> Tuple[int, int]:
+        """``d.__inc__(attr, v)`` of a bipartite index (graph 0's was a tensor of two:
+        PyG's ``[[num_src], [num_dst]]``) as ``(source, destination)``, or a named error."""
+        inc = d.__inc__(attr, v)
+        if isinstance(inc, Tensor) and inc.numel() == 2:
+            a, b = inc.reshape(-1).tolist()
+            return int(a), int(b)
+        raise ValueError(f"{self._at(i)}: {type(d).__name__}.__inc__({attr!r}, ...) returned "
+                         f"{inc!r}; graph 0's was a tensor of two (a bipartite index: "
+                         f"[[num_src], [num_dst]]): give every graph that form")
 
     def _check_graph(self, d: Any, i: int) -> None:
         if not isinstance(d, HeteroData):

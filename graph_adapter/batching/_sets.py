@@ -102,12 +102,18 @@ def node_sets_of(first: Any, exclude: Collection[str] = (),
     where = {a: w for a, w in where.items() if a not in exclude}
     if not any(w[1] or w[2] for w in where.values()):
         return None
-    st = global_store(first)
-    mapping = store_mapping(st)
+    mapping = store_mapping(global_store(first))
     own_edges = isinstance(mapping.get("edge_index"), Tensor) and "edge_index" not in exclude
-    # PyG's collate makes a batch vector only for a store whose num_nodes it can
-    # infer (x, pos, num_nodes, ...); PairData has none: no own node set
-    return NodeSets(where, bool(st.can_infer_num_nodes) or own_edges, own_edges)
+    # PyG's collate makes a batch vector only for a store whose num_nodes it can infer
+    # (its can_infer_num_nodes: x, pos, num_nodes, edge_index, a 'node' key...); here
+    # from the keys outside the sets (PairData and a bipartite edge_index have none)
+    own = [k for k in mapping if k not in where and k not in exclude]
+    own_nodes = bool(set(own) & _NUM_NODE_KEYS) or any("node" in k for k in own)
+    return NodeSets(where, own_nodes, own_edges)
+
+
+#: Keys from which PyG infers a store's own node count (``can_infer_num_nodes``).
+_NUM_NODE_KEYS = {"num_nodes", "x", "pos", "batch", "adj", "adj_t", "edge_index", "face"}
 
 
 def _where(first: Any, sample: Sequence[Any]) -> Dict[str, Tuple[str, str, str]]:

@@ -33,7 +33,7 @@ from .errors import *  # noqa: F401,F403
 from .json_codec import decode, dumps, encode
 from .classes import base_class, class_path, resolve_class
 from .spec import Field, Spec, allow_modules, flatten, infer_spec, unflatten
-from ._node_sets import node_sets, set_key, set_masks
+from ._node_sets import PAIR_SEP, node_sets, set_key, set_masks
 from .values import (DIAGNOSED, BoundsPlan, Problem, bounds_plan, check_before_call,
                      inside_poptorch, micro_batches_of, named_error, raise_for_bounds, raise_for_values,
                      value_problems)
@@ -42,7 +42,7 @@ from .unpad import dim_of, inc_dims, unpad_batch, unpad_hetero
 
 __all__ = (list(keys.__all__) + list(micro.__all__) + list(errors.__all__) + [
     "encode", "decode", "dumps", "base_class", "class_path", "resolve_class",
-    "Field", "Spec", "allow_modules", "flatten", "infer_spec", "unflatten", "node_sets", "set_key", "set_masks",
+    "Field", "Spec", "allow_modules", "flatten", "infer_spec", "unflatten", "node_sets", "set_key", "set_masks", "PAIR_SEP",
     "DIAGNOSED", "BoundsPlan", "Problem", "bounds_plan", "check_before_call",
     "inside_poptorch", "micro_batches_of", "named_error", "raise_for_bounds", "raise_for_values", "value_problems",
     "register_pytree", "dim_of", "inc_dims", "unpad_batch", "unpad_hetero",

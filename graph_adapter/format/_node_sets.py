@@ -20,7 +20,7 @@ from torch_geometric.data.data import BaseData
 from .keys import BATCH, EDGE_MASK, NODE_MASK, PTR, is_index_attr
 from .pyg import collate_info, global_store, store_mapping
 
-__all__ = ["extra_sets", "node_sets", "Where", "set_key", "set_masks"]
+__all__ = ["extra_sets", "node_sets", "Where", "set_key", "set_masks", "PAIR_SEP"]
 
 #: ``(level, nodes, edges)``: a key's level and the node / edge set it belongs to.
 Where = Tuple[str, str, str]
@@ -44,6 +44,58 @@ def _int_inc(obj: BaseData, attr: str, value: Tensor) -> Optional[int]:
     if isinstance(inc, Tensor):
         return int(inc) if inc.numel() == 1 else None
     return int(inc) if isinstance(inc, int) else None
+
+
+def _pair_inc(obj: BaseData, attr: str, value: Tensor) -> Optional[Tuple[int, int]]:
+    """``(source, destination)`` increments of an index whose ``__inc__`` is a tensor of
+    two (PyG's bipartite ``[[x_s.size(0)], [x_t.size(0)]]``), else ``None``."""
+    try:
+        inc = obj.__inc__(attr, value)
+    except Exception:  # a custom __inc__ that needs other arguments: no set read
+        return None
+    if isinstance(inc, Tensor) and inc.numel() == 2 and not inc.is_floating_point():
+        a, b = inc.reshape(-1).tolist()
+        return int(a), int(b)
+    return None
+
+
+#: Joins the source and destination sets of a bipartite index in ``Field.nodes``.
+PAIR_SEP = ","
+
+
+def _bipartite(k: str, totals: Tuple[int, int], inc: Optional[Tensor], feats, same,
+               out: Dict[str, Where]) -> None:
+    """Record bipartite index ``k``: row 0 points into the node set whose per-graph sizes
+    are its first increments, row 1 into the second's (``Field.nodes`` ``"x_s,x_t"``;
+    ``""`` for a row into the store's own nodes, ``x`` / ``pos``: ``",x_t"``); its
+    edges are the store's own (``edge_attr``, ``edge_mask``). Where two sets have one
+    size series, the rows take them in name order (``x_s``, ``x_t``). Both rows into
+    the store's own nodes make no set (PyG's default increment, in tensor form)."""
+    inc = torch.zeros(1, 2, dtype=torch.long) if inc is None else inc.reshape(inc.shape[0], -1).long()
+    if inc.shape[-1] != 2:
+        return
+    names: List[str] = []
+    own = [a for a in feats if a in _OWN_NODE_KEYS]
+    for r in range(2):
+        series = torch.diff(torch.cat([inc[:, r], torch.tensor([totals[r]])]))
+        owners = [a for a in feats if same(a, series) and "edge" not in a
+                  and a not in _OWN_NODE_KEYS]
+        pick = [a for a in owners if a not in names] or owners
+        if not pick:
+            if own and same(own[0], series):
+                names.append("")  # a row into the store's own nodes
+                continue
+            return  # a row into no set: nothing read
+        names.append(pick[0])
+        for a in owners:
+            if a == pick[0] or (_affine(a, pick[0]) and a not in names):
+                out.setdefault(a, ("node", pick[0], ""))
+    if any(names):
+        out[k] = ("edge", PAIR_SEP.join(names), "")
+
+
+#: The keys PyG reads a store's own node count off (``N_KEYS``): never a set of their own.
+_OWN_NODE_KEYS = ("x", "pos", "feat", "node_type", "n_id", "tf")
 
 
 def _follow(attr: str, tensors: Dict[str, Tensor]) -> Optional[str]:
@@ -79,8 +131,14 @@ def extra_sets(obj: BaseData) -> Dict[str, Where]:
     out: Dict[str, Where] = {}
     for k in sorted(tensors):
         v = tensors[k]
-        if not is_index_attr(k) or k in _MAIN_INDEX or v.is_floating_point() or \
+        if not is_index_attr(k) or v.is_floating_point() or \
                 v.dtype == torch.bool or _follow(k, tensors) is not None:
+            continue
+        pair = _pair_inc(obj, k, v)
+        if pair is not None:  # PyG's bipartite [[num_src], [num_dst]] increment
+            _bipartite(k, pair, incs.get(k) if is_batch else None, feats, same, out)
+            continue
+        if k in _MAIN_INDEX:
             continue
         total = _int_inc(obj, k, v)
         if not total:

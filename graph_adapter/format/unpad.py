@@ -18,7 +18,7 @@ from torch import Tensor
 from .keys import Dim, BATCH, EDGE_MASK, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR, RESERVED_KEYS, is_hetero, is_index_attr, key_of, levels_of_rows, parse_key
 from .micro import has_micro_batch_dim, split_micro_batches
 from .spec import Field
-from ._node_sets import set_key
+from ._node_sets import PAIR_SEP, set_key
 
 __all__ = ["unpad_batch", "unpad_hetero", "inc_dims", "dim_of"]
 
@@ -39,8 +39,10 @@ def inc_dims(f: Field) -> Tuple[Dim, Dim]:
     (a key pointing into a node set of its own: that set's, ``Field.nodes``)."""
     if len(f.store) == 3:
         return ("node", (f.store[0],)), ("node", (f.store[2],))
-    if f.nodes:
-        return ("node", (f.nodes,)), ("node", (f.nodes,))
+    if f.nodes:  # a bipartite index: "x_s,x_t" (rows into two sets)
+        src, sep, dst = f.nodes.partition(PAIR_SEP)
+        dst = dst if sep else src
+        return ("node", (src,) if src else ()), ("node", (dst,) if dst else ())
     return ("node", f.store), ("node", f.store)
 
 
@@ -127,10 +129,10 @@ def _edge_counts(flat: Mapping[str, Tensor], dim: Dim, g: int, specs: Mapping[st
     by its index key, which points into a node set: ``Field.nodes``)."""
     st = dim[1]
     e_real = int(flat[_reserved(dim, EDGE_MASK, hetero)].sum())
-    if hetero or not st:
+    if hetero:
         index, src_dim = key_of(st, "edge_index"), ("node", st[:1])
-    else:
-        index = st[0]
+    else:  # the store's own edges, or an edge set named by its index key
+        index = st[0] if st else "edge_index"
         src_dim = inc_dims(specs[index])[0] if index in specs else ("node", ())
     ei = flat.get(index)
     if ei is None:

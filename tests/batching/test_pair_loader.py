@@ -256,3 +256,100 @@ def test_trim_takes_the_padded_path_on_sets():
         a, b = plain(batch), trimmed(batch)
         assert all(torch.equal(a[k], b[k]) for k in a)
     assert trimmed.trim_stats["trimmed"] == 0
+
+
+# ------------------------------------------------------------------ bipartite edge_index
+class BipartiteData(Data):
+    """PyG's bipartite recipe: ``edge_index`` rows into ``x_s`` and ``x_t``."""
+
+    def __inc__(self, key, value, *args, **kwargs):
+        if key == "edge_index":
+            return torch.tensor([[self.x_s.size(0)], [self.x_t.size(0)]])
+        return super().__inc__(key, value, *args, **kwargs)
+
+
+def _bipartites(sizes, seed=0, dtype=torch.float32):
+    out = []
+    for i, (ns, nt, e) in enumerate(sizes):
+        g = torch.Generator().manual_seed(seed + i)
+        out.append(BipartiteData(
+            x_s=torch.randn(ns, 3, generator=g).to(dtype), x_t=torch.randn(nt, 2, generator=g).to(dtype),
+            edge_index=torch.stack([torch.randint(0, ns, (e,), generator=g),
+                                    torch.randint(0, nt, (e,), generator=g)]),
+            edge_attr=torch.randn(e, 4, generator=g).to(dtype)))
+    return out
+
+
+def test_bipartite_edge_index_offsets_each_row_by_its_set():
+    ds = _bipartites([(2, 1, 1), (3, 4, 5), (4, 2, 3)])
+    b = Budget.tight(ds, 3)
+    assert tuple(b.nodes) == ("x_s", "x_t") and tuple(b.edges) == ("",)  # the store's own edges
+    c = Collator(ds, b)
+    assert {f.key: f.nodes for f in c.schema}["edge_index"] == "x_s,x_t"
+    out = c.collate_indices([0, 1, 2])
+    ref = Batch.from_data_list(ds)
+    e = ref.edge_index.size(1)
+    assert torch.equal(out["edge_index"][:, :e], ref.edge_index)  # PyG's [[n_s], [n_t]] offsets
+    assert out["edge_index"][:, e:].tolist() == [[b.nodes["x_s"] - 1] * (b.edges[""] - e),
+                                                 [b.nodes["x_t"] - 1] * (b.edges[""] - e)]
+    assert "batch" not in out and int(out["edge_mask"].sum()) == e
+    assert all(_same(g, d) for g, d in zip(c.unpad(out), ds))
+
+
+class BipartiteNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn import SAGEConv
+
+        self.conv = SAGEConv((3, 2), 5)
+        self.bn = nn.BatchNorm1d(5)
+
+    def forward(self, data):
+        from torch_geometric.nn import global_max_pool
+
+        h = self.bn(self.conv((data.x_s, data.x_t), data.edge_index).relu())
+        return {"t": h, "graph": global_max_pool(h, data.x_t_batch)}
+
+
+@settings(max_examples=5, deadline=None)
+@given(sizes=st.lists(st.tuples(st.integers(1, 4), st.integers(2, 4), st.integers(0, 6)),
+                      min_size=1, max_size=8), seed=st.integers(0, 5))
+def test_wrapped_bipartite_model_is_padding_invariant(sizes, seed):
+    ds = _bipartites(sizes, seed=seed, dtype=torch.float64)
+    torch.manual_seed(seed)
+    model, ref = BipartiteNet().double(), BipartiteNet().double()
+    ref.load_state_dict(model.state_dict())
+    wrapped = ipu_wrap(model)
+    ld = FixedSizeLoader(ds, Budget.fit(ds, 2, num_samples=50), seed=seed)
+    for batch in ld:
+        pyg = Batch.from_data_list([BipartiteData(**{k: g[k] for k in g.keys()})
+                                    for g in ld.collator.unpad(batch)], follow_batch=["x_t"])
+        out, want = unpad(wrapped(batch), batch), ref(pyg)
+        for k in ("t", "graph"):
+            assert torch.allclose(out["output/" + k], want[k], atol=1e-12), k
+        out["output/graph"].sum().backward()
+        want["graph"].sum().backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            assert torch.allclose(p.grad, q.grad, atol=1e-12), name
+        model.zero_grad()
+        ref.zero_grad()
+
+
+def test_bipartite_rows_into_the_stores_own_nodes_and_a_set():
+    class Half(Data):  # row 0 into x (the store's own nodes), row 1 into x_t
+        def __inc__(self, key, value, *args, **kwargs):
+            if key == "edge_index":
+                return torch.tensor([[self.x.size(0)], [self.x_t.size(0)]])
+            return super().__inc__(key, value, *args, **kwargs)
+
+    g = torch.Generator().manual_seed(0)
+    ds = [Half(x=torch.randn(n, 2, generator=g), x_t=torch.randn(n + 1, 2, generator=g),
+               edge_index=torch.stack([torch.randint(0, n, (3,), generator=g),
+                                       torch.randint(0, n + 1, (3,), generator=g)]))
+          for n in (2, 3, 4)]
+    c = Collator(ds, Budget.tight(ds, 3))
+    assert {f.key: f.nodes for f in c.schema}["edge_index"] == ",x_t"
+    out = c.collate_indices([0, 1, 2])
+    assert {"batch", "ptr", "node_mask", "x_t_batch", "x_t_ptr"} <= set(out)
+    assert torch.equal(out["edge_index"][:, :9], Batch.from_data_list(ds).edge_index)
+    assert all(_same(a, b) for a, b in zip(c.unpad(out), ds))
