@@ -539,8 +539,8 @@ class Scan:
 
         When graph 0 suggests a level (its rows are its node or edge count),
         it names the first graph that breaks it; otherwise the key belongs to
-        no level the padded format has (e.g. PyG's ``PairData``: two node
-        sets in one store)."""
+        no level the padded format has (a second node set that no ``__inc__``
+        names: ``_sets.py``)."""
         for level, want in (("node", nodes), ("edge", edges)):
             bad = np.nonzero(rows != want)[0]
             if rows[0] == want[0] and len(bad):
@@ -551,10 +551,11 @@ class Scan:
                         f"key out (exclude=[{f.key!r}])")
         return (f"key {f.key!r}: graph 0 has {rows[0]} rows on cat dim {f.cat_dim}, neither "
                 f"its {nodes[0]} nodes nor its {edges[0]} edges, and the count varies between "
-                f"graphs, so it is no node-, edge- or graph-level attribute. A store has one "
-                f"node set and one edge set: for several (PyG's PairData: x_s / x_t), pass "
-                f"transform= making each graph a HeteroData with one node type per set "
-                f"(docs/batching.md), or leave the key out (exclude=[{f.key!r}])")
+                f"graphs, so it is no node-, edge- or graph-level attribute. Further node sets "
+                f"of a store are read off its class's __inc__ (PyG's PairData: an index key "
+                f"incremented by its set's size, x_s.size(0); docs/dev/FORMAT.md): give the "
+                f"class such an __inc__, pass transform= making each graph a HeteroData with "
+                f"one node type per set, or leave the key out (exclude=[{f.key!r}])")
 
     def _match(self, protos: List[Field], schema: Sequence[Field]) -> List[Field]:
         """The collator's fields, after checking that these graphs have them."""

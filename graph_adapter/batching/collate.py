@@ -252,6 +252,13 @@ class Collator:
         return self.scan.hetero
 
     @property
+    def node_sets(self) -> List[str]:
+        """The node sets of their own of a homogeneous store (PyG's ``PairData``:
+        ``["x_s", "x_t"]``, each a budget count with its ``<set>_batch``, ``_ptr`` and
+        ``_node_mask``: ``_sets.py``); ``[]`` for one node set (and hetero graphs)."""
+        return [] if self.scan.sets is None else self.scan.sets.sets()
+
+    @property
     def levels(self) -> Dict[str, str]:
         """``{key: "node" | "edge" | "graph"}`` of every collated attribute."""
         return {f.key: f.level for f in self.schema}

@@ -72,6 +72,7 @@ def test_plain_data_with_suffixed_keys_unaffected():
              node_index_2=torch.tensor([3, 0, 1, 2]), x_2=torch.randn(4, 1))
     c = Collator([d, d], Budget(nodes=12, edges=7, graphs=3), warn=False)
     assert c.levels["x_2"] == "node" and c.levels["node_index_2"] == "node"
+    assert c.node_sets == [] and "batch" in c.keys
 
 
 def test_budget_per_set_fits_and_round_trips_json():
@@ -124,6 +125,7 @@ def test_keys_follow_batch_and_padding_rows():
     ds = _pairs([(3, 2, 4, 1), (4, 2, 2, 1), (2, 3, 1, 2)])
     b = Budget.tight(ds, 3)
     c = Collator(ds, b)
+    assert c.node_sets == ["x_s", "x_t"]
     out = c.collate_indices([0, 1, 2])
     assert set(out) == {"x_s", "x_t", "edge_index_s", "edge_index_t", "edge_attr_s", "y",
                         "graph_mask", "x_s_batch", "x_s_ptr", "x_s_node_mask", "x_t_batch",
