@@ -27,7 +27,12 @@ Budgets are serialised as JSON (:meth:`to_json` / :meth:`from_json`), never
 pickled.
 
 Heterogeneous budgets give ``nodes`` per node type and ``edges`` per edge type
-(edge types written ``"src__rel__dst"``, as in the flat-dict keys).
+(edge types written ``"src__rel__dst"``, as in the flat-dict keys).  So do the
+budgets of graphs with several node sets in one store (PyG's ``PairData``, a
+bipartite ``edge_index``): ``nodes`` per node set, ``edges`` per edge set,
+named as :func:`graph_adapter.format.node_sets` names them
+(``{"x_s": 40, "x_t": 36}``, ``{"edge_index_s": 70, "edge_index_t": 60}``;
+``""`` the store's own nodes or edges; ``graph_adapter/batching/_sets.py``).
 
 **No two row counts of a budget are equal** (``N``, ``E``, ``G`` pairwise
 different; hetero: every node type's, every edge type's and the graph count).
@@ -82,9 +87,11 @@ class Budget:
 
     Args:
         nodes: node rows per batch (int), or a dict ``{node_type: rows}`` for
-            hetero graphs.  Includes two reserved padding nodes (per node
+            hetero graphs (``{node_set: rows}`` for several node sets in one
+            store, PyG's ``PairData``: ``{"x_s": 40, "x_t": 36}``).  Includes two reserved padding nodes (per node
             type), so at most ``nodes - 2`` real nodes fit; at least 2.
-        edges: edge columns per batch (int), or ``{"src__rel__dst": cols}``.
+        edges: edge columns per batch (int), or ``{"src__rel__dst": cols}``
+            (``{edge_set: cols}``, named by its index key: ``"edge_index_s"``).
             No reservation: up to ``edges`` real edges fit; when a batch is
             exactly full it has no padding edge.
         graphs: graph slots per batch, including the reserved padding graph
