@@ -10,8 +10,10 @@ weights, ``eval()``) on rdkit's NCI-5k molecules. Written with ``graph_adapter.e
 molecules) and one one-budget artifact per rung budget (the same padded calls). Printed:
 
 * load: ``serve.load`` seconds and file size of each;
-* call: the program alone on one padded call (``run_padded``), the ladder's rung vs the
-  one-budget artifact of that rung's budget: the cost of the ``If`` chain;
+* call: the program alone on one padded call (``run_padded``): the ladder's rung (in the
+  session ``serve`` makes for it) vs the one-budget artifact of that rung's budget, and
+  the ladder in one plain onnxruntime session (every rung's ``If`` run a call: the
+  design not taken);
 * predict: ``serve.load(path).predict(request)`` (checking, packing, splitting
   included) on requests of 1 and of 256 molecules: the ladder vs the one-budget artifact
   fitted for 256 (what a server without a ladder runs) and vs the 1-molecule one.
@@ -28,6 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from graph_adapter import serve  # noqa: E402
@@ -45,19 +48,33 @@ def _load_avg():
 
 
 def _timed(fn, reps):
-    t = time.perf_counter()
+    """(wall, CPU) seconds a call: CPU time (this process's, one onnxruntime thread)
+    moves less than wall time when other work shares the cores."""
+    t, c = time.perf_counter(), time.process_time()
     for _ in range(reps):
         fn()
-    return (time.perf_counter() - t) / reps
+    return (time.perf_counter() - t) / reps, (time.process_time() - c) / reps
 
 
 def _median_rounds(variants, rounds):
-    """name -> median seconds a call over ``rounds`` rounds, variants interleaved."""
+    """name -> (wall, CPU) median seconds a call over ``rounds`` rounds, variants
+    interleaved."""
     got = {name: [] for name in variants}
     for _ in range(rounds):
         for name, (fn, reps) in variants.items():
             got[name].append(_timed(fn, reps))
-    return {name: statistics.median(v) for name, v in got.items()}
+    return {name: tuple(statistics.median(x[k] for x in v) for k in (0, 1))
+            for name, v in got.items()}
+
+
+def _plain_session(path, threads):
+    """The ladder in one onnxruntime session, no overrides: every rung's ``If`` runs a
+    call (the design ``serve`` does not use: measured beside it)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
 def main(argv=None):
@@ -66,7 +83,7 @@ def main(argv=None):
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=9)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     data, _ = load_nci5k(limit=args.limit)
@@ -99,9 +116,16 @@ def main(argv=None):
             serve.load(path, threads=args.threads)
             times.append(time.perf_counter() - t)
         loads[name] = (statistics.median(times), os.path.getsize(path) / 1e6)
-    print(f"\nload (median of 5; {_load_avg()})")
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        _plain_session(ladder_path, args.threads)
+        times.append(time.perf_counter() - t)
+    loads["ladder, one plain session"] = (statistics.median(times), loads["ladder"][1])
+    print(f"\nload (median of 5; {_load_avg()}); the ladder: one session a rung plus the "
+          f"one that reads the contract")
     for name, (s, mb) in loads.items():
-        print(f"  {name:12s} {s * 1e3:8.1f} ms  {mb:6.2f} MB")
+        print(f"  {name:26s} {s * 1e3:8.1f} ms  {mb:6.2f} MB")
 
     ladder = serve.load(ladder_path, threads=args.threads)
     ones = [serve.load(p, threads=args.threads) for p in one_paths]
@@ -109,18 +133,32 @@ def main(argv=None):
                 256: [{k: d[k].numpy() for k in KEYS} for d in data[:256]]}
 
     # ---- one padded call: the ladder's rung vs the one-budget artifact of its budget
-    print(f"\nprogram alone, one padded call (median of {args.rounds} rounds; {_load_avg()})")
+    plain = _plain_session(ladder_path, args.threads)
+    print(f"\nprogram alone, one padded call, wall / CPU (median of {args.rounds} rounds; "
+          f"{_load_avg()})")
     for i, (r, one) in enumerate(zip(contract.rungs, ones)):
         req = requests[256][:max(1, min(r.graphs - 1, 255))]
         flat_o = one.pack(req)[0]
         flat_l = flat_o  # the same padded dict: the rung's budget is the artifact's
+        c = ladder.contract
+        feed = {n: flat_o[f.key] for n, f in zip(c.onnx_input_names, c.inputs) if n}
+        feed[c.onnx_rung_input] = np.zeros(i + 1, dtype=np.int64)
+        outs = list(c.onnx_output_names)
+        np.testing.assert_allclose(plain.run(outs, feed)[0], one.run_padded(flat_o)["output"],
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ladder.run_padded(flat_l, i)["output"],
+                                   one.run_padded(flat_o)["output"], rtol=1e-5, atol=1e-5)
         reps = 400 if r.graphs <= 20 else 30
         m = _median_rounds({"one": (lambda: one.run_padded(flat_o), reps),
-                            "ladder": (lambda: ladder.run_padded(flat_l, i), reps)},
+                            "ladder": (lambda: ladder.run_padded(flat_l, i), reps),
+                            "plain": (lambda: plain.run(outs, feed), reps)},
                            args.rounds)
-        print(f"  {r.program} (graphs={r.graphs:3d}): one-budget {m['one'] * 1e3:7.3f} ms, "
-              f"ladder {m['ladder'] * 1e3:7.3f} ms  ({m['ladder'] / m['one']:.3f}x, "
-              f"+{(m['ladder'] - m['one']) * 1e6:.0f} us)")
+        (ow, oc), (lw, lc), (pw, pc) = m["one"], m["ladder"], m["plain"]
+        print(f"  {r.program} (graphs={r.graphs:3d}): one-budget {ow * 1e3:7.3f} / "
+              f"{oc * 1e3:7.3f} ms; ladder (rung session) {lw * 1e3:7.3f} / {lc * 1e3:7.3f} ms "
+              f"({lw / ow:.3f}x / {lc / oc:.3f}x, CPU {(lc - oc) * 1e6:+.0f} us); one plain "
+              f"session {pw * 1e3:7.3f} / {pc * 1e3:7.3f} ms ({pw / ow:.3f}x / {pc / oc:.3f}x, "
+              f"CPU {(pc - oc) * 1e6:+.0f} us)")
 
     # ---- predict: the ladder vs one-budget artifacts
     big = max(range(len(contract.rungs)), key=lambda i: contract.rungs[i].graphs)
@@ -134,9 +172,9 @@ def main(argv=None):
                     f"one-budget {contract.rungs[small].graphs - 1}": (
                         lambda: ones[small].predict(req), max(reps // (size // 2 or 1), 3))}
         m = _median_rounds(variants, args.rounds)
-        base = m["ladder"]
-        row = ", ".join(f"{k} {v * 1e3:.3f} ms ({v / base:.2f}x the ladder's)"
-                        for k, v in m.items())
+        (bw, bc) = m["ladder"]
+        row = ", ".join(f"{k} {w * 1e3:.3f} ms wall / {c * 1e3:.3f} ms CPU ({w / bw:.2f}x / "
+                        f"{c / bc:.2f}x the ladder's)" for k, (w, c) in m.items())
         print(f"  {size:3d} molecule(s): {row}; ladder calls/request "
               f"{len(ladder.plan(ladder.check(req)))}")
     print(f"\n{_load_avg()}")
