@@ -36,7 +36,7 @@ def _pd():
 def _pair(ns, nt, es, et, seed, dtype=torch.float32, y=True):
     g = torch.Generator().manual_seed(seed)
     p = PairData(x_s=torch.randn(ns, 3, generator=g).to(dtype),
-                 edge_index_s=torch.randint(0, ns, (2, es), generator=g),
+                 edge_index_s=torch.randint(0, max(ns, 1), (2, es), generator=g),
                  edge_attr_s=torch.randn(es, 2, generator=g).to(dtype),
                  x_t=torch.randn(nt, 3, generator=g).to(dtype),
                  edge_index_t=torch.randint(0, nt, (2, et), generator=g))
@@ -373,3 +373,21 @@ def test_wrapped_set_models_compile_fullgraph_in_one_graph():
             got, want = compiled(batch), wrapped(batch)
             assert all(torch.allclose(got[k], want[k], atol=1e-6) for k in want)
         assert counters["stats"]["unique_graphs"] == 1, Net.__name__
+
+
+def test_in_memory_datasets_and_an_empty_set_in_graph_0():
+    from torch_geometric.data import InMemoryDataset
+
+    class Stored(InMemoryDataset):
+        def __init__(self, graphs):
+            super().__init__()
+            self.data, self.slices = self.collate(graphs)
+
+    # graph 0 has no x_s node: the first graphs' batch still names the set
+    for graphs in (_pairs([(0, 2, 0, 1), (2, 1, 1, 0), (3, 3, 2, 2)]),
+                   _bipartites([(2, 1, 1), (3, 4, 5), (1, 2, 0)])):
+        ds = Stored(graphs)
+        assert graph_sizes(ds).matrix.tolist() == graph_sizes(graphs).matrix.tolist()
+        ld = FixedSizeLoader(ds, Budget.fit(ds, 2, num_samples=50))
+        seen = [g for batch in ld for g in ld.collator.unpad(batch)]
+        assert len(seen) == 3 and all(any(_same(s, g) for g in graphs) for s in seen)
