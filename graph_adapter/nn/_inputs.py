@@ -44,7 +44,7 @@ from torch import Tensor
 from ..format import (DeviceMismatchError, DtypeMismatchError, MissingKeyError, ShapeMismatchError,
                       UnsupportedAttributeError)
 from ..format import (BATCH, GRAPH_MASK, LEVEL_OF_MASK, MASKS, PTR, cat_dim_of, levels_of_rows,
-                      mask_key, parse_key)
+                      mask_key, parse_key, set_key, set_masks)
 
 __all__ = ["MissingInputError", "UnboundInputError", "Signature", "input_signature", "RowLevels",
            "row_levels", "row_mismatches", "bound_keys", "check_still_bound", "InputRecord",
@@ -107,11 +107,19 @@ def require_graph_mask(flat: Mapping[str, Any]) -> None:
             f"wrapped model takes padded batches from FixedSizeLoader (docs/dev/FORMAT.md).")
 
 
+def _set_reserved(keys: Collection[str]) -> set:
+    """The masks and ``ptr`` of the node and edge sets of their own (``x_s_node_mask``,
+    ``x_s_ptr``, ``edge_index_s_edge_mask``: ``format.set_masks``): reserved like ``ptr``."""
+    sets = set_masks(dict.fromkeys(keys))
+    return {k for ms in sets.values() for k, _ in ms} | {set_key(n, PTR) for _, n in sets["node"]}
+
+
 def check_format(flat: Mapping[str, Tensor], sig: Signature, device: Optional[torch.device]) -> None:
     """The padded format's own keys, and one device for everything (the model's, if given)."""
+    set_reserved = _set_reserved(sig)
     for k, (dtype, trail, dev) in sig.items():
         attr = parse_key(k)[1]
-        if attr in MASKS and dtype != torch.bool:
+        if (attr in MASKS or (k in set_reserved and k.endswith("mask"))) and dtype != torch.bool:
             raise DtypeMismatchError(f"ipu_wrap: mask {k!r} has dtype {_dt(dtype)}; masks are "
                                      f"bool (True = real row): pass {k}.bool().")
         if attr == "edge_index" and (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool):
@@ -207,8 +215,9 @@ def bound_keys(mode: str, params: List[inspect.Parameter], keys: Collection[str]
     if mode == "tensors":
         return {bind.get(p.name, p.name): f"parameter {p.name!r}" for p in params
                 if p.name not in extra and bind.get(p.name, p.name) in keys}
+    set_reserved = _set_reserved(keys)
     return {k: f"batch{'.' if parse_key(k)[0] == () else '/'}{k}" for k in keys
-            if parse_key(k)[1] not in RESERVED_ATTRS}
+            if parse_key(k)[1] not in RESERVED_ATTRS and k not in set_reserved}
 
 
 def check_still_bound(model: Any, first: Mapping[str, str], keys: Collection[str],

@@ -391,3 +391,14 @@ def test_in_memory_datasets_and_an_empty_set_in_graph_0():
         ld = FixedSizeLoader(ds, Budget.fit(ds, 2, num_samples=50))
         seen = [g for batch in ld for g in ld.collator.unpad(batch)]
         assert len(seen) == 3 and all(any(_same(s, g) for g in graphs) for s in seen)
+
+
+def test_a_set_mask_of_another_dtype_is_named():
+    from graph_adapter.format import DtypeMismatchError
+
+    ds = _pairs([(3, 2, 4, 1), (4, 2, 2, 1), (2, 3, 1, 2)])
+    batch = Collator(ds, Budget.tight(ds, 3)).collate_indices([0, 1, 2])
+    torch.manual_seed(0)
+    wrapped = ipu_wrap(PairNet())  # the first call: no earlier batch to compare with
+    with pytest.raises(DtypeMismatchError, match=r"mask 'x_s_node_mask' has dtype int64"):
+        wrapped({**batch, "x_s_node_mask": batch["x_s_node_mask"].long()})
