@@ -327,6 +327,11 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
     if background is not None:
         kwargs["background"] = background
     if select is not None:
+        if background:
+            raise ValueError("compile(..., select=..., background=True): selection times the "
+                             "compiled program at the first steps, which background=True runs "
+                             "eagerly; pass one of the two")
+        kwargs["background"] = False  # (whatever BACKGROUND_DEFAULT says)
         measure = measure_settings(select)
         if entry.engine is None:
             raise ValueError(f"compile({entry.name!r}, select=...): selection by measurement "

@@ -180,6 +180,16 @@ def test_background_true_where_it_cannot_serve_is_refused_by_name(backend, match
         ga.compile(bg, backend, background=True)
 
 
+def test_background_with_select_is_refused_and_the_default_reaches_compile(monkeypatch):
+    _, bg = _pair()
+    with pytest.raises(ValueError, match="pass one of the two"):
+        ga.compile(bg, "aot_eager", background=True, select="measure")
+    from graph_adapter.backends import compiled as C
+    monkeypatch.setattr(C, "BACKGROUND_DEFAULT", True)
+    assert ga.compile(bg, "aot_eager").stats is not None  # the default reaches compile()
+    ga.compile(bg, "aot_eager", select="measure")  # no ValueError: select turns it off
+
+
 def test_an_rnn_model_is_refused_for_inductor_with_the_reason():
     class WithRNN(Net):
         def __init__(self):
