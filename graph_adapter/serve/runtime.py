@@ -92,8 +92,9 @@ class _Onnx:
     branch a rung, chosen by the length of ``contract.onnx_rung_input``): it gets one
     session a rung, made with the rung's sizes as free dimension overrides
     (``contract.onnx_rung_dims``), in which onnxruntime folds the choice away and runs
-    the rung's graph alone (``docs/deploy.md``: within 1-3% of a one-budget artifact of
-    its budget a call, where one session for every rung cost up to 6% more).
+    the rung's graph alone, as a one-budget artifact of that budget would
+    (``benchmarks/bench_onnx_ladder.py``); a runtime that does not fold runs the ``If``s
+    instead, with the same results. Loading costs one session a rung.
     ``program=None``: the top rung, the contract's top-level budget."""
 
     def __init__(self, session: Any, contract: Contract, path: str = "the artifact",
