@@ -30,6 +30,9 @@ Only the exact pattern is rewritten: ``ScatterElements`` with ``axis=0`` and
 (every row one index, broadcast along the other dims), so that each row of the
 update goes to the row of ``data`` its index names. The ``Expand`` left unused
 is removed with every other node nobody reads (:func:`drop_dead_nodes`).
+
+:func:`ladder_model` (``export(..., format="onnx", ladder=...)``) puts the models of
+several budgets into one, an ``If`` a rung (its docstring says how ``serve`` runs it).
 """
 from __future__ import annotations
 
@@ -423,7 +426,7 @@ def _branch(model: Any, r: int) -> Any:
 
     Each outer input is read through a ``Reshape`` to the rung's static shape (an alias,
     no copy): the outer inputs' differing dims are symbolic, and without the static
-    shapes onnxruntime cannot fold the branch's ``Shape`` arithmetic (measured: 2.5%
+    shapes a plain session cannot fold the branch's ``Shape`` arithmetic (measured: 2.5%
     slower calls of 256 molecules on the demo's model; 0.2% with the ``Reshape``)."""
     import numpy as np
     import onnx
@@ -484,8 +487,9 @@ def ladder_model(models: List[Any], rung_input: str) -> Tuple[Any, Dict[str, Lis
     made with the free dimension overrides of rung ``r`` (``dims``, and ``r + 1`` for
     ``rung_input``) has static shapes only: onnxruntime folds the conditions and
     inlines the taken branch, so that the session runs rung ``r``'s graph as a
-    one-budget artifact of its budget would (measured within 1% of one a call; with
-    nested ``If`` branches onnxruntime 1.23 inlined wrongly and failed at run time). A
+    one-budget artifact of its budget would (measured within the noise, a few percent,
+    of one a call; with ``If`` branches nested in a chain onnxruntime 1.32 inlined the
+    second level wrongly and failed at run time). A
     plain session runs any rung: all ``If``s run a call, the rung's branch and the
     empty ones. Each rung keeps its own weights (the file holds them once a rung, as
     a ``.pt2`` ladder does).
