@@ -282,11 +282,25 @@ def maybe_num_nodes(edge_index: Any, num_nodes: Optional[int] = None) -> int:
     return _ORIG["maybe_num_nodes"](edge_index, num_nodes)
 
 
-def _static_loops_ok(edge_index: Any, num_nodes: Optional[int]) -> bool:
+def _loop_nodes(edge_index: Any, num_nodes: Optional[int]) -> Optional[Tuple[int, Any]]:
+    """``(N, node mask)`` of the nodes a static self-loop op runs over: the batch's
+    own, or (``num_nodes`` given, the store's own not matching) those of the node set
+    of its own with ``num_nodes`` rows (``frame["node_sets"]``, set by the wrapper for
+    PyG's ``PairData``: every set's count differs); ``None``: PyG's op runs."""
     if not _FRAMES or not _plain(edge_index) or edge_index.dim() != 2:
-        return False
-    n = _FRAMES[-1]["N"]
-    return n is not None and (num_nodes is None or num_nodes == n)
+        return None
+    frame = _FRAMES[-1]
+    n = frame["N"]
+    if n is not None and (num_nodes is None or num_nodes == n):
+        return n, frame.get("node_mask")
+    sets = frame.get("node_sets") or {}
+    if num_nodes is not None and num_nodes in sets:
+        return num_nodes, sets[num_nodes]
+    return None
+
+
+def _static_loops_ok(edge_index: Any, num_nodes: Optional[int]) -> bool:
+    return _loop_nodes(edge_index, num_nodes) is not None
 
 
 def remove_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = None):
@@ -295,7 +309,8 @@ def remove_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = None):
     return _unloop(edge_index, _FRAMES[-1]), edge_attr
 
 
-def _unloop(edge_index: Tensor, frame: Dict[str, Any]) -> Tensor:
+def _unloop(edge_index: Tensor, frame: Dict[str, Any],
+            nodes: Optional[Tuple[int, Any]] = None) -> Tensor:
     """``edge_index`` ``[2, E]`` with every self-loop turned into a padding -> trash edge.
 
     Every loop ``(i, i)`` (real or padding) becomes ``(P, N - 1)``: ``N - 1``
@@ -309,9 +324,8 @@ def _unloop(edge_index: Tensor, frame: Dict[str, Any]) -> Tensor:
     single padding node keeps them on the trash node. Same shape, no value
     read on the host.
     """
-    n = frame["N"]
+    n, mask = nodes if nodes is not None else (frame["N"], frame.get("node_mask"))
     trash = n - 1
-    mask = frame.get("node_mask")
     row, col = edge_index[0], edge_index[1]
     if mask is None:
         first_pad = torch.full_like(row, trash)
@@ -325,9 +339,10 @@ def _unloop(edge_index: Tensor, frame: Dict[str, Any]) -> Tensor:
 
 def add_remaining_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = None,
                              fill_value: Any = None, num_nodes: Optional[int] = None):
-    if not _static_loops_ok(edge_index, num_nodes):
+    nodes = _loop_nodes(edge_index, num_nodes)
+    if nodes is None:
         return _ORIG["add_remaining_self_loops"](edge_index, edge_attr, fill_value, num_nodes)
-    n = _FRAMES[-1]["N"]
+    n = nodes[0]
     row, col = edge_index[0], edge_index[1]
     is_loop = row == col
     loop_index = torch.arange(n, device=edge_index.device, dtype=edge_index.dtype)
@@ -345,7 +360,7 @@ def add_remaining_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = N
         buf = buf.scatter(0, idx, edge_attr)
         loop_attr = buf[:n]
         edge_attr = torch.cat([edge_attr, loop_attr], dim=0)
-    edge_index = torch.cat([_unloop(edge_index, _FRAMES[-1]), loop_index], dim=1)
+    edge_index = torch.cat([_unloop(edge_index, _FRAMES[-1], nodes), loop_index], dim=1)
     return edge_index, edge_attr
 
 

@@ -164,6 +164,9 @@ def _with_node_sets(frame: Dict[str, Any], flat: Mapping[str, Tensor]) -> Dict[s
     frame["masks"] = masks
     frame["batches"] = list(frame["batches"]) + [flat[set_key(name, BATCH)]
                                                  for _, name in sets["node"]]
+    # the static self-loop ops of a layer on one set (GCNConv(x_s, edge_index_s) passes
+    # num_nodes = N_s) run over that set's nodes
+    frame["node_sets"] = {flat[k].size(-1): flat[k] for k, _ in sets["node"]}
     return frame
 
 

@@ -402,3 +402,15 @@ def test_a_set_mask_of_another_dtype_is_named():
     wrapped = ipu_wrap(PairNet())  # the first call: no earlier batch to compare with
     with pytest.raises(DtypeMismatchError, match=r"mask 'x_s_node_mask' has dtype int64"):
         wrapped({**batch, "x_s_node_mask": batch["x_s_node_mask"].long()})
+
+
+def test_a_wrapped_pair_model_has_static_shapes_on_every_set():
+    # GCNConv on x_s adds self-loops over N_s nodes (num_nodes=N_s): the static
+    # stand-in runs on that set's nodes and mask, so nothing is data-dependent
+    import graph_adapter as ga
+
+    ds = _pairs([(3, 2, 4, 1), (4, 2, 2, 1), (2, 3, 1, 2)])
+    batch = Collator(ds, Budget.tight(ds, 3)).collate_indices([0, 1])
+    torch.manual_seed(0)
+    report = ga.check(ipu_wrap(PairNet()), batch)
+    assert report.ok, str(report)
