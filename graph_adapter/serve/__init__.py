@@ -17,12 +17,12 @@ from .errors import (ArtifactError, EdgeIndexError, FeatureDtypeError, FeatureSh
                      GraphInputError, GraphTooLargeError, MissingFeatureError,
                      RuntimeMissingError, ServeError)
 from .runtime import Predictor, load, read_contract
-from .server import (DynamicBatcher, PayloadError, PredictServer, QueueFullError, decode_graphs,
-                     encode_prediction, serve_main)
+from .server import (NPZ_TYPE, DynamicBatcher, PayloadError, PredictServer, QueueFullError,
+                     decode_graphs, decode_npz, encode_prediction, serve_main)
 
 __all__ = ["load", "Predictor", "read_contract", "Contract", "InputField", "OutputField", "Rung",
            "ServeError", "ArtifactError", "RuntimeMissingError", "GraphInputError",
            "MissingFeatureError", "FeatureDtypeError", "FeatureShapeError", "EdgeIndexError",
            "GraphTooLargeError", "CONTRACT_FILE", "ONNX_METADATA_KEY",
            "PredictServer", "DynamicBatcher", "PayloadError", "QueueFullError",
-           "decode_graphs", "encode_prediction", "serve_main"]
+           "decode_graphs", "decode_npz", "NPZ_TYPE", "encode_prediction", "serve_main"]

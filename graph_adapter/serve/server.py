@@ -7,7 +7,9 @@ needs no PyG) answers:
   graph an object of features as nested lists (``{"x": [[...], ...], "edge_index":
   [[...], [...]], ...}``, the keys and per-graph shapes of the artifact's contract): ``200``
   ``{"predictions": [...]}``, one per graph in request order (a nested list, or an object
-  ``{output key: nested list}`` for a model with several outputs);
+  ``{output key: nested list}`` for a model with several outputs); a body of type
+  ``application/x-npz`` (``numpy.savez``, arrays named ``"{graph}/{key}"``) is read
+  without JSON's cost;
 * ``GET /health``: ``{"status": "ok", ...}`` and the server's counters;
 * ``GET /contract``: the artifact's JSON contract (:class:`~graph_adapter.serve.Contract`).
 
@@ -42,7 +44,7 @@ from .contract import Contract
 from .errors import FeatureDtypeError, FeatureShapeError, GraphInputError, ServeError
 
 __all__ = ["DynamicBatcher", "PredictServer", "PayloadError", "QueueFullError",
-           "decode_graphs", "encode_prediction", "serve_main", "build_serve_parser"]
+           "decode_graphs", "decode_npz", "NPZ_TYPE", "encode_prediction", "serve_main", "build_serve_parser"]
 
 
 class PayloadError(ServeError, ValueError):
@@ -112,6 +114,40 @@ def decode_graphs(body: bytes, contract: Contract) -> List[Dict[str, Any]]:
                 d[f.key] = _feature_array(np, f, d[f.key], i)
         out.append(d)
     return out
+
+
+#: the body type of graphs as arrays: an ``.npz`` (``numpy.savez``) with one array a
+#: feature, named ``"{graph}/{key}"`` (``"0/x"``, ``"0/edge_index"``, ``"1/x"``...)
+NPZ_TYPE = "application/x-npz"
+
+
+def decode_npz(body: bytes) -> List[Dict[str, Any]]:
+    """The graphs of an ``application/x-npz`` body (no pickle: object arrays are refused);
+    dtypes and shapes are checked by ``predict`` as for any arrays. JSON lists cost more to
+    read than a bulk request's program: 256 molecules, 10 ms ``json.loads`` + 9 ms to arrays."""
+    import io
+    import zipfile
+
+    import numpy as np
+
+    try:
+        z = np.load(io.BytesIO(body), allow_pickle=False)
+        arrays = {name: z[name] for name in z.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise PayloadError(f"the body is not an .npz of plain arrays ({e}); write it with "
+                           f"numpy.savez(buffer, **{{'0/x': x, '0/edge_index': ...}})") from None
+    graphs: Dict[int, Dict[str, Any]] = {}
+    for name, a in arrays.items():
+        i, _, key = name.partition("/")
+        if not i.isdigit() or not key:
+            raise PayloadError(f"array {name!r}: name each array '<graph>/<feature>' "
+                               f"('0/x', '0/edge_index', '1/x', ...)")
+        graphs.setdefault(int(i), {})[key] = a
+    missing = sorted(set(range(len(graphs))) - set(graphs))
+    if missing:
+        raise PayloadError(f"graphs are numbered 0..{max(graphs)} but {missing[:5]} have no "
+                           f"arrays")
+    return [graphs[i] for i in range(len(graphs))]
 
 
 def _as_list(v: Any) -> Any:
@@ -385,7 +421,10 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None:
             return
         try:
-            graphs = decode_graphs(body, self.server.predictor.contract)
+            if self.headers.get("Content-Type", "").startswith(NPZ_TYPE):
+                graphs = decode_npz(body)
+            else:
+                graphs = decode_graphs(body, self.server.predictor.contract)
             preds = self.server.batcher.submit(graphs, self.server.request_timeout_s)
             doc = {"predictions": [encode_prediction(p) for p in preds]}
         except Exception as e:  # noqa: BLE001 - every failure is answered, named

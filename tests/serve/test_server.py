@@ -184,6 +184,36 @@ def test_a_graph_without_edges_is_sent_as_empty_lists(server, onnx_artifact):
     np.testing.assert_allclose(doc["predictions"][0], want[0], rtol=1e-6, atol=1e-6)
 
 
+def _post_npz(port, arrays):
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("POST", "/predict", buf.getvalue(), {"Content-Type": serve.NPZ_TYPE})
+        r = conn.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        conn.close()
+
+
+def test_an_npz_body_gives_the_json_bodys_answers_and_its_errors(server, onnx_artifact):
+    graphs = onnx_artifact[2][:5]
+    arrays = {f"{i}/{k}": d[k].numpy() for i, d in enumerate(graphs) for k in KEYS}
+    status, doc = _post_npz(server.port, arrays)
+    assert status == 200
+    assert doc == _post(server.port, [_json_graph(d) for d in graphs])[1]
+    status, doc = _post_npz(server.port, {**arrays, "1/x": arrays["1/x"].astype(np.float32)})
+    assert status == 422 and doc["error"] == "FeatureDtypeError" and doc["graph"] == 1
+    status, doc = _post_npz(server.port, {"0/x": np.array([{"a": 1}], dtype=object)})
+    assert status == 400 and "not an .npz of plain arrays" in doc["message"]  # no pickle
+    status, doc = _post_npz(server.port, {"x": arrays["0/x"]})
+    assert status == 400 and "'<graph>/<feature>'" in doc["message"]
+    status, doc = _post_npz(server.port, {"1/x": arrays["1/x"]})
+    assert status == 400 and "[0] have no arrays" in doc["message"]
+
+
 def _local_error(path, request):
     with pytest.raises(GraphInputError) as e:
         serve.load(path, threads=1).predict(request)
