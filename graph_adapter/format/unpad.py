@@ -83,7 +83,8 @@ def _unpad(flat: Mapping[str, Tensor], schema: Optional[Sequence[Field]],
         raise ValueError(
             f"unpad_batch: this homogeneous batch has no {PTR!r} (keys {sorted(flat)[:8]}...): "
             f"its nodes are in sets of their own (PyG's PairData: x_s_ptr, x_t_ptr), which only "
-            f"the collator's schema names; pass schema=loader.schema (or loader.unpad(batch)).")
+            f"the collator's schema names; pass schema=loader.schema (or call "
+            f"loader.collator.unpad(batch)).")
     node_dims = [("node", (nt,)) for nt in node_types] if hetero else _set_dims(specs, "node")
     edge_dims = [("edge", tuple(et)) for et in edge_types] if hetero else _set_dims(specs, "edge")
     g = int(flat[GRAPH_MASK].sum())
