@@ -22,7 +22,8 @@ time. Ratios are from one process, measured side by side; the machine's load is 
 graphs a call) and the ladder artifacts (``export(..., ladder=True, max_nodes=, max_edges=)``
 for the data's largest molecule), interleaved: molecules/s, p50 and p99 per request.
 ``server``: ``python -m graph_adapter.serve`` in a process of its own (1 thread), 8 client
-threads here posting pre-encoded JSON over keep-alive connections, against the same
+threads here posting pre-encoded JSON (and, for "256 npz", ``numpy.savez`` bodies) over
+keep-alive connections, against the same
 requests through in-process ``predict`` one after another: molecules/s, and the server
 process's CPU seconds per 1000 molecules.
 """
@@ -214,8 +215,8 @@ def _clients(port, bodies, clients=8):
 
     def run(mine):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        for b, n in mine:
-            conn.request("POST", "/predict", b, {"Content-Type": "application/json"})
+        for b, n, ctype in mine:
+            conn.request("POST", "/predict", b, {"Content-Type": ctype})
             r = conn.getresponse()
             doc = json.loads(r.read())
             if r.status != 200 or len(doc["predictions"]) != n:
@@ -231,7 +232,17 @@ def _clients(port, bodies, clients=8):
     return time.perf_counter() - t
 
 
-def _server(data, artifacts, threads, total, rng):
+def _npz_body(graphs):
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez(buf, **{f"{i}/{k}": d[k].numpy() for i, d in enumerate(graphs) for k in KEYS})
+    return buf.getvalue()
+
+
+def _server(data, artifacts, threads, total, rng, only_sizes):
     """The server (its own process) under 8 clients vs in-process ``predict``, per size."""
     import http.client
     import json
@@ -239,17 +250,20 @@ def _server(data, artifacts, threads, total, rng):
     print(f"\nserver under 8 concurrent clients vs in-process predict, 1 thread "
           f"(load average now {os.getloadavg()}):")
     print(f"{'artifact':<16} {'requests':<9} {'delay':>5} {'server mol/s':>12} "
-          f"{'predict mol/s':>13} {'ratio':>6} {'server CPU-s/1k mol':>19} {'calls/req':>9}")
+          f"{'predict mol/s':>13} {'ratio':>6} {'CPU-s/1k mol: server':>10} {'predict':>9} "
+          f"{'calls/req':>9}")
     sizes = {"1": [1] * total, "16": [16] * (total // 2), "256": [256] * (total // 16),
-             "mixed": _mixed_sizes(rng, total // 4)}
+             "mixed": _mixed_sizes(rng, total // 4), "256 npz": [256] * (total // 16)}
+    sizes = {k: v for k, v in sizes.items() if k in only_sizes}
     for name, path in artifacts.items():
         local = serve.load(path, threads=threads)
         torch.set_num_threads(threads)
         kind = "torch" if path.endswith(".pt2") else "numpy"
         for s, ks in sizes.items():
             reqs = [[data[rng.randrange(len(data))] for _ in range(k)] for k in ks]
-            bodies = [(json.dumps({"graphs": [{k: d[k].tolist() for k in KEYS} for d in r]}),
-                       len(r)) for r in reqs]
+            bodies = [(_npz_body(r), len(r), serve.NPZ_TYPE) if s.endswith("npz") else
+                      (json.dumps({"graphs": [{k: d[k].tolist() for k in KEYS} for d in r]}),
+                       len(r), "application/json") for r in reqs]
             local_reqs = [_requests(r, kind) for r in reqs]
             mols = sum(ks)
             for delay in (0.0, 2.0):
@@ -270,14 +284,15 @@ def _server(data, artifacts, threads, total, rng):
                     proc.terminate()
                     proc.wait(30)
                 local.predict(local_reqs[0])
-                t = time.perf_counter()
+                t, c0 = time.perf_counter(), time.process_time()
                 for r in local_reqs:
                     local.predict(r)
                 local_wall = time.perf_counter() - t
+                local_cpu = time.process_time() - c0
                 calls = health["calls"] / max(health["requests"], 1)
                 print(f"{name:<16} {s:<9} {delay:>5.0f} {mols / wall:>12.0f} "
                       f"{mols / local_wall:>13.0f} {local_wall / wall:>5.2f}x "
-                      f"{cpu / mols * 1e3:>19.2f} {calls:>9.2f}  "
+                      f"{cpu / mols * 1e3:>10.3f} {local_cpu / mols * 1e3:>9.3f} {calls:>9.2f}  "
                       f"(load {os.getloadavg()[0]:.1f})")
 
 
@@ -311,7 +326,8 @@ def run_sizes_and_server(args, data, model, wrapped, tmp):
     if "server" in args.only:
         arts = {f"{fmt} ladder": p for fmt, p in ladders.items()}
         arts.update({f"{fmt} 1-budget": p for fmt, p in one.items()})
-        _server(data, arts, threads, args.server_requests, rng)
+        arts = {k: v for k, v in arts.items() if k in args.server_artifacts}
+        _server(data, arts, threads, args.server_requests, rng, args.server_sizes)
 
 
 def main(argv=None):
@@ -324,6 +340,9 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, nargs="+", default=[1])
     ap.add_argument("--only", nargs="+", default=["programs", "sizes", "server"],
                     choices=["programs", "sizes", "server"])
+    ap.add_argument("--server-sizes", nargs="+", default=["1", "16", "256", "mixed", "256 npz"])
+    ap.add_argument("--server-artifacts", nargs="+",
+                    default=["pt2 ladder", "onnx ladder", "pt2 1-budget", "onnx 1-budget"])
     ap.add_argument("--server-requests", type=int, default=400,
                     help="requests per size the 8 clients post in all")
     args = ap.parse_args(argv)
