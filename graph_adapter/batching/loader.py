@@ -242,6 +242,7 @@ class FixedSizeLoader(Sharded):
                   "drop_last"):
             if k in dataloader_kwargs:
                 raise TypeError(f"FixedSizeLoader sets {k!r} itself; it cannot be passed")
+        follow_batch = dataloader_kwargs.pop("follow_batch", None)  # PyG's DataLoader's
         ranks = Ranks(rank, world_size, "FixedSizeLoader")
         dataset = as_graphs(dataset, transform, float_dtype)
         self.dataset = dataset
@@ -258,6 +259,8 @@ class FixedSizeLoader(Sharded):
                                  exclude=exclude, validate=validate, layout=layout,
                                  layout_widths=layout_widths, layout_spills=layout_spills)
         self.sizes = self.collator.sizes
+        if follow_batch is not None:
+            _check_follow_batch(follow_batch, self.collator.node_sets)
         bad = find_oversize(self.sizes, budget)
         self.skipped_indices: List[int] = [int(i) for i in bad]
         if len(bad):
@@ -458,6 +461,20 @@ class FixedSizeLoader(Sharded):
         return (f"FixedSizeLoader(graphs={self.sizes.num_graphs}, budget=Budget(nodes={b.nodes}, "
                 f"edges={b.edges}, graphs={b.graphs}), packer={self.packer!r}, "
                 f"micro_batches={self.micro_batches}, rank={self.rank}/{self.world_size})")
+
+
+def _check_follow_batch(names: Any, sets: List[str]) -> None:
+    """PyG's ``follow_batch``: what the padded batches already carry (``<set>_batch``
+    and ``<set>_ptr`` of every node set of its own, PyG's ``PairData``), else named."""
+    names = [names] if isinstance(names, str) else list(names)
+    other = [n for n in names if n not in sets]
+    if other:
+        raise ValueError(
+            f"FixedSizeLoader(follow_batch={names!r}): {other} are no node sets of their own "
+            f"of these graphs ({sets or 'they have none'}). The padded batches carry "
+            f"'<set>_batch' and '<set>_ptr' for every such set (PyG's PairData: x_s_batch, "
+            f"x_s_ptr) without being asked, and 'batch' / 'ptr' for the store's own nodes; "
+            f"pool with those, or drop follow_batch.")
 
 
 def _split_to_multiple(plan: FlatPlan, unit: int) -> FlatPlan:

@@ -414,3 +414,16 @@ def test_a_wrapped_pair_model_has_static_shapes_on_every_set():
     torch.manual_seed(0)
     report = ga.check(ipu_wrap(PairNet()), batch)
     assert report.ok, str(report)
+
+
+def test_follow_batch_names_the_sets_the_batches_carry():
+    ds = _pairs([(3, 2, 4, 1), (4, 2, 2, 1), (2, 3, 1, 2)])
+    b = Budget.tight(ds, 3)
+    batch = next(iter(FixedSizeLoader(ds, b, follow_batch=["x_s", "x_t"])))
+    assert {"x_s_batch", "x_s_ptr", "x_t_batch", "x_t_ptr"} <= set(batch)
+    with pytest.raises(ValueError, match=r"follow_batch=\['edge_attr_s'\].*\['edge_attr_s'\] are "
+                                         r"no node sets.*\['x_s', 'x_t'\]"):
+        FixedSizeLoader(ds, b, follow_batch=["edge_attr_s"])
+    d = Data(x=torch.randn(3, 2), edge_index=torch.tensor([[0, 1], [1, 2]]))
+    with pytest.raises(ValueError, match="they have none.*'batch'"):
+        FixedSizeLoader([d, d], Budget.tight([d, d], 2), follow_batch="x")
