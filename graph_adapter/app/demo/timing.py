@@ -554,11 +554,7 @@ def train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backen
     sched = _scheduler(opt, cfg.epochs)
     # one compiled model for training and evaluation (.train() / .eval()); backends that
     # step the optimizer inside the compiled program (steps_optimizer: the IPU ones) take it
-    # the demo's default: with inductor, train at once (eager) while a child compiles
-    background = backend == "inductor" if cfg.background is None else cfg.background
-    compiled = ga.compile(wrapped, backend, optimizer=opt,
-                          **({"precompile": True} if cfg.precompile else {}),
-                          **({"background": True} if background else {}))
+    compiled = ga.compile(wrapped, backend, optimizer=opt, **_compile_flags(cfg, backend))
 
     stats.batches_per_epoch = len(loader)  # planned (the progress bar); counted in training
     loader.set_epoch(0)
@@ -611,18 +607,33 @@ def train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backen
             cfg.progress)
     timed = measure_mae(stats, eval_step, list(test_loader))
     timed.training = training
-    if getattr(compiled, "stats", None) is not None:  # background compiles: done before the rounds
-        t_wait = time.perf_counter()
-        log(f"graph_adapter [{backend}]: waiting for the background compiles ...", cfg.progress)
-        compiled.wait()
-        stats.background_wait_seconds = time.perf_counter() - t_wait
-        stats.background = compiled.stats.summary()
+    _wait_for_background(stats, compiled, f"graph_adapter [{backend}]", cfg.progress)
     if backend != "eager":  # (eager's count is of programs run, not compiles)
         stats.compiles_training = compiles_after_training
         stats.compiles = int(compiled.compile_count)
     stats.test_mae_eager_eval = _eval_eager(model, test, cfg.batch_graphs)
     stats.run_seconds = time.perf_counter() - t_run
     return stats, loader_stats, compiled, timed
+
+
+def _compile_flags(cfg: DemoConfig, backend: str) -> Dict[str, bool]:
+    """``compile()``'s precompile and background flags for the adapter's run; the demo's
+    default with inductor: train at once (eager) while a child process compiles."""
+    background = backend == "inductor" if cfg.background is None else cfg.background
+    return {**({"precompile": True} if cfg.precompile else {}),
+            **({"background": True} if background else {})}
+
+
+def _wait_for_background(stats: RunStats, compiled: Any, label: str, progress: bool) -> None:
+    """With background compiles: wait for them after training and the test pass, so that
+    the timed rounds run the compiled program; what ran eagerly goes to ``stats``."""
+    if getattr(compiled, "stats", None) is None:
+        return
+    t_wait = time.perf_counter()
+    log(f"{label}: waiting for the background compiles ...", progress)
+    compiled.wait()
+    stats.background_wait_seconds = time.perf_counter() - t_wait
+    stats.background = compiled.stats.summary()
 
 
 def mode_backend(compiled: Any, training: bool) -> str:
