@@ -1,0 +1,217 @@
+"""Where the node demo's inference time goes: the adapter and eager PyG side by side.
+
+``graph-adapter demo --task node`` times inference over the test seeds on
+batches sampled beforehand (both sides), so its figure is the model calls
+only. This script rebuilds that setting (the demo's graph, loaders, model and
+weights; no training: the rates do not depend on the weights) and times, in
+interleaved rounds in one process (each round runs every row once, in turn,
+so a busy machine slows them alike):
+
+* ``adapter``: the demo's inference pass: ``compiled(flat)["output"]`` on the
+  test loader's padded batches, the accuracy counted on the seed rows;
+* ``eager PyG``: the demo's eager pass: the plain model on the unpadded
+  subgraphs of the same sampler (or PyG's ``NeighborLoader``'s, where pyg-lib
+  or torch-sparse is installed), ``[:batch_size]`` rows counted;
+
+and the parts of the adapter's pass, each alone over the same batches:
+
+* ``host checks``: ``signature_of`` + the bounds check ``Compiled`` runs
+  before each call (``check_before_call``);
+* ``guards``: Dynamo's guard evaluation of the compiled entry (read through
+  Dynamo's debug accessor; ``n/a`` where this torch lacks it);
+* ``loader``: sampling and padding the test batches (``list(test_loader)``),
+  against the eager side's subgraphs (not in either pass's time).
+
+``--infer-batch-size B`` adds the same two passes with ``B`` seeds a batch on
+both sides (the adapter's loader fits its own budget for them): the lever of
+running inference on larger batches. Every row reports the median of the
+rounds and the median of the per-round ratios to eager PyG; the run checks
+that the compiled outputs equal the plain model's on the real rows of each
+batch (so a faster row computes the same thing).
+
+    python benchmarks/bench_node_inference.py [--threads 1] [--rounds 15]
+        [--infer-batch-size 0] [--backend inductor]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import warnings
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+
+def _guard_check(compiled) -> Optional[Callable[[dict], bool]]:
+    """Dynamo's guard check of the compiled entry, as a callable of the batch, or None."""
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        fn = compiled._engine._fn  # the engine's torch.compile'd entry (benchmark only)
+        code = fn._torchdynamo_orig_callable.__code__
+        entries = _debug_get_cache_entry_list(code)
+        gm = entries[0].guard_manager
+        names = code.co_freevars
+        cells = dict(zip(names, (c.cell_contents for c in fn._torchdynamo_orig_callable.__closure__)))
+    except Exception:  # noqa: BLE001 (a torch without the accessor: the row says n/a)
+        return None
+
+    def check(flat: dict) -> bool:
+        return gm.check({"flat": flat, **cells})
+    return check
+
+
+def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--backend", default="inductor")
+    ap.add_argument("--infer-batch-size", type=int, default=0,
+                    help="also time both sides with this many seeds a batch (0: no)")
+    ap.add_argument("--nodes", type=int, default=0, help="graph size (0: the demo's default)")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    import graph_adapter as ga
+    from graph_adapter.app.demo.node import (NodeDemoConfig, _eager_batches, _graph, _model,
+                                             pyg_sampler_available)
+    from graph_adapter.backends.program import signature_of
+    from graph_adapter.format import bounds_plan, check_before_call
+    from graph_adapter.nn import masked_cross_entropy
+    from graph_adapter.sampling import FixedSizeNeighborLoader
+
+    cfg = NodeDemoConfig(progress=False, **({"nodes": args.nodes} if args.nodes else {}))
+    load0 = os.getloadavg()[0]
+    g = _graph(cfg)
+    use_pyg = pyg_sampler_available()
+    plain = _model(cfg).eval()
+    mine = _model(cfg)
+    mine.load_state_dict(plain.state_dict())
+    wrapped = ga.ipu_wrap(mine, loss_fn=lambda out, b: masked_cross_entropy(
+        out, b["y"], b["seed_mask"]))
+    compiled = ga.compile(wrapped, args.backend, allow_new_shapes=True)
+    compiled.eval()
+
+    t = time.perf_counter()
+    test_batches = list(g.test_loader)
+    t_loader = time.perf_counter() - t
+    t = time.perf_counter()
+    eager_test = list(_eager_batches(g.data, g.test, cfg, False, 0, use_pyg))
+    t_eager_loader = time.perf_counter() - t
+
+    def ours_pass(batches) -> Callable[[], float]:
+        def run() -> float:
+            right = 0
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for flat in batches:
+                    out = compiled(flat)["output"]
+                    right += int(((out.argmax(-1) == flat["y"]) & flat["seed_mask"]).sum())
+            return time.perf_counter() - t0
+        return run
+
+    def pyg_pass(batches) -> Callable[[], float]:
+        def run() -> float:
+            right = 0
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for x, ei, y, b in batches:
+                    right += int((plain(x, ei)[:b].argmax(-1) == y[:b]).sum())
+            return time.perf_counter() - t0
+        return run
+
+    plans = {signature_of(f): bounds_plan(f) for f in test_batches[:1]}
+
+    def host_checks() -> float:
+        t0 = time.perf_counter()
+        for flat in test_batches:
+            sig = signature_of(flat)
+            check_before_call(flat, False, plans[sig])
+        return time.perf_counter() - t0
+
+    t = time.perf_counter()
+    ours_pass(test_batches)()  # the inference compile
+    compile_s = time.perf_counter() - t
+    guard = _guard_check(compiled)
+
+    def guards() -> float:
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for flat in test_batches:
+                guard(flat)
+        return time.perf_counter() - t0
+
+    # the same computation: compiled outputs equal the plain model's on the real rows
+    worst = 0.0
+    with torch.no_grad():
+        for flat in test_batches:
+            nm, em = flat["node_mask"], flat["edge_mask"]
+            ref = plain(flat["x"][nm], flat["edge_index"][:, em])
+            worst = max(worst, float((compiled(flat)["output"][nm] - ref).abs().max()))
+
+    rows: Dict[str, Callable[[], float]] = {
+        "adapter": ours_pass(test_batches), "eager PyG": pyg_pass(eager_test),
+        "host checks": host_checks}
+    if guard is not None:
+        rows["guards"] = guards
+    big_info = ""
+    counts: Dict[str, int] = {}
+    if args.infer_batch_size:
+        B = args.infer_batch_size
+        big = FixedSizeNeighborLoader(g.data, list(cfg.num_neighbors), B, input_nodes=g.test,
+                                      seed=cfg.seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            big_batches = list(big)
+        bcfg = NodeDemoConfig(**{**cfg.__dict__, "batch_size": B})
+        big_eager = list(_eager_batches(g.data, g.test, bcfg, False, 0, use_pyg))
+        t = time.perf_counter()
+        ours_pass(big_batches)()
+        big_info = (f"; batch {B}: budget {big.budget.to_dict()}, {len(big_batches)} batches, "
+                    f"compile {time.perf_counter() - t:.1f} s")
+        counts[f"adapter, batch {B}"] = counts[f"eager PyG, batch {B}"] = len(big_batches)
+        rows[f"adapter, batch {B}"] = ours_pass(big_batches)
+        rows[f"eager PyG, batch {B}"] = pyg_pass(big_eager)
+
+    for f in rows.values():  # warm-up
+        f()
+    times: Dict[str, List[float]] = {k: [] for k in rows}
+    for _ in range(args.rounds):
+        for k, f in rows.items():
+            times[k].append(f())
+    load1 = os.getloadavg()[0]
+
+    n = int(g.test.numel())
+    print(f"node demo inference: {n} test seeds, batch {cfg.batch_size}, {len(test_batches)} "
+          f"batches, budget {g.loader.budget.to_dict()}; backend {compiled.backend}, "
+          f"{torch.get_num_threads()} thread(s), {args.rounds} interleaved rounds; "
+          f"load {load0:.1f} -> {load1:.1f}")
+    print(f"eager batches: {'PyG NeighborLoader' if use_pyg else 'our sampler, unpadded'}; "
+          f"inference compile {compile_s:.1f} s; compiled vs plain on the real rows: max |diff| "
+          f"{worst:.2e}{big_info}")
+    print(f"loader alone (once): adapter {t_loader * 1e3:.1f} ms, eager side "
+          f"{t_eager_loader * 1e3:.1f} ms (neither is in a pass's time)")
+    result: Dict[str, float] = {}
+    print(f"{'row':28s} {'ms a pass':>10s} {'seeds/s':>10s} {'us a batch':>11s} "
+          f"{'vs eager PyG':>13s}")
+    for k, v in times.items():
+        med = statistics.median(v)
+        ref_key = "eager PyG" + (k[len("adapter"):] if k.startswith("adapter") else "")
+        per_batch = med / counts.get(k, len(test_batches))
+        if k.startswith("adapter"):
+            ratio = statistics.median(a / b for a, b in zip(times[ref_key], v))
+            rtxt = f"{ratio:.2f}x"
+            result[k] = ratio
+        elif k.startswith("eager"):
+            rtxt = "1.00x"
+        else:
+            rtxt = f"{med / statistics.median(times['adapter']):.1%} of it"
+        print(f"{k:28s} {med * 1e3:10.2f} {n / med:10,.0f} {per_batch * 1e6:11.0f} {rtxt:>13s}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
