@@ -2,9 +2,7 @@
 every set is a size dim with its own budget count, ``<set>_batch`` / ``<set>_ptr`` /
 ``<set>_node_mask`` and ``<edge set>_edge_mask`` (graph_adapter/batching/_sets.py)."""
 import json
-import warnings
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
