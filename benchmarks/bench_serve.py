@@ -238,7 +238,11 @@ def _npz_body(graphs):
     import numpy as np
 
     buf = io.BytesIO()
-    np.savez(buf, **{f"{i}/{k}": d[k].numpy() for i, d in enumerate(graphs) for k in KEYS})
+    np.savez(buf, num_nodes=np.array([d.num_nodes for d in graphs]),
+             num_edges=np.array([d.num_edges for d in graphs]),
+             x=np.concatenate([d.x.numpy() for d in graphs]),
+             edge_index=np.concatenate([d.edge_index.numpy() for d in graphs], axis=1),
+             edge_attr=np.concatenate([d.edge_attr.numpy() for d in graphs]))
     return buf.getvalue()
 
 

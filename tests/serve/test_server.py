@@ -184,6 +184,15 @@ def test_a_graph_without_edges_is_sent_as_empty_lists(server, onnx_artifact):
     np.testing.assert_allclose(doc["predictions"][0], want[0], rtol=1e-6, atol=1e-6)
 
 
+def _npz(graphs):
+    """An .npz request: each key's rows of every graph, concatenated, and the counts."""
+    return {"num_nodes": np.array([d.num_nodes for d in graphs]),
+            "num_edges": np.array([d.num_edges for d in graphs]),
+            "x": np.concatenate([d.x.numpy() for d in graphs]),
+            "edge_index": np.concatenate([d.edge_index.numpy() for d in graphs], axis=1),
+            "edge_attr": np.concatenate([d.edge_attr.numpy() for d in graphs])}
+
+
 def _post_npz(port, arrays):
     import io
 
@@ -200,18 +209,20 @@ def _post_npz(port, arrays):
 
 def test_an_npz_body_gives_the_json_bodys_answers_and_its_errors(server, onnx_artifact):
     graphs = onnx_artifact[2][:5]
-    arrays = {f"{i}/{k}": d[k].numpy() for i, d in enumerate(graphs) for k in KEYS}
+    arrays = _npz(graphs)
     status, doc = _post_npz(server.port, arrays)
-    assert status == 200
+    assert status == 200 and len(doc["predictions"]) == 5
     assert doc == _post(server.port, [_json_graph(d) for d in graphs])[1]
-    status, doc = _post_npz(server.port, {**arrays, "1/x": arrays["1/x"].astype(np.float32)})
-    assert status == 422 and doc["error"] == "FeatureDtypeError" and doc["graph"] == 1
-    status, doc = _post_npz(server.port, {"0/x": np.array([{"a": 1}], dtype=object)})
+    status, doc = _post_npz(server.port, {**arrays, "x": arrays["x"].astype(np.float32)})
+    assert status == 422 and doc["error"] == "FeatureDtypeError" and doc["graph"] == 0
+    status, doc = _post_npz(server.port, {**arrays, "x": np.array([{"a": 1}], dtype=object)})
     assert status == 400 and "not an .npz of plain arrays" in doc["message"]  # no pickle
-    status, doc = _post_npz(server.port, {"x": arrays["0/x"]})
-    assert status == 400 and "'<graph>/<feature>'" in doc["message"]
-    status, doc = _post_npz(server.port, {"1/x": arrays["1/x"]})
-    assert status == 400 and "[0] have no arrays" in doc["message"]
+    status, doc = _post_npz(server.port, {**arrays, "x": arrays["x"][1:]})
+    assert status == 400 and "'x' has shape" in doc["message"]
+    status, doc = _post_npz(server.port, {k: v for k, v in arrays.items() if k != "num_edges"})
+    assert status == 400 and "'num_edges'" in doc["message"]
+    status, doc = _post_npz(server.port, {k: v for k, v in arrays.items() if k != "edge_attr"})
+    assert status == 422 and doc["error"] == "MissingFeatureError"
 
 
 def _local_error(path, request):
