@@ -279,6 +279,9 @@ def maybe_num_nodes(edge_index: Any, num_nodes: Optional[int] = None) -> int:
         n = _FRAMES[-1]["N"]
         if n is not None and not edge_index.is_sparse:
             return n
+        mask = _set_of_index(_FRAMES[-1], edge_index)  # an index into a node set of its own
+        if mask is not None:
+            return mask.size(-1)
     return _ORIG["maybe_num_nodes"](edge_index, num_nodes)
 
 
@@ -286,7 +289,8 @@ def _loop_nodes(edge_index: Any, num_nodes: Optional[int]) -> Optional[Tuple[int
     """``(N, node mask)`` of the nodes a static self-loop op runs over: the batch's
     own, or (``num_nodes`` given, the store's own not matching) those of the node set
     of its own with ``num_nodes`` rows (``frame["node_sets"]``, set by the wrapper for
-    PyG's ``PairData``: every set's count differs); ``None``: PyG's op runs."""
+    PyG's ``PairData``: every set's count differs), or, without ``num_nodes``, of the
+    set the batch's own index key ``edge_index`` points into; ``None``: PyG's op runs."""
     if not _FRAMES or not _plain(edge_index) or edge_index.dim() != 2:
         return None
     frame = _FRAMES[-1]
@@ -296,17 +300,27 @@ def _loop_nodes(edge_index: Any, num_nodes: Optional[int]) -> Optional[Tuple[int
     sets = frame.get("node_sets") or {}
     if num_nodes is not None and num_nodes in sets:
         return num_nodes, sets[num_nodes]
+    if num_nodes is None:
+        mask = _set_of_index(frame, edge_index)
+        if mask is not None:
+            return mask.size(-1), mask
     return None
 
 
-def _static_loops_ok(edge_index: Any, num_nodes: Optional[int]) -> bool:
-    return _loop_nodes(edge_index, num_nodes) is not None
+def _set_of_index(frame: Dict[str, Any], index: Any) -> Optional[Tensor]:
+    """The node mask of the node set of its own that ``index`` (an edge set's index key
+    of the batch itself, ``frame["edge_sets"]``) points into, or ``None``."""
+    for t, mask in frame.get("edge_sets") or ():
+        if index is t:
+            return mask
+    return None
 
 
 def remove_self_loops(edge_index: Tensor, edge_attr: Optional[Tensor] = None):
-    if not _static_loops_ok(edge_index, None):
+    nodes = _loop_nodes(edge_index, None)
+    if nodes is None:
         return _ORIG["remove_self_loops"](edge_index, edge_attr)
-    return _unloop(edge_index, _FRAMES[-1]), edge_attr
+    return _unloop(edge_index, _FRAMES[-1], nodes), edge_attr
 
 
 def _unloop(edge_index: Tensor, frame: Dict[str, Any],

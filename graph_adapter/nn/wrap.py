@@ -167,7 +167,20 @@ def _with_node_sets(frame: Dict[str, Any], flat: Mapping[str, Tensor]) -> Dict[s
     # the static self-loop ops of a layer on one set (GCNConv(x_s, edge_index_s) passes
     # num_nodes = N_s) run over that set's nodes
     frame["node_sets"] = {flat[k].size(-1): flat[k] for k, _ in sets["node"]}
+    # ... and so do those given only the index (GATConv's remove_self_loops(edge_index)):
+    # an edge set's index key and its node set share their last "_" token (edge_index_s,
+    # x_s), as format.node_sets names them; a tag two sets share is left to PyG
+    by_tag: Dict[str, List[str]] = {}
+    for k, name in sets["node"]:
+        by_tag.setdefault(_tag(name), []).append(k)
+    frame["edge_sets"] = [(flat[index], flat[by_tag[_tag(index)][0]])
+                          for _, index in sets["edge"]
+                          if _tag(index) and len(by_tag.get(_tag(index), ())) == 1]
     return frame
+
+
+def _tag(name: str) -> str:
+    return name.rsplit("_", 1)[1] if "_" in name else ""
 
 
 class IPUWrapped(nn.Module):

@@ -176,13 +176,14 @@ def test_micro_batches_stack_every_set():
 
 # ------------------------------------------------------------------ a wrapped model
 class PairNet(nn.Module):
-    """Two convolutions, a BatchNorm on the source set's nodes, a pool per set."""
+    """Two convolutions with self-loops, a BatchNorm on the source set's nodes, a pool per set."""
 
     def __init__(self):
         super().__init__()
-        from torch_geometric.nn import GCNConv, GraphConv
+        from torch_geometric.nn import GATConv, GCNConv
 
-        self.cs, self.ct = GCNConv(3, 6), GraphConv(3, 6)
+        # (self-loops: GCNConv passes num_nodes, GATConv removes them given the index only)
+        self.cs, self.ct = GCNConv(3, 6), GATConv(3, 6)
         self.bn = nn.BatchNorm1d(6)
         self.lin = nn.Linear(12, 1)
 
@@ -403,8 +404,9 @@ def test_a_set_mask_of_another_dtype_is_named():
 
 
 def test_a_wrapped_pair_model_has_static_shapes_on_every_set():
-    # GCNConv on x_s adds self-loops over N_s nodes (num_nodes=N_s): the static
-    # stand-in runs on that set's nodes and mask, so nothing is data-dependent
+    # GCNConv on x_s adds self-loops over N_s nodes (num_nodes=N_s), GATConv on x_t
+    # removes them from edge_index_t: the static stand-ins run on that set's nodes and
+    # mask, so nothing is data-dependent
     import graph_adapter as ga
 
     ds = _pairs([(3, 2, 4, 1), (4, 2, 2, 1), (2, 3, 1, 2)])
