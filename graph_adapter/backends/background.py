@@ -125,7 +125,8 @@ class BackgroundStats:
             load and the run), ``saved`` (the child wrote a precompiled entry),
             ``eager_step_s`` / ``compiled_step_s`` (median step times either
             side of the switch, from one call of the key to its next), ``pid``
-            (the compile's process, once started).
+            (the compile's process, once started), ``compiles`` (graphs its child
+            compiled; the ones this process compiled are in ``compile_count``).
     """
 
     eager_calls: int = 0
@@ -307,7 +308,7 @@ class BackgroundEngine:
             info = {"mode": _mode_name(key, ck[1]), "state": "waiting", "why": None,
                     "eager_calls": 0, "switched_at": None, "compile_s": None,
                     "switch_s": None, "saved": False, "eager_step_s": None,
-                    "compiled_step_s": None, "pid": None}
+                    "compiled_step_s": None, "pid": None, "compiles": 0}
             # a copy: the loader may hand out the same buffers again, changed
             k = self._keys[ck] = _Key(info, {n: v.detach().clone() for n, v in flat.items()})
             self._order.append(ck)
@@ -373,7 +374,8 @@ class BackgroundEngine:
         k.child = None
         k.info["compile_s"] = doc.get("seconds")
         if doc.get("ok"):
-            self._child_compiles += int(doc.get("compiles", 0))
+            k.info["compiles"] = int(doc.get("compiles", 0))
+            self._child_compiles += k.info["compiles"]
             k.info["state"], k.info["saved"] = "ready", bool(doc.get("saved"))
             k.fresh, k.last = 0, None  # timed again, on this process's thread count
             return

@@ -607,9 +607,10 @@ def train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backen
             cfg.progress)
     timed = measure_mae(stats, eval_step, list(test_loader))
     timed.training = training
-    _wait_for_background(stats, compiled, f"graph_adapter [{backend}]", cfg.progress)
     if backend != "eager":  # (eager's count is of programs run, not compiles)
         stats.compiles_training = compiles_after_training
+    _wait_for_background(stats, compiled, f"graph_adapter [{backend}]", cfg.progress)
+    if backend != "eager":
         stats.compiles = int(compiled.compile_count)
     stats.test_mae_eager_eval = _eval_eager(model, test, cfg.batch_graphs)
     stats.run_seconds = time.perf_counter() - t_run
@@ -634,6 +635,11 @@ def _wait_for_background(stats: RunStats, compiled: Any, label: str, progress: b
     compiled.wait()
     stats.background_wait_seconds = time.perf_counter() - t_wait
     stats.background = compiled.stats.summary()
+    # the training mode's compiles, wherever they finished (some children end after
+    # training): its children's (a graph this process compiled at a switch counts in
+    # the total only)
+    stats.compiles_training = sum(k["compiles"] for k in compiled.stats.keys
+                                  if k["mode"].startswith("train"))
 
 
 def mode_backend(compiled: Any, training: bool) -> str:
