@@ -158,6 +158,10 @@ def test_every_graph_once_per_epoch_with_one_signature(sizes, k, seed, packer):
         assert sig is None or s == sig
         sig = s
         seen += ld.collator.unpad(batch)
+        G = batch["graph_mask"].numel()
+        for name in ("x_s", "x_t"):  # no padding graph slot of a set is empty
+            per_slot = torch.bincount(batch[name + "_batch"], minlength=G)
+            assert per_slot.numel() == G and bool((per_slot >= 1).all()), (name, per_slot)
     assert len(seen) == len(ds)
     left = list(range(len(ds)))
     for g in seen:  # each graph back exactly, once
