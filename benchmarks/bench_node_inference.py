@@ -8,7 +8,10 @@ interleaved rounds in one process (each round runs every row once, in turn,
 so a busy machine slows them alike):
 
 * ``adapter``: the demo's inference pass: ``compiled(flat)["output"]`` on the
-  test loader's padded batches, the accuracy counted on the seed rows;
+  test loader's padded batches, the accuracy counted on the seed rows, compiled
+  as the demo compiles it (``inference_model``: ``INFER_OPTIONS`` on the CPU);
+* ``adapter, training settings``: the same through a compile with the training
+  model's settings (what the demo ran before ``INFER_OPTIONS``);
 * ``eager PyG``: the demo's eager pass: the plain model on the unpadded
   subgraphs of the same sampler (or PyG's ``NeighborLoader``'s, where pyg-lib
   or torch-sparse is installed), ``[:batch_size]`` rows counted;
@@ -22,7 +25,7 @@ and the parts of the adapter's pass, each alone over the same batches:
 * ``loader``: sampling and padding the test batches (``list(test_loader)``),
   against the eager side's subgraphs (not in either pass's time).
 
-``--infer-batch-size B`` adds the same two passes with ``B`` seeds a batch on
+``--infer-batch-size B[,B2...]`` adds the same two passes with ``B`` seeds a batch on
 both sides (the adapter's loader fits its own budget for them): the lever of
 running inference on larger batches. Every row reports the median of the
 rounds and the median of the per-round ratios to eager PyG; the run checks
@@ -68,15 +71,18 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--backend", default="inductor")
-    ap.add_argument("--infer-batch-size", type=int, default=0,
-                    help="also time both sides with this many seeds a batch (0: no)")
+    ap.add_argument("--infer-batch-size", default="",
+                    help="also time both sides with this many seeds a batch (comma-separated)")
+    ap.add_argument("--options", default="",
+                    help="also time a second compile with these inductor options (JSON)")
     ap.add_argument("--nodes", type=int, default=0, help="graph size (0: the demo's default)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
 
     import graph_adapter as ga
-    from graph_adapter.app.demo.node import (NodeDemoConfig, _eager_batches, _graph, _model,
+    from graph_adapter.app.demo.node import (INFER_OPTIONS, NodeDemoConfig, _eager_batches,
+                                             _graph, _model, inference_model,
                                              pyg_sampler_available)
     from graph_adapter.backends.program import signature_of
     from graph_adapter.format import bounds_plan, check_before_call
@@ -92,7 +98,12 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
     mine.load_state_dict(plain.state_dict())
     wrapped = ga.ipu_wrap(mine, loss_fn=lambda out, b: masked_cross_entropy(
         out, b["y"], b["seed_mask"]))
-    compiled = ga.compile(wrapped, args.backend, allow_new_shapes=True)
+    # the demo's inference model (inference_model: INFER_OPTIONS on the CPU), admitting the
+    # budgets of the larger-batch rows; and the training model's settings (before)
+    demo = inference_model(wrapped, args.backend, None)
+    options = dict(INFER_OPTIONS) if demo is not None else None
+    compiled = ga.compile(wrapped, args.backend, allow_new_shapes=True, options=options)
+    before = ga.compile(wrapped, args.backend)
     compiled.eval()
 
     t = time.perf_counter()
@@ -102,13 +113,15 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
     eager_test = list(_eager_batches(g.data, g.test, cfg, False, 0, use_pyg))
     t_eager_loader = time.perf_counter() - t
 
-    def ours_pass(batches) -> Callable[[], float]:
+    def ours_pass(batches, model=None) -> Callable[[], float]:
+        model = model or compiled
+
         def run() -> float:
             right = 0
             t0 = time.perf_counter()
             with torch.no_grad():
                 for flat in batches:
-                    out = compiled(flat)["output"]
+                    out = model(flat)["output"]
                     right += int(((out.argmax(-1) == flat["y"]) & flat["seed_mask"]).sum())
             return time.perf_counter() - t0
         return run
@@ -152,17 +165,18 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
             ref = plain(flat["x"][nm], flat["edge_index"][:, em])
             worst = max(worst, float((compiled(flat)["output"][nm] - ref).abs().max()))
 
+    ours_pass(test_batches, before)()  # its inference compile
     rows: Dict[str, Callable[[], float]] = {
         "adapter": ours_pass(test_batches), "eager PyG": pyg_pass(eager_test),
+        "adapter, training settings": ours_pass(test_batches, before),
         "host checks": host_checks}
     if guard is not None:
         rows["guards"] = guards
     big_info = ""
     counts: Dict[str, int] = {}
-    if args.infer_batch_size:
-        B = args.infer_batch_size
+    for B in [int(b) for b in str(args.infer_batch_size).split(",") if b.strip()]:
         big = FixedSizeNeighborLoader(g.data, list(cfg.num_neighbors), B, input_nodes=g.test,
-                                      seed=cfg.seed)
+                                      seed=cfg.seed)  # as the demo's infer_batch_size=B
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             big_batches = list(big)
@@ -170,18 +184,27 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
         big_eager = list(_eager_batches(g.data, g.test, bcfg, False, 0, use_pyg))
         t = time.perf_counter()
         ours_pass(big_batches)()
-        big_info = (f"; batch {B}: budget {big.budget.to_dict()}, {len(big_batches)} batches, "
-                    f"compile {time.perf_counter() - t:.1f} s")
+        big_info += (f"; batch {B}: budget {big.budget.to_dict()}, {len(big_batches)} batches, "
+                     f"compile {time.perf_counter() - t:.1f} s")
         counts[f"adapter, batch {B}"] = counts[f"eager PyG, batch {B}"] = len(big_batches)
         rows[f"adapter, batch {B}"] = ours_pass(big_batches)
         rows[f"eager PyG, batch {B}"] = pyg_pass(big_eager)
+    if args.options:
+        import json
 
+        other = ga.compile(wrapped, args.backend, options=json.loads(args.options))
+        other.eval()
+        ours_pass(test_batches, other)()
+        rows[f"adapter, {args.options}"] = ours_pass(test_batches, other)
     for f in rows.values():  # warm-up
         f()
     times: Dict[str, List[float]] = {k: [] for k in rows}
+    cpu: Dict[str, List[float]] = {k: [] for k in rows}  # process CPU time (all threads)
     for _ in range(args.rounds):
         for k, f in rows.items():
+            c0 = time.process_time()
             times[k].append(f())
+            cpu[k].append(time.process_time() - c0)
     load1 = os.getloadavg()[0]
 
     n = int(g.test.numel())
@@ -196,20 +219,24 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
           f"{t_eager_loader * 1e3:.1f} ms (neither is in a pass's time)")
     result: Dict[str, float] = {}
     print(f"{'row':28s} {'ms a pass':>10s} {'seeds/s':>10s} {'us a batch':>11s} "
-          f"{'vs eager PyG':>13s}")
+          f"{'vs eager PyG':>13s} {'CPU ms':>8s} {'CPU vs eager':>13s}")
     for k, v in times.items():
         med = statistics.median(v)
-        ref_key = "eager PyG" + (k[len("adapter"):] if k.startswith("adapter") else "")
+        ref_key = "eager PyG" + (k[len("adapter"):] if k.startswith("adapter, batch") else "")
         per_batch = med / counts.get(k, len(test_batches))
+        cmed = statistics.median(cpu[k])
+        ctxt = ""
         if k.startswith("adapter"):
             ratio = statistics.median(a / b for a, b in zip(times[ref_key], v))
             rtxt = f"{ratio:.2f}x"
             result[k] = ratio
+            ctxt = f"{statistics.median(cpu[ref_key]) / max(cmed, 1e-9):.2f}x"
         elif k.startswith("eager"):
-            rtxt = "1.00x"
+            rtxt = ctxt = "1.00x"
         else:
             rtxt = f"{med / statistics.median(times['adapter']):.1%} of it"
-        print(f"{k:28s} {med * 1e3:10.2f} {n / med:10,.0f} {per_batch * 1e6:11.0f} {rtxt:>13s}")
+        print(f"{k:28s} {med * 1e3:10.2f} {n / med:10,.0f} {per_batch * 1e6:11.0f} {rtxt:>13s} "
+              f"{cmed * 1e3:8.1f} {ctxt:>13s}")
     return result
 
 

@@ -9,7 +9,9 @@ What :func:`run_node_demo` does, in order:
    training seeds (budget fitted from the sampler's own output) and one for the
    test seeds sharing its budget (one shape for both);
 3. wraps PyG's ``GraphSAGE`` with ``ipu_wrap`` (masked cross-entropy over the
-   seed rows) and compiles it with ``graph_adapter.compile`` (``backend``);
+   seed rows) and compiles it with ``graph_adapter.compile`` (``backend``); its
+   inference runs through a second compile of the same module with
+   :data:`INFER_OPTIONS` (inductor on the CPU: :func:`inference_model`);
 4. trains an identical copy (same initial weights, optimizer, fanouts, batch
    size) in plain eager PyG: on PyG's ``NeighborLoader`` batches where its
    sampler can run (pyg-lib or torch-sparse installed), else on our sampler's
@@ -34,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = ["NodeDemoConfig", "NodeDemoResult", "NodeRun", "run_node_demo", "sbm_graph",
-           "pyg_sampler_available"]
+           "pyg_sampler_available", "inference_model", "INFER_OPTIONS"]
 
 
 def sbm_graph(n: int, classes: int = 10, out_degree: float = 10.0, p_in: float = 0.8,
@@ -96,6 +98,9 @@ class NodeDemoConfig:
     backend: str = "auto"
     eager_baseline: bool = True
     infer_rounds: int = 3
+    #: seeds a batch at inference, both sides (``None``: ``batch_size``, the training
+    #: budget's shape); another size fits the test loader a budget of its own
+    infer_batch_size: Optional[int] = None
     threads: Optional[int] = None
     progress: bool = True
 
@@ -133,6 +138,8 @@ class NodeDemoResult:
     threads: int
     seconds: float
     load_average: Tuple[float, float] = (float("nan"), float("nan"))  # 1-min, start / end
+    #: the inductor options of the inference graphs ({}: the training model's own)
+    infer_options: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -147,9 +154,13 @@ class NodeDemoResult:
             f"{c.epochs} epochs, Adam lr {c.lr:g}, cross-entropy on the seed rows",
             f"sampling: num_neighbors={list(c.num_neighbors)}, batch_size={c.batch_size}; "
             f"budget fitted from the sampler: nodes={b['nodes']}, edges={b['edges']}, "
-            f"graphs={b['graphs']} (every batch has these shapes)",
+            f"graphs={b['graphs']} (every batch has these shapes)" + (
+                f"; inference batches of {c.infer_batch_size} seeds, a budget of their own"
+                if c.infer_batch_size and c.infer_batch_size != c.batch_size else ""),
             f"eager PyG batches: {self.eager_source}",
-            f"graph_adapter backend: {self.backend}",
+            f"graph_adapter backend: {self.backend}" + (
+                f"; inference compiled with {self.infer_options} (generated kernels on one "
+                f"thread, torch's own ops on {self.threads})" if self.infer_options else ""),
             f"torch {torch.__version__}, {self.threads} thread(s), {os.cpu_count() or '?'} CPUs, "
             f"{self.seconds:.0f} s in all; load average {self.load_average[0]:.1f} at the "
             f"start, {self.load_average[1]:.1f} at the end",
@@ -188,7 +199,8 @@ class NodeDemoResult:
             "",
             "[1] each run's own epochs, one run after the other, the first step left out;",
             "    ratios to eager PyG in brackets (one run on this machine: noisy on a loaded box)",
-            f"[2] the test seeds, the median of {c.infer_rounds} interleaved rounds (each round",
+            f"[2] the test seeds ({c.infer_batch_size or c.batch_size} a batch, both runs), the "
+            f"median of {c.infer_rounds} interleaved rounds (each round",
             "    runs each run once, in turn), after a warm-up pass (the inference compile)",
         ]
         return "\n".join(lines)
@@ -205,9 +217,12 @@ def _split(n: int, seed: int) -> Tuple[Tensor, Tensor]:
 
 
 def _eager_batches(data: Any, seeds: Tensor, cfg: NodeDemoConfig, shuffle: bool, epoch: int,
-                   use_pyg: bool) -> Iterable[Tuple[Tensor, Tensor, Tensor, int]]:
+                   use_pyg: bool, batch_size: Optional[int] = None,
+                   ) -> Iterable[Tuple[Tensor, Tensor, Tensor, int]]:
     """``(x, edge_index, y, seeds in batch)`` of eager PyG: PyG's NeighborLoader, or our
-    sampler's unpadded subgraphs (the same seeds, fanouts and batch size)."""
+    sampler's unpadded subgraphs (the same seeds, fanouts and batch size: ``batch_size``,
+    else ``cfg.batch_size``)."""
+    bs = batch_size or cfg.batch_size
     if use_pyg:
         from torch_geometric.loader import NeighborLoader
 
@@ -215,7 +230,7 @@ def _eager_batches(data: Any, seeds: Tensor, cfg: NodeDemoConfig, shuffle: bool,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "NeighborSampler without pyg-lib is deprecated"
             for bt in NeighborLoader(data, num_neighbors=list(cfg.num_neighbors),
-                                     batch_size=cfg.batch_size, input_nodes=seeds,
+                                     batch_size=bs, input_nodes=seeds,
                                      shuffle=shuffle):
                 yield bt.x, bt.edge_index, bt.y, int(bt.batch_size)
         return
@@ -224,7 +239,7 @@ def _eager_batches(data: Any, seeds: Tensor, cfg: NodeDemoConfig, shuffle: bool,
     from graph_adapter.batching import Budget
 
     big = Budget(nodes=10 ** 9, edges=10 ** 9 + 1, graphs=2)  # never padded here: no cut
-    L = FixedSizeNeighborLoader(data, list(cfg.num_neighbors), cfg.batch_size,
+    L = FixedSizeNeighborLoader(data, list(cfg.num_neighbors), bs,
                                 input_nodes=seeds, shuffle=shuffle, seed=cfg.seed + 7,
                                 budget=big)
     for chunk in range(len(L)):
@@ -285,16 +300,17 @@ def _graph(cfg: NodeDemoConfig) -> _Graph:
     fan = list(cfg.num_neighbors)
     loader = FixedSizeNeighborLoader(data, fan, cfg.batch_size, input_nodes=train,
                                      shuffle=True, seed=cfg.seed)
-    test_loader = FixedSizeNeighborLoader(data, fan, cfg.batch_size, input_nodes=test,
-                                          budget=loader.budget, seed=cfg.seed)
+    bs = cfg.infer_batch_size or cfg.batch_size
+    test_loader = FixedSizeNeighborLoader(data, fan, bs, input_nodes=test, seed=cfg.seed,
+                                          budget=loader.budget if bs == cfg.batch_size else None)
     return _Graph(data, train, test, loader, test_loader)
 
 
 def _adapter_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module, backend: str,
                  fill: Dict[str, float]) -> Tuple[NodeRun, Infer, Any]:
     """Train a copy of ``plain`` through ipu_wrap + compile on ``g.loader``'s padded
-    batches; returns its figures, its inference and its compiled model. ``fill`` gets the
-    loader's padding figures."""
+    batches; returns its figures, its inference and its compiled models ``(training,
+    inference)`` (:func:`inference_model`). ``fill`` gets the loader's padding figures."""
     import graph_adapter as ga
     from graph_adapter.nn import masked_cross_entropy
 
@@ -304,7 +320,11 @@ def _adapter_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module, backend: str,
     wrapped = ga.ipu_wrap(mine, loss_fn=lambda out, b: masked_cross_entropy(
         out, b["y"], b["seed_mask"]))
     opt = torch.optim.Adam(wrapped.parameters(), lr=cfg.lr)
-    compiled = ga.compile(wrapped, backend, optimizer=opt)
+    # inference batches of their own budget: one more shape (its eval compile is the one
+    # the inference needs anyway)
+    own = bool(cfg.infer_batch_size) and cfg.infer_batch_size != cfg.batch_size
+    compiled = ga.compile(wrapped, backend, optimizer=opt, **(
+        {"allow_new_shapes": True} if own else {}))
     run = NodeRun(name="graph_adapter")
     _log(f"graph_adapter [{backend}]: training {cfg.epochs} epochs of {len(loader)} batches "
          f"(the first step compiles) ...", cfg.progress)
@@ -327,20 +347,44 @@ def _adapter_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module, backend: str,
 
     run.train_seeds_per_s, run.first_step_s = _timed_epochs(ours_steps, cfg.epochs)
     test_batches = list(g.test_loader)
+    infer = inference_model(wrapped, backend, compiled)
 
     def ours_infer() -> Tuple[int, int, float]:
-        compiled.eval()
+        infer.eval()
         right = total = 0
         t = time.perf_counter()
         with torch.no_grad():
             for flat in test_batches:
-                out = compiled(flat)["output"]
+                out = infer(flat)["output"]
                 sm = flat["seed_mask"]
                 right += int(((out.argmax(-1) == flat["y"]) & sm).sum())
                 total += int(sm.sum())
         return right, total, time.perf_counter() - t
 
-    return run, ours_infer, compiled
+    return run, ours_infer, (compiled, infer)
+
+
+#: The inductor settings of the demo's inference graphs on the CPU: the generated kernels
+#: run on one thread; torch's own kernels (the matmuls) keep torch's thread count. On more
+#: than one thread inductor runs every loop as an OpenMP region (a fork and a join each)
+#: and hands the scatter-add of PyG's mean aggregation to ATen's sorted scatter (torch's
+#: ``cpp.fallback_scatter_reduce_sum``: no atomic adds); on one thread it fuses the
+#: gather, the scatter-add and the divide into one loop, in a fixed order (the outputs
+#: equal the eager model's: ``benchmarks/bench_node_inference.py`` checks them).
+INFER_OPTIONS: Dict[str, Any] = {"cpp.threads": 1}
+
+
+def inference_model(wrapped: nn.Module, backend: str, compiled: Any) -> Any:
+    """The compiled model of the demo's inference: for ``"inductor"`` / ``"inductor_eval"``
+    on the CPU, a second :func:`graph_adapter.compile` of ``wrapped`` (same module, same
+    parameters; its one compile is the eval graph the training model would compile) with
+    :data:`INFER_OPTIONS`; else ``compiled`` itself."""
+    import graph_adapter as ga
+
+    on_cpu = all(p.device.type == "cpu" for p in wrapped.parameters())
+    if backend not in ("inductor", "inductor_eval") or not on_cpu:
+        return compiled
+    return ga.compile(wrapped, backend, options=dict(INFER_OPTIONS))
 
 
 def _eager_source(use_pyg: bool) -> str:
@@ -369,7 +413,8 @@ def _eager_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module,
             yield b
 
     base.train_seeds_per_s, base.first_step_s = _timed_epochs(pyg_steps, cfg.epochs)
-    eager_test = list(_eager_batches(g.data, g.test, cfg, False, 0, use_pyg))
+    eager_test = list(_eager_batches(g.data, g.test, cfg, False, 0, use_pyg,
+                                     cfg.infer_batch_size))
 
     def pyg_infer() -> Tuple[int, int, float]:
         plain.eval()
@@ -431,7 +476,9 @@ def run_node_demo(cfg: Optional[NodeDemoConfig] = None, **overrides: Any) -> Nod
             runs.append(_eager_run(cfg, g, plain, use_pyg))
         _time_inference(runs, cfg.infer_rounds, len(g.test), cfg.progress)
         if backend != "eager":
-            run.compiles = int(getattr(compiled, "compile_count", 0))
+            trained, infer_model = compiled
+            run.compiles = int(getattr(trained, "compile_count", 0)) + (
+                0 if infer_model is trained else int(getattr(infer_model, "compile_count", 0)))
         return NodeDemoResult(
             config=cfg, backend=backend, num_nodes=int(g.data.num_nodes),
             num_edges=int(g.data.num_edges), num_train=int(g.train.numel()),
@@ -439,6 +486,8 @@ def run_node_demo(cfg: Optional[NodeDemoConfig] = None, **overrides: Any) -> Nod
             node_efficiency=fill.get("nodes", 0.0), edge_efficiency=fill.get("edges", 0.0),
             trimmed_batches=int(fill.get("trimmed", 0)), batches=int(fill.get("batches", 0)),
             eager_source=_eager_source(use_pyg), runs=[r for r, _ in runs],
+            infer_options=({} if backend == "eager" or compiled[1] is compiled[0]
+                           else dict(INFER_OPTIONS)),
             threads=torch.get_num_threads(), seconds=time.perf_counter() - t0,
             load_average=(load0, _load_average(load0)))
     finally:

@@ -1,0 +1,84 @@
+"""The node demo's inference: its compiled model (serial generated kernels on the CPU) and
+its inference batch size, which must not change what the model computes."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import graph_adapter as ga
+from graph_adapter.app.demo.node import (INFER_OPTIONS, NodeDemoConfig, _graph, _model,
+                                         inference_model, run_node_demo)
+from graph_adapter.nn import masked_cross_entropy
+
+TINY = dict(nodes=600, epochs=1, hidden=16, progress=False, infer_rounds=1)
+
+
+def _wrapped(cfg: NodeDemoConfig):
+    return ga.ipu_wrap(_model(cfg), loss_fn=lambda out, b: masked_cross_entropy(
+        out, b["y"], b["seed_mask"]))
+
+
+def test_inference_model_is_a_second_compile_for_inductor_on_the_cpu_only():
+    cfg = NodeDemoConfig(**TINY)
+    wrapped = _wrapped(cfg)
+    for backend in ("eager", "aot_eager"):
+        trained = ga.compile(wrapped, backend)
+        assert inference_model(wrapped, backend, trained) is trained
+    trained = ga.compile(wrapped, "inductor")
+    infer = inference_model(wrapped, "inductor", trained)
+    assert infer is not trained and infer.backend == "inductor"
+    assert infer.wrapped is wrapped  # one module: the trained parameters, the same mode
+    assert set(p.data_ptr() for p in infer.parameters()) == set(
+        p.data_ptr() for p in trained.parameters())
+    assert INFER_OPTIONS == {"cpp.threads": 1}
+
+
+def test_demo_infer_batch_size_batches_both_sides_alike_and_says_so():
+    cfg = NodeDemoConfig(**TINY, backend="eager", infer_batch_size=150)
+    g = _graph(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # trims: counted, not the point here
+        batches = list(g.test_loader)
+    assert len(batches) == 1 and int(batches[0]["seed_mask"].sum()) == 150
+    assert g.test_loader.budget != g.loader.budget  # fitted for 150 seeds, not 256
+    res = run_node_demo(cfg)
+    assert res.infer_options == {}  # the eager backend: no second compile
+    text = res.report()
+    assert "inference batches of 150 seeds, a budget of their own" in text
+    assert "(150 a batch, both runs)" in text
+    assert all(r.infer_seeds_per_s > 0 for r in res.runs)
+    # default: the training budget's shape, shared
+    g0 = _graph(NodeDemoConfig(**TINY))
+    assert g0.test_loader.budget == g0.loader.budget
+
+
+@pytest.mark.extended  # two inductor compiles of the eval graph: ~10-20 s on 2 cores
+def test_inference_settings_compute_what_the_training_settings_and_eager_compute():
+    """INFER_OPTIONS changes how inductor's loops run (one thread, the scatter-add fused),
+    not the outputs: on every test batch, at 2 torch threads (where the settings differ
+    from the training model's), the real rows equal the default compile's and the plain
+    model's on the unpadded subgraph."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        cfg = NodeDemoConfig(**TINY)
+        g = _graph(cfg)
+        wrapped = _wrapped(cfg)
+        plain = _model(cfg).eval()
+        plain.load_state_dict(wrapped.model.state_dict())
+        default = ga.compile(wrapped, "inductor")
+        infer = inference_model(wrapped, "inductor", default)
+        infer.eval()
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            for flat in g.test_loader:
+                nm, em = flat["node_mask"], flat["edge_mask"]
+                got = infer(flat)["output"][nm]
+                ref = plain(flat["x"][nm], flat["edge_index"][:, em])
+                torch.testing.assert_close(got, default(flat)["output"][nm])
+                torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+        assert infer.compile_count == 1 and not infer.atomic_adds
+    finally:
+        torch.set_num_threads(threads)
