@@ -266,9 +266,12 @@ class Scan:
                 raise ValueError(f"{self._at(0)} has an attribute {key!r}, a name "
                                  f"the padded format reserves ({RESERVED_KEYS})")
             if not isinstance(v, Tensor):
-                self.excluded[key] = f"not a tensor ({type(v).__name__})"
+                self.excluded[key] = f"not a tensor ({type(v).__name__}; on the {self._at(0)})"
             elif v.layout != torch.strided:
                 self.excluded[key] = f"sparse tensor ({v.layout})"
+            elif v.is_nested:  # (its sizes cannot even be read as one shape)
+                self.excluded[key] = ("nested tensor (ragged rows have no fixed shape to pad "
+                                      "to: pad it to one shape, or split it into keys)")
             else:
                 f = self._proto_hetero(store, key, attr, v) if self.hetero else \
                     self._proto_homo(first, key, v)
@@ -372,6 +375,11 @@ class Scan:
                     self._note_mixed(key_of(st.key, a), store_mapping(s).get(a), i)
                 for f, dt, pre, post, c, rows_f, cols_f, incs_f in checks:
                     v = s[f.attr]
+                    if not isinstance(v, Tensor):  # graph 0 held a tensor under it
+                        raise ValueError(
+                            f"key {f.key!r}: the {self._at(i)} holds a {type(v).__name__}, "
+                            f"graph 0 a tensor of dtype {dt}; a key holds a tensor in every "
+                            f"graph or in none: make it one, or pass exclude=[{f.key!r}]")
                     sh = v.shape
                     if v.requires_grad or v.device.type != "cpu":
                         raise not_collatable(self._at(i), f.key, v)

@@ -312,7 +312,8 @@ def test_a_tensor_increment_is_named_with_the_graph_key_and_the_way_out():
 def test_an_attribute_str_in_one_graph_and_tensor_in_another_names_both():
     graphs = _two_node_graphs(name="a")
     graphs[4].name = torch.tensor([1.0])
-    with pytest.warns(UserWarning, match=r"'name' \(not a tensor \(str\); the graph at dataset "
+    with pytest.warns(UserWarning, match=r"'name' \(not a tensor \(str; on the graph at "
+                                         r"dataset index 0\); the graph at dataset "
                                          r"index 4 has a tensor of shape \(1,\) under it"):
         c = Collator(graphs, Budget.tight(graphs, 3))
     assert "name" not in c.keys and "index 4" in c.excluded_keys["name"]
