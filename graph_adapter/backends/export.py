@@ -671,6 +671,11 @@ def _refuse_unservable(col: Collator) -> None:
         raise UnsupportedExportError(
             "hetero graphs (HeteroData) are not supported by graph_adapter.serve yet: its "
             "packer builds homogeneous batches only; export a homogeneous model")
+    if col.node_sets:
+        raise UnsupportedExportError(
+            f"several node sets in one store ({sorted(col.node_sets)}: PairData or a bipartite "
+            f"edge_index): the serving packer builds one node set a graph; map the sets to "
+            f"a HeteroData model, or serve the model in a process with graph_adapter")
     if col.layout is not None:
         raise UnsupportedExportError(
             f"a loader with layout={col.layout!r}: the serving packer does not build the "

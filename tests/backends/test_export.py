@@ -23,6 +23,7 @@ from graph_adapter.backends.export import (ExportMismatchError, UnsupportedExpor
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn import ipu_wrap
+from torch_geometric.data import Data
 
 from _padding import molecule_like_graphs  # noqa: E402
 
@@ -462,3 +463,30 @@ def test_an_onnxruntime_error_is_named_by_the_layer_of_its_node(setup, tmp_path)
 
     assert re.fullmatch(r" in layer 'gnn\.[\w.]+' \(\w+, ONNX Gemm\)", named), named
     assert E._onnx_node_layer(proto, "no node named") == ""
+
+
+class _PairData(Data):
+    def __inc__(self, key, value, *args, **kwargs):
+        if key == "edge_index_s":
+            return self.x_s.size(0)
+        if key == "edge_index_t":
+            return self.x_t.size(0)
+        return super().__inc__(key, value, *args, **kwargs)
+
+
+class _PairModel(nn.Module):
+    def forward(self, x_s, x_t):
+        return x_s.sum() + x_t.sum()
+
+
+def test_several_node_sets_in_one_store_are_refused_by_name(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    pairs = [_PairData(x_s=torch.randn(3, 2, generator=g), x_t=torch.randn(4, 2, generator=g),
+                       edge_index_s=torch.tensor([[0, 1], [1, 2]]),
+                       edge_index_t=torch.tensor([[0, 1, 2], [1, 2, 3]])) for _ in range(6)]
+    loader = FixedSizeLoader(pairs, Budget.fit(pairs, 2))
+    out = str(tmp_path / "m.onnx")
+    with pytest.raises(UnsupportedExportError, match=r"several node sets in one store \(\['x_s', "
+                                                     r"'x_t'\]"):
+        export(ipu_wrap(_PairModel()).eval(), loader, out, format="onnx")
+    assert not os.path.exists(out)
