@@ -117,6 +117,9 @@ class Field:
         nodes: the node set a node-level key belongs to (or an index key points
             into) when its store has several, named by the set's first feature
             key (PyG's ``PairData``: ``"x_s"``); ``""``: the store's own nodes.
+            A bipartite index names its two sets, source then target, joined
+            by ``format.PAIR_SEP`` (``"x_s,x_t"``; ``",x_t"``: row 0 points into
+            the store's own nodes).
         edges: the edge set of an edge-level key of such a store, named by its
             index key (``"edge_index_s"``); ``""``: the store's own edges.
 
