@@ -374,12 +374,7 @@ class Scan:
                 for a in mixed:
                     self._note_mixed(key_of(st.key, a), store_mapping(s).get(a), i)
                 for f, dt, pre, post, c, rows_f, cols_f, incs_f in checks:
-                    v = s[f.attr]
-                    if not isinstance(v, Tensor):  # graph 0 held a tensor under it
-                        raise ValueError(
-                            f"key {f.key!r}: the {self._at(i)} holds a {type(v).__name__}, "
-                            f"graph 0 a tensor of dtype {dt}; a key holds a tensor in every "
-                            f"graph or in none: make it one, or pass exclude=[{f.key!r}]")
+                    v = self._tensor_of(s, f, dt, i)
                     sh = v.shape
                     if v.requires_grad or v.device.type != "cpu":
                         raise not_collatable(self._at(i), f.key, v)
@@ -434,6 +429,16 @@ class Scan:
             if col is not None and (col.requires_grad or col.device.type != "cpu"):
                 raise not_collatable("the dataset's storage", k, col)
         return rows, cols, {}, matrix
+
+    def _tensor_of(self, s: Any, f: Field, dt: Any, i: int) -> Tensor:
+        """Graph ``i``'s value of ``f`` (a tensor in graph 0), or a named error naming both."""
+        v = s[f.attr]
+        if not isinstance(v, Tensor):
+            raise ValueError(
+                f"key {f.key!r}: the {self._at(i)} holds a {type(v).__name__}, graph 0 a "
+                f"tensor of dtype {dt}; a key holds a tensor in every graph or in none: make "
+                f"it one, or pass exclude=[{f.key!r}]")
+        return v
 
     def _note_mixed(self, key: str, v: Any, i: int) -> None:
         """``key`` is left out for a graph's non-tensor value; if graph ``i`` holds a

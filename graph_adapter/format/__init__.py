@@ -38,12 +38,13 @@ from .values import (DIAGNOSED, BoundsPlan, Problem, bounds_plan, check_before_c
                      inside_poptorch, micro_batches_of, named_error, raise_for_bounds, raise_for_values,
                      value_problems)
 from .pytree import register_pytree
-from .unpad import dim_of, inc_dims, unpad_batch, unpad_hetero
+from .unpad import AmbiguousLevelError, dim_of, inc_dims, unpad, unpad_batch, unpad_hetero
 
 __all__ = (list(keys.__all__) + list(micro.__all__) + list(errors.__all__) + [
     "encode", "decode", "dumps", "base_class", "class_path", "resolve_class",
     "Field", "Spec", "allow_modules", "flatten", "infer_spec", "unflatten", "node_sets", "set_key", "set_masks", "PAIR_SEP",
     "DIAGNOSED", "BoundsPlan", "Problem", "bounds_plan", "check_before_call",
     "inside_poptorch", "micro_batches_of", "named_error", "raise_for_bounds", "raise_for_values", "value_problems",
-    "register_pytree", "dim_of", "inc_dims", "unpad_batch", "unpad_hetero",
+    "register_pytree", "dim_of", "inc_dims", "unpad_batch", "unpad_hetero", "unpad",
+    "AmbiguousLevelError",
 ])

@@ -1,4 +1,5 @@
-"""The inverse of padded collate: a padded flat dict back to its real graphs.
+"""The inverse of padded collate: a padded batch back to its real graphs, and a
+compiled call's outputs back to their real rows (:func:`unpad`).
 
 ``unpad_batch(flat, schema)`` gives the real graphs of a batch as ``Data``
 (``HeteroData``) objects, in the order they were packed: padding rows (past
@@ -10,17 +11,20 @@ from the row counts (``docs/batching.md``).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from .keys import Dim, BATCH, EDGE_MASK, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR, RESERVED_KEYS, is_hetero, is_index_attr, key_of, levels_of_rows, parse_key
-from .micro import has_micro_batch_dim, split_micro_batches
+from .errors import SpecError
+from .keys import (Dim, BATCH, EDGE_MASK, GRAPH_MASK, LAYOUT_KEYS, MASK_OF_LEVEL, NODE_MASK, PTR,
+                   RESERVED_KEYS, SEP, is_hetero, is_index_attr, key_of, levels_of_rows,
+                   mask_of_rows, masks_by_level, parse_key, store_name)
+from .micro import has_micro_batch_dim, micro_batch, num_micro_batches, split_micro_batches
 from .spec import Field
-from ._node_sets import PAIR_SEP, set_key
+from ._node_sets import PAIR_SEP, set_key, set_masks
 
-__all__ = ["unpad_batch", "unpad_hetero", "inc_dims", "dim_of"]
+__all__ = ["unpad_batch", "unpad_hetero", "inc_dims", "dim_of", "unpad", "AmbiguousLevelError"]
 
 
 def dim_of(f: Field) -> Dim:
@@ -224,3 +228,123 @@ def _build(parts: Mapping[Field, List[Tensor]], j: int, hetero: bool, node_dims,
     if own in n_i and not any((f.key in specs and dim_of(f) == own) or f.attr == "x" for f in parts):
         d.num_nodes = int(n_i[own][j])
     return d
+
+
+# --------------------------------------------------------------------------
+# unpad: a compiled call's outputs back to their real rows
+# --------------------------------------------------------------------------
+class AmbiguousLevelError(SpecError, ValueError):
+    """An output's row count is that of two levels (or two node/edge types) of the batch."""
+
+
+_KEEP = ("none", "other")
+
+
+def _matches(rows: int, flat: Mapping[str, Tensor]) -> List[Tuple[str, str]]:
+    """``(mask key, level)`` of every mask whose last dim is ``rows`` (node, edge, graph;
+    the masks of node and edge sets of their own, ``x_s_node_mask``, too)."""
+    level_of = {m: lv for lv, m in MASK_OF_LEVEL.items()}
+    level_of.update({k: lv for lv, ms in set_masks(flat).items() for k, _ in ms})
+    found = [(k, level_of.get(k) or level_of[parse_key(k)[1]]) for k, v in flat.items()
+             if (k in level_of or parse_key(k)[1] in level_of) and v.size(-1) == rows]
+    return sorted(found, key=lambda kl: list(MASK_OF_LEVEL).index(kl[1]))
+
+
+def _mask_for(key: str, rows: int, flat: Mapping[str, Tensor],
+              levels: Mapping[str, str]) -> Optional[Tensor]:
+    """The mask that selects the real rows of output ``key`` (``None``: keep it whole).
+
+    ``levels[key]`` (a level, a mask key such as ``"paper/node_mask"``, or
+    ``"none"``) decides; else the one mask with ``rows`` rows; when several
+    match, the one whose store the output key names (``output/paper``), else
+    :class:`AmbiguousLevelError`.
+    """
+    found = _matches(rows, flat)
+    want = levels.get(key)
+    if want in _KEEP:
+        return None
+    if want is not None:
+        found = [(k, lv) for k, lv in found if want in (k, lv)]
+        if not found:
+            raise AmbiguousLevelError(
+                f"unpad: levels[{key!r}] = {want!r}, but output {key!r} has {rows} rows and no "
+                f"{want!r} mask of the batch has {rows} rows ({_sizes(flat)}). Pass a level whose "
+                f"size it has, or 'none' to keep it whole.")
+    if len(found) > 1:
+        parts = set(key.split(SEP))
+        named = [(k, lv) for k, lv in found if parse_key(k)[0] and store_name(parse_key(k)[0]) in parts]
+        if len(named) == 1:
+            found = named
+    if len(found) > 1:
+        raise AmbiguousLevelError(
+            f"unpad: output {key!r} has {rows} rows, which is the size of "
+            f"{', '.join(f'{k} ({lv})' for k, lv in found)} in this batch ({_sizes(flat)}), so "
+            f"its real rows cannot be told apart. Say which: unpad(out, flat, "
+            f"levels={{{key!r}: {found[0][0] if len({lv for _, lv in found}) == 1 else found[0][1]!r}}}), "
+            f"or choose a budget whose node, edge and graph counts differ.")
+    return flat[found[0][0]] if found else None
+
+
+def _sizes(flat: Mapping[str, Tensor]) -> str:
+    sets = {k for ms in set_masks(flat).values() for k, _ in ms}
+    return ", ".join(f"{k}: {v.size(-1)}" for k, v in flat.items()
+                     if parse_key(k)[1] in MASK_OF_LEVEL.values() or k in sets)
+
+
+def _select(key: str, value: Tensor, flat: Mapping[str, Tensor], levels: Mapping[str, str]) -> Tensor:
+    if value.dim() == 0:
+        return value
+    m = _mask_for(key, value.size(0), flat, levels)
+    return value if m is None else value[m.bool()]
+
+
+def _has_rows(rows: int, masks: Mapping[str, List[Tensor]]) -> bool:
+    return mask_of_rows(rows, masks)[0] is not None
+
+
+def unpad(outputs: Mapping[str, Tensor], flat: Mapping[str, Tensor],
+          levels: Optional[Mapping[str, str]] = None) -> Union[Dict[str, Tensor], List[Dict[str, Tensor]]]:
+    """Keep only the rows of real graphs / nodes / edges of each output.
+
+    A value whose first dim equals the node count ``N`` keeps the rows where
+    ``node_mask``; ``G`` (graph slots) -> ``graph_mask``; ``E`` ->
+    ``edge_mask``; other values (e.g. the scalar loss) are returned as they
+    are. ``unpad`` never guesses: when ``N``, ``E`` or ``G`` (or two node
+    types' counts) are equal and an output has that many rows, it raises
+    :class:`AmbiguousLevelError` naming the key and the sizes, unless
+    ``levels`` says which: ``levels={"output": "node"}`` (a level, a mask key
+    such as ``"paper/node_mask"``, or ``"none"`` to keep it whole). A hetero
+    output whose key names its store (``"output/paper"``) needs no hint.
+
+    When ``flat`` has a leading micro-batch dim ``F``, the result is a list of
+    ``F`` dicts, one per micro-batch; outputs may then be ``[F, R, ...]``,
+    ``[F * R, ...]`` (stacked by poptorch) or, for ``F == 1``, ``[R, ...]``.
+    """
+    levels = dict(levels or {})
+    unknown = sorted(set(levels) - set(outputs))
+    if unknown:
+        raise KeyError(f"unpad(levels=...) names {unknown}, which are not output keys "
+                       f"{sorted(outputs)}")
+    if not has_micro_batch_dim(flat):
+        return {k: _select(k, v, flat, levels) for k, v in outputs.items()}
+    f = num_micro_batches(flat)
+    result = []
+    for i in range(f):
+        one = micro_batch(flat, i)
+        masks = masks_by_level(one)
+        result.append({k: _select(k, _micro(v, i, f, masks), one, levels) for k, v in outputs.items()})
+    return result
+
+
+def _micro(v: Tensor, i: int, f: int, masks: Mapping[str, List[Tensor]]) -> Tensor:
+    """Micro-batch ``i`` of one output (see :func:`unpad` for the layouts)."""
+    if v.dim() == 0:
+        return v
+    if v.dim() >= 2 and v.size(0) == f and _has_rows(v.size(1), masks):
+        return v[i]
+    if v.size(0) % f == 0 and _has_rows(v.size(0) // f, masks) and f > 1:
+        r = v.size(0) // f
+        return v[i * r:(i + 1) * r]
+    if v.size(0) == f:
+        return v[i]
+    return v
