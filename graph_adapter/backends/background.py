@@ -86,7 +86,7 @@ __all__ = ["BackgroundEngine", "BackgroundStats", "EXIT_WAIT", "DEFAULT_TIMEOUT"
 #: its entry before it is killed (``GRAPH_ADAPTER_BACKGROUND_EXIT_WAIT``)
 EXIT_WAIT = float(os.environ.get("GRAPH_ADAPTER_BACKGROUND_EXIT_WAIT", "120"))
 #: seconds a background compile may take before it is killed (its key stays eager)
-DEFAULT_TIMEOUT = 900.0
+DEFAULT_TIMEOUT = 600.0
 #: compiled steps timed after a switch (after the first, which loads the entry)
 MEASURED_STEPS = 8
 #: a switch is undone when the compiled steps' median is slower than the eager ones' by this
