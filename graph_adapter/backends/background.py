@@ -72,6 +72,7 @@ import sys
 import time
 import traceback
 import warnings
+import weakref
 from typing import Any, Dict, List, Mapping, Optional
 
 import torch
@@ -401,11 +402,22 @@ class BackgroundEngine:
         proc = ctx.Process(target=_run_child, daemon=True,
                            args=(self._inner, flat, ck[1], threads, send),
                            name=f"graph_adapter compile ({k.info['mode']})")
-        proc.start()
+        try:
+            proc.start()
+        except OSError as exc:  # no fork here (memory, limits): this key stays eager
+            _Threads.child_ended()
+            recv.close()
+            send.close()
+            self._finish(k, {"ok": False, "error": f"could not start the compile process "
+                                                   f"({type(exc).__name__}: {exc})"})
+            return
         send.close()
         k.child = _Child(proc, recv, time.perf_counter())
         k.info["state"], k.info["pid"] = "compiling", proc.pid
         _LIVE.append(k.child)
+        # a compiled model dropped mid-compile: its child is stopped, the core given back
+        # (not at the interpreter's exit, where _wait_at_exit lets it finish first)
+        weakref.finalize(self, _abandon, k.child).atexit = False
 
     # ---- waiting and closing ----------------------------------------------------
     def wait(self, timeout: Optional[float] = None) -> bool:
@@ -452,6 +464,13 @@ def _forget(child: Optional[_Child]) -> None:
     if child is not None and child in _LIVE:
         _LIVE.remove(child)
         _Threads.child_ended()
+
+
+def _abandon(child: _Child) -> None:
+    """The engine that started ``child`` is gone: nobody collects it, so stop it now."""
+    if child in _LIVE and child.process.is_alive():
+        child.kill()
+    _forget(child)
 
 
 def _wait_at_exit() -> None:

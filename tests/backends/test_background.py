@@ -172,6 +172,21 @@ def test_a_model_changed_after_the_switch_recompiles(quick):
     assert c.compile_count > before
 
 
+def test_a_compiled_model_dropped_mid_compile_stops_its_child_and_gives_the_thread_back():
+    import gc
+
+    _, bg = _pair()
+    threads = torch.get_num_threads()
+    c = ga.compile(bg, "aot_eager", background=True)
+    c(_batches(1)[0])
+    pid = c.stats.keys[0]["pid"]
+    assert torch.get_num_threads() == max(1, threads - 1)  # the child's core
+    del c
+    gc.collect()
+    assert _gone(pid, within=10.0)
+    assert torch.get_num_threads() == threads
+
+
 @pytest.mark.parametrize("backend, match", [("eager", "serve backends 'inductor'"),
                                             ("ipu-emulator", "poptorch compiles")])
 def test_background_true_where_it_cannot_serve_is_refused_by_name(backend, match):
