@@ -10,8 +10,9 @@ What :func:`run_node_demo` does, in order:
    test seeds sharing its budget (one shape for both);
 3. wraps PyG's ``GraphSAGE`` with ``ipu_wrap`` (masked cross-entropy over the
    seed rows) and compiles it with ``graph_adapter.compile`` (``backend``); its
-   inference runs through a second compile of the same module with
-   :data:`INFER_OPTIONS` (inductor on the CPU: :func:`inference_model`);
+   inference runs through a second compile of the same module wrapped without
+   the loss, with :data:`INFER_OPTIONS` for inductor on the CPU
+   (:func:`inference_model`);
 4. trains an identical copy (same initial weights, optimizer, fanouts, batch
    size) in plain eager PyG: on PyG's ``NeighborLoader`` batches where its
    sampler can run (pyg-lib or torch-sparse installed), else on our sampler's
@@ -36,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = ["NodeDemoConfig", "NodeDemoResult", "NodeRun", "run_node_demo", "sbm_graph",
-           "pyg_sampler_available", "inference_model", "INFER_OPTIONS"]
+           "pyg_sampler_available", "inference_model", "inference_options", "INFER_OPTIONS"]
 
 
 def sbm_graph(n: int, classes: int = 10, out_degree: float = 10.0, p_in: float = 0.8,
@@ -140,6 +141,8 @@ class NodeDemoResult:
     load_average: Tuple[float, float] = (float("nan"), float("nan"))  # 1-min, start / end
     #: the inductor options of the inference graphs ({}: the training model's own)
     infer_options: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: inference through a wrapper without the loss (:func:`inference_model`)
+    infer_without_loss: bool = False
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -159,8 +162,9 @@ class NodeDemoResult:
                 if c.infer_batch_size and c.infer_batch_size != c.batch_size else ""),
             f"eager PyG batches: {self.eager_source}",
             f"graph_adapter backend: {self.backend}" + (
-                f"; inference compiled with {self.infer_options} (generated kernels on one "
-                f"thread, torch's own ops on {self.threads})" if self.infer_options else ""),
+                "; inference wrapped without the loss" if self.infer_without_loss else "") + (
+                f", compiled with {self.infer_options} (generated kernels on one thread, "
+                f"torch's own ops on {self.threads})" if self.infer_options else ""),
             f"torch {torch.__version__}, {self.threads} thread(s), {os.cpu_count() or '?'} CPUs, "
             f"{self.seconds:.0f} s in all; load average {self.load_average[0]:.1f} at the "
             f"start, {self.load_average[1]:.1f} at the end",
@@ -372,23 +376,38 @@ def _adapter_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module, backend: str,
 #: ``cpp.fallback_scatter_reduce_sum``: no atomic adds); on one thread it fuses the
 #: gather, the scatter-add and the divide into one loop, in a fixed order (the outputs
 #: equal the eager model's: ``benchmarks/bench_node_inference.py`` checks them).
-#: Measured there at 2 threads (busy 2-core CPU, interleaved, 4 runs): the demo's
-#: inference 1.30-1.81x eager PyG's against 1.07-1.50x with the training settings;
-#: at 1 thread the generated code is the same either way.
+#: Measured there at 2 threads on a busy 2-core CPU (interleaved; one pass there ranges
+#: over 20x): the median per-round ratio to eager PyG 1.30-1.81x against 0.91-1.50x with
+#: the training settings (7 runs), the best rounds mixed (17 vs 19 ms, 30 vs 25 ms a
+#: pass); at 1 thread the generated code is the same either way. Not yet measured on a
+#: quiet machine at 2 threads.
 INFER_OPTIONS: Dict[str, Any] = {"cpp.threads": 1}
 
 
 def inference_model(wrapped: nn.Module, backend: str, compiled: Any) -> Any:
-    """The compiled model of the demo's inference: for ``"inductor"`` / ``"inductor_eval"``
-    on the CPU, a second :func:`graph_adapter.compile` of ``wrapped`` (same module, same
-    parameters; its one compile is the eval graph the training model would compile) with
-    :data:`INFER_OPTIONS`; else ``compiled`` itself."""
-    import graph_adapter as ga
+    """The compiled model of the demo's inference.
 
-    on_cpu = all(p.device.type == "cpu" for p in wrapped.parameters())
-    if backend not in ("inductor", "inductor_eval") or not on_cpu:
+    For the in-process backends: a second :func:`graph_adapter.compile` of the same
+    PyG module wrapped again without the loss (inference reads ``"output"`` only, as
+    eager PyG computes no loss; the outputs are the same, and so are the parameters
+    and the mode, which live on the module), with :data:`INFER_OPTIONS` for inductor
+    (``"inductor"``, ``"inductor_eval"``) on the CPU; its one compile is the eval
+    graph that ``compiled`` would have compiled. For the IPU backends: ``compiled``.
+    """
+    import graph_adapter as ga
+    from graph_adapter.ipu import IPU_BACKENDS
+
+    if backend in IPU_BACKENDS:
         return compiled
-    return ga.compile(wrapped, backend, options=dict(INFER_OPTIONS))
+    return ga.compile(ga.ipu_wrap(wrapped.model), backend,
+                      options=inference_options(wrapped, backend) or None)
+
+
+def inference_options(wrapped: nn.Module, backend: str) -> Dict[str, Any]:
+    """:data:`INFER_OPTIONS` for inductor (``"inductor"``, ``"inductor_eval"``) with the
+    model on the CPU, else ``{}`` (what :func:`inference_model` compiles with)."""
+    on_cpu = all(p.device.type == "cpu" for p in wrapped.parameters())
+    return dict(INFER_OPTIONS) if backend in ("inductor", "inductor_eval") and on_cpu else {}
 
 
 def _eager_source(use_pyg: bool) -> str:
@@ -490,8 +509,9 @@ def run_node_demo(cfg: Optional[NodeDemoConfig] = None, **overrides: Any) -> Nod
             node_efficiency=fill.get("nodes", 0.0), edge_efficiency=fill.get("edges", 0.0),
             trimmed_batches=int(fill.get("trimmed", 0)), batches=int(fill.get("batches", 0)),
             eager_source=_eager_source(use_pyg), runs=[r for r, _ in runs],
-            infer_options=({} if backend == "eager" or compiled[1] is compiled[0]
-                           else dict(INFER_OPTIONS)),
+            infer_options=(inference_options(compiled[1].wrapped, backend)
+                           if compiled[1] is not compiled[0] else {}),
+            infer_without_loss=compiled[1] is not compiled[0],
             threads=torch.get_num_threads(), seconds=time.perf_counter() - t0,
             load_average=(load0, _load_average(load0)))
     finally:

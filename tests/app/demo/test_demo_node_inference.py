@@ -1,5 +1,6 @@
-"""The node demo's inference: its compiled model (serial generated kernels on the CPU) and
-its inference batch size, which must not change what the model computes."""
+"""The node demo's inference: its compiled model (the module wrapped without the loss,
+serial generated kernels on the CPU) and its inference batch size, which must not change
+what the model computes."""
 from __future__ import annotations
 
 import warnings
@@ -9,7 +10,7 @@ import torch
 
 import graph_adapter as ga
 from graph_adapter.app.demo.node import (INFER_OPTIONS, NodeDemoConfig, _graph, _model,
-                                         inference_model, run_node_demo)
+                                         inference_model, inference_options, run_node_demo)
 from graph_adapter.nn import masked_cross_entropy
 
 TINY = dict(nodes=600, epochs=1, hidden=16, progress=False, infer_rounds=1)
@@ -20,19 +21,28 @@ def _wrapped(cfg: NodeDemoConfig):
         out, b["y"], b["seed_mask"]))
 
 
-def test_inference_model_is_a_second_compile_for_inductor_on_the_cpu_only():
+def test_inference_model_wraps_the_same_module_without_the_loss():
     cfg = NodeDemoConfig(**TINY)
     wrapped = _wrapped(cfg)
-    for backend in ("eager", "aot_eager"):
+    for backend, options in (("eager", {}), ("aot_eager", {}), ("inductor", INFER_OPTIONS)):
         trained = ga.compile(wrapped, backend)
-        assert inference_model(wrapped, backend, trained) is trained
-    trained = ga.compile(wrapped, "inductor")
-    infer = inference_model(wrapped, "inductor", trained)
-    assert infer is not trained and infer.backend == "inductor"
-    assert infer.wrapped is wrapped  # one module: the trained parameters, the same mode
-    assert set(p.data_ptr() for p in infer.parameters()) == set(
-        p.data_ptr() for p in trained.parameters())
+        infer = inference_model(wrapped, backend, trained)
+        assert infer is not trained and infer.backend == backend
+        assert infer.wrapped.model is wrapped.model  # the trained parameters, the same mode
+        assert infer.wrapped.loss_fn is None and wrapped.loss_fn is not None
+        assert inference_options(wrapped, backend) == options
     assert INFER_OPTIONS == {"cpp.threads": 1}
+    keep = object()  # an IPU backend's model serves inference itself (poptorch's runner)
+    assert inference_model(wrapped, "ipu-emulator", keep) is keep
+    # eager: the loss-free wrapper returns the training wrapper's outputs, and no loss
+    g = _graph(cfg)
+    flat = next(iter(g.test_loader))
+    trained, infer = ga.compile(wrapped, "eager"), inference_model(wrapped, "eager", None)
+    trained.eval(), infer.eval()
+    with torch.no_grad():
+        a, b = trained(flat), infer(flat)
+    assert "loss" in a and sorted(b) == ["output"]
+    assert torch.equal(a["output"], b["output"])
 
 
 def test_demo_infer_batch_size_batches_both_sides_alike_and_says_so():
@@ -44,7 +54,7 @@ def test_demo_infer_batch_size_batches_both_sides_alike_and_says_so():
     assert len(batches) == 1 and int(batches[0]["seed_mask"].sum()) == 150
     assert g.test_loader.budget != g.loader.budget  # fitted for 150 seeds, not 256
     res = run_node_demo(cfg)
-    assert res.infer_options == {}  # the eager backend: no second compile
+    assert res.infer_options == {} and res.infer_without_loss  # eager: no inductor options
     text = res.report()
     assert "inference batches of 150 seeds, a budget of their own" in text
     assert "(150 a batch, both runs)" in text
@@ -56,10 +66,11 @@ def test_demo_infer_batch_size_batches_both_sides_alike_and_says_so():
 
 @pytest.mark.extended  # two inductor compiles of the eval graph: ~10-20 s on 2 cores
 def test_inference_settings_compute_what_the_training_settings_and_eager_compute():
-    """INFER_OPTIONS changes how inductor's loops run (one thread, the scatter-add fused),
-    not the outputs: on every test batch, at 2 torch threads (where the settings differ
-    from the training model's), the real rows equal the default compile's and the plain
-    model's on the unpadded subgraph."""
+    """The inference model (no loss; INFER_OPTIONS: inductor's loops on one thread, the
+    scatter-add fused) changes how the outputs are computed, not what they are: on every
+    test batch, at 2 torch threads (where the settings differ from the training model's),
+    the real rows equal the training model's compile's and the plain model's on the
+    unpadded subgraph."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
