@@ -156,9 +156,8 @@ class DemoReport:
                 continue
             lines.append(self._end_to_end(r, e))
             if r.background:
-                lines.append(f"{r.name} compiled in the background: {r.background}; then "
-                             f"waited {r.background_wait_seconds:.1f} s for the compiles before "
-                             f"the timed rounds (not in its training wall time)")
+                lines.append(f"{r.name} {r.background}, then waited "
+                             f"{r.background_wait_seconds:.0f} s before the timed rounds")
             t_med, t_lo, t_hi = r.training_ratio(e)
             t_rounds = (f" (median of {self._kept_train_rounds()} interleaved rounds, "
                         f"range {t_lo:.2f}-{t_hi:.2f})" if r.train_round_seconds and

@@ -634,12 +634,24 @@ def _wait_for_background(stats: RunStats, compiled: Any, label: str, progress: b
     log(f"{label}: waiting for the background compiles ...", progress)
     compiled.wait()
     stats.background_wait_seconds = time.perf_counter() - t_wait
-    stats.background = compiled.stats.summary()
+    stats.background = _background_line(compiled.stats.keys)
     # the training mode's compiles, wherever they finished (some children end after
     # training): its children's (a graph this process compiled at a switch counts in
     # the total only)
     stats.compiles_training = sum(k["compiles"] for k in compiled.stats.keys
                                   if k["mode"].startswith("train"))
+
+
+def _background_line(keys: List[Dict[str, Any]]) -> str:
+    """The report's short form of ``compiled.stats``: eager training steps, each mode's
+    compile time, and any mode that stayed eager (why, cut short)."""
+    train = sum(k["eager_calls"] for k in keys if k["mode"].startswith("train"))
+    done = [f"{k['compile_s']:.0f} s ({k['mode'].split('+')[0]})" for k in keys
+            if k["state"] in ("compiled", "ready") and k["compile_s"] is not None]
+    eager = [f"{k['mode']} stayed eager: {(k['why'] or '')[:60]}" for k in keys
+             if k["state"] == "eager"]
+    return "; ".join([f"trained eagerly for {train} steps while compiling in the background"
+                      + (f" ({' and '.join(done)})" if done else "")] + eager)
 
 
 def mode_backend(compiled: Any, training: bool) -> str:
