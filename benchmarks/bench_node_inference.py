@@ -37,7 +37,7 @@ that the compiled outputs equal the plain model's on the real rows of each
 batch (so a faster row computes the same thing).
 
     python benchmarks/bench_node_inference.py [--threads 1] [--rounds 15]
-        [--infer-batch-size 0] [--backend inductor]
+        [--infer-batch-size 750,1500] [--options JSON] [--backend inductor] [--verbose]
 """
 from __future__ import annotations
 
@@ -57,11 +57,12 @@ def _guard_check(compiled) -> Optional[Callable[[dict], bool]]:
         from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
         fn = compiled._engine._fn  # the engine's torch.compile'd entry (benchmark only)
-        code = fn._torchdynamo_orig_callable.__code__
+        orig = fn._torchdynamo_orig_callable
+        code = orig.__code__
         entries = _debug_get_cache_entry_list(code)
         gm = entries[0].guard_manager
         names = code.co_freevars
-        cells = dict(zip(names, (c.cell_contents for c in fn._torchdynamo_orig_callable.__closure__)))
+        cells = dict(zip(names, (c.cell_contents for c in orig.__closure__)))
     except Exception:  # noqa: BLE001 (a torch without the accessor: the row says n/a)
         return None
 
