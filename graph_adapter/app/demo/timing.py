@@ -646,12 +646,12 @@ def _background_line(keys: List[Dict[str, Any]]) -> str:
     """The report's short form of ``compiled.stats``: eager training steps, each mode's
     compile time, and any mode that stayed eager (why, cut short)."""
     train = sum(k["eager_calls"] for k in keys if k["mode"].startswith("train"))
-    done = [f"{k['compile_s']:.0f} s ({k['mode'].split('+')[0]})" for k in keys
+    done = [f"{k['mode'].split('+')[0]} {k['compile_s']:.0f} s" for k in keys
             if k["state"] in ("compiled", "ready") and k["compile_s"] is not None]
     eager = [f"{k['mode']} stayed eager: {(k['why'] or '')[:60]}" for k in keys
              if k["state"] == "eager"]
     return "; ".join([f"trained eagerly for {train} steps while compiling in the background"
-                      + (f" ({' and '.join(done)})" if done else "")] + eager)
+                      + (f" ({', '.join(done)})" if done else "")] + eager)
 
 
 def mode_backend(compiled: Any, training: bool) -> str:

@@ -323,5 +323,5 @@ def test_a_background_run_trains_eagerly_then_reports_the_switch(monkeypatch):
     text = r.report()
     assert "eager while compiling in the background" in text
     assert "trained eagerly for" in " ".join(text.split())
-    assert "(train)" in r.adapter.background and "(eval)" in r.adapter.background, r.adapter
+    assert "(train " in r.adapter.background and ", eval " in r.adapter.background, r.adapter
     assert r.adapter.compiles_training >= 1 and r.adapter.compiles > r.adapter.compiles_training
