@@ -23,7 +23,7 @@ from graph_adapter.backends.export import (ExportMismatchError, UnsupportedExpor
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn import ipu_wrap
-from torch_geometric.data import Data
+from strategies import PairData  # PyG's recipe, shared
 
 from _padding import molecule_like_graphs  # noqa: E402
 
@@ -203,7 +203,7 @@ def test_onnx_row_scatters_become_scatter_nd_with_equal_outputs(n, rows, trailin
     form (another reduction or axis, an index not one per row, opset < 16) is kept."""
     import onnx
 
-    from graph_adapter.backends._export_opt import scatter_rows_as_scatter_nd
+    from graph_adapter.backends.export.onnx_rewrites import scatter_rows_as_scatter_nd
 
     rng = np.random.default_rng(seed)
     shape = [n] + trailing
@@ -239,10 +239,10 @@ def test_the_export_check_reads_real_rows_and_names_a_difference_there():
     ref = {"output": torch.tensor([[1.0], [2.0], [3e9]]), "h": torch.arange(10.0).view(5, 2)}
     got = {"output": torch.tensor([[1.0], [2.00001], [-3e9]]),
            "h": torch.cat([torch.arange(6.0), torch.full((4,), 1e12)]).view(5, 2)}
-    assert E._max_diff(got, ref, c, flat) == pytest.approx(1e-5, rel=0.1)
+    assert E.checks.max_diff(got, ref, c, flat) == pytest.approx(1e-5, rel=0.1)
     got["h"][2, 1] += 0.1  # the third node is real
     with pytest.raises(ExportMismatchError, match="'h'.* up to 0.1 on the real rows"):
-        E._max_diff(got, ref, c, flat)
+        E.checks.max_diff(got, ref, c, flat)
 
 
 # ------------------------------------------- the same predictions at any thread count
@@ -292,7 +292,7 @@ def test_row_scatters_are_the_same_at_any_thread_count(n, rows, trailing, seed, 
     is rewritten so that onnxruntime gives the same bits at 1, 2 and 4 threads, equal
     (float32 rounding) to the scatter as written; a NaN or an infinity in the rows stays
     in its own target row (the original scatter runs then), as eagerly."""
-    from graph_adapter.backends._export_opt import deterministic_row_scatters
+    from graph_adapter.backends.export.onnx_rewrites import deterministic_row_scatters
 
     rng = np.random.default_rng(seed)
     shape = [n] + trailing
@@ -331,7 +331,7 @@ def test_row_scatters_are_the_same_at_any_thread_count(n, rows, trailing, seed, 
 def test_a_wide_scatter_add_is_the_same_at_1_2_and_4_threads():
     """The case that raced: 4000 rows of 128 floats into 2000 rows, targets in random
     order (``ScatterND`` add lost updates in most calls at 2 threads here)."""
-    from graph_adapter.backends._export_opt import deterministic_row_scatters
+    from graph_adapter.backends.export.onnx_rewrites import deterministic_row_scatters
 
     rng = np.random.default_rng(0)
     model = _onnx_scatter([2000, 128], 4000, "rows")
@@ -396,7 +396,7 @@ def test_the_onnx_check_runs_batches_twice_at_each_thread_count_and_names_a_race
     server's threads and at each of CHECK_THREADS; an artifact that is off at 2 threads
     only is refused naming the output, the batch, the run and the threads."""
     graphs, budget, wrapped = setup
-    real = E._onnx_session
+    real = E.onnx.onnx_session
     runs = []
 
     class Racy:
@@ -410,7 +410,7 @@ def test_the_onnx_check_runs_batches_twice_at_each_thread_count_and_names_a_race
                 out[0] = out[0] + 0.5
             return out
 
-    monkeypatch.setattr(E, "_onnx_session", Racy)
+    monkeypatch.setattr(E.onnx, "onnx_session", Racy)
     path = str(tmp_path / "m.onnx")
     with pytest.raises(ExportMismatchError, match=r"output 'output': .* up to 0\.5 on the real "
                        r"rows of check batch 1, run 2 at 2 onnxruntime threads .*not written"):
@@ -418,7 +418,7 @@ def test_the_onnx_check_runs_batches_twice_at_each_thread_count_and_names_a_race
     assert not os.path.exists(path)
     assert runs[:6] == [1] * 6  # the server's count first: 3 batches x 2 runs
     runs.clear()
-    monkeypatch.setattr(E, "_onnx_session", real)
+    monkeypatch.setattr(E.onnx, "onnx_session", real)
     export(wrapped, budget, path, format="onnx", example=graphs[:6])
     assert os.path.exists(path)
 
@@ -458,20 +458,11 @@ def test_an_onnxruntime_error_is_named_by_the_layer_of_its_node(setup, tmp_path)
     gemm = next(n for n in proto.graph.node if n.op_type == "Gemm")
     message = f"NOT_IMPLEMENTED : Could not find an implementation for Gemm(13) node with " \
               f"name '{gemm.name}'"
-    named = E._onnx_node_layer(proto, message)
+    named = E.onnx.onnx_node_layer(proto, message)
     import re
 
     assert re.fullmatch(r" in layer 'gnn\.[\w.]+' \(\w+, ONNX Gemm\)", named), named
-    assert E._onnx_node_layer(proto, "no node named") == ""
-
-
-class _PairData(Data):
-    def __inc__(self, key, value, *args, **kwargs):
-        if key == "edge_index_s":
-            return self.x_s.size(0)
-        if key == "edge_index_t":
-            return self.x_t.size(0)
-        return super().__inc__(key, value, *args, **kwargs)
+    assert E.onnx.onnx_node_layer(proto, "no node named") == ""
 
 
 class _PairModel(nn.Module):
@@ -481,7 +472,7 @@ class _PairModel(nn.Module):
 
 def test_several_node_sets_in_one_store_are_refused_by_name(tmp_path):
     g = torch.Generator().manual_seed(0)
-    pairs = [_PairData(x_s=torch.randn(3, 2, generator=g), x_t=torch.randn(4, 2, generator=g),
+    pairs = [PairData(x_s=torch.randn(3, 2, generator=g), x_t=torch.randn(4, 2, generator=g),
                        edge_index_s=torch.tensor([[0, 1], [1, 2]]),
                        edge_index_t=torch.tensor([[0, 1, 2], [1, 2, 3]])) for _ in range(6)]
     loader = FixedSizeLoader(pairs, Budget.fit(pairs, 2))

@@ -12,18 +12,10 @@ from torch_geometric.data import Batch, Data
 
 from graph_adapter import ipu_wrap, unpad
 from graph_adapter.batching import Budget, Collator, FixedSizeLoader, graph_sizes
+from strategies import PairData  # PyG's recipe, shared
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Unable to accurately infer 'num_nodes'")  # PyG, on any PairData
-
-
-class PairData(Data):
-    def __inc__(self, key, value, *args, **kwargs):
-        if key == "edge_index_s":
-            return self.x_s.size(0)
-        if key == "edge_index_t":
-            return self.x_t.size(0)
-        return super().__inc__(key, value, *args, **kwargs)
 
 
 def _pd():

@@ -14,6 +14,7 @@ from torch_geometric.data import Batch, Data, HeteroData
 
 import graph_adapter as ga
 from graph_adapter.format import Spec, SpecFormatError, UnsupportedAttributeError, unpad_batch
+from strategies import PairData  # PyG's recipe, shared
 
 
 def _gen():
@@ -34,17 +35,6 @@ class NewDimData(Data):
 
     def __cat_dim__(self, key, value, *args, **kwargs):
         return None if key == "foo" else super().__cat_dim__(key, value, *args, **kwargs)
-
-
-class PairData(Data):
-    """Two node sets in one store (PyG's advanced mini-batching recipe)."""
-
-    def __inc__(self, key, value, *args, **kwargs):
-        if key == "edge_index_s":
-            return self.x_s.size(0)
-        if key == "edge_index_t":
-            return self.x_t.size(0)
-        return super().__inc__(key, value, *args, **kwargs)
 
 
 class BipartiteData(Data):
