@@ -151,7 +151,7 @@ def test_demo_skips_bad_smiles(tmp_path, capsys):
                    "--no-pyg-compile", "--no-plot"])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "2 rows skipped (SMILES rdkit cannot parse" in out
+    assert "2 bad rows skipped" in out
 
 
 def test_bench_reports_a_benchmark_that_cannot_run(monkeypatch, capsys):

@@ -31,7 +31,7 @@ class DemoReport:
         return [
             f"graph_adapter demo: {c.model} ({MODELS[c.model]}), {c.layers} layers x {c.hidden}",
             f"data: {self.num_graphs} molecules from {self._source()} (target TPSA, A^2); "
-            f"{self.num_bad_smiles} rows skipped (SMILES rdkit cannot parse, or no numeric target)",
+            f"{self.num_bad_smiles} bad rows skipped",
             f"split: {self.num_train} train / {self.num_test} test (seed {c.seed}); "
             f"{c.epochs} epochs, Adam lr {c.lr:g}, L1 loss",
             f"budget: Budget.fit(graphs_per_batch={c.batch_graphs}) -> nodes={b['nodes']}, "
@@ -134,13 +134,13 @@ class DemoReport:
             lines.append(f"plot written to {self.config.plot}")
         if explain:
             return lines + self._method_notes()
-        return lines + ["[1]-[4]: how each figure is measured: graph-adapter demo --explain; "
-                        "the test MAE moves with the seed: --seeds N gives its mean and range"]
+        return lines + ["[1]-[4], bad rows: --explain; the test MAE's spread over seeds: --seeds N"]
 
     def _end_to_end(self, r: RunStats, e: RunStats) -> str:
         """Training wall time with the compile against eager PyG's: what a user waits."""
         ratio = r.train_seconds / e.train_seconds if e.train_seconds > 0 else float("nan")
-        how = "eager while compiling in the background" if r.background else "compile included"
+        how = (f"{r.background}; then waited {r.background_wait_seconds:.0f} s before the "
+               f"timed rounds" if r.background else "compile included")
         return (f"end to end: {r.name} trained in {r.train_seconds:.1f} s ({how}), "
                 f"eager PyG in {e.train_seconds:.1f} s: {ratio:.2f}x the wall time over "
                 f"{self.config.epochs} epochs")
@@ -155,9 +155,6 @@ class DemoReport:
             if r is e:
                 continue
             lines.append(self._end_to_end(r, e))
-            if r.background:
-                lines.append(f"{r.name} {r.background}, then waited "
-                             f"{r.background_wait_seconds:.0f} s before the timed rounds")
             t_med, t_lo, t_hi = r.training_ratio(e)
             t_rounds = (f" (median of {self._kept_train_rounds()} interleaved rounds, "
                         f"range {t_lo:.2f}-{t_hi:.2f})" if r.train_round_seconds and
@@ -228,6 +225,8 @@ class DemoReport:
                      f"state after training (then put back) gave the same losses bit for bit; "
                      f"inference: the test split's {self._passes()} gave the same errors bit "
                      f"for bit")
+        lines.append("bad rows: SMILES rdkit cannot parse, or rows without a numeric target "
+                     "(left out of both runs)")
         return lines
 
     def _rounds_run(self) -> int:
