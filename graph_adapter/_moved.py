@@ -5,7 +5,8 @@
 itself (``graph_adapter.spec is graph_adapter.format.spec``) and emits a
 ``DeprecationWarning`` that names the new path. The paths moved in 0.2 go in
 0.3, those moved in 0.3 in 0.4. Only public modules are here; private ones
-moved without an alias.
+moved without an alias, but for ``backends._export_opt`` (its tests and benchmarks
+imported it; now ``graph_adapter.backends.export.onnx_rewrites``).
 """
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ MOVED: Dict[str, str] = {
     "data.link": "graph_adapter.sampling.link",
     "data.cluster": "graph_adapter.sampling.cluster",
     "data.hetero_neighbor": "graph_adapter.sampling.hetero_neighbor",
+    # 0.3: export as a package of its own (the ONNX rewrites a module of it)
+    "backends._export_opt": "graph_adapter.backends.export.onnx_rewrites",
 }
 _PREFIX = "graph_adapter."
 
@@ -65,7 +68,7 @@ _PREFIX = "graph_adapter."
 def moved_module(old: str, stacklevel: int = 3) -> ModuleType:
     """The module that ``graph_adapter.<old>`` became, with a ``DeprecationWarning``."""
     new = MOVED[old]
-    gone = "0.4" if old.startswith("data.") else "0.3"
+    gone = "0.4" if old.startswith(("data.", "backends.")) else "0.3"
     warnings.warn(f"graph_adapter.{old} moved to {new}: import it from there (the old path "
                   f"goes in graph_adapter {gone})", DeprecationWarning, stacklevel=stacklevel)
     return importlib.import_module(new)

@@ -15,7 +15,8 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from graph_adapter.backends.export import FORMATS, ExportError, export
+from graph_adapter.backends import export as export_package
+from graph_adapter.backends.export import export
 
 from .check_cli import load_factory
 from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
@@ -23,6 +24,8 @@ from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
 __all__ = ["export_main", "build_export_parser"]
 
 PROG = "graph-adapter export"
+# through the backends stage (the export package is its attribute), not its files
+FORMATS, ExportError = export_package.FORMATS, export_package.ExportError
 
 
 def build_export_parser() -> argparse.ArgumentParser:

@@ -76,9 +76,10 @@ One module a job:
   also runs on ``graph_adapter.export``'s programs), inductor's host checks
   answered from an earlier process's records, and precompiled entries;
 * :mod:`~graph_adapter.backends.export`: ``graph_adapter.export``, one
-  artifact (``.pt2`` / ``.onnx``) with its input contract;
-* :mod:`~graph_adapter.backends._export_opt` (private): the ONNX rewrite
-  ``graph_adapter.export`` applies before writing a ``.onnx``.
+  artifact (``.pt2`` / ``.onnx``) with its input contract; a package of one
+  module a job (the contract, the trace, the eager checks, the ladder, each
+  format's writer, the ONNX rewrites ``graph_adapter.export`` applies before
+  writing a ``.onnx``).
 
 It may import every earlier stage (:mod:`graph_adapter.format`, ``batching``,
 ``sampling``, ``nn``, ``ipu``, ``checker``, ``serve``); never

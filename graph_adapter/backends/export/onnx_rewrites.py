@@ -46,6 +46,7 @@ _ROW_INDEX_SHAPE = "graph_adapter_row_index_shape"
 
 
 def _attrs(node: Any) -> Dict[str, Any]:
+    """Attribute name -> value of an ``onnx.NodeProto``."""
     from onnx import helper
 
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -187,6 +188,7 @@ def _value_types(model: Any) -> Dict[str, Any]:
 
 
 def _is_float(elem_type: int) -> bool:
+    """Whether an ONNX element type is a float (summed in float64 by the rewrite)."""
     from onnx import TensorProto
 
     return elem_type in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16)

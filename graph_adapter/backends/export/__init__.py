@@ -1,0 +1,60 @@
+"""``export(wrapped, loader_or_budget, path)``: one deployable artifact of a wrapped model.
+
+The inference-mode graph of an ``ipu_wrap``-ped model (``eval()``, no loss) is captured
+with ``torch.export`` on one padded batch of the budget, then compiled:
+
+* ``format="pt2"``: ``torch._inductor.aoti_compile_and_package``, an AOTInductor package
+  (a zip: a shared library of the model, weights inside) that runs on torch alone;
+* ``format="onnx"``: ``torch.onnx.export(exported_program, dynamo=True)`` (from the
+  exported program: exporting the wrapper directly fails), run by onnxruntime.
+
+Before compiling, the exported program gets the graph rewrite the compile path gives
+inductor (:func:`rewritten_program`: a linear of a sum of embedding lookups projects the
+tables); the ONNX model has its row-wise scatter adds summed as sorted segments, which
+onnxruntime computes the same at any thread count
+(:mod:`~graph_adapter.backends.export.onnx_rewrites`). Both keep the function;
+``rewrite=False`` turns them off.
+
+The artifact carries its input contract as JSON (:class:`graph_adapter.serve.Contract`:
+the budget, every input key with its level, dtype and per-graph shape, every output with
+its level), in the ``.pt2`` archive's ``extra/graph_adapter.json`` or the ONNX model's
+``metadata_props``; nothing is pickled. Inputs the program never reads (``y``, labels, a
+feature the forward names but ignores) are left out of it, so requests need not carry
+them. Before the file is written the artifact runs on a few padded batches (the ONNX one
+twice each, at the server's thread count and at 2 and 4 threads) and must equal the
+eager wrapper within :data:`TOLERANCE` every time (else :class:`ExportMismatchError`,
+naming the output, the batch and the threads).
+
+``ladder=``: several budgets in one artifact (``docs/deploy.md``, a ladder of budgets):
+a ``.pt2`` archive of one AOTInductor program a rung, or one ONNX model whose rungs are
+``If`` branches on an int64 input (:data:`ONNX_RUNG_INPUT`); each rung traced and
+checked on its own batches.
+
+One module a job (each imports only those above it in this list):
+
+* :mod:`~graph_adapter.backends.export.errors`: the errors ``export`` raises on purpose;
+* :mod:`~graph_adapter.backends.export.contract`: the contract's fields, the formats and
+  their tolerance, what the serving packer refuses;
+* :mod:`~graph_adapter.backends.export.trace`: the inference module, its trace, the
+  compile path's rewrite, the inputs the program never reads;
+* :mod:`~graph_adapter.backends.export.batches`: the padded batches traced and checked on;
+* :mod:`~graph_adapter.backends.export.checks`: the artifact against eager on the real rows;
+* :mod:`~graph_adapter.backends.export.ladder`: the rungs of a ladder and their batches;
+* :mod:`~graph_adapter.backends.export.onnx_rewrites`: rewrites of the ONNX model
+  (deterministic row scatters, the ladder's one model);
+* :mod:`~graph_adapter.backends.export.pt2` and :mod:`~graph_adapter.backends.export.onnx`:
+  each format's writer (one budget or a ladder);
+* :mod:`~graph_adapter.backends.export.api`: :func:`export` itself.
+"""
+from __future__ import annotations
+
+from .api import export
+from .contract import FORMATS, TOLERANCE, contract_inputs
+from .errors import ExportError, ExportMismatchError, UnsupportedExportError
+from .ladder import LADDER_GRAPHS, ladder_budgets
+from .onnx import CHECK_RUNS, CHECK_THREADS, ONNX_RUNG_INPUT
+from .trace import rewritten_program
+
+__all__ = ["export", "ExportError", "UnsupportedExportError", "ExportMismatchError",
+           "TOLERANCE", "FORMATS", "CHECK_THREADS", "CHECK_RUNS", "contract_inputs",
+           "rewritten_program", "LADDER_GRAPHS", "ladder_budgets", "ONNX_RUNG_INPUT"]

@@ -1,0 +1,233 @@
+"""``format="onnx"``: ``torch.onnx.export(exported_program, dynamo=True)``, its row
+scatters made deterministic (:mod:`~graph_adapter.backends.export.onnx_rewrites`), run
+in onnxruntime sessions as ``serve`` makes them at several thread counts against eager,
+the contract in the model's ``metadata_props``; a ladder's rungs as ``If`` branches of
+one model on an int64 input of ``r + 1`` elements for rung ``r``
+(:data:`ONNX_RUNG_INPUT`)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+
+from ...batching import Budget
+from ...serve import ONNX_METADATA_KEY, Contract, Rung
+from .checks import Case, check_cases, max_diff
+from .contract import updated
+from .errors import UnsupportedExportError
+from .ladder import rung_batches
+from .onnx_rewrites import deterministic_row_scatters, ladder_model
+from .trace import Inference, rewritten_program, trace
+
+__all__ = ["CHECK_THREADS", "CHECK_RUNS", "ONNX_RUNG_INPUT", "onnx_session", "onnx_node_layer",
+           "write_onnx", "write_onnx_ladder"]
+
+
+#: thread counts the ONNX artifact is checked at besides the server's (``threads``):
+#: onnxruntime splits a kernel's rows over its intra-op threads only at 2 and more
+CHECK_THREADS = (2, 4)
+
+
+#: runs of each check batch at each thread count (a race shows in some runs only)
+CHECK_RUNS = 2
+
+
+#: the int64 scalar input of an ONNX ladder that selects the rung
+#: (``Contract.onnx_rung_input``)
+ONNX_RUNG_INPUT = "graph_adapter_rung"
+
+
+def onnx_session(model: bytes, threads: Optional[int],
+                 dims: Optional[Mapping[str, int]] = None) -> Any:
+    """An onnxruntime CPU session as ``serve.load(path, threads=threads)`` makes it;
+    ``dims``: free dimension overrides (a ladder's rung, as ``serve`` makes its session)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    if threads is not None:
+        opts.intra_op_num_threads = int(threads)
+        opts.inter_op_num_threads = 1
+    for name, size in (dims or {}).items():
+        opts.add_free_dimension_override_by_name(name, int(size))
+    return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def _layer_path(path: str) -> str:
+    """A module path of the exported program as the user's model names it."""
+    return path.removeprefix("wrapped.model.").removeprefix("wrapped.")
+
+
+def _all_nodes(graph: Any) -> Iterator[Any]:
+    """The nodes of ``graph`` and of its subgraphs (a ladder's rungs are ``If`` branches)."""
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _all_nodes(g)
+
+
+def onnx_node_layer(proto: Any, message: str) -> str:
+    """``" in layer 'conv1' (GATConv)"`` for the ONNX node an onnxruntime error names."""
+    names = set(re.findall(r"node with name '([^']+)'|node name: (\S+)|Node \(([^)]+)\)", message))
+    wanted = {n for group in names for n in group if n}
+    for node in _all_nodes(proto.graph):
+        if node.name in wanted:
+            meta = {p.key: p.value for p in node.metadata_props}
+            scopes = re.findall(r"'([^']*)'", meta.get("pkg.torch.onnx.name_scopes", ""))
+            classes = re.findall(r"'([^']*)'", meta.get("pkg.torch.onnx.class_hierarchy", ""))
+            if scopes and classes:
+                layer = _layer_path(scopes[-2] if len(scopes) > 1 else scopes[-1])
+                return f" in layer {layer!r} " \
+                       f"({classes[-2 if len(classes) > 1 else -1].rsplit('.', 1)[-1]}, " \
+                       f"ONNX {node.op_type})"
+            return f" in ONNX node {node.name!r} ({node.op_type})"
+    return ""
+
+
+#: one group of ONNX check cases: (feeds every case gets besides its inputs, e.g. a
+#: ladder's rung input; the free dimension overrides of its sessions (a ladder's rung);
+#: the group's name in errors, e.g. ``" of rung nodes=.."``; cases)
+_CaseGroup = Tuple[Dict[str, Any], Dict[str, int], str, Sequence[Case]]
+
+
+def _check_onnx(proto: Any, contract: Contract, cases: Union[Sequence[Case], Sequence[_CaseGroup]],
+                threads: Optional[int], groups: bool = False) -> List[float]:
+    """The largest difference to eager over every check batch (per group of
+    ``cases`` when ``groups``: a ladder's rungs), run :data:`CHECK_RUNS` times at the
+    server's thread count (``None``: onnxruntime's default) and at each of
+    :data:`CHECK_THREADS`; ``ExportMismatchError`` names the output, the batch (and the
+    group), the run and the threads of the first one beyond tolerance."""
+    model = proto.SerializeToString()
+    counts: List[Optional[int]] = [threads] + [t for t in CHECK_THREADS if t != threads]
+    in_names, out_names = contract.onnx_input_names, list(contract.onnx_output_names)
+    todo: Sequence[_CaseGroup] = cases if groups else [({}, {}, "", cases)]  # type: ignore
+    worst = [0.0] * len(todo)
+    for t in counts:
+        label = "onnxruntime's default threads" if t is None else f"{t} onnxruntime threads"
+        for g, (extra, dims, name, group) in enumerate(todo):
+            try:
+                sess = onnx_session(model, t, dims) if dims else onnx_session(model, t)
+            except Exception as e:  # noqa: BLE001 - onnxruntime raises its own kinds
+                raise UnsupportedExportError(
+                    f"onnxruntime cannot run the exported model{onnx_node_layer(proto, str(e))}"
+                    f": {str(e).splitlines()[0][:300]}; export format='pt2' instead") from e
+            for b, (flat, ref, full) in enumerate(group):
+                feed = {n: flat[f.key].numpy() for n, f in zip(in_names, contract.inputs) if n}
+                feed.update(extra)
+                for run in range(CHECK_RUNS):
+                    got = dict(zip([f.key for f in contract.outputs], sess.run(out_names, feed)))
+                    where = f"{name} of check batch {b}, run {run + 1} at {label}"
+                    worst[g] = max(worst[g], max_diff(got, ref, contract, full, where))
+    return worst
+
+
+def _onnx_program(ep: Any) -> Any:
+    """``torch.onnx.export(ep)``; an op without an ONNX translation is refused naming its
+    layer (the module path and class of the exported node) and the exporter's reason."""
+    try:
+        return torch.onnx.export(ep, dynamo=True, verbose=False)
+    except Exception as e:  # noqa: BLE001 - the exporter wraps its errors in several kinds
+        chain, c = [], e
+        while c is not None:
+            chain.append(c)
+            c = c.__cause__ or c.__context__
+        text = "\n".join(str(x) for x in chain)
+        found = re.search(r"translating node %(\w+)", text)
+        node = next((n for n in ep.graph.nodes if found and n.name == found.group(1)), None)
+        if node is None:
+            raise
+        stack = list(node.meta.get("nn_module_stack", {}).values())
+        path, cls = (stack[-1][0], str(stack[-1][1]).rsplit(".", 1)[-1]) if stack else ("", "")
+        path = _layer_path(path)
+        reason = str(chain[-1]).splitlines()[0][:300]
+        raise UnsupportedExportError(
+            f"layer {path!r} ({cls}) cannot be exported to ONNX: {node.target} has no ONNX "
+            f"translation ({reason}); export format='pt2' instead, or write the layer with "
+            f"ops the ONNX exporter knows") from e
+
+
+def _onnx_proto(ep: Any, rewrite: bool) -> Tuple[Any, Tuple[str, ...]]:
+    """``(model, input names)``: the ONNX model of ``ep`` (its row scatters made
+    deterministic with ``rewrite``) and the ONNX input name of each of ``ep``'s user
+    inputs (``""``: pruned from the ONNX graph, as an input the program never reads may
+    be: fed as nothing)."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError as e:
+        raise ImportError("format='onnx' needs onnx, onnxscript and onnxruntime: "
+                          "pip install 'graph_adapter[serve]'") from e
+    proto = _onnx_program(ep).model_proto
+    if rewrite:
+        deterministic_row_scatters(proto)
+    names = {i.name for i in proto.graph.input}
+    return proto, tuple(n if n in names else "" for n in ep.graph_signature.user_inputs)
+
+
+def _save_onnx(proto: Any, contract: Contract, path: str) -> None:
+    """``proto`` with the contract as JSON in its ``metadata_props``, written to
+    ``path`` through a temporary file (no half-written artifact)."""
+    import onnx
+
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = ONNX_METADATA_KEY, contract.to_json()
+    tmp = path + ".tmp"
+    onnx.save(proto, tmp)
+    os.replace(tmp, path)
+
+
+def write_onnx(ep: Any, path: str, contract: Contract, cases: Sequence[Case],
+               rewrite: bool = True, threads: Optional[int] = None) -> Contract:
+    """The ONNX artifact of the program ``ep`` for one budget: exported, checked on
+    ``cases`` (:func:`_check_onnx`), written with its contract; returns the contract."""
+    proto, in_names = _onnx_proto(ep, rewrite)
+    out_names = tuple(o.name for o in proto.graph.output)
+    contract = updated(contract, onnx_input_names=in_names, onnx_output_names=out_names)
+    worst, = _check_onnx(proto, contract, cases, threads)
+    contract = updated(contract, verified_max_abs_diff=worst)
+    _save_onnx(proto, contract, path)
+    return contract
+
+
+def write_onnx_ladder(module: Inference, dropped: List[str], budgets: Sequence[Budget],
+                      data: Sequence[Any], path: str, contract: Contract, rewrite: bool,
+                      threads: Optional[int]) -> Contract:
+    """Every rung exported to ONNX, then one model of them all
+    (:func:`~graph_adapter.backends.export.onnx_rewrites.ladder_model`: an ``If`` a rung on the
+    length of the ``graph_adapter_rung`` input), checked like a one-budget artifact on
+    each rung's check batches, in the session ``serve`` makes for that rung."""
+    import numpy as np
+
+    protos, groups, in_names = [], [], None
+    for i, b in enumerate(budgets):
+        cases = check_cases(module, dropped, None, rung_batches(data, b))
+        fed = cases[0][0]
+        ep = trace(module, fed)
+        if rewrite:
+            ep, _ = rewritten_program(ep, fed)
+        proto, names = _onnx_proto(ep, rewrite)
+        # an input any rung reads is an input of the ladder (each rung reads what it needs)
+        in_names = names if in_names is None else tuple(a or n for a, n in zip(in_names, names))
+        protos.append(proto)
+        groups.append((np.zeros(i + 1, dtype=np.int64), i,
+                       f" of rung nodes={b.nodes}, edges={b.edges}, graphs={b.graphs},", cases))
+    merged, dims = ladder_model(protos, ONNX_RUNG_INPUT)
+    top = max(range(len(budgets)), key=lambda i: (budgets[i].nodes + budgets[i].edges))
+    rungs = tuple(Rung(int(b.nodes), int(b.edges), int(b.graphs), f"rung{i}")
+                  for i, b in enumerate(budgets))
+    t = budgets[top]
+    contract = updated(contract, nodes=int(t.nodes), edges=int(t.edges), graphs=int(t.graphs),
+                       rungs=rungs, onnx_rung_input=ONNX_RUNG_INPUT, onnx_input_names=in_names,
+                       onnx_rung_dims={k: tuple(v) for k, v in dims.items()},
+                       onnx_output_names=tuple(o.name for o in merged.graph.output))
+    # each rung checked in the session serve makes for it (its sizes as dim overrides)
+    groups = [({ONNX_RUNG_INPUT: feed}, {k: v[i] for k, v in dims.items()}, name, cases)
+              for feed, i, name, cases in groups]
+    worst = _check_onnx(merged, contract, groups, threads, groups=True)
+    contract = updated(contract, verified_max_abs_diff=max(worst), rungs=tuple(
+          dataclasses.replace(r, verified_max_abs_diff=w) for r, w in zip(rungs, worst)))
+    _save_onnx(merged, contract, path)
+    return contract
