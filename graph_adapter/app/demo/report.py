@@ -134,7 +134,8 @@ class DemoReport:
             lines.append(f"plot written to {self.config.plot}")
         if explain:
             return lines + self._method_notes()
-        return lines + ["[1]-[4], bad rows: --explain; the test MAE's spread over seeds: --seeds N"]
+        return lines + ["[1]-[4], bad rows: graph-adapter demo --explain; the MAE's spread over "
+                        "seeds: --seeds N"]
 
     def _end_to_end(self, r: RunStats, e: RunStats) -> str:
         """Training wall time with the compile against eager PyG's: what a user waits."""
