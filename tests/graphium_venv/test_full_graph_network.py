@@ -274,5 +274,11 @@ def test_inductor_compiles_graphium_once_per_mode_patched(ds, budget, name, unpa
                                                        eager.parameters()) if q.grad is not None]
     assert grads
     top = max(float(q.abs().max()) for _, _, q in grads)
+    # PNA's std aggregators (a square root of a variance) magnify inductor's reordered
+    # float32 sums in the backward: on 2026-12-03, 6.8e-4 (2 threads) and 3.5e-4 (1
+    # thread) against a largest gradient of 2.83, with the code of the day before too;
+    # a wrong gradient is off by the order of the gradient itself
+    rel = 1e-3 if name.startswith("pna") else 1e-4
     for n, g, h in grads:
-        torch.testing.assert_close(g, h, rtol=0, atol=1e-4 * top, msg=n)
+        torch.testing.assert_close(g, h, rtol=0, atol=rel * top,
+                                   msg=lambda m, n=n: f"{n}: {m}")
