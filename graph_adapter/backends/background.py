@@ -68,6 +68,7 @@ import json
 import multiprocessing
 import multiprocessing.util  # its exit handler first: see the atexit line at the end
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -160,8 +161,8 @@ class _Key:
     example: Optional[Dict[str, Tensor]] = None  # a batch to compile with (until it starts)
     child: Optional["_Child"] = None
     last: Optional[float] = None  # when the key's previous call began
-    last_compiled = False  # whether it ran compiled
-    fresh = 0  # eager steps timed since the child ended
+    last_compiled: bool = False  # whether it ran compiled
+    fresh: int = 0  # eager steps timed since the child ended
     eager_steps: List[float] = dataclasses.field(default_factory=list)  # the last few
     compiled_steps: List[float] = dataclasses.field(default_factory=list)
 
@@ -333,7 +334,8 @@ class BackgroundEngine:
         if k.info["state"] != "compiled" or k.info["compiled_step_s"] is not None \
                 or len(steps) < MEASURED_STEPS or not k.eager_steps:
             return
-        eager, compiled = _median(k.eager_steps[-MEASURED_STEPS:]), _median(steps[:MEASURED_STEPS])
+        eager = statistics.median(k.eager_steps[-MEASURED_STEPS:])
+        compiled = statistics.median(steps[:MEASURED_STEPS])
         k.info["eager_step_s"], k.info["compiled_step_s"] = eager, compiled
         k.compiled_steps = []
         if compiled > eager * (1 + SLOWER_BY):
@@ -443,20 +445,11 @@ class BackgroundEngine:
             k = self._keys[ck]
             if k.child is not None:
                 k.child.kill()
-                self._finish_quietly(k, "stopped by close()")
-            elif k.info["state"] == "waiting":
-                k.info["state"], k.info["why"], k.example = "eager", "stopped by close()", None
-
-    def _finish_quietly(self, k: _Key, why: str) -> None:
-        _forget(k.child)
-        k.child = None
-        k.info["state"], k.info["why"] = "eager", why
-
-
-def _median(xs: List[float]) -> float:
-    ys = sorted(xs)
-    mid = len(ys) // 2
-    return ys[mid] if len(ys) % 2 else 0.5 * (ys[mid - 1] + ys[mid])
+                _forget(k.child)
+                k.child = None
+            elif k.info["state"] != "waiting":
+                continue
+            k.info["state"], k.info["why"], k.example = "eager", "stopped by close()", None
 
 
 def _forget(child: Optional[_Child]) -> None:
