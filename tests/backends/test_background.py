@@ -187,6 +187,24 @@ def test_a_compiled_model_dropped_mid_compile_stops_its_child_and_gives_the_thre
     assert torch.get_num_threads() == threads
 
 
+def test_close_stops_the_running_compile_and_the_waiting_ones():
+    _, bg = _pair()
+    threads = torch.get_num_threads()
+    c = ga.compile(bg, "aot_eager", background=True)
+    batches = _batches(2)
+    c(batches[0])  # train: its child starts
+    bg.eval()
+    with torch.no_grad():
+        c(batches[1])  # eval+no_grad: waits its turn
+    pid = c.stats.keys[0]["pid"]
+    c.close()
+    assert [(k["state"], k["why"]) for k in c.stats.keys] == [("eager", "stopped by close()")] * 2
+    assert _gone(pid) and torch.get_num_threads() == threads
+    with torch.no_grad():
+        c(batches[1])  # still answers, eagerly
+    assert c.stats.compiled_calls == 0
+
+
 @pytest.mark.parametrize("backend, match", [("eager", "serve backends 'inductor'"),
                                             ("ipu-emulator", "poptorch compiles")])
 def test_background_true_where_it_cannot_serve_is_refused_by_name(backend, match):
