@@ -34,23 +34,37 @@ def num_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def _compiled_and_checked(ep: Any, d: str, configs: Optional[Dict[str, Any]],
+                          cases: Sequence[Case], contract: Contract,
+                          where: str) -> Tuple[str, float]:
+    """``ep`` compiled into a temporary AOTInductor package in ``d`` and run on ``cases``
+    against eager: ``(package path, largest difference)``; the file is removed if
+    anything fails (``where`` names the program in a mismatch, before the batch)."""
+    fd, tmp = tempfile.mkstemp(suffix=".pt2", prefix=".export-", dir=d)
+    os.close(fd)
+    try:
+        torch._inductor.aoti_compile_and_package(ep, package_path=tmp,
+                                                 inductor_configs=dict(configs or {}))
+        model = torch._inductor.aoti_load_package(tmp)
+        worst = 0.0
+        for i, (flat, ref, full) in enumerate(cases):
+            with torch.inference_mode():
+                got = model(flat)
+            worst = max(worst, max_diff(got, ref, contract, full, f"{where}check batch {i}"))
+    except BaseException:
+        os.remove(tmp)
+        raise
+    return tmp, worst
+
+
 def write_pt2(ep: Any, path: str, contract: Contract, cases: Sequence[Case],
               inductor_configs: Optional[Dict[str, Any]]) -> Contract:
     """The AOTInductor package of the program ``ep`` for one budget: compiled into a
     temporary file beside ``path``, checked on ``cases``, the contract added, moved to
     ``path``; returns the contract."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(suffix=".pt2", prefix=".export-", dir=d)
-    os.close(fd)
+    tmp, worst = _compiled_and_checked(ep, os.path.dirname(os.path.abspath(path)),
+                                       inductor_configs, cases, contract, " of ")
     try:
-        torch._inductor.aoti_compile_and_package(ep, package_path=tmp,
-                                                 inductor_configs=dict(inductor_configs or {}))
-        model = torch._inductor.aoti_load_package(tmp)
-        worst = 0.0
-        for b, (flat, ref, full) in enumerate(cases):
-            with torch.inference_mode():
-                got = model(flat)
-            worst = max(worst, max_diff(got, ref, contract, full, f" of check batch {b}"))
         contract = updated(contract, verified_max_abs_diff=worst)
         with zipfile.ZipFile(tmp, "a") as z:
             root = z.namelist()[0].split("/")[0]
@@ -73,23 +87,8 @@ def _pt2_rung(module: Inference, dropped: List[str], b: Budget, data: Sequence[A
     if rewrite:
         ep, _ = rewritten_program(ep, fed)
     c = updated(contract, nodes=int(b.nodes), edges=int(b.edges), graphs=int(b.graphs))
-    fd, tmp = tempfile.mkstemp(suffix=".pt2", prefix=".export-", dir=d)
-    os.close(fd)
-    try:
-        torch._inductor.aoti_compile_and_package(ep, package_path=tmp,
-                                                 inductor_configs=dict(configs or {}))
-        model = torch._inductor.aoti_load_package(tmp)
-        worst = 0.0
-        for i, (flat, ref, full) in enumerate(cases):
-            with torch.inference_mode():
-                got = model(flat)
-            where = f" of rung nodes={b.nodes}, edges={b.edges}, graphs={b.graphs}, " \
-                    f"check batch {i}"
-            worst = max(worst, max_diff(got, ref, c, full, where))
-    except BaseException:
-        os.remove(tmp)
-        raise
-    return tmp, worst
+    where = f" of rung nodes={b.nodes}, edges={b.edges}, graphs={b.graphs}, "
+    return _compiled_and_checked(ep, d, configs, cases, c, where)
 
 
 def _merge_pt2(packages: Sequence[Tuple[str, str]], contract: Contract, path: str) -> None:
