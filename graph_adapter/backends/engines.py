@@ -188,7 +188,8 @@ class DynamoEngine:
         self._wrapped, self._settings = wrapped, settings
         #: entries loaded from a precompiled artifact (backends/_precompile.py)
         self.precompiled_loads = 0
-        # (signature, mode, grad mode) -> precompiled entry, or None: the ordinary entry
+        # (signature, mode, grad mode) -> (precompiled entry, or None: the ordinary entry;
+        # the global state it was traced under)
         self._pre: Optional[Dict[Any, Any]] = None
         want = _precompile.ENABLED if settings.precompile is None else settings.precompile
         why_not = precompile_refusal(settings.backend, wrapped, self._rnn, type(self))
@@ -244,11 +245,13 @@ class DynamoEngine:
         """The precompiled entry for this call whose guards pass, or ``None`` (then the
         ordinary entry runs: it recompiles where the model changed in this process)."""
         ck = (key, torch.is_grad_enabled())
+        state = _precompile.global_state()  # the entry's serialized guards leave it out
         if ck not in self._pre:
-            self._pre[ck] = self._load_or_build(flat)
-        fn = self._pre[ck]
-        if fn is not None and not fn.guard_check(flat):
-            self._pre[ck] = fn = None  # never retried: the ordinary entry owns this key now
+            self._pre[ck] = (self._load_or_build(flat), state)
+        fn, traced_under = self._pre[ck]
+        if fn is not None and not (state == traced_under and fn.guard_check(flat)):
+            self._pre[ck] = (None, None)  # never retried: the ordinary entry owns this key now
+            return None
         return fn
 
     def _load_or_build(self, flat: Dict[str, Tensor]) -> Any:

@@ -280,17 +280,23 @@ def test_inductor_switch_loads_the_childs_entry_and_exit_keeps_it(tmp_path, monk
     cache = str(tmp_path / "inductor")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
     torch._dynamo.reset()
-    ref, bg = _pair()
-    c = ga.compile(bg, "inductor", background=True)
-    batches = _batches(6)
-    want, _ = _train(ref, ref, batches)
-    loads = P.COUNTS["loaded"]
-    got, _ = _train(c, bg, batches, wait_after=0, compiled=c)
-    (info,) = c.stats.keys
-    assert info["state"] == "compiled" and info["saved"], c.stats.summary()
-    assert P.COUNTS["loaded"] == loads + 1  # the switch loaded the child's entry
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-9)
-    torch._dynamo.reset()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the child traces at one thread for two (seen red at two)
+    try:
+        ref, bg = _pair()
+        c = ga.compile(bg, "inductor", background=True)
+        batches = _batches(6)
+        want, _ = _train(ref, ref, batches)
+        loads = P.COUNTS["loaded"]
+        got, _ = _train(c, bg, batches, wait_after=0, compiled=c)
+        (info,) = c.stats.keys
+        assert info["state"] == "compiled" and info["saved"], c.stats.summary()
+        assert P.COUNTS["loaded"] == loads + 1  # the switch loaded the child's entry
+        assert c.compile_count == info["compiles"], "the parent compiled at the switch"
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-9)
+    finally:
+        torch.set_num_threads(threads)
+        torch._dynamo.reset()
 
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "second"),
            "GRAPH_ADAPTER_BACKGROUND_EXIT_WAIT": "600"}

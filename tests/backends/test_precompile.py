@@ -194,6 +194,41 @@ def test_a_second_model_loads_the_entry_and_a_change_recompiles(tmp_path, monkey
     torch._dynamo.reset()
 
 
+def test_an_entry_traced_at_one_thread_for_two_runs_at_two_and_the_global_state_is_checked(
+        tmp_path, monkeypatch):
+    """A background compile's child traces at one torch thread for its parent's two (a
+    forked OpenMP pool hangs at more): the parent loads its entry and runs it without a
+    compile (Dynamo's guard on the thread count would fail there, and the parent recompiled
+    at the switch: seen red). The rest of Dynamo's global state is still checked on every
+    call: deterministic algorithms turned on after the load compile the ordinary entry."""
+    monkeypatch.setattr(P, "artifact_dir", lambda: str(tmp_path / "graph_adapter_precompiled"))
+    torch._dynamo.reset()
+    threads = torch.get_num_threads()
+    flat = _batch()
+    w1 = _wrapped()
+    w2 = copy.deepcopy(w1)
+    torch.set_num_threads(1)
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(torch, "get_num_threads", lambda: 2)  # as the child does
+            c1 = compile(w1, "inductor", precompile=True)
+            c1(flat)
+        torch.set_num_threads(2)
+        c2 = compile(w2, "inductor", precompile=True)
+        out = c2(flat)
+        assert c2._engine.precompiled_loads == 1 and c2.compile_count == 0
+        torch.testing.assert_close(out["loss"], w2(flat)["loss"])
+        torch.use_deterministic_algorithms(True)
+        try:
+            c2(flat)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        assert c2.compile_count == 1
+    finally:
+        torch.set_num_threads(threads)
+        torch._dynamo.reset()
+
+
 # ------------------------------------------------------------------ what a trace read
 #: a model whose forward reads globals of every kind research code reads: a module-level
 #: dict's item, a plain float, a list item, an imported module's attribute,

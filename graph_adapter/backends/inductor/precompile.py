@@ -28,6 +28,15 @@ per (signature, mode, grad mode) when ``ENABLED``:
   function Dynamo traced and their checksum; a load compares them with the
   files as they are now (:func:`sources_unchanged`) and recompiles on any
   difference (a changed ``forward`` of the model, of PyG, of graph_adapter);
+* **the global state** (grad mode, autocast, default dtype, deterministic
+  algorithms, TF32, torch-function state: Dynamo's ``GLOBAL_STATE`` guard)
+  is in the key and checked on every call (:func:`global_state`), all but the
+  thread count: Dynamo's guard also compares torch's thread count, and a
+  background compile's child traces at one thread (a forked OpenMP pool hangs
+  at more) for the parent's count, so its entry would never pass in the
+  parent. The key records the count the code was generated for; inductor's
+  CPU code runs on that count whatever torch's is, so a call at another count
+  (the parent gives up a thread while a child compiles) computes the same;
 * **no program traced under other values of a global**: every global the trace
   read (a module's attribute, a module-level dict's item or list's item, an
   imported module's attribute, ``os.environ[...]``, ``sys.argv``, a function or
@@ -49,7 +58,8 @@ per (signature, mode, grad mode) when ``ENABLED``:
 * **guards**: the loaded entry runs its own serialized guards on every call
   (the guards Dynamo can serialize: the batch's tensors, the modules' flags and
   attributes, the parameters, and the globals' values as they were at the
-  load). A call whose guards fail (the model changed in this process) goes to
+  load), and :func:`global_state` must read as it did at the save. A call
+  whose guards fail (the model changed in this process) goes to
   the ordinary ``torch.compile`` entry, which recompiles as it would without
   precompile, and the loaded entry is dropped for that key. A function or
   class that a global names, rebound after the load, is not noticed (its
@@ -75,6 +85,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import sys
 import types
 import warnings
@@ -85,7 +96,7 @@ from torch import Tensor, nn
 
 __all__ = ["ENABLED", "COUNTS", "artifact_key", "artifact_dir", "sources_unchanged",
            "grads_set_aside", "load", "save", "serializable_guards", "recording", "Reads",
-           "reads_differ", "entry_name", "render", "Unguardable"]
+           "reads_differ", "entry_name", "render", "Unguardable", "global_state"]
 
 log = logging.getLogger(__name__)
 
@@ -190,9 +201,19 @@ def artifact_key(wrapped: nn.Module, flat: Mapping[str, Tensor], settings: Any) 
         "index_add_fallback": repr(settings.index_add_fallback),
         "threads": torch.get_num_threads(),
         "grad": torch.is_grad_enabled(),
+        "global_state": global_state(),
         "batch": batch,
         "model": _structure(wrapped),
     }
+
+
+_THREADS = re.compile(r'"num_threads":\d+,?')
+
+
+def global_state() -> str:
+    """Dynamo's global state (the ``GLOBAL_STATE`` guard's JSON) less torch's thread
+    count (module docstring): about 3 us, checked on every call of a loaded entry."""
+    return _THREADS.sub("", torch._C._dynamo.guards.GlobalStateGuard().__getstate__())
 
 
 def digest(key: Mapping[str, Any]) -> str:
@@ -750,6 +771,9 @@ def serializable_guards(entries: Any) -> list:
     from torch._dynamo.guards import CheckFunctionManager
 
     bad = CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
+    # GLOBAL_STATE: the key and a check of the loaded entry's own stand for it, less the
+    # thread count (module docstring: a background child's entry would never pass)
+    bad = (*bad, "GLOBAL_STATE")
     if _ACTIVE:  # a compile to be saved: what its trace read, kept beside its entry
         _ACTIVE[-1].note(entries)
     # Dynamo names the scope of some closures after an object id ("___unnamed_scope_<id>"):
