@@ -69,7 +69,7 @@ _CHILD = textwrap.dedent(r"""
     flat, flat2 = next(it), next(it)
     wrapped = ga.ipu_wrap(model, loss_fn=ga.masked_loss("l1"), trim=True)
     opt = torch.optim.Adam(wrapped.parameters(), lr=1e-3)
-    compiled = ga.compile(wrapped, "inductor", optimizer=opt, options=options)
+    compiled = ga.compile(wrapped, "inductor", optimizer=opt, options=options, background=False)
 
     def train_step(b):
         loss = compiled(b)["loss"]

@@ -12,6 +12,9 @@ molecules' loading not):
   ``compile("inductor", background=False)``: the first step compiles;
 * ``background``: the same with ``background=True``: eager steps while a child
   process compiles, then the compiled program;
+* ``background_keep``: ``background=True`` with this process keeping all its threads
+  while the child compiles (``GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD=0``; the
+  child only lowers its priority);
 * ``eager``: the adapter without a compiler (``compile("eager")``), trimmed.
 
 Then the same variants once more on the caches the first round left (warm).
@@ -19,8 +22,11 @@ The variants run in turn, round after round (``--rounds``), so that a busy
 machine slows them alike; the table gives each epoch count's median ratio to
 eager PyG of the same round.
 
+``--model gin`` (or ``gine``, ``gcn``, ``gatv2``, ``ogb``) trains a model of
+``bench_models.py``'s table instead (its own layout, the same L1 loss).
+
     python benchmarks/bench_first_run.py [--epochs 10] [--rounds 1] [--threads 2]
-        [--limit N] [--variants pyg,compiled,background,eager]
+        [--limit N] [--model demo] [--variants pyg,compiled,background,background_keep,eager]
 """
 from __future__ import annotations
 
@@ -49,8 +55,18 @@ _CHILD = textwrap.dedent(r"""
     graphs, _ = load_nci5k(limit=int(os.environ["BENCH_LIMIT"]) or None)
     for d in graphs:
         del d.smiles
-    torch.manual_seed(0)
-    model = build_model("gine", 64, 4, 0.0, 1.0)
+    name = os.environ["BENCH_MODEL"]
+    if name == "demo":
+        torch.manual_seed(0)
+        model = build_model("gine", 64, 4, 0.0, 1.0)
+        pyg_out = lambda b: model(b.x, b.edge_index, b.edge_attr, b.batch)
+        loss_fn, layout_name = ga.masked_loss("l1"), "hyb"
+    else:  # a model of the models table (forward(data)), its own layout
+        from graph_adapter.app.bench import model_table
+        model = model_table.build(name)
+        pyg_out = model
+        loss_fn, layout_name = ga.masked_loss("l1"), model_table.MODELS[name][2]
+        layout_name = layout_name() if callable(layout_name) else layout_name
     opt = torch.optim.Adam(model.parameters(), lr=2e-3)
     ends, stats = [], None
     if variant == "pyg":
@@ -59,19 +75,18 @@ _CHILD = textwrap.dedent(r"""
         t0 = time.perf_counter()
         for epoch in range(epochs):
             for b in loader:
-                loss = F.l1_loss(model(b.x, b.edge_index, b.edge_attr, b.batch).view(-1),
-                                 b.y.view(-1))
+                loss = F.l1_loss(pyg_out(b).view(-1), b.y.view(-1))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
             ends.append(time.perf_counter() - t0)
     else:
         budget = ga.Budget.fit(graphs, 64, seed=0)
-        layout = _layout_of(graphs, budget, "hyb")
+        layout = _layout_of(graphs, budget, layout_name) if layout_name else {}
         loader = ga.FixedSizeLoader(graphs, budget, shuffle=True, seed=0, **layout)
-        wrapped = ga.ipu_wrap(model, loss_fn=ga.masked_loss("l1"), trim=True)
+        wrapped = ga.ipu_wrap(model, loss_fn=loss_fn, trim=True)
         backend = "eager" if variant == "eager" else "inductor"
-        kwargs = {} if variant == "eager" else {"background": variant == "background"}
+        kwargs = {} if variant == "eager" else {"background": variant.startswith("background")}
         compiled = ga.compile(wrapped, backend, **kwargs)
         t0 = time.perf_counter()
         for epoch in range(epochs):
@@ -88,11 +103,15 @@ _CHILD = textwrap.dedent(r"""
 """)
 
 
-def run_child(variant: str, cache_dir: str, epochs: int, threads: int, limit: int) -> dict:
+def run_child(variant: str, cache_dir: str, epochs: int, threads: int, limit: int,
+              model: str = "demo") -> dict:
     """One fresh process; its epoch ends, plus how long it took to exit (a background
     compile still running is waited for at the exit: the time after training)."""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, BENCH_VARIANT=variant,
-               BENCH_EPOCHS=str(epochs), BENCH_THREADS=str(threads), BENCH_LIMIT=str(limit))
+               BENCH_EPOCHS=str(epochs), BENCH_THREADS=str(threads), BENCH_LIMIT=str(limit),
+               BENCH_MODEL=model)
+    if variant == "background_keep":
+        env["GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD"] = "0"
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
                          text=True)
@@ -112,12 +131,14 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--limit", type=int, default=0, help="molecules (0: all)")
     p.add_argument("--variants", default="pyg,compiled,background,eager")
+    p.add_argument("--model", default="demo",
+                   help="demo, or a model of bench_models.py's table (gine, gin, gcn, gatv2, ogb)")
     args = p.parse_args(argv)
     variants = args.variants.split(",")
     with open("/proc/loadavg") as fh:
         load0 = fh.read().split()[0]
-    print(f"threads {args.threads}, {os.cpu_count()} CPUs, load {load0} at the start; "
-          f"{args.epochs} epochs", flush=True)
+    print(f"model {args.model}, threads {args.threads}, {os.cpu_count()} CPUs, load {load0} "
+          f"at the start; {args.epochs} epochs", flush=True)
     ratios = {}  # (cache, variant) -> [[ratio per epoch] per round]
     for r in range(args.rounds):
         with tempfile.TemporaryDirectory() as root:
@@ -125,7 +146,7 @@ def main(argv=None) -> int:
                 res = {}
                 for v in variants:
                     d = os.path.join(root, v)  # each variant's own cache: cold, then warm
-                    res[v] = run_child(v, d, args.epochs, args.threads, args.limit)
+                    res[v] = run_child(v, d, args.epochs, args.threads, args.limit, args.model)
                     ends = res[v]["epoch_ends_s"]
                     print(f"round {r + 1} {cache:4s} {v:10s} epoch 1 {ends[0]:6.1f} s, "
                           f"epoch {args.epochs} {ends[-1]:6.1f} s, process {res[v]['process_s']:6.1f} s"

@@ -107,7 +107,7 @@ def overhead(argv=None) -> dict:
     torch.manual_seed(0)
     wrapped = ga.ipu_wrap(M._Float(GIN(8, 8, 4, norm="batch_norm"), 8, edges=False),
                           loss_fn=M._wrapped_loss).train()
-    c = ga.compile(wrapped, args.backend)
+    c = ga.compile(wrapped, args.backend, background=False)
     c(flat)["loss"].backward()
     gm = _guard_manager(c)
     local = {"flat": flat, "wrapped": wrapped}
@@ -141,7 +141,7 @@ def overhead(argv=None) -> dict:
     # one model, one optimizer, both ways in turn: the two variants differ in the
     # guard evaluation only (two models would differ in memory layout too)
     w = ga.ipu_wrap(copy.deepcopy(base), loss_fn=M._wrapped_loss).train()
-    cc = ga.compile(w, args.backend)
+    cc = ga.compile(w, args.backend, background=False)
     cc(flats[0])["loss"].backward()
     run = trainer(w, lambda f: cc(f)["loss"], flats)
     steps = {"guards evaluated": run, "guard evaluation skipped": _skipping_guard_eval(run)}

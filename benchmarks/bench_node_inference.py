@@ -106,7 +106,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
     # the demo's inference model (inference_model: no loss, INFER_OPTIONS on the CPU; one
     # more for each larger-batch row) and the training model itself (before)
     compiled = inference_model(wrapped, args.backend, None)
-    before = ga.compile(wrapped, args.backend)
+    before = ga.compile(wrapped, args.backend, background=False)
     compiled.eval()
 
     t = time.perf_counter()
@@ -198,7 +198,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
         import json
 
         other = ga.compile(ga.ipu_wrap(wrapped.model), args.backend,
-                           options=json.loads(args.options))
+                           options=json.loads(args.options), background=False)
         other.eval()
         ours_pass(seeded, other)()
         rows[f"adapter, {args.options}"] = ours_pass(seeded, other)

@@ -93,6 +93,9 @@ DEFAULT_TIMEOUT = 600.0
 MEASURED_STEPS = 8
 #: a switch is undone when the compiled steps' median is slower than the eager ones' by this
 SLOWER_BY = 0.05
+#: whether this process runs torch on one thread fewer while a child compiles (module doc);
+#: if not, the child only lowers its priority (``GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD``)
+GIVE_UP_A_THREAD = os.environ.get("GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD", "1") == "1"
 
 _LIVE: List["_Child"] = []  # every running child of this process (for the exit wait)
 
@@ -222,7 +225,7 @@ class _Threads:
         """Note a child; the thread count its compile is for (this process's own)."""
         if cls.children == 0:
             cls.saved = torch.get_num_threads()
-            if cls.saved > 1:
+            if cls.saved > 1 and GIVE_UP_A_THREAD:
                 torch.set_num_threads(cls.saved - 1)
         cls.children += 1
         return cls.saved
@@ -230,7 +233,7 @@ class _Threads:
     @classmethod
     def child_ended(cls) -> None:
         cls.children -= 1
-        if cls.children == 0 and cls.saved > 1:
+        if cls.children == 0 and cls.saved > 1 and torch.get_num_threads() != cls.saved:
             torch.set_num_threads(cls.saved)
 
 
@@ -239,7 +242,7 @@ def _run_child(inner: Any, flat: Dict[str, Tensor], grad: bool, threads: int,
     """The child's whole life (see the module doc): compile, report as JSON, exit."""
     t0 = time.perf_counter()
     try:
-        if threads == 1:  # no core given up for it: the eager steps go first
+        if threads == 1 or not GIVE_UP_A_THREAD:  # no core given up: the eager steps go first
             try:
                 os.nice(10)
             except OSError:  # not allowed here: compile at the same priority

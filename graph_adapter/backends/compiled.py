@@ -30,10 +30,24 @@ from .select import Measure, Selected, measure_settings
 __all__ = ["CompiledModel", "Compiled", "compile", "register_backend", "BACKENDS",
            "BACKGROUND_DEFAULT"]
 
-#: ``compile(background=None)``: whether the in-process backends that can compile in
-#: the background (``"inductor"`` on the CPU, ``"aot_eager"``) do so by default
-#: (``GRAPH_ADAPTER_BACKGROUND=1`` / ``0`` in the environment at import overrides it)
-BACKGROUND_DEFAULT = os.environ.get("GRAPH_ADAPTER_BACKGROUND", "0") == "1"
+#: ``compile(background=None)``: whether ``"inductor"`` on the CPU compiles in the
+#: background by default (``GRAPH_ADAPTER_BACKGROUND=0`` / ``1`` in the environment at
+#: import overrides it). Measured on the demo's model from a cold and a warm cache, its
+#: training wall time is below the first-step compile's at every epoch count
+#: (docs/benchmarks.md, "First run"). ``"aot_eager"`` only when asked: its child hands
+#: nothing over. Off by default where :func:`_default_off_here` says why.
+BACKGROUND_DEFAULT = os.environ.get("GRAPH_ADAPTER_BACKGROUND", "1") == "1"
+
+
+def _default_off_here() -> str:
+    """Why this process compiles in the foreground by default (``""``: it need not)."""
+    import multiprocessing
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return "a distributed run (every rank would fork a compile of its own)"
+    if multiprocessing.current_process().daemon:
+        return "a daemon process (a data-loading worker): it cannot have children"
+    return ""
 
 
 class CompiledModel(Protocol):
@@ -105,8 +119,10 @@ class Compiled(CompiledHost):
                     precompile: Optional[bool]) -> bool:
         """Whether this model compiles in the background (``background=None``: by
         :data:`BACKGROUND_DEFAULT`, where the backend and model allow it)."""
-        want = BACKGROUND_DEFAULT if background is None else background
-        if not want:
+        if background is None:  # the default: inductor only, never refused aloud
+            if not BACKGROUND_DEFAULT or entry.name != "inductor" or _default_off_here():
+                return False
+        elif not background:
             return False
         dynamo = entry.engine is DynamoEngine
         why = background_refusal(entry.name, device_of(wrapped), precompile_refusal(
@@ -279,9 +295,11 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             later process with the same model, budget, settings and sources load
             it instead of tracing the model again (a warm first training step of
             the demo's model 1.0-1.7 s instead of 3.8-4.9 s, docs/wrapping.md).
-            ``None`` (default): off, unless ``GRAPH_ADAPTER_PRECOMPILE=1`` was in
-            the environment at import; ``True`` for another backend or device
-            raises ``ValueError``. Opt-in: torch marks the API experimental, and
+            ``None`` (default): on where the model compiles in the background
+            (its child hands the program over as an entry), else off unless
+            ``GRAPH_ADAPTER_PRECOMPILE=1`` was in the environment at import;
+            ``False`` turns both off; ``True`` for another backend or device
+            raises ``ValueError``. Otherwise opt-in: torch marks the API experimental, and
             a loaded entry does not see a function of the model replaced at run
             time (:mod:`graph_adapter.backends.inductor.precompile`).
         background: ``"inductor"`` on the CPU (and ``"aot_eager"``): run each new
@@ -294,10 +312,13 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             eagerly and when each mode switched, ``.wait()`` blocks until the
             compiles are done, ``.close()`` stops them. A child that fails
             leaves its mode eager and warns once with the reason.
-            ``None`` (default): :data:`BACKGROUND_DEFAULT` where the backend
-            and model allow it; ``True`` elsewhere raises ``ValueError``
-            naming why (a GPU model, an IPU backend: poptorch compiles before
-            its first step). :mod:`graph_adapter.backends.background`.
+            ``None`` (default): on for ``"inductor"`` with a CPU model where
+            precompiled entries can serve it (:data:`BACKGROUND_DEFAULT`; not
+            in a distributed run, not in a daemon process, not with
+            ``precompile=False``), else off, silently; ``True`` where it
+            cannot serve raises ``ValueError`` naming why (a GPU model, an IPU
+            backend: poptorch compiles before its first step).
+            :mod:`graph_adapter.backends.background`.
         kwargs: backend-specific (see :func:`graph_adapter.ipu.compile_ipu`);
             the in-process backends take none.
 

@@ -219,8 +219,28 @@ def test_background_with_select_is_refused_and_the_default_reaches_compile(monke
         ga.compile(bg, "aot_eager", background=True, select="measure")
     from graph_adapter.backends import compiled as C
     monkeypatch.setattr(C, "BACKGROUND_DEFAULT", True)
-    assert ga.compile(bg, "aot_eager").stats is not None  # the default reaches compile()
-    ga.compile(bg, "aot_eager", select="measure")  # no ValueError: select turns it off
+    assert ga.compile(bg, "inductor").stats is not None  # the default reaches compile()
+    assert ga.compile(bg, "inductor", precompile=False).stats is None
+    assert ga.compile(bg, "aot_eager").stats is None  # inductor only by default
+    ga.compile(bg, "inductor", select="measure")  # no ValueError: select turns it off
+
+
+def test_the_default_stays_in_the_foreground_in_a_distributed_run_and_in_a_daemon(monkeypatch):
+    """Every rank would fork a compile of its own; a data-loading worker cannot fork."""
+    import multiprocessing
+    from types import SimpleNamespace
+    from graph_adapter.backends import compiled as C
+    monkeypatch.setattr(C, "BACKGROUND_DEFAULT", True)
+    _, bg = _pair()
+    with monkeypatch.context() as m:
+        m.setattr(torch.distributed, "is_initialized", lambda: True)
+        assert "distributed" in C._default_off_here()
+        assert ga.compile(bg, "inductor").stats is None
+    with monkeypatch.context() as m:
+        m.setattr(multiprocessing, "current_process", lambda: SimpleNamespace(daemon=True))
+        assert "daemon" in C._default_off_here()
+        assert ga.compile(bg, "inductor").stats is None
+    assert C._default_off_here() == ""
 
 
 def test_an_rnn_model_is_refused_for_inductor_with_the_reason():

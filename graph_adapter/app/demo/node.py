@@ -327,8 +327,9 @@ def _adapter_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module, backend: str,
     # inference batches of their own budget: one more shape (its eval compile is the one
     # the inference needs anyway)
     own = bool(cfg.infer_batch_size) and cfg.infer_batch_size != cfg.batch_size
+    # in the foreground: the node demo times its first step as the compile
     compiled = ga.compile(wrapped, backend, optimizer=opt, **(
-        {"allow_new_shapes": True} if own else {}))
+        {"allow_new_shapes": True} if own else {}), background=False)
     run = NodeRun(name="graph_adapter")
     _log(f"graph_adapter [{backend}]: training {cfg.epochs} epochs of {len(loader)} batches "
          f"(the first step compiles) ...", cfg.progress)
@@ -400,7 +401,7 @@ def inference_model(wrapped: nn.Module, backend: str, compiled: Any) -> Any:
     if backend in IPU_BACKENDS:
         return compiled
     return ga.compile(ga.ipu_wrap(wrapped.model), backend,
-                      options=inference_options(wrapped, backend) or None)
+                      options=inference_options(wrapped, backend) or None, background=False)
 
 
 def inference_options(wrapped: nn.Module, backend: str) -> Dict[str, Any]:

@@ -621,8 +621,8 @@ def _compile_flags(cfg: DemoConfig, backend: str) -> Dict[str, bool]:
     """``compile()``'s precompile and background flags for the adapter's run; the demo's
     default with inductor: train at once (eager) while a child process compiles."""
     background = backend == "inductor" if cfg.background is None else cfg.background
-    return {**({"precompile": True} if cfg.precompile else {}),
-            **({"background": True} if background else {})}
+    # background=False said aloud: the library's default is on
+    return {**({"precompile": True} if cfg.precompile else {}), "background": background}
 
 
 def _wait_for_background(stats: RunStats, compiled: Any, label: str, progress: bool) -> None:
