@@ -20,9 +20,15 @@ __all__ = ["CONTRACT_VERSION", "CONTRACT_FILE", "ONNX_METADATA_KEY", "InputField
            "OutputField", "Rung", "Contract"]
 
 #: bumped when a runtime of an older version could misread a newer contract
-CONTRACT_VERSION = 2
+CONTRACT_VERSION = 3
 #: the version a one-budget contract (no ``rungs``) is written with: older runtimes read it
 ONE_BUDGET_VERSION = 1
+#: the version a ladder without neighbour tables is written with
+LADDER_VERSION = 2
+#: reserved inputs that version 3 added (an ONNX artifact's neighbour tables, built by the
+#: packer: ``docs/dev/FORMAT.md``); a runtime before it cannot build them, so a contract
+#: with them says version 3 and such a runtime refuses it by its version
+TABLE_KEYS = ("in_slots", "in_spill")
 #: the contract's name inside a ``.pt2`` archive (``<archive>/extra/<this>``)
 CONTRACT_FILE = "graph_adapter.json"
 #: the ONNX model's ``metadata_props`` key that holds the contract
@@ -144,7 +150,9 @@ class Contract:
 
     def to_json(self) -> str:
         d = asdict(self)
-        d["contract_version"] = CONTRACT_VERSION if self.rungs else ONE_BUDGET_VERSION
+        tables = any(f.kind == "reserved" and f.key in TABLE_KEYS for f in self.inputs)
+        d["contract_version"] = CONTRACT_VERSION if tables else (
+            LADDER_VERSION if self.rungs else ONE_BUDGET_VERSION)
         if not self.onnx_rung_input:  # one-budget contracts stay as version 1 wrote them
             del d["onnx_rung_input"], d["onnx_rung_dims"]
         return json.dumps(d, indent=1, sort_keys=True)

@@ -8,6 +8,11 @@ padded calls as the budget allows: real rows first, exactly as ``collate_padded`
 them out; padding nodes (zero features) fill the padding graph slots ``g .. G - 1`` (one
 each while they last, the rest in slot ``G - 1``); padding edges are self-loops on the
 last node ``N - 1``; padding graph-level float rows are NaN, integer ones 0.
+
+An ONNX artifact whose edge sums read neighbour tables (its contract has the reserved
+inputs ``in_slots`` ``[N, S]`` and ``in_spill`` ``[2, K]``, ``docs/dev/FORMAT.md``) gets
+them built here from the call's ``edge_index`` (:func:`in_tables`); a call is closed
+before its edges past the width ``S`` would be more than ``K``.
 """
 from __future__ import annotations
 
@@ -20,7 +25,12 @@ from .errors import (EdgeIndexError, FeatureDtypeError, FeatureShapeError, Graph
 from .ops import dtype_name
 
 __all__ = ["Graph", "read_graph", "plan_calls", "plan_ladder", "pack_call", "slot_counts",
-           "CALL_OVERHEAD_ROWS"]
+           "in_tables", "spill_counts", "CALL_OVERHEAD_ROWS", "SLOTS", "SPILL"]
+
+#: the reserved inputs of an ONNX artifact whose edge sums gather over neighbour tables:
+#: ``in_slots`` [N, S] (each node's real in-edge ids, then ``E``), ``in_spill`` [2, K]
+#: (the in-edges past a node's width: edge id, node; padding ``(E, N - 1)``)
+SLOTS, SPILL = "in_slots", "in_spill"
 
 
 @dataclass
@@ -122,7 +132,13 @@ def read_graph(contract: Contract, ops: Any, graph: Any, i: int) -> Graph:
     return Graph(feats, nodes, edges, ignored, i)
 
 
-def _too_large(contract: Contract, g: Graph, i: int) -> str:
+def _too_large(contract: Contract, g: Graph, i: int, spill: int = 0) -> str:
+    width, K = _table_sizes(contract)
+    if K and spill > K:
+        return (f"graph {i} has {spill} in-edges past the {width} each node's row of the "
+                f"artifact's neighbour table holds, more than one call takes ({K}: the "
+                f"spill capacity, in_spill); export with data that includes such graphs "
+                f"(the width is fitted on the data's in-degrees), or leave it out")
     return (f"graph {i} has {g.nodes} nodes and {g.edges} edges; one call of this artifact "
             f"takes at most {contract.max_graph_nodes} nodes and {contract.edges} edges per "
             f"graph (budget nodes={contract.nodes}, edges={contract.edges}, "
@@ -133,26 +149,30 @@ def _too_large(contract: Contract, g: Graph, i: int) -> str:
 def plan_calls(contract: Contract, graphs: Sequence[Graph]) -> List[List[int]]:
     """Graph positions per padded call: request order, each call filled while it fits.
 
-    A call holds at most ``G - 1`` graphs, ``N - 2`` nodes, ``E`` edges, and keeps
-    ``N - n >= G - g`` (no padding graph slot without a node). Raises
+    A call holds at most ``G - 1`` graphs, ``N - 2`` nodes, ``E`` edges, keeps
+    ``N - n >= G - g`` (no padding graph slot without a node), and (neighbour tables)
+    at most ``K`` in-edges past the width ``S`` (:func:`spill_counts`). Raises
     ``GraphTooLargeError`` before any call when a graph cannot fit even alone.
     """
     N, E, G = contract.nodes, contract.edges, contract.graphs
+    width, K = _table_sizes(contract)
+    spills = spill_counts(graphs, width) if K else [0] * len(graphs)
     for i, g in enumerate(graphs):
-        if g.nodes > contract.max_graph_nodes or g.edges > E:
-            raise GraphTooLargeError(_too_large(contract, g, i), i)
+        if g.nodes > contract.max_graph_nodes or g.edges > E or spills[i] > K:
+            raise GraphTooLargeError(_too_large(contract, g, i, spills[i]), i)
     calls: List[List[int]] = []
     cur: List[int] = []
-    n = e = 0
+    n = e = sp = 0
     for i, g in enumerate(graphs):
         k = len(cur) + 1
         if cur and (k > G - 1 or n + g.nodes > N - 2 or e + g.edges > E
-                    or N - (n + g.nodes) < G - k):
+                    or N - (n + g.nodes) < G - k or sp + spills[i] > K):
             calls.append(cur)
-            cur, n, e = [], 0, 0
+            cur, n, e, sp = [], 0, 0, 0
         cur.append(i)
         n += g.nodes
         e += g.edges
+        sp += spills[i]
     if cur:
         calls.append(cur)
     return calls
@@ -198,6 +218,8 @@ def pack_call(contract: Contract, ops: Any, graphs: Sequence[Graph]) -> Dict[str
     slots = slot_counts(node_counts, G, N - n)
     out: Dict[str, Any] = {}
     for f in contract.inputs:
+        if f.kind == "reserved" and f.key in (SLOTS, SPILL):
+            continue  # built from the call's edge_index below
         if f.kind == "reserved":
             out[f.key] = _reserved(ops, f, slots, n, e, k, contract)
             continue
@@ -207,6 +229,11 @@ def pack_call(contract: Contract, ops: Any, graphs: Sequence[Graph]) -> Dict[str
         budget = {"node": N, "edge": E, "graph": G * f.rows}[f.level]
         total = {"node": n, "edge": e, "graph": k * f.rows}[f.level]
         out[f.key] = _padded_feature(ops, f, [g.features[f.key] for g in graphs], total, budget)
+    width, spill = _table_sizes(contract)
+    if width:
+        slots_, spill_ = in_tables(ops.asarray(out["edge_index"])[1], e, N, width, spill)
+        tables = {SLOTS: ops.asarray(slots_), SPILL: ops.asarray(spill_)}
+        out = {f.key: out[f.key] if f.key in out else tables[f.key] for f in contract.inputs}
     return out
 
 
@@ -274,12 +301,14 @@ def _cost(c: Contract) -> int:
     return c.nodes + c.edges + CALL_OVERHEAD_ROWS
 
 
-def _fits(c: Contract, g: Graph) -> bool:
-    return g.nodes <= c.max_graph_nodes and g.edges <= c.edges
+def _fits(c: Contract, g: Graph, spill: int = 0) -> bool:
+    return g.nodes <= c.max_graph_nodes and g.edges <= c.edges and spill <= _table_sizes(c)[1]
 
 
-def _ladder_too_large(rungs: Sequence[Contract], g: Graph, i: int) -> str:
+def _ladder_too_large(rungs: Sequence[Contract], g: Graph, i: int, spill: int = 0) -> str:
     top = max(rungs, key=lambda c: (c.max_graph_nodes, c.edges))
+    if spill > _table_sizes(top)[1]:
+        return _too_large(top, g, i, spill)
     return (f"graph {i} has {g.nodes} nodes and {g.edges} edges; the top rung of this "
             f"ladder (nodes={top.nodes}, edges={top.edges}, graphs={top.graphs}) takes at "
             f"most {top.max_graph_nodes} nodes and {top.edges} edges per graph. It is never "
@@ -303,15 +332,17 @@ def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph]
     """
     order = sorted(range(len(rungs)), key=lambda r: _cost(rungs[r]))
     bulk = max(order, key=lambda r: (rungs[r].graphs, -_cost(rungs[r])))
+    width = max(_table_sizes(c)[0] for c in rungs)  # (every rung has the same width)
+    spills = spill_counts(graphs, width) if width else [0] * len(graphs)
     out: List[Tuple[int, List[int]]] = []
     rest: List[int] = []
     for i, g in enumerate(graphs):
-        if _fits(rungs[bulk], g):
+        if _fits(rungs[bulk], g, spills[i]):
             rest.append(i)
             continue
-        home = next((r for r in order if _fits(rungs[r], g)), None)
+        home = next((r for r in order if _fits(rungs[r], g, spills[i])), None)
         if home is None:
-            raise GraphTooLargeError(_ladder_too_large(rungs, g, i), i)
+            raise GraphTooLargeError(_ladder_too_large(rungs, g, i, spills[i]), i)
         out.append((home, [i]))
     calls = plan_calls(rungs[bulk], [graphs[i] for i in rest])
     for call in calls[:-2]:
@@ -320,10 +351,9 @@ def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph]
     while tail:
         best = None
         for r in order:
-            part = [graphs[i] for i in tail]
-            if not all(_fits(rungs[r], g) for g in part):
+            if not all(_fits(rungs[r], graphs[i], spills[i]) for i in tail):
                 continue
-            plan = plan_calls(rungs[r], part)
+            plan = plan_calls(rungs[r], [graphs[i] for i in tail])
             cost = len(plan) * _cost(rungs[r])
             if best is None or cost < best[0]:
                 best = (cost, r, plan)
@@ -332,3 +362,71 @@ def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph]
         out.append((r, [tail[j] for j in plan[0]]))
         tail = [tail[j] for call in plan[1:] for j in call]
     return out
+
+
+def _table_sizes(c: Contract) -> Tuple[int, int]:
+    """``(S, K)``: the width of ``c``'s ``in_slots`` and the capacity of its ``in_spill``
+    (``(0, 0)``: an artifact without neighbour tables)."""
+    width = spill = 0
+    for f in c.inputs:
+        if f.kind == "reserved" and f.key in (SLOTS, SPILL) and len(f.shape) == 2:
+            if f.key == SLOTS:
+                width = int(f.shape[1])
+            else:
+                spill = int(f.shape[1])
+    return width, spill
+
+
+def spill_counts(graphs: Sequence[Graph], width: int, key: str = "edge_index") -> List[int]:
+    """Per graph, its in-edges past the first ``width`` of each node (those a call's
+    ``in_spill`` must hold): one ``bincount`` over the request's target row ``key[1]``.
+    Indices outside their graph are clipped here (``pack_call`` names them)."""
+    import numpy as np
+
+    if not graphs:
+        return []
+    nodes = np.array([g.nodes for g in graphs], dtype=np.int64)
+    edges = np.array([g.edges for g in graphs], dtype=np.int64)
+    if not edges.sum():
+        return [0] * len(graphs)
+    local = np.concatenate([np.asarray(g.features[key])[1] for g in graphs]).astype(np.int64)
+    local = np.maximum(np.minimum(local, np.repeat(nodes - 1, edges)), 0)
+    deg = np.bincount(local + np.repeat(np.cumsum(nodes) - nodes, edges),
+                      minlength=int(nodes.sum()))
+    over = np.maximum(deg[:int(nodes.sum())] - width, 0)
+    per = np.bincount(np.repeat(np.arange(len(graphs)), nodes), weights=over,
+                      minlength=len(graphs))
+    return [int(v) for v in per]
+
+
+def in_tables(target: Any, real: int, num_nodes: int, width: int, spill: int
+              ) -> Tuple[Any, Any]:
+    """``(in_slots [num_nodes, width], in_spill [2, spill])`` (int64 numpy) of a padded
+    call whose target row is ``target`` (``[E]``, its first ``real`` entries the real
+    edges): row ``n`` of ``in_slots`` holds the ids of the real edges into ``n`` in
+    increasing order, then ``E`` (the id of a zero row); the edges past a node's width
+    go to ``in_spill`` (edge id, node), padded with ``(E, num_nodes - 1)``. Padding
+    edges are in neither (they only touch padding nodes). The layout of
+    ``FixedSizeLoader(layout="hyb")`` (``graph_adapter.batching``, not imported here:
+    it needs torch); ``ValueError`` when more than ``spill`` edges are past the width
+    (:func:`plan_calls` never packs such a call)."""
+    import numpy as np
+
+    E = int(np.asarray(target).shape[0])
+    key = np.asarray(target)[:real].astype(np.int64)
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    deg = np.bincount(ks, minlength=num_nodes)
+    pos = np.arange(ks.size) - (np.cumsum(deg) - deg)[ks]
+    table = np.full((num_nodes, width), E, dtype=np.int64)
+    fits = pos < width
+    table[ks[fits], pos[fits]] = order[fits]
+    over = np.flatnonzero(~fits)
+    if over.size > spill:
+        raise ValueError(f"{over.size} in-edges past the width {width}: more than the "
+                         f"spill capacity {spill}")
+    lst = np.empty((2, spill), dtype=np.int64)
+    lst[0], lst[1] = E, num_nodes - 1
+    lst[0, :over.size] = order[over]
+    lst[1, :over.size] = ks[over]
+    return table, lst

@@ -154,9 +154,7 @@ class Predictor:
         self.calls = 0
         self.ignored_keys: set = set()
         # a ladder: each rung as a contract of its own budget (what pack_call packs for)
-        self.rungs = [dataclasses.replace(contract, nodes=r.nodes, edges=r.edges,
-                                          graphs=r.graphs, rungs=())
-                      for r in contract.rungs]
+        self.rungs = [rung_contract(contract, i) for i in range(len(contract.rungs))]
         #: calls run so far per rung (by its program name); a ladder only
         self.rung_calls: Dict[str, int] = {r.program: 0 for r in contract.rungs}
 
@@ -216,6 +214,26 @@ class Predictor:
             for i, p in zip(call, split_per_graph(self._call_contract(r), out, part)):
                 preds[i] = p
         return preds
+
+
+def rung_contract(contract: Contract, i: int) -> Contract:
+    """Rung ``i`` of a ladder as a contract of its own budget (what ``pack_call`` packs
+    for): its sizes, and the padded shapes of the reserved inputs whose ONNX dims differ
+    between rungs (an ONNX ladder's neighbour tables: ``[N, S]``, ``[2, K]``) read from
+    ``onnx_rung_dims`` (``<onnx input>_dim<k>``)."""
+    r = contract.rungs[i]
+    dims = contract.onnx_rung_dims
+    names = contract.onnx_input_names or ("",) * len(contract.inputs)
+    inputs = []
+    for f, name in zip(contract.inputs, names):
+        if f.kind == "reserved" and name and any(f"{name}_dim{k}" in dims
+                                                 for k in range(len(f.shape))):
+            shape = tuple(dims[f"{name}_dim{k}"][i] if f"{name}_dim{k}" in dims else s
+                          for k, s in enumerate(f.shape))
+            f = dataclasses.replace(f, shape=shape)
+        inputs.append(f)
+    return dataclasses.replace(contract, nodes=r.nodes, edges=r.edges, graphs=r.graphs,
+                               rungs=(), inputs=tuple(inputs))
 
 
 def split_per_graph(contract: Contract, out: Mapping[str, Any], graphs: Sequence[Graph]

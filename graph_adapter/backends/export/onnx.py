@@ -14,12 +14,15 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from ...batching import Budget
-from ...serve import ONNX_METADATA_KEY, Contract, Rung
+from ... import serve as _serve
+from ...format import ELL_IN as SLOTS
+from ...format import SPILL_IN as SPILL
+from ...serve import ONNX_METADATA_KEY, Contract, InputField, Rung
 from .checks import Case, check_cases, max_diff
 from .contract import updated
 from .errors import UnsupportedExportError
 from .ladder import rung_batches
-from .onnx_rewrites import deterministic_row_scatters, ladder_model
+from .onnx_rewrites import deterministic_row_scatters, ladder_model, table_row_scatters
 from .trace import Inference, rewritten_program, trace
 
 __all__ = ["CHECK_THREADS", "CHECK_RUNS", "ONNX_RUNG_INPUT", "onnx_session", "onnx_node_layer",
@@ -38,6 +41,80 @@ CHECK_RUNS = 2
 #: the int64 scalar input of an ONNX ladder that selects the rung
 #: (``Contract.onnx_rung_input``)
 ONNX_RUNG_INPUT = "graph_adapter_rung"
+
+
+#: the ONNX input names of the neighbour tables (contract keys ``in_slots``, ``in_spill``)
+ONNX_TABLE_INPUTS = {SLOTS: "graph_adapter_in_slots", SPILL: "graph_adapter_in_spill"}
+
+
+#: the narrowest table width export fits (most atoms of organic molecules take 4 in-edges)
+MIN_WIDTH = 4
+
+
+#: the smallest spill capacity of a call: ``max(MIN_SPILL, G // 4)``, or what the data
+#: needs, so that a few graphs with hubs past the width still share a call
+MIN_SPILL = 16
+
+
+#: the width covers at least this share of the nodes' in-degrees (the rest spill)
+COVER = 0.995
+
+
+def _fit_width(degrees: "Any") -> int:
+    """The table width for nodes of in-degrees ``degrees`` (numpy, real nodes): the
+    smallest covering :data:`COVER` of them, at least :data:`MIN_WIDTH` (at most the
+    largest degree, at least 1)."""
+    import numpy as np
+
+    if not degrees.size:
+        return 1
+    cover = int(np.sort(degrees)[int(np.ceil(COVER * degrees.size)) - 1])
+    return max(1, min(max(cover, MIN_WIDTH), int(degrees.max())))
+
+
+def _fit_spill(spills: Sequence[int], graphs: int) -> int:
+    """The spill capacity of calls of ``graphs`` slots: the ``graphs - 1`` largest
+    per-graph (or per-batch) spills added up, at least :data:`MIN_SPILL` and ``G // 4``."""
+    top = sorted(spills, reverse=True)[:max(graphs - 1, 1)]
+    return max(int(sum(top)), MIN_SPILL, graphs // 4)
+
+
+def _case_degrees(full: Mapping[str, torch.Tensor]) -> "Any":
+    """The real nodes' in-degrees (numpy) of a padded batch (its masks count them)."""
+    import numpy as np
+
+    e = int(full["edge_mask"].sum()) if "edge_mask" in full else full["edge_index"].shape[1]
+    n = int(full["node_mask"].sum()) if "node_mask" in full else full["batch"].shape[0]
+    return np.bincount(full["edge_index"][1, :e].numpy(), minlength=n)[:n]
+
+
+def _graph_spills(data: Sequence[Any], width: int) -> List[int]:
+    """Each graph's in-edges past ``width`` per node."""
+    import numpy as np
+
+    out = []
+    for g in data:
+        deg = np.bincount(g.edge_index[1].numpy(), minlength=int(g.num_nodes))
+        out.append(int(np.maximum(deg - width, 0).sum()))
+    return out
+
+
+def _with_tables(cases: Sequence[Case], nodes: int, width: int, spill: int) -> List[Case]:
+    """``cases`` with each fed batch's neighbour tables (as ``serve`` packs them)."""
+    out = []
+    for flat, ref, full in cases:
+        e = int(full["edge_mask"].sum()) if "edge_mask" in full else flat["edge_index"].shape[1]
+        # the packer's own function (serve.pack, loaded with serve): the same tables
+        slots, lst = _serve.pack.in_tables(flat["edge_index"][1].numpy(), e, nodes, width, spill)
+        out.append(({**flat, SLOTS: torch.from_numpy(slots), SPILL: torch.from_numpy(lst)},
+                    ref, full))
+    return out
+
+
+def _table_fields(nodes: int, width: int, spill: int) -> Tuple[InputField, InputField]:
+    """The contract's reserved inputs of the neighbour tables."""
+    return (InputField(SLOTS, "reserved", "node", "int64", (nodes, width)),
+            InputField(SPILL, "reserved", "other", "int64", (2, spill)))
 
 
 def onnx_session(model: bytes, threads: Optional[int],
@@ -149,11 +226,15 @@ def _onnx_program(ep: Any) -> Any:
             f"ops the ONNX exporter knows") from e
 
 
-def _onnx_proto(ep: Any, rewrite: bool) -> Tuple[Any, Tuple[str, ...]]:
+def _onnx_proto(ep: Any, rewrite: bool, tables: Optional[Tuple[int, int, int, int]] = None
+                ) -> Tuple[Any, Tuple[str, ...]]:
     """``(model, input names)``: the ONNX model of ``ep`` (its row scatters made
-    deterministic with ``rewrite``) and the ONNX input name of each of ``ep``'s user
-    inputs (``""``: pruned from the ONNX graph, as an input the program never reads may
-    be: fed as nothing)."""
+    deterministic with ``rewrite``: the sums of edge rows into their target nodes over
+    neighbour tables when ``tables`` (``(position of edge_index among the user inputs,
+    nodes, width, spill)``) is given, the rest as sorted segments) and the ONNX
+    input name of each of ``ep``'s user inputs (``""``: pruned from the ONNX graph, as
+    an input the program never reads may be: fed as nothing), then of the two table
+    inputs when the model reads them (``in_slots``, ``in_spill``)."""
     try:
         import onnx  # noqa: F401
         import onnxruntime  # noqa: F401
@@ -161,10 +242,16 @@ def _onnx_proto(ep: Any, rewrite: bool) -> Tuple[Any, Tuple[str, ...]]:
         raise ImportError("format='onnx' needs onnx, onnxscript and onnxruntime: "
                           "pip install 'graph_adapter[serve]'") from e
     proto = _onnx_program(ep).model_proto
-    if rewrite:
-        deterministic_row_scatters(proto)
     names = {i.name for i in proto.graph.input}
-    return proto, tuple(n if n in names else "" for n in ep.graph_signature.user_inputs)
+    user = tuple(n if n in names else "" for n in ep.graph_signature.user_inputs)
+    if not rewrite:
+        return proto, user
+    done = 0
+    if tables is not None and user[tables[0]]:
+        done = table_row_scatters(proto, user[tables[0]], ONNX_TABLE_INPUTS[SLOTS],
+                                  ONNX_TABLE_INPUTS[SPILL], *tables[1:])
+    deterministic_row_scatters(proto)
+    return proto, user + ((ONNX_TABLE_INPUTS[SLOTS], ONNX_TABLE_INPUTS[SPILL]) if done else ())
 
 
 def _save_onnx(proto: Any, contract: Contract, path: str) -> None:
@@ -179,13 +266,42 @@ def _save_onnx(proto: Any, contract: Contract, path: str) -> None:
     os.replace(tmp, path)
 
 
+def _batch_tables(contract: Contract, cases: Sequence[Case]) -> Optional[Tuple[int, int]]:
+    """``(width, spill)`` of a one-budget artifact's tables, fitted on its check batches
+    (``None``: the program takes no ``edge_index``)."""
+    import numpy as np
+
+    if "edge_index" not in contract.input_keys() or not contract.edges:
+        return None
+    degrees = [_case_degrees(full) for _, _, full in cases]
+    width = _fit_width(np.concatenate(degrees))
+    worst = max(int(np.maximum(d - width, 0).sum()) for d in degrees)
+    return width, max(worst, MIN_SPILL, contract.graphs // 4)
+
+
+def _tabled(contract: Contract, names: Tuple[str, ...], cases: Sequence[Case], nodes: int,
+            sizes: Optional[Tuple[int, int]]) -> Tuple[Tuple[InputField, ...], List[Case]]:
+    """``(inputs, cases)``: the contract's inputs and the check cases, with the tables
+    when the model reads them (``names`` ends with theirs)."""
+    if sizes is None or ONNX_TABLE_INPUTS[SLOTS] not in names:
+        return contract.inputs, list(cases)
+    return (contract.inputs + _table_fields(nodes, *sizes),
+            _with_tables(cases, nodes, *sizes))
+
+
 def write_onnx(ep: Any, path: str, contract: Contract, cases: Sequence[Case],
                rewrite: bool = True, threads: Optional[int] = None) -> Contract:
     """The ONNX artifact of the program ``ep`` for one budget: exported, checked on
-    ``cases`` (:func:`_check_onnx`), written with its contract; returns the contract."""
-    proto, in_names = _onnx_proto(ep, rewrite)
+    ``cases`` (:func:`_check_onnx`), written with its contract; returns the contract.
+    Its edge sums read neighbour tables fitted on the check batches (width: the
+    in-degrees of :data:`COVER` of their nodes, at least :data:`MIN_WIDTH`)."""
+    sizes = _batch_tables(contract, cases) if rewrite else None
+    at = (contract.input_keys().index("edge_index"), contract.nodes) + sizes if sizes else None
+    proto, in_names = _onnx_proto(ep, rewrite, at)
+    inputs, cases = _tabled(contract, in_names, cases, contract.nodes, sizes)
     out_names = tuple(o.name for o in proto.graph.output)
-    contract = updated(contract, onnx_input_names=in_names, onnx_output_names=out_names)
+    contract = updated(contract, inputs=inputs, onnx_input_names=in_names,
+                       onnx_output_names=out_names)
     worst, = _check_onnx(proto, contract, cases, threads)
     contract = updated(contract, verified_max_abs_diff=worst)
     _save_onnx(proto, contract, path)
@@ -202,25 +318,43 @@ def write_onnx_ladder(module: Inference, dropped: List[str], budgets: Sequence[B
     import numpy as np
 
     protos, groups, in_names = [], [], None
+    width = spills = None
+    if rewrite and "edge_index" in contract.input_keys() and contract.edges:
+        degrees = [np.bincount(g.edge_index[1].numpy(), minlength=int(g.num_nodes))
+                   for g in data]
+        width = _fit_width(np.concatenate(degrees) if degrees else np.zeros(0, np.int64))
+        spills = [int(np.maximum(d - width, 0).sum()) for d in degrees]
+    rung_inputs: List[Tuple[InputField, ...]] = []
     for i, b in enumerate(budgets):
         cases = check_cases(module, dropped, None, rung_batches(data, b))
         fed = cases[0][0]
         ep = trace(module, fed)
         if rewrite:
             ep, _ = rewritten_program(ep, fed)
-        proto, names = _onnx_proto(ep, rewrite)
+        sizes = None if width is None else (width, _fit_spill(spills, int(b.graphs)))
+        at = (contract.input_keys().index("edge_index"), int(b.nodes)) + sizes if sizes else None
+        proto, names = _onnx_proto(ep, rewrite, at)
+        tabled, cases = _tabled(contract, names, cases, int(b.nodes), sizes)
+        rung_inputs.append(tabled)
         # an input any rung reads is an input of the ladder (each rung reads what it needs)
+        names = names + ("",) * (len(contract.inputs) + 2 - len(names))
         in_names = names if in_names is None else tuple(a or n for a, n in zip(in_names, names))
         protos.append(proto)
         groups.append((np.zeros(i + 1, dtype=np.int64), i,
                        f" of rung nodes={b.nodes}, edges={b.edges}, graphs={b.graphs},", cases))
-    merged, dims = ladder_model(protos, ONNX_RUNG_INPUT)
     top = max(range(len(budgets)), key=lambda i: (budgets[i].nodes + budgets[i].edges))
+    # the top rung's table sizes at the top level (the runtime reads each rung's from
+    # onnx_rung_dims); a rung without tables reads none of them
+    inputs = max(rung_inputs, key=len) if len(rung_inputs[top]) < max(map(len, rung_inputs)) \
+        else rung_inputs[top]
+    in_names = in_names[:len(inputs)]
+    merged, dims = ladder_model(protos, ONNX_RUNG_INPUT)
     rungs = tuple(Rung(int(b.nodes), int(b.edges), int(b.graphs), f"rung{i}")
                   for i, b in enumerate(budgets))
     t = budgets[top]
     contract = updated(contract, nodes=int(t.nodes), edges=int(t.edges), graphs=int(t.graphs),
-                       rungs=rungs, onnx_rung_input=ONNX_RUNG_INPUT, onnx_input_names=in_names,
+                       inputs=inputs, rungs=rungs, onnx_rung_input=ONNX_RUNG_INPUT,
+                       onnx_input_names=in_names,
                        onnx_rung_dims={k: tuple(v) for k, v in dims.items()},
                        onnx_output_names=tuple(o.name for o in merged.graph.output))
     # each rung checked in the session serve makes for it (its sizes as dim overrides)

@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 __all__ = ["deterministic_row_scatters", "scatter_rows_as_scatter_nd", "drop_dead_nodes",
-           "ladder_model"]
+           "ladder_model", "table_row_scatters"]
 
 #: the shape constant of the ``[-1, 1]`` row index the rewrite adds (one per model)
 _ROW_INDEX_SHAPE = "graph_adapter_row_index_shape"
@@ -305,6 +305,8 @@ class _Deterministic:
         """The nodes that replace ``node`` (module doc), or ``None`` to keep it."""
         from onnx import TensorProto, helper
 
+        if node.name.endswith(_SPILL_ADD):
+            return None
         data = self.types.get(node.input[0]) if node.input else None
         elem = data.elem_type if data is not None else TensorProto.UNDEFINED
         # (bfloat16 has no numpy dtype for the zero row: kept; ScatterElements is deterministic)
@@ -373,12 +375,133 @@ def deterministic_row_scatters(model: Any) -> int:
         done += replaced is not None
     if done:
         graph = model.graph
+        have = {i.name for i in graph.initializer}  # (table_row_scatters may have added them)
         graph.initializer.extend(numpy_helper.from_array(np.array(v, dtype=np.int64), k)
-                                 for k, v in _DET_CONSTANTS.items())
+                                 for k, v in _DET_CONSTANTS.items() if k not in have)
         graph.initializer.extend(rewrite.initializers)
         del graph.node[:]
         graph.node.extend(nodes)
         drop_dead_nodes(graph)
+    return done
+
+
+# ------------------------------------------------------------- neighbour-table sums
+#: the name suffix of the spill's ScatterElements (:func:`table_row_scatters`)
+_SPILL_ADD = "__spill_add"
+
+
+def _is_zero(graph: Any, producers: Dict[str, Any], name: str) -> bool:
+    """Whether ``name`` is all zeros: a zero constant, or ``ConstantOfShape`` /
+    ``Expand`` of one (the ``zeros`` a scatter add starts from)."""
+    from onnx import numpy_helper
+
+    node = producers.get(name)
+    if node is not None and node.op_type == "ConstantOfShape":
+        value = next((a.t for a in node.attribute if a.name == "value"), None)
+        return value is None or not numpy_helper.to_array(value).any()
+    if node is not None and node.op_type == "Expand":
+        return _is_zero(graph, producers, node.input[0])
+    value = _constant(graph, producers, name)
+    return value is not None and not value.any()
+
+
+def _target_row(graph: Any, producers: Dict[str, Any], row: str, edge_index: str) -> bool:
+    """Whether ``row`` is ``Gather(edge_index, 1, axis=0)``: the edges' target row."""
+    node = producers.get(row)
+    if node is None or node.op_type != "Gather" or node.input[0] != edge_index \
+            or _attrs(node).get("axis", 0) != 0:
+        return False
+    one = _constant(graph, producers, node.input[1])
+    return one is not None and one.ndim == 0 and int(one) == 1
+
+
+def _table_sum(node: Any, slots: str, elem: int, rank: int, zero_data: bool) -> List[Any]:
+    """The nodes that replace one target-row scatter add ``node`` (:func:`table_row_scatters`)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    emit = _Emit(node.output[0])
+    upd = node.input[2]
+    tail = emit("Slice", [emit("Shape", [upd]), "graph_adapter_det_one1", "graph_adapter_det_end"])
+    zero = numpy_helper.from_array(np.zeros(1, dtype=helper.tensor_dtype_to_np_dtype(elem)))
+    zrow = emit("ConstantOfShape", [emit("Concat", ["graph_adapter_det_one1", tail], axis=0)],
+                value=zero)
+    rows = emit("Concat", [upd, zrow], axis=0)  # row E: the zero row padding slots read
+    summed = emit("ReduceSum", [emit("Gather", [rows, slots], axis=0), "graph_adapter_det_one1"],
+                  keepdims=0)
+    spilled = emit("Gather", [rows, "graph_adapter_spill_ids"], axis=0)
+    index = _expanded(emit, "graph_adapter_spill_nodes", spilled, rank)
+    # (named so that deterministic_row_scatters keeps it: a ScatterElements of a few
+    # rows is deterministic and cheap; sorting them would cost more than it saves)
+    spill_sum = f"{node.output[0]}{_SPILL_ADD}"
+    emit.nodes.append(helper.make_node("ScatterElements", [summed, index, spilled], [spill_sum],
+                                       name=spill_sum, axis=0, reduction="add"))
+    summed = spill_sum
+    if zero_data:  # the zeros the scatter starts from: nothing to add
+        emit.nodes.append(helper.make_node("Identity", [summed], list(node.output),
+                                           name=f"{node.output[0]}__tables"))
+    else:
+        emit.nodes.append(helper.make_node("Add", [node.input[0], summed], list(node.output),
+                                           name=f"{node.output[0]}__add"))
+    return emit.nodes
+
+
+def table_row_scatters(model: Any, edge_index: str, slots: str, spill: str,
+                       nodes: int, width: int, capacity: int) -> int:
+    """Rewrite every row scatter add of ``model`` (in place) that sums edge rows into
+    their target nodes (``ScatterElements(axis=0, add)`` of float rows whose row index
+    is ``edge_index[1]``, into ``nodes`` rows) as sums over neighbour tables, two new
+    int64 inputs: ``slots`` ``[nodes, width]`` (each node's real in-edge ids, then
+    ``E``) and ``spill`` ``[2, capacity]`` (edges past a node's width: edge id, node;
+    padding ``(E, nodes - 1)``), as ``graph_adapter.serve`` packs them. Each sum is
+    ``Gather`` of the rows (a zero row appended as row ``E``) to ``[nodes, width, ...]``
+    and ``ReduceSum`` over the width, then the spilled rows added with a
+    ``ScatterElements`` of ``capacity`` rows: every kernel gives the same bits at any
+    thread count, the reduction is parallel over nodes, and a NaN or an infinity stays
+    in its own node's row. Padding edges are in no table, so padding nodes' rows
+    differ from the eager ones (real rows are equal: padding edges touch padding nodes
+    only). Returns how many; the other scatters are left for
+    :func:`deterministic_row_scatters`."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    if not any(i.name == edge_index for i in graph.input):
+        return 0
+    producers = {out: n for n in graph.node for out in n.output}
+    types = _value_types(model)
+    out_nodes: List[Any] = []
+    done = 0
+    for node in graph.node:
+        ok = node.op_type == "ScatterElements" and len(node.input) == 3
+        attrs = _attrs(node) if ok else {}
+        t = types.get(node.input[0]) if ok else None
+        dims = t.shape.dim if t is not None and t.HasField("shape") else []
+        row = _row_index(graph, producers, node.input[1]) if ok else None
+        if not (row is not None and attrs.get("axis", 0) == 0 and attrs.get("reduction") == b"add"
+                and t.elem_type in (TensorProto.FLOAT, TensorProto.DOUBLE) and dims
+                and dims[0].dim_value == nodes
+                and _target_row(graph, producers, row, edge_index)):
+            out_nodes.append(node)
+            continue
+        done += 1
+        out_nodes.extend(_table_sum(node, slots, t.elem_type, len(dims),
+                                    _is_zero(graph, producers, node.input[0])))
+    if not done:
+        return 0
+    split = [helper.make_node("Gather", [spill, k], [name], name=name, axis=0)
+             for k, name in (("graph_adapter_det_zero", "graph_adapter_spill_ids"),
+                             ("graph_adapter_det_one", "graph_adapter_spill_nodes"))]
+    have = {i.name for i in graph.initializer}
+    graph.initializer.extend(numpy_helper.from_array(np.array(v, dtype=np.int64), k)
+                             for k, v in {**_DET_CONSTANTS, "graph_adapter_det_one": 1}.items()
+                             if k not in have)
+    del graph.node[:]
+    graph.node.extend(split + out_nodes)
+    graph.input.extend([
+        helper.make_tensor_value_info(slots, TensorProto.INT64, [nodes, width]),
+        helper.make_tensor_value_info(spill, TensorProto.INT64, [2, capacity])])
+    drop_dead_nodes(graph)
     return done
 
 

@@ -1,0 +1,100 @@
+"""ONNX artifacts sum edge rows into their target nodes over the packer's neighbour tables.
+
+``export(..., format="onnx")`` writes PyG's sum aggregation (a ``ScatterElements`` add
+on ``edge_index[1]``) as a ``Gather`` over ``in_slots`` and a ``ReduceSum`` over its
+width, the edges past a node's width added from ``in_spill``: no sort inside the graph
+(``TopK``) and no float64 prefix sums for those sums (the sorted-segment form, 2x
+slower on the demo's model: ``benchmarks/bench_onnx_scatter.py``), the same bits at any
+thread count. Sums on anything else (pooling over ``batch``, a softmax's other rows)
+keep the sorted segments. A graph with a hub past the width (spilled edges) and
+a request whose hubs spill past one call's capacity still give eager's predictions.
+"""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("onnxruntime", reason="the serve extra (onnx, onnxscript, onnxruntime)")
+
+import onnx  # noqa: E402
+from torch_geometric.data import Data  # noqa: E402
+from torch_geometric.nn import GINConv, global_add_pool  # noqa: E402
+
+from graph_adapter import serve  # noqa: E402
+from graph_adapter.backends.export import export  # noqa: E402
+from graph_adapter.batching import Budget  # noqa: E402
+from graph_adapter.nn import ipu_wrap  # noqa: E402
+
+
+class GIN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = GINConv(nn.Sequential(nn.Linear(3, 32), nn.ReLU(), nn.Linear(32, 32)))
+        self.c2 = GINConv(nn.Linear(32, 8))
+
+    def forward(self, x, edge_index, batch):
+        return global_add_pool(self.c2(self.c1(x, edge_index).relu(), edge_index), batch)
+
+
+def _graphs(num, seed, hub=0):
+    """Ring-like graphs (in-degree 2) of 6-12 nodes; with ``hub``, node 0 of every third
+    graph also takes an edge from each other node (in-degree up to ``hub``)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(num):
+        n = int(torch.randint(6, 13, (1,), generator=g))
+        src = torch.cat([torch.arange(n), torch.arange(n)])
+        dst = torch.cat([(torch.arange(n) + 1) % n, (torch.arange(n) + 2) % n])
+        if hub and i % 3 == 0:
+            k = min(hub, n - 1)
+            src, dst = torch.cat([src, torch.arange(1, k + 1)]), torch.cat([dst, torch.zeros(k)])
+        out.append(Data(x=torch.randn(n, 3, generator=g),
+                        edge_index=torch.stack([src, dst]).long()))
+    return out
+
+
+def _eager(model, graphs):
+    with torch.no_grad():
+        return np.stack([model(d.x, d.edge_index, torch.zeros(d.num_nodes, dtype=torch.long))[0]
+                         .numpy() for d in graphs])
+
+
+def test_edge_sums_read_tables_and_match_eager_with_hubs_at_1_2_4_threads(tmp_path):
+    torch.manual_seed(0)
+    model = GIN().eval()
+    data = _graphs(12, seed=1)
+    path = str(tmp_path / "m.onnx")
+    contract = export(ipu_wrap(model), Budget.fit(data, 8), path, format="onnx", example=data[:6])
+    shapes = {f.key: f.shape for f in contract.inputs}
+    width, capacity = shapes["in_slots"][1], shapes["in_spill"][1]
+    assert shapes["in_slots"][0] == contract.nodes and width >= 2
+    proto = onnx.load(path)
+    ops = [n.op_type for n in proto.graph.node]
+    # two edge sums over the tables; the pool over batch: sorted segments (one TopK)
+    assert ops.count("ReduceSum") >= 2 and ops.count("TopK") == 1
+    # hubs past the width spill; enough of them in one request to need several calls
+    requests = _graphs(3 * capacity, seed=2, hub=width + 4)
+    ref = _eager(model, requests)
+    feed = [{"x": d.x.numpy(), "edge_index": d.edge_index.numpy()} for d in requests]
+    for threads in (1, 2, 4):
+        p = serve.load(path, threads=threads)
+        for _ in range(2):
+            got = np.stack(p.predict(feed))
+            np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
+    assert p.calls > 2
+
+
+def test_non_finite_values_stay_in_their_own_graph(tmp_path):
+    torch.manual_seed(0)
+    model = GIN().eval()
+    data = _graphs(6, seed=3)
+    path = str(tmp_path / "m.onnx")
+    export(ipu_wrap(model), Budget.fit(data, 8), path, format="onnx", example=data[:6])
+    feed = [{"x": d.x.numpy(), "edge_index": d.edge_index.numpy()} for d in data]
+    feed[1]["x"] = feed[1]["x"].copy()
+    feed[1]["x"][0, 0] = np.inf
+    got = np.stack(serve.load(path, threads=2).predict(feed))
+    ref = _eager(model, data)
+    keep = [i for i in range(len(data)) if i != 1]
+    np.testing.assert_allclose(got[keep], ref[keep], atol=1e-4, rtol=1e-4)
+    assert not np.isfinite(got[1]).all()
