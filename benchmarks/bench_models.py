@@ -1,7 +1,9 @@
 """The "models" table: compiled training and inference vs eager PyG, per model, geomean.
 
 ``python benchmarks/bench_models.py [--only gcn gin] [--limit 1000] [--rounds 5]
-[--threads 1] [--layout model|none|ell|hyb]``; see
+[--threads 1] [--layout model|none|ell|hyb] [--offset N] [--min-nodes N]``
+(``--offset 3000``: a slice of NCI-5k no setting was tuned on; ``--min-nodes 25``:
+larger molecules, another size distribution); see
 :mod:`graph_adapter.app.bench.model_table` (``graph-adapter bench --only models``).
 
 ``python benchmarks/bench_models.py --overhead [--limit 640] [--rounds 7]``: what a

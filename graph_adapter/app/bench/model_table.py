@@ -254,20 +254,28 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=None, choices=sorted(MODELS))
     ap.add_argument("--limit", type=int, default=1000, help="molecules (default 1000)")
+    ap.add_argument("--offset", type=int, default=0,
+                    help="molecules of NCI-5k skipped first: another slice than the one the "
+                         "settings were tuned on (the first 1000)")
+    ap.add_argument("--min-nodes", type=int, default=0,
+                    help="keep only molecules of at least this many atoms (another size "
+                         "distribution: drug-like molecules are larger than most of NCI-5k's)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--layout", default="model", choices=("model", "none", "ell", "hyb"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    data, _ = load_nci5k(limit=args.limit)
+    data, _ = load_nci5k(limit=None if args.min_nodes else args.offset + args.limit)
+    data = [d for d in data if d.num_nodes >= args.min_nodes][args.offset:args.offset + args.limit]
     for d in data:
         del d.smiles
     budget = ga.Budget.fit(data, args.batch)
     load0 = os.getloadavg()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); {len(data)} NCI-5k "
-          f"molecules, {args.batch} a batch, budget {budget}; best of {args.rounds} interleaved "
+          f"molecules from #{args.offset} of those with >= {args.min_nodes} atoms, {args.batch} a batch, budget {budget}; "
+          f"best of {args.rounds} interleaved "
           f"rounds; cache {os.environ.get('TORCHINDUCTOR_CACHE_DIR')}")
     layout = {"none": None}.get(args.layout, args.layout)
     results = {}
