@@ -50,6 +50,7 @@ from graph_adapter.batching import Budget
 from graph_adapter.nn import ipu_wrap
 
 KEYS = ("x", "edge_index", "edge_attr")
+BEFORE = [None]  # --server-before DIR: a checkout whose server runs as decoder "before"
 
 
 def _clock():
@@ -191,11 +192,20 @@ def _proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _start_server(path, threads, delay_ms):
+#: the server run with the standard library's JSON: orjson made unimportable in its process
+_STDLIB_JSON = ("import sys; sys.modules['orjson'] = None; "
+                "from graph_adapter.serve.server import serve_main; "
+                "sys.exit(serve_main(sys.argv[1:], prog='python -m graph_adapter.serve'))")
+
+
+def _start_server(path, threads, delay_ms, decoder="orjson"):
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.Popen([sys.executable, "-m", "graph_adapter.serve", path, "--port", "0",
+    if decoder == "before":  # another checkout's server (--server-before DIR), stdlib JSON
+        root, decoder = BEFORE[0], "json"
+    head = ["-m", "graph_adapter.serve"] if decoder == "orjson" else ["-c", _STDLIB_JSON]
+    proc = subprocess.Popen([sys.executable, *head, path, "--port", "0",
                              "--threads", str(threads), "--max-delay-ms", str(delay_ms)],
                             stdout=subprocess.PIPE, text=True, cwd=root,
                             env=dict(os.environ, PYTHONPATH=root))
@@ -246,18 +256,74 @@ def _npz_body(graphs):
     return buf.getvalue()
 
 
-def _server(data, artifacts, threads, total, rng, only_sizes):
-    """The server (its own process) under 8 clients vs in-process ``predict``, per size."""
+def _columnar_body(graphs):
+    """The JSON columnar form: each key's rows of every graph concatenated, flat."""
+    import json
+
+    import numpy as np
+
+    cols = {"x": np.concatenate([d.x.numpy() for d in graphs]),
+            "edge_index": np.concatenate([d.edge_index.numpy() for d in graphs], axis=1),
+            "edge_attr": np.concatenate([d.edge_attr.numpy() for d in graphs])}
+    return json.dumps({"num_nodes": [d.num_nodes for d in graphs],
+                       "num_edges": [d.num_edges for d in graphs],
+                       "columns": {k: v.ravel().tolist() for k, v in cols.items()}})
+
+
+def _body(kind, graphs):
+    """(body, graphs, content type) of one request in the form ``kind`` names."""
+    import json
+
+    if kind.endswith("npz"):
+        return _npz_body(graphs), len(graphs), serve.NPZ_TYPE
+    if kind.endswith("columnar"):
+        return _columnar_body(graphs), len(graphs), "application/json"
+    return (json.dumps({"graphs": [{k: d[k].tolist() for k in KEYS} for d in graphs]}),
+            len(graphs), "application/json")
+
+
+def _server_once(path, threads, delay, decoder, bodies, local, local_reqs, repeats):
+    """One server process; ``repeats`` times its 8 clients' pass, then the same requests
+    through in-process ``predict``, back to back. Per pass: (server wall, server CPU,
+    local wall, local CPU); and the calls per request."""
     import http.client
     import json
 
+    proc, port = _start_server(path, threads, delay, decoder)
+    out = []
+    try:
+        _clients(port, bodies[:16])  # warm-up
+        local.predict(local_reqs[0])
+        for _ in range(repeats):
+            cpu0 = _proc_cpu(proc.pid)
+            wall = _clients(port, bodies)
+            cpu = _proc_cpu(proc.pid) - cpu0
+            t, c0 = time.perf_counter(), time.process_time()
+            for r in local_reqs:
+                local.predict(r)
+            out.append((wall, cpu, time.perf_counter() - t, time.process_time() - c0))
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("GET", "/health")
+        health = json.loads(conn.getresponse().read())
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return out, health["calls"] / max(health["requests"], 1)
+
+
+def _server(data, artifacts, threads, total, rng, only_sizes, decoders=("orjson",),
+            delays=(0.0, 2.0), repeats=3):
+    """The server (its own process) under 8 clients vs in-process ``predict``, per size."""
     print(f"\nserver under 8 concurrent clients vs in-process predict, 1 thread "
-          f"(load average now {os.getloadavg()}):")
-    print(f"{'artifact':<16} {'requests':<9} {'delay':>5} {'server mol/s':>12} "
-          f"{'predict mol/s':>13} {'ratio':>6} {'CPU-s/1k mol: server':>10} {'predict':>9} "
-          f"{'calls/req':>9}")
+          f"(load average now {os.getloadavg()}); medians of {repeats} passes, each server "
+          f"pass next to an in-process pass over the same requests:")
+    print(f"{'artifact':<14} {'requests':<14} {'json':<6} {'delay':>5} {'server mol/s':>12} "
+          f"{'predict mol/s':>13} {'ratio':>6} {'(min-max)':>11} {'CPU-s/1k mol: server':>10} "
+          f"{'predict':>8} {'calls/req':>9}")
     sizes = {"1": [1] * total, "16": [16] * (total // 2), "256": [256] * (total // 16),
-             "mixed": _mixed_sizes(rng, total // 4), "256 npz": [256] * (total // 16)}
+             "mixed": _mixed_sizes(rng, total // 4), "256 columnar": [256] * (total // 16),
+             "256 npz": [256] * (total // 16)}
     sizes = {k: v for k, v in sizes.items() if k in only_sizes}
     for name, path in artifacts.items():
         local = serve.load(path, threads=threads)
@@ -265,39 +331,26 @@ def _server(data, artifacts, threads, total, rng, only_sizes):
         kind = "torch" if path.endswith(".pt2") else "numpy"
         for s, ks in sizes.items():
             reqs = [[data[rng.randrange(len(data))] for _ in range(k)] for k in ks]
-            bodies = [(_npz_body(r), len(r), serve.NPZ_TYPE) if s.endswith("npz") else
-                      (json.dumps({"graphs": [{k: d[k].tolist() for k in KEYS} for d in r]}),
-                       len(r), "application/json") for r in reqs]
+            bodies = [_body(s, r) for r in reqs]
             local_reqs = [_requests(r, kind) for r in reqs]
             mols = sum(ks)
-            for delay in (0.0, 2.0):
-                proc, port = _start_server(path, threads, delay)
-                try:
-                    _clients(port, bodies[:16])  # warm-up
-                    cpu0 = _proc_cpu(proc.pid)
-                    wall = _clients(port, bodies)
-                    cpu = _proc_cpu(proc.pid) - cpu0
-                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-                    conn.request("GET", "/health")
-                    health = json.loads(conn.getresponse().read())
-                    conn.close()
-                except AssertionError as e:  # the artifact failed a request: said, skipped
-                    print(f"{name:<16} {s:<9} {delay:>5.0f} failed: {str(e)[:300]}")
-                    continue
-                finally:
-                    proc.terminate()
-                    proc.wait(30)
-                local.predict(local_reqs[0])
-                t, c0 = time.perf_counter(), time.process_time()
-                for r in local_reqs:
-                    local.predict(r)
-                local_wall = time.perf_counter() - t
-                local_cpu = time.process_time() - c0
-                calls = health["calls"] / max(health["requests"], 1)
-                print(f"{name:<16} {s:<9} {delay:>5.0f} {mols / wall:>12.0f} "
-                      f"{mols / local_wall:>13.0f} {local_wall / wall:>5.2f}x "
-                      f"{cpu / mols * 1e3:>10.3f} {local_cpu / mols * 1e3:>9.3f} {calls:>9.2f}  "
-                      f"(load {os.getloadavg()[0]:.1f})")
+            for decoder in (("-",) if s.endswith("npz") else decoders):
+                for delay in delays:
+                    try:
+                        passes, calls = _server_once(path, threads, delay, decoder, bodies,
+                                                     local, local_reqs, repeats)
+                    except AssertionError as e:  # the artifact failed a request: said
+                        print(f"{name:<14} {s:<14} {decoder:<6} {delay:>5.0f} failed: "
+                              f"{str(e)[:300]}")
+                        continue
+                    med = [statistics.median(p[i] for p in passes) for i in range(4)]
+                    ratios = sorted(p[2] / p[0] for p in passes)
+                    print(f"{name:<14} {s:<14} {decoder:<6} {delay:>5.0f} "
+                          f"{mols / med[0]:>12.0f} {mols / med[2]:>13.0f} "
+                          f"{statistics.median(ratios):>5.2f}x "
+                          f"{f'{ratios[0]:.2f}-{ratios[-1]:.2f}':>11} "
+                          f"{med[1] / mols * 1e3:>10.3f} {med[3] / mols * 1e3:>8.3f} "
+                          f"{calls:>9.2f}  (load {os.getloadavg()[0]:.1f})", flush=True)
 
 
 def run_sizes_and_server(args, data, model, wrapped, tmp):
@@ -308,12 +361,17 @@ def run_sizes_and_server(args, data, model, wrapped, tmp):
     torch.set_num_threads(threads)
     one = {}
     budget = Budget.fit(data, 300)
+    want = set(args.server_artifacts) if args.only == ["server"] else None
     for fmt in ("pt2", "onnx"):
         path = os.path.join(tmp, f"one.{fmt}")
+        if want is not None and f"{fmt} 1-budget" not in want:
+            continue
         kw = {"threads": threads} if fmt == "pt2" else {}
-        export(wrapped, budget, path, format=fmt, example=data[:8], **kw)
+        if not (args.reuse and os.path.exists(path)):  # --reuse: a previous run's export
+            export(wrapped, budget, path, format=fmt, example=data[:8], **kw)
         one[fmt] = path
-    ladders = _export_ladders(wrapped, data, tmp, threads)
+    ladders = (_export_ladders(wrapped, data, tmp, threads)
+               if want is None or any(a.endswith("ladder") for a in want) else {})
     print(f"one budget: {budget}; exports done (load average {os.getloadavg()})")
     rng = random.Random(0)
     if "sizes" in args.only:
@@ -331,7 +389,8 @@ def run_sizes_and_server(args, data, model, wrapped, tmp):
         arts = {f"{fmt} ladder": p for fmt, p in ladders.items()}
         arts.update({f"{fmt} 1-budget": p for fmt, p in one.items()})
         arts = {k: v for k, v in arts.items() if k in args.server_artifacts}
-        _server(data, arts, threads, args.server_requests, rng, args.server_sizes)
+        _server(data, arts, threads, args.server_requests, rng, args.server_sizes,
+                args.server_json, args.server_delays, args.server_repeats)
 
 
 def main(argv=None):
@@ -344,12 +403,28 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, nargs="+", default=[1])
     ap.add_argument("--only", nargs="+", default=["programs", "sizes", "server"],
                     choices=["programs", "sizes", "server"])
-    ap.add_argument("--server-sizes", nargs="+", default=["1", "16", "256", "mixed", "256 npz"])
+    ap.add_argument("--server-sizes", nargs="+",
+                    default=["1", "16", "256", "mixed", "256 columnar", "256 npz"])
+    ap.add_argument("--server-json", nargs="+", default=["orjson", "json"],
+                    choices=["orjson", "json", "before"], help="the server's JSON reader: orjson (if "
+                    "installed) or the standard library's (orjson hidden from it)")
+    ap.add_argument("--server-delays", nargs="+", type=float, default=[0.0, 2.0])
+    ap.add_argument("--server-repeats", type=int, default=3,
+                    help="passes per server process, each next to an in-process pass")
     ap.add_argument("--server-artifacts", nargs="+",
                     default=["pt2 ladder", "onnx ladder", "pt2 1-budget", "onnx 1-budget"])
     ap.add_argument("--server-requests", type=int, default=400,
                     help="requests per size the 8 clients post in all")
+    ap.add_argument("--reuse", default=None, metavar="DIR",
+                    help="write the one-budget artifacts to DIR, and reuse those there "
+                         "(same --limit/--hidden/--layers/--threads!)")
+    ap.add_argument("--server-before", default=None, metavar="DIR",
+                    help="also run the server of the checkout (or `git archive` of one) in "
+                         "DIR, as json 'before', for a before/after in one run")
     args = ap.parse_args(argv)
+    if args.server_before:
+        BEFORE[0] = os.path.abspath(args.server_before)
+        args.server_json = ["before"] + list(args.server_json)
     print(f"load average at start: {os.getloadavg()}; cpus: {os.cpu_count()}; "
           f"torch {torch.__version__}")
     data, _ = load_nci5k(limit=args.limit)
@@ -358,7 +433,8 @@ def main(argv=None):
     torch.manual_seed(0)
     model = build_model("gine", hidden=args.hidden, layers=args.layers).eval()
     wrapped = ipu_wrap(model).eval()
-    tmp = tempfile.mkdtemp(prefix="bench_serve_")
+    tmp = args.reuse or tempfile.mkdtemp(prefix="bench_serve_")
+    os.makedirs(tmp, exist_ok=True)
     if "sizes" in args.only or "server" in args.only:
         run_sizes_and_server(args, data, model, wrapped, tmp)
     if "programs" not in args.only:
