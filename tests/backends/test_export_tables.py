@@ -98,3 +98,41 @@ def test_non_finite_values_stay_in_their_own_graph(tmp_path):
     keep = [i for i in range(len(data)) if i != 1]
     np.testing.assert_allclose(got[keep], ref[keep], atol=1e-4, rtol=1e-4)
     assert not np.isfinite(got[1]).all()
+
+
+class Encoded(nn.Module):
+    """Three categorical columns looked up and summed (an atom encoder), one GIN layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables = nn.ModuleList(nn.Embedding(v, 16) for v in (7, 5, 3))
+        self.conv = GINConv(nn.Linear(16, 4))
+
+    def forward(self, x, edge_index, batch):
+        h = self.tables[0](x[:, 0]) + self.tables[1](x[:, 1]) + self.tables[2](x[:, 2])
+        return global_add_pool(self.conv(h, edge_index), batch)
+
+
+def test_summed_lookups_become_one_lookup_of_a_combined_table(tmp_path):
+    torch.manual_seed(0)
+    model = Encoded().eval()
+    data = _graphs(6, seed=4)
+    for d in data:
+        d.x = torch.stack([torch.randint(0, v, (d.num_nodes,)) for v in (7, 5, 3)], 1)
+    path = str(tmp_path / "m.onnx")
+    export(ipu_wrap(model), Budget.fit(data, 8), path, format="onnx", example=data)
+    proto = onnx.load(path)
+    tables = {i.name: tuple(i.dims) for i in proto.graph.initializer}
+    looked_up = [tables[n.input[0]] for n in proto.graph.node
+                 if n.op_type == "Gather" and n.input[0] in tables and len(tables[n.input[0]]) == 2]
+    assert looked_up == [(7 * 5 * 3, 16)]  # one lookup instead of three
+    feed = [{"x": d.x.numpy(), "edge_index": d.edge_index.numpy()} for d in data]
+    with torch.no_grad():
+        ref = np.stack([model(d.x, d.edge_index, torch.zeros(d.num_nodes, dtype=torch.long))[0]
+                        .numpy() for d in data])
+    p = serve.load(path, threads=2)
+    np.testing.assert_allclose(np.stack(p.predict(feed)), ref, atol=1e-5, rtol=1e-5)
+    feed[2]["x"] = feed[2]["x"].copy()
+    feed[2]["x"][0, 1] = 5  # outside the second table (5 rows): fails as the lookup did
+    with pytest.raises(Exception, match="out of bounds|indices"):
+        p.predict(feed)

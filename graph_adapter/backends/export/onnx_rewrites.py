@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 __all__ = ["deterministic_row_scatters", "scatter_rows_as_scatter_nd", "drop_dead_nodes",
-           "ladder_model", "table_row_scatters"]
+           "ladder_model", "table_row_scatters", "combine_table_lookups"]
 
 #: the shape constant of the ``[-1, 1]`` row index the rewrite adds (one per model)
 _ROW_INDEX_SHAPE = "graph_adapter_row_index_shape"
@@ -503,6 +503,219 @@ def table_row_scatters(model: Any, edge_index: str, slots: str, spill: str,
         helper.make_tensor_value_info(spill, TensorProto.INT64, [2, capacity])])
     drop_dead_nodes(graph)
     return done
+
+
+# ------------------------------------------------------- one lookup for summed lookups
+#: the most rows a combined table may have (``combine_table_lookups``)
+COMBINED_ROWS = 4096
+
+
+#: a lookup: (the codes input, its column, the table's values, the column's value
+#: name, the lookup's output name)
+_Leaf = Tuple[str, int, Any, str, str]
+
+
+def _lookup(graph: Any, producers: Dict[str, Any], inits: Dict[str, Any], name: str
+            ) -> Optional[_Leaf]:
+    """The lookup ``name`` is if it is ``Gather(T, Gather(codes, k, axis=1))``: a
+    constant 2-D table ``T`` (``[R, D]``) read at column ``k`` of an input (an
+    embedding of a categorical feature), else ``None``."""
+    node = producers.get(name)
+    if node is None or node.op_type != "Gather" or _attrs(node).get("axis", 0) != 0 \
+            or node.input[0] not in inits or inits[node.input[0]].ndim != 2:
+        return None
+    col = producers.get(node.input[1])
+    if col is None or col.op_type != "Gather" or _attrs(col).get("axis", 0) != 1 \
+            or not any(i.name == col.input[0] for i in graph.input):
+        return None
+    k = _constant(graph, producers, col.input[1])
+    if k is None or k.ndim != 0:
+        return None
+    return col.input[0], int(k), inits[node.input[0]], node.input[1], name
+
+
+def _summed_lookups(producers: Dict[str, Any], leaf: Any, readers: Dict[str, int], name: str,
+                    inner: List[str]) -> Optional[List[_Leaf]]:
+    """The lookups ``name`` adds up, left to right (an ``Add`` tree whose inner sums
+    nothing else reads; their names go to ``inner``), or ``None``."""
+    found = leaf(name)
+    if found is not None:
+        return [found]
+    node = producers.get(name)
+    if node is None or node.op_type != "Add":
+        return None
+    parts: List[_Leaf] = []
+    for x in node.input:
+        got = _summed_lookups(producers, leaf, readers, x, inner) if readers.get(x) == 1 or \
+            leaf(x) is not None else None
+        if got is None:
+            return None
+        parts += got
+    inner.append(name)
+    return parts
+
+
+def _combined_index(emit: _Emit, group: List[_Leaf]) -> str:
+    """The row of the combined table of ``group``'s lookups (mixed radix, the first
+    lookup's code the most significant); a code outside its table's rows makes it
+    negative past the table, so that the ``Gather`` fails as the original lookup did."""
+    from onnx import TensorProto, helper
+
+    def const(v: int) -> str:
+        return emit("Constant", [], value=helper.make_tensor(
+            f"{emit.prefix}_c{emit.count}", TensorProto.INT64, [], [v]))
+    index, bad, stride, total = None, None, 1, 1
+    for leaf in group:
+        total *= int(leaf[2].shape[0])
+    for _, _, table, idx, _ in reversed(group):
+        rows = int(table.shape[0])
+        i64 = emit("Cast", [idx], to=TensorProto.INT64)
+        term = i64 if stride == 1 else emit("Mul", [i64, const(stride)])
+        index = term if index is None else emit("Add", [index, term])
+        out = emit("Or", [emit("Less", [i64, const(0)]),
+                          emit("GreaterOrEqual", [i64, const(rows)])])
+        bad = out if bad is None else emit("Or", [bad, out])
+        stride *= rows
+    return emit("Where", [bad, const(-2 * total - 1), index])
+
+
+def _groups(leaves: List[_Leaf], limit: int) -> List[List[_Leaf]]:
+    """Consecutive runs of lookups of one input, tables of one width and dtype, whose
+    rows multiply to at most ``limit``."""
+    out: List[List[_Leaf]] = []
+    rows = 0
+    for leaf in leaves:
+        r = int(leaf[2].shape[0])
+        head = out[-1][0] if out else None
+        if head is not None and head[0] == leaf[0] and rows * r <= limit \
+                and leaf[2].shape[1] == head[2].shape[1] and leaf[2].dtype == head[2].dtype:
+            out[-1].append(leaf)
+            rows *= r
+        else:
+            out.append([leaf])
+            rows = r
+    return out
+
+
+def _combined_sum(emit: _Emit, graph: Any, groups: List[List[_Leaf]], shared: Dict[Any, str],
+                  out: str) -> int:
+    """Emit the sum of ``groups`` (one ``Gather`` of a combined table a group) into
+    ``out``; returns the lookups removed."""
+    from onnx import helper, numpy_helper
+
+    terms, removed = [], 0
+    for group in groups:
+        if len(group) == 1:
+            terms.append(group[0][4])  # the original lookup, kept
+            continue
+        key = tuple((g[0], g[1], g[2].shape[0]) for g in group)
+        if key not in shared:
+            shared[key] = _combined_index(emit, group)
+        table = group[0][2]
+        for g in group[1:]:  # every sum of rows, added in the model's order
+            table = (table[:, None, :] + g[2][None, :, :]).reshape(-1, table.shape[-1])
+        name = f"{out}__combined{len(terms)}"
+        graph.initializer.append(numpy_helper.from_array(table.astype(group[0][2].dtype), name))
+        terms.append(emit("Gather", [name, shared[key]], axis=0))
+        removed += len(group) - 1
+    total = terms[0]
+    for t in terms[1:]:
+        total = emit("Add", [total, t])
+    emit.nodes.append(helper.make_node("Identity", [total], [out], name=f"{out}__combined"))
+    return removed
+
+
+def combine_table_lookups(model: Any, limit: int = COMBINED_ROWS) -> int:
+    """Rewrite sums of embedding lookups of ``model`` (in place): ``T_1[c_1] + T_2[c_2]
+    + ...``, constant tables looked up by columns of one input (the categorical
+    encoders of molecular models and, after the export's projection of the tables
+    into each layer's edge linear, every layer's edge projection). Consecutive lookups
+    whose tables' rows multiply to at most ``limit`` become one ``Gather`` of a table
+    of every sum ``T_1[a] + T_2[b] + ...`` (computed here, in the model's order and
+    dtype) at the mixed-radix row of the codes (computed once a model for each group
+    of columns). Each lookup folded saves a ``Gather`` and an ``Add`` of its rows (the
+    demo's bond encoder: three ``[E, 64]`` lookups a layer become one). A code outside
+    its table still fails the lookup. Returns the lookups removed."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    producers = {out: n for n in graph.node for out in n.output}
+    inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    readers: Dict[str, int] = {o.name: 2 for o in graph.output}
+    for n in graph.node:
+        for x in n.input:
+            readers[x] = readers.get(x, 0) + 1
+
+    def leaf(name: str) -> Optional[_Leaf]:
+        return _lookup(graph, producers, inits, name)
+    replaced: Dict[str, List[Any]] = {}
+    covered: Set[str] = set()
+    shared: Dict[Any, str] = {}
+    removed = 0
+    for node in reversed(list(graph.node)):  # the largest sums first
+        if node.op_type != "Add" or node.output[0] in covered:
+            continue
+        inner: List[str] = []
+        leaves = _summed_lookups(producers, leaf, readers, node.output[0], inner)
+        if not leaves or len(leaves) < 2:
+            continue
+        groups = _groups(leaves, limit)
+        covered.update(inner)
+        if len(groups) == len(leaves):
+            continue
+        emit = _Emit(node.output[0] + "__tables")
+        removed += _combined_sum(emit, graph, groups, shared, node.output[0])
+        replaced[node.output[0]] = emit.nodes
+    if not replaced:
+        return 0
+    nodes: List[Any] = []
+    for node in graph.node:
+        nodes.extend(replaced.get(node.output[0], [node]) if node.op_type == "Add" else [node])
+    del graph.node[:]
+    # (a shared index is emitted with the last sum of the model that reads it)
+    graph.node.extend(_topological(graph, nodes))
+    drop_dead_nodes(graph)
+    return removed
+
+
+def _topological(graph: Any, nodes: List[Any]) -> List[Any]:
+    """``nodes`` in an order where each reads only values written before it (graph
+    inputs, initializers, earlier outputs; an ``If`` body's outer reads count), the
+    given order kept where it already is one."""
+    ready: Set[str] = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    waiting = list(nodes)
+    out: List[Any] = []
+    while waiting:
+        rest = []
+        for node in waiting:
+            needs = set(node.input) | (_subgraph_reads(node) - _subgraph_writes(node))
+            if needs <= ready:
+                out.append(node)
+                ready.update(node.output)
+            else:
+                rest.append(node)
+        if len(rest) == len(waiting):
+            raise ValueError(f"the rewritten ONNX graph has a cycle or an undefined input at "
+                             f"node {rest[0].name!r}")
+        waiting = rest
+    return out
+
+
+def _subgraph_writes(node: Any) -> Set[str]:
+    """Every name written inside the subgraphs of ``node`` (and their initializers)."""
+    from onnx import AttributeProto
+
+    out: Set[str] = set()
+    for a in node.attribute:
+        graphs = [a.g] if a.type == AttributeProto.GRAPH else (
+            list(a.graphs) if a.type == AttributeProto.GRAPHS else [])
+        for g in graphs:
+            out.update(i.name for i in g.initializer)
+            out.update(i.name for i in g.input)
+            for n in g.node:
+                out.update(n.output)
+                out.update(_subgraph_writes(n))
+    return out
 
 
 # ------------------------------------------------------------------ a ladder of rungs
