@@ -8,7 +8,7 @@ import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVE = os.path.join(ROOT, "graph_adapter", "serve")
-ALLOWED = {"torch", "numpy", "onnxruntime", "orjson"}  # besides the standard library (orjson: optional, the server falls back to json)
+ALLOWED = {"torch", "numpy", "onnxruntime", "orjson"}  # and the standard library (orjson: optional)
 
 BLOCKER = textwrap.dedent("""
     import sys
