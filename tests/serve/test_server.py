@@ -225,6 +225,37 @@ def test_an_npz_body_gives_the_json_bodys_answers_and_its_errors(server, onnx_ar
     assert status == 422 and doc["error"] == "MissingFeatureError"
 
 
+def _columnar(graphs, flat=True):
+    """The columnar JSON request: the .npz request's arrays as (flat) lists."""
+    arrays = _npz(graphs)
+    return {"num_nodes": arrays.pop("num_nodes").tolist(),
+            "num_edges": arrays.pop("num_edges").tolist(),
+            "columns": {k: (v.ravel() if flat else v).tolist() for k, v in arrays.items()}}
+
+
+def test_a_columnar_json_body_gives_the_per_graph_bodys_answers_and_its_errors(
+        server, onnx_artifact):
+    graphs = onnx_artifact[2][:6]
+    want = _post(server.port, [_json_graph(d) for d in graphs])
+    assert want[0] == 200 and len(want[1]["predictions"]) == 6
+    assert _post(server.port, _columnar(graphs)) == want
+    assert _post(server.port, _columnar(graphs, flat=False)) == want
+    doc = _columnar(graphs)
+    x = doc["columns"]["x"]
+    at = 9 * (graphs[0].num_nodes + graphs[1].num_nodes)  # graph 2's first value
+    status, err = _post(server.port, {**doc, "columns": {**doc["columns"],
+                                                         "x": x[:at] + [0.5] + x[at + 1:]}})
+    assert status == 422 and err["error"] == "FeatureDtypeError"
+    assert (err["graph"], err["key"]) == (2, "x")
+    status, err = _post(server.port, {**doc, "columns": {**doc["columns"], "x": x[:-9]}})
+    assert status == 400 and err["error"] == "PayloadError" and "'x'" in err["message"]
+    status, err = _post(server.port, {**doc, "num_nodes": doc["num_nodes"][:-1]})
+    assert status == 400 and err["error"] == "PayloadError"
+    cols = {k: v for k, v in doc["columns"].items() if k != "edge_attr"}
+    status, err = _post(server.port, {**doc, "columns": cols})
+    assert status == 422 and err["error"] == "MissingFeatureError" and err["graph"] == 0
+
+
 def _local_error(path, request):
     with pytest.raises(GraphInputError) as e:
         serve.load(path, threads=1).predict(request)

@@ -1,0 +1,197 @@
+"""Reading ``POST /predict`` bodies (``graph_adapter.serve.server``), no artifact needed.
+
+Every body form gives the same per-graph arrays: nested per-graph lists (read one numpy
+call a key over the request, or graph by graph where that path cannot vouch for them),
+the columnar JSON form (flat or nested columns) and the ``.npz`` body; with orjson and
+with the standard library's JSON. Bad payloads get the named errors, the graph counted
+within the request, as graph by graph.
+"""
+import io
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graph_adapter.serve import (FeatureDtypeError, FeatureShapeError, InputField,
+                                 PayloadError, decode_graphs, decode_npz)
+from graph_adapter.serve import server as srv
+
+
+class _Contract:
+    """The features of a contract (all ``decode_graphs`` reads)."""
+
+    features = (InputField("x", "feature", "node", "int64", (None, 3)),
+                InputField("pos", "feature", "node", "float32", (None,)),
+                InputField("edge_index", "feature", "edge", "int64", (2, None), inc="nodes"),
+                InputField("edge_attr", "feature", "edge", "float32", (None, 2)),
+                InputField("u", "feature", "graph", "float32", ()))
+
+
+C = _Contract()
+KEYS = [f.key for f in C.features]
+
+
+def _graphs(draw_sizes, rng):
+    out = []
+    for n, e in draw_sizes:
+        out.append({"x": rng.integers(-5, 50, (n, 3)),
+                    "pos": rng.normal(size=n).astype(np.float32),
+                    "edge_index": rng.integers(0, max(n, 1), (2, e)),
+                    "edge_attr": rng.normal(size=(e, 2)).astype(np.float32),
+                    "u": np.asarray(rng.normal(), dtype=np.float32)})
+    return out
+
+
+def _nested(graphs):
+    return json.dumps({"graphs": [{k: g[k].tolist() for k in KEYS} for g in graphs]})
+
+
+def _concat(graphs):
+    return {"x": np.concatenate([g["x"] for g in graphs]),
+            "pos": np.concatenate([g["pos"] for g in graphs]),
+            "edge_index": np.concatenate([g["edge_index"] for g in graphs], axis=1),
+            "edge_attr": np.concatenate([g["edge_attr"] for g in graphs]),
+            "u": np.stack([g["u"] for g in graphs])}
+
+
+def _counts(graphs):
+    return {"num_nodes": [len(g["x"]) for g in graphs],
+            "num_edges": [g["edge_index"].shape[1] for g in graphs]}
+
+
+def _columnar(graphs, flat=True):
+    cols = {k: (v.ravel() if flat else v).tolist() for k, v in _concat(graphs).items()}
+    return json.dumps({**_counts(graphs), "columns": cols})
+
+
+def _npz(graphs):
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in _counts(graphs).items()}, **_concat(graphs))
+    return buf.getvalue()
+
+
+def _graph_by_graph(body):
+    """The reading graph by graph (the path every error comes from)."""
+    old = srv._bulk_graphs
+    srv._bulk_graphs = lambda *a: None
+    try:
+        return decode_graphs(body, C)
+    finally:
+        srv._bulk_graphs = old
+
+
+def _same(got, want):
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        for k in KEYS:
+            a, b = np.asarray(g[k]), np.asarray(w[k])
+            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), (i, k)
+
+
+@pytest.fixture(params=["orjson", "json"])
+def reader(request, monkeypatch):
+    if request.param == "orjson":
+        pytest.importorskip("orjson", reason="the serve extra's JSON reader")
+    else:
+        monkeypatch.setattr(srv, "_orjson", None)  # the standard library's
+    return request.param
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 7)), min_size=1, max_size=9),
+       st.integers(0, 2 ** 32 - 1))
+def test_every_body_form_gives_the_npz_bodys_arrays(sizes, seed):
+    graphs = _graphs(sizes, np.random.default_rng(seed))
+    want = decode_npz(_npz(graphs), C)
+    for orjson in (srv._orjson, None):
+        srv_orjson, srv._orjson = srv._orjson, orjson
+        try:
+            body = _nested(graphs)
+            _same(decode_graphs(body.encode(), C), want)
+            _same(_graph_by_graph(body.encode()), want)
+            _same(decode_graphs(_columnar(graphs).encode(), C), want)
+            _same(decode_graphs(_columnar(graphs, flat=False).encode(), C), want)
+        finally:
+            srv._orjson = srv_orjson
+    for g, w in zip(want, graphs):  # and they are the graphs sent
+        np.testing.assert_array_equal(g["x"], w["x"])
+        np.testing.assert_allclose(g["edge_attr"], w["edge_attr"])
+
+
+def _refused(body):
+    with pytest.raises((PayloadError, FeatureDtypeError, FeatureShapeError)) as e:
+        decode_graphs(body.encode() if isinstance(body, str) else body, C)
+    return e.value
+
+
+def test_nested_lists_that_the_bulk_read_cannot_vouch_for_get_the_graph_by_graph_errors(
+        reader):
+    graphs = [{k: g[k].tolist() for k in KEYS}
+              for g in _graphs([(3, 2), (2, 1), (4, 3)], np.random.default_rng(0))]
+    bad = {  # (graph, key): a value, and the error graph by graph names
+        "fraction": (2, "x", [[0.5, 1, 2]] * 4, FeatureDtypeError),
+        "ragged": (1, "x", [[1, 2, 3], [1, 2]], FeatureShapeError),
+        "wide": (1, "x", [[1, 2, 3, 4]] * 2, None),  # shape: named later by predict
+        "string": (0, "pos", ["a", "b", "c"], FeatureDtypeError),
+        "null": (2, "edge_attr", [[None, 1.0]] * 3, FeatureDtypeError),
+        "edge rows": (1, "edge_index", [[0, 1], [1]], FeatureShapeError),
+        "a number": (0, "x", 7, None),
+    }
+    for what, (i, key, value, error) in bad.items():
+        req = [dict(g) for g in graphs]
+        req[i][key] = value
+        body = json.dumps({"graphs": req}).encode()
+        if error is None:  # read as it is; predict names its shape
+            got, want = decode_graphs(body, C), _graph_by_graph(body)
+            assert np.asarray(got[i][key]).shape == np.asarray(want[i][key]).shape, what
+            continue
+        e = _refused(body)
+        with pytest.raises(error) as ref:
+            _graph_by_graph(body)
+        assert type(e) is error and str(e) == str(ref.value), what
+        assert (e.graph, e.key) == (i, key), what
+
+
+def test_a_columnar_body_names_what_is_wrong_with_it(reader):
+    graphs = _graphs([(3, 2), (2, 0), (4, 3)], np.random.default_rng(1))
+    doc = json.loads(_columnar(graphs))
+    cols = doc["columns"]
+
+    def body(**change):
+        return json.dumps({**doc, **change})
+
+    e = _refused(body(columns=[1, 2]))
+    assert isinstance(e, PayloadError) and '"columns": {key: list' in str(e)
+    e = _refused(json.dumps({"columns": cols}))
+    assert isinstance(e, PayloadError) and "num_nodes" in str(e)
+    e = _refused(body(num_nodes=[3, -2, 4]))
+    assert isinstance(e, PayloadError) and ">= 0" in str(e)
+    e = _refused(body(num_nodes=[3, 2.5, 4]))
+    assert isinstance(e, PayloadError) and "integers" in str(e)
+    e = _refused(body(columns={**cols, "x": cols["x"][:-1]}))
+    assert isinstance(e, PayloadError) and "'x'" in str(e) and "27" in str(e)
+    e = _refused(body(columns={**cols, "x": [[1, 2, 3], [4, 5]]}))
+    assert isinstance(e, PayloadError) and "rectangular" in str(e)
+    e = _refused(json.dumps({"num_nodes": doc["num_nodes"], "columns": cols}))
+    assert isinstance(e, PayloadError) and "num_edges" in str(e)
+    x = list(cols["x"])
+    x[3 * 3 + 4] = 1.5  # a fraction in graph 1's rows (graph 0 has 3 nodes of 3 values)
+    e = _refused(body(columns={**cols, "x": x}))
+    assert isinstance(e, FeatureDtypeError) and (e.graph, e.key) == (1, "x")
+    assert "graph 1" in str(e) and "int64" in str(e)
+    ei = np.asarray(cols["edge_index"], dtype=object).reshape(2, -1)
+    ei[1, 3] = "2"  # graph 2's first edge (graphs 0, 1: 2 and 0 edges)
+    e = _refused(body(columns={**cols, "edge_index": ei.tolist()}))
+    assert isinstance(e, FeatureDtypeError) and (e.graph, e.key) == (2, "edge_index")
+    got = decode_graphs(body(columns={k: v for k, v in cols.items() if k != "u"}).encode(), C)
+    assert "u" not in got[0] and len(got) == 3  # a missing key: predict names it
+
+
+def test_an_empty_columnar_request_and_graphs_without_edges(reader):
+    graphs = _graphs([(2, 0), (1, 0)], np.random.default_rng(2))
+    _same(decode_graphs(_columnar(graphs).encode(), C), decode_npz(_npz(graphs), C))
+    _same(decode_graphs(_nested(graphs).encode(), C), decode_npz(_npz(graphs), C))
+    assert decode_graphs(json.dumps({"num_nodes": [], "num_edges": [], "columns": {}})
+                         .encode(), C) == []
