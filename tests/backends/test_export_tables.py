@@ -101,15 +101,18 @@ def test_non_finite_values_stay_in_their_own_graph(tmp_path):
 
 
 class Encoded(nn.Module):
-    """Three categorical columns looked up and summed (an atom encoder), one GIN layer."""
+    """Three categorical columns looked up and summed (an atom encoder) plus a shift,
+    one GIN layer."""
 
     def __init__(self):
         super().__init__()
         self.tables = nn.ModuleList(nn.Embedding(v, 16) for v in (7, 5, 3))
+        self.shift = nn.Parameter(torch.randn(16))
         self.conv = GINConv(nn.Linear(16, 4))
 
     def forward(self, x, edge_index, batch):
-        h = self.tables[0](x[:, 0]) + self.tables[1](x[:, 1]) + self.tables[2](x[:, 2])
+        h = self.tables[0](x[:, 0]) + self.tables[1](x[:, 1]) + self.tables[2](x[:, 2]) \
+            + self.shift
         return global_add_pool(self.conv(h, edge_index), batch)
 
 
@@ -126,6 +129,7 @@ def test_summed_lookups_become_one_lookup_of_a_combined_table(tmp_path):
     looked_up = [tables[n.input[0]] for n in proto.graph.node
                  if n.op_type == "Gather" and n.input[0] in tables and len(tables[n.input[0]]) == 2]
     assert looked_up == [(7 * 5 * 3, 16)]  # one lookup instead of three
+    assert not any(i.endswith("shift") for n in proto.graph.node for i in n.input)  # folded
     feed = [{"x": d.x.numpy(), "edge_index": d.edge_index.numpy()} for d in data]
     with torch.no_grad():
         ref = np.stack([model(d.x, d.edge_index, torch.zeros(d.num_nodes, dtype=torch.long))[0]

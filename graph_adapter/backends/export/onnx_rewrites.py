@@ -557,26 +557,22 @@ def _summed_lookups(producers: Dict[str, Any], leaf: Any, readers: Dict[str, int
 
 def _combined_index(emit: _Emit, group: List[_Leaf]) -> str:
     """The row of the combined table of ``group``'s lookups (mixed radix, the first
-    lookup's code the most significant); a code outside its table's rows makes it
-    negative past the table, so that the ``Gather`` fails as the original lookup did."""
-    from onnx import TensorProto, helper
+    lookup's code the most significant), each code's term looked up in a vector of
+    its table's rows times the code's stride, so that a code outside its table fails
+    that ``Gather`` as the original lookup did (and a negative one counts from the
+    end, as there)."""
+    import numpy as np
+    from onnx import numpy_helper
 
-    def const(v: int) -> str:
-        return emit("Constant", [], value=helper.make_tensor(
-            f"{emit.prefix}_c{emit.count}", TensorProto.INT64, [], [v]))
-    index, bad, stride, total = None, None, 1, 1
-    for leaf in group:
-        total *= int(leaf[2].shape[0])
+    index, stride = None, 1
     for _, _, table, idx, _ in reversed(group):
         rows = int(table.shape[0])
-        i64 = emit("Cast", [idx], to=TensorProto.INT64)
-        term = i64 if stride == 1 else emit("Mul", [i64, const(stride)])
+        steps = emit("Constant", [], value=numpy_helper.from_array(
+            np.arange(rows, dtype=np.int64) * stride, f"{emit.prefix}_steps{emit.count}"))
+        term = emit("Gather", [steps, idx], axis=0)
         index = term if index is None else emit("Add", [index, term])
-        out = emit("Or", [emit("Less", [i64, const(0)]),
-                          emit("GreaterOrEqual", [i64, const(rows)])])
-        bad = out if bad is None else emit("Or", [bad, out])
         stride *= rows
-    return emit("Where", [bad, const(-2 * total - 1), index])
+    return index
 
 
 def _groups(leaves: List[_Leaf], limit: int) -> List[List[_Leaf]]:
@@ -598,31 +594,49 @@ def _groups(leaves: List[_Leaf], limit: int) -> List[List[_Leaf]]:
 
 
 def _combined_sum(emit: _Emit, graph: Any, groups: List[List[_Leaf]], shared: Dict[Any, str],
-                  out: str) -> int:
-    """Emit the sum of ``groups`` (one ``Gather`` of a combined table a group) into
-    ``out``; returns the lookups removed."""
+                  out: str, bias: Any = None) -> int:
+    """Emit the sum of ``groups`` (one ``Gather`` of a combined table a group) plus
+    ``bias`` (a constant row, added to the last group's table) into ``out``; returns
+    the lookups (and bias adds) removed."""
     from onnx import helper, numpy_helper
 
-    terms, removed = [], 0
-    for group in groups:
-        if len(group) == 1:
+    terms, removed = [], int(bias is not None)
+    for j, group in enumerate(groups):
+        last = bias is not None and j == len(groups) - 1
+        if len(group) == 1 and not last:
             terms.append(group[0][4])  # the original lookup, kept
             continue
-        key = tuple((g[0], g[1], g[2].shape[0]) for g in group)
-        if key not in shared:
-            shared[key] = _combined_index(emit, group)
+        if len(group) == 1:
+            index = group[0][3]
+        else:
+            key = tuple((g[0], g[1], g[2].shape[0]) for g in group)
+            if key not in shared:
+                shared[key] = _combined_index(emit, group)
+            index = shared[key]
         table = group[0][2]
         for g in group[1:]:  # every sum of rows, added in the model's order
             table = (table[:, None, :] + g[2][None, :, :]).reshape(-1, table.shape[-1])
+        if last:  # the bias the model adds last
+            table = table + bias.reshape(1, -1).astype(table.dtype)
         name = f"{out}__combined{len(terms)}"
         graph.initializer.append(numpy_helper.from_array(table.astype(group[0][2].dtype), name))
-        terms.append(emit("Gather", [name, shared[key]], axis=0))
+        terms.append(emit("Gather", [name, index], axis=0))
         removed += len(group) - 1
     total = terms[0]
     for t in terms[1:]:
         total = emit("Add", [total, t])
     emit.nodes.append(helper.make_node("Identity", [total], [out], name=f"{out}__combined"))
     return removed
+
+
+def _bias(node: Any, inits: Dict[str, Any], readers: Dict[str, int]) -> Any:
+    """The constant row ``b`` (``[D]`` or ``[1, D]``) if ``node`` is ``Add(s, b)`` with
+    ``s`` read by ``node`` alone, else ``None``."""
+    b = inits.get(node.input[1]) if len(node.input) == 2 else None
+    if b is None or readers.get(node.input[0]) != 1 or b.ndim not in (1, 2) or \
+            (b.ndim == 2 and b.shape[0] != 1):
+        return None
+    return b
 
 
 def combine_table_lookups(model: Any, limit: int = COMBINED_ROWS) -> int:
@@ -633,9 +647,11 @@ def combine_table_lookups(model: Any, limit: int = COMBINED_ROWS) -> int:
     whose tables' rows multiply to at most ``limit`` become one ``Gather`` of a table
     of every sum ``T_1[a] + T_2[b] + ...`` (computed here, in the model's order and
     dtype) at the mixed-radix row of the codes (computed once a model for each group
-    of columns). Each lookup folded saves a ``Gather`` and an ``Add`` of its rows (the
-    demo's bond encoder: three ``[E, 64]`` lookups a layer become one). A code outside
-    its table still fails the lookup. Returns the lookups removed."""
+    of columns); a constant row added to the sum (a linear's bias) goes into the last
+    table. Each lookup folded saves a ``Gather`` and an ``Add`` of its rows (the demo's
+    edge projections: three ``[E, 64]`` lookups and a bias a layer become one lookup).
+    A code outside its table still fails the lookup. Returns the lookups and bias adds
+    removed."""
     from onnx import numpy_helper
 
     graph = model.graph
@@ -656,15 +672,21 @@ def combine_table_lookups(model: Any, limit: int = COMBINED_ROWS) -> int:
         if node.op_type != "Add" or node.output[0] in covered:
             continue
         inner: List[str] = []
-        leaves = _summed_lookups(producers, leaf, readers, node.output[0], inner)
-        if not leaves or len(leaves) < 2:
+        summed, bias = node.output[0], _bias(node, inits, readers)
+        if bias is not None:  # (sum of lookups) + a constant row: the bias folds in too
+            summed = node.input[0]
+            inner.append(summed)
+        leaves = _summed_lookups(producers, leaf, readers, summed, inner)
+        if not leaves or len(leaves) < 2 - (bias is not None):
             continue
         groups = _groups(leaves, limit)
         covered.update(inner)
-        if len(groups) == len(leaves):
+        if bias is not None and bias.shape[-1] != leaves[-1][2].shape[1]:
+            continue
+        if len(groups) == len(leaves) and bias is None:
             continue
         emit = _Emit(node.output[0] + "__tables")
-        removed += _combined_sum(emit, graph, groups, shared, node.output[0])
+        removed += _combined_sum(emit, graph, groups, shared, node.output[0], bias)
         replaced[node.output[0]] = emit.nodes
     if not replaced:
         return 0
