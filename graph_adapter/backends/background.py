@@ -93,6 +93,12 @@ DEFAULT_TIMEOUT = 600.0
 MEASURED_STEPS = 8
 #: a switch is undone when the compiled steps' median is slower than the eager ones' by this
 SLOWER_BY = 0.05
+#: what a deferral (:meth:`BackgroundEngine.expect_calls`) assumes a cold compile takes: a
+#: first inductor step of the models table's GNNs took 5-36 s cold on 2 cores
+COLD_COMPILE_S = 20.0
+#: and what it assumes the compiled steps gain (the models table's lowest training ratio:
+#: GIN 4x128, 1.35x eager PyG); the switch itself is judged on measured steps
+ASSUMED_SPEEDUP = 1.35
 #: whether this process runs torch on one thread fewer while a child compiles (module doc);
 #: if not, the child only lowers its priority (``GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD``)
 GIVE_UP_A_THREAD = os.environ.get("GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD", "1") == "1"
@@ -121,9 +127,11 @@ class BackgroundStats:
         compiled_calls: calls that ran the compiled program.
         keys: one entry a (signature, mode, grad mode) seen, in order of first call:
             ``mode`` (``"train"`` / ``"eval"``, ``"+no_grad"``), ``state``
-            (``"waiting"``, ``"compiling"``, ``"ready"``: compiled, the eager steps
+            (``"timing"``: its first eager steps timed to judge a deferral,
+            ``"deferred"``: its compile starts after the calls the run expects,
+            ``"waiting"``, ``"compiling"``, ``"ready"``: compiled, the eager steps
             timed once more before the switch, ``"compiled"``, ``"eager"``), ``why``
-            (why it stays eager: the child's error, a timeout), ``eager_calls``
+            (why it stays eager: the child's error, a timeout, a deferral), ``eager_calls``
             before the switch, ``switched_at`` (this object's call number of the
             first compiled call, from 0; ``None`` before), ``compile_s`` (the
             child's wall time), ``switch_s`` (the first compiled call: the entry's
@@ -131,7 +139,9 @@ class BackgroundStats:
             ``eager_step_s`` / ``compiled_step_s`` (median step times either
             side of the switch, from one call of the key to its next), ``pid``
             (the compile's process, once started), ``compiles`` (graphs its child
-            compiled; the ones this process compiled are in ``compile_count``).
+            compiled; the ones this process compiled are in ``compile_count``),
+            ``deferred`` (why its compile waited for the run's expected calls:
+            :meth:`BackgroundEngine.expect_calls`; ``None``: it did not).
     """
 
     eager_calls: int = 0
@@ -151,8 +161,11 @@ class BackgroundStats:
                              f"{k['compile_s']:.1f} s in the background, switched at call "
                              f"{k['switched_at']} ({k['switch_s']:.2f} s)")
             else:
-                why = f" ({k['why']})" if k.get("why") else ""
+                why = k.get("why") or (k.get("deferred") if k["state"] == "deferred" else None)
+                why = f" ({why})" if why else ""
                 parts.append(f"{k['mode']}: {k['state']}{why}, {k['eager_calls']} eager calls")
+            if k.get("deferred") and k["state"] != "deferred":
+                parts[-1] += ", its compile deferred past the run's expected calls"
         return "; ".join(parts) or "no calls yet"
 
 
@@ -283,6 +296,7 @@ class BackgroundEngine:
         self._child_compiles = 0
         self._compiled_now = False
         self._stats = BackgroundStats()
+        self._left: Optional[int] = None  # calls the run still expects (expect_calls)
 
     # ---- what Compiled reads -----------------------------------------------
     @property
@@ -313,13 +327,18 @@ class BackgroundEngine:
             info = {"mode": _mode_name(key, ck[1]), "state": "waiting", "why": None,
                     "eager_calls": 0, "switched_at": None, "compile_s": None,
                     "switch_s": None, "saved": False, "eager_step_s": None,
-                    "compiled_step_s": None, "pid": None, "compiles": 0}
+                    "compiled_step_s": None, "pid": None, "compiles": 0, "deferred": None}
             # a copy: the loader may hand out the same buffers again, changed
             k = self._keys[ck] = _Key(info, {n: v.detach().clone() for n, v in flat.items()})
             self._order.append(ck)
             self._stats.keys.append(info)
+            if self._left is not None and not self._inner.has_saved_entry(flat):
+                info["state"] = "timing"  # a cold compile: does it pay back in this run?
             self._start_next()
         k.step_ended(time.perf_counter())
+        self._count_down()
+        if k.info["state"] == "timing" and len(k.eager_steps) >= MEASURED_STEPS:
+            self._defer_or_start(k)
         self._judge(k)
         self._compiled_now = k.last_compiled = k.info["state"] == "compiled"
         if self._compiled_now:
@@ -345,6 +364,51 @@ class BackgroundEngine:
             k.info["state"] = "eager"
             k.info["why"] = (f"its compiled steps took {compiled * 1e3:.2f} ms (median of "
                              f"{MEASURED_STEPS}), the eager ones {eager * 1e3:.2f} ms")
+
+    # ---- a run of known length -------------------------------------------------
+    def expect_calls(self, n: int) -> None:
+        """The run makes about ``n`` more calls (training steps left: epochs x batches).
+
+        A key first seen while calls are expected, with no precompiled entry on
+        disk (a cold compile), runs :data:`MEASURED_STEPS` eager steps on all of
+        this process's threads first; where the time the expected calls take
+        eagerly, times what compiled steps would save (:data:`ASSUMED_SPEEDUP`),
+        is under a cold compile's :data:`COLD_COMPILE_S`, the compile cannot pay
+        back within the run: it starts at the last expected call instead (for
+        what runs after: an evaluation, the next run's cache, :meth:`wait`), and
+        until then no thread is given up. A warm key (its entry on disk) starts at
+        once: loading takes about a second.
+        """
+        if n < 0:
+            raise ValueError(f"expect_calls({n}): the number of calls must be >= 0")
+        self._left = int(n)
+
+    def _count_down(self) -> None:
+        if self._left is None:
+            return
+        self._left -= 1
+        if self._left <= 0:  # the run's expected calls are done: deferred compiles may start
+            self._left = None
+            self._release("timing", "deferred")
+
+    def _release(self, *states: str) -> None:
+        for ck in self._order:
+            if self._keys[ck].info["state"] in states:
+                self._keys[ck].info["state"] = "waiting"
+        self._start_next()
+
+    def _defer_or_start(self, k: _Key) -> None:
+        step = statistics.median(k.eager_steps[-MEASURED_STEPS:])
+        left = self._left or 0
+        saved = left * step * (1 - 1 / ASSUMED_SPEEDUP)
+        if saved < COLD_COMPILE_S:
+            k.info["state"] = "deferred"
+            k.info["deferred"] = (f"a cold compile (about {COLD_COMPILE_S:.0f} s) could save at most "
+                             f"{saved:.1f} s of the {left} calls left ({step * 1e3:.1f} ms "
+                             f"each eagerly): it starts after them")
+        else:
+            k.info["state"] = "waiting"
+            self._start_next()
 
     def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
         if self._compiled_now:
@@ -429,6 +493,7 @@ class BackgroundEngine:
         """Block until no compile runs or waits (``timeout`` seconds at most); whether
         none does. The next call of each compiled key switches (module doc)."""
         end = None if timeout is None else time.perf_counter() + timeout
+        self._release("timing", "deferred")  # asked for: no reason to hold them back
         while True:
             self.poll()
             busy = [ck for ck in self._order if self._keys[ck].info["state"] in
@@ -450,7 +515,7 @@ class BackgroundEngine:
                 k.child.kill()
                 _forget(k.child)
                 k.child = None
-            elif k.info["state"] != "waiting":
+            elif k.info["state"] not in ("waiting", "timing", "deferred"):
                 continue
             k.info["state"], k.info["why"], k.example = "eager", "stopped by close()", None
 

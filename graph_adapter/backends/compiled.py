@@ -157,6 +157,14 @@ class Compiled(CompiledHost):
         if isinstance(self._engine, BackgroundEngine):
             self._engine.close()
 
+    def expect_calls(self, n: int) -> None:
+        """With ``background=True``: the run makes about ``n`` more calls (the training
+        steps left), so a cold compile that cannot pay back within them starts after
+        them (:meth:`~graph_adapter.backends.background.BackgroundEngine.expect_calls`).
+        Without: nothing (the first call compiles in any case)."""
+        if isinstance(self._engine, BackgroundEngine):
+            self._engine.expect_calls(n)
+
     @property
     def compile_count(self) -> int:
         return self._engine.compile_count

@@ -241,6 +241,14 @@ class DynamoEngine:
         self._load_or_build(flat)
         return _precompile.COUNTS["saved"] + _precompile.COUNTS["loaded"] > before
 
+    def has_saved_entry(self, flat: Dict[str, Tensor]) -> bool:
+        """Whether a precompiled entry of this call is on disk (under any values of the
+        globals its trace read): a background child would load it, not compile."""
+        if self._pre is None:
+            return False
+        return _precompile.has_entry(_precompile.artifact_key(self._wrapped, flat,
+                                                              self._settings))
+
     def _precompiled(self, flat: Dict[str, Tensor], key: Any) -> Any:
         """The precompiled entry for this call whose guards pass, or ``None`` (then the
         ordinary entry runs: it recompiles where the model changed in this process)."""

@@ -124,6 +124,63 @@ def test_inference_across_the_switch_equals_plain_eager(quick):
     assert c.stats.compiled_calls == 7
 
 
+def test_a_short_run_defers_a_cold_compile_past_its_calls_and_keeps_its_threads(quick):
+    """expect_calls(n): a cold compile that cannot pay back within the run's n calls
+    waits for the last of them; until then no child runs and no thread is given up;
+    then it compiles and switches, and training across it equals plain eager."""
+    ref, bg = _pair()
+    c = ga.compile(bg, "aot_eager", background=True)
+    batches = _batches(10)
+    c.expect_calls(6)
+    threads = torch.get_num_threads()
+    opt = torch.optim.Adam(bg.parameters(), lr=1e-2)
+    got = []
+    for i, flat in enumerate(batches):
+        loss = c(flat)["loss"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        got.append(loss.detach())
+        (info,) = c.stats.keys
+        if i < 2:  # MEASURED_STEPS eager steps timed first (a step ends at the next call)
+            assert info["state"] == "timing" and info["pid"] is None, c.stats.summary()
+        elif i < 5:
+            assert info["state"] == "deferred" and info["pid"] is None, c.stats.summary()
+            assert "of the 3 calls left" in info["deferred"], info["deferred"]  # (from call 2)
+            assert torch.get_num_threads() == threads
+        elif i == 5:  # the last expected call starts the compile
+            assert info["pid"] is not None, c.stats.summary()
+            assert c.wait(120), c.stats.summary()
+    (info,) = c.stats.keys
+    assert info["state"] == "compiled" and info["switched_at"] == 6, c.stats.summary()
+    assert "deferred past the run's expected calls" in c.stats.summary()
+    want, _ = _train(ref, ref, batches)
+    torch.testing.assert_close(torch.stack(got), want, rtol=0, atol=1e-10)
+
+
+def test_a_long_run_or_wait_starts_the_compile_at_once(quick, monkeypatch):
+    """Where the expected calls are long enough to pay a cold compile back, it starts
+    after the timed steps; wait() starts a deferred one; negative counts are refused."""
+    _, bg = _pair()
+    c = ga.compile(bg, "aot_eager", background=True)
+    c.expect_calls(1000)
+    monkeypatch.setattr(B, "COLD_COMPILE_S", 0.0)
+    for flat in _batches(3):
+        c(flat)
+    assert c.stats.keys[0]["pid"] is not None and c.stats.keys[0]["deferred"] is None
+    assert c.wait(120)
+    monkeypatch.setattr(B, "COLD_COMPILE_S", 1e9)
+    _, bg2 = _pair()
+    c2 = ga.compile(bg2, "aot_eager", background=True)
+    c2.expect_calls(1000)
+    for flat in _batches(3):
+        c2(flat)
+    assert c2.stats.keys[0]["state"] == "deferred"
+    assert c2.wait(120) and c2.stats.keys[0]["state"] == "compiled"
+    with pytest.raises(ValueError, match="expect_calls"):
+        c2.expect_calls(-1)
+
+
 def test_a_switch_that_is_slower_goes_back_to_eager_and_says_why(monkeypatch):
     monkeypatch.setattr(B, "MEASURED_STEPS", 2)
     monkeypatch.setattr(B, "SLOWER_BY", -1.0)  # any compiled step counts as slower

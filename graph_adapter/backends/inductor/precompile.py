@@ -96,7 +96,8 @@ from torch import Tensor, nn
 
 __all__ = ["ENABLED", "COUNTS", "artifact_key", "artifact_dir", "sources_unchanged",
            "grads_set_aside", "load", "save", "serializable_guards", "recording", "Reads",
-           "reads_differ", "entry_name", "render", "Unguardable", "global_state"]
+           "reads_differ", "entry_name", "render", "Unguardable", "global_state",
+           "has_entry"]
 
 log = logging.getLogger(__name__)
 
@@ -697,6 +698,12 @@ def _write_json(path: str, doc: Any) -> None:
     with open(tmp, "w") as fh:
         json.dump(doc, fh, indent=1, sort_keys=True)
     os.replace(tmp, path)
+
+
+def has_entry(key: Mapping[str, Any]) -> bool:
+    """Whether an entry of ``key`` is on disk, traced under any values of its globals."""
+    d = artifact_dir()
+    return any(os.path.exists(os.path.join(d, v["entry"] + ".bin")) for v in _variants(d, key))
 
 
 def load(key: Mapping[str, Any], wrapped: nn.Module) -> Optional[Callable]:
