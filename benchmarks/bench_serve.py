@@ -210,6 +210,9 @@ def _start_server(path, threads, delay_ms, decoder="orjson"):
                             stdout=subprocess.PIPE, text=True, cwd=root,
                             env=dict(os.environ, PYTHONPATH=root))
     line = proc.stdout.readline()  # "serving ... on http://127.0.0.1:PORT: ..."
+    if "http://127.0.0.1:" not in line:  # it did not start (its error is on stderr)
+        proc.wait(30)
+        raise AssertionError(f"the server did not start ({decoder}): {line!r}")
     port = int(line.split("http://127.0.0.1:")[1].split(":")[0])
     return proc, port
 
@@ -289,8 +292,8 @@ def _server_once(path, threads, delay, decoder, bodies, local, local_reqs, repea
     import http.client
     import json
 
-    proc, port = _start_server(path, threads, delay, decoder)
     out = []
+    proc, port = _start_server(path, threads, delay, decoder)
     try:
         _clients(port, bodies[:16])  # warm-up
         local.predict(local_reqs[0])
