@@ -127,7 +127,9 @@ class BackgroundStats:
         compiled_calls: calls that ran the compiled program.
         keys: one entry a (signature, mode, grad mode) seen, in order of first call:
             ``mode`` (``"train"`` / ``"eval"``, ``"+no_grad"``), ``state``
-            (``"timing"``: its first eager steps timed to judge a deferral,
+            (``"warm"``: its precompiled entry is on disk, so this process loads it
+            after :data:`MEASURED_STEPS` eager steps, no child;
+            ``"timing"``: its first eager steps timed to judge a deferral,
             ``"deferred"``: its compile starts after the calls the run expects,
             ``"waiting"``, ``"compiling"``, ``"ready"``: compiled, the eager steps
             timed once more before the switch, ``"compiled"``, ``"eager"``), ``why``
@@ -140,7 +142,8 @@ class BackgroundStats:
             side of the switch, from one call of the key to its next), ``pid``
             (the compile's process, once started), ``compiles`` (graphs its child
             compiled; the ones this process compiled are in ``compile_count``),
-            ``deferred`` (why its compile waited for the run's expected calls:
+            ``loaded`` (a warm key's entry, loaded in this process in
+            ``compile_s`` seconds), ``deferred`` (why its compile waited for the run's expected calls:
             :meth:`BackgroundEngine.expect_calls`; ``None``: it did not).
     """
 
@@ -152,7 +155,12 @@ class BackgroundStats:
         """One line for people: how many calls ran eagerly and when each key switched."""
         parts = []
         for k in self.keys:
-            if k["state"] in ("compiled", "ready") and k["switched_at"] is None:
+            if k["state"] == "compiled" and k.get("loaded"):
+                switched = ("" if k["switched_at"] is None else
+                            f", switched at call {k['switched_at']}")
+                parts.append(f"{k['mode']}: {k['eager_calls']} eager calls, its precompiled "
+                             f"entry loaded in {k['compile_s']:.2f} s{switched}")
+            elif k["state"] in ("compiled", "ready") and k["switched_at"] is None:
                 parts.append(f"{k['mode']}: {k['eager_calls']} eager calls, compiled in "
                              f"{k['compile_s']:.1f} s in the background, switches at its "
                              f"next call")
@@ -327,18 +335,24 @@ class BackgroundEngine:
             info = {"mode": _mode_name(key, ck[1]), "state": "waiting", "why": None,
                     "eager_calls": 0, "switched_at": None, "compile_s": None,
                     "switch_s": None, "saved": False, "eager_step_s": None,
-                    "compiled_step_s": None, "pid": None, "compiles": 0, "deferred": None}
+                    "compiled_step_s": None, "pid": None, "compiles": 0, "deferred": None,
+                    "loaded": False}
             # a copy: the loader may hand out the same buffers again, changed
             k = self._keys[ck] = _Key(info, {n: v.detach().clone() for n, v in flat.items()})
             self._order.append(ck)
             self._stats.keys.append(info)
-            if self._left is not None and not self._inner.has_saved_entry(flat):
+            if self._inner.has_saved_entry(flat):
+                info["state"] = "warm"  # no child: timed eagerly, then loaded here
+            elif self._left is not None:
                 info["state"] = "timing"  # a cold compile: does it pay back in this run?
             self._start_next()
         k.step_ended(time.perf_counter())
         self._count_down()
-        if k.info["state"] == "timing" and len(k.eager_steps) >= MEASURED_STEPS:
-            self._defer_or_start(k)
+        if len(k.eager_steps) >= MEASURED_STEPS:
+            if k.info["state"] == "timing":
+                self._defer_or_start(k)
+            elif k.info["state"] == "warm":
+                self._load_here(ck, k)
         self._judge(k)
         self._compiled_now = k.last_compiled = k.info["state"] == "compiled"
         if self._compiled_now:
@@ -364,6 +378,21 @@ class BackgroundEngine:
             k.info["state"] = "eager"
             k.info["why"] = (f"its compiled steps took {compiled * 1e3:.2f} ms (median of "
                              f"{MEASURED_STEPS}), the eager ones {eager * 1e3:.2f} ms")
+
+    def _load_here(self, ck: Any, k: _Key) -> None:
+        """A warm key: load its entry in this process (about a second; a child would load
+        it too, and then this process again); where it does not serve this process (its
+        traced sources changed since), a child compiles it as for a cold key."""
+        t0 = time.perf_counter()
+        with torch.set_grad_enabled(ck[1]):
+            loaded = self._inner.load_only(k.example, ck[0])
+        if loaded:
+            k.info.update(state="compiled", saved=True, loaded=True,
+                          compile_s=time.perf_counter() - t0)
+            k.example = None
+        else:
+            k.info["state"] = "waiting"
+            self._start_next()
 
     # ---- a run of known length -------------------------------------------------
     def expect_calls(self, n: int) -> None:
@@ -494,6 +523,9 @@ class BackgroundEngine:
         none does. The next call of each compiled key switches (module doc)."""
         end = None if timeout is None else time.perf_counter() + timeout
         self._release("timing", "deferred")  # asked for: no reason to hold them back
+        for ck in self._order:
+            if self._keys[ck].info["state"] == "warm":
+                self._load_here(ck, self._keys[ck])
         while True:
             self.poll()
             busy = [ck for ck in self._order if self._keys[ck].info["state"] in
@@ -515,7 +547,7 @@ class BackgroundEngine:
                 k.child.kill()
                 _forget(k.child)
                 k.child = None
-            elif k.info["state"] not in ("waiting", "timing", "deferred"):
+            elif k.info["state"] not in ("waiting", "timing", "deferred", "warm"):
                 continue
             k.info["state"], k.info["why"], k.example = "eager", "stopped by close()", None
 

@@ -249,6 +249,21 @@ class DynamoEngine:
         return _precompile.has_entry(_precompile.artifact_key(self._wrapped, flat,
                                                               self._settings))
 
+    def load_only(self, flat: Dict[str, Tensor], key: Any) -> bool:
+        """Load this call's precompiled entry where one on disk serves it now, and use it
+        from the next call; whether it did (never compiles: ``False`` instead)."""
+        if self._pre is None:
+            return False
+        ck = (key, torch.is_grad_enabled())
+        if ck not in self._pre:
+            fn = _precompile.load(_precompile.artifact_key(self._wrapped, flat, self._settings),
+                                  self._wrapped)
+            if fn is None:
+                return False
+            self.precompiled_loads += 1
+            self._pre[ck] = (fn, _precompile.global_state())
+        return self._pre[ck][0] is not None
+
     def _precompiled(self, flat: Dict[str, Tensor], key: Any) -> Any:
         """The precompiled entry for this call whose guards pass, or ``None`` (then the
         ordinary entry runs: it recompiles where the model changed in this process)."""

@@ -181,6 +181,42 @@ def test_a_long_run_or_wait_starts_the_compile_at_once(quick, monkeypatch):
         c2.expect_calls(-1)
 
 
+@pytest.mark.parametrize("serves", [True, False])
+def test_a_warm_key_loads_its_entry_here_without_a_child(quick, monkeypatch, serves):
+    """An entry on disk: the key runs MEASURED_STEPS eager steps on all threads and this
+    process loads the entry (no child, no thread given up); where the entry turns out
+    not to serve (its sources changed), a child compiles as for a cold key. Training
+    across either switch equals plain eager."""
+    from graph_adapter.backends import engines as E
+    monkeypatch.setattr(E.DynamoEngine, "has_saved_entry", lambda self, flat: True)
+    monkeypatch.setattr(E.DynamoEngine, "load_only", lambda self, flat, key: serves)
+    ref, bg = _pair()
+    c = ga.compile(bg, "aot_eager", background=True)
+    threads = torch.get_num_threads()
+    batches = _batches(8)
+    opt = torch.optim.Adam(bg.parameters(), lr=1e-2)
+    got = []
+    for i, flat in enumerate(batches):
+        loss = c(flat)["loss"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        got.append(loss.detach())
+        info = c.stats.keys[0]
+        if i < 2:
+            assert info["state"] == "warm" and torch.get_num_threads() == threads
+        elif i == 2 and not serves:
+            assert info["pid"] is not None, c.stats.summary()  # a child compiles instead
+            assert c.wait(120)
+    info = c.stats.keys[0]
+    assert info["state"] == "compiled", c.stats.summary()
+    if serves:
+        assert info["pid"] is None and info["loaded"] and info["switched_at"] == 2
+        assert "precompiled entry loaded in" in c.stats.summary()
+    want, _ = _train(ref, ref, batches)
+    torch.testing.assert_close(torch.stack(got), want, rtol=0, atol=1e-10)
+
+
 def test_a_switch_that_is_slower_goes_back_to_eager_and_says_why(monkeypatch):
     monkeypatch.setattr(B, "MEASURED_STEPS", 2)
     monkeypatch.setattr(B, "SLOWER_BY", -1.0)  # any compiled step counts as slower
@@ -371,6 +407,13 @@ def test_inductor_switch_loads_the_childs_entry_and_exit_keeps_it(tmp_path, monk
         assert P.COUNTS["loaded"] == loads + 1  # the switch loaded the child's entry
         assert c.compile_count == info["compiles"], "the parent compiled at the switch"
         torch.testing.assert_close(got, want, rtol=0, atol=1e-9)
+        _, bg2 = _pair()  # the entry on disk now: a second model loads it here, no child
+        c2 = ga.compile(bg2, "inductor", background=True)
+        got2, _ = _train(c2, bg2, batches)
+        (info2,) = c2.stats.keys
+        assert info2["loaded"] and info2["pid"] is None and c2.compile_count == 0, \
+            c2.stats.summary()
+        torch.testing.assert_close(got2, want, rtol=0, atol=1e-9)
     finally:
         torch.set_num_threads(threads)
         torch._dynamo.reset()
