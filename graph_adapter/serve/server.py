@@ -235,7 +235,8 @@ def decode_graphs(body: bytes, contract: Contract) -> List[Dict[str, Any]]:
         raise PayloadError('the body must be {"graphs": [graph, ...]} (or a JSON list of '
                            f'graphs), got a JSON {type(doc).__name__}'
                            + (f" with keys {sorted(doc)}" if isinstance(doc, dict) else ""))
-    bulk = _bulk_graphs(np, graphs, contract)
+    # (one graph: reading it alone costs less than the bulk read's checks, 14 us measured)
+    bulk = _bulk_graphs(np, graphs, contract) if len(graphs) > 1 else None
     if bulk is not None:
         return bulk
     out = []
