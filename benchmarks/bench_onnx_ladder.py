@@ -39,6 +39,7 @@ from graph_adapter.app.models import build_model  # noqa: E402
 from graph_adapter.backends.export import export  # noqa: E402
 from graph_adapter.batching import Budget, FixedSizeLoader  # noqa: E402
 from graph_adapter.nn import ipu_wrap  # noqa: E402
+from graph_adapter.serve.pack import pack_call, plan_calls  # noqa: E402
 
 KEYS = ("x", "edge_index", "edge_attr")
 
@@ -139,15 +140,22 @@ def main(argv=None):
     for i, (r, one) in enumerate(zip(contract.rungs, ones)):
         req = requests[256][:max(1, min(r.graphs - 1, 255))]
         flat_o = one.pack(req)[0]
-        flat_l = flat_o  # the same padded dict: the rung's budget is the artifact's
+        # the same graphs packed for the rung (its budget is the one-budget artifact's;
+        # its spill capacity may differ: the ladder's is fitted on the data, the
+        # one-budget artifact's on its check batches)
+        checked = ladder.check(req)
+        first = [checked[j] for j in plan_calls(ladder.rungs[i], checked)[0]]
+        flat_l = pack_call(ladder.rungs[i], ladder.ops, first)
         c = ladder.contract
-        feed = {n: flat_o[f.key] for n, f in zip(c.onnx_input_names, c.inputs) if n}
+        feed = {n: flat_l[f.key] for n, f in zip(c.onnx_input_names, c.inputs) if n}
         feed[c.onnx_rung_input] = np.zeros(i + 1, dtype=np.int64)
         outs = list(c.onnx_output_names)
-        np.testing.assert_allclose(plain.run(outs, feed)[0], one.run_padded(flat_o)["output"],
-                                   rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(ladder.run_padded(flat_l, i)["output"],
-                                   one.run_padded(flat_o)["output"], rtol=1e-5, atol=1e-5)
+        k = min(len(first), len(one.plan(one.check(req))[0][1]))  # (request order: the
+        # first k graphs are the same in both calls)
+        np.testing.assert_allclose(plain.run(outs, feed)[0][:k],
+                                   one.run_padded(flat_o)["output"][:k], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ladder.run_padded(flat_l, i)["output"][:k],
+                                   one.run_padded(flat_o)["output"][:k], rtol=1e-5, atol=1e-5)
         reps = 400 if r.graphs <= 20 else 30
         m = _median_rounds({"one": (lambda: one.run_padded(flat_o), reps),
                             "ladder": (lambda: ladder.run_padded(flat_l, i), reps),

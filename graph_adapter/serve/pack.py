@@ -17,7 +17,7 @@ before its edges past the width ``S`` would be more than ``K``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Sequence, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .contract import Contract, InputField
 from .errors import (EdgeIndexError, FeatureDtypeError, FeatureShapeError, GraphTooLargeError,
@@ -146,17 +146,20 @@ def _too_large(contract: Contract, g: Graph, i: int, spill: int = 0) -> str:
             f"that includes such graphs, or leave it out")
 
 
-def plan_calls(contract: Contract, graphs: Sequence[Graph]) -> List[List[int]]:
+def plan_calls(contract: Contract, graphs: Sequence[Graph],
+               spills: Optional[Sequence[int]] = None) -> List[List[int]]:
     """Graph positions per padded call: request order, each call filled while it fits.
 
     A call holds at most ``G - 1`` graphs, ``N - 2`` nodes, ``E`` edges, keeps
     ``N - n >= G - g`` (no padding graph slot without a node), and (neighbour tables)
-    at most ``K`` in-edges past the width ``S`` (:func:`spill_counts`). Raises
+    at most ``K`` in-edges past the width ``S`` (:func:`spill_counts`; ``spills``:
+    those counts if known, one a graph). Raises
     ``GraphTooLargeError`` before any call when a graph cannot fit even alone.
     """
     N, E, G = contract.nodes, contract.edges, contract.graphs
     width, K = _table_sizes(contract)
-    spills = spill_counts(graphs, width) if K else [0] * len(graphs)
+    if spills is None:
+        spills = spill_counts(graphs, width) if K else [0] * len(graphs)
     for i, g in enumerate(graphs):
         if g.nodes > contract.max_graph_nodes or g.edges > E or spills[i] > K:
             raise GraphTooLargeError(_too_large(contract, g, i, spills[i]), i)
@@ -344,7 +347,7 @@ def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph]
         if home is None:
             raise GraphTooLargeError(_ladder_too_large(rungs, g, i, spills[i]), i)
         out.append((home, [i]))
-    calls = plan_calls(rungs[bulk], [graphs[i] for i in rest])
+    calls = plan_calls(rungs[bulk], [graphs[i] for i in rest], [spills[i] for i in rest])
     for call in calls[:-2]:
         out.append((bulk, [rest[j] for j in call]))
     tail = [rest[j] for call in calls[-2:] for j in call]
@@ -353,7 +356,7 @@ def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph]
         for r in order:
             if not all(_fits(rungs[r], graphs[i], spills[i]) for i in tail):
                 continue
-            plan = plan_calls(rungs[r], [graphs[i] for i in tail])
+            plan = plan_calls(rungs[r], [graphs[i] for i in tail], [spills[i] for i in tail])
             cost = len(plan) * _cost(rungs[r])
             if best is None or cost < best[0]:
                 best = (cost, r, plan)
