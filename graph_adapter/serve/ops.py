@@ -60,8 +60,9 @@ class NumpyOps:
         return a.dtype == self.np.dtype(dtype)
 
     def array_of(self, value: Any, dtype: str) -> Tuple[Any, bool]:
-        """``(asarray(value), whether its dtype is dtype)``: one call a feature."""
-        a = self.asarray(value)
+        """``(asarray(value), whether its dtype is dtype)``: one call a feature (a numpy
+        array, the usual request, is taken as it is)."""
+        a = value if type(value) is self.np.ndarray else self.asarray(value)
         return a, a.dtype == self._dtype(dtype)
 
     def _dtype(self, dtype: str) -> Any:
