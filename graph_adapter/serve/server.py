@@ -7,9 +7,12 @@ needs no PyG) answers:
   graph an object of features as nested lists (``{"x": [[...], ...], "edge_index":
   [[...], [...]], ...}``, the keys and per-graph shapes of the artifact's contract): ``200``
   ``{"predictions": [...]}``, one per graph in request order (a nested list, or an object
-  ``{output key: nested list}`` for a model with several outputs); a body of type
-  ``application/x-npz`` (:data:`NPZ_TYPE`: the graphs' features concatenated, one array a
-  key, and their counts) is read without JSON's cost;
+  ``{output key: nested list}`` for a model with several outputs); the same request in
+  columns, one array a key with the graphs concatenated and their counts, reads faster:
+  as JSON ``{"columns": {key: flat or nested list}, "num_nodes": [...], "num_edges":
+  [...]}``, or as a body of type ``application/x-npz`` (:data:`NPZ_TYPE`), without
+  JSON's cost. JSON is read and written by orjson where installed (the ``serve``
+  extra), else by the standard library;
 * ``GET /health``: ``{"status": "ok", ...}`` and the server's counters;
 * ``GET /contract``: the artifact's JSON contract (:class:`~graph_adapter.serve.Contract`).
 
