@@ -22,10 +22,14 @@ time. Ratios are from one process, measured side by side; the machine's load is 
 graphs a call) and the ladder artifacts (``export(..., ladder=True, max_nodes=, max_edges=)``
 for the data's largest molecule), interleaved: molecules/s, p50 and p99 per request.
 ``server``: ``python -m graph_adapter.serve`` in a process of its own (1 thread), 8 client
-threads here posting pre-encoded JSON (and, for "256 npz", ``numpy.savez`` bodies) over
-keep-alive connections, against the same
-requests through in-process ``predict`` one after another: molecules/s, and the server
-process's CPU seconds per 1000 molecules.
+threads here posting pre-encoded bodies over keep-alive connections (per-graph JSON lists;
+"256 columnar": JSON columns, flat; "256 npz": ``numpy.savez``), each pass next to the same
+requests through in-process ``predict`` one after another: molecules/s, their ratio
+(median and range over ``--server-repeats`` passes), and CPU seconds per 1000 molecules
+of the server process and of ``predict``. ``--server-json``: the server with orjson and/or
+with the standard library's JSON (orjson hidden from it); ``--server-before DIR``: also
+another checkout's server (e.g. ``git archive`` of an older commit), for a before/after in
+one run. ``--reuse DIR`` keeps the one-budget exports between runs.
 """
 import argparse
 import os
