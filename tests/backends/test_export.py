@@ -79,7 +79,9 @@ def test_budget_with_example_graphs_writes_a_loadable_contract(setup, tmp_path):
     import onnx
 
     ops = {n.op_type for n in onnx.load(path).graph.node}  # GIN's sum aggregation
-    assert {"TopK", "CumSum", "If"} <= ops and "ScatterND" not in ops  # sorted segments
+    # over the neighbour tables, the pool as segments of the nodes in graph order
+    assert {"ReduceSum", "CumSum", "If"} <= ops and not {"ScatterND", "TopK"} & ops
+    assert {f.key for f in c.inputs if f.kind == "reserved"} >= {"in_slots", "in_spill"}
     plain = str(tmp_path / "plain.onnx")
     export(wrapped, budget, plain, format="onnx", example=graphs[:4], rewrite=False)
     ops = {n.op_type for n in onnx.load(plain).graph.node}

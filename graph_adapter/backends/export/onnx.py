@@ -113,6 +113,13 @@ def _with_tables(cases: Sequence[Case], nodes: int, width: int, spill: int) -> L
     return out
 
 
+def _position(contract: Contract, key: str) -> Optional[int]:
+    """The position of input ``key`` in the contract (the program's user inputs), or
+    ``None``."""
+    keys = contract.input_keys()
+    return keys.index(key) if key in keys else None
+
+
 def _table_fields(nodes: int, width: int, spill: int) -> Tuple[InputField, InputField]:
     """The contract's reserved inputs of the neighbour tables."""
     return (InputField(SLOTS, "reserved", "node", "int64", (nodes, width)),
@@ -228,8 +235,8 @@ def _onnx_program(ep: Any) -> Any:
             f"ops the ONNX exporter knows") from e
 
 
-def _onnx_proto(ep: Any, rewrite: bool, tables: Optional[Tuple[int, int, int, int]] = None
-                ) -> Tuple[Any, Tuple[str, ...]]:
+def _onnx_proto(ep: Any, rewrite: bool, tables: Optional[Tuple[int, int, int, int]] = None,
+                batch: Optional[int] = None) -> Tuple[Any, Tuple[str, ...]]:
     """``(model, input names)``: the ONNX model of ``ep`` (its row scatters made
     deterministic with ``rewrite``: the sums of edge rows into their target nodes over
     neighbour tables when ``tables`` (``(position of edge_index among the user inputs,
@@ -237,7 +244,9 @@ def _onnx_proto(ep: Any, rewrite: bool, tables: Optional[Tuple[int, int, int, in
     lookups as lookups of combined tables, ``combine_table_lookups``) and the ONNX
     input name of each of ``ep``'s user inputs (``""``: pruned from the ONNX graph, as
     an input the program never reads may be: fed as nothing), then of the two table
-    inputs when the model reads them (``in_slots``, ``in_spill``)."""
+    inputs when the model reads them (``in_slots``, ``in_spill``). ``batch``: the
+    position of ``batch`` among the user inputs (in graph order: its sums need no
+    sort)."""
     try:
         import onnx  # noqa: F401
         import onnxruntime  # noqa: F401
@@ -254,7 +263,8 @@ def _onnx_proto(ep: Any, rewrite: bool, tables: Optional[Tuple[int, int, int, in
     if tables is not None and user[tables[0]]:
         done = table_row_scatters(proto, user[tables[0]], ONNX_TABLE_INPUTS[SLOTS],
                                   ONNX_TABLE_INPUTS[SPILL], *tables[1:])
-    deterministic_row_scatters(proto)
+    deterministic_row_scatters(proto, (user[batch],) if batch is not None and user[batch]
+                               else ())
     return proto, user + ((ONNX_TABLE_INPUTS[SLOTS], ONNX_TABLE_INPUTS[SPILL]) if done else ())
 
 
@@ -301,7 +311,7 @@ def write_onnx(ep: Any, path: str, contract: Contract, cases: Sequence[Case],
     in-degrees of :data:`COVER` of their nodes, at least :data:`MIN_WIDTH`)."""
     sizes = _batch_tables(contract, cases) if rewrite else None
     at = (contract.input_keys().index("edge_index"), contract.nodes) + sizes if sizes else None
-    proto, in_names = _onnx_proto(ep, rewrite, at)
+    proto, in_names = _onnx_proto(ep, rewrite, at, _position(contract, "batch"))
     inputs, cases = _tabled(contract, in_names, cases, contract.nodes, sizes)
     out_names = tuple(o.name for o in proto.graph.output)
     contract = updated(contract, inputs=inputs, onnx_input_names=in_names,
@@ -337,7 +347,7 @@ def write_onnx_ladder(module: Inference, dropped: List[str], budgets: Sequence[B
             ep, _ = rewritten_program(ep, fed)
         sizes = None if width is None else (width, _fit_spill(spills, int(b.graphs)))
         at = (contract.input_keys().index("edge_index"), int(b.nodes)) + sizes if sizes else None
-        proto, names = _onnx_proto(ep, rewrite, at)
+        proto, names = _onnx_proto(ep, rewrite, at, _position(contract, "batch"))
         tabled, cases = _tabled(contract, names, cases, int(b.nodes), sizes)
         rung_inputs.append(tabled)
         # an input any rung reads is an input of the ladder (each rung reads what it needs)

@@ -36,7 +36,7 @@ several budgets into one, an ``If`` a rung (its docstring says how ``serve`` run
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 __all__ = ["deterministic_row_scatters", "scatter_rows_as_scatter_nd", "drop_dead_nodes",
            "ladder_model", "table_row_scatters", "combine_table_lookups"]
@@ -200,7 +200,8 @@ class _Deterministic:
     on the same index into as many rows (the layers of a model, a softmax's sum and its
     messages) share one sort."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any, ordered: Sequence[str] = ()):
+        self.ordered = set(ordered)  # row indices already in order (a packer's batch)
         self.graph = model.graph
         self.producers = {out: n for n in self.graph.node for out in n.output}
         self.types = _value_types(model)
@@ -236,7 +237,9 @@ class _Deterministic:
         i1 = emit("Reshape", [row, "graph_adapter_det_minus1"])
         i1 = emit("Where", [emit("Less", [i1, "graph_adapter_det_zero"]), emit("Add", [i1, n]), i1])
         e = emit("Shape", [i1])
-        _, perm = emit("TopK", [i1, e], outputs=2, axis=0, largest=0, sorted=1)
+        # an index in order already (``batch``: nodes in graph order) needs no sort
+        perm = "" if row in self.ordered else \
+            emit("TopK", [i1, e], outputs=2, axis=0, largest=0, sorted=1)[1]
         ones = emit("ConstantOfShape", [e], value=numpy_helper.from_array(np.ones(1, np.int64)))
         zeros = emit("ConstantOfShape", [n], value=numpy_helper.from_array(np.zeros(1, np.int64)))
         # rows per target: a 1-D ScatterElements of E ones (deterministic, cheap)
@@ -263,7 +266,8 @@ class _Deterministic:
                     value=zero)
         # the zero row before the sorted rows (prefix sum 0 at row 0) is put there before
         # the cast: a copy of half the bytes
-        rows = emit("Concat", [zrow, emit("Gather", [updates, perm], axis=0)], axis=0)
+        rows = emit("Concat", [zrow, emit("Gather", [updates, perm], axis=0) if perm
+                               else updates], axis=0)
         cs0 = emit("CumSum", [emit("Cast", [rows], to=acc), "graph_adapter_det_zero"])
         hi, lo = emit("Gather", [cs0, ends], axis=0), emit("Gather", [cs0, starts], axis=0)
         return emit("Sub", [hi, lo]), cs0
@@ -354,19 +358,21 @@ def _row_nd(types: Dict[str, Any], indices: str) -> bool:
     return len(dims) == 2 and dims[1].dim_value == 1
 
 
-def deterministic_row_scatters(model: Any) -> int:
+def deterministic_row_scatters(model: Any, ordered: Sequence[str] = ()) -> int:
     """Rewrite every row-wise scatter add of ``model`` (an ``onnx.ModelProto``, in place)
     so that onnxruntime computes it the same at any thread count (module doc): the
     exporter's ``ScatterElements(axis=0, add)`` of whole rows and any reducing
-    ``ScatterND`` on a ``[E, 1]`` row index. Returns how many. Needs opset >= 16; an
-    older model is left as it is (``0``)."""
+    ``ScatterND`` on a ``[E, 1]`` row index. ``ordered``: row indices (graph inputs)
+    already in non-decreasing order, summed without the sort (``batch``: the packer
+    lays the nodes out in graph order). Returns how many. Needs opset >= 16; an older
+    model is left as it is (``0``)."""
     import numpy as np
     from onnx import numpy_helper
 
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     if opset < 16:
         return 0
-    rewrite = _Deterministic(model)
+    rewrite = _Deterministic(model, ordered)
     nodes: List[Any] = []
     done = 0
     for node in model.graph.node:
