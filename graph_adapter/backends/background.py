@@ -36,16 +36,16 @@ thread, the child lowers its priority instead (``nice`` 10). The child:
   parent's pool of compile workers, whose pipes it inherited);
 * ends with ``os._exit`` (the parent's ``atexit`` handlers do not run twice).
 
-The switch is checked, not assumed: the time from one call of a key to its
-next (the whole step: forward, backward, optimizer, the next batch) is
-measured on both sides of it (the eager side again once the child is done,
-on this process's own thread count, over :data:`MEASURED_STEPS` steps before
-the switch; after :meth:`BackgroundEngine.wait`, which switches at the next
-call, against the eager steps timed while the child ran), and where the median of :data:`MEASURED_STEPS`
-compiled steps is slower than the eager steps' median by more than
-:data:`SLOWER_BY`, the key goes back to eager for good (``state`` ``"eager"``,
-``why`` gives both figures): a compiled program that loses to the eager module
-on this machine is not kept for the sake of it.
+The switch is checked, not assumed: after it, the key's calls alternate
+between the compiled program and the eager module until :data:`MEASURED_STEPS`
+steps of each are timed (a step: from one call of the key to its next, so
+forward, backward, optimizer and the next batch; interleaved, so that a slow
+moment of a shared machine hits both sides alike; after :meth:`~BackgroundEngine.wait`
+every call is compiled, timed against the eager steps before it), and where the compiled
+steps' median is slower than the eager steps' by more than :data:`SLOWER_BY`,
+the key goes back to eager for good (``state`` ``"eager"``, ``why`` gives both
+figures): a compiled program that loses to the eager module on this machine is
+not kept for the sake of it.
 
 One child at a time (on 2 cores two compiles only slow each other down); later
 keys wait their turn in order. A child that fails leaves its key eager and warns
@@ -65,6 +65,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import json
+import math
 import multiprocessing
 import multiprocessing.util  # its exit handler first: see the atexit line at the end
 import os
@@ -131,10 +132,10 @@ class BackgroundStats:
             after :data:`MEASURED_STEPS` eager steps, no child;
             ``"timing"``: its first eager steps timed to judge a deferral,
             ``"deferred"``: its compile starts after the calls the run expects,
-            ``"waiting"``, ``"compiling"``, ``"ready"``: compiled, the eager steps
-            timed once more before the switch, ``"compiled"``, ``"eager"``), ``why``
-            (why it stays eager: the child's error, a timeout, a deferral), ``eager_calls``
-            before the switch, ``switched_at`` (this object's call number of the
+            ``"waiting"``, ``"compiling"``, ``"ready"``: compiled, switches at its
+            next call, ``"compiled"``, ``"eager"``), ``why`` (why it stays eager: the
+            child's error, a timeout, slower compiled steps), ``eager_calls`` (the
+            judge's interleaved eager calls included), ``switched_at`` (this object's call number of the
             first compiled call, from 0; ``None`` before), ``compile_s`` (the
             child's wall time), ``switch_s`` (the first compiled call: the entry's
             load and the run), ``saved`` (the child wrote a precompiled entry),
@@ -186,7 +187,9 @@ class _Key:
     child: Optional["_Child"] = None
     last: Optional[float] = None  # when the key's previous call began
     last_compiled: bool = False  # whether it ran compiled
-    fresh: int = 0  # eager steps timed since the child ended
+    judging: bool = False  # after the switch, until its steps are compared with eager ones
+    interleave: bool = True  # while judging: calls alternate compiled / eager (not after wait())
+    flip: bool = True  # while interleaving: whether the next call runs compiled
     eager_steps: List[float] = dataclasses.field(default_factory=list)  # the last few
     compiled_steps: List[float] = dataclasses.field(default_factory=list)
 
@@ -195,7 +198,6 @@ class _Key:
         side it ran."""
         if self.last is not None:
             (self.compiled_steps if self.last_compiled else self.eager_steps).append(now - self.last)
-            self.fresh += not self.last_compiled
             del self.eager_steps[:-2 * MEASURED_STEPS]
             del self.compiled_steps[2 * MEASURED_STEPS:]  # only the first few are judged
         self.last = now
@@ -354,7 +356,10 @@ class BackgroundEngine:
             elif k.info["state"] == "warm":
                 self._load_here(ck, k)
         self._judge(k)
-        self._compiled_now = k.last_compiled = k.info["state"] == "compiled"
+        compiled = k.info["state"] == "compiled"
+        if compiled and k.judging and k.interleave:  # a slow moment of the machine hits both
+            compiled, k.flip = k.flip, not k.flip
+        self._compiled_now = k.last_compiled = compiled
         if self._compiled_now:
             self._stats.compiled_calls += 1
         else:
@@ -363,21 +368,36 @@ class BackgroundEngine:
         self._ck, self._calls = ck, self._calls + 1
 
     def _judge(self, k: _Key) -> None:
-        """Undo a switch whose compiled steps are slower than the eager ones (module doc)."""
-        if k.info["state"] == "ready" and k.fresh >= MEASURED_STEPS:
-            k.info["state"] = "compiled"  # the eager side is timed: switch
+        """Switch a ready key; undo a switch whose compiled steps are slower than the eager
+        ones timed between them (module doc)."""
+        if k.info["state"] == "ready":
+            self._switch(k)
         steps = k.compiled_steps[1:]  # the first ends the call that loaded the entry
-        if k.info["state"] != "compiled" or k.info["compiled_step_s"] is not None \
-                or len(steps) < MEASURED_STEPS or not k.eager_steps:
+        if k.info["state"] != "compiled" or not k.judging or len(steps) < MEASURED_STEPS \
+                or len(k.eager_steps) < (MEASURED_STEPS if k.interleave else 1):
             return
-        eager = statistics.median(k.eager_steps[-MEASURED_STEPS:])
+        # interleaved: the eager steps between the compiled ones; after wait(): the last
+        # eager steps before the switch (the caller asked for the compiled program)
+        eager = statistics.median(k.eager_steps[:MEASURED_STEPS] if k.interleave
+                                  else k.eager_steps[-MEASURED_STEPS:])
         compiled = statistics.median(steps[:MEASURED_STEPS])
         k.info["eager_step_s"], k.info["compiled_step_s"] = eager, compiled
-        k.compiled_steps = []
+        k.compiled_steps, k.judging = [], False
         if compiled > eager * (1 + SLOWER_BY):
             k.info["state"] = "eager"
             k.info["why"] = (f"its compiled steps took {compiled * 1e3:.2f} ms (median of "
                              f"{MEASURED_STEPS}), the eager ones {eager * 1e3:.2f} ms")
+
+    @staticmethod
+    def _switch(k: _Key) -> None:
+        """The next call runs compiled; then, unless nothing could undo it, calls
+        alternate with eager ones until :data:`MEASURED_STEPS` of each are timed (after
+        :meth:`wait`: compiled calls only, against the eager steps timed before)."""
+        k.info["state"] = "compiled"
+        k.judging, k.flip = math.isfinite(SLOWER_BY), True
+        k.compiled_steps = []
+        if k.interleave:
+            k.eager_steps = []
 
     def _load_here(self, ck: Any, k: _Key) -> None:
         """A warm key: load its entry in this process (about a second; a child would load
@@ -387,8 +407,8 @@ class BackgroundEngine:
         with torch.set_grad_enabled(ck[1]):
             loaded = self._inner.load_only(k.example, ck[0])
         if loaded:
-            k.info.update(state="compiled", saved=True, loaded=True,
-                          compile_s=time.perf_counter() - t0)
+            k.info.update(saved=True, loaded=True, compile_s=time.perf_counter() - t0)
+            self._switch(k)
             k.example = None
         else:
             k.info["state"] = "waiting"
@@ -476,7 +496,6 @@ class BackgroundEngine:
             k.info["compiles"] = int(doc.get("compiles", 0))
             self._child_compiles += k.info["compiles"]
             k.info["state"], k.info["saved"] = "ready", bool(doc.get("saved"))
-            k.fresh, k.last = 0, None  # timed again, on this process's thread count
             return
         k.info["state"], k.info["why"] = "eager", doc.get("error")
         warnings.warn(f"graph_adapter.compile(background=True): the {k.info['mode']} compile "
@@ -522,6 +541,8 @@ class BackgroundEngine:
         """Block until no compile runs or waits (``timeout`` seconds at most); whether
         none does. The next call of each compiled key switches (module doc)."""
         end = None if timeout is None else time.perf_counter() + timeout
+        for ck in self._order:  # asked for the compiled program: no eager calls after it
+            self._keys[ck].interleave = False
         self._release("timing", "deferred")  # asked for: no reason to hold them back
         for ck in self._order:
             if self._keys[ck].info["state"] == "warm":
@@ -530,10 +551,7 @@ class BackgroundEngine:
             self.poll()
             busy = [ck for ck in self._order if self._keys[ck].info["state"] in
                     ("waiting", "compiling")]
-            if not busy:
-                for ck in self._order:
-                    if self._keys[ck].info["state"] == "ready":
-                        self._keys[ck].info["state"] = "compiled"
+            if not busy:  # a ready key switches at its next call
                 return True
             if end is not None and time.perf_counter() >= end:
                 return False

@@ -176,7 +176,9 @@ def test_a_long_run_or_wait_starts_the_compile_at_once(quick, monkeypatch):
     for flat in _batches(3):
         c2(flat)
     assert c2.stats.keys[0]["state"] == "deferred"
-    assert c2.wait(120) and c2.stats.keys[0]["state"] == "compiled"
+    assert c2.wait(120) and c2.stats.keys[0]["state"] == "ready"  # switches at its next call
+    c2(_batches(1)[0])
+    assert c2.stats.keys[0]["state"] == "compiled"
     with pytest.raises(ValueError, match="expect_calls"):
         c2.expect_calls(-1)
 
@@ -231,6 +233,37 @@ def test_a_switch_that_is_slower_goes_back_to_eager_and_says_why(monkeypatch):
     # calls 3-5 compiled (the switch and the 2 timed), then eager again
     assert c.stats.compiled_calls == 3 and c.stats.eager_calls == 7, c.stats
     torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+
+
+def test_the_judge_interleaves_compiled_and_eager_steps_then_keeps_the_faster(monkeypatch):
+    """After the switch, calls alternate compiled / eager until MEASURED_STEPS of each
+    are timed (a slow moment of the machine hits both sides), then stay compiled; after
+    wait() every call is compiled (the caller asked for the compiled program)."""
+    monkeypatch.setattr(B, "MEASURED_STEPS", 2)
+    monkeypatch.setattr(B, "SLOWER_BY", 100.0)  # judged, but never undone
+    ref, bg = _pair()
+    c = ga.compile(bg, "aot_eager", background=True)
+    batches = _batches(10)
+    c(batches[0])
+    t0 = time.perf_counter()  # the child's end, seen without wait() (which turns it off)
+    while c.stats.keys[0]["state"] != "ready":
+        assert time.perf_counter() - t0 < 120, c.stats.summary()
+        time.sleep(0.05)
+    ran = []
+    for flat in batches[1:]:
+        before = c.stats.compiled_calls
+        c(flat)
+        ran.append(c.stats.compiled_calls - before)
+    assert ran == [1, 0, 1, 0, 1, 1, 1, 1, 1], ran
+    info = c.stats.keys[0]
+    assert info["state"] == "compiled" and info["compiled_step_s"] is not None
+    _, bg2 = _pair()
+    c2 = ga.compile(bg2, "aot_eager", background=True)
+    c2(batches[0])
+    assert c2.wait(120)
+    for flat in batches[1:6]:
+        c2(flat)
+    assert c2.stats.compiled_calls == 5
 
 
 def test_a_failed_background_compile_warns_once_and_stays_eager(quick):
