@@ -37,6 +37,7 @@ import collections
 import gc
 import itertools
 import json
+import math
 import signal
 import sys
 import threading
@@ -93,15 +94,40 @@ def _feature_array(np: Any, f: Any, value: Any, i: int) -> Any:
     return a.astype(want, copy=False)
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _json_loads(body: bytes) -> Any:
-    """``body`` parsed: by orjson where installed, else by the standard library."""
-    return _orjson.loads(body) if _orjson is not None else json.loads(body)
+    """``body`` parsed: by orjson where installed, else by the standard library, which
+    is told to refuse ``NaN`` / ``Infinity`` as orjson does (the server answers alike
+    with or without it)."""
+    if _orjson is not None:
+        return _orjson.loads(body)
+    return json.loads(body, parse_constant=_not_json)
+
+
+def _finite_or_null(doc: Any) -> Any:
+    """``doc`` with every float that is not finite as ``None`` (orjson's ``null``)."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, list):
+        return [_finite_or_null(v) for v in doc]
+    if isinstance(doc, dict):
+        return {k: _finite_or_null(v) for k, v in doc.items()}
+    return doc
 
 
 def _json_dumps(doc: Any) -> bytes:
-    """``doc`` as JSON bytes (orjson writes a NaN as ``null``, the standard library as
-    ``NaN``, which strict JSON readers refuse)."""
-    return _orjson.dumps(doc) if _orjson is not None else json.dumps(doc).encode()
+    """``doc`` as strict JSON bytes: a NaN or infinite prediction is written ``null`` (by
+    orjson where installed, by the standard library alike; ``NaN`` is not JSON, and
+    strict readers refuse it)."""
+    if _orjson is not None:
+        return _orjson.dumps(doc)
+    try:
+        return json.dumps(doc, allow_nan=False).encode()
+    except ValueError:  # a non-finite float somewhere: the rare path
+        return json.dumps(_finite_or_null(doc), allow_nan=False).encode()
 
 
 _chain = itertools.chain.from_iterable

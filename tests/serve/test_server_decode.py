@@ -194,3 +194,14 @@ def test_an_empty_columnar_request_and_graphs_without_edges(reader):
     _same(decode_graphs(_nested(graphs).encode(), C), decode_npz(_npz(graphs), C))
     assert decode_graphs(json.dumps({"num_nodes": [], "num_edges": [], "columns": {}})
                          .encode(), C) == []
+
+
+def test_nan_and_infinity_are_refused_and_written_as_null_with_either_codec(reader):
+    """``NaN`` / ``Infinity`` are not JSON: a body holding one is a 400 whichever codec
+    reads it (the standard library alone would read them), and a prediction that is not
+    finite is written ``null`` by both (the standard library alone would write ``NaN``)."""
+    for body in (b'{"graphs": [{"x": [[NaN, 1, 2]]}]}', b'[{"u": Infinity}]'):
+        with pytest.raises(PayloadError, match="not valid JSON"):
+            decode_graphs(body, C)
+    doc = {"predictions": [[float("nan"), 1.5], float("inf"), {"y": -float("inf")}]}
+    assert json.loads(srv._json_dumps(doc)) == {"predictions": [[None, 1.5], None, {"y": None}]}
