@@ -30,7 +30,7 @@ they are called with the batch vector and no ``batch_size``.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -356,6 +356,16 @@ def _batch_size_norms() -> tuple:
     return tuple(out)
 
 
+def _modules_of(model: nn.Module) -> Iterator[nn.Module]:
+    """``model.modules()``, past children that are not modules: the stubs torch puts in
+    a precompiled entry's guard state for submodules no guard reads (an unpickled
+    wrapper masks its norms again, and PyG's ``GIN`` has such children there)."""
+    yield model
+    for _, child in model.named_children():
+        if isinstance(child, nn.Module):
+            yield from _modules_of(child)
+
+
 def mask_norms(model: nn.Module) -> int:
     """Swap, in place, the class of the model's batch-pooling norms (see module doc).
 
@@ -363,7 +373,7 @@ def mask_norms(model: nn.Module) -> int:
     """
     swapped = 0
     fixed = _batch_size_norms()
-    for m in model.modules():
+    for m in _modules_of(model):
         if type(m) is nn.BatchNorm1d:
             m.__class__ = MaskedBatchNorm1d
             swapped += 1

@@ -71,10 +71,10 @@ data (``external_data={"wrapped": ...}``), given back at the load.
 
 Torch 2.13 rebuilds a stub of every guarded module when it loads the guards
 (``GuardsStatePickler``); PyG's ``MessagePassing.__setstate__`` cannot rebuild
-from a stub (``'_Missing' object has no attribute 'implements'``), nor can
-``IPUWrapped``'s (it masks the norms of submodules a stub lacks: ``'_Missing'
-object has no attribute 'named_modules'``, PyG's ``GIN``), so the load runs with
-``nn.Module.__setstate__`` in their place (:func:`_plain_setstate`), restored after.
+from a stub (``'_Missing' object has no attribute 'implements'``), so the load
+runs with ``nn.Module.__setstate__`` in its place (:func:`_plain_setstate`),
+restored after. (``IPUWrapped.__setstate__`` masks the norms again, which the
+guards compare, skipping the submodules a stub lacks: :func:`~graph_adapter.nn.norm.mask_norms`.)
 """
 from __future__ import annotations
 
@@ -243,28 +243,21 @@ def sources_unchanged(source_info: Any) -> bool:
 
 @contextlib.contextmanager
 def _plain_setstate() -> Iterator[None]:
-    """The ``__setstate__`` of PyG's ``MessagePassing`` and of graph_adapter's
-    ``IPUWrapped`` replaced by ``nn.Module``'s (module docstring): both read
-    submodules that a stub may lack."""
-    from ...nn import IPUWrapped
-
-    classes = [IPUWrapped]
+    """PyG's ``MessagePassing.__setstate__`` replaced by ``nn.Module``'s (module docstring)."""
     try:
         from torch_geometric.nn.conv import MessagePassing
-        classes.append(MessagePassing)
-    except ImportError:  # no PyG: nothing more to replace
-        pass
-    saved = [(cls, cls.__dict__.get("__setstate__")) for cls in classes]
-    for cls in classes:
-        cls.__setstate__ = nn.Module.__setstate__
+    except ImportError:  # no PyG: nothing to replace
+        yield
+        return
+    saved = MessagePassing.__dict__.get("__setstate__")
+    MessagePassing.__setstate__ = nn.Module.__setstate__
     try:
         yield
     finally:
-        for cls, method in saved:
-            if method is None:
-                del cls.__setstate__
-            else:
-                cls.__setstate__ = method
+        if saved is None:
+            del MessagePassing.__setstate__
+        else:
+            MessagePassing.__setstate__ = saved
 
 
 @contextlib.contextmanager
