@@ -73,7 +73,8 @@ def quick(monkeypatch):
     monkeypatch.setattr(B, "SLOWER_BY", float("inf"))
 
 
-def _train(model_call, wrapped, batches, wait_after=None, compiled=None):
+def _train(model_call, wrapped, batches, wait_after=None, compiled=None, each=None):
+    """Adam steps over ``batches``; ``each(i)`` after step ``i`` (checks of the state)."""
     opt = torch.optim.Adam(wrapped.parameters(), lr=1e-2)
     losses = []
     for i, flat in enumerate(batches):
@@ -84,6 +85,8 @@ def _train(model_call, wrapped, batches, wait_after=None, compiled=None):
         losses.append(loss.detach())
         if i == wait_after:
             assert compiled.wait(120), compiled.stats.summary()
+        if each is not None:
+            each(i)
     return torch.stack(losses), opt
 
 
@@ -133,14 +136,8 @@ def test_a_short_run_defers_a_cold_compile_past_its_calls_and_keeps_its_threads(
     batches = _batches(10)
     c.expect_calls(6)
     threads = torch.get_num_threads()
-    opt = torch.optim.Adam(bg.parameters(), lr=1e-2)
-    got = []
-    for i, flat in enumerate(batches):
-        loss = c(flat)["loss"]
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        got.append(loss.detach())
+
+    def each(i):
         (info,) = c.stats.keys
         if i < 2:  # MEASURED_STEPS eager steps timed first (a step ends at the next call)
             assert info["state"] == "timing" and info["pid"] is None, c.stats.summary()
@@ -151,11 +148,13 @@ def test_a_short_run_defers_a_cold_compile_past_its_calls_and_keeps_its_threads(
         elif i == 5:  # the last expected call starts the compile
             assert info["pid"] is not None, c.stats.summary()
             assert c.wait(120), c.stats.summary()
+
+    got, _ = _train(c, bg, batches, each=each)
     (info,) = c.stats.keys
     assert info["state"] == "compiled" and info["switched_at"] == 6, c.stats.summary()
     assert "deferred past the run's expected calls" in c.stats.summary()
     want, _ = _train(ref, ref, batches)
-    torch.testing.assert_close(torch.stack(got), want, rtol=0, atol=1e-10)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 
 
 def test_a_long_run_or_wait_starts_the_compile_at_once(quick, monkeypatch):
@@ -196,27 +195,23 @@ def test_a_warm_key_loads_its_entry_here_without_a_child(quick, monkeypatch, ser
     c = ga.compile(bg, "aot_eager", background=True)
     threads = torch.get_num_threads()
     batches = _batches(8)
-    opt = torch.optim.Adam(bg.parameters(), lr=1e-2)
-    got = []
-    for i, flat in enumerate(batches):
-        loss = c(flat)["loss"]
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        got.append(loss.detach())
+
+    def each(i):
         info = c.stats.keys[0]
         if i < 2:
             assert info["state"] == "warm" and torch.get_num_threads() == threads
         elif i == 2 and not serves:
             assert info["pid"] is not None, c.stats.summary()  # a child compiles instead
             assert c.wait(120)
+
+    got, _ = _train(c, bg, batches, each=each)
     info = c.stats.keys[0]
     assert info["state"] == "compiled", c.stats.summary()
     if serves:
         assert info["pid"] is None and info["loaded"] and info["switched_at"] == 2
         assert "precompiled entry loaded in" in c.stats.summary()
     want, _ = _train(ref, ref, batches)
-    torch.testing.assert_close(torch.stack(got), want, rtol=0, atol=1e-10)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 
 
 def test_a_switch_that_is_slower_goes_back_to_eager_and_says_why(monkeypatch):
