@@ -425,8 +425,8 @@ class BackgroundEngine:
         is under a cold compile's :data:`COLD_COMPILE_S`, the compile cannot pay
         back within the run: it starts at the last expected call instead (for
         what runs after: an evaluation, the next run's cache, :meth:`wait`), and
-        until then no thread is given up. A warm key (its entry on disk) starts at
-        once: loading takes about a second.
+        until then no thread is given up. A warm key (its entry on disk) is loaded
+        in this process after its timed steps, as without a count (about a second).
         """
         if n < 0:
             raise ValueError(f"expect_calls({n}): the number of calls must be >= 0")

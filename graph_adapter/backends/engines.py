@@ -244,10 +244,7 @@ class DynamoEngine:
     def has_saved_entry(self, flat: Dict[str, Tensor]) -> bool:
         """Whether a precompiled entry of this call is on disk (under any values of the
         globals its trace read): a background child would load it, not compile."""
-        if self._pre is None:
-            return False
-        return _precompile.has_entry(_precompile.artifact_key(self._wrapped, flat,
-                                                              self._settings))
+        return self._pre is not None and _precompile.has_entry(self._key(flat))
 
     def load_only(self, flat: Dict[str, Tensor], key: Any) -> bool:
         """Load this call's precompiled entry where one on disk serves it now, and use it
@@ -256,11 +253,9 @@ class DynamoEngine:
             return False
         ck = (key, torch.is_grad_enabled())
         if ck not in self._pre:
-            fn = _precompile.load(_precompile.artifact_key(self._wrapped, flat, self._settings),
-                                  self._wrapped)
+            fn = self._loaded(self._key(flat))
             if fn is None:
                 return False
-            self.precompiled_loads += 1
             self._pre[ck] = (fn, _precompile.global_state())
         return self._pre[ck][0] is not None
 
@@ -268,22 +263,32 @@ class DynamoEngine:
         """The precompiled entry for this call whose guards pass, or ``None`` (then the
         ordinary entry runs: it recompiles where the model changed in this process)."""
         ck = (key, torch.is_grad_enabled())
-        state = _precompile.global_state()  # the entry's serialized guards leave it out
         if ck not in self._pre:
-            self._pre[ck] = (self._load_or_build(flat), state)
+            self._pre[ck] = (self._load_or_build(flat), _precompile.global_state())
         fn, traced_under = self._pre[ck]
-        if fn is not None and not (state == traced_under and fn.guard_check(flat)):
+        # the global state: the entry's serialized guards leave it out
+        if fn is not None and not (_precompile.global_state() == traced_under
+                                   and fn.guard_check(flat)):
             self._pre[ck] = (None, None)  # never retried: the ordinary entry owns this key now
             return None
+        return fn
+
+    def _key(self, flat: Dict[str, Tensor]) -> Dict[str, Any]:
+        return _precompile.artifact_key(self._wrapped, flat, self._settings)
+
+    def _loaded(self, key: Dict[str, Any]) -> Any:
+        """An earlier process's entry of ``key`` that serves this process, or ``None``."""
+        fn = _precompile.load(key, self._wrapped)
+        if fn is not None:
+            self.precompiled_loads += 1
         return fn
 
     def _load_or_build(self, flat: Dict[str, Tensor]) -> Any:
         """An earlier process's artifact for this call, else one compiled now and saved
         (``None`` where torch cannot build or save one: logged, and compiled as usual)."""
-        key = _precompile.artifact_key(self._wrapped, flat, self._settings)
-        fn = _precompile.load(key, self._wrapped)
+        key = self._key(flat)
+        fn = self._loaded(key)
         if fn is not None:
-            self.precompiled_loads += 1
             return fn
         try:
             with _precompile.grads_set_aside(self._wrapped):
