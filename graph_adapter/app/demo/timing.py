@@ -717,10 +717,6 @@ def train_pyg(model: nn.Module, train, test, cfg: DemoConfig, compiled: bool) ->
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     sched = _scheduler(opt, cfg.epochs)
     stats.batches_per_epoch = len(loader)  # planned (the progress bar); counted in training
-    # the run's length is known: a cold compile that cannot pay back within the training
-    # steps starts after them (for the test pass and the timed rounds), all threads kept
-    if hasattr(compiled, "expect_calls"):  # (the IPU backends' compiled models have none)
-        compiled.expect_calls(cfg.epochs * len(loader))
     fn = torch.compile(model, dynamic=True, backend=cfg.pyg_compile_backend) if compiled else model
     graphs_before = graphs_compiled()
 
