@@ -100,6 +100,9 @@ COLD_COMPILE_S = 20.0
 #: and what it assumes the compiled steps gain (the models table's lowest training ratio:
 #: GIN 4x128, 1.35x eager PyG); the switch itself is judged on measured steps
 ASSUMED_SPEEDUP = 1.35
+#: and what it assumes loading a warm key's precompiled entry takes (0.7-0.8 s measured on
+#: 2 cores, most of it the first load's imports of inductor's runtime)
+WARM_LOAD_S = 0.8
 #: whether this process runs torch on one thread fewer while a child compiles (module doc);
 #: if not, the child only lowers its priority (``GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD``)
 GIVE_UP_A_THREAD = os.environ.get("GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD", "1") == "1"
@@ -131,7 +134,7 @@ class BackgroundStats:
             (``"warm"``: its precompiled entry is on disk, so this process loads it
             after :data:`MEASURED_STEPS` eager steps, no child;
             ``"timing"``: its first eager steps timed to judge a deferral,
-            ``"deferred"``: its compile starts after the calls the run expects,
+            ``"deferred"``: its compile (or load) starts after the calls the run expects,
             ``"waiting"``, ``"compiling"``, ``"ready"``: compiled, switches at its
             next call, ``"compiled"``, ``"eager"``), ``why`` (why it stays eager: the
             child's error, a timeout, slower compiled steps), ``eager_calls`` (the
@@ -144,7 +147,8 @@ class BackgroundStats:
             (the compile's process, once started), ``compiles`` (graphs its child
             compiled; the ones this process compiled are in ``compile_count``),
             ``loaded`` (a warm key's entry, loaded in this process in
-            ``compile_s`` seconds), ``deferred`` (why its compile waited for the run's expected calls:
+            ``compile_s`` seconds), ``deferred`` (why its compile, or a warm key's load,
+            waited for the run's expected calls:
             :meth:`BackgroundEngine.expect_calls`; ``None``: it did not).
     """
 
@@ -174,7 +178,8 @@ class BackgroundStats:
                 why = f" ({why})" if why else ""
                 parts.append(f"{k['mode']}: {k['state']}{why}, {k['eager_calls']} eager calls")
             if k.get("deferred") and k["state"] != "deferred":
-                parts[-1] += ", its compile deferred past the run's expected calls"
+                parts[-1] += (", its " + ("load" if k.get("loaded") else "compile") +
+                              " deferred past the run's expected calls")
         return "; ".join(parts) or "no calls yet"
 
 
@@ -184,6 +189,7 @@ class _Key:
 
     info: Dict[str, Any]
     example: Optional[Dict[str, Tensor]] = None  # a batch to compile with (until it starts)
+    warm: bool = False  # its entry is on disk: loaded here, never compiled by a child
     child: Optional["_Child"] = None
     last: Optional[float] = None  # when the key's previous call began
     last_compiled: bool = False  # whether it ran compiled
@@ -344,7 +350,7 @@ class BackgroundEngine:
             self._order.append(ck)
             self._stats.keys.append(info)
             if self._inner.has_saved_entry(flat):
-                info["state"] = "warm"  # no child: timed eagerly, then loaded here
+                info["state"], k.warm = "warm", True  # no child: timed eagerly, loaded here
             elif self._left is not None:
                 info["state"] = "timing"  # a cold compile: does it pay back in this run?
             self._start_next()
@@ -354,7 +360,7 @@ class BackgroundEngine:
             if k.info["state"] == "timing":
                 self._defer_or_start(k)
             elif k.info["state"] == "warm":
-                self._load_here(ck, k)
+                self._load_or_defer(ck, k)
         self._judge(k)
         compiled = k.info["state"] == "compiled"
         if compiled and k.judging and k.interleave:  # a slow moment of the machine hits both
@@ -411,8 +417,17 @@ class BackgroundEngine:
             self._switch(k)
             k.example = None
         else:
-            k.info["state"] = "waiting"
+            k.info["state"], k.warm = "waiting", False
             self._start_next()
+
+    def _load_or_defer(self, ck: Any, k: _Key) -> None:
+        """A warm key after its timed steps: load its entry now, unless the run's expected
+        calls cannot pay the load back (:meth:`expect_calls`)."""
+        why = self._cannot_pay_back(k, WARM_LOAD_S, "loading its precompiled entry")
+        if why:
+            k.info["state"], k.info["deferred"] = "deferred", why
+        else:
+            self._load_here(ck, k)
 
     # ---- a run of known length -------------------------------------------------
     def expect_calls(self, n: int) -> None:
@@ -426,7 +441,8 @@ class BackgroundEngine:
         back within the run: it starts at the last expected call instead (for
         what runs after: an evaluation, the next run's cache, :meth:`wait`), and
         until then no thread is given up. A warm key (its entry on disk) is loaded
-        in this process after its timed steps, as without a count (about a second).
+        in this process after its timed steps, unless the same sum is under the
+        load's :data:`WARM_LOAD_S`: then it is loaded after the expected calls.
         """
         if n < 0:
             raise ValueError(f"expect_calls({n}): the number of calls must be >= 0")
@@ -441,20 +457,31 @@ class BackgroundEngine:
             self._release("timing", "deferred")
 
     def _release(self, *states: str) -> None:
+        """Held keys go on: a cold one waits for its child, a warm one loads at its next call."""
         for ck in self._order:
-            if self._keys[ck].info["state"] in states:
-                self._keys[ck].info["state"] = "waiting"
+            k = self._keys[ck]
+            if k.info["state"] in states:
+                k.info["state"] = "warm" if k.warm else "waiting"
         self._start_next()
 
-    def _defer_or_start(self, k: _Key) -> None:
+    def _cannot_pay_back(self, k: _Key, cost: float, what: str) -> str:
+        """Why ``what`` (taking about ``cost`` seconds) cannot pay back within the run's
+        expected calls (``""``: it can, or no count was given): the calls left, each at the
+        key's median eager step, times what compiled steps would save
+        (:data:`ASSUMED_SPEEDUP`), against ``cost``."""
+        if self._left is None:
+            return ""
         step = statistics.median(k.eager_steps[-MEASURED_STEPS:])
-        left = self._left or 0
-        saved = left * step * (1 - 1 / ASSUMED_SPEEDUP)
-        if saved < COLD_COMPILE_S:
-            k.info["state"] = "deferred"
-            k.info["deferred"] = (f"a cold compile (about {COLD_COMPILE_S:.0f} s) could save at most "
-                             f"{saved:.1f} s of the {left} calls left ({step * 1e3:.1f} ms "
-                             f"each eagerly): it starts after them")
+        saved = self._left * step * (1 - 1 / ASSUMED_SPEEDUP)
+        if saved >= cost:
+            return ""
+        return (f"{what} (about {cost:.1f} s) could save at most {saved:.1f} s of the "
+                f"{self._left} calls left ({step * 1e3:.1f} ms each eagerly): it waits for them")
+
+    def _defer_or_start(self, k: _Key) -> None:
+        why = self._cannot_pay_back(k, COLD_COMPILE_S, "a cold compile")
+        if why:
+            k.info["state"], k.info["deferred"] = "deferred", why
         else:
             k.info["state"] = "waiting"
             self._start_next()

@@ -673,16 +673,22 @@ def _wait_for_background(stats: RunStats, compiled: Any, label: str, progress: b
 def _background_line(keys: List[Dict[str, Any]]) -> str:
     """The report's short form of ``compiled.stats``: eager training steps, each mode's
     compile time, and any mode that stayed eager (why, cut short)."""
-    train = sum(k["eager_calls"] for k in keys if k["mode"].startswith("train"))
-    done = [f"{k['mode'].split('+')[0]} {k['compile_s']:.0f} s" for k in keys
+    trains = [k for k in keys if k["mode"].startswith("train")]
+    train = sum(k["eager_calls"] for k in trains)
+    done = [f"{k['mode'].split('+')[0]} {'loaded in ' if k.get('loaded') else ''}"
+            f"{k['compile_s']:.{1 if k.get('loaded') else 0}f} s" for k in keys
             if k["state"] in ("compiled", "ready") and k["compile_s"] is not None]
     eager = [f"{k['mode']} stayed eager: {(k['why'] or '')[:60]}" for k in keys
              if k["state"] == "eager"]
-    deferred = any(k.get("deferred") and k["mode"].startswith("train") for k in keys)
+    loaded = any(k.get("loaded") for k in trains)  # warm: a saved compile, no child
     done_s = f" ({', '.join(done)})" if done else ""
-    how = (f"eagerly for {train} steps, then compiled{done_s}: too few steps to pay back a "
-           f"cold compile" if deferred else
-           f"trained eagerly for {train} steps while compiling in the background{done_s}")
+    if any(k.get("deferred") for k in trains):
+        how = (f"eagerly for {train} steps, then compiled{done_s}: too few steps to pay back "
+               + ("loading the saved compile" if loaded else "a cold compile"))
+    elif loaded:
+        how = f"trained eagerly for {train} steps, then on the saved compile{done_s}"
+    else:
+        how = f"trained eagerly for {train} steps while compiling in the background{done_s}"
     return "; ".join([how] + eager)
 
 
