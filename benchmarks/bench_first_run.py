@@ -18,7 +18,8 @@ molecules' loading not):
   starts at the first call;
 * ``background_keep``: ``background=True`` with this process keeping all its threads
   while the child compiles (``GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD=0``; the
-  child only lowers its priority);
+  child runs on idle CPU time only);
+* ``background_open_keep``: the same without the run's length;
 * ``eager``: the adapter without a compiler (``compile("eager")``), trimmed.
 
 Then the same variants once more on the caches the first round left (warm).
@@ -31,7 +32,8 @@ eager PyG of the same round.
 
     python benchmarks/bench_first_run.py [--epochs 10] [--rounds 1] [--threads 2]
         [--limit N] [--model demo]
-        [--variants pyg,compiled,background,background_open,background_keep,eager]
+        [--variants pyg,compiled,background,background_open,background_keep,
+                    background_open_keep,eager]
 """
 from __future__ import annotations
 
@@ -117,7 +119,7 @@ def run_child(variant: str, cache_dir: str, epochs: int, threads: int, limit: in
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, BENCH_VARIANT=variant,
                BENCH_EPOCHS=str(epochs), BENCH_THREADS=str(threads), BENCH_LIMIT=str(limit),
                BENCH_MODEL=model)
-    if variant == "background_keep":
+    if variant in ("background_keep", "background_open_keep"):
         env["GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD"] = "0"
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,

@@ -325,9 +325,33 @@ def test_a_model_changed_after_the_switch_recompiles(quick):
     assert c.compile_count > before
 
 
-def test_a_compiled_model_dropped_mid_compile_stops_its_child_and_gives_the_thread_back():
+def test_the_child_runs_on_idle_time_and_this_process_keeps_its_threads():
+    """By default a compile takes only CPU time the eager steps leave (SCHED_IDLE), and
+    torch here keeps its thread count while it runs."""
+    _, bg = _pair()
+    threads = torch.get_num_threads()
+    c = ga.compile(bg, "aot_eager", background=True)
+    c(_batches(1)[0])
+    pid = c.stats.keys[0]["pid"]
+    assert pid is not None and torch.get_num_threads() == threads
+    seen, end = None, time.perf_counter() + 10.0
+    while time.perf_counter() < end:  # the child sets its policy first thing
+        try:
+            seen = os.sched_getscheduler(pid)
+        except OSError:  # it ended already
+            break
+        if seen == os.SCHED_IDLE:
+            break
+        time.sleep(0.005)
+    assert seen == os.SCHED_IDLE, seen
+    assert c.wait(120) and torch.get_num_threads() == threads
+
+
+def test_a_compiled_model_dropped_mid_compile_stops_its_child_and_gives_the_thread_back(
+        monkeypatch):
     import gc
 
+    monkeypatch.setattr(B, "GIVE_UP_A_THREAD", True)  # the child gets a core of its own
     _, bg = _pair()
     threads = torch.get_num_threads()
     c = ga.compile(bg, "aot_eager", background=True)
