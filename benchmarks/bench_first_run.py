@@ -16,10 +16,10 @@ molecules' loading not):
   within the run starts after it;
 * ``background_open``: ``background=True`` without the run's length: the child
   starts at the first call;
-* ``background_keep``: ``background=True`` with this process keeping all its threads
-  while the child compiles (``GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD=0``; the
-  child runs on idle CPU time only);
-* ``background_open_keep``: the same without the run's length;
+* ``background_give_up``, ``background_open_give_up``: the two above with this process
+  giving up a thread to the child while it compiles, the child at an ordinary priority
+  (``GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD=1``; by default the child runs on idle
+  CPU time only and this process keeps its threads);
 * ``eager``: the adapter without a compiler (``compile("eager")``), trimmed.
 
 Then the same variants once more on the caches the first round left (warm).
@@ -32,8 +32,8 @@ eager PyG of the same round.
 
     python benchmarks/bench_first_run.py [--epochs 10] [--rounds 1] [--threads 2]
         [--limit N] [--model demo]
-        [--variants pyg,compiled,background,background_open,background_keep,
-                    background_open_keep,eager]
+        [--variants pyg,compiled,background,background_open,background_give_up,
+                    background_open_give_up,eager]
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ _CHILD = textwrap.dedent(r"""
         backend = "eager" if variant == "eager" else "inductor"
         kwargs = {} if variant == "eager" else {"background": variant.startswith("background")}
         compiled = ga.compile(wrapped, backend, **kwargs)
-        if variant in ("background", "background_keep"):  # as the demo: the run's length
+        if variant in ("background", "background_give_up"):  # as the demo: the run's length
             compiled.expect_calls(epochs * len(loader))
         t0 = time.perf_counter()
         for epoch in range(epochs):
@@ -119,8 +119,8 @@ def run_child(variant: str, cache_dir: str, epochs: int, threads: int, limit: in
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, BENCH_VARIANT=variant,
                BENCH_EPOCHS=str(epochs), BENCH_THREADS=str(threads), BENCH_LIMIT=str(limit),
                BENCH_MODEL=model)
-    if variant in ("background_keep", "background_open_keep"):
-        env["GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD"] = "0"
+    if variant.endswith("_give_up"):
+        env["GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD"] = "1"
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
                          text=True)
