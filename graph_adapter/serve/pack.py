@@ -137,8 +137,11 @@ def _too_large(contract: Contract, g: Graph, i: int, spill: int = 0) -> str:
     if K and spill > K:
         return (f"graph {i} has {spill} in-edges past the {width} each node's row of the "
                 f"artifact's neighbour table holds, more than one call takes ({K}: the "
-                f"spill capacity, in_spill); export with data that includes such graphs "
-                f"(the width is fitted on the data's in-degrees), or leave it out")
+                f"spill capacity, in_spill). export fits the width and the capacity on the "
+                f"graphs it is given: re-export with such graphs among them "
+                f"(export(..., example=[...]) with a Budget, or a FixedSizeLoader whose "
+                f"dataset holds them), or export format='pt2' (no tables: it takes any "
+                f"graph within the budget); or leave it out")
     return (f"graph {i} has {g.nodes} nodes and {g.edges} edges; one call of this artifact "
             f"takes at most {contract.max_graph_nodes} nodes and {contract.edges} edges per "
             f"graph (budget nodes={contract.nodes}, edges={contract.edges}, "

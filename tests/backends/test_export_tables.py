@@ -141,3 +141,45 @@ def test_summed_lookups_become_one_lookup_of_a_combined_table(tmp_path):
     feed[2]["x"][0, 1] = 5  # outside the second table (5 rows): fails as the lookup did
     with pytest.raises(Exception, match="out of bounds|indices"):
         p.predict(feed)
+
+
+def test_a_one_budget_artifact_fits_its_tables_on_the_loaders_graphs_as_a_ladder_does(
+        tmp_path):
+    """The width and spill capacity come from every graph export is given (the loader's
+    dataset), by the rule each rung of a ladder uses (``fit_tables``), not from the few
+    check batches: hubs only past the loader's first batches still fit one call."""
+    from graph_adapter.backends.export.onnx import fit_tables
+    from graph_adapter.batching import FixedSizeLoader
+
+    torch.manual_seed(0)
+    model = GIN().eval()
+    # rings first (the check batches), then 3 hubs of in-degree 11 or more (7 or more past
+    # a width of 4; under 0.5% of the nodes, so the width does not cover them)
+    hubs = [d for d in _graphs(30, seed=6, hub=12)[::3] if d.num_nodes >= 10][:3]
+    data = _graphs(80, seed=5) + hubs
+    loader = FixedSizeLoader(data, Budget.fit(data, 4))
+    path = str(tmp_path / "m.onnx")
+    contract = export(ipu_wrap(model), loader, path, format="onnx")
+    shapes = {f.key: f.shape for f in contract.inputs}
+    width, capacity = shapes["in_slots"][1], shapes["in_spill"][1]
+    assert (width, capacity) == fit_tables(data, contract.graphs)
+    assert len(hubs) == 3 and width == 4 and capacity >= 3 * 7 > 16  # (16: the floor)
+    p = serve.load(path, threads=1)
+    feed = [{"x": d.x.numpy(), "edge_index": d.edge_index.numpy()} for d in hubs]
+    np.testing.assert_allclose(np.stack(p.predict(feed)), _eager(model, hubs), atol=1e-4,
+                               rtol=1e-4)
+
+
+def test_the_check_batches_graphs_give_the_same_fit_as_the_graphs_themselves():
+    """``write_onnx`` without data fits on the real graphs of its padded check batches."""
+    from graph_adapter.backends.export.onnx import _case_graphs, fit_tables
+    from graph_adapter.batching import Collator
+
+    data = _graphs(5, seed=7, hub=9)
+    col = Collator(data, Budget.fit(data, 8), warn=False)
+    flat = col.collate_indices(range(len(data)))
+    graphs = _case_graphs([(flat, None, flat)])
+    assert [g.num_nodes for g in graphs] == [d.num_nodes for d in data]
+    for g, d in zip(graphs, data):
+        assert torch.equal(g.edge_index, d.edge_index)
+    assert fit_tables(graphs, 6) == fit_tables(data, 6)

@@ -50,7 +50,8 @@ def _write(module: Inference, dropped: List[str], cases: List[Case], budgets: Li
         if budgets:
             return write_onnx_ladder(module, dropped, budgets, data, path, contract, rewrite,
                                      threads)
-        return write_onnx(ep, path, contract, cases, rewrite, threads)
+        # the neighbour tables fitted on the graphs given (as a ladder's rungs are)
+        return write_onnx(ep, path, contract, cases, rewrite, threads, data=data)
     n = torch.get_num_threads() if threads is None else int(threads)
     with num_threads(n):
         if budgets:

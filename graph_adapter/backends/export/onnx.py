@@ -81,24 +81,34 @@ def _fit_spill(spills: Sequence[int], graphs: int) -> int:
     return max(int(sum(top)), MIN_SPILL, graphs // 4)
 
 
-def _case_degrees(full: Mapping[str, torch.Tensor]) -> "Any":
-    """The real nodes' in-degrees (numpy) of a padded batch (its masks count them)."""
+def _graph_degrees(data: Sequence[Any]) -> Tuple["Any", "Any"]:
+    """``(degrees, owner)``: the in-degree of every node of ``data`` (PyG graphs, one
+    array over all of them, numpy) and the position of its graph; one ``bincount``."""
     import numpy as np
 
-    e = int(full["edge_mask"].sum()) if "edge_mask" in full else full["edge_index"].shape[1]
-    n = int(full["node_mask"].sum()) if "node_mask" in full else full["batch"].shape[0]
-    return np.bincount(full["edge_index"][1, :e].numpy(), minlength=n)[:n]
+    nodes = np.array([int(g.num_nodes) for g in data], dtype=np.int64)
+    if not nodes.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = np.cumsum(nodes) - nodes
+    targets = [g.edge_index[1].numpy().astype(np.int64) + first[i] for i, g in enumerate(data)]
+    flat = np.concatenate(targets) if targets else np.zeros(0, np.int64)
+    return (np.bincount(flat, minlength=int(nodes.sum())),
+            np.repeat(np.arange(nodes.size), nodes))
 
 
-def _graph_spills(data: Sequence[Any], width: int) -> List[int]:
-    """Each graph's in-edges past ``width`` per node."""
+def fit_tables(data: Sequence[Any], graphs: int) -> Tuple[int, int]:
+    """``(width, spill)``: the neighbour tables' sizes for calls of ``graphs`` slots,
+    fitted on ``data`` (the graphs export is given: the loader's dataset, or the example
+    graphs), the same way for a one-budget artifact and for each rung of a ladder: the
+    width by :func:`_fit_width` over every node's in-degree, the capacity by
+    :func:`_fit_spill` over each graph's in-edges past that width (the ``graphs - 1``
+    largest added up: any call of the data's graphs fits)."""
     import numpy as np
 
-    out = []
-    for g in data:
-        deg = np.bincount(g.edge_index[1].numpy(), minlength=int(g.num_nodes))
-        out.append(int(np.maximum(deg - width, 0).sum()))
-    return out
+    degrees, owner = _graph_degrees(data)
+    width = _fit_width(degrees)
+    over = np.bincount(owner, weights=np.maximum(degrees - width, 0), minlength=len(data))
+    return width, _fit_spill([int(v) for v in over], graphs)
 
 
 def _with_tables(cases: Sequence[Case], nodes: int, width: int, spill: int) -> List[Case]:
@@ -280,17 +290,13 @@ def _save_onnx(proto: Any, contract: Contract, path: str) -> None:
     os.replace(tmp, path)
 
 
-def _batch_tables(contract: Contract, cases: Sequence[Case]) -> Optional[Tuple[int, int]]:
-    """``(width, spill)`` of a one-budget artifact's tables, fitted on its check batches
-    (``None``: the program takes no ``edge_index``)."""
-    import numpy as np
-
+def _batch_tables(contract: Contract, data: Sequence[Any]) -> Optional[Tuple[int, int]]:
+    """``(width, spill)`` of a one-budget artifact's tables, fitted on ``data``
+    (:func:`fit_tables`, as for a ladder's rungs; ``None``: the program takes no
+    ``edge_index``)."""
     if "edge_index" not in contract.input_keys() or not contract.edges:
         return None
-    degrees = [_case_degrees(full) for _, _, full in cases]
-    width = _fit_width(np.concatenate(degrees))
-    worst = max(int(np.maximum(d - width, 0).sum()) for d in degrees)
-    return width, max(worst, MIN_SPILL, contract.graphs // 4)
+    return fit_tables(data, contract.graphs)
 
 
 def _tabled(contract: Contract, names: Tuple[str, ...], cases: Sequence[Case], nodes: int,
@@ -303,13 +309,36 @@ def _tabled(contract: Contract, names: Tuple[str, ...], cases: Sequence[Case], n
             _with_tables(cases, nodes, *sizes))
 
 
+def _case_graphs(cases: Sequence[Case]) -> List[Any]:
+    """The real graphs of the padded check batches (``num_nodes``, local ``edge_index``):
+    what :func:`fit_tables` reads when ``write_onnx`` is given no data."""
+    from types import SimpleNamespace
+
+    out = []
+    for _, _, full in cases:
+        n = int(full["node_mask"].sum()) if "node_mask" in full else full["batch"].shape[0]
+        e = int(full["edge_mask"].sum()) if "edge_mask" in full else full["edge_index"].shape[1]
+        batch, ei = full["batch"][:n], full["edge_index"][:, :e]
+        counts = torch.bincount(batch)
+        first = torch.cumsum(counts, 0) - counts
+        owner = batch[ei[1]]
+        for g in range(counts.numel()):
+            if counts[g]:
+                out.append(SimpleNamespace(num_nodes=int(counts[g]),
+                                           edge_index=ei[:, owner == g] - first[g]))
+    return out
+
+
 def write_onnx(ep: Any, path: str, contract: Contract, cases: Sequence[Case],
-               rewrite: bool = True, threads: Optional[int] = None) -> Contract:
+               rewrite: bool = True, threads: Optional[int] = None,
+               data: Optional[Sequence[Any]] = None) -> Contract:
     """The ONNX artifact of the program ``ep`` for one budget: exported, checked on
     ``cases`` (:func:`_check_onnx`), written with its contract; returns the contract.
-    Its edge sums read neighbour tables fitted on the check batches (width: the
-    in-degrees of :data:`COVER` of their nodes, at least :data:`MIN_WIDTH`)."""
-    sizes = _batch_tables(contract, cases) if rewrite else None
+    Its edge sums read neighbour tables fitted on ``data`` (the graphs export was
+    given; ``None``: the check batches' graphs) as a ladder's rungs are
+    (:func:`fit_tables`)."""
+    sizes = _batch_tables(contract, _case_graphs(cases) if data is None else data) \
+        if rewrite else None
     at = (contract.input_keys().index("edge_index"), contract.nodes) + sizes if sizes else None
     proto, in_names = _onnx_proto(ep, rewrite, at, _position(contract, "batch"))
     inputs, cases = _tabled(contract, in_names, cases, contract.nodes, sizes)
@@ -332,12 +361,7 @@ def write_onnx_ladder(module: Inference, dropped: List[str], budgets: Sequence[B
     import numpy as np
 
     protos, groups, in_names = [], [], None
-    width = spills = None
-    if rewrite and "edge_index" in contract.input_keys() and contract.edges:
-        degrees = [np.bincount(g.edge_index[1].numpy(), minlength=int(g.num_nodes))
-                   for g in data]
-        width = _fit_width(np.concatenate(degrees) if degrees else np.zeros(0, np.int64))
-        spills = [int(np.maximum(d - width, 0).sum()) for d in degrees]
+    tabled_ = rewrite and "edge_index" in contract.input_keys() and contract.edges
     rung_inputs: List[Tuple[InputField, ...]] = []
     for i, b in enumerate(budgets):
         cases = check_cases(module, dropped, None, rung_batches(data, b))
@@ -345,7 +369,7 @@ def write_onnx_ladder(module: Inference, dropped: List[str], budgets: Sequence[B
         ep = trace(module, fed)
         if rewrite:
             ep, _ = rewritten_program(ep, fed)
-        sizes = None if width is None else (width, _fit_spill(spills, int(b.graphs)))
+        sizes = fit_tables(data, int(b.graphs)) if tabled_ else None
         at = (contract.input_keys().index("edge_index"), int(b.nodes)) + sizes if sizes else None
         proto, names = _onnx_proto(ep, rewrite, at, _position(contract, "batch"))
         tabled, cases = _tabled(contract, names, cases, int(b.nodes), sizes)
