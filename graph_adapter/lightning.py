@@ -28,6 +28,7 @@ per-micro-batch losses poptorch hands back in ``on_train_batch_end`` /
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 import warnings
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional
@@ -249,6 +250,20 @@ class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
             "backward outside the poptorch model; using lightning_graphcore.IPUPrecision('32-true') "
             "(pass it yourself: IPUStrategy(**ipu_strategy_options(opts)))", UserWarning,
             stacklevel=2)
+
+    def on_train_start(self) -> None:
+        """Tell a compiled model the run's length, as the trainer knows it (``max_epochs``,
+        ``max_steps``): ``graph_adapter.compile``'s background compile then waits for the
+        run's end where it cannot pay back within it (``Compiled.expect_calls``). Counted
+        as training calls (optimizer steps x ``accumulate_grad_batches``); validation
+        calls count down too, so a held compile may start a little before the end. An
+        endless run (``max_epochs=-1``) says nothing."""
+        tell = getattr(self.model, "expect_calls", None)
+        if tell is None or self._on_poptorch_strategy():
+            return
+        steps = float(self.trainer.estimated_stepping_batches)
+        if math.isfinite(steps):
+            tell(int(steps) * max(1, int(self.trainer.accumulate_grad_batches)))
 
     def _on_poptorch_strategy(self) -> bool:
         # lightning-graphcore's IPUStrategy keeps its poptorch models here.

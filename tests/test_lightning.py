@@ -69,6 +69,62 @@ def test_trainer_fit_on_cpu_loss_falls():
     assert sum(losses[-k:]) / k < sum(losses[:k]) / k, losses
 
 
+class _Told(nn.Module):
+    """A wrapped model that records what it is told about the run's length."""
+
+    def __init__(self, wrapped):
+        super().__init__()
+        self.wrapped, self.told = wrapped, []
+
+    def forward(self, flat):
+        return self.wrapped(flat)
+
+    def expect_calls(self, n):
+        self.told.append(n)
+
+
+@pytest.mark.parametrize("max_epochs, accumulate", [(3, 1), (2, 2), (-1, 1)])
+def test_trainer_fit_tells_a_compiled_model_the_run_length(max_epochs, accumulate):
+    """on_train_start passes the trainer's length (training calls) to expect_calls, so a
+    background compile that cannot pay back waits; an endless run tells nothing."""
+    import graph_adapter.nn.wrap as wrap
+    import graph_adapter.batching.loader as loader_mod
+    from graph_adapter.batching import Budget
+    from graph_adapter.nn import masked_loss
+
+    ds = _graphs()
+    loader = loader_mod.FixedSizeLoader(ds, Budget.tight(ds, 8), shuffle=True)
+    model = _Told(wrap.ipu_wrap(_Net(), loss_fn=masked_loss("mse")))
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=max_epochs,
+                         max_steps=4 if max_epochs < 0 else -1,
+                         accumulate_grad_batches=accumulate, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer.fit(FlatDictModule(model, lr=1e-2), train_dataloaders=loader)
+    if max_epochs < 0:  # max_steps=4 bounds it: 4 optimizer steps
+        assert model.told == [4]
+    else:
+        assert len(loader) % accumulate == 0 and model.told == [max_epochs * len(loader)]
+
+
+def test_an_endless_run_tells_nothing(monkeypatch):
+    from types import SimpleNamespace
+
+    import graph_adapter.nn.wrap as wrap
+    from graph_adapter.nn import masked_loss
+
+    model = _Told(wrap.ipu_wrap(_Net(), loss_fn=masked_loss("mse")))
+    module = FlatDictModule(model)
+    fake = SimpleNamespace(estimated_stepping_batches=float("inf"), accumulate_grad_batches=1,
+                           strategy=SimpleNamespace())
+    monkeypatch.setattr(FlatDictModule, "trainer", property(lambda self: fake))
+    module.on_train_start()
+    assert model.told == []
+    fake.estimated_stepping_batches = 5
+    module.on_train_start()
+    assert model.told == [5]
+
+
 def test_ipu_strategy_options_keep_F_for_inference():
     from graph_adapter.ipu import IPUOptions, emulate_poptorch
     from graph_adapter.lightning import ipu_strategy_options
