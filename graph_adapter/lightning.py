@@ -152,8 +152,9 @@ class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
     """A ``LightningModule`` for a wrapped model that takes a flat dict.
 
     Args:
-        wrapped: e.g. ``ipu_wrap(model, loss_fn=masked_loss("mse"))``; forward
-            takes a flat dict and returns a dict with ``"loss"``.
+        wrapped: e.g. ``ipu_wrap(model, loss_fn=masked_loss("mse"))``, or that
+            compiled (``graph_adapter.compile(...)``); forward takes a flat dict and
+            returns a dict with ``"loss"``.
         optimizer: ``fn(parameters) -> torch.optim.Optimizer`` (default: Adam, ``lr``).
         lr: learning rate of the default optimizer.
         loss_key: where the loss is in the output dict.
@@ -174,6 +175,10 @@ class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
     ) -> None:
         super().__init__()
         self.model = wrapped
+        if not isinstance(wrapped, nn.Module):  # a compiled model (graph_adapter.compile):
+            # its module goes in as a submodule, so that Lightning sees its parameters and
+            # moves its mode and device
+            self.host_module = wrapped.host_module
         self._optimizer = optimizer
         self.lr = lr
         self.loss_key = loss_key

@@ -107,6 +107,34 @@ def test_trainer_fit_tells_a_compiled_model_the_run_length(max_epochs, accumulat
         assert len(loader) % accumulate == 0 and model.told == [max_epochs * len(loader)]
 
 
+def test_a_compiled_model_trains_and_its_background_compile_waits_for_a_short_run():
+    """FlatDictModule(ga.compile(...)): the parameters are the optimizer's, the loss
+    falls, and a 2-epoch run told its length holds its cold compile until the end."""
+    import graph_adapter as ga
+    from graph_adapter.batching import Budget
+
+    ds = _graphs()
+    loader = ga.FixedSizeLoader(ds, Budget.tight(ds, 8), shuffle=True)
+    compiled = ga.compile(ga.ipu_wrap(_Net(), loss_fn=ga.masked_loss("mse")), "aot_eager",
+                          background=True)
+    module = FlatDictModule(compiled, lr=1e-2)
+    assert len(list(module.parameters())) == len(list(compiled.parameters())) > 0
+    losses = []
+
+    class Record(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            losses.append(float(outputs["loss"]))
+
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=3, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[Record()])
+    trainer.fit(module, train_dataloaders=loader)
+    assert sum(losses[-4:]) < sum(losses[:4]), losses
+    (info,) = compiled.stats.keys
+    assert info["deferred"] and "calls left" in info["deferred"], compiled.stats.summary()
+    compiled.close()
+
+
 def test_an_endless_run_tells_nothing(monkeypatch):
     from types import SimpleNamespace
 
