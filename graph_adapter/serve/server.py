@@ -38,6 +38,7 @@ import gc
 import itertools
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -64,8 +65,11 @@ class PayloadError(ServeError, ValueError):
 # -- JSON <-> arrays -----------------------------------------------------------------------
 
 #: the numpy dtype kinds a JSON array may have for a contract dtype's kind: integers are
-#: valid floats, but a float is never silently truncated to an integer (nor 0/1 to a bool)
-_ACCEPTED_KINDS = {"f": "fiu", "c": "fiuc", "i": "iu", "u": "iu", "b": "b"}
+#: valid floats, but a float is never silently truncated to an integer (nor 0/1 to a bool).
+#: JSON ``true``/``false`` are 1/0 in a number feature, wherever they are (a graph of them
+#: alone, or among numbers, as the bulk read takes them: telling them apart there would
+#: cost a pass over every number, some 1 ms a request of 256 molecules)
+_ACCEPTED_KINDS = {"f": "fiub", "c": "fiucb", "i": "iub", "u": "iub", "b": "b"}
 
 
 def _feature_array(np: Any, f: Any, value: Any, i: int) -> Any:
@@ -138,7 +142,7 @@ def _numbers(np: Any, flat: List[Any], want: Any) -> Optional[Any]:
     holds something else (a float for an integer dtype, a list, null, a string, an int
     out of range). Integers and floats go through ``array.array``, which refuses what
     they may not hold as numpy's type discovery does, in two thirds of its time; JSON
-    ``true``/``false`` are Python ints there, read as 1/0."""
+    ``true``/``false`` are Python ints there, read as 1/0 (as ``_ACCEPTED_KINDS`` says)."""
     import array
 
     code = {"i": "q", "f": "d"}.get(want.kind)
@@ -761,6 +765,7 @@ class PredictServer(ThreadingHTTPServer):
                 "rungs": len(c.rungs), "max_batch": b.max_batch,
                 "max_delay_ms": b.max_delay_s * 1e3, "queued": len(b.queue),
                 "calls": self.predictor.calls, **b.stats, **self.counters,
+                "program_pid": getattr(self.predictor, "pid", os.getpid()),
                 "uptime_s": round(time.time() - self.started, 3)}
 
     def start(self) -> "PredictServer":
@@ -799,8 +804,14 @@ def build_serve_parser(prog: str = "graph-adapter serve") -> argparse.ArgumentPa
                    "only; 0.0.0.0: every interface)")
     p.add_argument("--port", type=int, default=8000, help="default 8000; 0: a free one")
     p.add_argument("--threads", type=int, default=None,
-                   help="the runtime's intra-op threads (serve.load(threads=)); default: "
-                        "the runtime's")
+                   help="the program's intra-op threads (serve.load(threads=)); default: "
+                        "the runtime's. A .pt2 program runs in a process of its own, "
+                        "beside the server's, which decodes requests on one more core")
+    p.add_argument("--program-in", choices=["auto", "child", "server"], default="auto",
+                   help="where the program runs: child, a process of its own (a .pt2 "
+                        "program holds Python's lock while it runs; there, requests are "
+                        "decoded beside it); server, this process; auto (default): child "
+                        "for .pt2, server for .onnx (onnxruntime releases the lock)")
     p.add_argument("--max-delay-ms", type=float, default=2.0,
                    help="how long the oldest queued request waits for others to merge "
                         "with (default 2; 0: merge only what is queued already)")
@@ -820,19 +831,20 @@ def serve_main(argv: Optional[Sequence[str]] = None, prog: str = "graph-adapter 
     """Run the server until SIGINT/SIGTERM (or ``stop`` is set); returns the exit code (2:
     a usage error, a missing runtime or file, a port in use; the message says which).
     ``started(server)`` is called once it listens (a test reads ``server.url`` there)."""
-    from .runtime import load
-
     try:
         args = build_serve_parser(prog).parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2)
         return int(e.code or 0)
+    predictor = None
     try:
-        predictor = load(args.artifact, threads=args.threads)
+        predictor = _load_predictor(args.artifact, args.threads, args.program_in)
         server = PredictServer(predictor, args.host, args.port, max_delay_ms=args.max_delay_ms,
                                max_batch=args.max_batch, max_queue=args.max_queue,
                                max_body_bytes=int(args.max_body_mb * (1 << 20)),
                                verbose=args.verbose)
     except (ServeError, OSError, ValueError) as e:  # no file, not an artifact, port taken
+        if predictor is not None and hasattr(predictor, "close"):
+            predictor.close()
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     # the objects alive now (torch, the program, the modules) are never garbage: kept out
@@ -861,8 +873,30 @@ def serve_main(argv: Optional[Sequence[str]] = None, prog: str = "graph-adapter 
             pass
     finally:
         server.close()
+        if hasattr(predictor, "close"):  # the program's process: after the queue drained
+            predictor.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print(f"stopped: {server.health()}", flush=True)
     return 0
+
+
+def _load_predictor(path: str, threads: Optional[int], where: str = "auto") -> Any:
+    """The server's predictor (``where``: ``--program-in``): ``auto`` runs a ``.pt2``
+    program in a child process (it holds the GIL while it runs, which would stall
+    decoding and HTTP: :mod:`.worker`) and an ``.onnx`` one (onnxruntime releases the
+    GIL) in this process; a contract with an input dtype numpy lacks stays here."""
+    import zipfile
+
+    from .runtime import load, read_contract
+
+    if where == "auto":
+        where = "child" if os.path.isfile(path) and zipfile.is_zipfile(path) else "server"
+    if where == "server":
+        return load(path, threads=threads)
+    from .worker import ProcessPredictor, crosses_pipes
+
+    if not crosses_pipes(read_contract(path)):  # (bfloat16 inputs: checked by torch)
+        return load(path, threads=threads)
+    return ProcessPredictor(path, threads)
 

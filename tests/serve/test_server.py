@@ -4,14 +4,21 @@ One small ``.onnx`` artifact for the module (the demo's model, exported in ~3 s)
 concurrent clients, every answer equal to the local ``predict`` of the same request;
 malformed JSON, a missing feature, a wrong dtype, a graph over the budget (4xx with the
 named error's text); clients that disconnect or stall mid-request; a clean shutdown.
+Each runs with the program in the server's process and in a child process of its own
+(``graph_adapter.serve.worker``: the same answers and errors, and the child ends with
+the server, killed or stopped).
 The batcher's merging is also checked on a stand-in predictor (hypothesis: any requests,
 each answered with its own graphs' predictions, in order). A ``.pt2`` ladder (two
 AOTInductor compiles) runs the same load test in CI's extended step.
 """
 import http.client
 import json
+import os
 import random
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -24,6 +31,8 @@ from hypothesis import strategies as st
 from graph_adapter import serve
 from graph_adapter.serve import (DynamicBatcher, GraphInputError, MissingFeatureError,
                                  PredictServer, QueueFullError)
+from graph_adapter.serve import server as serve_server
+from graph_adapter.serve.worker import ProcessPredictor, WorkerError
 
 KEYS = ("x", "edge_index", "edge_attr")
 TIME_LIMIT = 120.0  # seconds a load test may take before it fails (it stops by itself)
@@ -75,11 +84,20 @@ def onnx_artifact(tmp_path_factory):
     return path, contract, graphs
 
 
-@pytest.fixture(scope="module")
-def server(onnx_artifact):
+@pytest.fixture(scope="module", params=["server", "child"])
+def server(onnx_artifact, request):
+    """The server of the module's artifact, its program in the server's process or in a
+    child process of its own (``--program-in``: every test below runs on both)."""
     path, _, _ = onnx_artifact
-    with PredictServer(serve.load(path, threads=1), port=0, max_delay_ms=5).start() as s:
-        yield s
+    predictor = serve_server._load_predictor(path, 1, request.param)
+    assert isinstance(predictor, ProcessPredictor) == (request.param == "child")
+    try:
+        with PredictServer(predictor, port=0, max_delay_ms=5).start() as s:
+            yield s
+    finally:
+        if request.param == "child":
+            predictor.close()
+            assert predictor.process.returncode == 0
 
 
 def _load_test(server, path, graphs, clients=8, per_client=40, max_graphs=12, seed=0):
@@ -139,6 +157,9 @@ def test_eight_concurrent_clients_each_get_their_own_answers(server, onnx_artifa
     assert batches < 8 * 40  # concurrent requests were merged into fewer calls
     status, health = _get(server.port, "/health")
     assert status == 200 and health["status"] == "ok" and health["format"] == "onnx"
+    child = isinstance(server.predictor, ProcessPredictor)
+    assert (health["program_pid"] != os.getpid()) == child
+    assert health["calls"] == server.predictor.calls >= batches
 
 
 def test_keep_alive_round_trips_do_not_wait_for_delayed_acks(server):
@@ -357,8 +378,103 @@ def test_serve_main_runs_until_stopped(onnx_artifact, capsys):
     stop.set()
     t.join(15)
     assert rc == [0] and "POST /predict" in capsys.readouterr().out
+    rc, up = [], []  # its program in a child process: stopped with the server
+    t = threading.Thread(target=lambda: rc.append(serve.serve_main(
+        [path, "--port", "0", "--threads", "1", "--program-in", "child"], stop=stop,
+        started=up.append)), daemon=True)
+    stop.clear()
+    t.start()
+    deadline = time.monotonic() + 60
+    while not up and t.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert up and isinstance(up[0].predictor, ProcessPredictor), capsys.readouterr()
+    assert _post(up[0].port, [_json_graph(graphs[0])])[0] == 200
+    stop.set()
+    t.join(15)
+    assert rc == [0] and up[0].predictor.process.returncode == 0
     assert serve.serve_main(["/no/such/model.onnx"]) == 2
     assert "no artifact at" in capsys.readouterr().err
+
+
+# -- the program in a child process of its own (graph_adapter.serve.worker) ---------------
+
+def test_the_child_process_names_each_error_as_in_process_predict(onnx_artifact):
+    path, contract, graphs = onnx_artifact
+    local = serve.load(path, threads=1)
+    reqs = [{k: d[k].numpy() for k in KEYS} for d in graphs[:5]]
+    n = contract.max_graph_nodes + 1
+    big = {"x": np.zeros((n, 9), np.int64), "edge_index": np.zeros((2, 1), np.int64),
+           "edge_attr": np.zeros((1, 3), np.int64)}
+    bad = {  # the request's graph 2, each way: checked in the server's process or the child's
+        "missing": {"x": reqs[2]["x"]},
+        "dtype": {**reqs[2], "x": reqs[2]["x"].astype(np.float32)},
+        "shape": {**reqs[2], "edge_attr": reqs[2]["edge_attr"][:, :1]},
+        "index": {**reqs[2], "edge_index": reqs[2]["edge_index"] + 50},
+        "too large": big}
+    with ProcessPredictor(path, threads=1) as p:
+        assert p.pid != os.getpid() and p.predict([]) == []
+        for what, g in bad.items():
+            req = reqs[:2] + [g] + reqs[3:]
+            with pytest.raises(GraphInputError) as want:
+                local.predict(req)
+            with pytest.raises(GraphInputError) as got:
+                p.predict(req)
+            assert type(got.value) is type(want.value), what
+            assert str(got.value) == str(want.value), what
+            assert (got.value.graph, got.value.key) == (want.value.graph, want.value.key) == (
+                2, want.value.key), what
+        for a, b in zip(p.predict(reqs), local.predict(reqs)):  # and it goes on, equal
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        assert p.calls == local.calls
+    assert p.process.returncode == 0
+    with pytest.raises(WorkerError, match="closed"):
+        p.predict(reqs)
+
+
+def _state(pid):
+    """A process's state letter (``"Z"``: exited, not yet reaped), ``None`` once gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def _gone(pid, within=15.0):
+    deadline = time.monotonic() + within
+    while _state(pid) not in (None, "Z", "X") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _state(pid) in (None, "Z", "X")
+
+
+# killed: no cleanup of the server's runs, the child sees its pipe close (~8 s: two
+# processes import torch); stopped by a signal, as docker stop / Ctrl-C do: extended
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("how", [signal.SIGKILL,
+                                 pytest.param(signal.SIGTERM, marks=pytest.mark.extended),
+                                 pytest.param(signal.SIGINT, marks=pytest.mark.extended)],
+                         ids=["killed", "SIGTERM", "SIGINT"])
+def test_the_programs_process_ends_with_the_server_however_it_stops(onnx_artifact, how):
+    path, _, graphs = onnx_artifact
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.Popen([sys.executable, "-m", "graph_adapter.serve", path, "--port",
+                             "0", "--threads", "1", "--program-in", "child"],
+                            stdout=subprocess.PIPE, text=True, cwd=root,
+                            env=dict(os.environ, PYTHONPATH=root))
+    try:
+        line = proc.stdout.readline()
+        assert "http://127.0.0.1:" in line, line
+        port = int(line.split("http://127.0.0.1:")[1].split(":")[0])
+        pid = _get(port, "/health")[1]["program_pid"]
+        assert pid != proc.pid and _state(pid) not in (None, "Z")
+        assert _post(port, [_json_graph(graphs[0])])[0] == 200
+        proc.send_signal(how)
+        rc = proc.wait(30)
+        assert rc == (-9 if how == signal.SIGKILL else 0), how
+        assert _gone(pid), f"the program's process outlived the server ({how!r})"
+    finally:
+        proc.kill()
+        proc.wait(30)
 
 
 # -- the batcher on a stand-in predictor (no artifact) -------------------------------------
@@ -471,12 +587,18 @@ def test_a_pt2_ladder_serves_eight_clients_and_names_the_top_rung(tmp_path):
     contract = export(ipu_wrap(model), FixedSizeLoader(graphs, Budget.fit(graphs, 4)), path,
                       ladder=[Budget.fit(graphs, 2), Budget.fit(graphs, 16)], threads=1)
     assert len(contract.rungs) == 2
-    with PredictServer(serve.load(path, threads=1), port=0, max_delay_ms=5).start() as s:
-        assert s.batcher.max_batch == max(r.graphs for r in contract.rungs) - 1
-        _load_test(s, path, graphs, per_client=25)
-        assert set(s.predictor.rung_calls.values()) != {0} and s.predictor.rung_calls
-        n = max(r.max_graph_nodes for r in contract.rungs) + 1
-        status, doc = _post(s.port, [{"x": [[0] * 9] * n, "edge_index": [[0], [1]],
-                                      "edge_attr": [[0, 0, 0]]}])
-        assert status == 422 and doc["error"] == "GraphTooLargeError"
-        assert "top rung" in doc["message"] and f"max_nodes={n}" in doc["message"]
+    for where in ("server", "child"):  # the program in the server's process, or its own
+        predictor = serve_server._load_predictor(path, 1, where)
+        with PredictServer(predictor, port=0, max_delay_ms=5).start() as s:
+            assert s.batcher.max_batch == max(r.graphs for r in contract.rungs) - 1
+            _load_test(s, path, graphs, per_client=25)
+            assert set(s.predictor.rung_calls.values()) != {0} and s.predictor.rung_calls
+            n = max(r.max_graph_nodes for r in contract.rungs) + 1
+            status, doc = _post(s.port, [{"x": [[0] * 9] * n, "edge_index": [[0], [1]],
+                                          "edge_attr": [[0, 0, 0]]}])
+            assert status == 422 and doc["error"] == "GraphTooLargeError"
+            assert "top rung" in doc["message"] and f"max_nodes={n}" in doc["message"]
+        if where == "child":
+            assert isinstance(predictor, ProcessPredictor)
+            predictor.close()
+            assert predictor.process.returncode == 0

@@ -205,3 +205,31 @@ def test_nan_and_infinity_are_refused_and_written_as_null_with_either_codec(read
             decode_graphs(body, C)
     doc = {"predictions": [[float("nan"), 1.5], float("inf"), {"y": -float("inf")}]}
     assert json.loads(srv._json_dumps(doc)) == {"predictions": [[None, 1.5], None, {"y": None}]}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.lists(st.one_of(st.booleans(), st.integers(-3, 9)),
+                                  min_size=3, max_size=3), min_size=1, max_size=4),
+                min_size=1, max_size=5),
+       st.lists(st.one_of(st.booleans(), st.floats(-2, 2, width=32)), min_size=1, max_size=4))
+def test_true_and_false_in_a_number_feature_are_1_and_0_read_alone_or_in_bulk(xs, pos):
+    """JSON booleans in an integer or float feature read as 1/0 on every path: a graph
+    of booleans alone, booleans among numbers, read in bulk or graph by graph, or as a
+    column; the arrays equal those of the numbers 1/0 sent instead."""
+    def graph(x, p):
+        return {"x": x, "pos": p[:len(x)] + [0.0] * (len(x) - len(p)),
+                "edge_index": [[0], [0]], "edge_attr": [[True, 0.5]], "u": True}
+
+    reqs = [graph(x, pos) for x in xs]
+    as_numbers = json.loads(json.dumps(reqs).replace("true", "1").replace("false", "0"))
+    want = _graph_by_graph(json.dumps({"graphs": as_numbers}).encode())
+    for orjson in (srv._orjson, None):
+        srv_orjson, srv._orjson = srv._orjson, orjson
+        try:
+            for k in range(len(reqs)):  # each graph alone (the graph-by-graph read)
+                _same(decode_graphs(json.dumps([reqs[k]]).encode(), C), want[k:k + 1])
+            body = json.dumps({"graphs": reqs}).encode()
+            _same(decode_graphs(body, C), want)
+            _same(_graph_by_graph(body), want)
+        finally:
+            srv._orjson = srv_orjson
