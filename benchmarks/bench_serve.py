@@ -26,10 +26,13 @@ threads here posting pre-encoded bodies over keep-alive connections (per-graph J
 "256 columnar": JSON columns, flat; "256 npz": ``numpy.savez``), each pass next to the same
 requests through in-process ``predict`` one after another: molecules/s, their ratio
 (median and range over ``--server-repeats`` passes), and CPU seconds per 1000 molecules
-of the server process and of ``predict``. ``--server-json``: the server with orjson and/or
-with the standard library's JSON (orjson hidden from it); ``--server-before DIR``: also
-another checkout's server (e.g. ``git archive`` of an older commit), for a before/after in
-one run. ``--reuse DIR`` keeps the one-budget exports between runs.
+of the server's processes (its program's child included) and of ``predict``.
+``--server-json``: the server with orjson and/or with the standard library's JSON (orjson
+hidden from it); ``--server-program``: its ``--program-in`` (``child``: a ``.pt2``
+program in a process of its own, the default; ``server``: in the server's process);
+``--server-before DIR``: also another checkout's server (e.g. ``git archive`` of an
+older commit) with its own defaults, for a before/after in one run. ``--reuse DIR``
+keeps the one-budget exports between runs.
 """
 import argparse
 import os
@@ -190,10 +193,20 @@ def _print_sizes(lat, streams, variants):
 
 
 def _proc_cpu(pid):
-    """User + system CPU seconds of process ``pid`` (Linux ``/proc``)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of process ``pid`` and its live children (the server's
+    program process; Linux ``/proc``)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(entry) == pid or int(fields[1]) == pid:  # (fields[1]: its parent)
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 #: the server run with the standard library's JSON: orjson made unimportable in its process
@@ -202,14 +215,15 @@ _STDLIB_JSON = ("import sys; sys.modules['orjson'] = None; "
                 "sys.exit(serve_main(sys.argv[1:], prog='python -m graph_adapter.serve'))")
 
 
-def _start_server(path, threads, delay_ms, decoder="orjson"):
+def _start_server(path, threads, delay_ms, decoder="orjson", program="auto"):
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if decoder == "before":  # another checkout's server (--server-before DIR), stdlib JSON
-        root, decoder = BEFORE[0], "json"
+    where = ["--program-in", program]
+    if decoder == "before":  # another checkout's server (--server-before DIR), as it was
+        root, decoder, where = BEFORE[0], "orjson", []
     head = ["-m", "graph_adapter.serve"] if decoder == "orjson" else ["-c", _STDLIB_JSON]
-    proc = subprocess.Popen([sys.executable, *head, path, "--port", "0",
+    proc = subprocess.Popen([sys.executable, *head, path, "--port", "0", *where,
                              "--threads", str(threads), "--max-delay-ms", str(delay_ms)],
                             stdout=subprocess.PIPE, text=True, cwd=root,
                             env=dict(os.environ, PYTHONPATH=root))
@@ -289,7 +303,8 @@ def _body(kind, graphs):
             len(graphs), "application/json")
 
 
-def _server_once(path, threads, delay, decoder, bodies, local, local_reqs, repeats):
+def _server_once(path, threads, delay, decoder, bodies, local, local_reqs, repeats,
+                 program="auto"):
     """One server process; ``repeats`` times its 8 clients' pass, then the same requests
     through in-process ``predict``, back to back. Per pass: (server wall, server CPU,
     local wall, local CPU); and the calls per request."""
@@ -297,7 +312,7 @@ def _server_once(path, threads, delay, decoder, bodies, local, local_reqs, repea
     import json
 
     out = []
-    proc, port = _start_server(path, threads, delay, decoder)
+    proc, port = _start_server(path, threads, delay, decoder, program)
     try:
         _clients(port, bodies[:16])  # warm-up
         local.predict(local_reqs[0])
@@ -320,12 +335,13 @@ def _server_once(path, threads, delay, decoder, bodies, local, local_reqs, repea
 
 
 def _server(data, artifacts, threads, total, rng, only_sizes, decoders=("orjson",),
-            delays=(0.0, 2.0), repeats=3):
+            delays=(0.0, 2.0), repeats=3, programs=("auto",)):
     """The server (its own process) under 8 clients vs in-process ``predict``, per size."""
     print(f"\nserver under 8 concurrent clients vs in-process predict, 1 thread "
           f"(load average now {os.getloadavg()}); medians of {repeats} passes, each server "
           f"pass next to an in-process pass over the same requests:")
-    print(f"{'artifact':<14} {'requests':<14} {'json':<6} {'delay':>5} {'server mol/s':>12} "
+    print(f"{'artifact':<14} {'requests':<14} {'json':<6} {'program':<7} {'delay':>5} "
+          f"{'server mol/s':>12} "
           f"{'predict mol/s':>13} {'ratio':>6} {'(min-max)':>11} {'CPU-s/1k mol: server':>10} "
           f"{'predict':>8} {'calls/req':>9}")
     sizes = {"1": [1] * total, "16": [16] * (total // 2), "256": [256] * (total // 16),
@@ -341,23 +357,27 @@ def _server(data, artifacts, threads, total, rng, only_sizes, decoders=("orjson"
             bodies = [_body(s, r) for r in reqs]
             local_reqs = [_requests(r, kind) for r in reqs]
             mols = sum(ks)
-            for decoder in (("-",) if s.endswith("npz") else decoders):
-                for delay in delays:
-                    try:
-                        passes, calls = _server_once(path, threads, delay, decoder, bodies,
-                                                     local, local_reqs, repeats)
-                    except AssertionError as e:  # the artifact failed a request: said
-                        print(f"{name:<14} {s:<14} {decoder:<6} {delay:>5.0f} failed: "
-                              f"{str(e)[:300]}")
-                        continue
-                    med = [statistics.median(p[i] for p in passes) for i in range(4)]
-                    ratios = sorted(p[2] / p[0] for p in passes)
-                    print(f"{name:<14} {s:<14} {decoder:<6} {delay:>5.0f} "
-                          f"{mols / med[0]:>12.0f} {mols / med[2]:>13.0f} "
-                          f"{statistics.median(ratios):>5.2f}x "
-                          f"{f'{ratios[0]:.2f}-{ratios[-1]:.2f}':>11} "
-                          f"{med[1] / mols * 1e3:>10.3f} {med[3] / mols * 1e3:>8.3f} "
-                          f"{calls:>9.2f}  (load {os.getloadavg()[0]:.1f})", flush=True)
+            runs = [(d, w, delay) for d in (decoders if not s.endswith("npz") else
+                                            [d for d in decoders if d == "before"] + ["-"])
+                    for w in (programs if d != "before" else ["-"]) for delay in delays]
+            for decoder, where, delay in runs:
+                try:
+                    passes, calls = _server_once(
+                        path, threads, delay, "orjson" if decoder == "-" else decoder,
+                        bodies, local, local_reqs, repeats,
+                        "auto" if where == "-" else where)
+                except AssertionError as e:  # the artifact failed a request: said
+                    print(f"{name:<14} {s:<14} {decoder:<6} {where:<7} {delay:>5.0f} "
+                          f"failed: {str(e)[:300]}")
+                    continue
+                med = [statistics.median(p[i] for p in passes) for i in range(4)]
+                ratios = sorted(p[2] / p[0] for p in passes)
+                print(f"{name:<14} {s:<14} {decoder:<6} {where:<7} {delay:>5.0f} "
+                      f"{mols / med[0]:>12.0f} {mols / med[2]:>13.0f} "
+                      f"{statistics.median(ratios):>5.2f}x "
+                      f"{f'{ratios[0]:.2f}-{ratios[-1]:.2f}':>11} "
+                      f"{med[1] / mols * 1e3:>10.3f} {med[3] / mols * 1e3:>8.3f} "
+                      f"{calls:>9.2f}  (load {os.getloadavg()[0]:.1f})", flush=True)
 
 
 def run_sizes_and_server(args, data, model, wrapped, tmp):
@@ -397,7 +417,8 @@ def run_sizes_and_server(args, data, model, wrapped, tmp):
         arts.update({f"{fmt} 1-budget": p for fmt, p in one.items()})
         arts = {k: v for k, v in arts.items() if k in args.server_artifacts}
         _server(data, arts, threads, args.server_requests, rng, args.server_sizes,
-                args.server_json, args.server_delays, args.server_repeats)
+                args.server_json, args.server_delays, args.server_repeats,
+                args.server_program)
 
 
 def main(argv=None):
@@ -416,6 +437,10 @@ def main(argv=None):
                     choices=["orjson", "json", "before"], help="the server's JSON reader: orjson (if "
                     "installed) or the standard library's (orjson hidden from it)")
     ap.add_argument("--server-delays", nargs="+", type=float, default=[0.0, 2.0])
+    ap.add_argument("--server-program", nargs="+", default=["auto"],
+                    choices=["auto", "child", "server"],
+                    help="the server's --program-in: auto (a .pt2 program in a child "
+                         "process, an .onnx one in the server's), child, server")
     ap.add_argument("--server-repeats", type=int, default=3,
                     help="passes per server process, each next to an in-process pass")
     ap.add_argument("--server-artifacts", nargs="+",

@@ -22,6 +22,7 @@ terminal lets the server answer what is queued first.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -200,6 +201,12 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as e:  # noqa: BLE001 - the server raises it again, named
         _send(fout, _error_header(e))
         return 1
+    # as the server does (serve_main): what is alive now is never garbage, and a request's
+    # objects are short-lived and acyclic; at the default thresholds the collector ran
+    # often enough to double predict's time here (256 molecules: 11 -> 22 ms, measured)
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(max(gc.get_threshold()[0], 50_000), *gc.get_threshold()[1:])
     _send(fout, {"ready": os.getpid()})
     return _serve_pipe(predictor, fin, fout)
 
