@@ -69,6 +69,11 @@ on CPU"), and one reading (4):
    (:func:`~graph_adapter.backends.inductor.rewrites.realize_recomputed_values`:
    GCN's ``deg ** -0.5``, a scalar ``pow`` for every edge and channel vector
    before): compiled GCN inference about 2.2x faster.
+13. **A CPU inference graph's ``addmm`` becomes ``mm`` + an add that fuses into a
+   generated kernel** (:data:`UNFUSE_BIAS_ADDMM`,
+   :func:`graph_adapter.backends.inductor.rewrites.unfuse_bias.unfuse_bias_addmm`,
+   run before 12's rewrites in the same pass slot): ATen's CPU ``addmm`` copies
+   the bias (or, chained, a whole product) into its output first.
 
 Tried for the cold compile and not set (``docs/benchmarks.md``, "Where a first
 step goes"): ``cpp_wrapper`` for training graphs (gcc summed 71 -> 50 s under
@@ -80,8 +85,8 @@ what is stored between the passes and which kernel adds change (an
 ``options`` override them (``options={"joint_custom_post_pass": None}``
 turns 1 off, ``options={"pre_grad_custom_pass": None}`` turns 5 off (both of
 its rewrites), ``options={"cpp_wrapper": False}`` turns 6 off,
-``options={"post_grad_custom_post_pass": None}`` turns 12 off (its three
-rewrites)).
+``options={"post_grad_custom_post_pass": None}`` turns 12 and 13 off (its
+four rewrites)).
 """
 from __future__ import annotations
 
@@ -95,7 +100,7 @@ import torch
 __all__ = ["recompute_bool_masks", "use_index_add_fallback", "decompositions",
            "DecompositionTable", "key_decompositions",
            "config_patches",
-           "CPU_INFERENCE_PATCHES", "AUTOGRAD_CACHE_PATCHES", "CALL_PATCHES", "is_cpu_inference", "quiet_proxy_executor_notice",
+           "CPU_INFERENCE_PATCHES", "UNFUSE_BIAS_ADDMM", "AUTOGRAD_CACHE_PATCHES", "CALL_PATCHES", "is_cpu_inference", "quiet_proxy_executor_notice",
            "compile_and_scan", "merge_atomic"]
 
 #: Bumped whenever :func:`_mark_bool_masks` changes what it marks (inductor's
@@ -335,6 +340,12 @@ def config_patches(cpu_inference: bool = False) -> Dict[str, Any]:
                **CALL_PATCHES}
     if cpu_inference:
         patches.update(CPU_INFERENCE_PATCHES)
+        if UNFUSE_BIAS_ADDMM:
+            from .rewrites.unfuse_bias import unfuse_bias_pass
+
+            # before the thin-matmul pass (its inner), which then sees the mm
+            patches["post_grad_custom_post_pass"] = unfuse_bias_pass(
+                patches["post_grad_custom_post_pass"])
     return patches
 
 
@@ -356,6 +367,16 @@ CALL_PATCHES: Dict[str, Any] = {"size_asserts": False}
 #: Training graphs keep the Python wrapper (+3% there, not worth a slower
 #: compile of both passes).
 CPU_INFERENCE_PATCHES: Dict[str, Any] = {"cpp_wrapper": True}
+
+#: 13. **A CPU inference graph's ``addmm`` as ``mm`` + an add fused into a kernel**
+#: (:mod:`.rewrites.unfuse_bias`): ATen's CPU ``addmm`` copies its ``inp`` (a
+#: bias, or a whole product in SAGEConv's ``lin_l(aggr) + lin_r(x)``) into the
+#: output before the GEMM; the add then fuses into a generated kernel instead,
+#: and a thin product is computed transposed (rule 12). Measured on the node
+#: demo's GraphSAGE and two graph-level models: ``docs/dev/RESULTS.md``. Off:
+#: set this to False before compiling (``options={"post_grad_custom_post_pass":
+#: None}`` turns off rule 12's rewrites as well).
+UNFUSE_BIAS_ADDMM = True
 
 
 #: 9. **AOTAutograd's cache takes graphs with custom autograd Functions**
