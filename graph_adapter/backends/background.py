@@ -19,15 +19,20 @@ is meant to spare. A fork sees the model, the batch and a notebook's own
 classes as they are (nothing is pickled) and leaves nothing behind here.
 
 The child runs on idle CPU time only (Linux's ``SCHED_IDLE``; elsewhere the
-lowest ``nice``), and this process keeps all its torch threads: the eager
-steps go first, and the compile takes what they leave (the single-threaded
-Python between kernels, the data loading). Why not a core of its own: a
-2-thread eager step whose second thread shares a core with anything waits at
-every OpenMP barrier, so a child at an ordinary or ``nice`` priority slowed the
-steps 2-60x (measured), and giving it a core (``torch.set_num_threads(n - 1)``
-while it runs, :data:`GIVE_UP_A_THREAD`) made the training of a GEMM-bound
-GIN 1.32x slower for the whole of a 10-epoch run, which ended before the
-compile did; on idle time the same run was 0.98x eager PyG's. The child:
+lowest ``nice``), and this process keeps all its torch threads at first: the
+eager steps go first, and the compile takes what they leave (a notebook's
+pauses between cells, the Python between kernels). A 2-thread eager step
+whose second thread shares a core with anything waits at every OpenMP
+barrier, so a child at an ordinary or ``nice`` priority slowed the steps 2-60x
+(measured), and a core given to the child from the start
+(``torch.set_num_threads(n - 1)`` while it runs) made a 10-epoch run of a
+GEMM-bound GIN 1.32x slower for its whole length, which ended before the
+compile did (0.98x eager PyG's on idle time only). But a busy run leaves a
+compile on idle time almost nothing (a 30-epoch GIN run, 36 s, never
+switched), so a run that is still going :data:`GIVE_UP_AFTER` seconds after
+its child started gives the child a core: one torch thread fewer until no
+child runs (the rent-or-buy rule: pay for the compile once the run has shown
+it is long enough). The child:
 
 * runs torch on one thread: the CPU build's OpenMP runtime (libgomp) has no
   fork handler, and a forked child that enters a parallel region waits for the
@@ -106,10 +111,10 @@ ASSUMED_SPEEDUP = 1.35
 #: and what it assumes loading a warm key's precompiled entry takes (0.7-0.8 s measured on
 #: 2 cores, most of it the first load's imports of inductor's runtime)
 WARM_LOAD_S = 0.8
-#: whether this process runs torch on one thread fewer while a child compiles, the child
-#: at an ordinary priority (``GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD=1``); by default the
-#: child runs on idle CPU time only and this process keeps its threads (module doc)
-GIVE_UP_A_THREAD = os.environ.get("GRAPH_ADAPTER_BACKGROUND_GIVE_UP_A_THREAD", "0") == "1"
+#: seconds a child compiles on idle CPU time only before this process runs torch on one
+#: thread fewer, so that the child has a core (module doc; 0: from the start;
+#: ``GRAPH_ADAPTER_BACKGROUND_GIVE_UP_AFTER``)
+GIVE_UP_AFTER = float(os.environ.get("GRAPH_ADAPTER_BACKGROUND_GIVE_UP_AFTER", "20"))
 
 _LIVE: List["_Child"] = []  # every running child of this process (for the exit wait)
 
@@ -153,7 +158,9 @@ class BackgroundStats:
             ``loaded`` (a warm key's entry, loaded in this process in
             ``compile_s`` seconds), ``deferred`` (why its compile, or a warm key's load,
             waited for the run's expected calls:
-            :meth:`BackgroundEngine.expect_calls`; ``None``: it did not).
+            :meth:`BackgroundEngine.expect_calls`; ``None``: it did not),
+            ``thread_given_at_s`` (how long its child had compiled on idle time when
+            this process gave it a thread: :data:`GIVE_UP_AFTER`; ``None``: never).
     """
 
     eager_calls: int = 0
@@ -177,6 +184,8 @@ class BackgroundStats:
                 parts.append(f"{k['mode']}: {k['eager_calls']} eager calls, compiled in "
                              f"{k['compile_s']:.1f} s in the background, switched at call "
                              f"{k['switched_at']} ({k['switch_s']:.2f} s)")
+            if k.get("thread_given_at_s") is not None:
+                parts[-1] += f", a thread given to its compile after {k['thread_given_at_s']:.0f} s"
             else:
                 why = k.get("why") or (k.get("deferred") if k["state"] == "deferred" else None)
                 why = f" ({why})" if why else ""
@@ -248,26 +257,37 @@ def _mode_name(key: Any, grad: bool) -> str:
 
 
 class _Threads:
-    """This process's torch threads, one fewer while any child compiles (module doc)."""
+    """This process's torch threads: one fewer once a child has compiled on idle time for
+    :data:`GIVE_UP_AFTER` seconds, all again when no child runs (module doc)."""
 
     children = 0
     saved = 0
+    given = False
 
     @classmethod
     def child_started(cls) -> int:
         """Note a child; the thread count its compile is for (this process's own)."""
         if cls.children == 0:
             cls.saved = torch.get_num_threads()
-            if cls.saved > 1 and GIVE_UP_A_THREAD:
-                torch.set_num_threads(cls.saved - 1)
         cls.children += 1
         return cls.saved
 
     @classmethod
+    def give_up_one(cls) -> bool:
+        """Run on one thread fewer while children run; whether a thread was given up."""
+        if cls.children == 0 or cls.given or cls.saved < 2:
+            return False
+        torch.set_num_threads(cls.saved - 1)
+        cls.given = True
+        return True
+
+    @classmethod
     def child_ended(cls) -> None:
         cls.children -= 1
-        if cls.children == 0 and cls.saved > 1 and torch.get_num_threads() != cls.saved:
-            torch.set_num_threads(cls.saved)
+        if cls.children == 0 and cls.given:
+            cls.given = False
+            if torch.get_num_threads() != cls.saved:
+                torch.set_num_threads(cls.saved)
 
 
 def _run_when_idle() -> None:
@@ -290,8 +310,7 @@ def _run_child(inner: Any, flat: Dict[str, Tensor], grad: bool, threads: int,
     """The child's whole life (see the module doc): compile, report as JSON, exit."""
     t0 = time.perf_counter()
     try:
-        if threads == 1 or not GIVE_UP_A_THREAD:  # no core given up: the eager steps go first
-            _run_when_idle()
+        _run_when_idle()  # the eager steps go first (module doc)
         torch.set_num_threads(1)
         torch.get_num_threads = lambda: threads  # what the parent's code will run on
         compile_in_this_process()
@@ -360,7 +379,7 @@ class BackgroundEngine:
                     "eager_calls": 0, "switched_at": None, "compile_s": None,
                     "switch_s": None, "saved": False, "eager_step_s": None,
                     "compiled_step_s": None, "pid": None, "compiles": 0, "deferred": None,
-                    "loaded": False}
+                    "loaded": False, "thread_given_at_s": None}
             # a copy: the loader may hand out the same buffers again, changed
             k = self._keys[ck] = _Key(info, {n: v.detach().clone() for n, v in flat.items()})
             self._order.append(ck)
@@ -522,7 +541,10 @@ class BackgroundEngine:
                 continue
             doc = k.child.report()
             if doc is None:
-                if time.perf_counter() - k.child.started > self._timeout:
+                running = time.perf_counter() - k.child.started
+                if running >= GIVE_UP_AFTER and _Threads.give_up_one():
+                    k.info["thread_given_at_s"] = running
+                if running > self._timeout:
                     k.child.kill()
                     doc = {"ok": False, "error": f"no compile after {self._timeout:.0f} s "
                                                  f"(the process was stopped)"}
@@ -574,6 +596,8 @@ class BackgroundEngine:
         send.close()
         k.child = _Child(proc, recv, time.perf_counter())
         k.info["state"], k.info["pid"] = "compiling", proc.pid
+        if GIVE_UP_AFTER <= 0 and _Threads.give_up_one():
+            k.info["thread_given_at_s"] = 0.0
         _LIVE.append(k.child)
         # a compiled model dropped mid-compile: its child is stopped, the core given back
         # (not at the interpreter's exit, where _wait_at_exit lets it finish first)

@@ -347,11 +347,39 @@ def test_the_child_runs_on_idle_time_and_this_process_keeps_its_threads():
     assert c.wait(120) and torch.get_num_threads() == threads
 
 
+def test_a_long_compile_gets_a_thread_after_GIVE_UP_AFTER_seconds(monkeypatch):
+    """A child still compiling GIVE_UP_AFTER seconds after it started gets a core: torch
+    here runs on one thread fewer until it ends, then on all again; stats say when."""
+    from graph_adapter.backends import engines as E
+    slow_warm = E.DynamoEngine.warm
+
+    def warm(self, flat):  # (runs in the child: a compile that takes a while)
+        time.sleep(1.5)
+        return slow_warm(self, flat)
+
+    monkeypatch.setattr(E.DynamoEngine, "warm", warm)
+    monkeypatch.setattr(B, "GIVE_UP_AFTER", 0.5)
+    _, bg = _pair()
+    threads = torch.get_num_threads()
+    c = ga.compile(bg, "aot_eager", background=True)
+    batches = _batches(3)
+    c(batches[0])
+    assert torch.get_num_threads() == threads and c.stats.keys[0]["thread_given_at_s"] is None
+    time.sleep(0.7)
+    c(batches[1])  # a call polls the child: past GIVE_UP_AFTER, still compiling
+    info = c.stats.keys[0]
+    assert info["state"] == "compiling" and info["thread_given_at_s"] >= 0.5, info
+    assert torch.get_num_threads() == max(1, threads - 1)
+    assert c.wait(120) and torch.get_num_threads() == threads
+    c(batches[2])
+    assert "a thread given to its compile after" in c.stats.summary()
+
+
 def test_a_compiled_model_dropped_mid_compile_stops_its_child_and_gives_the_thread_back(
         monkeypatch):
     import gc
 
-    monkeypatch.setattr(B, "GIVE_UP_A_THREAD", True)  # the child gets a core of its own
+    monkeypatch.setattr(B, "GIVE_UP_AFTER", 0.0)  # the child gets a core from the start
     _, bg = _pair()
     threads = torch.get_num_threads()
     c = ga.compile(bg, "aot_eager", background=True)
