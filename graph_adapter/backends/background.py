@@ -184,12 +184,12 @@ class BackgroundStats:
                 parts.append(f"{k['mode']}: {k['eager_calls']} eager calls, compiled in "
                              f"{k['compile_s']:.1f} s in the background, switched at call "
                              f"{k['switched_at']} ({k['switch_s']:.2f} s)")
-            if k.get("thread_given_at_s") is not None:
-                parts[-1] += f", a thread given to its compile after {k['thread_given_at_s']:.0f} s"
             else:
                 why = k.get("why") or (k.get("deferred") if k["state"] == "deferred" else None)
                 why = f" ({why})" if why else ""
                 parts.append(f"{k['mode']}: {k['state']}{why}, {k['eager_calls']} eager calls")
+            if k.get("thread_given_at_s") is not None:
+                parts[-1] += f", a thread given to its compile after {k['thread_given_at_s']:.0f} s"
             if k.get("deferred") and k["state"] != "deferred":
                 parts[-1] += (", its " + ("load" if k.get("loaded") else "compile") +
                               " deferred past the run's expected calls")

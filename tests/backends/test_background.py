@@ -210,6 +210,7 @@ def test_a_warm_key_loads_its_entry_here_without_a_child(quick, monkeypatch, ser
     if serves:
         assert info["pid"] is None and info["loaded"] and info["switched_at"] == 2
         assert "precompiled entry loaded in" in c.stats.summary()
+        assert c.stats.summary().count("train:") == 1, c.stats.summary()  # one part a key
     want, _ = _train(ref, ref, batches)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 
@@ -373,6 +374,7 @@ def test_a_long_compile_gets_a_thread_after_GIVE_UP_AFTER_seconds(monkeypatch):
     assert c.wait(120) and torch.get_num_threads() == threads
     c(batches[2])
     assert "a thread given to its compile after" in c.stats.summary()
+    assert c.stats.summary().count("train") == 1, c.stats.summary()  # one part a key
 
 
 def test_a_compiled_model_dropped_mid_compile_stops_its_child_and_gives_the_thread_back(
