@@ -203,6 +203,7 @@ class _Key:
     info: Dict[str, Any]
     example: Optional[Dict[str, Tensor]] = None  # a batch to compile with (until it starts)
     warm: bool = False  # its entry is on disk: loaded here, never compiled by a child
+    escalated: bool = False  # its child was given a thread (GIVE_UP_AFTER)
     child: Optional["_Child"] = None
     last: Optional[float] = None  # when the key's previous call began
     last_compiled: bool = False  # whether it ran compiled
@@ -305,12 +306,23 @@ def _run_when_idle() -> None:
         pass
 
 
+def _stop_idling(pid: int) -> None:
+    """Best effort: the child ``pid`` back at an ordinary priority, where this process may
+    (root, ``CAP_SYS_NICE``); an unprivileged process may not leave ``SCHED_IDLE``, and
+    then the core given up is what the child gets."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+
+
 def _run_child(inner: Any, flat: Dict[str, Tensor], grad: bool, threads: int,
-               conn: Any) -> None:
+               conn: Any, idle: bool = True) -> None:
     """The child's whole life (see the module doc): compile, report as JSON, exit."""
     t0 = time.perf_counter()
     try:
-        _run_when_idle()  # the eager steps go first (module doc)
+        if idle:
+            _run_when_idle()  # the eager steps go first (module doc)
         torch.set_num_threads(1)
         torch.get_num_threads = lambda: threads  # what the parent's code will run on
         compile_in_this_process()
@@ -542,8 +554,8 @@ class BackgroundEngine:
             doc = k.child.report()
             if doc is None:
                 running = time.perf_counter() - k.child.started
-                if running >= GIVE_UP_AFTER and _Threads.give_up_one():
-                    k.info["thread_given_at_s"] = running
+                if running >= GIVE_UP_AFTER and not k.escalated:
+                    self._escalate(k, running)
                 if running > self._timeout:
                     k.child.kill()
                     doc = {"ok": False, "error": f"no compile after {self._timeout:.0f} s "
@@ -552,6 +564,15 @@ class BackgroundEngine:
                     continue
             self._finish(k, doc)
         self._start_next()
+
+    @staticmethod
+    def _escalate(k: _Key, running: float) -> None:
+        """The run outlasted the child's idle start: give it a thread (and, where this
+        process may, an ordinary priority, so that a busy machine gives it its turn)."""
+        k.escalated = True
+        if _Threads.give_up_one():
+            k.info["thread_given_at_s"] = running
+        _stop_idling(k.child.process.pid)
 
     def _finish(self, k: _Key, doc: Dict[str, Any]) -> None:
         _forget(k.child)
@@ -582,7 +603,7 @@ class BackgroundEngine:
         flat, k.example = k.example, None
         threads = _Threads.child_started()
         proc = ctx.Process(target=_run_child, daemon=True,
-                           args=(self._inner, flat, ck[1], threads, send),
+                           args=(self._inner, flat, ck[1], threads, send, GIVE_UP_AFTER > 0),
                            name=f"graph_adapter compile ({k.info['mode']})")
         try:
             proc.start()
@@ -596,8 +617,8 @@ class BackgroundEngine:
         send.close()
         k.child = _Child(proc, recv, time.perf_counter())
         k.info["state"], k.info["pid"] = "compiling", proc.pid
-        if GIVE_UP_AFTER <= 0 and _Threads.give_up_one():
-            k.info["thread_given_at_s"] = 0.0
+        if GIVE_UP_AFTER <= 0:  # (the child does not idle: see its args)
+            self._escalate(k, 0.0)
         _LIVE.append(k.child)
         # a compiled model dropped mid-compile: its child is stopped, the core given back
         # (not at the interpreter's exit, where _wait_at_exit lets it finish first)
@@ -660,6 +681,8 @@ def _wait_at_exit() -> None:
           f"compile(s) to write their cache entries (Ctrl-C stops them; the next run then "
           f"compiles again)", file=sys.stderr, flush=True)
     end = time.perf_counter() + EXIT_WAIT
+    for c in live:  # nothing of this process's is left to go first
+        _stop_idling(c.process.pid)
     try:
         for c in live:
             c.process.join(max(0.0, end - time.perf_counter()))

@@ -371,6 +371,8 @@ def test_a_long_compile_gets_a_thread_after_GIVE_UP_AFTER_seconds(monkeypatch):
     info = c.stats.keys[0]
     assert info["state"] == "compiling" and info["thread_given_at_s"] >= 0.5, info
     assert torch.get_num_threads() == max(1, threads - 1)
+    if os.geteuid() == 0:  # allowed to take it off idle time: a busy machine gives it turns
+        assert os.sched_getscheduler(info["pid"]) == os.SCHED_OTHER
     assert c.wait(120) and torch.get_num_threads() == threads
     c(batches[2])
     assert "a thread given to its compile after" in c.stats.summary()
