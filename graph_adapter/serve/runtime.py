@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from .contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract
 from .errors import ArtifactError, RuntimeMissingError
 from .ops import NumpyOps, TorchOps
-from .pack import Graph, pack_call, plan_calls, plan_ladder, read_graph
+from .pack import Graph, pack_call, plan_calls, plan_ladder, read_graphs
 
 __all__ = ["load", "Predictor", "read_contract"]
 
@@ -172,7 +172,7 @@ class Predictor:
         shapes, sizes: named errors), nothing run; index ranges are checked by ``pack``."""
         if isinstance(graphs, Mapping) or hasattr(graphs, "edge_index"):
             raise TypeError("predict takes a list of graphs; for one graph pass [graph]")
-        out = [read_graph(self.contract, self.ops, g, i) for i, g in enumerate(graphs)]
+        out = read_graphs(self.contract, self.ops, graphs)
         for g in out:
             self.ignored_keys.update(g.ignored)
         return out
