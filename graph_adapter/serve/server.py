@@ -705,6 +705,8 @@ class _Handler(BaseHTTPRequestHandler):
                 graphs = decode_npz(body, self.server.predictor.contract)
             else:
                 graphs = decode_graphs(body, self.server.predictor.contract)
+            if self.server.check_here:  # the program's process runs meanwhile
+                graphs = self.server.predictor.check(graphs)
             preds = self.server.batcher.submit(graphs, self.server.request_timeout_s)
             doc = {"predictions": [encode_prediction(p) for p in preds]}
         except Exception as e:  # noqa: BLE001 - every failure is answered, named
@@ -734,6 +736,9 @@ class PredictServer(ThreadingHTTPServer):
                  max_queue: int = 1024, max_body_bytes: int = 64 << 20,
                  request_timeout_s: float = 60.0, verbose: bool = False):
         self.predictor = predictor
+        #: a predictor whose program runs elsewhere (a child process): each request's
+        #: graphs are checked in its own thread, the program's runs overlapping
+        self.check_here = bool(getattr(predictor, "takes_checked", False))
         self.batcher = DynamicBatcher(predictor, max_delay_ms / 1e3, max_batch, max_queue)
         self.max_body_bytes = int(max_body_bytes)
         self.request_timeout_s = float(request_timeout_s)
