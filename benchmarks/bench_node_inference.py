@@ -27,6 +27,10 @@ and the parts of the adapter's pass, each alone over the same batches:
   against the eager side's subgraphs (not in either pass's time).
 
 ``--options JSON`` adds a row compiled with those inductor options (no loss).
+Where the demo's test loader carries aggregation tables (``INFER_LAYOUT``), the
+row ``adapter, no tables`` runs the same batches without them (PyG's scatter
+path, a compile of its own), and ``--in-width D`` adds a row whose tables have
+in-width ``D`` (and the spill capacity that width needs).
 ``--infer-batch-size B[,B2...]`` adds the same two passes with ``B`` seeds a batch on
 both sides (the adapter's loader fits its own budget for them): the lever of
 running inference on larger batches. Every row reports the median of the
@@ -82,6 +86,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
                     help="also time a second compile with these inductor options (JSON)")
     ap.add_argument("--verbose", action="store_true", help="print every round's times")
     ap.add_argument("--nodes", type=int, default=0, help="graph size (0: the demo's default)")
+    ap.add_argument("--in-width", type=int, default=0,
+                    help="also time tables of this in-width (0: only the demo's)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -194,6 +200,27 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
         counts[f"adapter, batch {B}"] = counts[f"eager PyG, batch {B}"] = len(big_batches)
         rows[f"adapter, batch {B}"] = ours_pass(big_batches, big_model)
         rows[f"eager PyG, batch {B}"] = pyg_pass(big_eager)
+    if test_batches and "in_slots" in test_batches[0]:
+        from graph_adapter.backends.select import drop_layout_tables
+
+        bare = [(drop_layout_tables(f), b) for f, b in seeded]
+        bare_model = inference_model(wrapped, args.backend, None)
+        ours_pass(bare, bare_model)()
+        rows["adapter, no tables"] = ours_pass(bare, bare_model)
+        if args.in_width:
+            tl = g.test_loader
+            other_tl = FixedSizeNeighborLoader(
+                g.data, list(cfg.num_neighbors), cfg.batch_size, input_nodes=g.test,
+                seed=cfg.seed, budget=tl.budget, layout=tl.layout,
+                layout_widths=(args.in_width, tl.layout_widths[1]))
+            wide = [(f, other_tl.seeds_in(f)) for f in other_tl]
+            wide_model = inference_model(wrapped, args.backend, None)
+            ours_pass(wide, wide_model)()
+            key = f"adapter, in-width {args.in_width}"
+            rows[key] = ours_pass(wide, wide_model)
+            big_info += f"; {key}: spills {other_tl.layout_spills}"
+        big_info += (f"; tables: widths {g.test_loader.layout_widths}, spills "
+                     f"{g.test_loader.layout_spills}")
     if args.options:
         import json
 

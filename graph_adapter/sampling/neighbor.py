@@ -68,6 +68,7 @@ from torch import Tensor
 from ..batching import RESERVED_NODES, Budget, Ranks, Sharded, fingerprint
 from .csr import CSC, FanoutError, Sample, check_fanouts, sample_neighbors
 from ..format import EDGE_MASK, GRAPH_MASK, NODE_MASK, RESERVED_KEYS, stack_micro_batches
+from .layout import SAMPLED_LAYOUTS, fit_sampled_hyb, sampled_tables
 from .pyg_sampler import PygNeighborSampler
 from .settings import OVERSIZE_POLICIES, SamplingSettings
 from .sampled import (ADDED_KEYS, E_ID, N_ID, SEED_MASK, SEED_OF, fit_neighbor_budget,
@@ -307,6 +308,15 @@ class FixedSizeNeighborLoader(Sharded):
         sampler: ``"ours"`` (default: torch only) or ``"pyg"``: PyG's
             ``NeighborSampler`` (needs pyg-lib or torch-sparse;
             :mod:`graph_adapter.sampling.pyg_sampler`), padded the same way.
+        layout: ``"hyb"`` adds the aggregation tables ``in_slots`` /
+            ``out_slots`` / ``in_spill`` / ``out_spill`` to every batch (the
+            graph-level loader's ``layout="hyb"`` keys; inside a wrapped
+            forward PyG's sum and mean aggregations run over them, see
+            :mod:`graph_adapter.sampling.layout`); ``None`` (default): none.
+        layout_widths / layout_spills: ``(in, out)`` table widths and spill
+            capacities (default: from the fanouts where they bound the
+            in-degree, else fitted; ``loader.layout_widths`` /
+            ``loader.layout_spills`` give another loader the same shapes).
     """
 
     def __init__(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *,
@@ -318,12 +328,38 @@ class FixedSizeNeighborLoader(Sharded):
                  micro_batches: int = 1, rank: Optional[int] = None,
                  world_size: Optional[int] = None,
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
-                 sampler: str = "ours", prefetch: int = 0):
+                 sampler: str = "ours", prefetch: int = 0, layout: Optional[str] = None,
+                 layout_widths: Optional[Tuple[int, int]] = None,
+                 layout_spills: Optional[Tuple[int, int]] = None):
         self._setup(data, num_neighbors, batch_size, SamplingSettings.of(locals()))
         self.seeds = seed_tensor(input_nodes, self.num_nodes)
         self.stats = self._new_stats(0)
         self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
                                            batch_size, f"batch_size={batch_size} seeds")
+        self._fit_layout(layout, layout_widths, layout_spills, fit_batches)
+
+    def _fit_layout(self, layout: Optional[str], widths: Optional[Tuple[int, int]],
+                    spills: Optional[Tuple[int, int]], fit_batches: int) -> None:
+        """Check ``layout`` and keep its ``layout_widths`` / ``layout_spills`` (``None``
+        without a layout), fitted on the budget fit's stream where not given."""
+        if layout not in SAMPLED_LAYOUTS:
+            raise ValueError(f"layout={layout!r}; choose one of {SAMPLED_LAYOUTS} (the "
+                             f"neighbour loader builds HYB tables: exact widths from the "
+                             f"fanouts, spill lists for the rest)")
+        self.layout = layout
+        self.layout_widths: Optional[Tuple[int, int]] = None
+        self.layout_spills: Optional[Tuple[int, int]] = None
+        if layout is None:
+            return
+        samples = []
+        if widths is None:  # the out-width is fitted: degrees of the fit stream's samples
+            n = max(1, min(int(fit_batches), math.ceil(self.seeds.numel() / self.batch_size)))
+            with self._sampling_threads():
+                samples = [self._fit_sample(c) for c in range(n)]
+        self.layout_widths, self.layout_spills = fit_sampled_hyb(
+            [s.edge_index for s in samples], [s.num_nodes for s in samples],
+            self.num_neighbors, self.directed, self.batch_size, int(self.budget.edges),
+            widths, spills)
 
     def _setup(self, data: Any, num_neighbors: Sequence[int], batch_size: int,
                settings: SamplingSettings) -> None:
@@ -503,6 +539,10 @@ class FixedSizeNeighborLoader(Sharded):
             s, cut_n, cut_e = trim_sample(s, cap_n, cap_e)
         flat = pad_sample(s, self.budget, self.node_attrs, self.edge_attrs, num_seeds,
                           self.pad_id)
+        if getattr(self, "layout", None) is not None:
+            flat.update(sampled_tables(flat["edge_index"], s.num_edges, int(self.budget.nodes),
+                                       self.layout_widths, self.layout_spills))
+            flat = {k: flat[k] for k in sorted(flat)}  # pad_sample's order: keys sorted
         return flat, cut_n, cut_e
 
     def batch(self, epoch: int, chunk: int) -> Dict[str, Tensor]:

@@ -306,7 +306,8 @@ def _graph(cfg: NodeDemoConfig) -> _Graph:
                                      shuffle=True, seed=cfg.seed)
     bs = cfg.infer_batch_size or cfg.batch_size
     test_loader = FixedSizeNeighborLoader(data, fan, bs, input_nodes=test, seed=cfg.seed,
-                                          budget=loader.budget if bs == cfg.batch_size else None)
+                                          budget=loader.budget if bs == cfg.batch_size else None,
+                                          layout=INFER_LAYOUT)
     return _Graph(data, train, test, loader, test_loader)
 
 
@@ -383,6 +384,11 @@ def _adapter_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module, backend: str,
 #: pass); at 1 thread the generated code is the same either way. Not yet measured on a
 #: quiet machine at 2 threads.
 INFER_OPTIONS: Dict[str, Any] = {"cpp.threads": 1}
+
+#: The test loader's aggregation tables (``FixedSizeNeighborLoader(layout=...)``; ``None``:
+#: PyG's scatter path): the inference model is a compile of its own, so only its batches
+#: carry them.
+INFER_LAYOUT: Optional[str] = None
 
 
 def inference_model(wrapped: nn.Module, backend: str, compiled: Any) -> Any:

@@ -1,0 +1,99 @@
+"""HYB aggregation tables for neighbour-sampled batches (``FixedSizeNeighborLoader(layout="hyb")``).
+
+The keys and their meaning are those of the graph-level loader's
+``layout="hyb"`` (:mod:`graph_adapter.batching._layout`, ``docs/dev/FORMAT.md``):
+``in_slots`` ``[N, Din]`` / ``out_slots`` ``[N, Dout]``, each node's first
+in-/out-edges (padding id ``E``), and ``in_spill`` / ``out_spill`` ``[2, K]``,
+the edges past a node's width (edge id, node; padding ``(E, N - 1)``). Inside a
+wrapped forward PyG's sum and mean aggregations then run over the tables
+(:mod:`graph_adapter.nn.static_layout`): a gather-sum per node, in parallel
+over nodes, where PyG's scatter is one serial loop.
+
+Why the widths can be exact here: the sampler expands each node once, in the
+hop where it first appears, so a node's in-degree in a directed sample is at
+most that hop's fanout: the seeds at most ``num_neighbors[0]``, the nodes of
+hop ``h`` at most ``num_neighbors[h]``, the last hop's none. With the in-width
+``Din`` (default: the largest fanout of hops 1, 2, ..., or ``num_neighbors[0]``
+for one hop) only seeds can spill, at most ``num_neighbors[0] - Din`` edges
+each, so ``Kin = seeds x (num_neighbors[0] - Din)`` holds every batch. Where
+no fanout bounds the degree (``directed=False``, a fanout of ``-1``) and for
+out-edges (a node is a source of as many edges as nodes that drew it), the
+width is fitted on the loader's budget samples (:data:`~graph_adapter.batching.HYB_COVER`
+of the degrees) and the spill capacity is the budget's edge count: every edge
+can spill, so no batch can exceed it either.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..batching import HYB_COVER, hyb_tables
+from ..format import ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT
+
+__all__ = ["SAMPLED_LAYOUTS", "fanout_in_width", "fit_sampled_hyb", "sampled_tables"]
+
+#: The ``layout`` values of the neighbour loader.
+SAMPLED_LAYOUTS = (None, "hyb")
+
+
+def fanout_in_width(num_neighbors: Sequence[int], directed: bool) -> Optional[int]:
+    """The default in-width bounded by the fanouts (module doc), or ``None`` where no fanout
+    bounds a node's in-degree (``directed=False`` or a fanout of ``-1``)."""
+    fan = [int(f) for f in num_neighbors]
+    if not directed or any(f < 0 for f in fan):
+        return None
+    return max(max(fan[1:]) if len(fan) > 1 else fan[0], 1)
+
+
+def _cover(degrees: List[np.ndarray]) -> int:
+    """The smallest width covering :data:`HYB_COVER` of the nodes' degrees (at least 1)."""
+    deg = np.sort(np.concatenate(degrees)) if degrees else np.zeros(0, np.int64)
+    if deg.size == 0:
+        return 1
+    return max(int(deg[int(np.ceil(HYB_COVER * deg.size)) - 1]), 1)
+
+
+def fit_sampled_hyb(edge_indices: Sequence[Tensor], num_nodes: Sequence[int],
+                    num_neighbors: Sequence[int], directed: bool, seeds: int, edges: int,
+                    widths: Optional[Tuple[int, int]] = None,
+                    spills: Optional[Tuple[int, int]] = None,
+                    ) -> Tuple[Tuple[int, int], Tuple[int, int]]:
+    """``((Din, Dout), (Kin, Kout))`` of the HYB tables of a neighbour loader.
+
+    ``edge_indices`` / ``num_nodes``: the budget fit's samples (``[2, m]`` local
+    rows, and their node counts); ``seeds``: the most seeds a batch holds;
+    ``edges``: the budget's edge count. ``widths`` / ``spills`` given: kept
+    (a spill capacity then must hold every batch, or the batch raises
+    :class:`~graph_adapter.batching._layout.DegreeWidthError`). Defaults as
+    the module doc says.
+    """
+    bound = fanout_in_width(num_neighbors, directed)
+    if widths is None:
+        ins = [np.bincount(e[1].numpy(), minlength=n) for e, n in zip(edge_indices, num_nodes)]
+        outs = [np.bincount(e[0].numpy(), minlength=n) for e, n in zip(edge_indices, num_nodes)]
+        widths = (bound if bound is not None else _cover(ins), _cover(outs))
+    din, dout = int(widths[0]), int(widths[1])
+    if din < 1 or dout < 1:
+        raise ValueError(f"layout_widths={widths!r}: give two widths >= 1 (in, out)")
+    if spills is None:
+        if bound is not None and din >= bound:  # only seeds can pass the width
+            kin = seeds * max(int(num_neighbors[0]) - din, 0)
+        else:
+            kin = edges
+        spills = (max(kin, 1), max(int(edges), 1))
+    if int(spills[0]) < 1 or int(spills[1]) < 1:
+        raise ValueError(f"layout_spills={spills!r}: give two capacities >= 1 (in, out)")
+    return (din, dout), (int(spills[0]), int(spills[1]))
+
+
+def sampled_tables(edge_index: Tensor, num_real_edges: int, num_nodes: int,
+                   widths: Tuple[int, int], spills: Tuple[int, int]) -> Dict[str, Tensor]:
+    """The HYB keys of one padded batch (``edge_index`` ``[2, E]``, real edges first):
+    ``in_slots`` ``[N, Din]``, ``out_slots`` ``[N, Dout]``, ``in_spill`` ``[2, Kin]``,
+    ``out_spill`` ``[2, Kout]``, int64."""
+    arrays = hyb_tables(edge_index.numpy(), num_real_edges, num_nodes, widths, spills)
+    return {k: torch.from_numpy(a) for k, a in zip((ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT),
+                                                  arrays)}
