@@ -22,6 +22,11 @@ them over the artifact's budget, or over its ladder's rungs): the worker waits a
 ``max_queue_delay``), and merges at most ``max_batch`` graphs (a request larger than that
 runs alone, never cut). Each request gets its own graphs' predictions back, in order.
 
+A ``.pt2`` program runs in a child process of its own (:mod:`.worker`; ``--program-in``):
+AOTInductor's call holds the GIL while it runs, so in one process no request could be
+read meanwhile. This process reads and checks each request in its own thread, the child
+runs the merged calls: one core each, the child's ``--threads`` for the program.
+
 Errors are JSON ``{"error": name, "message": text, "graph": i, "key": k}``: ``400`` for a
 body that is not JSON or not a list of graph objects, ``422`` for a graph the contract
 refuses (``MissingFeatureError``, ``FeatureDtypeError``, ``FeatureShapeError``,
@@ -861,6 +866,11 @@ def serve_main(argv: Optional[Sequence[str]] = None, prog: str = "graph-adapter 
     # pass, reading 256 molecules ran some 20 collections (orjson's read: 1.2 -> 2-2.9 ms
     # beside requests in flight, measured); a pass every 50000 costs next to nothing
     gc.set_threshold(max(gc.get_threshold()[0], 50_000), *gc.get_threshold()[1:])
+    if server.check_here:  # the program's child waits for the batcher's next call
+        # the batcher thread, woken by the child's answer, waits for the GIL that a
+        # request's thread holds while it reads: up to the switch interval (5 ms) in
+        # which the child idles; 0.5 ms hands it over sooner
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
     stop = stop or threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():  # Ctrl-C, docker stop
