@@ -31,7 +31,8 @@ written several ways:
 
 ``export`` writes ``slots`` for the sums into target nodes (the packer builds the
 tables, ``in_slots`` / ``in_spill``: ``table_row_scatters``; the bench's tables have
-no spill), ``sorted_f64`` without the sort for the pool over ``batch`` (its nodes are in graph
+no spill), summed with a ``MatMul`` of ones over the transposed table rather than a
+``ReduceSum`` (``slots+lookups`` beside it keeps the ``ReduceSum``), ``sorted_f64`` without the sort for the pool over ``batch`` (its nodes are in graph
 order), and the combined lookups.
 
 Eager PyG (``Batch.from_data_list`` + the model) on the same molecules is timed in the
