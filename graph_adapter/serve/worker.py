@@ -270,7 +270,11 @@ class ProcessPredictor:
         self.ops = NumpyOps()
         self._lock = threading.Lock()
         self.process, self._to, self._from = self._spawn(path, threads)
-        header, _ = self._reply()
+        try:
+            header, _ = self._reply()  # "ready", or what load raised there
+        except BaseException:
+            self.close()
+            raise
         self.pid: int = int(header["ready"])
 
     @staticmethod

@@ -431,6 +431,37 @@ def test_the_child_process_names_each_error_as_in_process_predict(onnx_artifact)
         p.predict(reqs)
 
 
+def test_a_child_that_cannot_load_the_artifact_raises_its_error_and_ends(onnx_artifact,
+                                                                         tmp_path):
+    import zipfile
+
+    with pytest.raises(FileNotFoundError, match="no artifact at"):
+        ProcessPredictor(str(tmp_path / "missing.pt2"))
+    bad = str(tmp_path / "no_program.pt2")  # a contract the server reads, no program
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr(f"m/extra/{serve.CONTRACT_FILE}", onnx_artifact[1].to_json())
+    before = set(_workers())  # (a module fixture's server may hold one)
+    with pytest.raises(WorkerError, match="the program's process failed"):
+        ProcessPredictor(bad)
+    assert set(_workers()) <= before, "the child that failed to load was left behind"
+
+
+def _workers():
+    """This process's children running ``graph_adapter.serve.worker`` (Linux)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if ppid == os.getpid() and b"graph_adapter.serve.worker" in cmd:
+            out.append(int(pid))
+    return out
+
+
 def _state(pid):
     """A process's state letter (``"Z"``: exited, not yet reaped), ``None`` once gone."""
     try:
