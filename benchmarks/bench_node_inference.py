@@ -86,6 +86,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
                     help="also time a second compile with these inductor options (JSON)")
     ap.add_argument("--verbose", action="store_true", help="print every round's times")
     ap.add_argument("--nodes", type=int, default=0, help="graph size (0: the demo's default)")
+    ap.add_argument("--layout", default="demo", choices=["demo", "none", "hyb"],
+                    help="the test loader's tables (demo: node.INFER_LAYOUT)")
     ap.add_argument("--in-width", type=int, default=0,
                     help="also time tables of this in-width (0: only the demo's)")
     args = ap.parse_args(argv)
@@ -100,6 +102,10 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
     from graph_adapter.nn import masked_cross_entropy
     from graph_adapter.sampling import FixedSizeNeighborLoader
 
+    if args.layout != "demo":
+        from graph_adapter.app.demo import node as node_demo
+
+        node_demo.INFER_LAYOUT = None if args.layout == "none" else args.layout
     cfg = NodeDemoConfig(progress=False, **({"nodes": args.nodes} if args.nodes else {}))
     load0 = os.getloadavg()[0]
     g = _graph(cfg)
