@@ -13,7 +13,9 @@ needs no PyG) answers:
   [...]}``, or as a body of type ``application/x-npz`` (:data:`NPZ_TYPE`), without
   JSON's cost. JSON is read and written by orjson where installed (the ``serve``
   extra), else by the standard library;
-* ``GET /health``: ``{"status": "ok", ...}`` and the server's counters;
+* ``GET /health``: ``{"status": "ok", ...}`` and the server's counters; a 503 with
+  ``"status": "failed: ..."`` once the program's child process has died (a liveness
+  probe's cue to restart the server; every ``/predict`` then answers a 500 naming it);
 * ``GET /contract``: the artifact's JSON contract (:class:`~graph_adapter.serve.Contract`).
 
 Concurrent requests are queued and merged into one ``Predictor.predict`` call (which packs
@@ -657,8 +659,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def do_GET(self) -> None:  # noqa: N802 - the base's name
-        if self.path == "/health":
-            self._send(200, self.server.health())
+        if self.path == "/health":  # 503 once the program cannot answer (a probe restarts it)
+            doc = self.server.health()
+            self._send(503 if doc["status"].startswith("failed") else 200, doc)
         elif self.path == "/contract":
             self._send(200, None, self.server.contract_json)
         else:
@@ -770,7 +773,12 @@ class PredictServer(ThreadingHTTPServer):
     def health(self) -> Dict[str, Any]:
         """``GET /health``: the artifact, the batching settings and the counters."""
         c, b = self.predictor.contract, self.batcher
-        return {"status": "stopping" if b.closed else "ok", "format": c.format,
+        rc = getattr(self.predictor, "exited", lambda: None)()
+        status = "stopping" if b.closed else "ok"
+        if rc is not None:  # the program's child is gone: every predict would fail
+            status = (f"failed: the program's process exited with code {rc}; restart the "
+                      f"server")
+        return {"status": status, "format": c.format,
                 "budget": {"nodes": c.nodes, "edges": c.edges, "graphs": c.graphs},
                 "rungs": len(c.rungs), "max_batch": b.max_batch,
                 "max_delay_ms": b.max_delay_s * 1e3, "queued": len(b.queue),

@@ -364,6 +364,13 @@ class ProcessPredictor:
             return [d[key] for d in per]
         return per
 
+    def exited(self) -> Optional[int]:
+        """The child's exit code where it ended by itself (a crash, a kill), else ``None``
+        (it runs, or :meth:`close` stopped it)."""
+        if self._to.closed:
+            return None
+        return self.process.poll()
+
     def close(self, timeout: float = 10.0) -> None:
         """Stop the child (it exits on its pipe's EOF; killed after ``timeout`` s)."""
         with self._lock:

@@ -431,6 +431,25 @@ def test_the_child_process_names_each_error_as_in_process_predict(onnx_artifact)
         p.predict(reqs)
 
 
+def test_health_is_a_503_once_the_programs_child_died(onnx_artifact):
+    """A killed program process: /health answers 503 saying so (a probe restarts the
+    server), /predict a 500 naming it; before, both looked healthy."""
+    path, _, graphs = onnx_artifact
+    predictor = serve_server._load_predictor(path, 1, "child")
+    try:
+        with PredictServer(predictor, port=0, max_delay_ms=0).start() as s:
+            assert _get(s.port, "/health")[0] == 200
+            predictor.process.kill()
+            predictor.process.wait(10)
+            status, doc = _get(s.port, "/health")
+            assert status == 503 and doc["status"].startswith("failed"), doc
+            assert "exited with code" in doc["status"] and "restart" in doc["status"]
+            status, doc = _post(s.port, {"graphs": [_json_graph(graphs[0])]})
+            assert status == 500 and "restart the server" in doc["message"], doc
+    finally:
+        predictor.close()
+
+
 def test_a_child_that_cannot_load_the_artifact_raises_its_error_and_ends(onnx_artifact,
                                                                          tmp_path):
     import zipfile
