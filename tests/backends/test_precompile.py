@@ -531,3 +531,13 @@ def test_a_later_process_with_other_globals_recompiles(tmp_path):
     assert (other["loads"], other["compiles"]) == (0, 1), other
     back = _run_globals_child(tmp_path, _VALUES["a"])  # both entries kept: either loads
     assert (back["loads"], back["compiles"]) == (1, 0) and back["diff"] == 0.0, back
+
+
+def test_the_key_names_the_bias_rewrite_on_or_off(monkeypatch):
+    """A CPU inference entry compiled with the addmm rewrite is another program than one
+    without: the key's pass versions say which (an entry of the other never loads)."""
+    from graph_adapter.backends.inductor import cpu_settings
+
+    on = P._pass_versions()
+    monkeypatch.setattr(cpu_settings, "UNFUSE_BIAS_ADDMM", not cpu_settings.UNFUSE_BIAS_ADDMM)
+    assert P._pass_versions() != on and set(P._pass_versions()) == set(on)

@@ -179,10 +179,13 @@ def _structure(wrapped: nn.Module) -> list:
     return [mods, tensors]
 
 
-def _pass_versions() -> Dict[str, int]:
+def _pass_versions() -> Dict[str, Any]:
     from . import rewrites as _fx_rewrites, cpu_settings as _inductor_cpu
+    from .rewrites import unfuse_bias
 
-    return {"fx_rewrites": _fx_rewrites.PASS_VERSION, "inductor_cpu": _inductor_cpu.PASS_VERSION}
+    return {"fx_rewrites": _fx_rewrites.PASS_VERSION, "inductor_cpu": _inductor_cpu.PASS_VERSION,
+            # (on or off: a CPU inference entry saved either way is another program)
+            "unfuse_bias": unfuse_bias.UNFUSE_VERSION if _inductor_cpu.UNFUSE_BIAS_ADDMM else None}
 
 
 def artifact_key(wrapped: nn.Module, flat: Mapping[str, Tensor], settings: Any) -> Dict[str, Any]:
