@@ -489,7 +489,8 @@ class BackgroundEngine:
         what runs after: an evaluation, the next run's cache, :meth:`wait`), and
         until then no thread is given up. A warm key (its entry on disk) is loaded
         in this process after its timed steps, unless the same sum is under the
-        load's :data:`WARM_LOAD_S`: then it is loaded after the expected calls.
+        load's :data:`WARM_LOAD_S`: then it is loaded at the first call after the
+        expected ones (never within them).
         """
         if n < 0:
             raise ValueError(f"expect_calls({n}): the number of calls must be >= 0")
@@ -499,15 +500,18 @@ class BackgroundEngine:
         if self._left is None:
             return
         self._left -= 1
-        if self._left <= 0:  # the run's expected calls are done: deferred compiles may start
+        if self._left == 0:  # the last expected call: a held compile starts (for what follows)
+            self._release("timing", "deferred", warm=False)
+        elif self._left < 0:  # a call past them: a held load happens now (not in the run)
             self._left = None
             self._release("timing", "deferred")
 
-    def _release(self, *states: str) -> None:
-        """Held keys go on: a cold one waits for its child, a warm one loads at its next call."""
+    def _release(self, *states: str, warm: bool = True) -> None:
+        """Held keys go on: a cold one waits for its child, a warm one (unless ``warm`` is
+        False) loads at its next call."""
         for ck in self._order:
             k = self._keys[ck]
-            if k.info["state"] in states:
+            if k.info["state"] in states and (warm or not k.warm):
                 k.info["state"] = "warm" if k.warm else "waiting"
         self._start_next()
 
