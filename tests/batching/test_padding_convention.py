@@ -53,8 +53,9 @@ def test_every_loader_batch_has_two_padding_nodes(counts, how, k, packer, micro,
         budget = Budget.tight(graphs, k)
     else:  # hand-made, tight for the largest graph: capacity is nodes - 2, and
         # N - G >= n - 1 so that the largest graph alone leaves no empty padding
-        # slot (a node or edge slot more where N, E, G would tie: Budget refuses it)
-        N, E, G = untied(max(max(counts) + RESERVED_NODES, k + max(counts)),
+        # slot (a node or edge slot more where N, E, G would tie: Budget refuses it);
+        # N >= G also where every graph is empty (a padding node for each padding slot)
+        N, E, G = untied(max(max(counts) + RESERVED_NODES, k + max(max(counts), 1)),
                          2 * max(counts) + 1, k + 1, grow="nodes")
         budget = Budget(nodes=N, edges=E, graphs=G)
     assert budget.capacity()[0][0] == budget.nodes - 2
