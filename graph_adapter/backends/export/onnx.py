@@ -103,12 +103,19 @@ def fit_tables(data: Sequence[Any], graphs: int) -> Tuple[int, int]:
     width by :func:`_fit_width` over every node's in-degree, the capacity by
     :func:`_fit_spill` over each graph's in-edges past that width (the ``graphs - 1``
     largest added up: any call of the data's graphs fits)."""
+    width, over = _width_and_overflow(data)
+    return width, _fit_spill(over, graphs)
+
+
+def _width_and_overflow(data: Sequence[Any]) -> Tuple[int, List[int]]:
+    """:func:`fit_tables`'s width over ``data`` and each graph's in-edges past it (what
+    the spill capacity is fitted on, for any number of slots)."""
     import numpy as np
 
     degrees, owner = _graph_degrees(data)
     width = _fit_width(degrees)
     over = np.bincount(owner, weights=np.maximum(degrees - width, 0), minlength=len(data))
-    return width, _fit_spill([int(v) for v in over], graphs)
+    return width, [int(v) for v in over]
 
 
 def _with_tables(cases: Sequence[Case], nodes: int, width: int, spill: int) -> List[Case]:
@@ -361,7 +368,9 @@ def write_onnx_ladder(module: Inference, dropped: List[str], budgets: Sequence[B
     import numpy as np
 
     protos, groups, in_names = [], [], None
-    tabled_ = rewrite and "edge_index" in contract.input_keys() and contract.edges
+    # the width and each graph's overflow once: a rung's capacity depends on its slots only
+    fitted = _width_and_overflow(data) \
+        if rewrite and "edge_index" in contract.input_keys() and contract.edges else None
     rung_inputs: List[Tuple[InputField, ...]] = []
     for i, b in enumerate(budgets):
         cases = check_cases(module, dropped, None, rung_batches(data, b))
@@ -369,7 +378,7 @@ def write_onnx_ladder(module: Inference, dropped: List[str], budgets: Sequence[B
         ep = trace(module, fed)
         if rewrite:
             ep, _ = rewritten_program(ep, fed)
-        sizes = fit_tables(data, int(b.graphs)) if tabled_ else None
+        sizes = None if fitted is None else (fitted[0], _fit_spill(fitted[1], int(b.graphs)))
         at = (contract.input_keys().index("edge_index"), int(b.nodes)) + sizes if sizes else None
         proto, names = _onnx_proto(ep, rewrite, at, _position(contract, "batch"))
         tabled, cases = _tabled(contract, names, cases, int(b.nodes), sizes)
