@@ -24,7 +24,7 @@ from .errors import (EdgeIndexError, FeatureDtypeError, FeatureShapeError, Graph
                      MissingFeatureError)
 from .ops import dtype_name
 
-__all__ = ["Graph", "read_graph", "read_graphs", "plan_calls", "plan_ladder", "pack_call",
+__all__ = ["Graph", "read_graph", "read_graphs", "read_request", "plan_calls", "plan_ladder", "pack_call",
            "slot_counts", "in_tables", "spill_counts", "CALL_OVERHEAD_ROWS", "SLOTS", "SPILL"]
 
 #: the reserved inputs of an ONNX artifact whose edge sums gather over neighbour tables:
@@ -152,6 +152,18 @@ def read_graphs(contract: Contract, ops: Any, graphs: Sequence[Any]) -> List[Gra
     for i, g in enumerate(graphs):
         got = _fast_graph(g, i, specs, keys, nd) if type(g) is dict else None
         out.append(got if got is not None else read_graph(contract, ops, g, i))
+    return out
+
+
+def read_request(contract: Contract, ops: Any, graphs: Sequence[Any],
+                 ignored: Set[str]) -> List[Graph]:
+    """A ``predict`` request's graphs checked (:func:`read_graphs`), the keys the contract
+    does not read added to ``ignored``; a single graph passed bare is a ``TypeError``."""
+    if isinstance(graphs, Mapping) or hasattr(graphs, "edge_index"):
+        raise TypeError("predict takes a list of graphs; for one graph pass [graph]")
+    out = read_graphs(contract, ops, graphs)
+    for g in out:
+        ignored.update(g.ignored)
     return out
 
 

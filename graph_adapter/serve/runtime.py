@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from .contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract
 from .errors import ArtifactError, RuntimeMissingError
 from .ops import NumpyOps, TorchOps
-from .pack import Graph, pack_call, plan_calls, plan_ladder, read_graphs
+from .pack import Graph, pack_call, plan_calls, plan_ladder, read_request
 
 __all__ = ["load", "Predictor", "read_contract"]
 
@@ -170,12 +170,7 @@ class Predictor:
     def check(self, graphs: Sequence[Any]) -> List[Graph]:
         """Every request graph checked against the contract (its features' keys, dtypes,
         shapes, sizes: named errors), nothing run; index ranges are checked by ``pack``."""
-        if isinstance(graphs, Mapping) or hasattr(graphs, "edge_index"):
-            raise TypeError("predict takes a list of graphs; for one graph pass [graph]")
-        out = read_graphs(self.contract, self.ops, graphs)
-        for g in out:
-            self.ignored_keys.update(g.ignored)
-        return out
+        return read_request(self.contract, self.ops, graphs, self.ignored_keys)
 
     def pack(self, graphs: Sequence[Any]) -> List[Dict[str, Any]]:
         """The padded flat dicts ``predict`` would run (one per call)."""

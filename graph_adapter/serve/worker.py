@@ -36,7 +36,7 @@ from . import errors
 from .contract import Contract
 from .errors import GraphInputError, ServeError
 from .ops import NumpyOps
-from .pack import Graph, read_graphs
+from .pack import Graph, read_request
 
 __all__ = ["ProcessPredictor", "WorkerError", "crosses_pipes", "worker_main"]
 
@@ -328,14 +328,7 @@ class ProcessPredictor:
     def check(self, graphs: Sequence[Any]) -> List[Graph]:
         """Every request graph checked against the contract (the named errors of
         in-process ``predict``, positions within ``graphs``), as numpy arrays."""
-        from collections.abc import Mapping
-
-        if isinstance(graphs, Mapping) or hasattr(graphs, "edge_index"):
-            raise TypeError("predict takes a list of graphs; for one graph pass [graph]")
-        checked = read_graphs(self.contract, self.ops, graphs)  # (numpy: its fast path)
-        for g in checked:
-            self.ignored_keys.update(g.ignored)
-        return checked
+        return read_request(self.contract, self.ops, graphs, self.ignored_keys)  # (numpy)
 
     def predict(self, graphs: Sequence[Any]) -> List[Any]:
         """One prediction per graph, in request order (numpy arrays; several outputs: a
