@@ -163,6 +163,13 @@ def _global_ids(edge_index: np.ndarray, edge_counts: np.ndarray,
     return edge_index.astype(np.int64, copy=False) + shift[None, :]
 
 
+def cover_width(degrees: np.ndarray) -> int:
+    """The smallest width covering :data:`HYB_COVER` of ``degrees`` (one a node), at least 1."""
+    if not degrees.size:
+        return 1
+    return max(int(np.sort(degrees)[int(np.ceil(HYB_COVER * degrees.size)) - 1]), 1)
+
+
 def fit_hyb(edge_index: np.ndarray, edge_counts: np.ndarray, node_counts: np.ndarray,
             graphs: int, widths: Optional[Tuple[int, int]] = None
             ) -> Tuple[Tuple[int, int], Tuple[int, int]]:
@@ -180,13 +187,7 @@ def fit_hyb(edge_index: np.ndarray, edge_counts: np.ndarray, node_counts: np.nda
     ws, ks = [], []
     for j, row in enumerate((1, 0)):
         deg = np.bincount(glob[row], minlength=total) if total else np.zeros(0, np.int64)
-        if widths is not None:
-            w = int(widths[j])
-        elif total:
-            w = int(np.sort(deg)[int(np.ceil(HYB_COVER * total)) - 1])
-        else:
-            w = 1
-        w = max(w, 1)
+        w = max(int(widths[j]), 1) if widths is not None else cover_width(deg)
         over = np.bincount(graph_of, weights=np.clip(deg - w, 0, None),
                            minlength=len(node_counts)).astype(np.int64)
         top = np.sort(over)[::-1][:graphs]

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..batching import HYB_COVER, hyb_tables
+from ..batching import cover_width, hyb_tables
 from ..format import ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT
 
 __all__ = ["SAMPLED_LAYOUTS", "fanout_in_width", "fit_sampled_hyb", "sampled_tables"]
@@ -49,11 +49,8 @@ def fanout_in_width(num_neighbors: Sequence[int], directed: bool) -> Optional[in
 
 
 def _cover(degrees: List[np.ndarray]) -> int:
-    """The smallest width covering :data:`HYB_COVER` of the nodes' degrees (at least 1)."""
-    deg = np.sort(np.concatenate(degrees)) if degrees else np.zeros(0, np.int64)
-    if deg.size == 0:
-        return 1
-    return max(int(deg[int(np.ceil(HYB_COVER * deg.size)) - 1]), 1)
+    """:func:`~graph_adapter.batching.cover_width` of the samples' nodes' degrees."""
+    return cover_width(np.concatenate(degrees) if degrees else np.zeros(0, np.int64))
 
 
 def fit_sampled_hyb(edge_indices: Sequence[Tensor], num_nodes: Sequence[int],
