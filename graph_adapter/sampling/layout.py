@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..batching import cover_width, hyb_tables
+from ..batching import DegreeWidthError, cover_width, hyb_tables
 from ..format import ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT
 
 __all__ = ["SAMPLED_LAYOUTS", "fanout_in_width", "fit_sampled_hyb", "sampled_tables"]
@@ -91,6 +91,14 @@ def sampled_tables(edge_index: Tensor, num_real_edges: int, num_nodes: int,
     """The HYB keys of one padded batch (``edge_index`` ``[2, E]``, real edges first):
     ``in_slots`` ``[N, Din]``, ``out_slots`` ``[N, Dout]``, ``in_spill`` ``[2, Kin]``,
     ``out_spill`` ``[2, Kout]``, int64."""
-    arrays = hyb_tables(edge_index.numpy(), num_real_edges, num_nodes, widths, spills)
+    try:
+        arrays = hyb_tables(edge_index.numpy(), num_real_edges, num_nodes, widths, spills)
+    except DegreeWidthError as e:  # (the loader's own sizes always fit: given ones may not)
+        node, what, width = e.args[1:]
+        raise DegreeWidthError(
+            f"a sampled batch's node {node} has {what}, more than the HYB width {width} "
+            f"holds (layout_widths={tuple(widths)}, layout_spills={tuple(spills)}): pass "
+            f"larger layout_spills (or layout_widths), or leave both unset (the loader then "
+            f"sizes them so that every batch fits)", node, what, width) from None
     return {k: torch.from_numpy(a) for k, a in zip((ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT),
                                                   arrays)}

@@ -11,6 +11,7 @@ from torch_geometric.data import Data
 from torch_geometric.nn import GraphSAGE
 
 import graph_adapter as ga
+from graph_adapter.batching import DegreeWidthError
 from graph_adapter.checker import value_problems
 from graph_adapter.format import LAYOUT_KEYS
 from graph_adapter.sampling import FixedSizeNeighborLoader
@@ -93,6 +94,11 @@ def test_unknown_layout_and_bad_widths_are_named():
         FixedSizeNeighborLoader(data, [3], 8, layout="ell")
     with pytest.raises(ValueError, match="layout_widths"):
         FixedSizeNeighborLoader(data, [3], 8, layout="hyb", layout_widths=(0, 2))
+    small = FixedSizeNeighborLoader(data, [3], 8, layout="hyb", layout_widths=(1, 1),
+                                    layout_spills=(1, 1))
+    with pytest.raises(DegreeWidthError, match=r"layout_spills=\(1, 1\)\): pass larger "
+                                               r"layout_spills"):
+        next(iter(small))
 
 
 def test_compiled_inference_over_the_tables_equals_the_plain_model():
