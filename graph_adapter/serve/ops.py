@@ -63,9 +63,10 @@ class NumpyOps:
         """``(asarray(value), whether its dtype is dtype)``: one call a feature (a numpy
         array, the usual request, is taken as it is)."""
         a = value if type(value) is self.np.ndarray else self.asarray(value)
-        return a, a.dtype == self._dtype(dtype)
+        return a, a.dtype == self.dtype(dtype)
 
-    def _dtype(self, dtype: str) -> Any:
+    def dtype(self, dtype: str) -> Any:
+        """numpy's dtype of the name ``dtype`` (cached)."""
         d = self._dtypes.get(dtype)
         if d is None:
             d = self._dtypes[dtype] = self.np.dtype(dtype)
@@ -94,8 +95,10 @@ class TorchOps:
         self._tensor = torch.Tensor
         self._dtypes: Dict[str, Any] = {"bool": torch.bool}
 
-    def _dt(self, dtype: str) -> Any:
-        d = self._dtypes.get(dtype)  # (read for every feature of every graph: cached)
+    def dtype(self, dtype: str) -> Any:
+        """torch's dtype of the name ``dtype`` (cached: read for every feature of every
+        graph)."""
+        d = self._dtypes.get(dtype)
         if d is None:
             d = self._dtypes[dtype] = getattr(self.torch, dtype)
         return d
@@ -111,20 +114,20 @@ class TorchOps:
         return t.as_tensor(value)
 
     def cast(self, a: Any, dtype: str) -> Any:
-        return a.to(self._dt(dtype))
+        return a.to(self.dtype(dtype))
 
     def from_list(self, values: Sequence[Any], dtype: str) -> Any:
-        return self.torch.tensor(values, dtype=self._dt(dtype))
+        return self.torch.tensor(values, dtype=self.dtype(dtype))
 
     def cat(self, parts: List[Any], dim: int) -> Any:
         return self.torch.cat(parts, dim=dim)
 
     def full(self, shape: Sequence[int], value: Any, dtype: str) -> Any:
-        return self.torch.full(tuple(shape), value, dtype=self._dt(dtype))
+        return self.torch.full(tuple(shape), value, dtype=self.dtype(dtype))
 
     def repeat_ids(self, counts: Sequence[int], dtype: str) -> Any:
         t = self.torch
-        return t.repeat_interleave(t.arange(len(counts), dtype=self._dt(dtype)),
+        return t.repeat_interleave(t.arange(len(counts), dtype=self.dtype(dtype)),
                                    t.as_tensor(counts))
 
     def prefix_mask(self, length: int, real: int) -> Any:
@@ -135,7 +138,7 @@ class TorchOps:
             a.dtype != self.torch.bool
 
     def has_dtype(self, a: Any, dtype: str) -> bool:
-        return a.dtype == self._dt(dtype)
+        return a.dtype == self.dtype(dtype)
 
     def array_of(self, value: Any, dtype: str) -> Tuple[Any, bool]:
         """``(asarray(value), whether its dtype is dtype)``: one call a feature (a CPU
@@ -144,7 +147,7 @@ class TorchOps:
             a = value
         else:
             a = self.asarray(value)
-        return a, a.dtype is self._dt(dtype)
+        return a, a.dtype is self.dtype(dtype)
 
     def take(self, values: Sequence[int], ids: Any) -> Any:
         return self.torch.tensor(list(values), dtype=self.torch.int64)[ids]

@@ -135,22 +135,24 @@ def read_graph(contract: Contract, ops: Any, graph: Any, i: int) -> Graph:
 def read_graphs(contract: Contract, ops: Any, graphs: Sequence[Any]) -> List[Graph]:
     """:func:`read_graph` of every request graph, the same results and errors.
 
-    numpy requests (the ONNX runtime's) take a fast path: the contract's fields read
-    once, then per graph a plain dict of numpy arrays of the contract's dtypes and
-    per-graph shapes is taken as it is (one type, dtype, rank and dims test a feature;
-    ``read_graph`` spent 3.8 us a graph in its helpers, 1 ms of a 256-molecule
-    request). Anything else (a cast, a missing key, a shape to name) goes through
+    The usual request takes a fast path: the contract's fields read once, then per
+    graph a plain dict of arrays of the runtime's own type (numpy arrays for ONNX, CPU
+    tensors without grad for pt2), the contract's dtypes and per-graph shapes, is taken
+    as it is (one type, dtype, rank and dims test a feature; ``read_graph`` spent 3.8 us
+    a graph in its helpers, 1 ms of a 256-molecule request; 10 us a graph of torch
+    tensors). Anything else (a cast, a missing key, a shape to name) goes through
     ``read_graph``, which casts or raises the named error."""
-    if getattr(ops, "name", "") != "numpy":
+    name = getattr(ops, "name", "")
+    if name not in ("numpy", "torch"):
         return [read_graph(contract, ops, g, i) for i, g in enumerate(graphs)]
-    nd = ops.np.ndarray
-    specs = [(f.key, ops.np.dtype(f.dtype), len(f.shape),
+    nd = ops.np.ndarray if name == "numpy" else ops.torch.Tensor
+    specs = [(f.key, ops.dtype(f.dtype), len(f.shape),
               tuple((d, s) for d, s in enumerate(f.shape) if s is not None), f.cat_dim,
               f.level, f.rows if f.shape else 0) for f in contract.features]
     keys = {sp[0] for sp in specs}
     out: List[Graph] = []
     for i, g in enumerate(graphs):
-        got = _fast_graph(g, i, specs, keys, nd) if type(g) is dict else None
+        got = _fast_graph(g, i, specs, keys, nd, name == "torch") if type(g) is dict else None
         out.append(got if got is not None else read_graph(contract, ops, g, i))
     return out
 
@@ -168,14 +170,17 @@ def read_request(contract: Contract, ops: Any, graphs: Sequence[Any],
 
 
 def _fast_graph(g: Dict[str, Any], i: int, specs: List[Any], keys: Set[str],
-                nd: Any) -> Optional[Graph]:
-    """``g`` as a :class:`Graph` when every feature is a numpy array as the contract
-    has it and the levels agree on their counts; ``None``: ``read_graph`` decides."""
+                nd: Any, tensors: bool = False) -> Optional[Graph]:
+    """``g`` as a :class:`Graph` when every feature is an array of type ``nd`` as the
+    contract has it (``tensors``: also on the CPU, without grad) and the levels agree
+    on their counts; ``None``: ``read_graph`` decides."""
     feats: Dict[str, Any] = {}
     nodes = edges = -1
     for key, dt, rank, fixed, cat, level, rows in specs:
         a = g.get(key)
         if type(a) is not nd or a.dtype != dt or a.ndim != rank:
+            return None
+        if tensors and (a.requires_grad or not a.is_cpu):
             return None
         shape = a.shape
         for d, size in fixed:
@@ -231,8 +236,9 @@ def plan_calls(contract: Contract, graphs: Sequence[Graph],
     width, K = _table_sizes(contract)
     if spills is None:
         spills = spill_counts(graphs, width) if K else [0] * len(graphs)
+    most = contract.max_graph_nodes  # (a property: read once, not once a graph)
     for i, g in enumerate(graphs):
-        if g.nodes > contract.max_graph_nodes or g.edges > E or spills[i] > K:
+        if g.nodes > most or g.edges > E or spills[i] > K:
             raise GraphTooLargeError(_too_large(contract, g, i, spills[i]), i)
     calls: List[List[int]] = []
     cur: List[int] = []
@@ -375,8 +381,13 @@ def _cost(c: Contract) -> int:
     return c.nodes + c.edges + CALL_OVERHEAD_ROWS
 
 
-def _fits(c: Contract, g: Graph, spill: int = 0) -> bool:
-    return g.nodes <= c.max_graph_nodes and g.edges <= c.edges and spill <= _table_sizes(c)[1]
+def _limits(c: Contract) -> Tuple[int, int, int]:
+    """What one graph may hold in a call of ``c``: nodes, edges, spilled in-edges."""
+    return c.max_graph_nodes, c.edges, _table_sizes(c)[1]
+
+
+def _fits(limits: Tuple[int, int, int], g: Graph, spill: int = 0) -> bool:
+    return g.nodes <= limits[0] and g.edges <= limits[1] and spill <= limits[2]
 
 
 def _ladder_too_large(rungs: Sequence[Contract], g: Graph, i: int, spill: int = 0) -> str:
@@ -408,13 +419,14 @@ def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph]
     bulk = max(order, key=lambda r: (rungs[r].graphs, -_cost(rungs[r])))
     width = max(_table_sizes(c)[0] for c in rungs)  # (every rung has the same width)
     spills = spill_counts(graphs, width) if width else [0] * len(graphs)
+    limits = [_limits(c) for c in rungs]  # (read once: 1 us a graph a rung otherwise)
     out: List[Tuple[int, List[int]]] = []
     rest: List[int] = []
     for i, g in enumerate(graphs):
-        if _fits(rungs[bulk], g, spills[i]):
+        if _fits(limits[bulk], g, spills[i]):
             rest.append(i)
             continue
-        home = next((r for r in order if _fits(rungs[r], g, spills[i])), None)
+        home = next((r for r in order if _fits(limits[r], g, spills[i])), None)
         if home is None:
             raise GraphTooLargeError(_ladder_too_large(rungs, g, i, spills[i]), i)
         out.append((home, [i]))
@@ -425,7 +437,7 @@ def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph]
     while tail:
         best = None
         for r in order:
-            if not all(_fits(rungs[r], graphs[i], spills[i]) for i in tail):
+            if not all(_fits(limits[r], graphs[i], spills[i]) for i in tail):
                 continue
             plan = plan_calls(rungs[r], [graphs[i] for i in tail], [spills[i] for i in tail])
             cost = len(plan) * _cost(rungs[r])

@@ -198,7 +198,12 @@ class Predictor:
         tensors for pt2, numpy arrays for onnx. Many graphs run as several padded calls;
         a ladder artifact packs them over its rungs (:func:`~graph_adapter.serve.pack.plan_ladder`).
         """
-        checked = self.check(graphs)
+        return self.predict_checked(self.check(graphs))
+
+    def predict_checked(self, checked: Sequence[Graph]) -> List[Any]:
+        """:meth:`predict` of graphs :meth:`check` has read already (or made as it makes
+        them: a program's process, whose server checked them): planned, packed, run
+        and split, in order; index ranges and sizes are checked here."""
         preds: List[Any] = [None] * len(checked)
         calls = self.plan(checked)
         parts = [[checked[i] for i in call] for _, call in calls]

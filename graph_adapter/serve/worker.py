@@ -133,15 +133,16 @@ def _cut(a: Any, counts: Sequence[int], axis: int) -> List[Any]:
 
 # -- the child ------------------------------------------------------------------------------
 
-def _child_graphs(contract: Contract, arrays: List[Any], torch: Any = None
-                  ) -> List[Dict[str, Any]]:
-    """The request graphs of a message: ``arrays`` is ``[num_nodes, num_edges, one array a
-    contract feature]``, each feature's graphs concatenated on its ``cat_dim``. With
-    ``torch`` (a .pt2 program) each graph's features are views of one tensor a key, which
-    ``predict`` takes as they are (numpy arrays it wraps one by one: 256 molecules,
-    1.4 ms more a call, measured)."""
+def _child_graphs(contract: Contract, arrays: List[Any], torch: Any = None) -> List[Graph]:
+    """The request graphs of a message, as the checked graphs ``predict_checked`` takes
+    (the server checked them against the same contract: its dtypes and per-graph shapes;
+    checking them again here cost 2.6 ms of a 256-molecule request, measured). ``arrays``
+    is ``[num_nodes, num_edges, one array a contract feature]``, each feature's graphs
+    concatenated on its ``cat_dim``. With ``torch`` (a .pt2 program) each graph's
+    features are views of one tensor a key (numpy arrays the packer wraps one by one:
+    256 molecules, 1.4 ms more a call, measured)."""
     nodes, edges = arrays[0].tolist(), arrays[1].tolist()
-    graphs: List[Dict[str, Any]] = [{"num_nodes": n} for n in nodes]
+    graphs = [Graph({}, n, e, (), k) for k, (n, e) in enumerate(zip(nodes, edges))]
     for f, a in zip(contract.features, arrays[2:]):
         if torch is not None:
             t = torch.from_numpy(a)
@@ -152,7 +153,7 @@ def _child_graphs(contract: Contract, arrays: List[Any], torch: Any = None
         else:
             parts = _cut(a, _level_counts(nodes, edges, f.level, f.rows), f.cat_dim)
         for g, part in zip(graphs, parts):
-            g[f.key] = part
+            g.features[f.key] = part
     return graphs
 
 
@@ -185,7 +186,7 @@ def _serve_pipe(predictor: Any, fin: BinaryIO, fout: BinaryIO) -> int:
         except EOFError:
             return 0
         try:
-            preds = predictor.predict(_child_graphs(predictor.contract, arrays, torch))
+            preds = predictor.predict_checked(_child_graphs(predictor.contract, arrays, torch))
             outs = _child_outputs(predictor.contract, preds)
             reply: Dict[str, Any] = {}
         except Exception as e:  # noqa: BLE001 - sent back, named, for the server to answer

@@ -1,4 +1,5 @@
-"""``read_graphs`` (the numpy fast path ``predict`` checks requests with) gives exactly
+"""``read_graphs`` (the fast path ``predict`` checks requests with: numpy arrays for
+ONNX, torch tensors for pt2) gives exactly
 ``read_graph``'s results and errors, graph by graph: the same features (arrays, dtypes,
 casts), sizes, ignored keys, and the same named error for the first bad graph."""
 import numpy as np
@@ -20,7 +21,7 @@ CONTRACT = Contract("onnx", 64, 128, 8, (
 #: ways a request graph may differ from what the contract takes
 FLAWS = ("none", "float64 x", "int32 edge_index", "missing x", "x width", "edge rows",
          "u rows", "extra key", "num_nodes key", "list x", "torch x", "a Data-like object",
-         "subclass")
+         "subclass", "grad x")
 
 
 class _Obj:
@@ -35,7 +36,7 @@ class _Sub(np.ndarray):
     pass
 
 
-def _graph(n, e, flaw, rng):
+def _graph(n, e, flaw, rng, tensors=False):
     g = {"x": rng.standard_normal((n, 3)).astype(np.float32),
          "edge_index": rng.integers(0, n, (2, e)).astype(np.int64),
          "edge_attr": rng.integers(0, 5, (e, 2)).astype(np.int64),
@@ -62,6 +63,10 @@ def _graph(n, e, flaw, rng):
         g["x"] = torch.from_numpy(g["x"])
     elif flaw == "subclass":
         g["x"] = g["x"].view(_Sub)
+    if tensors:  # a pt2 user's request: torch tensors
+        g = {k: torch.from_numpy(v) if type(v) is np.ndarray else v for k, v in g.items()}
+    if flaw == "grad x":
+        g["x"] = torch.as_tensor(g["x"]).requires_grad_()
     return _Obj(g) if flaw == "a Data-like object" else g
 
 
@@ -84,15 +89,22 @@ def _same(a, b):
         for k in x.features:
             assert type(x.features[k]) is type(y.features[k])
             assert x.features[k].dtype == y.features[k].dtype
-            np.testing.assert_array_equal(np.asarray(x.features[k]), np.asarray(y.features[k]))
+            assert getattr(x.features[k], "requires_grad", False) is \
+                getattr(y.features[k], "requires_grad", False)
+            np.testing.assert_array_equal(np.asarray(_plain(x.features[k])),
+                                          np.asarray(_plain(y.features[k])))
+
+
+def _plain(a):
+    return a.detach() if isinstance(a, torch.Tensor) else a
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 9), st.sampled_from(FLAWS)),
-                min_size=1, max_size=6), st.integers(0, 2 ** 16))
-def test_read_graphs_gives_what_read_graph_gives_graph_by_graph(specs, seed):
+                min_size=1, max_size=6), st.integers(0, 2 ** 16), st.booleans())
+def test_read_graphs_gives_what_read_graph_gives_graph_by_graph(specs, seed, tensors):
     rng = np.random.default_rng(seed)
-    graphs = [_graph(n, e, flaw, rng) for n, e, flaw in specs]
+    graphs = [_graph(n, e, flaw, rng, tensors) for n, e, flaw in specs]
     for ops in (NumpyOps(), TorchOps()):
         _same(_outcome(lambda: read_graphs(CONTRACT, ops, graphs)),
               _outcome(lambda: [read_graph(CONTRACT, ops, g, i) for i, g in enumerate(graphs)]))
@@ -104,6 +116,9 @@ def test_the_fast_path_takes_the_request_arrays_as_they_are():
     got, = read_graphs(CONTRACT, NumpyOps(), [g])
     assert all(got.features[k] is g[k] for k in g)
     assert (got.nodes, got.edges, got.ignored) == (4, 5, ())
+    t = _graph(4, 5, "none", rng, tensors=True)
+    got, = read_graphs(CONTRACT, TorchOps(), [t])
+    assert all(got.features[k] is t[k] for k in t)
 
 
 def test_a_contract_without_node_features_counts_nodes_by_num_nodes():
