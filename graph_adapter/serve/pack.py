@@ -16,15 +16,18 @@ before its edges past the width ``S`` would be more than ``K``.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from .columns import Columns, join
 from .contract import Contract, InputField
 from .errors import (EdgeIndexError, FeatureDtypeError, FeatureShapeError, GraphTooLargeError,
                      MissingFeatureError)
 from .ops import dtype_name
 
 __all__ = ["Graph", "read_graph", "read_graphs", "read_request", "plan_calls", "plan_ladder", "pack_call",
+           "pack_columns", "column_graphs", "column_spills", "table_width",
            "slot_counts", "in_tables", "spill_counts", "CALL_OVERHEAD_ROWS", "SLOTS", "SPILL"]
 
 #: the reserved inputs of an ONNX artifact whose edge sums gather over neighbour tables:
@@ -276,26 +279,25 @@ def _pad_value(f: InputField) -> Any:
     return False if f.dtype == "bool" else 0
 
 
-def _padded_feature(ops: Any, f: InputField, parts: List[Any], total: int, budget: int) -> Any:
-    """A feature's rows of every graph, then ``budget - total`` padding rows."""
-    if not f.shape:  # 0-d graph-level values: one row each
-        parts = [p.reshape(1) for p in parts]
+def _padded_feature(ops: Any, f: InputField, joined: Any, total: int, budget: int) -> Any:
+    """A feature's rows of every graph (``joined``), then ``budget - total`` padding rows."""
     shape = list(f.shape) if f.shape else [1]
     shape[f.cat_dim] = budget - total
-    return ops.cat(parts + [ops.full(shape, _pad_value(f), f.dtype)], f.cat_dim)
+    return ops.cat([joined, ops.full(shape, _pad_value(f), f.dtype)], f.cat_dim)
 
 
 def pack_call(contract: Contract, ops: Any, graphs: Sequence[Graph]) -> Dict[str, Any]:
     """One padded flat dict of ``graphs`` (they fit: :func:`plan_calls`), keys in the
     contract's order."""
+    return pack_columns(contract, ops, join(contract, ops, graphs))
+
+
+def pack_columns(contract: Contract, ops: Any, cols: Columns) -> Dict[str, Any]:
+    """:func:`pack_call` of graphs already joined (:class:`~graph_adapter.serve.columns.Columns`,
+    e.g. a slice of a request's): the same flat dict."""
     N, E, G = contract.nodes, contract.edges, contract.graphs
-    node_counts = [g.nodes for g in graphs]
-    n, e, k = sum(node_counts), sum(g.edges for g in graphs), len(graphs)
-    offsets, run = [], 0
-    for c in node_counts:
-        offsets.append(run)
-        run += c
-    slots = slot_counts(node_counts, G, N - n)
+    n, e, k = sum(cols.nodes), sum(cols.edges), len(cols)
+    slots = slot_counts(cols.nodes, G, N - n)
     out: Dict[str, Any] = {}
     for f in contract.inputs:
         if f.kind == "reserved" and f.key in (SLOTS, SPILL):
@@ -304,11 +306,11 @@ def pack_call(contract: Contract, ops: Any, graphs: Sequence[Graph]) -> Dict[str
             out[f.key] = _reserved(ops, f, slots, n, e, k, contract)
             continue
         if f.inc == "nodes":  # edge_index & co. (export takes edge-level ones only)
-            out[f.key] = _padded_index(ops, f, graphs, e, E, N, offsets)
+            out[f.key] = _padded_index(ops, f, cols, e, E, N)
             continue
         budget = {"node": N, "edge": E, "graph": G * f.rows}[f.level]
         total = {"node": n, "edge": e, "graph": k * f.rows}[f.level]
-        out[f.key] = _padded_feature(ops, f, [g.features[f.key] for g in graphs], total, budget)
+        out[f.key] = _padded_feature(ops, f, cols.features[f.key], total, budget)
     width, spill = _table_sizes(contract)
     if width:
         slots_, spill_ = in_tables(ops.asarray(out["edge_index"])[1], e, N, width, spill)
@@ -317,8 +319,7 @@ def pack_call(contract: Contract, ops: Any, graphs: Sequence[Graph]) -> Dict[str
     return out
 
 
-def _padded_index(ops: Any, f: InputField, graphs: Sequence[Graph], e: int, E: int, N: int,
-                  offsets: List[int]) -> Any:
+def _padded_index(ops: Any, f: InputField, cols: Columns, e: int, E: int, N: int) -> Any:
     """Each graph's indices offset by the nodes before it, then padding edges: self-loops
     on the last node ``N - 1`` (a padding node: two are always reserved).
 
@@ -326,27 +327,25 @@ def _padded_index(ops: Any, f: InputField, graphs: Sequence[Graph], e: int, E: i
     test per call; ``EdgeIndexError`` names the first graph off it): an edge outside its
     graph would join another graph's (or a padding) node without any error.
     """
-    # one cat, one shift: each edge's column moves by its graph's first node (a Python
-    # add per graph cost 1.4 ms of a 256-graph call), and is checked against its graph's
-    # node count before the shift
-    local = ops.cat([g.features[f.key] for g in graphs], f.cat_dim)
-    real = local
+    # one shift over the joined columns: each edge's column moves by its graph's first
+    # node (a Python add per graph cost 1.4 ms of a 256-graph call), and is checked
+    # against its graph's node count before the shift
+    local = real = cols.features[f.key]
     if e:
-        edge_counts = [g.edges for g in graphs]
-        owner = ops.repeat_ids(edge_counts, "int64")
-        j = ops.first_bad_column(local, 0, ops.take([g.nodes for g in graphs], owner))
+        owner = ops.repeat_ids(cols.edges, "int64")
+        j = ops.first_bad_column(local, 0, ops.take(cols.nodes, owner))
         if j >= 0:
             run, k = 0, 0
-            while run + edge_counts[k] <= j:
-                run += edge_counts[k]
+            while run + cols.edges[k] <= j:
+                run += cols.edges[k]
                 k += 1
-            g = graphs[k]
-            col = g.features[f.key][:, j - run]
+            col, pos = local[:, j], cols.positions[k]
             raise EdgeIndexError(
-                f"graph {g.position}: {f.key!r} column {j - run} is {col.tolist()}, outside "
-                f"its {g.nodes} nodes [0, {g.nodes}); indices are per graph, from 0",
-                g.position, f.key)
-        real = local + ops.cast(ops.take(offsets, owner), f.dtype)
+                f"graph {pos}: {f.key!r} column {j - run} is {col.tolist()}, outside "
+                f"its {cols.nodes[k]} nodes [0, {cols.nodes[k]}); indices are per graph, "
+                f"from 0", pos, f.key)
+        starts = list(itertools.accumulate(cols.nodes, initial=0))[:-1]
+        real = local + ops.cast(ops.take(starts, owner), f.dtype)
     shape = list(f.shape)
     shape[f.cat_dim] = E - e
     return ops.cat([real, ops.full(shape, N - 1, f.dtype)], f.cat_dim)
@@ -403,13 +402,14 @@ def _ladder_too_large(rungs: Sequence[Contract], g: Graph, i: int, spill: int = 
             f"or leave it out")
 
 
-def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph]
-                ) -> List[Tuple[int, List[int]]]:
+def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph],
+                spills: Optional[Sequence[int]] = None) -> List[Tuple[int, List[int]]]:
     """``(rung, graph positions)`` per padded call over the rungs of a ladder artifact
     (each rung a contract of its own budget): every graph in exactly one call.
 
     A graph too large for the rung with the most graph slots runs alone in the cheapest
-    rung that holds it. The rest are packed in request order into calls of that bulk
+    rung that holds it (``spills``: each graph's :func:`spill_counts`, if known). The
+    rest are packed in request order into calls of that bulk
     rung while more than two of its calls remain; the tail goes, call by call, to the
     rung whose calls would cover it at the least cost (padded rows plus
     :data:`CALL_OVERHEAD_ROWS` a call). Raises ``GraphTooLargeError`` (naming the top
@@ -418,7 +418,8 @@ def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph]
     order = sorted(range(len(rungs)), key=lambda r: _cost(rungs[r]))
     bulk = max(order, key=lambda r: (rungs[r].graphs, -_cost(rungs[r])))
     width = max(_table_sizes(c)[0] for c in rungs)  # (every rung has the same width)
-    spills = spill_counts(graphs, width) if width else [0] * len(graphs)
+    if spills is None:
+        spills = spill_counts(graphs, width) if width else [0] * len(graphs)
     limits = [_limits(c) for c in rungs]  # (read once: 1 us a graph a rung otherwise)
     out: List[Tuple[int, List[int]]] = []
     rest: List[int] = []
@@ -450,6 +451,12 @@ def plan_ladder(rungs: Sequence[Contract], graphs: Sequence[Graph]
     return out
 
 
+def table_width(contracts: Sequence[Contract]) -> int:
+    """The ``in_slots`` width of an artifact's calls (``contracts``: its one budget or its
+    rungs, which share it); 0 without neighbour tables."""
+    return max([_table_sizes(c)[0] for c in contracts] or [0])
+
+
 def _table_sizes(c: Contract) -> Tuple[int, int]:
     """``(S, K)``: the width of ``c``'s ``in_slots`` and the capacity of its ``in_spill``
     (``(0, 0)``: an artifact without neighbour tables)."""
@@ -469,20 +476,48 @@ def spill_counts(graphs: Sequence[Graph], width: int, key: str = "edge_index") -
     Indices outside their graph are clipped here (``pack_call`` names them)."""
     import numpy as np
 
-    if not graphs:
-        return []
-    nodes = np.array([g.nodes for g in graphs], dtype=np.int64)
-    edges = np.array([g.edges for g in graphs], dtype=np.int64)
-    if not edges.sum():
+    if not graphs or not sum(g.edges for g in graphs):
         return [0] * len(graphs)
-    local = np.concatenate([np.asarray(g.features[key])[1] for g in graphs]).astype(np.int64)
+    targets = np.concatenate([np.asarray(g.features[key])[1] for g in graphs])
+    return _spills(targets, [g.nodes for g in graphs], [g.edges for g in graphs], width)
+
+
+def column_spills(cols: Columns, width: int, key: str = "edge_index") -> List[int]:
+    """:func:`spill_counts` of the graphs of ``cols``."""
+    import numpy as np
+
+    if not len(cols) or not sum(cols.edges):
+        return [0] * len(cols)
+    return _spills(np.asarray(cols.features[key])[1], cols.nodes, cols.edges, width)
+
+
+def _spills(targets: Any, node_counts: Sequence[int], edge_counts: Sequence[int],
+            width: int) -> List[int]:
+    """Per graph, its in-edges past ``width``: ``targets`` each graph's target indices
+    (from 0) joined."""
+    import numpy as np
+
+    nodes = np.asarray(node_counts, dtype=np.int64)
+    edges = np.asarray(edge_counts, dtype=np.int64)
+    local = np.asarray(targets).astype(np.int64)
     local = np.maximum(np.minimum(local, np.repeat(nodes - 1, edges)), 0)
     deg = np.bincount(local + np.repeat(np.cumsum(nodes) - nodes, edges),
                       minlength=int(nodes.sum()))
     over = np.maximum(deg[:int(nodes.sum())] - width, 0)
-    per = np.bincount(np.repeat(np.arange(len(graphs)), nodes), weights=over,
-                      minlength=len(graphs))
+    per = np.bincount(np.repeat(np.arange(len(nodes)), nodes), weights=over,
+                      minlength=len(nodes))
     return [int(v) for v in per]
+
+
+def column_graphs(cols: Columns, contract: Contract) -> List[Graph]:
+    """The graphs of ``cols`` as checked :class:`Graph` objects (views of its arrays)."""
+    out = []
+    for k in range(len(cols)):
+        one = cols.take(contract, k, k + 1)
+        feats = {f.key: one.features[f.key] if f.shape else one.features[f.key][0, ...]
+                 for f in contract.features}
+        out.append(Graph(feats, cols.nodes[k], cols.edges[k], cols.ignored, cols.positions[k]))
+    return out
 
 
 def in_tables(target: Any, real: int, num_nodes: int, width: int, spill: int

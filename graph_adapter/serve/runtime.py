@@ -10,10 +10,12 @@ import os
 import zipfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from .columns import Columns, select, split_rows
 from .contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract
 from .errors import ArtifactError, RuntimeMissingError
 from .ops import NumpyOps, TorchOps
-from .pack import Graph, pack_call, plan_calls, plan_ladder, read_request
+from .pack import (Graph, column_spills, pack_call, pack_columns, plan_calls, plan_ladder,
+                   read_request, table_width)
 
 __all__ = ["load", "Predictor", "read_contract"]
 
@@ -158,11 +160,13 @@ class Predictor:
         #: calls run so far per rung (by its program name); a ladder only
         self.rung_calls: Dict[str, int] = {r.program: 0 for r in contract.rungs}
 
-    def plan(self, checked: Sequence[Graph]) -> List[Any]:
-        """``(rung index or None, graph positions)`` per call (``None``: one budget)."""
+    def plan(self, checked: Sequence[Graph], spills: Optional[Sequence[int]] = None
+             ) -> List[Any]:
+        """``(rung index or None, graph positions)`` per call (``None``: one budget);
+        ``spills``: the graphs' :func:`~graph_adapter.serve.pack.spill_counts`, if known."""
         if not self.rungs:
-            return [(None, call) for call in plan_calls(self.contract, checked)]
-        return plan_ladder(self.rungs, checked)
+            return [(None, call) for call in plan_calls(self.contract, checked, spills)]
+        return plan_ladder(self.rungs, checked, spills)
 
     def _call_contract(self, rung: Optional[int]) -> Contract:
         return self.contract if rung is None else self.rungs[rung]
@@ -197,8 +201,41 @@ class Predictor:
         item is that array; with several, a dict ``{key: array}``. Arrays are torch
         tensors for pt2, numpy arrays for onnx. Many graphs run as several padded calls;
         a ladder artifact packs them over its rungs (:func:`~graph_adapter.serve.pack.plan_ladder`).
+        ``graphs`` may also be a :class:`~graph_adapter.serve.columns.Columns` (checked
+        already: a server's decoded request), packed from its arrays.
         """
+        if isinstance(graphs, Columns):
+            return split_rows(self.contract, self.predict_columns(graphs), graphs.nodes,
+                              graphs.edges)
         return self.predict_checked(self.check(graphs))
+
+    def predict_columns(self, cols: Columns) -> Dict[str, Any]:
+        """The outputs of checked graphs given as columns: each output key's rows of every
+        graph joined in request order (graph-level: one row a graph), what ``predict``
+        splits per graph. A call of consecutive graphs packs slices of ``cols`` (no view
+        or copy a graph); index ranges are checked here."""
+        ops = self.ops
+        cols = Columns({k: ops.asarray(v) for k, v in cols.features.items()}, cols.nodes,
+                       cols.edges, cols.positions, cols.ignored)  # this runtime's arrays
+        sizes = [Graph({}, n, e, (), k) for k, (n, e) in enumerate(zip(cols.nodes, cols.edges))]
+        width = table_width(self.rungs or [self.contract])
+        calls = self.plan(sizes, column_spills(cols, width) if width else None)
+        subs = [select(self.contract, ops, cols, call) for _, call in calls]
+        flats = [pack_columns(self._call_contract(r), ops, sub)  # all checked first
+                 for (r, _), sub in zip(calls, subs)]
+        pieces = [_real_rows(self.contract, self.run_padded(flat, r), sub)
+                  for (r, _), sub, flat in zip(calls, subs, flats)]
+        order = [i for _, call in calls for i in call]
+        if order != list(range(len(cols))):  # a graph ran alone elsewhere: request order
+            per: List[Any] = [None] * len(cols)
+            for (_, call), piece, sub in zip(calls, pieces, subs):
+                for i, p in zip(call, split_rows(self.contract, piece, sub.nodes, sub.edges,
+                                                 as_dicts=True)):
+                    per[i] = p
+            pieces = [{f.key: p[f.key] if f.level != "graph" else p[f.key][None]
+                       for f in self.contract.outputs} for p in per]
+        return {f.key: pieces[0][f.key] if len(pieces) == 1 else
+                ops.cat([p[f.key] for p in pieces], 0) for f in self.contract.outputs}
 
     def predict_checked(self, checked: Sequence[Graph]) -> List[Any]:
         """:meth:`predict` of graphs :meth:`check` has read already (or made as it makes
@@ -214,6 +251,13 @@ class Predictor:
             for i, p in zip(call, split_per_graph(self._call_contract(r), out, part)):
                 preds[i] = p
         return preds
+
+
+def _real_rows(contract: Contract, out: Dict[str, Any], cols: Columns) -> Dict[str, Any]:
+    """The rows of a call's outputs that belong to its real graphs (``cols``)."""
+    n, e, k = sum(cols.nodes), sum(cols.edges), len(cols)
+    return {f.key: out[f.key][:{"node": n, "edge": e}.get(f.level, k)]
+            for f in contract.outputs}
 
 
 def rung_contract(contract: Contract, i: int) -> Contract:
@@ -238,22 +282,8 @@ def rung_contract(contract: Contract, i: int) -> Contract:
 
 def split_per_graph(contract: Contract, out: Mapping[str, Any], graphs: Sequence[Graph]
                     ) -> List[Any]:
-    """Each real graph's rows of every output (by the output's level)."""
-    per: List[Dict[str, Any]] = [{} for _ in graphs]
-    for f in contract.outputs:
-        v = out[f.key]
-        run = 0
-        for j, g in enumerate(graphs):
-            if f.level == "graph":
-                per[j][f.key] = v[j]
-                continue
-            rows = g.nodes if f.level == "node" else g.edges
-            per[j][f.key] = v[run:run + rows]
-            run += rows
-    if len(contract.outputs) == 1:
-        key = contract.outputs[0].key
-        return [p[key] for p in per]
-    return per
+    """Each real graph's rows of every output of a padded call (by the output's level)."""
+    return split_rows(contract, out, [g.nodes for g in graphs], [g.edges for g in graphs])
 
 
 def load(path: PathLike, *, threads: Optional[int] = None) -> Predictor:

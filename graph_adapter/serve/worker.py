@@ -10,10 +10,11 @@ What crosses the pipes is numpy arrays the server made and sizes it controls, ne
 pickle: the server decodes and checks each request graph against the contract (the named
 errors of :func:`~graph_adapter.serve.pack.read_graph`, the same text as in-process
 ``predict``), then sends each feature key's arrays concatenated over the graphs (as an
-``.npz`` request holds them) with the graphs' node and edge counts. The child splits
-them into per-graph views, runs ``predict`` on them and sends each output key's rows
-back, concatenated; an error of ``predict`` comes back by its class name, message,
-graph and key, and is raised again here. A message is a little-endian ``uint32`` header
+``.npz`` request holds them: :class:`~graph_adapter.serve.columns.Columns`) with the
+graphs' node and edge counts. The child packs its calls from those arrays
+(``Predictor.predict_columns``: a call of consecutive graphs is a slice of each) and
+sends each output key's rows back, joined; an error of ``predict`` comes back by its
+class name, message, graph and key, and is raised again here. A message is a little-endian ``uint32`` header
 length, a JSON header (``"arrays"``: dtype and shape of each), then the arrays' bytes.
 
 The child exits when its input pipe closes: at :meth:`ProcessPredictor.close`, or when
@@ -30,12 +31,13 @@ import struct
 import subprocess
 import sys
 import threading
-from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import errors
 from .contract import Contract
 from .errors import GraphInputError, ServeError
 from .ops import NumpyOps
+from .columns import Columns, join, split_rows
 from .pack import Graph, read_request
 
 __all__ = ["ProcessPredictor", "WorkerError", "crosses_pipes", "worker_main"]
@@ -111,69 +113,32 @@ def _raise_named(header: Dict[str, Any]) -> None:
     raise WorkerError(f"the program's process failed: {header['error']}: {msg}")
 
 
-def _offsets(counts: Sequence[int]) -> List[int]:
-    out = [0]
-    for c in counts:
-        out.append(out[-1] + int(c))
-    return out
-
-
-def _level_counts(nodes: Sequence[int], edges: Sequence[int], level: str,
-                  rows: int = 1) -> Sequence[int]:
-    """The per-graph counts of a key of ``level`` (a graph-level key: ``rows`` each)."""
-    return {"node": nodes, "edge": edges}.get(level, [rows] * len(nodes))
-
-
-def _cut(a: Any, counts: Sequence[int], axis: int) -> List[Any]:
-    """``a`` cut along ``axis`` into pieces of ``counts`` (views)."""
-    o = _offsets(counts)
-    head = (slice(None),) * axis
-    return [a[head + (slice(o[k], o[k + 1]),)] for k in range(len(counts))]
-
-
 # -- the child ------------------------------------------------------------------------------
 
-def _child_graphs(contract: Contract, arrays: List[Any], torch: Any = None) -> List[Graph]:
-    """The request graphs of a message, as the checked graphs ``predict_checked`` takes
-    (the server checked them against the same contract: its dtypes and per-graph shapes;
-    checking them again here cost 2.6 ms of a 256-molecule request, measured). ``arrays``
-    is ``[num_nodes, num_edges, one array a contract feature]``, each feature's graphs
-    concatenated on its ``cat_dim``. With ``torch`` (a .pt2 program) each graph's
-    features are views of one tensor a key (numpy arrays the packer wraps one by one:
-    256 molecules, 1.4 ms more a call, measured)."""
+def _child_columns(contract: Contract, arrays: List[Any], torch: Any = None) -> Columns:
+    """The request of a message as the checked columns ``predict_columns`` packs from
+    (the server checked its graphs against the same contract: dtypes, per-graph shapes,
+    counts; checking them again here cost 2.6 ms of a 256-molecule request, and cutting
+    them into per-graph views to join them again 1-2 ms, measured). ``arrays`` is
+    ``[num_nodes, num_edges, one array a contract feature]``. With ``torch`` (a .pt2
+    program) each array is wrapped as a tensor (no copy)."""
     nodes, edges = arrays[0].tolist(), arrays[1].tolist()
-    graphs = [Graph({}, n, e, (), k) for k, (n, e) in enumerate(zip(nodes, edges))]
-    for f, a in zip(contract.features, arrays[2:]):
-        if torch is not None:
-            t = torch.from_numpy(a)
-            parts = t.unbind(0) if not f.shape else torch.split(
-                t, list(_level_counts(nodes, edges, f.level, f.rows)), f.cat_dim)
-        elif not f.shape:  # one value a graph
-            parts = [a[k, ...] for k in range(len(graphs))]
-        else:
-            parts = _cut(a, _level_counts(nodes, edges, f.level, f.rows), f.cat_dim)
-        for g, part in zip(graphs, parts):
-            g.features[f.key] = part
-    return graphs
+    feats = {f.key: torch.from_numpy(a) if torch is not None else a
+             for f, a in zip(contract.features, arrays[2:])}
+    return Columns(feats, nodes, edges, range(len(nodes)))
 
 
-def _child_outputs(contract: Contract, preds: List[Any]) -> List[Any]:
-    """Each output key's per-graph predictions concatenated (graph-level: stacked), as
-    numpy arrays (torch's of a dtype numpy lacks, bfloat16: as float32, the same values)."""
-    import numpy as np
-
+def _child_outputs(contract: Contract, outs: Dict[str, Any]) -> List[Any]:
+    """Each output key's rows of every graph (graph-level: one row a graph), as numpy
+    arrays (torch's of a dtype numpy lacks, bfloat16: as float32, the same values)."""
     out = []
     for f in contract.outputs:
-        parts = preds if len(contract.outputs) == 1 else [p[f.key] for p in preds]
-        if isinstance(parts[0], np.ndarray):  # an .onnx program's
-            out.append(np.stack(parts) if f.level == "graph" else np.concatenate(parts))
-            continue
-        import torch
+        v = outs[f.key]
+        if hasattr(v, "detach"):  # a .pt2 program's tensor
+            import torch
 
-        t = torch.stack(parts) if f.level == "graph" else torch.cat(parts)
-        if t.dtype == torch.bfloat16:
-            t = t.float()
-        out.append(t.detach().cpu().numpy())
+            v = (v.float() if v.dtype == torch.bfloat16 else v).detach().cpu().numpy()
+        out.append(v)
     return out
 
 
@@ -186,8 +151,8 @@ def _serve_pipe(predictor: Any, fin: BinaryIO, fout: BinaryIO) -> int:
         except EOFError:
             return 0
         try:
-            preds = predictor.predict_checked(_child_graphs(predictor.contract, arrays, torch))
-            outs = _child_outputs(predictor.contract, preds)
+            cols = _child_columns(predictor.contract, arrays, torch)
+            outs = _child_outputs(predictor.contract, predictor.predict_columns(cols))
             reply: Dict[str, Any] = {}
         except Exception as e:  # noqa: BLE001 - sent back, named, for the server to answer
             outs, reply = [], _error_header(e)
@@ -311,16 +276,12 @@ class ProcessPredictor:
             _raise_named(header)
         return header, arrays
 
-    def _columns(self, checked: Sequence[Any]) -> List[Any]:
-        """``[num_nodes, num_edges, each feature's arrays concatenated]`` (see the module)."""
+    def _message(self, cols: Columns) -> List[Any]:
+        """``[num_nodes, num_edges, each feature's arrays joined]`` (see the module)."""
         import numpy as np
 
-        out = [np.array([g.nodes for g in checked], dtype=np.int64),
-               np.array([g.edges for g in checked], dtype=np.int64)]
-        for f in self.contract.features:
-            parts = [g.features[f.key] for g in checked]
-            out.append(np.stack(parts) if not f.shape else np.concatenate(parts, f.cat_dim))
-        return out
+        return [np.array(cols.nodes, dtype=np.int64), np.array(cols.edges, dtype=np.int64),
+                *(cols.features[f.key] for f in self.contract.features)]
 
     #: the server calls :meth:`check` in the request's own thread, beside the child's
     #: runs, and submits the checked graphs (which :meth:`predict` takes as they are)
@@ -331,32 +292,28 @@ class ProcessPredictor:
         in-process ``predict``, positions within ``graphs``), as numpy arrays."""
         return read_request(self.contract, self.ops, graphs, self.ignored_keys)  # (numpy)
 
-    def predict(self, graphs: Sequence[Any]) -> List[Any]:
+    def predict(self, graphs: Union[Sequence[Any], Columns]) -> List[Any]:
         """One prediction per graph, in request order (numpy arrays; several outputs: a
-        dict a graph); graphs not yet checked (by :meth:`check`) are checked first."""
-        checked = graphs if graphs and all(type(g) is Graph for g in graphs) \
-            else self.check(graphs)
-        if not checked:
+        dict a graph); graphs not yet checked (by :meth:`check`, or a decoder's
+        :class:`~graph_adapter.serve.columns.Columns`) are checked first."""
+        if isinstance(graphs, Columns):
+            cols = graphs
+        else:
+            checked = graphs if graphs and all(type(g) is Graph for g in graphs) \
+                else self.check(graphs)
+            cols = join(self.contract, self.ops, checked)
+        if not len(cols):
             return []
         with self._lock:
             if self._to.closed:
                 raise WorkerError("the predictor is closed")
             try:
-                _send(self._to, {}, self._columns(checked))
+                _send(self._to, {}, self._message(cols))
             except OSError:  # the child is gone: _reply says how
                 pass
             _, outs = self._reply()
-        nodes, edges = [g.nodes for g in checked], [g.edges for g in checked]
-        per: List[Dict[str, Any]] = [{} for _ in checked]
-        for f, a in zip(self.contract.outputs, outs):
-            parts = list(a) if f.level == "graph" else _cut(
-                a, _level_counts(nodes, edges, f.level), 0)
-            for d, part in zip(per, parts):
-                d[f.key] = part
-        if len(self.contract.outputs) == 1:
-            key = self.contract.outputs[0].key
-            return [d[key] for d in per]
-        return per
+        joined = {f.key: a for f, a in zip(self.contract.outputs, outs)}
+        return split_rows(self.contract, joined, cols.nodes, cols.edges)
 
     def exited(self) -> Optional[int]:
         """The child's exit code where it ended by itself (a crash, a kill), else ``None``

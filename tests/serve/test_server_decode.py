@@ -74,12 +74,12 @@ def _npz(graphs):
 
 def _graph_by_graph(body):
     """The reading graph by graph (the path every error comes from)."""
-    old = srv._bulk_graphs
-    srv._bulk_graphs = lambda *a: None
+    old = srv._bulk_arrays
+    srv._bulk_arrays = lambda *a: None
     try:
         return decode_graphs(body, C)
     finally:
-        srv._bulk_graphs = old
+        srv._bulk_arrays = old
 
 
 def _same(got, want):
