@@ -205,6 +205,8 @@ class Predictor:
         already: a server's decoded request), packed from its arrays.
         """
         if isinstance(graphs, Columns):
+            if not len(graphs):
+                return []
             return split_rows(self.contract, self.predict_columns(graphs), graphs.nodes,
                               graphs.edges)
         return self.predict_checked(self.check(graphs))

@@ -233,3 +233,63 @@ def test_true_and_false_in_a_number_feature_are_1_and_0_read_alone_or_in_bulk(xs
             _same(_graph_by_graph(body), want)
         finally:
             srv._orjson = srv_orjson
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 7)), min_size=2, max_size=9),
+       st.integers(0, 2 ** 32 - 1), st.sampled_from(["clean", "label", "int32 index",
+                                                     "float64 x", "missing u",
+                                                     "edge rows disagree"]))
+def test_a_request_read_as_columns_is_what_the_per_graph_check_reads(sizes, seed, flaw):
+    """``decode_request`` hands a bulk request on as checked ``Columns`` only where the
+    per-graph path (``decode_graphs`` + ``read_graphs``) would take every graph as it is:
+    the same arrays, dtypes, counts and ignored keys; anything else goes graph by graph."""
+    from graph_adapter.serve.columns import Columns
+    from graph_adapter.serve.ops import NumpyOps
+    from graph_adapter.serve.pack import column_graphs, read_graphs
+
+    graphs = _graphs(sizes, np.random.default_rng(seed))
+    for g in graphs:
+        g["x"] = g["x"].astype(np.float64) if flaw == "float64 x" else g["x"]
+        g["edge_index"] = g["edge_index"].astype(np.int32) if flaw == "int32 index" \
+            else g["edge_index"]
+    contract = _Contract()
+    if flaw == "float64 x":  # a float feature whose JSON numbers may be ints or floats
+        contract.features = (InputField("x", "feature", "node", "float32", (None, 3)),) + \
+            C.features[1:]
+    keys = [k for k in KEYS if not (flaw == "missing u" and k == "u")]
+    nested = {"graphs": [{**{k: g[k].tolist() for k in keys},
+                          **({"y": [1.0]} if flaw == "label" else {})} for g in graphs]}
+    columnar = json.loads(_columnar(graphs))
+    columnar["columns"] = {k: v for k, v in columnar["columns"].items() if k in keys}
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in _counts(graphs).items()},
+             **{k: v for k, v in _concat(graphs).items() if k in keys})
+    bodies = [("json", json.dumps(nested).encode()), ("columnar", json.dumps(columnar).encode()),
+              ("npz", buf.getvalue())]
+    if flaw == "edge rows disagree":  # graph 1: one edge_attr row more than its edges
+        nested["graphs"][1]["edge_attr"].append([0.5, 0.5])
+        bodies = [("json", json.dumps(nested).encode())]
+    rows = sum(n for n, _ in sizes) and sum(e for _, e in sizes)
+    for form, body in bodies:
+        got = srv.decode_request(body, srv.NPZ_TYPE if form == "npz" else "application/json",
+                                 contract)
+        # every clean JSON form (numbers read to the contract's dtype) comes as columns
+        # (per-graph lists only where every key has rows: else the bulk read leaves them
+        # to the graph by graph read); an .npz of another dtype than the contract's is
+        # cast or refused graph by graph, and a missing feature is named there
+        vouched = flaw not in ("missing u", "edge rows disagree") and (flaw in ("clean", "label") or form != "npz") \
+            and bool(rows or form != "json")
+        assert isinstance(got, Columns) == vouched, (form, flaw)
+        if not vouched:
+            continue
+        # what the per-graph path makes of the same body: graph dicts, then the check
+        per = (decode_npz if form == "npz" else decode_graphs)(body, contract)
+        want = read_graphs(contract, NumpyOps(), per)
+        assert got.nodes == [w.nodes for w in want] and got.edges == [w.edges for w in want]
+        assert set(got.ignored) == {k for w in want for k in w.ignored}, form
+        for g, w in zip(column_graphs(got, contract), want):
+            for f in contract.features:
+                a, b = g.features[f.key], w.features[f.key]
+                assert a.dtype == b.dtype and a.shape == b.shape, (form, f.key)
+                np.testing.assert_array_equal(a, b)
