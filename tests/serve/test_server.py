@@ -361,6 +361,24 @@ def test_shutdown_answers_what_is_queued_and_releases_the_port(onnx_artifact):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
+def test_many_clients_connecting_at_once_are_all_queued_not_dropped(onnx_artifact):
+    """32 connections opened while nothing accepts them (as when the accepting thread
+    waits for the GIL) all complete at once: the standard library's backlog of 5 has
+    the kernel drop the SYNs past it, and each such client waits 1 s to retry."""
+    path, _, _ = onnx_artifact
+    s = PredictServer(serve.load(path, threads=1), port=0)  # bound, not yet accepting
+    socks = []
+    try:
+        for _ in range(32):
+            socks.append(socket.create_connection(("127.0.0.1", s.port), timeout=0.5))
+    finally:
+        for c in socks:
+            c.close()
+        s.server_close()
+        s.batcher.close()
+    assert len(socks) == 32
+
+
 def test_serve_main_runs_until_stopped(onnx_artifact, capsys):
     path, contract, graphs = onnx_artifact
     stop, up = threading.Event(), []
