@@ -906,6 +906,7 @@ class PredictServer(ThreadingHTTPServer):
                 "rungs": len(c.rungs), "max_batch": b.max_batch,
                 "max_delay_ms": b.max_delay_s * 1e3, "queued": len(b.queue),
                 "calls": self.predictor.calls, **b.stats, **self.counters,
+                "program_restarts": getattr(self.predictor, "restarts", 0),
                 "program_pid": getattr(self.predictor, "pid", os.getpid()),
                 "uptime_s": round(time.time() - self.started, 3)}
 
@@ -1042,7 +1043,8 @@ def _load_predictor(path: str, threads: Optional[int], where: str = "auto") -> A
         return load(path, threads=threads)
     from .worker import ProcessPredictor, crosses_pipes
 
-    if not crosses_pipes(read_contract(path)):  # (bfloat16 inputs: checked by torch)
+    contract = read_contract(path)
+    if not crosses_pipes(contract):  # (bfloat16 inputs: checked by torch)
         return load(path, threads=threads)
-    return ProcessPredictor(path, threads)
+    return ProcessPredictor(path, threads, contract)
 

@@ -31,6 +31,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import errors
@@ -217,31 +218,79 @@ class ProcessPredictor:
     :meth:`Predictor.predict <graph_adapter.serve.Predictor.predict>` (the same
     predictions and named errors), its arrays numpy arrays. One call at a time.
 
+    A child that dies (killed, out of memory, a crash in the program) fails the request
+    it was running (``WorkerError``, HTTP 500) and is started again for the next ones,
+    at most :attr:`MAX_RESTARTS` times in :attr:`RESTART_WINDOW_S` seconds (a request
+    that kills it every time must not keep the server restarting); past that it stays
+    down and :meth:`exited` says so (``/health``: 503).
+
     Attributes: ``contract``, ``format``, ``calls``, ``rung_calls``, ``ignored_keys`` (as
-    the in-process predictor's), ``pid`` (the child's). :meth:`close` stops the child.
-    Raises what ``load`` raised in the child (``ArtifactError``, ``RuntimeMissingError``).
+    the in-process predictor's), ``pid`` (the child's), ``restarts``. :meth:`close` stops
+    the child. Raises what ``load`` raised in the child (``ArtifactError``,
+    ``RuntimeMissingError``). ``contract``: the artifact's, if read already.
     """
 
-    def __init__(self, path: str, threads: Optional[int] = None):
+    #: children started again after one died, at most, within :attr:`RESTART_WINDOW_S`
+    MAX_RESTARTS = 3
+    RESTART_WINDOW_S = 60.0
+
+    def __init__(self, path: str, threads: Optional[int] = None,
+                 contract: Optional[Contract] = None):
         from .runtime import read_contract
 
         path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"no artifact at {path}")
-        self.contract = read_contract(path)  # (a .pt2: its zip's JSON, no torch here)
+        # (a .pt2: its zip's JSON, no torch here)
+        self.contract = contract if contract is not None else read_contract(path)
         self.format = self.contract.format
         self.calls = 0
         self.rung_calls: Dict[str, int] = {r.program: 0 for r in self.contract.rungs}
         self.ignored_keys: set = set()
         self.ops = NumpyOps()
-        self._lock = threading.Lock()
-        self.process, self._to, self._from = self._spawn(path, threads)
+        self.restarts = 0
+        self._path, self._threads = path, threads
+        self._restarted_at: List[float] = []
+        self._before: Tuple[int, Dict[str, int]] = (0, {})  # earlier children's counts
+        self._lock = threading.RLock()  # (a failed start closes, holding it)
+        self._start()
+
+    def _start(self) -> None:
+        """A child, loaded and ready (else what it raised, nothing left running)."""
+        self.process, self._to, self._from = self._spawn(self._path, self._threads)
         try:
             header, _ = self._reply()  # "ready", or what load raised there
         except BaseException:
             self.close()
             raise
         self.pid: int = int(header["ready"])
+
+    def _restart(self) -> bool:
+        """Start a child again after this one died, if :attr:`MAX_RESTARTS` allows
+        (called holding the lock); whether one runs now."""
+        now = time.monotonic()
+        self._restarted_at = [t for t in self._restarted_at if now - t < self.RESTART_WINDOW_S]
+        if len(self._restarted_at) >= self.MAX_RESTARTS:
+            return False
+        self._restarted_at.append(now)
+        self.restarts += 1
+        rc = self.process.poll()
+        print(f"graph_adapter serve: the program's process (pid {self.process.pid}) exited "
+              f"with code {rc}; starting it again ({self.restarts} restarts)",
+              file=sys.stderr, flush=True)
+        for f in (self._to, self._from):
+            try:
+                f.close()
+            except OSError:
+                pass
+        self._before = (self.calls, dict(self.rung_calls))
+        try:
+            self._start()
+        except Exception as e:  # noqa: BLE001 - it stays down; /health says so
+            print(f"graph_adapter serve: the program's process did not start again: {e}",
+                  file=sys.stderr, flush=True)
+            return False
+        return True
 
     @staticmethod
     def _spawn(path: str, threads: Optional[int]) -> Tuple[Any, BinaryIO, BinaryIO]:
@@ -262,6 +311,14 @@ class ProcessPredictor:
             os.close(up_w)
         return proc, os.fdopen(down_w, "wb"), os.fdopen(up_r, "rb")
 
+    def _exit_code(self) -> Optional[int]:
+        """The child's exit code once its pipe closed (waited for: it may still be ending)."""
+        try:
+            return self.process.wait(5)
+        except subprocess.TimeoutExpired:  # its pipe is gone but it lingers: ended here
+            self.process.kill()
+            return self.process.wait(5)
+
     def _reply(self) -> Tuple[Dict[str, Any], List[Any]]:
         try:
             header, arrays = _recv(self._from)
@@ -269,9 +326,14 @@ class ProcessPredictor:
             rc = self.process.poll()
             raise WorkerError(f"the program's process (pid {self.process.pid}) exited"
                               f"{'' if rc is None else f' with code {rc}'}: its error is in "
-                              f"the server's log; restart the server") from None
-        self.calls = header.get("calls", self.calls)
-        self.rung_calls.update(header.get("rung_calls", {}))
+                              f"the server's log; the server starts it again (at most "
+                              f"{self.MAX_RESTARTS} times in {self.RESTART_WINDOW_S:.0f} s), "
+                              f"else restart the server") from None
+        before, rungs = self._before
+        if "calls" in header:
+            self.calls = before + header["calls"]
+        for k, v in header.get("rung_calls", {}).items():
+            self.rung_calls[k] = rungs.get(k, 0) + v
         if "error" in header:
             _raise_named(header)
         return header, arrays
@@ -307,20 +369,29 @@ class ProcessPredictor:
         with self._lock:
             if self._to.closed:
                 raise WorkerError("the predictor is closed")
+            if self.process.poll() is not None:  # died since the last request
+                self._restart()
             try:
                 _send(self._to, {}, self._message(cols))
             except OSError:  # the child is gone: _reply says how
                 pass
-            _, outs = self._reply()
+            try:
+                _, outs = self._reply()
+            except WorkerError:
+                if self._exit_code() is not None:  # died in this run: the next gets a child
+                    self._restart()
+                raise
         joined = {f.key: a for f, a in zip(self.contract.outputs, outs)}
         return split_rows(self.contract, joined, cols.nodes, cols.edges)
 
     def exited(self) -> Optional[int]:
-        """The child's exit code where it ended by itself (a crash, a kill), else ``None``
-        (it runs, or :meth:`close` stopped it)."""
-        if self._to.closed:
-            return None
-        return self.process.poll()
+        """The child's exit code where it ended by itself (a crash, a kill) and could not
+        be started again (:attr:`MAX_RESTARTS`), else ``None`` (it runs, it was started
+        again now, or :meth:`close` stopped it)."""
+        with self._lock:
+            if self._to.closed or self.process.poll() is None:
+                return None
+            return None if self._restart() else self.process.poll()
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the child (it exits on its pipe's EOF; killed after ``timeout`` s)."""

@@ -449,11 +449,43 @@ def test_the_child_process_names_each_error_as_in_process_predict(onnx_artifact)
         p.predict(reqs)
 
 
-def test_health_is_a_503_once_the_programs_child_died(onnx_artifact):
-    """A killed program process: /health answers 503 saying so (a probe restarts the
-    server), /predict a 500 naming it; before, both looked healthy."""
+def test_a_killed_programs_child_is_started_again_and_answers(onnx_artifact):
+    """A killed program process is started again (``/health`` says so, counting it), and
+    the server answers as before; one that dies in a request's run fails that request
+    alone (a 500 naming it), the next gets a new child."""
     path, _, graphs = onnx_artifact
     predictor = serve_server._load_predictor(path, 1, "child")
+    body = {"graphs": [_json_graph(g) for g in graphs[:3]]}
+    try:
+        with PredictServer(predictor, port=0, max_delay_ms=0).start() as s:
+            status, want = _post(s.port, body)
+            assert status == 200
+            first = predictor.pid
+            predictor.process.kill()
+            predictor.process.wait(10)
+            status, doc = _get(s.port, "/health")
+            assert status == 200 and doc["status"] == "ok", doc
+            assert doc["program_restarts"] == 1 and doc["program_pid"] != first
+            assert _post(s.port, body) == (200, want)
+            # dead before its run, unseen: this request fails, the next is answered
+            predictor.process.kill()
+            predictor.process.wait(10)
+            predictor.process.poll = lambda: None
+            status, doc = _post(s.port, body)
+            assert status == 500 and "starts it again" in doc["message"], doc
+            assert _post(s.port, body) == (200, want)
+            assert predictor.restarts == 2 and predictor.calls >= 3
+    finally:
+        predictor.close()
+
+
+def test_health_is_a_503_once_the_programs_child_died_past_its_restarts(onnx_artifact):
+    """A program process that keeps dying is started again at most MAX_RESTARTS times a
+    window; past that /health answers 503 saying so (a probe restarts the server),
+    /predict a 500 naming it; before, both looked healthy."""
+    path, _, graphs = onnx_artifact
+    predictor = serve_server._load_predictor(path, 1, "child")
+    predictor.MAX_RESTARTS = 0
     try:
         with PredictServer(predictor, port=0, max_delay_ms=0).start() as s:
             assert _get(s.port, "/health")[0] == 200
@@ -464,6 +496,7 @@ def test_health_is_a_503_once_the_programs_child_died(onnx_artifact):
             assert "exited with code" in doc["status"] and "restart" in doc["status"]
             status, doc = _post(s.port, {"graphs": [_json_graph(graphs[0])]})
             assert status == 500 and "restart the server" in doc["message"], doc
+            assert predictor.restarts == 0
     finally:
         predictor.close()
 
