@@ -1,8 +1,9 @@
-"""A ``.pt2`` program run in a child process of its own, beside the server's HTTP threads.
+"""An artifact's program run in a child process of its own, beside the server's HTTP threads.
 
 An AOTInductor package run from Python holds the GIL for the whole call (torch's binding
 of ``AOTIModelPackageLoader.boxed_run`` releases none), so in one process the server's
-request decoding and HTTP wait for every predict. :class:`ProcessPredictor` keeps those
+request decoding and HTTP wait for every predict (onnxruntime releases it while it runs,
+but packing the calls holds it). :class:`ProcessPredictor` keeps those
 in the server's process and runs ``serve.load(path).predict`` in a child
 (``python -m graph_adapter.serve.worker``): the two overlap, one core each.
 
