@@ -28,8 +28,8 @@ requests through in-process ``predict`` one after another: molecules/s, their ra
 (median and range over ``--server-repeats`` passes), and CPU seconds per 1000 molecules
 of the server's processes (its program's child included) and of ``predict``.
 ``--server-json``: the server with orjson and/or with the standard library's JSON (orjson
-hidden from it); ``--server-program``: its ``--program-in`` (``child``: a ``.pt2``
-program in a process of its own, the default; ``server``: in the server's process);
+hidden from it); ``--server-program``: its ``--program-in`` (``child``: the program
+in a process of its own, the default; ``server``: in the server's process);
 ``--server-before DIR``: also another checkout's server (e.g. ``git archive`` of an
 older commit) with its own defaults, for a before/after in one run. ``--reuse DIR``
 keeps the one-budget exports between runs.
@@ -439,8 +439,8 @@ def main(argv=None):
     ap.add_argument("--server-delays", nargs="+", type=float, default=[0.0, 2.0])
     ap.add_argument("--server-program", nargs="+", default=["auto"],
                     choices=["auto", "child", "server"],
-                    help="the server's --program-in: auto (a .pt2 program in a child "
-                         "process, an .onnx one in the server's), child, server")
+                    help="the server's --program-in: auto (the default: child), child "
+                         "(the program in a process of its own), server")
     ap.add_argument("--server-repeats", type=int, default=3,
                     help="passes per server process, each next to an in-process pass")
     ap.add_argument("--server-artifacts", nargs="+",
