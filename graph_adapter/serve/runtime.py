@@ -10,7 +10,7 @@ import os
 import zipfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from .columns import Columns, select, split_rows
+from .columns import Columns, join, select, split_rows
 from .contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract
 from .errors import ArtifactError, RuntimeMissingError
 from .ops import NumpyOps, TorchOps
@@ -204,12 +204,12 @@ class Predictor:
         ``graphs`` may also be a :class:`~graph_adapter.serve.columns.Columns` (checked
         already: a server's decoded request), packed from its arrays.
         """
-        if isinstance(graphs, Columns):
-            if not len(graphs):
-                return []
-            return split_rows(self.contract, self.predict_columns(graphs), graphs.nodes,
-                              graphs.edges)
-        return self.predict_checked(self.check(graphs))
+        if not isinstance(graphs, Columns):
+            return self.predict_checked(self.check(graphs))
+        if not len(graphs):
+            return []
+        return split_rows(self.contract, self.predict_columns(graphs), graphs.nodes,
+                          graphs.edges)
 
     def predict_columns(self, cols: Columns) -> Dict[str, Any]:
         """The outputs of checked graphs given as columns: each output key's rows of every
@@ -240,19 +240,12 @@ class Predictor:
                 ops.cat([p[f.key] for p in pieces], 0) for f in self.contract.outputs}
 
     def predict_checked(self, checked: Sequence[Graph]) -> List[Any]:
-        """:meth:`predict` of graphs :meth:`check` has read already (or made as it makes
-        them: a program's process, whose server checked them): planned, packed, run
-        and split, in order; index ranges and sizes are checked here."""
-        preds: List[Any] = [None] * len(checked)
-        calls = self.plan(checked)
-        parts = [[checked[i] for i in call] for _, call in calls]
-        flats = [pack_call(self._call_contract(r), self.ops, part)  # all checked first
-                 for (r, _), part in zip(calls, parts)]
-        for (r, call), part, flat in zip(calls, parts, flats):
-            out = self.run_padded(flat, r)
-            for i, p in zip(call, split_per_graph(self._call_contract(r), out, part)):
-                preds[i] = p
-        return preds
+        """:meth:`predict` of graphs :meth:`check` has read already: joined (one ``cat`` a
+        feature), then as :meth:`predict_columns`, split per graph."""
+        cols = join(self.contract, self.ops, checked)
+        if not len(cols):
+            return []
+        return split_rows(self.contract, self.predict_columns(cols), cols.nodes, cols.edges)
 
 
 def _real_rows(contract: Contract, out: Dict[str, Any], cols: Columns) -> Dict[str, Any]:
@@ -280,12 +273,6 @@ def rung_contract(contract: Contract, i: int) -> Contract:
         inputs.append(f)
     return dataclasses.replace(contract, nodes=r.nodes, edges=r.edges, graphs=r.graphs,
                                rungs=(), inputs=tuple(inputs))
-
-
-def split_per_graph(contract: Contract, out: Mapping[str, Any], graphs: Sequence[Graph]
-                    ) -> List[Any]:
-    """Each real graph's rows of every output of a padded call (by the output's level)."""
-    return split_rows(contract, out, [g.nodes for g in graphs], [g.edges for g in graphs])
 
 
 def load(path: PathLike, *, threads: Optional[int] = None) -> Predictor:

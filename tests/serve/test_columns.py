@@ -90,9 +90,15 @@ def test_columns_predict_what_the_graphs_predict_one_by_one(sizes, big, ladder, 
     # two requests merged (as the server's batcher does), then split back
     a, b = cols.take(contract, 0, len(cols) // 2), cols.take(contract, len(cols) // 2, len(cols))
     _same(p.predict(concat(contract, ops, [a, b])), want)
-    # and every graph is its own: predicted alone, it gets the same rows
+    # and every graph is its own: predicted alone, it gets the same rows, which are the
+    # stand-in's values on that graph unpadded
     for i in range(0, len(graphs), 7):
         _same(p.predict(cols.take(contract, i, i + 1)), want[i:i + 1])
+        g = {k: np.asarray(v) for k, v in graphs[i].items()}
+        alone = {**g, "batch": np.zeros(len(g["x"]), dtype=np.int64)}
+        direct = _program(alone, Contract("pt2", len(g["x"]), 1, 1, contract.inputs, OUTPUTS))
+        np.testing.assert_allclose(np.asarray(want[i]["h"]), direct["h"], rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(want[i]["g"]), direct["g"], rtol=1e-6)
 
 
 @pytest.mark.parametrize("torchy", [False, True])
