@@ -56,11 +56,11 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
-from .columns import Columns, concat
+from .columns import Columns, concat, join
 from .contract import Contract
 from .errors import FeatureDtypeError, FeatureShapeError, GraphInputError, ServeError
 from .ops import NumpyOps
-from .pack import column_graphs
+from .pack import Graph, column_graphs
 
 try:  # a JSON codec some 3x faster than the standard library's (the serve extra has it)
     import orjson as _orjson
@@ -671,21 +671,24 @@ class DynamicBatcher:
                         p.answer(error=e)
 
     def _merge(self, parts: List[Any]) -> Any:
-        """Several requests' graphs as one ``predict`` request: decoded columns joined
-        (one ``cat`` a feature), else one list (columns as checked graphs where the
-        predictor takes those, else as request dicts, which it checks)."""
-        c = self.predictor.contract
+        """Several requests' graphs as one ``predict`` request: where they are checked
+        (decoded columns; graph lists where the predictor takes checked graphs) one
+        :class:`Columns`, one ``cat`` a feature (a mixed stream's merges hold both:
+        cutting the columns into graphs to join them again cost more than the rest);
+        else one list (columns as request dicts, which the predictor checks)."""
+        c, ops = self.predictor.contract, NumpyOps()
+        if getattr(self.predictor, "takes_checked", False) and all(
+                isinstance(p, Columns) or all(type(g) is Graph for g in p) for p in parts):
+            return concat(c, ops, [p if isinstance(p, Columns) else join(c, ops, p)
+                                   for p in parts])
         if all(isinstance(p, Columns) for p in parts):
-            return concat(c, NumpyOps(), parts)
-        checked = getattr(self.predictor, "takes_checked", False)
+            return concat(c, ops, parts)
         out: List[Any] = []
         for p in parts:
-            if not isinstance(p, Columns):
-                out.extend(p)
-            elif checked:
-                out.extend(column_graphs(p, c))
-            else:
+            if isinstance(p, Columns):
                 out.extend(dict(g.features, num_nodes=g.nodes) for g in column_graphs(p, c))
+            else:
+                out.extend(p)
         return out
 
     def _alone(self, p: _Pending) -> None:
