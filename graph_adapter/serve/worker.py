@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import signal
 import struct
@@ -203,15 +204,17 @@ def crosses_pipes(contract: Contract) -> bool:
     return True
 
 
-def _big_pipe(fd: int) -> None:
+def _big_pipe(fd: int) -> int:
     """A 1 MiB pipe buffer (Linux; else the default): a request of 256 molecules is some
-    0.5 MB, written in one go instead of 64 KiB at a time, each waiting for the reader."""
+    0.5 MB, written in one go instead of 64 KiB at a time, each waiting for the reader.
+    Returns the buffer's size (the 64 KiB it has at least where it cannot be read)."""
     try:
         import fcntl
 
         fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+        return int(fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032)))
     except (ImportError, OSError):
-        pass
+        return 1 << 16
 
 
 class ProcessPredictor:
@@ -227,7 +230,8 @@ class ProcessPredictor:
 
     Attributes: ``contract``, ``format``, ``calls``, ``rung_calls``, ``ignored_keys`` (as
     the in-process predictor's), ``pid`` (the child's), ``restarts``. :meth:`close` stops
-    the child. Raises what ``load`` raised in the child (``ArtifactError``,
+    the child; ``sent_ahead``: requests sent while another was in flight (:meth:`send`).
+    Raises what ``load`` raised in the child (``ArtifactError``,
     ``RuntimeMissingError``). ``contract``: the artifact's, if read already.
     """
 
@@ -250,6 +254,7 @@ class ProcessPredictor:
         self.ignored_keys: set = set()
         self.ops = NumpyOps()
         self.restarts = 0
+        self.sent_ahead = 0  # requests sent while another was in flight
         self._path, self._threads = path, threads
         self._restarted_at: List[float] = []
         self._before: Tuple[int, Dict[str, int]] = (0, {})  # earlier children's counts
@@ -258,6 +263,12 @@ class ProcessPredictor:
 
     def _start(self) -> None:
         """A child, loaded and ready (else what it raised, nothing left running)."""
+        # requests sent / replies read by this child; replies read for later receives;
+        # the in-flight requests' reply sizes (bytes)
+        self._generation = getattr(self, "_generation", -1) + 1
+        self._sent = self._got = 0
+        self._replies: Dict[int, Tuple[Dict[str, Any], List[Any]]] = {}
+        self._in_flight: Dict[int, int] = {}
         self.process, self._to, self._from = self._spawn(self._path, self._threads)
         try:
             header, _ = self._reply()  # "ready", or what load raised there
@@ -297,8 +308,9 @@ class ProcessPredictor:
     def _spawn(path: str, threads: Optional[int]) -> Tuple[Any, BinaryIO, BinaryIO]:
         down_r, down_w = os.pipe()  # requests: the server writes, the child reads
         up_r, up_w = os.pipe()  # replies
-        for fd in (down_w, up_w):
-            _big_pipe(fd)
+        _big_pipe(down_w)
+        ProcessPredictor.reply_pipe_bytes = min(ProcessPredictor.reply_pipe_bytes,
+                                                _big_pipe(up_w))
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(  # this checkout's package
             p for p in (root, os.environ.get("PYTHONPATH")) if p))
@@ -321,6 +333,14 @@ class ProcessPredictor:
             return self.process.wait(5)
 
     def _reply(self) -> Tuple[Dict[str, Any], List[Any]]:
+        """The next reply, its error raised (start-up: "ready" or what load raised)."""
+        header, arrays = self._read_reply()
+        if "error" in header:
+            _raise_named(header)
+        return header, arrays
+
+    def _read_reply(self) -> Tuple[Dict[str, Any], List[Any]]:
+        """The next reply as it came (``WorkerError``: the child is gone)."""
         try:
             header, arrays = _recv(self._from)
         except (EOFError, OSError, ValueError):
@@ -335,8 +355,6 @@ class ProcessPredictor:
             self.calls = before + header["calls"]
         for k, v in header.get("rung_calls", {}).items():
             self.rung_calls[k] = rungs.get(k, 0) + v
-        if "error" in header:
-            _raise_named(header)
         return header, arrays
 
     def _message(self, cols: Columns) -> List[Any]:
@@ -359,6 +377,18 @@ class ProcessPredictor:
         """One prediction per graph, in request order (numpy arrays; several outputs: a
         dict a graph); graphs not yet checked (by :meth:`check`, or a decoder's
         :class:`~graph_adapter.serve.columns.Columns`) are checked first."""
+        return self.receive(self.send(graphs))
+
+    #: the reply pipe's buffer: a request is sent while another is in flight only if
+    #: that one's reply fits it (the child writes its reply while this process writes
+    #: the next request: neither may wait for the other)
+    reply_pipe_bytes = 1 << 20
+
+    def send(self, graphs: Union[Sequence[Any], Columns]) -> Any:
+        """Send a request to the child without waiting for its predictions: a ticket for
+        :meth:`receive` (replies come in the order sent). A second request sent before
+        the first is received runs right after it, the child never waiting for this
+        process (see :meth:`can_send`)."""
         if isinstance(graphs, Columns):
             cols = graphs
         else:
@@ -366,22 +396,68 @@ class ProcessPredictor:
                 else self.check(graphs)
             cols = join(self.contract, self.ops, checked)
         if not len(cols):
-            return []
+            return (None, -1, cols)
         with self._lock:
             if self._to.closed:
                 raise WorkerError("the predictor is closed")
-            if self.process.poll() is not None:  # died since the last request
-                self._restart()
+            if self._sent == self._got and self.process.poll() is not None:
+                self._restart()  # died since the last request (none in flight)
+            while sum(self._in_flight.values()) > self.reply_pipe_bytes // 2:
+                self._read_next()  # (the replies ahead must fit the pipe: see can_send)
+            ticket = (self._generation, self._sent, cols)
+            self.sent_ahead += bool(self._in_flight)
+            self._sent += 1
+            self._in_flight[ticket[1]] = self._reply_bytes(cols)
             try:
                 _send(self._to, {}, self._message(cols))
-            except OSError:  # the child is gone: _reply says how
+            except OSError:  # the child is gone: receive says how
                 pass
-            try:
-                _, outs = self._reply()
-            except WorkerError:
-                if self._exit_code() is not None:  # died in this run: the next gets a child
-                    self._restart()
-                raise
+        return ticket
+
+    def can_send(self) -> bool:
+        """Whether the batcher should send another request now: at most one in flight,
+        whose reply fits the reply pipe. (:meth:`send` itself first reads the replies
+        ahead that would not fit: the child, writing one, and this process, writing the
+        next request, must never wait for each other.)"""
+        with self._lock:
+            waiting = list(self._in_flight.values())
+        return not waiting or (len(waiting) == 1 and waiting[0] <= self.reply_pipe_bytes // 2)
+
+    def _reply_bytes(self, cols: Columns) -> int:
+        """An upper bound of the reply's size to ``cols`` (8 bytes a value, the header)."""
+        n, e, k = sum(cols.nodes), sum(cols.edges), len(cols)
+        return 4096 + sum(8 * {"node": n, "edge": e}.get(f.level, k) *
+                          math.prod(d or 1 for d in f.shape[1:]) for f in self.contract.outputs)
+
+    def _read_next(self) -> None:
+        """Read the next reply into ``_replies`` (held lock); the child gone: restarted
+        where it may be, ``WorkerError``."""
+        try:
+            header, outs = self._read_reply()
+        except WorkerError:
+            self._in_flight.clear()
+            if self._exit_code() is not None:  # died: the next requests get a child
+                self._restart()
+            raise
+        self._replies[self._got] = (header, outs)
+        self._in_flight.pop(self._got, None)
+        self._got += 1
+
+    def receive(self, ticket: Any) -> List[Any]:
+        """The predictions of a request :meth:`send` sent (as :meth:`predict`), or its
+        error; replies of requests sent earlier are read first and kept for theirs."""
+        generation, n, cols = ticket
+        if n < 0:
+            return []
+        with self._lock:
+            while n not in self._replies:
+                if generation != self._generation:
+                    raise WorkerError("the program's process exited before answering this "
+                                      "request; the server started it again")
+                self._read_next()
+            header, outs = self._replies.pop(n)
+        if "error" in header:
+            _raise_named(header)
         joined = {f.key: a for f, a in zip(self.contract.outputs, outs)}
         return split_rows(self.contract, joined, cols.nodes, cols.edges)
 

@@ -29,8 +29,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graph_adapter import serve
-from graph_adapter.serve import (DynamicBatcher, GraphInputError, MissingFeatureError,
-                                 PredictServer, QueueFullError)
+from graph_adapter.serve import (DynamicBatcher, EdgeIndexError, GraphInputError,
+                                 MissingFeatureError, PredictServer, QueueFullError)
 from graph_adapter.serve import server as serve_server
 from graph_adapter.serve.worker import ProcessPredictor, WorkerError
 
@@ -447,6 +447,69 @@ def test_the_child_process_names_each_error_as_in_process_predict(onnx_artifact)
     assert p.process.returncode == 0
     with pytest.raises(WorkerError, match="closed"):
         p.predict(reqs)
+
+
+@pytest.mark.parametrize("pipe_bytes", [1 << 20, 1])
+def test_requests_sent_ahead_are_answered_in_any_order_of_receiving(onnx_artifact, pipe_bytes,
+                                                                   monkeypatch):
+    """``send`` / ``receive`` (the batcher keeps one request in flight beside the one the
+    child runs): each ticket gets its own predictions, whichever is received first; with
+    replies that would not fit the reply pipe (``pipe_bytes=1``) ``send`` reads the ones
+    ahead first instead of both processes waiting for each other."""
+    path, _, graphs = onnx_artifact
+    reqs = [[{k: d[k].numpy() for k in KEYS} for d in graphs[i:i + 3]] for i in (0, 3, 6)]
+    local = serve.load(path, threads=1)
+    monkeypatch.setattr(ProcessPredictor, "reply_pipe_bytes", pipe_bytes)
+    with ProcessPredictor(path, 1) as p:
+        tickets = [p.send(r) for r in reqs]
+        # (a reply that may not fit: each send first reads the reply ahead)
+        assert p.sent_ahead == (2 if pipe_bytes > 1 else 0) and not p.can_send()
+        for i in (2, 0, 1):
+            for a, b in zip(p.receive(tickets[i]), local.predict(reqs[i])):
+                np.testing.assert_array_equal(a, b)
+        assert p.can_send()
+        bad = [dict(g) for g in reqs[1]]
+        bad[1]["edge_index"] = bad[1]["edge_index"].copy()
+        bad[1]["edge_index"][0, 0] = 99  # outside graph 1: found where the child packs
+        t1, t2 = p.send(reqs[0]), p.send(bad)
+        with pytest.raises(EdgeIndexError) as e:  # an error comes back for its own ticket
+            p.receive(t2)
+        assert e.value.graph == 1
+        assert len(p.receive(t1)) == 3
+
+
+def test_a_merge_sent_ahead_with_a_bad_request_answers_each_request_its_own(onnx_artifact):
+    """A program's process behind the batcher (merges sent ahead): a request whose graph
+    only the child refuses (an index outside its graph) gets its own error, counted
+    within it, and every other request of its merge its own predictions."""
+    path, _, graphs = onnx_artifact
+    local = serve.load(path, threads=1)
+    reqs = [[{k: d[k].numpy() for k in KEYS} for d in graphs[i:i + 2]] for i in range(0, 16, 2)]
+    bad = [dict(g) for g in reqs[3]]
+    bad[1]["edge_index"] = bad[1]["edge_index"].copy()
+    bad[1]["edge_index"][1, 0] = 99
+    reqs[3] = bad
+    with ProcessPredictor(path, 1) as p:
+        b = DynamicBatcher(p, max_delay_s=0.2)
+        out = [None] * len(reqs)
+
+        def submit(i):
+            try:
+                out[i] = b.submit(p.check(reqs[i]), timeout=60)
+            except GraphInputError as e:
+                out[i] = e
+        threads = [threading.Thread(target=submit, args=(i,)) for i in range(len(reqs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        b.close()
+    assert isinstance(out[3], EdgeIndexError) and out[3].graph == 1, out[3]
+    for i, r in enumerate(reqs):
+        if i != 3:
+            for a, w in zip(out[i], local.predict(r)):
+                np.testing.assert_array_equal(a, w)
+    assert b.stats["requests"] == len(reqs) and b.stats["refused"] == 1
 
 
 def test_a_killed_programs_child_is_started_again_and_answers(onnx_artifact):
