@@ -698,19 +698,15 @@ class DynamicBatcher:
 
     def _finish(self, batch: List[_Pending], ticket: Any) -> None:
         """Answer a merge sent ahead (:meth:`_loop`); its errors as :meth:`_settle`."""
+        if len(batch) == 1:
+            return self._alone(batch[0], lambda: self.predictor.receive(ticket))
         try:
             preds = self.predictor.receive(ticket)
         except GraphInputError as e:
-            if len(batch) == 1:
-                self.stats["refused"] += 1
-                return batch[0].answer(error=e)
             culprit = _owner(batch, e.graph)
             self._alone(culprit)
             return self._settle([p for p in batch if p is not culprit])
-        except Exception as e:  # noqa: BLE001 - not a graph's fault: each on its own
-            if len(batch) == 1:
-                self.stats["refused"] += 1
-                return batch[0].answer(error=e)
+        except Exception:  # noqa: BLE001 - not a graph's fault: each on its own
             return self._settle(batch, merged=False)
         self._answer(batch, preds)
 
@@ -743,9 +739,11 @@ class DynamicBatcher:
                 out.extend(p)
         return out
 
-    def _alone(self, p: _Pending) -> None:
+    def _alone(self, p: _Pending, run: Optional[Callable[[], List[Any]]] = None) -> None:
+        """Answer one request (``run``: its predictions, e.g. a reply already on its way;
+        default: predict it now), or its own error."""
         try:
-            p.answer(self.predictor.predict(p.graphs))
+            p.answer(run() if run is not None else self.predictor.predict(p.graphs))
             self.stats["batches"] += 1
             self.stats["graphs"] += len(p.graphs)
         except Exception as e:  # noqa: BLE001 - the request's own error, sent back
