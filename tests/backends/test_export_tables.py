@@ -12,6 +12,8 @@ a request whose hubs spill past one call's capacity still give eager's predictio
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 pytest.importorskip("onnxruntime", reason="the serve extra (onnx, onnxscript, onnxruntime)")
@@ -75,6 +77,9 @@ def test_edge_sums_read_tables_and_match_eager_with_hubs_at_1_2_4_threads(tmp_pa
     sums = [n for n in proto.graph.node if n.op_type == "MatMul"
             and n.input[0].startswith("graph_adapter_slot_ones")]  # a MatMul of ones a sum
     assert len(sums) == 2 and ops.count("TopK") == 0 and ops.count("CumSum")
+    # GIN's edge rows are x_j: the padding slots' zero row is a zero row of x gathered
+    # with them, not a Concat of the edge rows (test_the_padding_slots_zero_row_...)
+    assert [r.op_type for r in _slot_rows(proto)] == ["Gather", "Gather"]
     # hubs past the width spill; enough of them in one request to need several calls
     requests = _graphs(3 * capacity, seed=2, hub=width + 4)
     ref = _eager(model, requests)
@@ -185,3 +190,150 @@ def test_the_check_batches_graphs_give_the_same_fit_as_the_graphs_themselves():
     for g, d in zip(graphs, data):
         assert torch.equal(g.edge_index, d.edge_index)
     assert fit_tables(graphs, 6) == fit_tables(data, 6)
+
+
+class GINE(nn.Module):
+    """The demo's message, ``relu(x_j + edge_table[code])``, one layer (GINEConv)."""
+
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn import GINEConv
+
+        self.bond = nn.Embedding(5, 16)
+        self.lin = nn.Linear(3, 16)
+        self.conv = GINEConv(nn.Linear(16, 4))
+
+    def forward(self, x, edge_index, edge_attr, batch):
+        h = self.conv(self.lin(x), edge_index, self.bond(edge_attr[:, 0]))
+        return global_add_pool(h, batch)
+
+
+def _slot_rows(proto):
+    """The producers of the rows each table sum gathers (over the transposed ``in_slots``)."""
+    producers = {o: n for n in proto.graph.node for o in n.output}
+    return [producers[n.input[0]] for n in proto.graph.node
+            if n.op_type == "Gather" and n.input[1] == "graph_adapter_slots_t"]
+
+
+@pytest.mark.extended  # (two exports, each checked at three thread counts: 9 s)
+def test_the_padding_slots_zero_row_is_computed_with_the_edge_rows_not_copied(tmp_path):
+    """A table sum's padding slots read row ``E`` of the edge rows, a zero row: where the
+    rows are ``Gather``s through ``Add``/``Relu`` (GINE's ``relu(x_j + e)``, GIN's
+    ``x_j``) each lookup reads a zero row appended to its table (or to ``x``, fewer rows
+    than the edges) instead of a ``Concat`` of ``E + 1`` edge rows a layer; the same
+    predictions at 1, 2 and 4 threads, a NaN still in its own graph."""
+    torch.manual_seed(0)
+    data = _graphs(8, seed=8)
+    for d in data:
+        d.edge_attr = torch.randint(0, 5, (d.edge_index.shape[1], 1))
+    for model, keys in ((GINE().eval(), ("x", "edge_index", "edge_attr")),
+                        (GIN().eval(), ("x", "edge_index"))):
+        path = str(tmp_path / f"{type(model).__name__}.onnx")
+        export(ipu_wrap(model), Budget.fit(data, 8), path, format="onnx", example=data)
+        rows = _slot_rows(onnx.load(path))
+        assert rows and all(r.op_type != "Concat" for r in rows), [r.op_type for r in rows]
+        feed = [{k: d[k].numpy() for k in keys} for d in data]
+        feed[1]["x"] = feed[1]["x"].copy()
+        feed[1]["x"][0, 0] = np.nan
+        with torch.no_grad():
+            ref = np.stack([model(*[d[k] for k in keys], torch.zeros(d.num_nodes,
+                                                                     dtype=torch.long))[0].numpy()
+                            for d in data])
+        first = None
+        for threads in (1, 2, 4):
+            got = np.stack(serve.load(path, threads=threads).predict(feed))
+            first = got if first is None else first
+            np.testing.assert_array_equal(got, first)
+        keep = [i for i in range(len(data)) if i != 1]
+        np.testing.assert_allclose(first[keep], ref[keep], atol=1e-5, rtol=1e-5)
+        assert np.isnan(first[1]).all()
+
+
+def _message_model(nodes, edges, width, rows, relu_add):
+    """A hand-made ONNX model: edge rows ``relu(x[src] + table[code])`` (or ``x[src]``)
+    summed into ``edge_index[1]`` as the exporter writes it (a ``ScatterElements`` add on
+    an expanded row index)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = np.random.default_rng(rows).standard_normal((rows, width)).astype(np.float32)
+    f, i = TensorProto.FLOAT, TensorProto.INT64
+    nodes_ = [helper.make_node("Gather", ["ei", "zero"], ["src"], axis=0),
+              helper.make_node("Gather", ["ei", "one"], ["dst"], axis=0),
+              helper.make_node("Gather", ["x", "src"], ["xj"], axis=0)]
+    if relu_add:
+        nodes_ += [helper.make_node("Gather", ["table", "code"], ["e"], axis=0),
+                   helper.make_node("Add", ["xj", "e"], ["pre"]),
+                   helper.make_node("Relu", ["pre"], ["msg"])]
+    else:
+        nodes_ += [helper.make_node("Identity", ["xj"], ["msg"])]
+    nodes_ += [helper.make_node("Reshape", ["dst", "col"], ["dst2"]),
+               helper.make_node("Shape", ["msg"], ["shape"]),
+               helper.make_node("Expand", ["dst2", "shape"], ["idx"]),
+               helper.make_node("ConstantOfShape", ["zshape"], ["zeros"],
+                                value=numpy_helper.from_array(np.zeros(1, np.float32))),
+               helper.make_node("ScatterElements", ["zeros", "idx", "msg"], ["out"], axis=0,
+                                reduction="add")]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+             (("zero", 0), ("one", 1), ("col", [-1, 1]), ("zshape", [nodes, width]))]
+    inits.append(numpy_helper.from_array(table, "table"))
+    graph = helper.make_graph(nodes_, "m", [helper.make_tensor_value_info("x", f, [nodes, width]),
+                                            helper.make_tensor_value_info("ei", i, [2, edges]),
+                                            helper.make_tensor_value_info("code", i, [edges])],
+                              [helper.make_tensor_value_info("out", f, [nodes, width])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), table
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_edge_rows_that_compute_their_zero_row_sum_to_the_same_bits(draw):
+    """Property: the table sums with the zero row computed through the edge rows' lookups
+    (:func:`_without_zero_rows`) give the bits of the ``Concat`` form on any graph
+    (any in-degrees, spilled edges, NaN and infinite features, fewer or more nodes than
+    edges), and the eager sums on the real nodes."""
+    import onnxruntime as ort
+
+    from graph_adapter.backends.export import onnx_rewrites as R
+    from graph_adapter.serve.pack import in_tables
+
+    nodes = draw.draw(st.integers(3, 12), label="nodes")
+    real = draw.draw(st.integers(0, 30), label="real edges")
+    edges = real + draw.draw(st.integers(0, 4), label="padding edges")
+    width, rows = 3, draw.draw(st.integers(1, 6), label="table rows")
+    relu_add = draw.draw(st.booleans(), label="relu(x_j + e)")
+    src = draw.draw(st.lists(st.integers(0, nodes - 2), min_size=real, max_size=real))
+    dst = draw.draw(st.lists(st.integers(0, nodes - 2), min_size=real, max_size=real))
+    values = st.one_of(st.floats(-4, 4, width=32), st.sampled_from([np.nan, np.inf, -np.inf]))
+    x = np.array(draw.draw(st.lists(values, min_size=nodes * width, max_size=nodes * width)),
+                 np.float32).reshape(nodes, width)
+    ei = np.full((2, edges), nodes - 1, np.int64)
+    ei[0, :real], ei[1, :real] = src, dst
+    code = np.array(draw.draw(st.lists(st.integers(0, rows - 1), min_size=edges,
+                                       max_size=edges)), np.int64)
+    slots, spill = in_tables(ei[1], real, nodes, 2, max(real, 1))
+    feed = {"x": x, "ei": ei, "code": code, "s": slots, "k": spill}
+    got = {}
+    for computed in (False, True):
+        model, table = _message_model(nodes, edges, width, rows, relu_add)
+        keep = R._without_zero_rows
+        R._without_zero_rows = keep if computed else (lambda m: 0)
+        try:
+            assert R.table_row_scatters(model, "ei", "s", "k", nodes, 2, max(real, 1)) == 1
+        finally:
+            R._without_zero_rows = keep
+        concats = [n for n in model.graph.node if n.op_type == "Concat"
+                   and n.name.endswith(R._ZERO_ROW) and "msg" in n.input[:1]]
+        # (kept: the Concat form, or x with no fewer rows than the edges)
+        assert bool(concats) == (not computed or nodes >= edges)
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+        names = {i.name for i in model.graph.input}
+        got[computed] = sess.run(["out"], {k: v for k, v in feed.items() if k in names})[0]
+    np.testing.assert_array_equal(got[True], got[False])  # (NaNs equal too)
+    msg = x[ei[0]] + (table[code] if relu_add else 0)
+    msg = np.maximum(msg, 0) if relu_add else msg
+    ref = np.zeros((nodes, width), np.float64)
+    np.add.at(ref, ei[1, :real], msg[:real].astype(np.float64))
+    np.testing.assert_allclose(got[True][:nodes - 1], ref[:nodes - 1].astype(np.float32),
+                               rtol=1e-5, atol=1e-5)
