@@ -730,6 +730,30 @@ def test_batcher_waits_at_most_max_delay_and_merges_what_arrives_meanwhile():
     b.close(5)
 
 
+def test_the_batcher_is_woken_for_a_first_request_or_a_full_merge_only():
+    # a request arriving while the worker waits out max_delay does not wake it (it would
+    # take the GIL only to wait again: once more a request, at 8 clients of one molecule)
+    pred = _Doubler(graphs_per_call=100)
+    b = DynamicBatcher(pred, max_delay_s=0.2)
+    woken, notify = [], b.cond.notify
+    b.cond.notify = lambda n=1: woken.append(n) or notify(n)
+    out = []
+    threads = [threading.Thread(target=lambda k=k: out.append(b.submit([{"id": k}])))
+               for k in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(out) == [[0], [2], [4], [6], [8]] and pred.merged == [5]
+    assert len(woken) == 1
+    pred.gate.clear()  # a request not answered in time: its TimeoutError, the next answered
+    with pytest.raises(TimeoutError, match="no answer within 0.05 s"):
+        b.submit([{"id": 1}], timeout=0.05)
+    pred.gate.set()
+    assert b.submit([{"id": 3}], timeout=10) == [6]
+    b.close(5)
+
+
 # -- a .pt2 ladder (two AOTInductor compiles): CI's extended step --------------------------
 
 @pytest.mark.slow
