@@ -20,6 +20,17 @@ molecules) and one one-budget artifact per rung budget (the same padded calls). 
 
 Each figure is the median of ``--rounds`` interleaved rounds; the machine's load is
 printed beside them (the ratios are from one process, measured side by side).
+
+    python benchmarks/bench_onnx_ladder.py --ab BEFORE.onnx AFTER.onnx [--rounds 9]
+
+instead compares two artifacts of the same model and budget (e.g. written by two
+checkouts of ``export``, ``bench_serve``'s ``Budget.fit(data, 300)`` with
+``example=data[:8]``) on the same requests of 256 molecules in interleaved rounds, next to
+eager PyG: ``predict`` wall and CPU time, on two request sets, the data's slices in file
+order and random draws (``bench_serve``'s two sets), and the programs alone on each
+set's first padded call. The artifacts must be exported from the model this script
+builds (``--hidden``/``--layers``, ``torch.manual_seed(0)``): their predictions are
+checked against eager PyG's.
 """
 import argparse
 import os
@@ -78,8 +89,54 @@ def _plain_session(path, threads):
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
+def _ab(args, data, model):
+    """``--ab BEFORE AFTER``: the two artifacts and eager PyG on the same requests."""
+    import random
+
+    from torch_geometric.data import Batch
+
+    before, after = (serve.load(p, threads=args.threads) for p in args.ab)
+    rng = random.Random(0)
+    sets = {"ordered slices": [data[i:i + 256] for i in range(0, len(data) - 255, 256)],
+            "random draws": [[data[rng.randrange(len(data))] for _ in range(256)]
+                             for _ in range(12)]}
+
+    def eager(graphs):
+        b = Batch.from_data_list(graphs)
+        with torch.no_grad():
+            return model(b.x, b.edge_index, b.edge_attr, b.batch)
+    for name, reqs in sets.items():
+        feeds = [[{k: d[k].numpy() for k in KEYS} for d in r] for r in reqs]
+        ref = eager(reqs[0]).numpy().reshape(-1)
+        for p in (before, after):
+            np.testing.assert_allclose(np.stack(p.predict(feeds[0])).reshape(-1), ref,
+                                       rtol=1e-4, atol=1e-3)
+        calls = [len(before.plan(before.check(f))) for f in feeds]
+        m = _median_rounds({"eager PyG": (lambda: [eager(r) for r in reqs], 1),
+                            "before": (lambda: [before.predict(f) for f in feeds], 1),
+                            "after": (lambda: [after.predict(f) for f in feeds], 1)},
+                           args.rounds)
+        flat_b, flat_a = before.pack(feeds[0])[0], after.pack(feeds[0])[0]
+        core = _median_rounds({"before": (lambda: before.run_padded(flat_b), 10),
+                               "after": (lambda: after.run_padded(flat_a), 10)}, args.rounds)
+        ew, ec = m["eager PyG"]
+        print(f"\n{name}: {len(reqs)} requests of 256, {np.mean(calls):.3f} calls a request "
+              f"(median of {args.rounds} rounds; {_load_avg()})")
+        for k in ("before", "after"):
+            w, c = m[k]
+            print(f"  predict {k:6s} {w / len(reqs) * 1e3:7.3f} ms wall / {c / len(reqs) * 1e3:7.3f}"
+                  f" ms CPU a request: {ew / w:.2f}x / {ec / c:.2f}x eager PyG; program alone "
+                  f"{core[k][0] * 1e3:6.3f} / {core[k][1] * 1e3:6.3f} ms a call")
+        print(f"  after / before: predict {m['after'][0] / m['before'][0]:.3f}x wall, "
+              f"{m['after'][1] / m['before'][1]:.3f}x CPU; program "
+              f"{core['after'][0] / core['before'][0]:.3f}x wall, "
+              f"{core['after'][1] / core['before'][1]:.3f}x CPU")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
+    ap.add_argument("--ab", nargs=2, metavar=("BEFORE", "AFTER"), default=None,
+                    help="two .onnx artifacts of this model and one budget: predict A/B")
     ap.add_argument("--limit", type=int, default=3000)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--layers", type=int, default=4)
@@ -89,7 +146,10 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     data, _ = load_nci5k(limit=args.limit)
     torch.manual_seed(0)
-    wrapped = ipu_wrap(build_model("gine", hidden=args.hidden, layers=args.layers).eval())
+    model = build_model("gine", hidden=args.hidden, layers=args.layers).eval()
+    if args.ab:
+        return _ab(args, data, model)
+    wrapped = ipu_wrap(model)
     tmp = tempfile.mkdtemp(prefix="bench_onnx_ladder_")
     print(f"{len(data)} molecules, GINE {args.layers} x {args.hidden}, {args.threads} "
           f"onnxruntime thread(s); {_load_avg()}")

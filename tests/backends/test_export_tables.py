@@ -80,6 +80,8 @@ def test_edge_sums_read_tables_and_match_eager_with_hubs_at_1_2_4_threads(tmp_pa
     # GIN's edge rows are x_j: the padding slots' zero row is a zero row of x gathered
     # with them, not a Concat of the edge rows (test_the_padding_slots_zero_row_...)
     assert [r.op_type for r in _slot_rows(proto)] == ["Gather", "Gather"]
+    # and no shape the exporter wrote is stale (the edge rows grew by that row)
+    onnx.shape_inference.infer_shapes(proto, strict_mode=True)
     # hubs past the width spill; enough of them in one request to need several calls
     requests = _graphs(3 * capacity, seed=2, hub=width + 4)
     ref = _eager(model, requests)

@@ -589,19 +589,22 @@ class _ZeroRows:
                     return False
         return sum(r is reader for r in self.readers.get(name, [])) == 1
 
-    def plan(self, name: str, reader: Any, rows: int) -> Optional[List[Tuple[Any, int]]]:
+    def plan(self, name: str, reader: Any, rows: int, values: List[str]
+             ) -> Optional[List[Tuple[Any, int]]]:
         """``[(gather, rows of its data)]``: the ``Gather``s whose data and index get a
         zero row so that ``name`` (``rows`` rows, read by ``reader`` alone) gets one more
         row, exactly ``+0``; ``None`` where it cannot (another reader, another op, a
-        broadcast, a data tensor no smaller than ``rows``)."""
+        broadcast, a data tensor no smaller than ``rows``). ``values``: the values that
+        grow (``name`` and those it is computed from) are added to it."""
         node = self.producers.get(name)
         if node is None or not self._only_reader(name, reader) or self._static(name) is None \
                 or self._static(name)[0] != rows:
             return None
+        values.append(name)
         if node.op_type in _ZERO_KEEPING:
             out: List[Tuple[Any, int]] = []
             for x in node.input:
-                got = self.plan(x, node, rows)
+                got = self.plan(x, node, rows, values)
                 if got is None:
                     return None
                 out += got
@@ -670,14 +673,17 @@ def _without_zero_rows(model: Any) -> int:
     graph = model.graph
     z = _ZeroRows(model)
     rename: Dict[str, str] = {}
+    grown: Set[str] = set()
     for node in graph.node:
         if node.op_type != "Concat" or not node.name.endswith(_ZERO_ROW):
             continue
         rows = z._static(node.input[0])
-        gathers = z.plan(node.input[0], node, rows[0]) if rows else None
+        values: List[str] = []
+        gathers = z.plan(node.input[0], node, rows[0], values) if rows else None
         if gathers is None:
             continue
         z.apply(gathers)
+        grown.update(values)
         rename[node.output[0]] = node.input[0]
         for r in z.readers.get(node.output[0], []):  # (the rows now are E + 1 long)
             z.readers.setdefault(node.input[0], []).append(r)
@@ -686,6 +692,11 @@ def _without_zero_rows(model: Any) -> int:
     kept = [n for n in graph.node if n.output[0] not in rename]
     for n in kept:
         n.input[:] = [rename.get(x, x) for x in n.input]
+    # the exporter's shapes of the values that grew by a row are stale (onnxruntime warns
+    # of each at load): left to shape inference
+    stale = [v for v in graph.value_info if v.name in grown]
+    for v in stale:
+        graph.value_info.remove(v)
     del graph.node[:]
     graph.node.extend(_topological(graph, z.new_nodes + kept))
     drop_dead_nodes(graph)
