@@ -7,15 +7,17 @@ Five rewrites at two pass points (inductor has one slot per point, so one
 bond features, becomes one product of the raw features), then
 :func:`project_embedding_tables` (below).
 After autograd (``post_grad_custom_post_pass``, on the ATen graphs inductor
-lowers): :func:`transpose_thin_matmuls`, :func:`dedupe_pure_ops` (an inference
+lowers): :func:`project_before_aggregate` (a narrowing linear layer of a sum or
+mean aggregation, GraphSAGE's last layer, projects the rows before they are
+gathered and summed: fewer channels an edge), :func:`transpose_thin_matmuls`, :func:`dedupe_pure_ops` (an inference
 graph's per-layer copies of one computation, GCN's ``gcn_norm``, computed once)
 and :func:`realize_recomputed_values` (a value that inductor's fused loops would
 recompute per edge or per vector is stored once, GCN's normalisation). Each is
 described at its definition; the embedding-table projection here.
 
 One module a rewrite (:mod:`.compose_linears`, :mod:`.embedding_tables`,
-:mod:`.thin_matmuls`, :mod:`.dedupe`, :mod:`.realize`), their shared FX helpers
-in ``_graph``; this package holds the two passes that run them and the version
+:mod:`.project_aggregate`, :mod:`.thin_matmuls`, :mod:`.dedupe`, :mod:`.realize`),
+their shared FX helpers in ``_graph``; this package holds the two passes that run them and the version
 numbers inductor's cache keys follow.
 """
 from __future__ import annotations
@@ -29,6 +31,8 @@ from ._graph import LINEAR, example_value  # noqa: F401  (R._LINEAR, R._value: t
 from .compose_linears import compose_linears, compose_linears_rule
 from .dedupe import CSE_VERSION, dedupe_pure_ops
 from .embedding_tables import project_embedding_tables
+from . import project_aggregate as _project
+from .project_aggregate import project_before_aggregate
 from .realize import REALIZE_VERSION, realize_recomputed_values
 from .thin_matmuls import (THIN_MIN_ROWS, THIN_WIDTHS, THIN_VERSION, thin_matmul_rule,
                            transpose_thin_matmuls)
@@ -36,7 +40,8 @@ from .thin_matmuls import (THIN_MIN_ROWS, THIN_WIDTHS, THIN_VERSION, thin_matmul
 __all__ = ["project_embedding_tables", "project_embedding_tables_pass",
            "transpose_thin_matmuls", "thin_matmul_rule", "transpose_thin_matmuls_pass",
            "compose_linears", "compose_linears_rule", "realize_recomputed_values",
-           "dedupe_pure_ops", "PASS_VERSION", "THIN_WIDTHS", "THIN_MIN_ROWS"]
+           "dedupe_pure_ops", "project_before_aggregate", "PASS_VERSION", "THIN_WIDTHS",
+           "THIN_MIN_ROWS"]
 
 
 #: Bumped whenever the pre-grad rewrites (:func:`compose_linears`, then
@@ -83,11 +88,13 @@ def project_embedding_tables_pass() -> Any:
 def _thin_pass_class() -> type:
     return _counting_pass(
         "TransposeThinMatmuls",
-        ("transpose_thin_matmuls", "dedupe_pure_ops", "realize_recomputed_values"),
+        ("project_before_aggregate", "transpose_thin_matmuls", "dedupe_pure_ops",
+         "realize_recomputed_values"),
         lambda: (f"graph_adapter.TransposeThinMatmuls.v{THIN_VERSION}"
                  f".{THIN_WIDTHS.start}-{THIN_WIDTHS.stop}.{THIN_MIN_ROWS}"
-                 f".realize{REALIZE_VERSION}.cse{CSE_VERSION}"),
-        "Inductor's ``post_grad_custom_post_pass``: :func:`transpose_thin_matmuls`, "
+                 f".realize{REALIZE_VERSION}.cse{CSE_VERSION}.{_project.project_key()}"),
+        "Inductor's ``post_grad_custom_post_pass``: :func:`project_before_aggregate` "
+        "(its new product may be thin), :func:`transpose_thin_matmuls`, "
         ":func:`dedupe_pure_ops`, then :func:`realize_recomputed_values`.")
 
 

@@ -1,0 +1,129 @@
+"""graph_adapter.backends.inductor.rewrites.project_aggregate: ``mm(aggregate(x[src]), W)``
+with fewer output than input channels becomes ``aggregate((x @ W)[src])`` (sum or mean,
+PyG's scatter form), outputs kept; left alone where the aggregate is read elsewhere or
+the product widens; the post-grad pass runs it and keys inductor's cache by it."""
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graph_adapter.backends.inductor.rewrites import project_aggregate as P
+from graph_adapter.backends.inductor.rewrites import transpose_thin_matmuls_pass
+
+ATEN = torch.ops.aten
+
+
+def _graph(fn, *inputs):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, tracing_mode="fake")(*inputs)
+
+
+def _aggregate(x, src, dst, n, mean, select):
+    """PyG's ``scatter(x[src], dst, reduce="sum" | "mean")`` as its ATen ops."""
+    e, c = src.numel(), x.size(1)
+    rows = x.index_select(0, src) if select else x[src]
+    s = x.new_zeros(n, c).scatter_add(0, dst.view(-1, 1).expand(e, c), rows)
+    if not mean:
+        return s
+    cnt = x.new_zeros(n).scatter_add(0, dst, x.new_ones(e)).clamp(min=1)
+    return s / cnt.view(-1, 1).expand(n, c)
+
+
+def _scatter_widths(gm):
+    return sorted(int(node.meta["val"].shape[1]) for node in gm.graph.nodes
+                  if node.target is ATEN.scatter_add.default and node.meta["val"].dim() == 2)
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(1, 30), e=st.integers(0, 60), c=st.integers(1, 24), k=st.integers(1, 24),
+       mean=st.booleans(), select=st.booleans(), bias=st.booleans(), seed=st.integers(0, 99))
+def test_projected_where_it_narrows_and_equal(n, e, c, k, mean, select, bias, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, c, dtype=torch.float64, generator=g)
+    src = torch.randint(0, n, (e,), generator=g)
+    dst = torch.randint(0, n, (e,), generator=g)
+    w = torch.randn(k, c, dtype=torch.float64, generator=g)
+    b = torch.randn(k, dtype=torch.float64, generator=g)
+
+    def fn(x, src, dst, w, b):
+        a = _aggregate(x, src, dst, n, mean, select)
+        return torch.addmm(b, a, w.t()) if bias else torch.mm(a, w.t())
+
+    gm = _graph(fn, x, src, dst, w, b)
+    want = 1 if k < c else 0
+    assert P.project_before_aggregate(gm.graph) == want
+    gm.recompile()
+    if want:  # the rows are gathered and summed k wide, never c wide
+        assert c not in _scatter_widths(gm) and k in _scatter_widths(gm)
+    torch.testing.assert_close(gm(x, src, dst, w, b), fn(x, src, dst, w, b))
+    assert P.project_before_aggregate(gm.graph) == 0  # never twice
+
+
+def test_left_alone_where_the_aggregate_is_read_elsewhere():
+    # a training forward keeps the aggregate for the weight's gradient: projecting would
+    # compute both
+    x, w = torch.randn(10, 16), torch.randn(4, 16)
+    src, dst = torch.randint(0, 10, (30,)), torch.randint(0, 10, (30,))
+
+    def fn(x, src, dst, w):
+        a = _aggregate(x, src, dst, 10, True, False)
+        return torch.mm(a, w.t()), a
+
+    gm = _graph(fn, x, src, dst, w)
+    assert P.project_before_aggregate(gm.graph) == 0
+
+    def not_zeros(x, src, dst, w):  # a scatter into x itself, not into zeros
+        s = x.scatter_add(0, dst.view(-1, 1).expand(30, 16), x[src])
+        return torch.mm(s, w.t())
+
+    gm = _graph(not_zeros, x, src, dst, w)
+    assert P.project_before_aggregate(gm.graph) == 0
+
+
+def test_switch_and_cache_key(monkeypatch):
+    x, w = torch.randn(10, 16), torch.randn(4, 16)
+    src, dst = torch.randint(0, 10, (30,)), torch.randint(0, 10, (30,))
+    gm = _graph(lambda x, s, d, w: torch.mm(_aggregate(x, s, d, 10, True, False), w.t()),
+                x, src, dst, w)
+    on = str(transpose_thin_matmuls_pass().uuid())
+    monkeypatch.setattr(P, "PROJECT_AGGREGATES", False)
+    assert P.project_before_aggregate(gm.graph) == 0
+    off = str(transpose_thin_matmuls_pass().uuid())
+    assert on != off and f"project{P.PROJECT_VERSION}" in on and "project-off" in off
+    # the post-grad pass runs it (on again)
+    monkeypatch.setattr(P, "PROJECT_AGGREGATES", True)
+    p = transpose_thin_matmuls_pass()
+    p(gm.graph)
+    assert p.rewritten >= 1 and 16 not in _scatter_widths(gm)
+
+
+@pytest.mark.extended
+def test_compiled_sage_inference_equal_and_projected():
+    # PyG's SAGEConv 32 -> 4 (mean): its inference graph is rewritten, outputs as eager
+    from torch_geometric.nn import SAGEConv
+
+    import graph_adapter as ga
+
+    torch.manual_seed(0)
+    conv = SAGEConv(32, 4).eval()
+    x, ei = torch.randn(50, 32), torch.randint(0, 50, (2, 200))
+    counts = []
+    orig = P.project_before_aggregate
+
+    def counting(graph):
+        counts.append(orig(graph))
+        return counts[-1]
+
+    import graph_adapter.backends.inductor.rewrites as R
+    R.project_before_aggregate = counting
+    try:
+        torch._dynamo.reset()
+        with torch.no_grad():
+            got = torch.compile(conv, backend="inductor", fullgraph=True,
+                                options=ga.backends.inductor.cpu_settings.config_patches(
+                                    cpu_inference=True) | {"fx_graph_cache": False})(x, ei)
+    finally:
+        R.project_before_aggregate = orig
+    assert sum(counts) == 1
+    torch.testing.assert_close(got, conv(x, ei), rtol=1e-5, atol=1e-5)
