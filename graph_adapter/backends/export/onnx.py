@@ -22,8 +22,8 @@ from .checks import Case, check_cases, max_diff
 from .contract import updated
 from .errors import UnsupportedExportError
 from .ladder import rung_batches
-from .onnx_rewrites import (combine_table_lookups, deterministic_row_scatters, ladder_model,
-                            table_row_scatters)
+from .onnx_rewrites import (combine_table_lookups, deterministic_row_scatters,
+                            drop_unread_initializers, ladder_model, table_row_scatters)
 from .trace import Inference, rewritten_program, trace
 
 __all__ = ["CHECK_THREADS", "CHECK_RUNS", "ONNX_RUNG_INPUT", "onnx_session", "onnx_node_layer",
@@ -282,6 +282,7 @@ def _onnx_proto(ep: Any, rewrite: bool, tables: Optional[Tuple[int, int, int, in
                                   ONNX_TABLE_INPUTS[SPILL], *tables[1:])
     deterministic_row_scatters(proto, (user[batch],) if batch is not None and user[batch]
                                else ())
+    drop_unread_initializers(proto.graph)
     return proto, user + ((ONNX_TABLE_INPUTS[SLOTS], ONNX_TABLE_INPUTS[SPILL]) if done else ())
 
 

@@ -39,7 +39,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 __all__ = ["deterministic_row_scatters", "scatter_rows_as_scatter_nd", "drop_dead_nodes",
-           "ladder_model", "table_row_scatters", "combine_table_lookups"]
+           "drop_unread_initializers", "ladder_model", "table_row_scatters",
+           "combine_table_lookups"]
 
 #: the shape constant of the ``[-1, 1]`` row index the rewrite adds (one per model)
 _ROW_INDEX_SHAPE = "graph_adapter_row_index_shape"
@@ -133,6 +134,23 @@ def drop_dead_nodes(graph: Any) -> int:
     if removed:
         del graph.node[:]
         graph.node.extend(reversed(keep))
+    return removed
+
+
+def drop_unread_initializers(graph: Any) -> int:
+    """Remove the initializers of ``graph`` that no node (nor a subgraph) reads and no graph
+    output or input names: the tables a rewrite replaced, the exporter's leftovers
+    (onnxruntime warns of each at every load; the file holds them for nothing). Returns
+    how many."""
+    read: Set[str] = {o.name for o in graph.output} | {i.name for i in graph.input}
+    for node in graph.node:
+        read.update(node.input)
+        read.update(_subgraph_reads(node))
+    kept = [i for i in graph.initializer if i.name in read]
+    removed = len(graph.initializer) - len(kept)
+    if removed:
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
     return removed
 
 
