@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
+from socketserver import StreamRequestHandler
 
 import numpy as np
 import pytest
@@ -51,10 +52,12 @@ class _Summer:
 
 
 class _StdlibHandler(srv._Handler):
-    """The handler as it was: the standard library's request parsing, and the answer
-    written by ``send_response`` / ``send_header`` / ``end_headers``, then the body."""
+    """The handler as it was: the standard library's request parsing and socket set-up,
+    and the answer written by ``send_response`` / ``send_header`` / ``end_headers``, then
+    the body."""
 
     parse_request = BaseHTTPRequestHandler.parse_request
+    setup = StreamRequestHandler.setup  # (the socket's timeout kept by Python)
 
     def _send(self, code, doc, raw=None):
         body = raw if raw is not None else srv._json_dumps(doc)
@@ -310,3 +313,28 @@ def test_the_date_header_is_the_time_of_the_answer(servers):
                                                                    body=b"")))[0]
     stamp = parsedate_to_datetime(headers["Date"]).timestamp()
     assert int(before) <= stamp <= time.time()
+
+
+def test_a_stalled_or_idle_client_is_dropped_after_the_timeout(servers, monkeypatch):
+    lean = servers[0]
+    monkeypatch.setattr(srv._Handler, "timeout", 0.3)
+    before = lean.counters["disconnected"]
+    stalled = socket.create_connection(("127.0.0.1", lean.port), timeout=10)
+    idle = socket.create_connection(("127.0.0.1", lean.port), timeout=10)
+    try:
+        t0 = time.monotonic()
+        stalled.sendall(_request()[:-5])  # the body less its last bytes, then silence
+        idle.sendall(_request())  # answered, then nothing more: kept alive until the timeout
+        got = b""
+        while True:
+            chunk = idle.recv(1 << 16)
+            if not chunk:
+                break
+            got += chunk
+        assert [a[0] for a in _responses(got)] == [200]
+        assert stalled.recv(1 << 16) == b""  # dropped without an answer
+        assert time.monotonic() - t0 < 5
+        assert lean.counters["disconnected"] == before + 1
+    finally:
+        stalled.close()
+        idle.close()
