@@ -586,7 +586,7 @@ class _ZeroRows:
         self.done: Dict[Tuple[str, ...], str] = {}
         self.numpy_helper = numpy_helper
 
-    def _static(self, name: str) -> Optional[List[int]]:
+    def static_shape(self, name: str) -> Optional[List[int]]:
         t = self.types.get(name)
         dims = [d.dim_value for d in t.shape.dim] if t is not None and t.HasField("shape") \
             else None
@@ -615,8 +615,8 @@ class _ZeroRows:
         broadcast, a data tensor no smaller than ``rows``). ``values``: the values that
         grow (``name`` and those it is computed from) are added to it."""
         node = self.producers.get(name)
-        if node is None or not self._only_reader(name, reader) or self._static(name) is None \
-                or self._static(name)[0] != rows:
+        if node is None or not self._only_reader(name, reader) or self.static_shape(name) is None \
+                or self.static_shape(name)[0] != rows:
             return None
         values.append(name)
         if node.op_type in _ZERO_KEEPING:
@@ -629,7 +629,7 @@ class _ZeroRows:
             return out
         if node.op_type != "Gather":
             return None
-        index, data = self._static(node.input[1]), self._static(node.input[0])
+        index, data = self.static_shape(node.input[1]), self.static_shape(node.input[0])
         if index is None or len(index) != 1 or data is None \
                 or _attrs(node).get("axis", 0) not in (0, -len(data)):  # (rows: axis 0)
             return None
@@ -660,7 +660,7 @@ class _ZeroRows:
                         np.concatenate([t, np.zeros((1,) + t.shape[1:], t.dtype)]), name))
                     return name
                 t = self.types[data]
-                zero = np.zeros([1] + self._static(data)[1:],
+                zero = np.zeros([1] + self.static_shape(data)[1:],
                                 helper.tensor_dtype_to_np_dtype(t.elem_type))
                 self.graph.initializer.append(nh.from_array(zero, f"{name}_value"))
                 self.new_nodes.append(helper.make_node("Concat", [data, f"{name}_value"], [name],
@@ -695,7 +695,7 @@ def _without_zero_rows(model: Any) -> int:
     for node in graph.node:
         if node.op_type != "Concat" or not node.name.endswith(_ZERO_ROW):
             continue
-        rows = z._static(node.input[0])
+        rows = z.static_shape(node.input[0])
         values: List[str] = []
         gathers = z.plan(node.input[0], node, rows[0], values) if rows else None
         if gathers is None:
