@@ -25,7 +25,8 @@ printed beside them (the ratios are from one process, measured side by side).
 
 instead compares two artifacts of the same model and budget (e.g. written by two
 checkouts of ``export``, ``bench_serve``'s ``Budget.fit(data, 300)`` with
-``example=data[:8]``) on the same requests of 256 molecules in interleaved rounds, next to
+``example=data[:8]``: ``--write-one PATH [--checkout DIR]`` writes that artifact with this
+checkout's ``export``, or DIR's, e.g. ``git archive`` of an older commit) on the same requests of 256 molecules in interleaved rounds, next to
 eager PyG: ``predict`` wall and CPU time, on two request sets, the data's slices in file
 order and random draws (``bench_serve``'s two sets), and the programs alone on each
 set's first padded call. The artifacts must be exported from the model this script
@@ -89,6 +90,37 @@ def _plain_session(path, threads):
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
+#: ``--write-one``: bench_serve's one-budget ONNX artifact, exported by the checkout in
+#: argv[1] (its own ``graph_adapter``), the model built as this script builds it
+_WRITE_ONE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch
+from graph_adapter.app.datasets import load_nci5k
+from graph_adapter.app.models import build_model
+from graph_adapter.backends.export import export
+from graph_adapter.batching import Budget
+from graph_adapter.nn import ipu_wrap
+torch.set_num_threads(1)
+data, _ = load_nci5k()
+torch.manual_seed(0)
+model = build_model("gine", hidden=int(sys.argv[3]), layers=int(sys.argv[4])).eval()
+export(ipu_wrap(model).eval(), Budget.fit(data, 300), sys.argv[2], format="onnx",
+       example=data[:8])
+"""
+
+
+def _write_one(args):
+    """``--write-one PATH [--checkout DIR]``: the artifact, in a process of its own."""
+    import subprocess
+
+    root = os.path.abspath(args.checkout or os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    subprocess.run([sys.executable, "-c", _WRITE_ONE, root, os.path.abspath(args.write_one),
+                    str(args.hidden), str(args.layers)], check=True, cwd=root)
+    print(f"wrote {args.write_one} with the export of {root}")
+
+
 def _ab(args, data, model):
     """``--ab BEFORE AFTER``: the two artifacts and eager PyG on the same requests."""
     import random
@@ -137,12 +169,19 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--ab", nargs=2, metavar=("BEFORE", "AFTER"), default=None,
                     help="two .onnx artifacts of this model and one budget: predict A/B")
+    ap.add_argument("--write-one", default=None, metavar="PATH",
+                    help="write bench_serve's one-budget .onnx (Budget.fit(data, 300), "
+                         "example=data[:8]) to PATH and stop")
+    ap.add_argument("--checkout", default=None, metavar="DIR",
+                    help="with --write-one: export with DIR's graph_adapter (a checkout)")
     ap.add_argument("--limit", type=int, default=3000)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=9)
     args = ap.parse_args(argv)
+    if args.write_one:
+        return _write_one(args)
     torch.set_num_threads(args.threads)
     data, _ = load_nci5k(limit=args.limit)
     torch.manual_seed(0)

@@ -587,6 +587,7 @@ class _ZeroRows:
         self.numpy_helper = numpy_helper
 
     def static_shape(self, name: str) -> Optional[List[int]]:
+        """The dims of value ``name`` when shape inference knows them all (else ``None``)."""
         t = self.types.get(name)
         dims = [d.dim_value for d in t.shape.dim] if t is not None and t.HasField("shape") \
             else None
