@@ -28,9 +28,10 @@ and the parts of the adapter's pass, each alone over the same batches:
 
 ``--options JSON`` adds a row compiled with those inductor options (no loss).
 ``--unprojected`` adds the row ``adapter, unprojected``: the demo's inference compiled
-without the post-grad rewrite that projects before an aggregation
-(:mod:`graph_adapter.backends.inductor.rewrites.project_aggregate`), its
-before/after in one process.
+without the post-grad rewrites that project before an aggregation
+(:mod:`graph_adapter.backends.inductor.rewrites.project_aggregate`) and merge thin
+products of one operand (:mod:`~graph_adapter.backends.inductor.rewrites.shared_left`),
+their before/after in one process.
 Where the demo's test loader carries aggregation tables (``INFER_LAYOUT``), the
 row ``adapter, no tables`` runs the same batches without them (PyG's scatter
 path, a compile of its own), and ``--in-width D`` adds a row whose tables have
@@ -90,7 +91,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
                     help="also time a second compile with these inductor options (JSON)")
     ap.add_argument("--verbose", action="store_true", help="print every round's times")
     ap.add_argument("--unprojected", action="store_true",
-                    help="also time a compile without the project-before-aggregate rewrite")
+                    help="also time a compile without the project-before-aggregate and "
+                         "shared-operand rewrites")
     ap.add_argument("--nodes", type=int, default=0, help="graph size (0: the demo's default)")
     ap.add_argument("--layout", default="demo", choices=["demo", "none", "hyb"],
                     help="the test loader's tables (demo: node.INFER_LAYOUT)")
@@ -234,14 +236,15 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
         big_info += (f"; tables: widths {g.test_loader.layout_widths}, spills "
                      f"{g.test_loader.layout_spills}")
     if args.unprojected:
-        from graph_adapter.backends.inductor.rewrites import project_aggregate
+        from graph_adapter.backends.inductor.rewrites import project_aggregate, shared_left
 
         unprojected = inference_model(wrapped, args.backend, None)
-        project_aggregate.PROJECT_AGGREGATES = False  # read (and keyed) at the compile
+        # read (and keyed) at the compile, which the first call runs
+        project_aggregate.PROJECT_AGGREGATES = shared_left.MERGE_SHARED_LEFT = False
         try:
             ours_pass(seeded, unprojected)()
         finally:
-            project_aggregate.PROJECT_AGGREGATES = True
+            project_aggregate.PROJECT_AGGREGATES = shared_left.MERGE_SHARED_LEFT = True
         rows["adapter, unprojected"] = ours_pass(seeded, unprojected)
     if args.options:
         import json

@@ -52,6 +52,9 @@ def test_left_alone_for_other_operands_and_switch(monkeypatch):
     w1, w2 = torch.randn(8, 16), torch.randn(8, 16)
     gm = _graph(lambda x, y, a, b: torch.mm(x, a.t()) + torch.mm(y, b.t()), x, y, w1, w2)
     assert S.merge_shared_left_mms(gm.graph) == 0
+    # products that are graph outputs keep their own (contiguous) buffers
+    gm = _graph(lambda x, a, b: (torch.mm(x, a.t()), torch.mm(x, b.t())), x, w1, w2)
+    assert S.merge_shared_left_mms(gm.graph) == 0
     fn = lambda x, a, b: torch.mm(x, a.t()) + torch.mm(x, b.t())  # noqa: E731
     on = str(transpose_thin_matmuls_pass().uuid())
     monkeypatch.setattr(S, "MERGE_SHARED_LEFT", False)

@@ -24,8 +24,9 @@ from .thin_matmuls import THIN_WIDTHS
 __all__ = ["merge_shared_left_mms", "SHARED_VERSION", "SHARED_MAX_WIDTH", "MERGE_SHARED_LEFT",
            "shared_key"]
 
-#: Bumped whenever :func:`merge_shared_left_mms` changes what it rewrites.
-SHARED_VERSION = 1
+#: Bumped whenever :func:`merge_shared_left_mms` changes what it rewrites (2: graph
+#: outputs left alone).
+SHARED_VERSION = 2
 #: The merged product's widest output (sum of the merged widths).
 SHARED_MAX_WIDTH = 64
 #: Off: :func:`merge_shared_left_mms` rewrites nothing (read when a graph is compiled,
@@ -46,10 +47,12 @@ def _val(node: object) -> Optional[torch.Tensor]:
 
 
 def _thin_mm(node: fx.Node, x: fx.Node) -> bool:
-    """A CPU float ``mm(x, w)`` whose output width is thin."""
+    """A CPU float ``mm(x, w)`` whose output width is thin and that is no graph output."""
     if node.op != "call_function" or node.target is not _ATEN.mm.default \
             or len(node.args) != 2 or node.kwargs or node.args[0] is not x:
         return False
+    if any(u.op == "output" for u in node.users):
+        return False  # a graph output keeps its contiguous layout (a slice would not)
     out, w = _val(node), _val(node.args[1])
     return out is not None and w is not None and out.dim() == 2 and w.dim() == 2 \
         and out.device.type == "cpu" and out.dtype in (torch.float32, torch.float64) \
