@@ -75,6 +75,19 @@ on CPU"), and one reading (4):
    run before 12's rewrites in the same pass slot): ATen's CPU ``addmm`` copies
    the bias (or, chained, a whole product) into its output first.
 
+14. **A narrowing linear layer of a sum or mean aggregation projects before it, and
+   thin products of one operand are one product** (same pass slot as 12, before its
+   rewrites: :func:`~graph_adapter.backends.inductor.rewrites.project_before_aggregate`,
+   :func:`~graph_adapter.backends.inductor.rewrites.merge_shared_left_mms`): the node
+   demo's last GraphSAGE layer gathers and sums 8 channels an edge instead of 64, and
+   its two ``[N, 64] x [64, 8]`` products become one ``[64, 16]`` product. Compiled
+   node-demo inference at 1 thread 1.70x -> 2.24x eager PyG (load 3,
+   ``benchmarks/bench_node_inference.py --unprojected``). Inference graphs only in
+   practice (a training forward keeps the aggregate for its gradient, and is left
+   alone); no graph of the models table matches. Off:
+   ``rewrites.project_aggregate.PROJECT_AGGREGATES`` /
+   ``rewrites.shared_left.MERGE_SHARED_LEFT`` set to False before compiling.
+
 Tried for the cold compile and not set (``docs/benchmarks.md``, "Where a first
 step goes"): ``cpp_wrapper`` for training graphs (gcc summed 71 -> 50 s under
 load, but steady training 0.94x), kernels at ``-O2`` (no cold gain measured).
@@ -85,8 +98,8 @@ what is stored between the passes and which kernel adds change (an
 ``options`` override them (``options={"joint_custom_post_pass": None}``
 turns 1 off, ``options={"pre_grad_custom_pass": None}`` turns 5 off (both of
 its rewrites), ``options={"cpp_wrapper": False}`` turns 6 off,
-``options={"post_grad_custom_post_pass": None}`` turns 12 and 13 off (its
-four rewrites)).
+``options={"post_grad_custom_post_pass": None}`` turns 12, 13 and 14 off (its
+six rewrites)).
 """
 from __future__ import annotations
 
