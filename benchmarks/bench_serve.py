@@ -18,9 +18,11 @@ process) and the ratio to eager PyG, p50 latency of one molecule, artifact size 
 time. Ratios are from one process, measured side by side; the machine's load is printed.
 
 ``sizes``: requests of 1, 16 and 256 molecules and a mixed-size stream (sizes drawn from
-1..256, most small), each answered by eager PyG, the one-budget artifacts (fitted for 300
-graphs a call) and the ladder artifacts (``export(..., ladder=True, max_nodes=, max_edges=)``
-for the data's largest molecule), interleaved: molecules/s, p50 and p99 per request.
+1..256, most small), and "256 ordered", the data's slices of 256 in file order (the
+programs part times the same two sets of 256: random draws and ordered slices), each
+answered by eager PyG, the one-budget artifacts (fitted for 300 graphs a call) and the
+ladder artifacts (``export(..., ladder=True, max_nodes=, max_edges=)`` for the data's
+largest molecule), interleaved: molecules/s, p50 and p99 per request.
 ``server``: ``python -m graph_adapter.serve`` in a process of its own (1 thread), 8 client
 threads here posting pre-encoded bodies over keep-alive connections (per-graph JSON lists;
 "256 columnar": JSON columns, flat; "256 npz": ``numpy.savez``), each pass next to the same
@@ -36,6 +38,7 @@ keeps the one-budget exports between runs.
 """
 import argparse
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -126,7 +129,14 @@ def _streams(data, rng):
     def reqs(sizes):
         return [[rng.randrange(n) for _ in range(k)] for k in sizes]
     return {"1": reqs([1] * 200), "16": reqs([16] * 60), "256": reqs([256] * 12),
-            "mixed": reqs(_mixed_sizes(rng, 60))}
+            "mixed": reqs(_mixed_sizes(rng, 60)), "256 ordered": _ordered(data)}
+
+
+def _ordered(data, size=256):
+    """The data's consecutive slices of ``size`` molecules, in file order (a client scoring
+    its file in chunks: neighbours in the file are alike, so a slice's size varies more
+    than a random draw's and some pass the one budget: two calls)."""
+    return [list(range(i, i + size)) for i in range(0, len(data) - size + 1, size)]
 
 
 def _pct(xs, q):
@@ -489,36 +499,45 @@ def main(argv=None):
         torch.set_num_threads(threads)  # serve.load(pt2, threads) sets it too: keep it
         variants = {"eager PyG": (eager, None), "pt2": (preds["pt2"][0].predict, "torch"),
                     "onnx": (preds["onnx"][0].predict, "numpy")}
-        batches = [data[i:i + 256] for i in range(0, min(len(data), 8 * 256), 256)]
-        reqs = {v: [_requests(b, kind) if kind else b for b in batches]
-                for v, (_, kind) in variants.items()}
-        for v, (fn, _) in variants.items():  # warm-up
-            fn(reqs[v][0])
-        # same molecules, same order: the artifacts' predictions equal eager PyG's
-        ref = eager(batches[0]).view(-1)
-        for v in ("pt2", "onnx"):
-            got = torch.stack([torch.as_tensor(p).view(-1) for p in
-                               variants[v][0](reqs[v][0])]).view(-1)
-            assert torch.allclose(got, ref, atol=1e-3, rtol=1e-4), (v, (got - ref).abs().max())
-        calls0 = preds["pt2"][0].calls
-        tot = {v: [0.0, 0.0, 0] for v in variants}
-        for _ in range(args.rounds):
-            for v, (fn, _) in variants.items():
-                for r in reqs[v]:
-                    s = _clock()
-                    fn(r)
-                    w, c = _since(s)
-                    tot[v][0] += w
-                    tot[v][1] += c
-                    tot[v][2] += len(r)
-        print(f"threads {threads}: {(preds['pt2'][0].calls - calls0) / (args.rounds * len(batches)):.2f} "
-              f"padded calls per 256-molecule request")
-        base = tot["eager PyG"]
-        for v, (w, c, n) in tot.items():
-            rows.append(("batch 256", threads, v, n / w, n / c, (n / w) / (base[2] / base[0]),
-                         (n / c) / (base[2] / base[1])))
+        # the sizes part's two sets of 256-molecule requests: random draws (the same
+        # molecules) and the data's slices in file order
+        sets = {name: [[data[i] for i in r] for r in ids] for name, ids in
+                _streams(data, random.Random(0)).items() if name in ("256", "256 ordered")}
+        batches = sets["256 ordered"][:8]  # (the programs alone: as before)
+        for name, reqset in sets.items():
+            reqs = {v: [_requests(b, kind) if kind else b for b in reqset]
+                    for v, (_, kind) in variants.items()}
+            for v, (fn, _) in variants.items():  # warm-up
+                fn(reqs[v][0])
+            # same molecules, same order: the artifacts' predictions equal eager PyG's
+            ref = eager(reqset[0]).view(-1)
+            for v in ("pt2", "onnx"):
+                got = torch.stack([torch.as_tensor(p).view(-1) for p in
+                                   variants[v][0](reqs[v][0])]).view(-1)
+                assert torch.allclose(got, ref, atol=1e-3, rtol=1e-4), (v, (got - ref).abs().max())
+            calls0 = preds["pt2"][0].calls
+            tot = {v: [0.0, 0.0, 0] for v in variants}
+            for _ in range(args.rounds):
+                for v, (fn, _) in variants.items():
+                    for r in reqs[v]:
+                        s = _clock()
+                        fn(r)
+                        w, c = _since(s)
+                        tot[v][0] += w
+                        tot[v][1] += c
+                        tot[v][2] += len(r)
+            label = "batch " + ("256 random" if name == "256" else name)
+            print(f"threads {threads}, {label}: {len(reqset)} requests, "
+                  f"{(preds['pt2'][0].calls - calls0) / (args.rounds * len(reqset)):.2f} "
+                  f"padded calls per request")
+            base = tot["eager PyG"]
+            for v, (w, c, n) in tot.items():
+                rows.append((label, threads, v, n / w, n / c, (n / w) / (base[2] / base[0]),
+                             (n / c) / (base[2] / base[1])))
         # the compiled programs alone: pre-packed calls vs the model on pre-collated batches
         # (what checking, packing and splitting in Python cost is the difference to above)
+        reqs = {v: [_requests(b, kind) if kind else b for b in batches]
+                for v, (_, kind) in variants.items()}
         packed = {v: [preds[v][0].pack(r) for r in reqs[v]] for v in ("pt2", "onnx")}
         collated = [Batch.from_data_list(b) for b in batches]
 
@@ -575,12 +594,11 @@ def main(argv=None):
         for fmt in ("pt2", "onnx"):
             rows.append(("load", threads, fmt, preds[fmt][1] * 1e3, None, None, None))
     print(f"\nload average at end: {os.getloadavg()}")
-    print(f"{'what':<15} {'thr':>3} {'variant':<10} {'value':>12} {'per CPU-s':>10} "
+    print(f"{'what':<20} {'thr':>3} {'variant':<10} {'value':>12} {'per CPU-s':>10} "
           f"{'x eager (wall)':>14} {'x eager (CPU)':>13}")
     for what, thr, v, val, cpu, rw, rc in rows:
-        unit = {"batch 256": "pred/s", "model only": "pred/s", "p50 1 molecule": "ms",
-                "load": "ms"}[what]
-        print(f"{what:<15} {thr:>3} {v:<10} {val:>9.1f} {unit:<2} "
+        unit = {"model only": "pred/s", "p50 1 molecule": "ms", "load": "ms"}.get(what, "pred/s")
+        print(f"{what:<20} {thr:>3} {v:<10} {val:>9.1f} {unit:<2} "
               f"{'' if cpu is None else f'{cpu:.0f}':>10} "
               f"{'' if rw is None else f'{rw:.2f}x':>14} {'' if rc is None else f'{rc:.2f}x':>13}")
     print("p50 rows: 'x eager' is latency / eager PyG's latency (below 1: faster); 'model "
