@@ -35,6 +35,8 @@ from typing import Optional, Tuple
 import torch
 from torch import fx
 
+from ._graph import ATEN, tensor_value
+
 __all__ = ["project_before_aggregate", "PROJECT_VERSION", "PROJECT_AGGREGATES", "project_key"]
 
 #: Bumped whenever :func:`project_before_aggregate` changes what it rewrites
@@ -50,13 +52,6 @@ def project_key() -> str:
     """This rewrite's part of the post-grad pass's ``uuid()``: its version, or off."""
     return f"project{PROJECT_VERSION}" if PROJECT_AGGREGATES else "project-off"
 
-_ATEN = torch.ops.aten
-
-
-def _val(node: object) -> Optional[torch.Tensor]:
-    v = node.meta.get("val") if isinstance(node, fx.Node) else None
-    return v if isinstance(v, torch.Tensor) else None
-
 
 def _only_user(node: fx.Node, user: fx.Node) -> bool:
     return len(node.users) == 1 and next(iter(node.users)) is user
@@ -66,18 +61,18 @@ def _is_zeros(node: object) -> bool:
     """``aten.full(shape, 0)`` / ``aten.zeros(shape)`` / ``aten.new_zeros``."""
     if not isinstance(node, fx.Node) or node.op != "call_function":
         return False
-    if node.target is _ATEN.full.default:
+    if node.target is ATEN.full.default:
         return len(node.args) > 1 and node.args[1] == 0
-    return node.target in (_ATEN.zeros.default, _ATEN.new_zeros.default)
+    return node.target in (ATEN.zeros.default, ATEN.new_zeros.default)
 
 
 def _row_index(index: fx.Node, rows: int, cols: int) -> Optional[fx.Node]:
     """The ``[E, 1]`` (or ``[E]``) node that ``index`` broadcasts over ``cols`` channels
     (``expand(view(dst, [-1, 1]), [E, C])``), or None."""
-    if index.op != "call_function" or index.target is not _ATEN.expand.default:
+    if index.op != "call_function" or index.target is not ATEN.expand.default:
         return None
     base = index.args[0]
-    v = _val(base)
+    v = tensor_value(base)
     if v is None or v.dim() != 2 or tuple(v.shape) != (rows, 1):
         return None
     return base
@@ -87,18 +82,18 @@ def _gather(node: object) -> Optional[Tuple[fx.Node, fx.Node, str]]:
     """``(x, src, op)`` of ``x[src]`` along dim 0 with a 2-D ``x`` and a 1-D integer ``src``."""
     if not isinstance(node, fx.Node) or node.op != "call_function":
         return None
-    if node.target is _ATEN.index.Tensor and len(node.args) == 2:
+    if node.target is ATEN.index.Tensor and len(node.args) == 2:
         x, idx = node.args
         if not (isinstance(idx, (list, tuple)) and len(idx) == 1):
             return None
         src, op = idx[0], "index"
-    elif node.target is _ATEN.index_select.default and len(node.args) == 3 \
+    elif node.target is ATEN.index_select.default and len(node.args) == 3 \
             and node.args[1] == 0:
         x, _, src = node.args
         op = "index_select"
     else:
         return None
-    xv, sv = _val(x), _val(src)
+    xv, sv = tensor_value(x), tensor_value(src)
     if xv is None or sv is None or xv.dim() != 2 or sv.dim() != 1 \
             or sv.dtype not in (torch.int64, torch.int32):
         return None
@@ -110,9 +105,9 @@ def _divisor(node: fx.Node, rows: int) -> Optional[fx.Node]:
     or the ``[N, 1]`` tensor itself), or None."""
     if not isinstance(node, fx.Node):
         return None
-    if node.op == "call_function" and node.target is _ATEN.expand.default:
+    if node.op == "call_function" and node.target is ATEN.expand.default:
         node = node.args[0]
-    v = _val(node)
+    v = tensor_value(node)
     if v is None or v.dim() != 2 or tuple(v.shape) != (rows, 1):
         return None
     return node
@@ -122,14 +117,14 @@ def _match(mm: fx.Node):
     """The parts of a rewritable ``mm(A, W)`` / ``addmm(b, A, W)``, or None."""
     if mm.op != "call_function":
         return None
-    if mm.target is _ATEN.mm.default and len(mm.args) == 2 and not mm.kwargs:
+    if mm.target is ATEN.mm.default and len(mm.args) == 2 and not mm.kwargs:
         a, w = mm.args
-    elif mm.target is _ATEN.addmm.default and len(mm.args) == 3 \
+    elif mm.target is ATEN.addmm.default and len(mm.args) == 3 \
             and all(mm.kwargs.get(k, 1) == 1 for k in ("alpha", "beta")):
         a, w = mm.args[1], mm.args[2]
     else:
         return None
-    av, wv = _val(a), _val(w)
+    av, wv = tensor_value(a), tensor_value(w)
     if av is None or wv is None or av.dim() != 2 or wv.dim() != 2 \
             or av.device.type != "cpu" or av.dtype not in (torch.float32, torch.float64) \
             or not _only_user(a, mm):
@@ -140,18 +135,18 @@ def _match(mm: fx.Node):
         return None
     div = None
     s = a
-    if a.op == "call_function" and a.target is _ATEN.div.Tensor and len(a.args) == 2:
+    if a.op == "call_function" and a.target is ATEN.div.Tensor and len(a.args) == 2:
         div = _divisor(a.args[1], n)
         if div is None:
             return None
         s = a.args[0]
         if not isinstance(s, fx.Node) or not _only_user(s, a):
             return None
-    if s.op != "call_function" or s.target is not _ATEN.scatter_add.default \
+    if s.op != "call_function" or s.target is not ATEN.scatter_add.default \
             or len(s.args) != 4 or s.args[1] != 0 or not _is_zeros(s.args[0]):
         return None
     index, msg = s.args[2], s.args[3]
-    mv = _val(msg)
+    mv = tensor_value(msg)
     if not isinstance(index, fx.Node) or mv is None or tuple(mv.shape)[1:] != (c,) \
             or not _only_user(msg, s):
         return None
@@ -161,7 +156,7 @@ def _match(mm: fx.Node):
     if dst is None or got is None:
         return None
     x, src, op = got
-    if int(_val(x).shape[1]) != c:
+    if int(tensor_value(x).shape[1]) != c:
         return None
     return a, w, div, s, dst, x, src, op, (n, c, k, e)
 
@@ -181,39 +176,39 @@ def project_before_aggregate(graph: fx.Graph) -> int:
         if found is None:
             continue
         a, w, div, s, dst, x, src, op, (n, c, k, e) = found
-        av, xv = _val(a), _val(x)
+        av, xv = tensor_value(a), tensor_value(x)
         with graph.inserting_before(mm):
-            proj = graph.call_function(_ATEN.mm.default, (x, w))
+            proj = graph.call_function(ATEN.mm.default, (x, w))
             if op == "index":
-                msg = graph.call_function(_ATEN.index.Tensor, (proj, [src]))
+                msg = graph.call_function(ATEN.index.Tensor, (proj, [src]))
             else:
-                msg = graph.call_function(_ATEN.index_select.default, (proj, 0, src))
+                msg = graph.call_function(ATEN.index_select.default, (proj, 0, src))
             zeros = graph.call_function(
-                _ATEN.full.default, ([n, k], 0),
+                ATEN.full.default, ([n, k], 0),
                 {"dtype": av.dtype, "layout": torch.strided, "device": av.device,
                  "pin_memory": False})
-            idx = graph.call_function(_ATEN.expand.default, (dst, [e, k]))
-            new = graph.call_function(_ATEN.scatter_add.default, (zeros, 0, idx, msg))
+            idx = graph.call_function(ATEN.expand.default, (dst, [e, k]))
+            new = graph.call_function(ATEN.scatter_add.default, (zeros, 0, idx, msg))
             nodes = [proj, msg, zeros, idx, new]
             if div is not None:
-                by = graph.call_function(_ATEN.expand.default, (div, [n, k]))
-                new = graph.call_function(_ATEN.div.Tensor, (new, by))
+                by = graph.call_function(ATEN.expand.default, (div, [n, k]))
+                new = graph.call_function(ATEN.div.Tensor, (new, by))
                 nodes += [by, new]
         proj.meta["val"] = xv.new_empty((int(xv.shape[0]), k))
         msg.meta["val"] = xv.new_empty((e, k))
         zeros.meta["val"] = new_val = av.new_empty((n, k))
-        idx.meta["val"] = _val(dst).expand(e, k)
+        idx.meta["val"] = tensor_value(dst).expand(e, k)
         for node in nodes[4:]:
             node.meta["val"] = new_val
         if div is not None:
-            by.meta["val"] = _val(div).expand(n, k)
+            by.meta["val"] = tensor_value(div).expand(n, k)
         for node in nodes:
             node.meta.setdefault("stack_trace", mm.meta.get("stack_trace"))
-        if mm.target is _ATEN.mm.default:
+        if mm.target is ATEN.mm.default:
             mm.replace_all_uses_with(new)
         else:  # addmm(b, A, W) = b + A @ W
             with graph.inserting_before(mm):
-                add = graph.call_function(_ATEN.add.Tensor, (new, mm.args[0]))
+                add = graph.call_function(ATEN.add.Tensor, (new, mm.args[0]))
             add.meta["val"] = mm.meta["val"]
             add.meta.setdefault("stack_trace", mm.meta.get("stack_trace"))
             mm.replace_all_uses_with(add)

@@ -19,6 +19,8 @@ from typing import Dict, List, Optional
 import torch
 from torch import fx
 
+from ._graph import ATEN, tensor_value
+
 from .thin_matmuls import THIN_WIDTHS
 
 __all__ = ["merge_shared_left_mms", "SHARED_VERSION", "SHARED_MAX_WIDTH", "MERGE_SHARED_LEFT",
@@ -38,22 +40,15 @@ def shared_key() -> str:
     """This rewrite's part of the post-grad pass's ``uuid()``: its version, or off."""
     return f"shared{SHARED_VERSION}.{SHARED_MAX_WIDTH}" if MERGE_SHARED_LEFT else "shared-off"
 
-_ATEN = torch.ops.aten
-
-
-def _val(node: object) -> Optional[torch.Tensor]:
-    v = node.meta.get("val") if isinstance(node, fx.Node) else None
-    return v if isinstance(v, torch.Tensor) else None
-
 
 def _thin_mm(node: fx.Node, x: fx.Node) -> bool:
     """A CPU float ``mm(x, w)`` whose output width is thin and that is no graph output."""
-    if node.op != "call_function" or node.target is not _ATEN.mm.default \
+    if node.op != "call_function" or node.target is not ATEN.mm.default \
             or len(node.args) != 2 or node.kwargs or node.args[0] is not x:
         return False
     if any(u.op == "output" for u in node.users):
         return False  # a graph output keeps its contiguous layout (a slice would not)
-    out, w = _val(node), _val(node.args[1])
+    out, w = tensor_value(node), tensor_value(node.args[1])
     return out is not None and w is not None and out.dim() == 2 and w.dim() == 2 \
         and out.device.type == "cpu" and out.dtype in (torch.float32, torch.float64) \
         and int(out.shape[1]) in THIN_WIDTHS
@@ -66,11 +61,11 @@ def _available(w: fx.Node, at: fx.Node, order: Dict[fx.Node, int], graph: fx.Gra
     before its own product); else None."""
     if order[w] < order[at]:
         return w
-    if w.op == "call_function" and w.target in (_ATEN.permute.default, _ATEN.t.default) \
+    if w.op == "call_function" and w.target in (ATEN.permute.default, ATEN.t.default) \
             and isinstance(w.args[0], fx.Node) and order[w.args[0]] < order[at]:
         with graph.inserting_before(at):
             copy = graph.call_function(w.target, tuple(w.args))
-        copy.meta["val"] = _val(w)
+        copy.meta["val"] = tensor_value(w)
         return copy
     return None
 
@@ -95,7 +90,7 @@ def merge_shared_left_mms(graph: fx.Graph) -> int:
         mms_kept: List[fx.Node] = []
         width = 0
         for mm in mms:
-            k = int(_val(mm).shape[1])
+            k = int(tensor_value(mm).shape[1])
             if width + k <= SHARED_MAX_WIDTH:
                 mms_kept.append(mm)
                 width += k
@@ -106,16 +101,16 @@ def merge_shared_left_mms(graph: fx.Graph) -> int:
         if any(w is None for w in weights):
             continue
         with graph.inserting_before(at):
-            cat = graph.call_function(_ATEN.cat.default, (weights, 1))
-            merged = graph.call_function(_ATEN.mm.default, (x, cat))
-        xv = _val(x)
-        cat.meta["val"] = _val(weights[0]).new_empty((int(xv.shape[1]), width))
+            cat = graph.call_function(ATEN.cat.default, (weights, 1))
+            merged = graph.call_function(ATEN.mm.default, (x, cat))
+        xv = tensor_value(x)
+        cat.meta["val"] = tensor_value(weights[0]).new_empty((int(xv.shape[1]), width))
         merged.meta["val"] = xv.new_empty((int(xv.shape[0]), width))
         start, parts = 0, []
         for mm in mms_kept:  # all placed before `at`, erased only once they are in
-            k = int(_val(mm).shape[1])
+            k = int(tensor_value(mm).shape[1])
             with graph.inserting_before(at):
-                part = graph.call_function(_ATEN.slice.Tensor, (merged, 1, start, start + k))
+                part = graph.call_function(ATEN.slice.Tensor, (merged, 1, start, start + k))
             part.meta["val"] = merged.meta["val"][:, start:start + k]
             for n in (cat, merged, part):
                 n.meta.setdefault("stack_trace", mm.meta.get("stack_trace"))
