@@ -522,15 +522,17 @@ def test_a_later_process_with_other_globals_recompiles(tmp_path):
     with the first values loads the first entry again."""
     (tmp_path / "modules").mkdir()
     _write_modules(tmp_path / "modules")
+    # "equal eager": within 1e-5, not to the bit (CPU inference rewrites such as the
+    # projection before an aggregation change the order of a sum); a stale entry is ~60 off
     first = _run_globals_child(tmp_path, _VALUES["a"])
-    assert (first["loads"], first["compiles"]) == (0, 1) and first["diff"] == 0.0, first
+    assert (first["loads"], first["compiles"]) == (0, 1) and first["diff"] < 1e-5, first
     again = _run_globals_child(tmp_path, _VALUES["a"])
-    assert (again["loads"], again["compiles"]) == (1, 0) and again["diff"] == 0.0, again
+    assert (again["loads"], again["compiles"]) == (1, 0) and again["diff"] < 1e-5, again
     other = _run_globals_child(tmp_path, _VALUES["b"])
     assert other["diff"] < 1e-5, other  # the old code ran the first entry: off by ~60
     assert (other["loads"], other["compiles"]) == (0, 1), other
     back = _run_globals_child(tmp_path, _VALUES["a"])  # both entries kept: either loads
-    assert (back["loads"], back["compiles"]) == (1, 0) and back["diff"] == 0.0, back
+    assert (back["loads"], back["compiles"]) == (1, 0) and back["diff"] < 1e-5, back
 
 
 def test_the_key_names_the_bias_rewrite_on_or_off(monkeypatch):
