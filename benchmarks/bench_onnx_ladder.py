@@ -131,10 +131,13 @@ def _ab(args, data, model):
     for d in data:  # (as bench_serve: eager PyG's Batch carries no SMILES strings)
         if "smiles" in d:
             del d.smiles
-    rng = random.Random(0)
-    sets = {"ordered slices": [data[i:i + 256] for i in range(0, len(data) - 255, 256)],
-            "random draws": [[data[rng.randrange(len(data))] for _ in range(256)]
-                             for _ in range(12)]}
+    # bench_serve's two sets of 256-molecule requests, the same molecules on the same data
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_serve import _streams
+
+    ids = _streams(data, random.Random(0))
+    sets = {name: [[data[i] for i in r] for r in ids[key]]
+            for name, key in (("ordered slices", "256 ordered"), ("random draws", "256"))}
 
     def eager(graphs):
         b = Batch.from_data_list(graphs)
