@@ -572,8 +572,6 @@ class _ZeroRows:
     at an index appended to its index."""
 
     def __init__(self, model: Any):
-        from onnx import numpy_helper
-
         self.graph = model.graph
         self.producers = {out: n for n in self.graph.node for out in n.output}
         self.inits = {i.name: i for i in self.graph.initializer}
@@ -584,7 +582,6 @@ class _ZeroRows:
                 self.readers.setdefault(x, []).append(n)
         self.new_nodes: List[Any] = []
         self.done: Dict[Tuple[str, ...], str] = {}
-        self.numpy_helper = numpy_helper
 
     def static_shape(self, name: str) -> Optional[List[int]]:
         """The dims of value ``name`` when shape inference knows them all (else ``None``)."""
@@ -648,8 +645,8 @@ class _ZeroRows:
         with that row's position appended (each once a model)."""
         import numpy as np
         from onnx import helper
+        from onnx import numpy_helper as nh
 
-        nh = self.numpy_helper
         for node, rows in gathers:
             data, index = node.input[0], node.input[1]
 
@@ -690,12 +687,13 @@ def _without_zero_rows(model: Any) -> int:
     (an ``E + 1``-row copy a layer saved: 10% of the demo's 256-molecule call,
     ``benchmarks/bench_onnx_scatter.py``). Returns how many."""
     graph = model.graph
+    concats = [n for n in graph.node if n.op_type == "Concat" and n.name.endswith(_ZERO_ROW)]
+    if not concats:
+        return 0  # (no table sum: no shape inference for nothing)
     z = _ZeroRows(model)
     rename: Dict[str, str] = {}
     grown: Set[str] = set()
-    for node in graph.node:
-        if node.op_type != "Concat" or not node.name.endswith(_ZERO_ROW):
-            continue
+    for node in concats:
         rows = z.static_shape(node.input[0])
         values: List[str] = []
         gathers = z.plan(node.input[0], node, rows[0], values) if rows else None
