@@ -20,7 +20,6 @@ import torch
 from torch import fx
 
 from ._graph import ATEN, tensor_value
-
 from .thin_matmuls import THIN_WIDTHS
 
 __all__ = ["merge_shared_left_mms", "SHARED_VERSION", "SHARED_MAX_WIDTH", "MERGE_SHARED_LEFT",
