@@ -231,6 +231,7 @@ def test_inductor_index_add_fallback_gradients():
     assert any(e.key == "aten::index_add" for e in p.key_averages())
 
 
+@pytest.mark.extended  # ten compiles (~7 s): CI's second step
 def test_many_compiles_in_one_process_each_compile_once():
     # Dynamo's recompile limit (8) is per code object: every compile() gets an
     # entry of its own, so a notebook can compile more than 8 models.

@@ -59,6 +59,7 @@ def _close(actual, expected, what):
     torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL, msg=lambda m: f"{what}: {m}")
 
 
+@pytest.mark.extended  # ~11 s cold: CI's second step (test_inductor_cpu's gradient tests stand in the main suite)
 def test_inductor_training_matches_eager_on_a_batchnorm_gin():
     dataset = _dataset()
     loader = FixedSizeLoader(dataset, Budget.tight(dataset, 8), shuffle=True, seed=0)

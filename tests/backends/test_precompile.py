@@ -243,6 +243,7 @@ class WithGIN(nn.Module):
         return self.head(global_add_pool(h, data.batch)).squeeze(-1)
 
 
+@pytest.mark.extended  # two inductor compiles (~8 s): CI's second step; the main suite loads entries elsewhere
 def test_an_entry_of_pyg_gin_loads(tmp_path, monkeypatch):
     """PyG's GIN (BatchNorm inside its MLPs): the load's stub of the wrapper lacks some
     submodules, and ``IPUWrapped.__setstate__`` (which masks the norms) failed on them

@@ -55,6 +55,7 @@ def test_the_archive_carries_its_contract_as_json_and_no_pickle(artifact):
     assert contract.threads == 1  # compiled for the server's thread count
 
 
+@pytest.mark.extended  # a fresh interpreter loading the .pt2 (~10 s): CI's second step
 def test_served_without_pyg_equals_the_trained_model(artifact, tmp_path):
     path, contract, graphs, model, _ = artifact
     preds, info = serve_in_fresh_process(path, graphs, KEYS, str(tmp_path))

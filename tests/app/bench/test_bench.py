@@ -18,6 +18,7 @@ def _env(pythonpath):
     return env
 
 
+@pytest.mark.extended  # ~10 s (a subprocess bench): CI's second step; test_bench_help_from_elsewhere stays
 @pytest.mark.filterwarnings("ignore")
 def test_bench_runs_from_a_copy_of_the_package_alone(tmp_path):
     """A copy of graph_adapter/ with no benchmarks/ beside it (as `pip install` leaves it),
