@@ -5,7 +5,9 @@ batches sampled beforehand (both sides), so its figure is the model calls
 only. This script rebuilds that setting (the demo's graph, loaders, model and
 weights; no training: the rates do not depend on the weights) and times, in
 interleaved rounds in one process (each round runs every row once, in turn,
-so a busy machine slows them alike):
+so a busy machine slows them alike; within a round each row runs ``--passes`` passes
+back to back and its round time is their median, as the demo times them, a pass in
+steady state: one pass right after another row's, or after any pause, runs slower):
 
 * ``adapter``: the demo's inference pass: ``compiled(flat)["output"]`` on the
   test loader's padded batches, the accuracy counted on the seed rows, compiled
@@ -41,17 +43,20 @@ both sides (the adapter's loader fits its own budget for them): the lever of
 running inference on larger batches. Every row reports the median of the
 rounds and the median of the per-round ratios to eager PyG (wall), the median
 CPU times' ratio, and the best round's ratio (the closest to a quiet machine on
-a busy one: a 2-thread round there ranges over 20x); the run checks
-that the compiled outputs equal the plain model's on the real rows of each
+a busy one: a 2-thread round there ranges over 20x) and the median minor page
+faults of a pass (glibc hands freed 1-2 MB buffers back to the OS in some processes
+and not in others: eager PyG's pass then faults 8-10k times and takes 2x as long); the
+run checks that the compiled outputs equal the plain model's on the real rows of each
 batch (so a faster row computes the same thing).
 
-    python benchmarks/bench_node_inference.py [--threads 1] [--rounds 15]
+    python benchmarks/bench_node_inference.py [--threads 1] [--rounds 15] [--passes 3]
         [--infer-batch-size 750,1500] [--options JSON] [--backend inductor] [--verbose]
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import time
 import warnings
@@ -84,6 +89,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--passes", type=int, default=3,
+                    help="passes of a row in a row within a round, their median its time "
+                         "(1: one pass a row a round)")
     ap.add_argument("--backend", default="inductor")
     ap.add_argument("--infer-batch-size", default="",
                     help="also time both sides with this many seeds a batch (comma-separated)")
@@ -258,11 +266,15 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
         f()
     times: Dict[str, List[float]] = {k: [] for k in rows}
     cpu: Dict[str, List[float]] = {k: [] for k in rows}  # process CPU time (all threads)
+    faults: Dict[str, List[int]] = {k: [] for k in rows}  # minor page faults (the process)
     for _ in range(args.rounds):
         for k, f in rows.items():
-            c0 = time.process_time()
-            times[k].append(f())
-            cpu[k].append(time.process_time() - c0)
+            c0, f0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            secs = sorted(f() for _ in range(args.passes))  # back to back: their median
+            times[k].append(secs[len(secs) // 2])
+            cpu[k].append((time.process_time() - c0) / args.passes)
+            faults[k].append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+                             / args.passes)
         if args.verbose:
             print("round: " + ", ".join(f"{k} {v[-1] * 1e3:.1f}" for k, v in times.items()
                                         if not k.startswith(("host", "guards"))),
@@ -301,7 +313,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
         else:
             rtxt = f"{med / statistics.median(times['adapter']):.1%} of it"
         print(f"{k:28s} {med * 1e3:10.2f} {n / med:10,.0f} {per_batch * 1e6:11.0f} {rtxt:>13s} "
-              f"{cmed * 1e3:8.1f} {ctxt:>13s} {best * 1e3:8.2f} {btxt:>14s}")
+              f"{cmed * 1e3:8.1f} {ctxt:>13s} {best * 1e3:8.2f} {btxt:>14s} "
+              f"{statistics.median(faults[k]):7.0f}")
     return result
 
 

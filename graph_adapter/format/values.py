@@ -400,8 +400,10 @@ def bounds_plan(flat: Mapping[str, Tensor]) -> BoundsPlan:
     one = parts[0]
     plan: List[Tuple[str, int, Optional[int], int]] = []
     for k, hi, _ in _index_ranges(one):
-        if isinstance(hi, tuple):
+        if isinstance(hi, tuple) and len(set(hi)) > 1:  # rows of their own bounds (hetero)
             plan.extend((k, -one[k].dim(), r, b) for r, b in enumerate(hi))
+        elif isinstance(hi, tuple):  # one bound for every row: one aminmax, not one a row
+            plan.append((k, 0, None, hi[0]))
         else:
             plan.append((k, 0, None, hi))
     G = one[GRAPH_MASK].size(-1) if GRAPH_MASK in one else None

@@ -67,12 +67,16 @@ def test_hetero_bounds_are_per_row(data, k, pick, value_of):
     for flat in FixedSizeLoader(data, Budget.fit(data, min(k, len(data)))):
         plan = bounds_plan(flat)
         raise_for_bounds(flat, plan)
-        rows = {(key, row): bound for key, _, row, bound in plan if row is not None}
+        rows = {(key, r): bound for key, _, row, bound in plan
+                for r in ((0, 1) if row is None else (row,))}  # None: one bound, both rows
         for key, v in flat.items():
             if key.endswith("/edge_index") and v.numel():
                 src, _, dst = key.split("/")[0].split("__")
                 assert rows[(key, 0)] == flat[f"{src}/node_mask"].numel()
                 assert rows[(key, 1)] == flat[f"{dst}/node_mask"].numel()
+                # one aminmax where both rows share a bound, one a row otherwise
+                assert sum(p[0] == key for p in plan) == (1 if rows[(key, 0)] == rows[(key, 1)]
+                                                          else 2)
         if not plan:
             continue
         bad, key = _break(flat, plan, pick, value_of)

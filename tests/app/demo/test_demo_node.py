@@ -47,11 +47,12 @@ def test_node_flags_shared_with_the_molecule_demo_keep_node_defaults():
     args = build_parser().parse_args(["demo", "--task", "node"])
     cfg = node_config_from_args(args)
     d = NodeDemoConfig()
-    assert (cfg.epochs, cfg.hidden, cfg.layers, cfg.lr, cfg.nodes) == (
-        d.epochs, d.hidden, d.layers, d.lr, d.nodes)
-    args = build_parser().parse_args(["demo", "--task", "node", "--epochs", "3", "--nodes", "900"])
+    assert (cfg.epochs, cfg.hidden, cfg.layers, cfg.lr, cfg.nodes, cfg.infer_rounds) == (
+        d.epochs, d.hidden, d.layers, d.lr, d.nodes, d.infer_rounds)
+    args = build_parser().parse_args(["demo", "--task", "node", "--epochs", "3", "--nodes", "900",
+                                      "--infer-rounds", "5"])
     cfg = node_config_from_args(args)
-    assert cfg.epochs == 3 and cfg.nodes == 900
+    assert cfg.epochs == 3 and cfg.nodes == 900 and cfg.infer_rounds == 5
 
 
 def test_demo_task_node_refuses_a_graph_too_small_for_a_batch(capsys):
