@@ -113,6 +113,10 @@ class NodeRun:
     name: str
     train_seeds_per_s: float = 0.0
     infer_seeds_per_s: float = 0.0
+    #: minor page faults of an inference pass (median; ``None``: not counted here). glibc
+    #: hands freed buffers of 1-2 MB back to the OS in some processes and not in others:
+    #: a run whose pass faults thousands of times runs about 2x slower
+    infer_page_faults: Optional[float] = None
     test_accuracy: float = 0.0
     first_step_s: float = 0.0
     final_loss: float = float("nan")
@@ -191,6 +195,10 @@ class NodeDemoResult:
             f"{r.infer_seeds_per_s:,.0f}" + ratio(r.infer_seeds_per_s,
                                                   base and base.infer_seeds_per_s)
             for r in self.runs))
+        if any(r.infer_page_faults is not None for r in self.runs):
+            rows.append(("page faults an inference pass [3]",) + tuple(
+                "-" if r.infer_page_faults is None else f"{r.infer_page_faults:,.0f}"
+                for r in self.runs))
         rows.append(("test accuracy",) + tuple(f"{r.test_accuracy:.3f}" for r in self.runs))
         rows.append(("final training loss",) + tuple(f"{r.final_loss:.4f}" for r in self.runs))
         rows.append(("first step (compile) s",) + tuple(f"{r.first_step_s:.1f}" for r in self.runs))
@@ -208,6 +216,15 @@ class NodeDemoResult:
             f"    each run {INFER_PASSES} passes in a row, in turn, and takes their median), "
             "after a warm-up pass (the compile)",
         ]
+        if any(r.infer_page_faults is not None for r in self.runs):
+            lines += [
+                "[3] minor page faults of this process during a pass (median): where glibc hands "
+                "freed buffers",
+                "    back to the OS a run faults thousands of times a pass and runs about 2x "
+                "slower; this",
+                "    varies from process to process (the adapter's fixed-size buffers are "
+                "reused)",
+            ]
         return "\n".join(lines)
 
 
@@ -478,13 +495,28 @@ def _time_inference(runs: List[Tuple[NodeRun, Infer]], rounds: int, num_test: in
     for r, infer in runs:
         right, total, _ = infer()  # warm-up: the inference compile
         r.test_accuracy = right / max(total, 1)
+    faults: Dict[str, List[float]] = {r.name: [] for r, _ in runs}
     for _ in range(max(1, rounds)):
         for r, infer in runs:
+            f0 = _minor_faults()
             secs = sorted(infer()[2] for _ in range(max(1, passes)))
             times[r.name].append(secs[len(secs) // 2])
+            if f0 is not None:
+                faults[r.name].append((_minor_faults() - f0) / max(1, passes))
     for r, _ in runs:
         med = sorted(times[r.name])[len(times[r.name]) // 2]
         r.infer_seeds_per_s = num_test / med if med > 0 else 0.0
+        if faults[r.name]:
+            r.infer_page_faults = sorted(faults[r.name])[len(faults[r.name]) // 2]
+
+
+def _minor_faults() -> Optional[int]:
+    """This process's minor page faults so far (``None`` where the OS does not count them)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _load_average(default: float) -> float:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import torch
 
@@ -30,6 +31,10 @@ def test_demo_task_node_runs_tiny_and_reports_both_runs(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "graph_adapter demo --task node" in text
     assert "eager PyG batches:" in text and "test accuracy" in text
+    # where the OS counts them (not Windows), each run's page faults of a pass, explained
+    counted = sys.platform != "win32"
+    assert ("page faults an inference pass [3]" in text) == counted
+    assert ("[3] minor page faults of this process" in text) == counted
     res = json.loads(out.read_text())
     names = [r["name"] for r in res["runs"]]
     assert names == ["graph_adapter", "eager PyG"]
@@ -37,6 +42,8 @@ def test_demo_task_node_runs_tiny_and_reports_both_runs(tmp_path, capsys):
     for r in res["runs"]:
         assert 0.0 <= r["test_accuracy"] <= 1.0 and r["train_seeds_per_s"] > 0
         assert r["infer_seeds_per_s"] > 0
+        assert (r["infer_page_faults"] is not None) == counted
+        assert r["infer_page_faults"] is None or r["infer_page_faults"] >= 0
     assert 0 < res["node_efficiency"] <= 1 and res["batches"] == 2
     assert res["config"]["hidden"] == 16 and res["config"]["epochs"] == 1
 
