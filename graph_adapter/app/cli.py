@@ -38,6 +38,7 @@ from .bench import BENCHMARKS, run_suite
 from .datasets import MissingExtraError, require_rdkit
 from .demo.config import DemoConfig
 from .demo.graph import MODELS, run_demo
+from .demo.node import NodeDemoConfig
 from .demo.results import seed_spread
 from .preflight import DemoSettingError
 from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
@@ -137,7 +138,8 @@ def _add_demo_run_args(demo: argparse.ArgumentParser, d: DemoConfig) -> None:
                            f"default {d.train_rounds}")
     demo.add_argument("--infer-rounds", type=int, default=d.infer_rounds, metavar="N",
                       help=f"interleaved rounds timing every run's inference over the test "
-                           f"split side by side; default {d.infer_rounds}")
+                           f"split side by side; default {d.infer_rounds} (--task node: "
+                           f"{NodeDemoConfig.infer_rounds})")
     demo.add_argument("--precompile", action="store_true",
                       help="compile the adapter's model with precompile=True (inductor): "
                            "each graph's Dynamo result is saved beside inductor's cache, and "

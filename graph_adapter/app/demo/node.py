@@ -20,8 +20,9 @@ What :func:`run_node_demo` does, in order:
 5. reports padding fill, cuts, training seeds/s (each run's own epochs, the
    first step, the compile, left out and shown apart), inference seeds/s over
    the test seeds (interleaved rounds after both have trained: each round runs
-   each run once, in turn, so the ratio shares the machine's state) and test
-   accuracy.
+   each run :data:`INFER_PASSES` passes in a row, in turn, so the ratio shares the
+   machine's state and each pass is one in steady state), each run's page faults
+   a pass, and test accuracy.
 """
 from __future__ import annotations
 
@@ -570,8 +571,9 @@ def node_config_from_args(args: Any) -> NodeDemoConfig:
 
     ``--seed``, ``--backend``, ``--threads``, ``--quiet``, ``--no-eager`` and
     ``--nodes`` apply as given; ``--epochs``, ``--hidden``, ``--layers``, ``--lr`` and
-    ``--infer-rounds`` share the molecule demo's flags, whose defaults are that demo's: they apply
-    where they differ from those defaults, else the node demo's own defaults hold.
+    ``--infer-rounds`` share the molecule demo's flags, whose defaults are that demo's:
+    they apply where they differ from those defaults, else the node demo's own defaults
+    hold.
     """
     from .config import DemoConfig
 
