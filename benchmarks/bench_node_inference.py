@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import time
 import warnings
@@ -111,8 +110,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
         torch.set_num_threads(args.threads)
 
     import graph_adapter as ga
-    from graph_adapter.app.demo.node import (NodeDemoConfig, _eager_batches, _graph, _model,
-                                             inference_model, pyg_sampler_available)
+    from graph_adapter.app.demo.node import (NodeDemoConfig, _eager_batches, _graph, _middle,
+                                             _minor_faults, _model, inference_model,
+                                             pyg_sampler_available)
     from graph_adapter.backends.program import signature_of
     from graph_adapter.format import bounds_plan, check_before_call
     from graph_adapter.nn import masked_cross_entropy
@@ -269,12 +269,10 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
     faults: Dict[str, List[int]] = {k: [] for k in rows}  # minor page faults (the process)
     for _ in range(args.rounds):
         for k, f in rows.items():
-            c0, f0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            secs = sorted(f() for _ in range(args.passes))  # back to back: their median
-            times[k].append(secs[len(secs) // 2])
+            c0, f0 = time.process_time(), _minor_faults()
+            times[k].append(_middle([f() for _ in range(args.passes)]))  # back to back
             cpu[k].append((time.process_time() - c0) / args.passes)
-            faults[k].append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
-                             / args.passes)
+            faults[k].append((_minor_faults() - f0) / args.passes)
         if args.verbose:
             print("round: " + ", ".join(f"{k} {v[-1] * 1e3:.1f}" for k, v in times.items()
                                         if not k.startswith(("host", "guards"))),

@@ -500,15 +500,19 @@ def _time_inference(runs: List[Tuple[NodeRun, Infer]], rounds: int, num_test: in
     for _ in range(max(1, rounds)):
         for r, infer in runs:
             f0 = _minor_faults()
-            secs = sorted(infer()[2] for _ in range(max(1, passes)))
-            times[r.name].append(secs[len(secs) // 2])
+            times[r.name].append(_middle([infer()[2] for _ in range(max(1, passes))]))
             if f0 is not None:
                 faults[r.name].append((_minor_faults() - f0) / max(1, passes))
     for r, _ in runs:
-        med = sorted(times[r.name])[len(times[r.name]) // 2]
+        med = _middle(times[r.name])
         r.infer_seeds_per_s = num_test / med if med > 0 else 0.0
         if faults[r.name]:
-            r.infer_page_faults = sorted(faults[r.name])[len(faults[r.name]) // 2]
+            r.infer_page_faults = _middle(faults[r.name])
+
+
+def _middle(xs: List[float]) -> float:
+    """The median of ``xs``, the upper of the two middle values for an even count."""
+    return sorted(xs)[len(xs) // 2]
 
 
 def _minor_faults() -> Optional[int]:

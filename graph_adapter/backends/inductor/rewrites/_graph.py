@@ -42,13 +42,11 @@ def written(table: fx.Node) -> bool:
     return False
 
 
-def example_value(node: fx.Node) -> Optional[torch.Tensor]:
+def example_value(node: object) -> Optional[torch.Tensor]:
+    """The tensor a node stands for (Dynamo's ``meta["example_value"]``, an ATen graph's
+    ``meta["val"]``), or None: for an argument that is no node (a number, a list) or a
+    node whose value is no tensor."""
+    if not isinstance(node, fx.Node):
+        return None
     v = node.meta.get("example_value", node.meta.get("val"))
-    return v if isinstance(v, torch.Tensor) else None
-
-
-def tensor_value(node: object) -> Optional[torch.Tensor]:
-    """The tensor an ATen graph's node stands for (its ``meta["val"]``), or None: for an
-    argument that is no node (a number, a list) or a node whose value is no tensor."""
-    v = node.meta.get("val") if isinstance(node, fx.Node) else None
     return v if isinstance(v, torch.Tensor) else None

@@ -35,7 +35,7 @@ from typing import Optional, Tuple
 import torch
 from torch import fx
 
-from ._graph import ATEN, tensor_value
+from ._graph import ATEN, example_value
 
 __all__ = ["project_before_aggregate", "PROJECT_VERSION", "PROJECT_AGGREGATES", "project_key"]
 
@@ -72,7 +72,7 @@ def _row_index(index: fx.Node, rows: int, cols: int) -> Optional[fx.Node]:
     if index.op != "call_function" or index.target is not ATEN.expand.default:
         return None
     base = index.args[0]
-    v = tensor_value(base)
+    v = example_value(base)
     if v is None or v.dim() != 2 or tuple(v.shape) != (rows, 1):
         return None
     return base
@@ -93,7 +93,7 @@ def _gather(node: object) -> Optional[Tuple[fx.Node, fx.Node, str]]:
         op = "index_select"
     else:
         return None
-    xv, sv = tensor_value(x), tensor_value(src)
+    xv, sv = example_value(x), example_value(src)
     if xv is None or sv is None or xv.dim() != 2 or sv.dim() != 1 \
             or sv.dtype not in (torch.int64, torch.int32):
         return None
@@ -107,7 +107,7 @@ def _divisor(node: fx.Node, rows: int) -> Optional[fx.Node]:
         return None
     if node.op == "call_function" and node.target is ATEN.expand.default:
         node = node.args[0]
-    v = tensor_value(node)
+    v = example_value(node)
     if v is None or v.dim() != 2 or tuple(v.shape) != (rows, 1):
         return None
     return node
@@ -124,7 +124,7 @@ def _match(mm: fx.Node):
         a, w = mm.args[1], mm.args[2]
     else:
         return None
-    av, wv = tensor_value(a), tensor_value(w)
+    av, wv = example_value(a), example_value(w)
     if av is None or wv is None or av.dim() != 2 or wv.dim() != 2 \
             or av.device.type != "cpu" or av.dtype not in (torch.float32, torch.float64) \
             or not _only_user(a, mm):
@@ -146,7 +146,7 @@ def _match(mm: fx.Node):
             or len(s.args) != 4 or s.args[1] != 0 or not _is_zeros(s.args[0]):
         return None
     index, msg = s.args[2], s.args[3]
-    mv = tensor_value(msg)
+    mv = example_value(msg)
     if not isinstance(index, fx.Node) or mv is None or tuple(mv.shape)[1:] != (c,) \
             or not _only_user(msg, s):
         return None
@@ -156,7 +156,7 @@ def _match(mm: fx.Node):
     if dst is None or got is None:
         return None
     x, src, op = got
-    if int(tensor_value(x).shape[1]) != c:
+    if int(example_value(x).shape[1]) != c:
         return None
     return a, w, div, s, dst, x, src, op, (n, c, k, e)
 
@@ -176,7 +176,7 @@ def project_before_aggregate(graph: fx.Graph) -> int:
         if found is None:
             continue
         a, w, div, s, dst, x, src, op, (n, c, k, e) = found
-        av, xv = tensor_value(a), tensor_value(x)
+        av, xv = example_value(a), example_value(x)
         with graph.inserting_before(mm):
             proj = graph.call_function(ATEN.mm.default, (x, w))
             if op == "index":
@@ -197,11 +197,11 @@ def project_before_aggregate(graph: fx.Graph) -> int:
         proj.meta["val"] = xv.new_empty((int(xv.shape[0]), k))
         msg.meta["val"] = xv.new_empty((e, k))
         zeros.meta["val"] = new_val = av.new_empty((n, k))
-        idx.meta["val"] = tensor_value(dst).expand(e, k)
+        idx.meta["val"] = example_value(dst).expand(e, k)
         for node in nodes[4:]:
             node.meta["val"] = new_val
         if div is not None:
-            by.meta["val"] = tensor_value(div).expand(n, k)
+            by.meta["val"] = example_value(div).expand(n, k)
         for node in nodes:
             node.meta.setdefault("stack_trace", mm.meta.get("stack_trace"))
         if mm.target is ATEN.mm.default:

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import fx
 
-from ._graph import ATEN, tensor_value
+from ._graph import ATEN, example_value
 from .thin_matmuls import THIN_WIDTHS
 
 __all__ = ["merge_shared_left_mms", "SHARED_VERSION", "SHARED_MAX_WIDTH", "MERGE_SHARED_LEFT",
@@ -47,7 +47,7 @@ def _thin_mm(node: fx.Node, x: fx.Node) -> bool:
         return False
     if any(u.op == "output" for u in node.users):
         return False  # a graph output keeps its contiguous layout (a slice would not)
-    out, w = tensor_value(node), tensor_value(node.args[1])
+    out, w = example_value(node), example_value(node.args[1])
     return out is not None and w is not None and out.dim() == 2 and w.dim() == 2 \
         and out.device.type == "cpu" and out.dtype in (torch.float32, torch.float64) \
         and int(out.shape[1]) in THIN_WIDTHS
@@ -64,7 +64,7 @@ def _available(w: fx.Node, at: fx.Node, order: Dict[fx.Node, int], graph: fx.Gra
             and isinstance(w.args[0], fx.Node) and order[w.args[0]] < order[at]:
         with graph.inserting_before(at):
             copy = graph.call_function(w.target, tuple(w.args))
-        copy.meta["val"] = tensor_value(w)
+        copy.meta["val"] = example_value(w)
         return copy
     return None
 
@@ -89,7 +89,7 @@ def merge_shared_left_mms(graph: fx.Graph) -> int:
         mms_kept: List[fx.Node] = []
         width = 0
         for mm in mms:
-            k = int(tensor_value(mm).shape[1])
+            k = int(example_value(mm).shape[1])
             if width + k <= SHARED_MAX_WIDTH:
                 mms_kept.append(mm)
                 width += k
@@ -102,12 +102,12 @@ def merge_shared_left_mms(graph: fx.Graph) -> int:
         with graph.inserting_before(at):
             cat = graph.call_function(ATEN.cat.default, (weights, 1))
             merged = graph.call_function(ATEN.mm.default, (x, cat))
-        xv = tensor_value(x)
-        cat.meta["val"] = tensor_value(weights[0]).new_empty((int(xv.shape[1]), width))
+        xv = example_value(x)
+        cat.meta["val"] = example_value(weights[0]).new_empty((int(xv.shape[1]), width))
         merged.meta["val"] = xv.new_empty((int(xv.shape[0]), width))
         start, parts = 0, []
         for mm in mms_kept:  # all placed before `at`, erased only once they are in
-            k = int(tensor_value(mm).shape[1])
+            k = int(example_value(mm).shape[1])
             with graph.inserting_before(at):
                 part = graph.call_function(ATEN.slice.Tensor, (merged, 1, start, start + k))
             part.meta["val"] = merged.meta["val"][:, start:start + k]
