@@ -6,7 +6,7 @@ from typing import Any, List
 import torch
 from torch import fx
 
-from ._graph import ATEN
+from ._graph import ATEN, example_value
 
 __all__ = ["realize_recomputed_values"]
 
@@ -33,9 +33,9 @@ def _fused_away(node: Any) -> bool:
     if not isinstance(node, fx.Node) or node.op != "call_function":
         return False
     tags = getattr(node.target, "tags", ())
-    v = node.meta.get("val")
+    v = example_value(node)
     return (torch.Tag.pointwise in tags or node.target in _GATHERS) \
-        and isinstance(v, torch.Tensor) and v.numel() > 1 and v.device.type == "cpu" \
+        and v is not None and v.numel() > 1 and v.device.type == "cpu" \
         and torch._prims_common.is_non_overlapping_and_dense_or_false(v)
 
 
@@ -49,8 +49,8 @@ def _recomputed(node: fx.Node) -> List[fx.Node]:
       (``[E, 1]`` against ``[E, D]``: GCN's per-edge norm times the messages), which
       inductor's CPU loops recompute once per vector of that dimension.
     """
-    out = node.meta.get("val")
-    if node.op != "call_function" or not isinstance(out, torch.Tensor):
+    out = example_value(node)
+    if node.op != "call_function" or out is None:
         return []
     found: List[fx.Node] = []
     if node.target in _GATHERS:
@@ -63,16 +63,15 @@ def _recomputed(node: fx.Node) -> List[fx.Node]:
             src, idx = (node.args[0], node.args[2]) if node.args[1] == 0 else (None, None)
         else:  # embedding(table, indices)
             src, idx = node.args[0], node.args[1]
-        vs = src.meta.get("val") if isinstance(src, fx.Node) else None
-        vi = idx.meta.get("val") if isinstance(idx, fx.Node) else None
-        if isinstance(vs, torch.Tensor) and isinstance(vi, torch.Tensor) and vs.dim() >= 1 \
+        vs, vi = example_value(src), example_value(idx)
+        if vs is not None and vi is not None and vs.dim() >= 1 \
                 and vi.numel() > vs.shape[0] and _fused_away(_source(src)):
             found.append(_source(src))
     elif torch.Tag.pointwise in getattr(node.target, "tags", ()) and out.dim() >= 2 \
             and out.shape[-1] > 1:
         for a in node.args:
-            va = a.meta.get("val") if isinstance(a, fx.Node) else None
-            if isinstance(va, torch.Tensor) and va.dim() == out.dim() and va.shape[-1] == 1 \
+            va = example_value(a)
+            if va is not None and va.dim() == out.dim() and va.shape[-1] == 1 \
                     and va.numel() > 1 and _fused_away(_source(a)):
                 found.append(_source(a))
     return found

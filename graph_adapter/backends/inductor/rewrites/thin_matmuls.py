@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import fx
 
+from ._graph import ATEN, example_value
+
 __all__ = ["transpose_thin_matmuls", "thin_matmul_rule", "THIN_WIDTHS", "THIN_MIN_ROWS"]
 
 #: Output widths for which :func:`thin_matmul_rule` computes the transposed product.
@@ -38,25 +40,24 @@ def transpose_thin_matmuls(graph: fx.Graph) -> int:
     graph (the weight gradients are there); nodes need their ``val`` (inductor's
     post-grad graphs and ``make_fx`` graphs have it).
     """
-    aten = torch.ops.aten
     done = 0
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not aten.mm.default:
+        if node.op != "call_function" or node.target is not ATEN.mm.default:
             continue
         a, b = node.args[0], node.args[1]
-        out = node.meta.get("val")
-        vals = [n.meta.get("val") if isinstance(n, fx.Node) else None for n in (a, b)]
-        if not (isinstance(out, torch.Tensor) and all(isinstance(v, torch.Tensor) for v in vals)):
+        out = example_value(node)
+        vals = [example_value(a), example_value(b)]
+        if out is None or vals[0] is None or vals[1] is None:
             continue
         if out.device.type != "cpu" or out.dtype not in (torch.float32, torch.float64) \
                 or out.dim() != 2 or not thin_matmul_rule(int(out.shape[0]), int(out.shape[1])):
             continue
         with graph.inserting_before(node):
-            bt = graph.call_function(aten.permute.default, (b, [1, 0]))
-            at = graph.call_function(aten.permute.default, (a, [1, 0]))
-            mm = graph.call_function(aten.mm.default, (bt, at))
-            back = graph.call_function(aten.permute.default, (mm, [1, 0]))
-            new = graph.call_function(aten.clone.default, (back,),
+            bt = graph.call_function(ATEN.permute.default, (b, [1, 0]))
+            at = graph.call_function(ATEN.permute.default, (a, [1, 0]))
+            mm = graph.call_function(ATEN.mm.default, (bt, at))
+            back = graph.call_function(ATEN.permute.default, (mm, [1, 0]))
+            new = graph.call_function(ATEN.clone.default, (back,),
                                       {"memory_format": torch.contiguous_format})
         # each value from one input's (fake) tensor: a graph traced by make_fx on real
         # tensors gives every node a fake mode of its own

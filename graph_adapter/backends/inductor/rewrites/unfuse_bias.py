@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import fx
 
+from ._graph import ATEN, example_value
 from .thin_matmuls import thin_matmul_rule
 
 __all__ = ["unfuse_bias_addmm", "unfuse_bias_pass", "UNFUSE_VERSION"]
@@ -33,9 +34,6 @@ __all__ = ["unfuse_bias_addmm", "unfuse_bias_pass", "UNFUSE_VERSION"]
 #: Bumped whenever :func:`unfuse_bias_addmm` changes what it rewrites (inductor's
 #: cache keys compiled graphs by the pass's ``uuid()``).
 UNFUSE_VERSION = 1
-
-_ATEN = torch.ops.aten
-
 
 def _pointwise_use(user: fx.Node) -> bool:
     """Whether ``user`` is a pointwise ATen op, or a view whose users all are."""
@@ -57,11 +55,11 @@ def _unit(node: fx.Node, name: str) -> bool:
 
 def _rewritable(node: fx.Node) -> bool:
     """A CPU float ``addmm(inp, a, b)`` with ``alpha = beta = 1`` whose add can fuse."""
-    if node.op != "call_function" or node.target is not _ATEN.addmm.default \
+    if node.op != "call_function" or node.target is not ATEN.addmm.default \
             or len(node.args) != 3 or not (_unit(node, "alpha") and _unit(node, "beta")):
         return False
-    out = node.meta.get("val")
-    if not isinstance(out, torch.Tensor) or out.device.type != "cpu" \
+    out = example_value(node)
+    if out is None or out.device.type != "cpu" \
             or out.dtype not in (torch.float32, torch.float64) or out.dim() != 2:
         return False
     if thin_matmul_rule(int(out.shape[0]), int(out.shape[1])):
@@ -84,8 +82,8 @@ def unfuse_bias_addmm(graph: fx.Graph) -> int:
             continue
         inp, a, b = node.args
         with graph.inserting_before(node):
-            mm = graph.call_function(_ATEN.mm.default, (a, b))
-            add = graph.call_function(_ATEN.add.Tensor, (mm, inp))
+            mm = graph.call_function(ATEN.mm.default, (a, b))
+            add = graph.call_function(ATEN.add.Tensor, (mm, inp))
         mm.meta["val"] = add.meta["val"] = node.meta["val"]
         node.replace_all_uses_with(add)
         graph.erase_node(node)
