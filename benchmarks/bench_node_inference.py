@@ -12,7 +12,7 @@ steady state: one pass right after another row's, or after any pause, runs slowe
 * ``adapter``: the demo's inference pass: ``compiled(flat)["output"]`` on the
   test loader's padded batches, the accuracy counted on the seed rows, compiled
   as the demo compiles it (``inference_model``: the module wrapped without the
-  loss, ``INFER_OPTIONS`` for inductor on the CPU);
+  loss, the ``INFER_OPTIONS`` of its layout for inductor on the CPU);
 * ``adapter, training settings``: the same through the training model (its
   loss, its settings: what the demo ran before ``inference_model``);
 * ``eager PyG``: the demo's eager pass: the plain model on the unpadded
@@ -34,10 +34,12 @@ without the post-grad rewrites that project before an aggregation
 (:mod:`graph_adapter.backends.inductor.rewrites.project_aggregate`) and merge thin
 products of one operand (:mod:`~graph_adapter.backends.inductor.rewrites.shared_left`),
 their before/after in one process.
-Where the demo's test loader carries aggregation tables (``INFER_LAYOUT``), the
-row ``adapter, no tables`` runs the same batches without them (PyG's scatter
-path, a compile of its own), and ``--in-width D`` adds a row whose tables have
-in-width ``D`` (and the spill capacity that width needs).
+Where the demo's test loader carries aggregation tables (``INFER_LAYOUT``: each row's
+in-edge sources, ``layout="sources"``; ``--layout`` picks another), the row
+``adapter, no tables`` runs the same batches without them (PyG's scatter path, a
+compile of its own with that path's settings), and under ``--layout hyb``
+``--in-width D`` adds a row whose tables have in-width ``D`` (and the spill capacity
+that width needs).
 ``--infer-batch-size B[,B2...]`` adds the same two passes with ``B`` seeds a batch on
 both sides (the adapter's loader fits its own budget for them): the lever of
 running inference on larger batches. Every row reports the median of the
@@ -101,7 +103,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
                     help="also time a compile without the project-before-aggregate and "
                          "shared-operand rewrites")
     ap.add_argument("--nodes", type=int, default=0, help="graph size (0: the demo's default)")
-    ap.add_argument("--layout", default="demo", choices=["demo", "none", "hyb"],
+    ap.add_argument("--layout", default="demo", choices=["demo", "none", "hyb", "sources"],
                     help="the test loader's tables (demo: node.INFER_LAYOUT)")
     ap.add_argument("--in-width", type=int, default=0,
                     help="also time tables of this in-width (0: only the demo's)")
@@ -208,7 +210,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
     counts: Dict[str, int] = {}
     for B in [int(b) for b in str(args.infer_batch_size).split(",") if b.strip()]:
         big = FixedSizeNeighborLoader(g.data, list(cfg.num_neighbors), B, input_nodes=g.test,
-                                      seed=cfg.seed)  # as the demo's infer_batch_size=B
+                                      seed=cfg.seed,  # as the demo's infer_batch_size=B
+                                      layout=g.test_loader.layout)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             big_batches = [(f, big.seeds_in(f)) for f in big]
@@ -222,13 +225,17 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
         counts[f"adapter, batch {B}"] = counts[f"eager PyG, batch {B}"] = len(big_batches)
         rows[f"adapter, batch {B}"] = ours_pass(big_batches, big_model)
         rows[f"eager PyG, batch {B}"] = pyg_pass(big_eager)
-    if test_batches and "in_slots" in test_batches[0]:
+    if test_batches and g.test_loader.layout is not None:
         from graph_adapter.backends.select import drop_layout_tables
 
         bare = [(drop_layout_tables(f), b) for f, b in seeded]
-        bare_model = inference_model(wrapped, args.backend, None)
+        # PyG's scatter path, compiled with its own settings (INFER_OPTIONS[None])
+        bare_model = inference_model(wrapped, args.backend, None, None)
         ours_pass(bare, bare_model)()
         rows["adapter, no tables"] = ours_pass(bare, bare_model)
+        if g.test_loader.layout == "sources":
+            big_info += f"; source table {g.test_loader.source_shape} (rows, width)"
+    if test_batches and g.test_loader.layout == "hyb":
         if args.in_width:
             tl = g.test_loader
             other_tl = FixedSizeNeighborLoader(

@@ -34,7 +34,7 @@ __all__ = [
     "BATCH", "PTR", "NODE_MASK", "EDGE_MASK", "GRAPH_MASK", "MASKS", "MASK_OF_LEVEL",
     "LEVEL_OF_MASK",
     "RESERVED_KEYS", "RESERVED_NODES",
-    "ELL_IN", "ELL_OUT", "SPILL_IN", "SPILL_OUT", "LAYOUT_KEYS",
+    "ELL_IN", "ELL_OUT", "SPILL_IN", "SPILL_OUT", "IN_SOURCES", "LAYOUT_KEYS",
     "N_ID", "E_ID", "SEED_MASK", "SEED_OF", "SAMPLED_KEYS",
     "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID", "LINK_MASK", "SRC_INDEX", "DST_POS_INDEX",
     "DST_NEG_INDEX", "LINK_KEYS", "ALL_RESERVED_KEYS",
@@ -80,7 +80,11 @@ ELL_OUT = "out_slots"
 #: edges past a node's width (row 0 edge id, row 1 its node; padding ``(E, N - 1)``).
 SPILL_IN = "in_spill"
 SPILL_OUT = "out_spill"
-LAYOUT_KEYS = (ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT)
+#: ``FixedSizeNeighborLoader(layout="sources")``: ``[R, D]`` the source nodes of each of
+#: the first ``R`` rows' real in-edges, padded with ``N``; rows from ``R`` on have no
+#: in-edges (in a sampled batch only the nodes of the hops before the last have any).
+IN_SOURCES = "in_sources"
+LAYOUT_KEYS = (ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT, IN_SOURCES)
 
 #: Keys the neighbour-family loaders add to a sampled batch (``FixedSizeNeighborLoader``
 #: and the loaders built on it): each node's and edge's id in the large graph

@@ -51,8 +51,8 @@ import torch
 from torch import Tensor
 
 from .errors import InputValueError, SpecError
-from .keys import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, LAYOUT_KEYS, NODE_MASK, PTR,
-                   StoreKey, is_index_attr, key_of, parse_key)
+from .keys import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, IN_SOURCES, LAYOUT_KEYS,
+                   NODE_MASK, PTR, StoreKey, is_index_attr, key_of, parse_key)
 from .micro import micro_batches_of
 
 __all__ = ["Problem", "value_problems", "micro_batches_of", "named_error", "raise_for_values",
@@ -165,6 +165,9 @@ def _index_ranges(flat: Mapping[str, Tensor], nodes: Optional[Dict[StoreKey, Tup
             continue
         if k in (ELL_IN, ELL_OUT):
             out.append((k, E + 1, f"edge ids of 'edge_index' ({E} edges) and the padding id {E}"))
+        elif k == IN_SOURCES and () in nodes:
+            n = nodes[()][0]
+            out.append((k, n + 1, f"node ids of the batch's {n} nodes and the padding id {n}"))
         elif v.dim() == 2 and v.size(0) == 2 and () in nodes:
             out.append((k, (E + 1, nodes[()][0]),
                         f"row 0: edge ids, [0, {E}], {E} the padding id; row 1: node ids in "

@@ -60,8 +60,9 @@ from torch_geometric.index import index2ptr as index2ptr_orig
 from torch_geometric.nn.aggr.base import Aggregation
 from torch_geometric.utils import num_nodes as _num_nodes_mod
 
-from ..format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, NODE_MASK, PTR, SPILL_IN,
-                      SPILL_OUT, is_hetero, levels_of_rows, masks_by_level, parse_key)
+from ..format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, IN_SOURCES, NODE_MASK, PTR,
+                      SPILL_IN, SPILL_OUT, is_hetero, levels_of_rows, masks_by_level,
+                      parse_key)
 
 __all__ = [
     "StaticSizeError",
@@ -136,6 +137,8 @@ def make_frame(flat: Dict[str, Tensor]) -> Dict[str, Any]:
         # (+ the spill lists of layout="hyb", else None)
         frame["ell"] = (flat[ELL_IN], flat[ELL_OUT], flat.get(SPILL_IN), flat.get(SPILL_OUT)) \
             if ELL_IN in flat and ELL_OUT in flat else None
+        # layout="sources" (sampled batches): each row's in-edge sources, same routing
+        frame["sources"] = flat.get(IN_SOURCES)
     else:
         frame["N"] = frame["E"] = None
         frame["batch"] = None

@@ -36,7 +36,16 @@ tables; HYB's narrow ones beat it), and the index is a row of the batch's
 ``edge_index`` (a view of the same tensor, of length ``E``): the row is the
 layer's target row (``edge_index[1]`` for ``flow="source_to_target"``), as in
 PyG's ``propagate``. Anything else (another aggregation, an edge index the
-model built, a custom ``aggregate``) takes PyG's own code, unchanged. Known
+model built, a custom ``aggregate``) takes PyG's own code, unchanged.
+
+Source tables (``FixedSizeNeighborLoader(layout="sources")``, key ``in_sources``
+``[R, D]``: each of the first ``R`` rows' in-edge sources, padding id ``N``): when no
+gradient is recorded, a sum or mean aggregation (the same conditions) whose messages
+*are* the rows PyG gathered from the source side (``message`` returned ``x_j``
+itself, as SAGEConv's and GINConv's do: checked by identity) is
+:func:`source_aggregate` of those rows: a gather of node rows, parallel over nodes,
+and the per-edge ``x_j`` then goes unread (a compiled graph drops it). Other
+messages (GCN's weighted ones), and training, take PyG's path. Known
 limit: an index that is a length-``E`` view of the batch's ``edge_index``
 but not the target row (``edge_index.view(-1)[:E]`` passed to
 ``super().aggregate``) would be misread; PyG's own layers never do that.
@@ -54,8 +63,8 @@ from torch_geometric.nn.conv import MessagePassing
 from . import static
 from ..format.torch_internals import view_base
 
-__all__ = ["ell_gather", "ell_sum", "ell_mean", "add_rows", "SPILL_ADD", "install", "uninstall",
-           "installed"]
+__all__ = ["ell_gather", "ell_sum", "ell_mean", "source_aggregate", "add_rows", "SPILL_ADD",
+           "install", "uninstall", "installed"]
 
 
 def _rows(t: Tensor, ids: Tensor) -> Tensor:
@@ -210,12 +219,28 @@ def ell_mean(msg: Tensor, index: Tensor, slots: Tensor, spill: Optional[Tensor] 
     return ell_sum(msg, index, slots, spill) / deg.view((-1,) + (1,) * (msg.dim() - 1))
 
 
+def source_aggregate(x: Tensor, sources: Tensor, num_rows: int, mean: bool) -> Tensor:
+    """``out[r] = sum (or mean) of x[sources[r, k]]`` over the real ids (``< len(x)``;
+    ``len(x)`` pads) for the first ``R = len(sources)`` rows, zero rows after them up to
+    ``num_rows``: ``[num_rows, *x.shape[1:]]``. The mean divides by the count of real
+    ids, at least 1 (0 for a row without in-edges, as PyG)."""
+    out = _slot_sum(x, sources)
+    if mean:
+        count = _slot_count(sources, x.size(0), x.dtype).clamp(min=1)
+        out = out / count.view((-1,) + (1,) * (x.dim() - 1))
+    rows = sources.size(0)
+    if num_rows > rows:
+        out = torch.cat([out, out.new_zeros((num_rows - rows,) + tuple(out.shape[1:]))])
+    return out
+
+
 # --------------------------------------------------------------------------
 # Routing inside a wrapped forward
 # --------------------------------------------------------------------------
 _ORIG: Dict[str, Any] = {name: getattr(MessagePassing, name)
                          for name in ("_set_size", "_index_select", "aggregate")}
 _ROW = "ell_row"  # frame entry: the edge_index row PyG's collect is about to gather with
+_GATHERED = "sources_x_j"  # frame entry: (x_j, x) of the last source-side gather
 
 
 def _tables() -> Optional[Tuple[Tensor, Tensor, Tensor, Optional[Tensor], Optional[Tensor]]]:
@@ -244,7 +269,7 @@ def _set_size(self: MessagePassing, size: Any, dim: int, src: Any) -> None:
     # (For a (x_src, x_dst) tuple it passes the tuple position, which is the
     # row only for flow="source_to_target"; _index_select checks the flow.)
     frame = static.current_frame()
-    if frame is not None and frame.get("ell") is not None:
+    if frame is not None and (frame.get("ell") is not None or frame.get("sources") is not None):
         frame[_ROW] = dim
     return _ORIG["_set_size"](self, size, dim, src)
 
@@ -252,7 +277,9 @@ def _set_size(self: MessagePassing, size: Any, dim: int, src: Any) -> None:
 def _index_select(self: MessagePassing, src: Tensor, index: Any) -> Tensor:
     t = _tables()
     if t is None:
-        return _ORIG["_index_select"](self, src, index)
+        out = _ORIG["_index_select"](self, src, index)
+        _note_source_gather(self, src, index, out)
+        return out
     frame = static.current_frame()
     row = frame.get(_ROW)
     frame[_ROW] = None  # one use: a later _index_select without _set_size takes PyG's path
@@ -263,8 +290,45 @@ def _index_select(self: MessagePassing, src: Tensor, index: Any) -> Tensor:
     return ell_gather(src, index, *((outs, out_sp) if row == 0 else (ins, in_sp)))
 
 
+def _note_source_gather(self: MessagePassing, src: Any, index: Any, out: Tensor) -> None:
+    """Under ``layout="sources"``: remember ``(x_j, x)`` of a gather of source rows by
+    the batch's ``edge_index[0]`` (the row ``_set_size`` told), for :func:`_aggregate`."""
+    frame = static.current_frame()
+    if frame is None or frame.get("sources") is None:
+        return
+    row = frame.get(_ROW)
+    frame[_ROW] = None
+    ei = frame.get("edge_index")
+    if row == 0 and self.flow == "source_to_target" and isinstance(src, Tensor) \
+            and ei is not None and self.node_dim % src.dim() == 0 and _is_row_of(index, ei) \
+            and src.size(0) == frame.get("N"):
+        frame[_GATHERED] = (out, src)
+
+
+def _source_rows(self: MessagePassing, inputs: Any, index: Any, ptr: Any,
+                 dim_size: Optional[int]) -> Optional[Tensor]:
+    """The source-table aggregation of ``inputs`` (module doc), or None where it does not
+    apply."""
+    frame = static.current_frame()
+    if frame is None or frame.get("sources") is None or frame.get(_GATHERED) is None:
+        return None
+    kind = type(getattr(self, "aggr_module", None))
+    x_j, x = frame[_GATHERED]
+    n = frame.get("N")
+    if kind not in (SumAggregation, MeanAggregation) or ptr is not None \
+            or not isinstance(inputs, Tensor) or inputs is not x_j \
+            or (torch.is_grad_enabled() and inputs.requires_grad) \
+            or self.flow != "source_to_target" or not _is_row_of(index, frame["edge_index"]) \
+            or dim_size not in (None, n):
+        return None
+    return source_aggregate(x, frame["sources"], n, kind is MeanAggregation)
+
+
 def _aggregate(self: MessagePassing, inputs: Tensor, index: Tensor, ptr: Optional[Tensor] = None,
                dim_size: Optional[int] = None) -> Tensor:
+    by_sources = _source_rows(self, inputs, index, ptr, dim_size)
+    if by_sources is not None:
+        return by_sources
     t = _tables()
     kind = type(getattr(self, "aggr_module", None))
     # Without a gradient to record, only the narrow HYB tables: their slot sums run

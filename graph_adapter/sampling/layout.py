@@ -21,6 +21,15 @@ out-edges (a node is a source of as many edges as nodes that drew it), the
 width is fitted on the loader's budget samples (:data:`~graph_adapter.batching.HYB_COVER`
 of the degrees) and the spill capacity is the budget's edge count: every edge
 can spill, so no batch can exceed it either.
+
+``layout="sources"`` (inference): one table, ``in_sources`` ``[R, D]``, the source
+node of each real in-edge of the batch's first ``R`` rows (padding id ``N``), so a
+sum or mean over in-edges is a gather of node rows, parallel over nodes, without the
+per-edge messages. The same bound makes it exact: rows are laid out hop by hop (seeds
+first) and only the nodes of the hops before the last have in-edges, at most
+``R = seeds x (1 + f0 + f0 f1 + ...)`` rows (the last hop's term left out) of at most
+``D = max(fanouts)`` in-edges each (:func:`source_table_shape`). Every batch is
+checked against it when its table is built.
 """
 from __future__ import annotations
 
@@ -31,12 +40,13 @@ import torch
 from torch import Tensor
 
 from ..batching import DegreeWidthError, cover_width, hyb_tables
-from ..format import ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT
+from ..format import ELL_IN, ELL_OUT, IN_SOURCES, SPILL_IN, SPILL_OUT
 
-__all__ = ["SAMPLED_LAYOUTS", "fanout_in_width", "fit_sampled_hyb", "sampled_tables"]
+__all__ = ["SAMPLED_LAYOUTS", "fanout_in_width", "fit_sampled_hyb", "sampled_tables",
+           "source_table_shape", "source_table"]
 
 #: The ``layout`` values of the neighbour loader.
-SAMPLED_LAYOUTS = (None, "hyb")
+SAMPLED_LAYOUTS = (None, "hyb", "sources")
 
 
 def fanout_in_width(num_neighbors: Sequence[int], directed: bool) -> Optional[int]:
@@ -102,3 +112,53 @@ def sampled_tables(edge_index: Tensor, num_real_edges: int, num_nodes: int,
             f"sizes them so that every batch fits)", node, what, width) from None
     return {k: torch.from_numpy(a) for k, a in zip((ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT),
                                                   arrays)}
+
+
+def source_table_shape(num_neighbors: Sequence[int], directed: bool, seeds: int,
+                       nodes: int) -> Tuple[int, int]:
+    """``(R, D)`` of ``layout="sources"`` (module doc): the rows that can have in-edges,
+    at most ``nodes`` (the budget's), and the largest fanout. Raises ``ValueError``
+    where no fanout bounds the in-degrees (``directed=False``, a fanout of ``-1``)."""
+    fan = [int(f) for f in num_neighbors]
+    if not directed or any(f < 0 for f in fan) or not fan:
+        raise ValueError(
+            f"layout='sources' needs in-degrees bounded by the fanouts: directed=True and "
+            f"no fanout of -1 (got directed={directed}, num_neighbors={fan}); use "
+            f"layout='hyb', whose spill lists hold any degree")
+    rows, hop = 0, int(seeds)
+    for f in fan:  # the nodes of every hop but the last
+        rows += hop
+        hop *= f
+    return min(rows, int(nodes)), max(max(fan), 1)
+
+
+def source_table(edge_index: Tensor, num_real_edges: int, num_nodes: int,
+                 shape: Tuple[int, int]) -> Dict[str, Tensor]:
+    """``{"in_sources": [R, D] int64}`` of one padded batch (``edge_index`` ``[2, E]``,
+    real edges first): row ``r`` lists the sources of ``r``'s real in-edges in edge
+    order, then ``num_nodes`` (the padding id). Raises ``DegreeWidthError`` naming the
+    row for a batch that breaks the bound (an in-edge past row ``R``, or more than ``D``
+    in-edges into one row)."""
+    rows, width = int(shape[0]), int(shape[1])
+    ei = edge_index[:, :num_real_edges].numpy()
+    src, dst = ei[0], ei[1]
+    table = np.full((rows, width), num_nodes, dtype=np.int64)
+    if dst.size:
+        if int(dst.max()) >= rows:
+            node = int(dst.max())
+            raise DegreeWidthError(
+                f"a sampled batch's node {node} has in-edges, past the {rows} rows that "
+                f"layout='sources' holds (the nodes of every hop but the last): use "
+                f"layout='hyb'", node, "in-edges", rows)
+        order = np.argsort(dst, kind="stable")
+        src, dst = src[order], dst[order]
+        deg = np.bincount(dst, minlength=rows)
+        if int(deg.max()) > width:
+            node = int(deg.argmax())
+            raise DegreeWidthError(
+                f"a sampled batch's node {node} has {int(deg.max())} in-edges, more than "
+                f"layout='sources' holds ({width}, the largest fanout): use layout='hyb'",
+                node, f"{int(deg.max())} in-edges", width)
+        slot = np.arange(dst.size) - (np.cumsum(deg) - deg)[dst]
+        table[dst, slot] = src
+    return {IN_SOURCES: torch.from_numpy(table)}

@@ -68,7 +68,8 @@ from torch import Tensor
 from ..batching import RESERVED_NODES, Budget, Ranks, Sharded, fingerprint
 from .csr import CSC, FanoutError, Sample, check_fanouts, sample_neighbors
 from ..format import EDGE_MASK, GRAPH_MASK, NODE_MASK, RESERVED_KEYS, stack_micro_batches
-from .layout import SAMPLED_LAYOUTS, fit_sampled_hyb, sampled_tables
+from .layout import (SAMPLED_LAYOUTS, fit_sampled_hyb, sampled_tables, source_table,
+                     source_table_shape)
 from .pyg_sampler import PygNeighborSampler
 from .settings import OVERSIZE_POLICIES, SamplingSettings
 from .sampled import (ADDED_KEYS, E_ID, N_ID, SEED_MASK, SEED_OF, fit_neighbor_budget,
@@ -312,7 +313,11 @@ class FixedSizeNeighborLoader(Sharded):
             ``out_slots`` / ``in_spill`` / ``out_spill`` to every batch (the
             graph-level loader's ``layout="hyb"`` keys; inside a wrapped
             forward PyG's sum and mean aggregations run over them, see
-            :mod:`graph_adapter.sampling.layout`); ``None`` (default): none.
+            :mod:`graph_adapter.sampling.layout`); ``"sources"`` adds
+            ``in_sources`` ``[R, D]``, each row's in-edge sources (for inference:
+            a sum or mean whose messages are the source rows, as in SAGEConv and
+            GINConv, gathers node rows through it; needs ``directed=True`` and
+            no fanout of ``-1``); ``None`` (default): none.
         layout_widths / layout_spills: ``(in, out)`` table widths and spill
             capacities (default: from the fanouts where they bound the
             in-degree, else fitted; ``loader.layout_widths`` /
@@ -349,7 +354,13 @@ class FixedSizeNeighborLoader(Sharded):
         self.layout = layout
         self.layout_widths: Optional[Tuple[int, int]] = None
         self.layout_spills: Optional[Tuple[int, int]] = None
+        #: ``(R, D)`` of ``layout="sources"``'s table, else None
+        self.source_shape: Optional[Tuple[int, int]] = None
         if layout is None:
+            return
+        if layout == "sources":
+            self.source_shape = source_table_shape(self.num_neighbors, self.directed,
+                                                   self.batch_size, int(self.budget.nodes))
             return
         samples = []
         if widths is None:  # the out-width is fitted: degrees of the fit stream's samples
@@ -539,7 +550,11 @@ class FixedSizeNeighborLoader(Sharded):
             s, cut_n, cut_e = trim_sample(s, cap_n, cap_e)
         flat = pad_sample(s, self.budget, self.node_attrs, self.edge_attrs, num_seeds,
                           self.pad_id)
-        if getattr(self, "layout", None) is not None:
+        if getattr(self, "layout", None) == "sources":
+            flat.update(source_table(flat["edge_index"], s.num_edges, int(self.budget.nodes),
+                                     self.source_shape))
+            flat = {k: flat[k] for k in sorted(flat)}
+        elif getattr(self, "layout", None) is not None:
             flat.update(sampled_tables(flat["edge_index"], s.num_edges, int(self.budget.nodes),
                                        self.layout_widths, self.layout_spills))
             flat = {k: flat[k] for k in sorted(flat)}  # pad_sample's order: keys sorted

@@ -127,3 +127,69 @@ def test_compiled_sage_inference_equal_and_projected():
         R.project_before_aggregate = orig
     assert sum(counts) == 1
     torch.testing.assert_close(got, conv(x, ei), rtol=1e-5, atol=1e-5)
+
+
+# -- the gather form: a sum over a table of rows (layout="sources") ----------------------
+
+def _source_graph(fn, *inputs):
+    """``fn`` traced with :func:`source_aggregate`'s compiled form (slot by slot)."""
+    import unittest.mock
+
+    with unittest.mock.patch.object(torch.compiler, "is_compiling", lambda: True):
+        return _graph(fn, *inputs)
+
+
+def _widths_gathered(gm):
+    return sorted({int(node.meta["val"].shape[1]) for node in gm.graph.nodes
+                   if node.target is ATEN.index.Tensor and node.meta["val"].dim() == 2})
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(1, 30), r=st.integers(1, 30), d=st.integers(1, 6), c=st.integers(1, 24),
+       k=st.integers(1, 24), mean=st.booleans(), bias=st.booleans(), seed=st.integers(0, 99))
+def test_gather_form_projected_where_it_narrows_and_equal(n, r, d, c, k, mean, bias, seed):
+    from graph_adapter.nn.static_layout import source_aggregate
+
+    r = min(r, n)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, c, dtype=torch.float64, generator=g)
+    table = torch.randint(0, n + 1, (r, d), generator=g)  # n: the padding id
+    w = torch.randn(k, c, dtype=torch.float64, generator=g)
+    b = torch.randn(k, dtype=torch.float64, generator=g)
+
+    def fn(x, table, w, b):
+        a = source_aggregate(x, table, n, mean)
+        return torch.addmm(b, a, w.t()) if bias else torch.mm(a, w.t())
+
+    gm = _source_graph(fn, x, table, w, b)
+    want = 1 if k < c else 0
+    assert P.project_before_aggregate(gm.graph) == want
+    gm.recompile()
+    if want:  # the rows are gathered k wide, never c wide
+        assert _widths_gathered(gm) == [k]
+    torch.testing.assert_close(gm(x, table, w, b), fn(x, table, w, b))
+    assert P.project_before_aggregate(gm.graph) == 0  # never twice
+
+
+def test_gather_form_left_alone_where_read_elsewhere_or_larger():
+    from graph_adapter.nn.static_layout import source_aggregate
+
+    x, w = torch.randn(10, 16), torch.randn(4, 16)
+    table = torch.randint(0, 11, (6, 3))
+
+    def kept(x, table, w):  # the aggregate read again (a training forward keeps it)
+        a = source_aggregate(x, table, 10, True)
+        return torch.mm(a, w.t()), a
+
+    assert P.project_before_aggregate(_source_graph(kept, x, table, w).graph) == 0
+
+    def fewer_rows(x, table, w):  # 4 rows out of 10 gathered rows: projecting costs more
+        return torch.mm(source_aggregate(x, table[:4], 4, False), w.t())
+
+    assert P.project_before_aggregate(_source_graph(fewer_rows, x, table, w).graph) == 0
+
+    def not_per_row(x, table, w, y):  # divided by a [R, C] value: not a per-row scale
+        return torch.mm(source_aggregate(x, table, 10, False) / y, w.t())
+
+    y = torch.rand(10, 16) + 1
+    assert P.project_before_aggregate(_source_graph(not_per_row, x, table, w, y).graph) == 0

@@ -112,3 +112,23 @@ def test_compiled_gcn_eval_stores_the_norm_and_equals_eager(monkeypatch):
     assert sum(counts) >= 2  # per layer: the gathered deg^-1/2 and the broadcast norm
     mask = flat["node_mask"]
     torch.testing.assert_close(out["output"][mask], ref["output"][mask], rtol=1e-10, atol=1e-10)
+
+
+def test_a_boolean_mask_broadcast_along_the_channels_stays_inline():
+    # where(ids < n, x[ids], 0) of layout="sources": the [R, 1] mask is one compare,
+    # cheaper to recompute than to load, and a stored one kept inductor from vectorising
+    # the masked gather; the same shape of float values is stored (GCN's norm)
+    x, ids = torch.randn(8, 16), torch.randint(0, 9, (12,))
+
+    def masked(x, ids):
+        keep = (ids < 8).view(-1, 1)
+        return torch.where(keep, x[ids.clamp(max=7)], torch.zeros(()))
+
+    def scaled(x, ids):
+        w = (ids.to(x.dtype) + 1).sqrt().view(-1, 1)
+        return x[ids.clamp(max=7)] * w
+
+    gm = make_fx(masked, tracing_mode="fake")(x, ids)
+    assert R.realize_recomputed_values(gm.graph) == 0
+    gm = make_fx(scaled, tracing_mode="fake")(x, ids)
+    assert R.realize_recomputed_values(gm.graph) == 1

@@ -13,7 +13,7 @@ from torch_geometric.nn import GraphSAGE
 import graph_adapter as ga
 from graph_adapter.batching import DegreeWidthError
 from graph_adapter.checker import value_problems
-from graph_adapter.format import LAYOUT_KEYS
+from graph_adapter.format import ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT
 from graph_adapter.sampling import FixedSizeNeighborLoader
 from graph_adapter.sampling.layout import fanout_in_width
 
@@ -54,7 +54,7 @@ def test_tables_keep_the_batches_and_the_real_row_outputs(setup, aggr):
     sigs = set()
     with torch.no_grad():
         for bare, flat in zip(plain_loader, loader):
-            assert set(flat) - set(bare) == set(LAYOUT_KEYS)
+            assert set(flat) - set(bare) == {ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT}
             for k in bare:  # every other key as without the layout
                 assert torch.equal(bare[k], flat[k]), k
             assert value_problems(flat) == []  # the tables' ranges and padding ids

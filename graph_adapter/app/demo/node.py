@@ -11,8 +11,9 @@ What :func:`run_node_demo` does, in order:
 3. wraps PyG's ``GraphSAGE`` with ``ipu_wrap`` (masked cross-entropy over the
    seed rows) and compiles it with ``graph_adapter.compile`` (``backend``); its
    inference runs through a second compile of the same module wrapped without
-   the loss, with :data:`INFER_OPTIONS` for inductor on the CPU
-   (:func:`inference_model`);
+   the loss (:func:`inference_model`), on test batches that carry each row's
+   in-edge sources (:data:`INFER_LAYOUT`), so its aggregations gather node rows
+   in parallel instead of PyG's serial scatter;
 4. trains an identical copy (same initial weights, optimizer, fanouts, batch
    size) in plain eager PyG: on PyG's ``NeighborLoader`` batches where its
    sampler can run (pyg-lib or torch-sparse installed), else on our sampler's
@@ -38,7 +39,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = ["NodeDemoConfig", "NodeDemoResult", "NodeRun", "run_node_demo", "sbm_graph",
-           "pyg_sampler_available", "inference_model", "inference_options", "INFER_OPTIONS"]
+           "pyg_sampler_available", "inference_model", "inference_options", "infer_layout",
+           "INFER_OPTIONS", "INFER_LAYOUT"]
 
 
 def sbm_graph(n: int, classes: int = 10, out_degree: float = 10.0, p_in: float = 0.8,
@@ -148,6 +150,8 @@ class NodeDemoResult:
     infer_options: Dict[str, Any] = dataclasses.field(default_factory=dict)
     #: inference through a wrapper without the loss (:func:`inference_model`)
     infer_without_loss: bool = False
+    #: the test loader's layout (:data:`INFER_LAYOUT`; None: PyG's scatter path)
+    infer_layout: Optional[str] = None
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -168,6 +172,8 @@ class NodeDemoResult:
             f"eager PyG batches: {self.eager_source}",
             f"graph_adapter backend: {self.backend}" + (
                 "; inference wrapped without the loss" if self.infer_without_loss else "") + (
+                ", on test batches with each row's in-edge sources (layout='sources': its "
+                "mean aggregations gather rows)" if self.infer_layout == "sources" else "") + (
                 f", compiled with {self.infer_options} (generated kernels on one thread, "
                 f"torch's own ops on {self.threads})" if self.infer_options else ""),
             f"torch {torch.__version__}, {self.threads} thread(s), {os.cpu_count() or '?'} CPUs, "
@@ -313,7 +319,7 @@ class _Graph:
     test_loader: Any
 
 
-def _graph(cfg: NodeDemoConfig) -> _Graph:
+def _graph(cfg: NodeDemoConfig, layout: Optional[str] = "demo") -> _Graph:
     """The stochastic-block-model graph of ``cfg`` and FixedSizeNeighborLoaders over it."""
     from graph_adapter.sampling import FixedSizeNeighborLoader
 
@@ -326,7 +332,7 @@ def _graph(cfg: NodeDemoConfig) -> _Graph:
     bs = cfg.infer_batch_size or cfg.batch_size
     test_loader = FixedSizeNeighborLoader(data, fan, bs, input_nodes=test, seed=cfg.seed,
                                           budget=loader.budget if bs == cfg.batch_size else None,
-                                          layout=INFER_LAYOUT)
+                                          layout=INFER_LAYOUT if layout == "demo" else layout)
     return _Graph(data, train, test, loader, test_loader)
 
 
@@ -374,7 +380,7 @@ def _adapter_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module, backend: str,
     # (batch, its seed count) sampled beforehand, as eager PyG's batches are: the seed rows
     # are the first rows, so both runs count accuracy on their first rows alike
     test_batches = [(flat, g.test_loader.seeds_in(flat)) for flat in g.test_loader]
-    infer = inference_model(wrapped, backend, compiled)
+    infer = inference_model(wrapped, backend, compiled, g.test_loader.layout)
 
     def ours_infer() -> Tuple[int, int, float]:
         infer.eval()
@@ -390,33 +396,35 @@ def _adapter_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module, backend: str,
     return run, ours_infer, (compiled, infer)
 
 
-#: The inductor settings of the demo's inference graphs on the CPU: the generated kernels
-#: run on one thread; torch's own kernels (the matmuls) keep torch's thread count. On more
-#: than one thread inductor runs every loop as an OpenMP region (a fork and a join each)
-#: and hands the scatter-add of PyG's mean aggregation to ATen's sorted scatter (torch's
-#: ``cpp.fallback_scatter_reduce_sum``: no atomic adds); on one thread it fuses the
-#: gather, the scatter-add and the divide into one loop, in a fixed order (the outputs
-#: equal the eager model's: ``benchmarks/bench_node_inference.py`` checks them).
-#: Measured there at 2 threads on a busy 2-core CPU (interleaved; one pass there ranges
-#: over 20x): the median per-round ratio to eager PyG 1.30-1.81x against 0.91-1.50x with
-#: the training settings (7 runs), the best rounds mixed (17 vs 19 ms, 30 vs 25 ms a
-#: pass); at 1 thread the generated code is the same either way. Not yet measured on a
-#: quiet machine at 2 threads.
-INFER_OPTIONS: Dict[str, Any] = {"cpp.threads": 1}
-
 #: The test loader's aggregation tables (``FixedSizeNeighborLoader(layout=...)``; ``None``:
-#: PyG's scatter path): the inference model is a compile of its own, so only its batches
-#: carry them.
-INFER_LAYOUT: Optional[str] = None
+#: PyG's scatter path). ``"sources"``: each in-edge prefix row's sources, so the mean
+#: aggregations of GraphSAGE gather node rows, in parallel over nodes and without
+#: atomics, and the last layer projects before its gather (an inference graph without a
+#: scatter). Measured side by side (``benchmarks/bench_node_ceiling.py``, 2 threads,
+#: quiet): 520-590 us a batch against 680-730 on PyG's scatter path. The inference model
+#: is a compile of its own, so only the test batches carry the table; the IPU backends,
+#: whose one compiled model also serves inference, get none.
+INFER_LAYOUT: Optional[str] = "sources"
+
+#: The inductor settings of the inference compile on the CPU, by the test loader's
+#: layout. On PyG's scatter path (``None``, ``"hyb"``) the generated kernels run on one
+#: thread (torch's own, the matmuls, keep torch's thread count): on more, inductor hands
+#: the scatter-add of PyG's mean to ATen's sorted scatter (no atomic adds) and runs every
+#: loop as an OpenMP region; on one it fuses the gather, the scatter-add and the divide
+#: into one loop. With ``"sources"`` the graph has no scatter: inductor's defaults.
+INFER_OPTIONS: Dict[Optional[str], Dict[str, Any]] = {
+    None: {"cpp.threads": 1}, "hyb": {"cpp.threads": 1}, "sources": {}}
 
 
-def inference_model(wrapped: nn.Module, backend: str, compiled: Any) -> Any:
+def inference_model(wrapped: nn.Module, backend: str, compiled: Any,
+                    layout: Optional[str] = "demo") -> Any:
     """The compiled model of the demo's inference.
 
     For the in-process backends: a second :func:`graph_adapter.compile` of the same
     PyG module wrapped again without the loss (inference reads ``"output"`` only, as
     eager PyG computes no loss; the outputs are the same, and so are the parameters
-    and the mode, which live on the module), with :data:`INFER_OPTIONS` for inductor
+    and the mode, which live on the module), with the :data:`INFER_OPTIONS` of the
+    test batches' ``layout`` (``"demo"``: :data:`INFER_LAYOUT`) for inductor
     (``"inductor"``, ``"inductor_eval"``) on the CPU; its one compile is the eval
     graph that ``compiled`` would have compiled. For the IPU backends: ``compiled``.
     """
@@ -426,14 +434,27 @@ def inference_model(wrapped: nn.Module, backend: str, compiled: Any) -> Any:
     if backend in IPU_BACKENDS:
         return compiled
     return ga.compile(ga.ipu_wrap(wrapped.model), backend,
-                      options=inference_options(wrapped, backend) or None, background=False)
+                      options=inference_options(wrapped, backend, layout) or None,
+                      background=False)
 
 
-def inference_options(wrapped: nn.Module, backend: str) -> Dict[str, Any]:
-    """:data:`INFER_OPTIONS` for inductor (``"inductor"``, ``"inductor_eval"``) with the
-    model on the CPU, else ``{}`` (what :func:`inference_model` compiles with)."""
+def inference_options(wrapped: nn.Module, backend: str,
+                      layout: Optional[str] = "demo") -> Dict[str, Any]:
+    """:data:`INFER_OPTIONS` of ``layout`` (``"demo"``: :data:`INFER_LAYOUT`) for inductor
+    (``"inductor"``, ``"inductor_eval"``) with the model on the CPU, else ``{}`` (what
+    :func:`inference_model` compiles with)."""
     on_cpu = all(p.device.type == "cpu" for p in wrapped.parameters())
-    return dict(INFER_OPTIONS) if backend in ("inductor", "inductor_eval") and on_cpu else {}
+    if backend not in ("inductor", "inductor_eval") or not on_cpu:
+        return {}
+    return dict(INFER_OPTIONS[INFER_LAYOUT if layout == "demo" else layout])
+
+
+def infer_layout(backend: str) -> Optional[str]:
+    """The test loader's layout for ``backend``: :data:`INFER_LAYOUT`, none for the IPU
+    backends (their training model serves inference: one set of keys)."""
+    from graph_adapter.ipu import IPU_BACKENDS
+
+    return None if backend in IPU_BACKENDS else INFER_LAYOUT
 
 
 def _eager_source(use_pyg: bool) -> str:
@@ -540,8 +561,8 @@ def run_node_demo(cfg: Optional[NodeDemoConfig] = None, **overrides: Any) -> Nod
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
-        g = _graph(cfg)
         backend = resolve_backend(cfg.backend)[0]
+        g = _graph(cfg, infer_layout(backend))
         plain = _model(cfg)
         fill: Dict[str, float] = {}
         run, infer, compiled = _adapter_run(cfg, g, plain, backend, fill)
@@ -561,9 +582,11 @@ def run_node_demo(cfg: Optional[NodeDemoConfig] = None, **overrides: Any) -> Nod
             node_efficiency=fill.get("nodes", 0.0), edge_efficiency=fill.get("edges", 0.0),
             trimmed_batches=int(fill.get("trimmed", 0)), batches=int(fill.get("batches", 0)),
             eager_source=_eager_source(use_pyg), runs=[r for r, _ in runs],
-            infer_options=(inference_options(compiled[1].wrapped, backend)
+            infer_options=(inference_options(compiled[1].wrapped, backend,
+                                             g.test_loader.layout)
                            if compiled[1] is not compiled[0] else {}),
             infer_without_loss=compiled[1] is not compiled[0],
+            infer_layout=g.test_loader.layout,
             threads=torch.get_num_threads(), seconds=time.perf_counter() - t0,
             load_average=(load0, _load_average(load0)))
     finally:

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 import graph_adapter as ga
-from graph_adapter.app.demo.node import (INFER_OPTIONS, NodeDemoConfig, _graph, _model,
-                                         inference_model, inference_options, run_node_demo)
+from graph_adapter.app.demo.node import (INFER_LAYOUT, INFER_OPTIONS, NodeDemoConfig, _graph,
+                                         _model, infer_layout, inference_model,
+                                         inference_options, run_node_demo)
+from graph_adapter.backends.select import drop_layout_tables
 from graph_adapter.nn import masked_cross_entropy
 
 TINY = dict(nodes=600, epochs=1, hidden=16, progress=False, infer_rounds=1)
@@ -24,14 +26,19 @@ def _wrapped(cfg: NodeDemoConfig):
 def test_inference_model_wraps_the_same_module_without_the_loss():
     cfg = NodeDemoConfig(**TINY)
     wrapped = _wrapped(cfg)
-    for backend, options in (("eager", {}), ("aot_eager", {}), ("inductor", INFER_OPTIONS)):
+    for backend, options in (("eager", {}), ("aot_eager", {}),
+                             ("inductor", INFER_OPTIONS[INFER_LAYOUT])):
         trained = ga.compile(wrapped, backend)
         infer = inference_model(wrapped, backend, trained)
         assert infer is not trained and infer.backend == backend
         assert infer.wrapped.model is wrapped.model  # the trained parameters, the same mode
         assert infer.wrapped.loss_fn is None and wrapped.loss_fn is not None
         assert inference_options(wrapped, backend) == options
-    assert INFER_OPTIONS == {"cpp.threads": 1}
+    # PyG's scatter path: generated loops on one thread; the source tables: none left
+    assert INFER_LAYOUT == "sources" and INFER_OPTIONS["sources"] == {}
+    assert inference_options(wrapped, "inductor", None) == {"cpp.threads": 1}
+    assert inference_options(wrapped, "inductor", "hyb") == {"cpp.threads": 1}
+    assert infer_layout("inductor") == "sources" and infer_layout("ipu-emulator") is None
     keep = object()  # an IPU backend's model serves inference itself (poptorch's runner)
     assert inference_model(wrapped, "ipu-emulator", keep) is keep
     # eager: the loss-free wrapper returns the training wrapper's outputs, and no loss
@@ -66,11 +73,12 @@ def test_demo_infer_batch_size_batches_both_sides_alike_and_says_so():
 
 @pytest.mark.extended  # two inductor compiles of the eval graph: ~10-20 s on 2 cores
 def test_inference_settings_compute_what_the_training_settings_and_eager_compute():
-    """The inference model (no loss; INFER_OPTIONS: inductor's loops on one thread, the
-    scatter-add fused) changes how the outputs are computed, not what they are: on every
-    test batch, at 2 torch threads (where the settings differ from the training model's),
-    the real rows equal the training model's compile's and the plain model's on the
-    unpadded subgraph."""
+    """The inference model (no loss; on test batches with each row's in-edge sources,
+    gathered instead of scattered, the last layer projected first; and on PyG's scatter
+    path with INFER_OPTIONS: inductor's loops on one thread, the scatter-add fused)
+    changes how the outputs are computed, not what they are: on every test batch, at 2
+    torch threads, the real rows equal the training model's compile's and the plain
+    model's on the unpadded subgraph."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -81,16 +89,22 @@ def test_inference_settings_compute_what_the_training_settings_and_eager_compute
         plain.load_state_dict(wrapped.model.state_dict())
         default = ga.compile(wrapped, "inductor")
         infer = inference_model(wrapped, "inductor", default)
-        infer.eval()
+        scatter = inference_model(wrapped, "inductor", default, None)
+        infer.eval(), scatter.eval()
+        assert g.test_loader.layout == "sources"
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
             for flat in g.test_loader:
                 nm, em = flat["node_mask"], flat["edge_mask"]
+                bare = drop_layout_tables(flat)
                 got = infer(flat)["output"][nm]
                 ref = plain(flat["x"][nm], flat["edge_index"][:, em])
-                torch.testing.assert_close(got, default(flat)["output"][nm])
+                torch.testing.assert_close(got, default(bare)["output"][nm])
                 torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(scatter(bare)["output"][nm], ref,
+                                           rtol=1e-5, atol=1e-5)
         assert infer.compile_count == 1 and not infer.atomic_adds
+        assert scatter.compile_count == 1 and not scatter.atomic_adds
     finally:
         torch.set_num_threads(threads)
 

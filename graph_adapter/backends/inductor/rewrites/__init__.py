@@ -1,6 +1,6 @@
 """Graph rewrites applied to a model's graphs when inductor compiles them.
 
-Seven rewrites at two pass points (inductor has one slot per point, so one
+Eight rewrites at two pass points (inductor has one slot per point, so one
 ``CustomGraphPass`` runs every rewrite of its point). Before autograd
 (``pre_grad_custom_pass``, on Dynamo's torch-level graphs): :func:`compose_linears`
 (a linear layer of a linear layer, e.g. a per-layer edge projection of encoded
@@ -9,7 +9,8 @@ bond features, becomes one product of the raw features), then
 After autograd (``post_grad_custom_post_pass``, on the ATen graphs inductor
 lowers): :func:`project_before_aggregate` (a narrowing linear layer of a sum or
 mean aggregation, GraphSAGE's last layer, projects the rows before they are
-gathered and summed: fewer channels an edge), :func:`merge_shared_left_mms` (thin
+gathered and summed: fewer channels an edge), :func:`multiply_real_rows` (a product
+of rows padded with zero rows multiplies the real rows only), :func:`merge_shared_left_mms` (thin
 products of one left operand computed as one), :func:`transpose_thin_matmuls`,
 :func:`dedupe_pure_ops` (an inference graph's per-layer copies of one computation,
 GCN's ``gcn_norm``, computed once) and :func:`realize_recomputed_values` (a value
@@ -18,8 +19,8 @@ GCN's normalisation). Each is
 described at its definition; the embedding-table projection here.
 
 One module a rewrite (:mod:`.compose_linears`, :mod:`.embedding_tables`,
-:mod:`.project_aggregate`, :mod:`.shared_left`, :mod:`.thin_matmuls`, :mod:`.dedupe`,
-:mod:`.realize`), their shared FX helpers in ``_graph``; this package holds the two
+:mod:`.project_aggregate`, :mod:`.zero_rows`, :mod:`.shared_left`, :mod:`.thin_matmuls`,
+:mod:`.dedupe`, :mod:`.realize`), their shared FX helpers in ``_graph``; this package holds the two
 passes that run them and the version numbers inductor's cache keys follow.
 """
 from __future__ import annotations
@@ -40,11 +41,13 @@ from .shared_left import merge_shared_left_mms
 from .realize import REALIZE_VERSION, realize_recomputed_values
 from .thin_matmuls import (THIN_MIN_ROWS, THIN_WIDTHS, THIN_VERSION, thin_matmul_rule,
                            transpose_thin_matmuls)
+from .zero_rows import ZERO_ROWS_VERSION, multiply_real_rows
 
 __all__ = ["project_embedding_tables", "project_embedding_tables_pass",
            "transpose_thin_matmuls", "thin_matmul_rule", "transpose_thin_matmuls_pass",
            "compose_linears", "compose_linears_rule", "realize_recomputed_values",
            "dedupe_pure_ops", "project_before_aggregate", "merge_shared_left_mms",
+           "multiply_real_rows",
            "PASS_VERSION", "THIN_WIDTHS", "THIN_MIN_ROWS"]
 
 
@@ -92,14 +95,15 @@ def project_embedding_tables_pass() -> Any:
 def _thin_pass_class() -> type:
     return _counting_pass(
         "TransposeThinMatmuls",
-        ("project_before_aggregate", "merge_shared_left_mms", "transpose_thin_matmuls",
-         "dedupe_pure_ops", "realize_recomputed_values"),
+        ("project_before_aggregate", "multiply_real_rows", "merge_shared_left_mms",
+         "transpose_thin_matmuls", "dedupe_pure_ops", "realize_recomputed_values"),
         lambda: (f"graph_adapter.TransposeThinMatmuls.v{THIN_VERSION}"
                  f".{THIN_WIDTHS.start}-{THIN_WIDTHS.stop}.{THIN_MIN_ROWS}"
-                 f".realize{REALIZE_VERSION}.cse{CSE_VERSION}"
+                 f".realize{REALIZE_VERSION}.cse{CSE_VERSION}.zero{ZERO_ROWS_VERSION}"
                  f".{_project.project_key()}.{_shared.shared_key()}"),
         "Inductor's ``post_grad_custom_post_pass``: :func:`project_before_aggregate` "
-        "(its new product may be thin), :func:`merge_shared_left_mms` (thin products of "
+        "(its new product may be thin), :func:`multiply_real_rows`, "
+        ":func:`merge_shared_left_mms` (thin products of "
         "one left operand as one), :func:`transpose_thin_matmuls`, "
         ":func:`dedupe_pure_ops`, then :func:`realize_recomputed_values`.")
 

@@ -1,5 +1,5 @@
 """FX helpers the rewrites share: ATen op handles, call arguments, example values,
-and whether an op writes a tensor."""
+who reads a node, zero-filled tensors, and whether an op writes a tensor."""
 from __future__ import annotations
 
 import operator
@@ -50,3 +50,17 @@ def example_value(node: object) -> Optional[torch.Tensor]:
         return None
     v = node.meta.get("example_value", node.meta.get("val"))
     return v if isinstance(v, torch.Tensor) else None
+
+
+def only_user(node: fx.Node, user: fx.Node) -> bool:
+    """Whether ``user`` is the one node that reads ``node``."""
+    return len(node.users) == 1 and next(iter(node.users)) is user
+
+
+def is_zeros(node: object) -> bool:
+    """Whether ``node`` is ``aten.full(shape, 0)`` / ``aten.zeros(shape)`` / ``aten.new_zeros``."""
+    if not isinstance(node, fx.Node) or node.op != "call_function":
+        return False
+    if node.target is ATEN.full.default:
+        return len(node.args) > 1 and node.args[1] == 0
+    return node.target in (ATEN.zeros.default, ATEN.new_zeros.default)

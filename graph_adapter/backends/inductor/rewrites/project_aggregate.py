@@ -27,6 +27,15 @@ dim 0 whose index is one id per row broadcast over the channels (PyG's
 ``scatter``), of rows gathered from a 2-D ``x`` by ``aten.index`` /
 ``aten.index_select`` along dim 0, and a ``mm`` (or an ``addmm`` with unit
 ``alpha`` / ``beta``) taking ``A`` as its left operand.
+
+The gather form (a sum over a table of rows, :func:`graph_adapter.nn.static_layout.
+source_aggregate` on ``layout="sources"`` batches) projects the same way: there ``A``
+is a chain of ops that each act on rows alone, so that ``chain(x) @ W = chain(x @ W)``:
+gathers of ``x``'s rows (``index`` / ``index_select``), sums of two chain values,
+``where(mask, v, 0)`` and a division by a per-row ``[R, 1]`` value, and a ``cat``
+along dim 0 with zero blocks. Each op of the chain is rebuilt on ``K`` channels,
+``x`` replaced by ``x @ W``, where the chain is read by the product alone and its
+gathered tensors hold no more rows than ``A`` (so the new product is no larger).
 """
 from __future__ import annotations
 
@@ -35,13 +44,13 @@ from typing import Optional, Tuple
 import torch
 from torch import fx
 
-from ._graph import ATEN, example_value
+from ._graph import ATEN, example_value, is_zeros, only_user
 
 __all__ = ["project_before_aggregate", "PROJECT_VERSION", "PROJECT_AGGREGATES", "project_key"]
 
 #: Bumped whenever :func:`project_before_aggregate` changes what it rewrites
 #: (inductor's cache keys compiled graphs by the pass's ``uuid()``).
-PROJECT_VERSION = 1
+PROJECT_VERSION = 2  # 2: the gather form
 
 #: Off: :func:`project_before_aggregate` rewrites nothing (read when a graph is
 #: compiled, and part of the pass's cache key: :func:`project_key`).
@@ -51,19 +60,6 @@ PROJECT_AGGREGATES = True
 def project_key() -> str:
     """This rewrite's part of the post-grad pass's ``uuid()``: its version, or off."""
     return f"project{PROJECT_VERSION}" if PROJECT_AGGREGATES else "project-off"
-
-
-def _only_user(node: fx.Node, user: fx.Node) -> bool:
-    return len(node.users) == 1 and next(iter(node.users)) is user
-
-
-def _is_zeros(node: object) -> bool:
-    """``aten.full(shape, 0)`` / ``aten.zeros(shape)`` / ``aten.new_zeros``."""
-    if not isinstance(node, fx.Node) or node.op != "call_function":
-        return False
-    if node.target is ATEN.full.default:
-        return len(node.args) > 1 and node.args[1] == 0
-    return node.target in (ATEN.zeros.default, ATEN.new_zeros.default)
 
 
 def _row_index(index: fx.Node, rows: int, cols: int) -> Optional[fx.Node]:
@@ -127,7 +123,7 @@ def _match(mm: fx.Node):
     av, wv = example_value(a), example_value(w)
     if av is None or wv is None or av.dim() != 2 or wv.dim() != 2 \
             or av.device.type != "cpu" or av.dtype not in (torch.float32, torch.float64) \
-            or not _only_user(a, mm):
+            or not only_user(a, mm):
         return None
     n, c = int(av.shape[0]), int(av.shape[1])
     k = int(wv.shape[1])
@@ -140,15 +136,15 @@ def _match(mm: fx.Node):
         if div is None:
             return None
         s = a.args[0]
-        if not isinstance(s, fx.Node) or not _only_user(s, a):
+        if not isinstance(s, fx.Node) or not only_user(s, a):
             return None
     if s.op != "call_function" or s.target is not ATEN.scatter_add.default \
-            or len(s.args) != 4 or s.args[1] != 0 or not _is_zeros(s.args[0]):
+            or len(s.args) != 4 or s.args[1] != 0 or not is_zeros(s.args[0]):
         return None
     index, msg = s.args[2], s.args[3]
     mv = example_value(msg)
     if not isinstance(index, fx.Node) or mv is None or tuple(mv.shape)[1:] != (c,) \
-            or not _only_user(msg, s):
+            or not only_user(msg, s):
         return None
     e = int(mv.shape[0])
     dst = _row_index(index, e, c)
@@ -159,6 +155,134 @@ def _match(mm: fx.Node):
     if int(example_value(x).shape[1]) != c:
         return None
     return a, w, div, s, dst, x, src, op, (n, c, k, e)
+
+
+_ROW_OPS = (ATEN.add.Tensor, ATEN.div.Tensor, ATEN.where.self, ATEN.cat.default)
+
+
+def _per_row(node: object, rows: int) -> bool:
+    """Whether ``node`` is a ``[rows, 1]`` value (a per-row divisor or mask)."""
+    v = example_value(node)
+    return v is not None and v.dim() == 2 and tuple(v.shape) == (rows, 1)
+
+
+def _zero_scalar(node: object) -> bool:
+    v = example_value(node)
+    return is_zeros(node) and v is not None and v.dim() == 0
+
+
+def _gather_chain(a: fx.Node, c: int):
+    """``(interior nodes, leaves)`` of a row-wise chain ending at ``a`` (module doc):
+    every interior node a 2-D value of ``c`` channels read only inside the chain (``a``
+    by the product alone, checked by the caller), the leaves the 2-D tensors its gathers
+    read; or None."""
+    interior, leaves, todo = [], [], [a]
+    while todo:
+        node = todo.pop()
+        v = example_value(node)
+        if not isinstance(node, fx.Node) or node.op != "call_function" or v is None \
+                or v.dim() != 2 or int(v.shape[1]) != c or node.kwargs.get("alpha", 1) != 1:
+            return None
+        t, args = node.target, node.args
+        if node is not a and any(u not in interior for u in node.users):
+            return None  # read outside the chain (users come first: checked when popped)
+        interior.append(node)
+        if t is ATEN.add.Tensor and len(args) == 2:
+            todo += [args[0], args[1]]
+        elif t is ATEN.div.Tensor and len(args) == 2 and _per_row(args[1], int(v.shape[0])):
+            todo.append(args[0])
+        elif t is ATEN.where.self and len(args) == 3 and _per_row(args[0], int(v.shape[0])) \
+                and _zero_scalar(args[2]):
+            todo.append(args[1])
+        elif t is ATEN.cat.default and (len(args) < 2 or args[1] in (0, -2)):
+            for part in args[0]:
+                if is_zeros(part):
+                    pv = example_value(part)
+                    if pv is None or pv.dim() != 2 or int(pv.shape[1]) != c \
+                            or len(part.users) != 1:
+                        return None
+                    interior.append(part)
+                else:
+                    todo.append(part)
+        else:
+            got = _gather(node)
+            if got is None or int(example_value(got[0]).shape[1]) != c:
+                return None
+            if got[0] not in leaves:
+                leaves.append(got[0])
+    return interior, leaves
+
+
+def _match_gathers(mm: fx.Node):
+    """``(A, W, interior, leaves, (n, c, k))`` of a rewritable ``mm(chain, W)`` /
+    ``addmm(b, chain, W)`` of the gather form, or None."""
+    if mm.op != "call_function":
+        return None
+    if mm.target is ATEN.mm.default and len(mm.args) == 2 and not mm.kwargs:
+        a, w = mm.args
+    elif mm.target is ATEN.addmm.default and len(mm.args) == 3 \
+            and all(mm.kwargs.get(k, 1) == 1 for k in ("alpha", "beta")):
+        a, w = mm.args[1], mm.args[2]
+    else:
+        return None
+    av, wv = example_value(a), example_value(w)
+    if av is None or wv is None or av.dim() != 2 or wv.dim() != 2 \
+            or av.device.type != "cpu" or av.dtype not in (torch.float32, torch.float64) \
+            or not isinstance(a, fx.Node) or a.target not in _ROW_OPS or not only_user(a, mm):
+        return None
+    n, c, k = int(av.shape[0]), int(av.shape[1]), int(wv.shape[1])
+    if k >= c:
+        return None
+    found = _gather_chain(a, c)
+    if found is None or not found[1]:
+        return None
+    interior, leaves = found
+    if sum(int(example_value(x).shape[0]) for x in leaves) > n:
+        return None  # the projected rows would cost more than the product it replaces
+    return a, w, interior, leaves, (n, c, k)
+
+
+def _project_gathers(graph: fx.Graph, mm: fx.Node, found) -> None:
+    """Rebuild the chain of ``found`` (:func:`_match_gathers`) on ``x @ W`` and let it
+    replace ``mm``; the old chain is erased."""
+    a, w, interior, leaves, (n, c, k) = found
+    inside = set(interior)
+    new: dict = {}
+    with graph.inserting_before(mm):
+        for x in leaves:
+            proj = graph.call_function(ATEN.mm.default, (x, w))
+            proj.meta["val"] = example_value(x).new_empty((int(example_value(x).shape[0]), k))
+            new[x] = proj
+
+        def arg_of(value):
+            if isinstance(value, (list, tuple)):
+                return type(value)(arg_of(v) for v in value)
+            return new.get(value, value) if isinstance(value, fx.Node) else value
+
+        for node in [nd for nd in graph.nodes if nd in inside]:  # graph order: topological
+            v = example_value(node)
+            if is_zeros(node):  # a zero block of a cat
+                copy = graph.call_function(
+                    ATEN.full.default, ([int(v.shape[0]), k], 0),
+                    {"dtype": v.dtype, "layout": torch.strided, "device": v.device,
+                     "pin_memory": False})
+            else:
+                copy = graph.call_function(node.target, arg_of(node.args), node.kwargs)
+            copy.meta["val"] = v.new_empty((int(v.shape[0]), k))
+            copy.meta.setdefault("stack_trace", node.meta.get("stack_trace"))
+            new[node] = copy
+    root = new[a]
+    if mm.target is ATEN.mm.default:
+        mm.replace_all_uses_with(root)
+    else:  # addmm(b, A, W) = b + A @ W
+        with graph.inserting_before(mm):
+            add = graph.call_function(ATEN.add.Tensor, (root, mm.args[0]))
+        add.meta["val"] = mm.meta["val"]
+        mm.replace_all_uses_with(add)
+    graph.erase_node(mm)
+    for node in reversed([nd for nd in graph.nodes if nd in inside]):
+        if not node.users:
+            graph.erase_node(node)
 
 
 def project_before_aggregate(graph: fx.Graph) -> int:
@@ -174,6 +298,10 @@ def project_before_aggregate(graph: fx.Graph) -> int:
     for mm in list(graph.nodes):
         found = _match(mm)
         if found is None:
+            gathers = _match_gathers(mm)
+            if gathers is not None:
+                _project_gathers(graph, mm, gathers)
+                done += 1
             continue
         a, w, div, s, dst, x, src, op, (n, c, k, e) = found
         av, xv = example_value(a), example_value(x)

@@ -17,7 +17,7 @@ _GATHERS = {ATEN.index.Tensor, ATEN.index_select.default, ATEN.embedding.default
 
 
 #: Bumped whenever :func:`realize_recomputed_values` changes what it stores.
-REALIZE_VERSION = 1
+REALIZE_VERSION = 2  # 2: boolean masks left inline
 
 
 def _source(node: Any) -> Any:
@@ -71,7 +71,10 @@ def _recomputed(node: fx.Node) -> List[fx.Node]:
             and out.shape[-1] > 1:
         for a in node.args:
             va = example_value(a)
-            if va is not None and va.dim() == out.dim() and va.shape[-1] == 1 \
+            # (not a mask: one compare is cheaper than a load, and a stored mask kept
+            # inductor from vectorising the masked gather it selects: layout="sources")
+            if va is not None and va.dtype != torch.bool and va.dim() == out.dim() \
+                    and va.shape[-1] == 1 \
                     and va.numel() > 1 and _fused_away(_source(a)):
                 found.append(_source(a))
     return found
