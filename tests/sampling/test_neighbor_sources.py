@@ -12,6 +12,7 @@ from torch_geometric.data import Data
 from torch_geometric.nn import GCN, GIN, GraphSAGE
 
 import graph_adapter as ga
+from graph_adapter.app.demo.node import sbm_graph
 from graph_adapter.batching import DegreeWidthError
 from graph_adapter.checker import value_problems
 from graph_adapter.format import IN_SOURCES
@@ -20,20 +21,20 @@ from graph_adapter.sampling import FixedSizeNeighborLoader
 from graph_adapter.sampling.layout import source_table, source_table_shape
 
 
-def _graph(n: int, m: int, seed: int, feat: int = 4) -> Data:
-    g = torch.Generator().manual_seed(seed)
-    return Data(x=torch.randn(n, feat, generator=g),
-                edge_index=torch.randint(0, n, (2, m), generator=g))
+def _graph(n: int, m: int, seed: int) -> Data:
+    """A stochastic block model graph of ``n`` nodes, ``m / n`` out-edges a node, 4 features."""
+    return sbm_graph(n, classes=3, out_degree=max(m / n, 0.5), dim=4, seed=seed)
 
 
 @st.composite
 def setups(draw):
+    """Directed sampling with bounded fanouts (what the table needs), any other setting."""
+    fanouts = draw(st.lists(st.sampled_from([0, 1, 2, 3, 6]), min_size=1, max_size=3))
     n = draw(st.integers(8, 60))
-    return dict(data=_graph(n, draw(st.integers(1, 400)), draw(st.integers(0, 10 ** 6))),
-                num_neighbors=draw(st.lists(st.sampled_from([0, 1, 2, 3, 6]), min_size=1,
-                                            max_size=3)),
-                batch_size=draw(st.integers(1, 9)), replace=draw(st.booleans()),
-                disjoint=draw(st.booleans()), seed=draw(st.integers(0, 99)))
+    data = _graph(n, draw(st.integers(1, 400)), draw(st.integers(0, 10 ** 6)))
+    return dict(data=data, num_neighbors=fanouts, batch_size=draw(st.integers(1, 9)),
+                replace=draw(st.booleans()), disjoint=draw(st.booleans()),
+                seed=draw(st.integers(0, 99)))
 
 
 def _models():

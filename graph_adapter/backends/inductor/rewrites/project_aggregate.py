@@ -109,8 +109,10 @@ def _divisor(node: fx.Node, rows: int) -> Optional[fx.Node]:
     return node
 
 
-def _match(mm: fx.Node):
-    """The parts of a rewritable ``mm(A, W)`` / ``addmm(b, A, W)``, or None."""
+def _narrowing_product(mm: fx.Node):
+    """``(A, W, (n, c, k))`` of a ``mm(A, W)`` / ``addmm(b, A, W)`` (unit ``alpha`` /
+    ``beta``) of CPU float 2-D values whose ``A`` it alone reads and whose ``W`` narrows
+    (``k < c``), or None."""
     if mm.op != "call_function":
         return None
     if mm.target is ATEN.mm.default and len(mm.args) == 2 and not mm.kwargs:
@@ -123,12 +125,17 @@ def _match(mm: fx.Node):
     av, wv = example_value(a), example_value(w)
     if av is None or wv is None or av.dim() != 2 or wv.dim() != 2 \
             or av.device.type != "cpu" or av.dtype not in (torch.float32, torch.float64) \
-            or not only_user(a, mm):
+            or not only_user(a, mm) or int(wv.shape[1]) >= int(av.shape[1]):
         return None
-    n, c = int(av.shape[0]), int(av.shape[1])
-    k = int(wv.shape[1])
-    if k >= c:
+    return a, w, (int(av.shape[0]), int(av.shape[1]), int(wv.shape[1]))
+
+
+def _match(mm: fx.Node):
+    """The parts of a rewritable ``mm(A, W)`` / ``addmm(b, A, W)``, or None."""
+    product = _narrowing_product(mm)
+    if product is None:
         return None
+    a, w, (n, c, k) = product
     div = None
     s = a
     if a.op == "call_function" and a.target is ATEN.div.Tensor and len(a.args) == 2:
@@ -216,23 +223,10 @@ def _gather_chain(a: fx.Node, c: int):
 def _match_gathers(mm: fx.Node):
     """``(A, W, interior, leaves, (n, c, k))`` of a rewritable ``mm(chain, W)`` /
     ``addmm(b, chain, W)`` of the gather form, or None."""
-    if mm.op != "call_function":
+    product = _narrowing_product(mm)
+    if product is None or product[0].target not in _ROW_OPS:
         return None
-    if mm.target is ATEN.mm.default and len(mm.args) == 2 and not mm.kwargs:
-        a, w = mm.args
-    elif mm.target is ATEN.addmm.default and len(mm.args) == 3 \
-            and all(mm.kwargs.get(k, 1) == 1 for k in ("alpha", "beta")):
-        a, w = mm.args[1], mm.args[2]
-    else:
-        return None
-    av, wv = example_value(a), example_value(w)
-    if av is None or wv is None or av.dim() != 2 or wv.dim() != 2 \
-            or av.device.type != "cpu" or av.dtype not in (torch.float32, torch.float64) \
-            or not isinstance(a, fx.Node) or a.target not in _ROW_OPS or not only_user(a, mm):
-        return None
-    n, c, k = int(av.shape[0]), int(av.shape[1]), int(wv.shape[1])
-    if k >= c:
-        return None
+    a, w, (n, c, k) = product
     found = _gather_chain(a, c)
     if found is None or not found[1]:
         return None
@@ -240,6 +234,19 @@ def _match_gathers(mm: fx.Node):
     if sum(int(example_value(x).shape[0]) for x in leaves) > n:
         return None  # the projected rows would cost more than the product it replaces
     return a, w, interior, leaves, (n, c, k)
+
+
+def _replace_product(graph: fx.Graph, mm: fx.Node, projected: fx.Node) -> None:
+    """Let ``projected`` (the aggregate of projected rows) stand for ``mm`` (plus the bias
+    of an ``addmm(b, A, W)``: ``b + A @ W``), and erase ``mm``."""
+    new = projected
+    if mm.target is not ATEN.mm.default:
+        with graph.inserting_before(mm):
+            new = graph.call_function(ATEN.add.Tensor, (projected, mm.args[0]))
+        new.meta["val"] = mm.meta["val"]
+        new.meta.setdefault("stack_trace", mm.meta.get("stack_trace"))
+    mm.replace_all_uses_with(new)
+    graph.erase_node(mm)
 
 
 def _project_gathers(graph: fx.Graph, mm: fx.Node, found) -> None:
@@ -271,15 +278,7 @@ def _project_gathers(graph: fx.Graph, mm: fx.Node, found) -> None:
             copy.meta["val"] = v.new_empty((int(v.shape[0]), k))
             copy.meta.setdefault("stack_trace", node.meta.get("stack_trace"))
             new[node] = copy
-    root = new[a]
-    if mm.target is ATEN.mm.default:
-        mm.replace_all_uses_with(root)
-    else:  # addmm(b, A, W) = b + A @ W
-        with graph.inserting_before(mm):
-            add = graph.call_function(ATEN.add.Tensor, (root, mm.args[0]))
-        add.meta["val"] = mm.meta["val"]
-        mm.replace_all_uses_with(add)
-    graph.erase_node(mm)
+    _replace_product(graph, mm, new[a])
     for node in reversed([nd for nd in graph.nodes if nd in inside]):
         if not node.users:
             graph.erase_node(node)
@@ -332,15 +331,7 @@ def project_before_aggregate(graph: fx.Graph) -> int:
             by.meta["val"] = example_value(div).expand(n, k)
         for node in nodes:
             node.meta.setdefault("stack_trace", mm.meta.get("stack_trace"))
-        if mm.target is ATEN.mm.default:
-            mm.replace_all_uses_with(new)
-        else:  # addmm(b, A, W) = b + A @ W
-            with graph.inserting_before(mm):
-                add = graph.call_function(ATEN.add.Tensor, (new, mm.args[0]))
-            add.meta["val"] = mm.meta["val"]
-            add.meta.setdefault("stack_trace", mm.meta.get("stack_trace"))
-            mm.replace_all_uses_with(add)
-        graph.erase_node(mm)
+        _replace_product(graph, mm, new)
         # the old aggregation, now unread (each had one user, checked by _match)
         old = [a] + ([s] if s is not a else []) + [s.args[3], s.args[0], s.args[2]]
         if div is not None:
