@@ -1,9 +1,10 @@
 """FX helpers the rewrites share: ATen op handles, call arguments, example values,
-who reads a node, zero-filled tensors, and whether an op writes a tensor."""
+who reads a node, zero-filled tensors (found and made), and whether an op writes a
+tensor."""
 from __future__ import annotations
 
 import operator
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -64,3 +65,13 @@ def is_zeros(node: object) -> bool:
     if node.target is ATEN.full.default:
         return len(node.args) > 1 and node.args[1] == 0
     return node.target in (ATEN.zeros.default, ATEN.new_zeros.default)
+
+
+def zeros_node(graph: fx.Graph, shape: Tuple[int, ...], like: torch.Tensor) -> fx.Node:
+    """A new ``aten.full(shape, 0)`` node at the graph's insert point, of ``like``'s dtype
+    and device, with its ``val``."""
+    node = graph.call_function(ATEN.full.default, (list(shape), 0),
+                               {"dtype": like.dtype, "layout": torch.strided,
+                                "device": like.device, "pin_memory": False})
+    node.meta["val"] = like.new_empty(tuple(shape))
+    return node

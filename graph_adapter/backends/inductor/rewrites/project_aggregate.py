@@ -44,7 +44,7 @@ from typing import Optional, Tuple
 import torch
 from torch import fx
 
-from ._graph import ATEN, example_value, is_zeros, only_user
+from ._graph import ATEN, example_value, is_zeros, only_user, zeros_node
 
 __all__ = ["project_before_aggregate", "PROJECT_VERSION", "PROJECT_AGGREGATES", "project_key"]
 
@@ -269,13 +269,10 @@ def _project_gathers(graph: fx.Graph, mm: fx.Node, found) -> None:
         for node in [nd for nd in graph.nodes if nd in inside]:  # graph order: topological
             v = example_value(node)
             if is_zeros(node):  # a zero block of a cat
-                copy = graph.call_function(
-                    ATEN.full.default, ([int(v.shape[0]), k], 0),
-                    {"dtype": v.dtype, "layout": torch.strided, "device": v.device,
-                     "pin_memory": False})
+                copy = zeros_node(graph, (int(v.shape[0]), k), v)
             else:
                 copy = graph.call_function(node.target, arg_of(node.args), node.kwargs)
-            copy.meta["val"] = v.new_empty((int(v.shape[0]), k))
+                copy.meta["val"] = v.new_empty((int(v.shape[0]), k))
             copy.meta.setdefault("stack_trace", node.meta.get("stack_trace"))
             new[node] = copy
     _replace_product(graph, mm, new[a])
@@ -310,10 +307,7 @@ def project_before_aggregate(graph: fx.Graph) -> int:
                 msg = graph.call_function(ATEN.index.Tensor, (proj, [src]))
             else:
                 msg = graph.call_function(ATEN.index_select.default, (proj, 0, src))
-            zeros = graph.call_function(
-                ATEN.full.default, ([n, k], 0),
-                {"dtype": av.dtype, "layout": torch.strided, "device": av.device,
-                 "pin_memory": False})
+            zeros = zeros_node(graph, (n, k), av)
             idx = graph.call_function(ATEN.expand.default, (dst, [e, k]))
             new = graph.call_function(ATEN.scatter_add.default, (zeros, 0, idx, msg))
             nodes = [proj, msg, zeros, idx, new]
@@ -323,7 +317,7 @@ def project_before_aggregate(graph: fx.Graph) -> int:
                 nodes += [by, new]
         proj.meta["val"] = xv.new_empty((int(xv.shape[0]), k))
         msg.meta["val"] = xv.new_empty((e, k))
-        zeros.meta["val"] = new_val = av.new_empty((n, k))
+        new_val = zeros.meta["val"]
         idx.meta["val"] = example_value(dst).expand(e, k)
         for node in nodes[4:]:
             node.meta["val"] = new_val

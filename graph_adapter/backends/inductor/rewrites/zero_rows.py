@@ -23,7 +23,7 @@ from typing import Optional, Tuple
 import torch
 from torch import fx
 
-from ._graph import ATEN, example_value, is_zeros, only_user
+from ._graph import ATEN, example_value, is_zeros, only_user, zeros_node
 
 __all__ = ["multiply_real_rows", "ZERO_ROWS_VERSION"]
 
@@ -65,13 +65,9 @@ def multiply_real_rows(graph: fx.Graph) -> int:
         rows, pad = int(example_value(s).shape[0]), int(example_value(z).shape[0])
         with graph.inserting_before(mm):
             part = graph.call_function(ATEN.mm.default, (s, w))
-            zeros = graph.call_function(
-                ATEN.full.default, ([pad, int(out.shape[1])], 0),
-                {"dtype": out.dtype, "layout": torch.strided, "device": out.device,
-                 "pin_memory": False})
+            zeros = zeros_node(graph, (pad, int(out.shape[1])), out)
             new = graph.call_function(ATEN.cat.default, ([part, zeros],))
         part.meta["val"] = out.new_empty((rows, int(out.shape[1])))
-        zeros.meta["val"] = out.new_empty((pad, int(out.shape[1])))
         new.meta["val"] = out
         for node in (part, zeros, new):
             node.meta.setdefault("stack_trace", mm.meta.get("stack_trace"))
