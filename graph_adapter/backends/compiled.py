@@ -17,7 +17,8 @@ from torch import Tensor, nn
 
 from .. import ipu
 from ..nn import static
-from ..format import DIAGNOSED, BoundsPlan, bounds_plan, check_before_call, named_error
+from ..format import (DIAGNOSED, LAYOUT_KEYS, BoundsPlan, bounds_plan, check_before_call,
+                      named_error)
 from .engines import (CudaGraphEngine, DynamoEngine, EagerEngine, EngineSettings, ExportEngine,
                       PerModeEngine, precompile_refusal, generates_code, has_rnn,
                       precompile_refused, traces)
@@ -222,12 +223,18 @@ class Compiled(CompiledHost):
         ends the process from an OpenMP region), while ATen's kernels (eager,
         aot_eager, export) raise one that :func:`named_error` explains after
         the fact. On a GPU the check would wait for the device every call, so
-        it runs there only with ``check_bounds=True``.
+        it runs there only with ``check_bounds=True``. The layout tables
+        (``LAYOUT_KEYS``) are checked on the CPU whatever the engine: their gathers
+        clamp each id and mask the padding id, so an out-of-range id would read as
+        padding under ATen's kernels too, not raise.
         """
         want = self.check_bounds
+        on_cpu = all(v.device.type == "cpu" for v in flat.values() if isinstance(v, Tensor))
         if want is None:
-            want = generates_code(self._engine) and all(
-                v.device.type == "cpu" for v in flat.values() if isinstance(v, Tensor))
+            if not (generates_code(self._engine) and on_cpu):
+                return tuple(p for p in bounds_plan(flat) if p[0] in LAYOUT_KEYS) \
+                    if on_cpu else ()
+            want = True
         return bounds_plan(flat) if want else ()
 
     # ---- export ------------------------------------------------------------

@@ -319,9 +319,10 @@ class FixedSizeNeighborLoader(Sharded):
             GINConv, gathers node rows through it; needs ``directed=True`` and
             no fanout of ``-1``); ``None`` (default): none.
         layout_widths / layout_spills: ``(in, out)`` table widths and spill
-            capacities (default: from the fanouts where they bound the
-            in-degree, else fitted; ``loader.layout_widths`` /
-            ``loader.layout_spills`` give another loader the same shapes).
+            capacities of ``layout="hyb"`` (refused with any other layout;
+            default: from the fanouts where they bound the in-degree, else
+            fitted; ``loader.layout_widths`` / ``loader.layout_spills`` give
+            another loader the same shapes).
     """
 
     def __init__(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *,
@@ -351,6 +352,10 @@ class FixedSizeNeighborLoader(Sharded):
             raise ValueError(f"layout={layout!r}; choose one of {SAMPLED_LAYOUTS} (the "
                              f"neighbour loader builds HYB tables: exact widths from the "
                              f"fanouts, spill lists for the rest)")
+        if layout != "hyb" and (widths is not None or spills is not None):
+            raise ValueError(f"layout_widths / layout_spills size the HYB tables: pass them "
+                             f"with layout='hyb' (got layout={layout!r}, whose tables, if any, "
+                             f"are sized by the fanouts)")
         self.layout = layout
         self.layout_widths: Optional[Tuple[int, int]] = None
         self.layout_spills: Optional[Tuple[int, int]] = None
@@ -550,13 +555,11 @@ class FixedSizeNeighborLoader(Sharded):
             s, cut_n, cut_e = trim_sample(s, cap_n, cap_e)
         flat = pad_sample(s, self.budget, self.node_attrs, self.edge_attrs, num_seeds,
                           self.pad_id)
-        if getattr(self, "layout", None) == "sources":
-            flat.update(source_table(flat["edge_index"], s.num_edges, int(self.budget.nodes),
-                                     self.source_shape))
-            flat = {k: flat[k] for k in sorted(flat)}
-        elif getattr(self, "layout", None) is not None:
-            flat.update(sampled_tables(flat["edge_index"], s.num_edges, int(self.budget.nodes),
-                                       self.layout_widths, self.layout_spills))
+        layout = getattr(self, "layout", None)
+        if layout is not None:
+            args = (flat["edge_index"], s.num_edges, int(self.budget.nodes))
+            flat.update(source_table(*args, self.source_shape) if layout == "sources" else
+                        sampled_tables(*args, self.layout_widths, self.layout_spills))
             flat = {k: flat[k] for k in sorted(flat)}  # pad_sample's order: keys sorted
         return flat, cut_n, cut_e
 

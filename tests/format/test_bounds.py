@@ -198,3 +198,27 @@ def test_per_mode_backends_check_values_where_they_trace():
     from graph_adapter.backends.engines import traces
     compiled = ga.compile(ipu_wrap(DNet(), check_inputs="values"), "inductor_eval")
     assert not traces(compiled._engine, True) and traces(compiled._engine, False)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "eager"])
+def test_layout_tables_are_checked_on_every_backend(backend):
+    """A layout table's gather clamps each id and masks the padding id, so under ATen's
+    kernels too an out-of-range id would read as padding (a silently missing neighbour):
+    the tables' bounds are checked on the CPU by default whatever the engine, and only
+    they where the engine does not generate code."""
+    from torch_geometric.nn import GraphSAGE
+
+    from graph_adapter.app.demo.node import sbm_graph
+    from graph_adapter.sampling import FixedSizeNeighborLoader
+
+    data = sbm_graph(200, classes=3, out_degree=4, dim=8, seed=1)
+    flat = next(iter(FixedSizeNeighborLoader(data, [4, 2], 16, layout="sources")))
+    compiled = ga.compile(ipu_wrap(GraphSAGE(8, 16, 2, 3).eval()), backend)
+    assert [p[0] for p in compiled._plan_bounds(flat)] == ["in_sources"]
+    bad = dict(flat)
+    bad["in_sources"] = flat["in_sources"].clone()
+    bad["in_sources"][0, 0] = flat["node_mask"].numel() + 1
+    with torch.no_grad(), pytest.raises(InputValueError) as ei:
+        compiled(bad)
+    assert (ei.value.key, ei.value.position) == ("in_sources", (0, 0))
+    assert not ga.compile(ipu_wrap(DNet()), backend, check_bounds=False)._plan_bounds(flat)

@@ -123,3 +123,11 @@ def test_a_batch_past_the_table_names_the_node():
         source_table(edge_index[:, :3], 3, 8, (4, 2))
     got = source_table(edge_index[:, :3], 3, 8, (2, 3))[IN_SOURCES]
     assert got.tolist() == [[1, 2, 3], [8, 8, 8]]
+
+
+def test_table_sizes_for_another_layout_are_refused_not_ignored():
+    data = _graph(30, 100, 4)
+    for layout in ("sources", None):
+        for kwargs in (dict(layout_widths=(2, 2)), dict(layout_spills=(4, 4))):
+            with pytest.raises(ValueError, match="layout='hyb'"):
+                FixedSizeNeighborLoader(data, [3, 2], 4, layout=layout, **kwargs)
