@@ -2,15 +2,15 @@
 
     python benchmarks/bench_ddp.py [--graphs 2000] [--epochs 3] [--backend eager]
 
-A thin entry point: the benchmark ships with the package
-(:mod:`graph_adapter.app.bench.ddp`; ``graph-adapter bench --only ddp`` runs it too).
+A thin entry point: the benchmark is :mod:`benchmarks.harness.ddp`
+(``python benchmarks/bench_all.py --only ddp`` runs it too).
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout
 
-from graph_adapter.app.bench.ddp import main  # noqa: E402
+from benchmarks.harness.ddp import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

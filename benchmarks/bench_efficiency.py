@@ -3,15 +3,15 @@ pad-to-max with a fixed graph count and PyG's DynamicBatchSampler.
 
     python benchmarks/bench_efficiency.py [--graphs 64 32] [--epochs 3]
 
-A thin entry point: the benchmark ships with the package
-(:mod:`graph_adapter.app.bench.efficiency`; ``graph-adapter bench`` runs it too).
+A thin entry point: the benchmark is :mod:`benchmarks.harness.efficiency`
+(``python benchmarks/bench_all.py`` runs it too).
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout
 
-from graph_adapter.app.bench.efficiency import main  # noqa: E402
+from benchmarks.harness.efficiency import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

@@ -47,6 +47,8 @@ import tempfile
 import textwrap
 import time
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 _CHILD = textwrap.dedent(r"""
     import json, os, time
     import torch
@@ -69,7 +71,7 @@ _CHILD = textwrap.dedent(r"""
         pyg_out = lambda b: model(b.x, b.edge_index, b.edge_attr, b.batch)
         loss_fn, layout_name = ga.masked_loss("l1"), "hyb"
     else:  # a model of the models table (forward(data)), its own layout
-        from graph_adapter.app.bench import model_table
+        from benchmarks.harness import model_table
         model = model_table.build(name)
         pyg_out = model
         loss_fn, layout_name = ga.masked_loss("l1"), model_table.MODELS[name][2]
@@ -123,7 +125,7 @@ def run_child(variant: str, cache_dir: str, epochs: int, threads: int, limit: in
         env["GRAPH_ADAPTER_BACKGROUND_GIVE_UP_AFTER"] = "0"
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
-                         text=True)
+                         text=True, cwd=_ROOT)  # (the checkout: benchmarks.harness imports)
     wall = time.perf_counter() - t0
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if out.returncode != 0 or line is None:

@@ -1,6 +1,6 @@
 """GPU: CUDA graphs (``backend="inductor_cudagraphs"``) vs eager PyG on the same GPU.
 
-The demo's model and GIN 4 x 128 + BatchNorm (:mod:`graph_adapter.app.bench.model_table`),
+The demo's model and GIN 4 x 128 + BatchNorm (:mod:`benchmarks.harness.model_table`),
 rdkit's NCI-5k molecules, 64 and 256 graphs a batch; pre-collated batches on
 the device for both sides (step time only): eager PyG on ``Batch``es moved to
 the GPU, against ``FixedSizeLoader(..., device=...)`` + ``ipu_wrap`` +
@@ -29,14 +29,14 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from graph_adapter.app.bench.throughput import set_inductor_env  # noqa: E402
+from benchmarks.harness.throughput import set_inductor_env  # noqa: E402
 
 set_inductor_env()
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from graph_adapter.app.bench import model_table as M  # noqa: E402
+from benchmarks.harness import model_table as M  # noqa: E402
 from graph_adapter.app.datasets import load_nci5k  # noqa: E402
 from graph_adapter.backends import compile  # noqa: E402
 from graph_adapter.batching import Budget

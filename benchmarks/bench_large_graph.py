@@ -38,6 +38,7 @@ import os
 import platform
 import resource
 import statistics
+import sys
 import time
 import warnings
 
@@ -46,8 +47,10 @@ import torch.nn.functional as F
 from torch_geometric.data import Data
 from torch_geometric.nn import GraphSAGE
 
-import graph_adapter
-from graph_adapter import FixedSizeNeighborLoader, ipu_wrap
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout
+
+import graph_adapter  # noqa: E402
+from graph_adapter import FixedSizeNeighborLoader, ipu_wrap  # noqa: E402
 from graph_adapter.app.demo.node import sbm_graph  # the generator `demo --task node` uses
 from graph_adapter.nn import masked_cross_entropy
 
@@ -165,7 +168,7 @@ def _million_run(kind, nodes, out_degree, seed_share, fan, bs, threads, q) -> No
     memory growth (after construction, peak during it, after one epoch, peak over it) and
     one epoch's seeds/s. Memory is read without handing freed heap pages back first: what
     a user's process holds."""
-    from graph_adapter.app.bench.memory import rss_mib, trim_heap
+    from benchmarks.harness.memory import rss_mib, trim_heap
 
     torch.set_num_threads(threads)
     data = sbm_graph(nodes, 10, out_degree, 0.8, 0.15, 32, 0)

@@ -4,7 +4,7 @@
 [--threads 1] [--layout model|none|ell|hyb] [--offset N] [--min-nodes N]``
 (``--offset 3000``: a slice of NCI-5k no setting was tuned on; ``--min-nodes 25``:
 larger molecules, another size distribution); see
-:mod:`graph_adapter.app.bench.model_table` (``graph-adapter bench --only models``).
+:mod:`benchmarks.harness.model_table` (``python benchmarks/bench_all.py --only models``).
 
 ``python benchmarks/bench_models.py --overhead [--limit 640] [--rounds 7]``: what a
 compiled call costs besides its kernels, side by side in one process (issue 24):
@@ -31,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from graph_adapter.app.bench.model_table import main  # noqa: E402
+from benchmarks.harness.model_table import main  # noqa: E402
 
 
 def _guard_manager(compiled):
@@ -55,7 +55,7 @@ def _leaf_guards(manager) -> int:
 
 def _best_us(fns, rounds: int, calls: int):
     """Best-of-``rounds`` CPU microseconds a call of each of ``fns``, interleaved."""
-    from graph_adapter.app.bench.throughput import timed_interleaved
+    from benchmarks.harness.throughput import timed_interleaved
 
     def repeated(fn):
         def run():
@@ -84,8 +84,8 @@ def overhead(argv=None) -> dict:
     from torch_geometric.nn.models import GIN
 
     import graph_adapter as ga
-    from graph_adapter.app.bench import model_table as M
-    from graph_adapter.app.bench.throughput import set_inductor_env, trainer
+    from benchmarks.harness import model_table as M
+    from benchmarks.harness.throughput import set_inductor_env, trainer
     from graph_adapter.app.datasets import load_nci5k
 
     set_inductor_env()

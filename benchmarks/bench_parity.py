@@ -3,8 +3,7 @@
     python benchmarks/bench_parity.py [--seeds 0 1 ...] [--models gine gin]
                                       [--backend eager] [--threads 1] [--log FILE]
 
-A thin entry point: the sweep ships with the package
-(:mod:`graph_adapter.app.bench.parity`).  Each seed is one ``graph-adapter demo``
+A thin entry point: the sweep is :mod:`benchmarks.harness.parity`.  Each seed is one ``graph-adapter demo``
 process (about 2 min each on a quiet 2-core machine; much longer when shared).
 """
 import os
@@ -12,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout
 
-from graph_adapter.app.bench.parity import main  # noqa: E402
+from benchmarks.harness.parity import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

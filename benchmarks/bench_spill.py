@@ -18,13 +18,13 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from graph_adapter.app.bench.throughput import set_inductor_env  # noqa: E402
+from benchmarks.harness.throughput import set_inductor_env  # noqa: E402
 
 set_inductor_env()
 
 import torch  # noqa: E402
 
-from graph_adapter.app.bench import model_table as M  # noqa: E402
+from benchmarks.harness import model_table as M  # noqa: E402
 from graph_adapter.app.datasets import load_nci5k  # noqa: E402
 from graph_adapter.backends import compile  # noqa: E402
 from graph_adapter.batching import Budget

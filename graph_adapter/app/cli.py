@@ -5,12 +5,6 @@ Subcommands:
 * ``graph-adapter demo``: train a stock PyG GNN on rdkit's NCI-5k molecules
   through the adapter, next to eager PyG, and print a report
   (:mod:`graph_adapter.app.demo.graph`).
-* ``graph-adapter bench``: run the benchmarks that ship with the package
-  (:mod:`graph_adapter.app.bench`: collate, padding efficiency, compiles,
-  throughput) and print one table; ``graph-adapter bench parity``: the
-  training-parity seed sweep (:mod:`graph_adapter.app.bench.parity`);
-  ``graph-adapter bench ddp``: 1 process against 2 under torchrun
-  (:mod:`graph_adapter.app.bench.ddp`).
 * ``graph-adapter check package.module:factory``: what poptorch's dispatcher
   would reject, found on CPU (:mod:`graph_adapter.app.check_cli`).
 * ``graph-adapter export package.module:factory OUT.pt2``: a servable artifact
@@ -18,6 +12,9 @@ Subcommands:
 * ``graph-adapter serve OUT.pt2 --port N``: that artifact over HTTP + JSON, concurrent
   requests merged (:func:`graph_adapter.serve.serve_main`; without PyG:
   ``python -m graph_adapter.serve``).
+
+The benchmarks are not a subcommand: they measure the package and live in a source
+checkout's ``benchmarks/`` (``python benchmarks/bench_all.py``).
 
 Exit codes: 0 success, 1 a check failed, 2 a usage error or a missing
 optional dependency / file (the message says what to install or where).
@@ -34,8 +31,6 @@ from typing import Any, Optional, Sequence
 import graph_adapter as ga
 from graph_adapter.backends import backend_names
 
-from .bench import BENCHMARKS, run_suite
-from .datasets import MissingExtraError, require_rdkit
 from .demo.config import DemoConfig
 from .demo.graph import MODELS, run_demo
 from .demo.node import NodeDemoConfig
@@ -52,16 +47,16 @@ PROG = "graph-adapter"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``demo`` and ``bench`` (``check`` has its own: see :func:`main`)."""
+    """The parser of ``demo`` (``check``, ``export`` and ``serve`` have their own: see
+    :func:`main`)."""
     d = DemoConfig()
     p = OneLineArgumentParser(
         prog=PROG,
         description="graph_adapter: run unmodified PyTorch Geometric GNNs under compilers that "
                     "demand stable input shapes (poptorch/IPU, torch.compile, torch.export).")
     p.add_argument("--version", action="version", version=f"%(prog)s {ga.__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{demo,bench,check,export,serve}")
+    sub = p.add_subparsers(dest="command", metavar="{demo,check,export,serve}")
     _add_demo(sub, d)
-    _add_bench(sub)
     sub.add_parser("check", add_help=False,
                    help="report what poptorch's dispatcher would reject (graph-adapter check -h)")
     sub.add_parser("export", add_help=False,
@@ -162,25 +157,6 @@ def _add_demo_run_args(demo: argparse.ArgumentParser, d: DemoConfig) -> None:
     demo.add_argument("--nodes", type=int, default=None, help="--task node: graph size")
 
 
-def _add_bench(sub: Any) -> None:
-    """``bench``'s parser."""
-    bench = sub.add_parser(
-        "bench", help="run the benchmarks (collate, padding efficiency, throughput); "
-                      "'bench parity --help': the training-parity seed sweep",
-        description="Run the benchmarks that ship with graph_adapter (collate "
-                    "speed, padding efficiency against pad-to-max and PyG's DynamicBatchSampler, "
-                    "compiles per epoch, step and epoch throughput against eager PyG) and print "
-                    "one table.")
-    bench.add_argument("--only", nargs="*", default=None, metavar="NAME",
-                       help="benchmarks to run (default: all): " + ", ".join(BENCHMARKS))
-    bench.add_argument("--dir", default=None,
-                       help="ignored (deprecated): the benchmarks ship with the package")
-    bench.add_argument("--quick", action="store_true",
-                       help="fewer repeats and molecules (a smoke run; figures are noisier)")
-    bench.add_argument("--verbose", action="store_true",
-                       help="also print the throughput script's own output")
-
-
 def _err(cmd: str, msg: str) -> None:
     usage_error(f"{PROG} {cmd}", msg)
 
@@ -233,21 +209,6 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_bench(args: argparse.Namespace) -> int:
-    if args.dir is not None:
-        _err("bench", "--dir is ignored: the benchmarks ship with the package")
-    unknown = sorted(set(args.only or ()) - set(BENCHMARKS))
-    if unknown:
-        _err("bench", f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
-        return EXIT_USAGE
-    try:
-        require_rdkit()  # every benchmark runs on rdkit's molecules
-    except MissingExtraError as e:
-        _err("bench", str(e))
-        return EXIT_USAGE
-    return run_suite(args.only, quick=args.quick, verbose=args.verbose)
-
-
 # --------------------------------------------------------------------------
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``graph-adapter`` and ``python -m graph_adapter``; returns the exit code."""
@@ -264,15 +225,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from graph_adapter.serve import serve_main
 
         return int(serve_main(argv[1:]) or 0)
-    if argv[:2] == ["bench", "parity"]:  # a sweep of demo runs, with options of its own
-        from .bench.parity import main as parity_main
-
-        return int(parity_main(argv[2:]) or 0)
-    if argv[:2] == ["bench", "ddp"]:  # 1 process against 2 under torchrun, options of its own
-        from .bench.ddp import main as ddp_main
-
-        ddp_main(argv[2:])
-        return 0
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -283,8 +235,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     if args.command == "demo":
         return _run_demo(args)
-    if args.command == "bench":
-        return _run_bench(args)
     parser.print_help()  # pragma: no cover
     return 2
 

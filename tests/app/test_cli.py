@@ -1,4 +1,4 @@
-"""The graph-adapter command: demo (eager backend, a few molecules), check, bench, errors;
+"""The graph-adapter command: demo (eager backend, a few molecules), check, errors;
 the application's place (graph_adapter.app imports the library, never the reverse)."""
 import importlib.util
 import json
@@ -154,19 +154,6 @@ def test_demo_skips_bad_smiles(tmp_path, capsys):
     assert "2 bad rows skipped" in out
 
 
-def test_bench_reports_a_benchmark_that_cannot_run(monkeypatch, capsys):
-    """A benchmark that fails is named under the table, with why; the exit code is 1."""
-    from graph_adapter.app.bench import suite
-
-    def missing(data, quick, verbose):
-        raise FileNotFoundError("NCI-5k molecule file missing")
-
-    monkeypatch.setitem(suite.BENCHMARKS, "collate", ("collate", missing))
-    rc = cli.main(["bench", "--only", "collate"])
-    assert rc == 1
-    assert "missing" in capsys.readouterr().out
-
-
 def test_quickstart_example_runs(tmp_path, capsys, monkeypatch):
     """The training loop of docs/quickstart.md runs (smaller, on a cheap backend) without a
     warning: UserWarnings (the library's own, and torch's requires-grad warning for
@@ -195,20 +182,6 @@ def test_quickstart_example_runs(tmp_path, capsys, monkeypatch):
         importlib.import_module("quickstart_example")
     out = capsys.readouterr().out
     assert "compiles: 1" in out
-
-
-@pytest.mark.filterwarnings("ignore")
-def test_bench_prints_one_table(capsys):
-    """`graph-adapter bench` (quick, without the inductor throughput run)."""
-    pytest.importorskip("rdkit")
-    rc = cli.main(["bench", "--quick", "--only", "collate", "efficiency"])
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    table = [line for line in out.splitlines() if line.startswith("|")]
-    assert table[0].split("|")[1].strip() == "benchmark"
-    text = "\n".join(table)
-    for needle in ("collate", "pad-to-max", "DynamicBatchSampler", "distinct batch shapes"):
-        assert needle in text
 
 
 @pytest.mark.filterwarnings("ignore")

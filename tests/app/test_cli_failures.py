@@ -1,5 +1,5 @@
 """Every expected failure of the graph-adapter command is one line on stderr and exit
-code 2, raised before any slow work starts (no molecule loaded, no benchmark run);
+code 2, raised before any slow work starts (no molecule loaded);
 absurd settings are refused or warned about with what to use instead."""
 import sys
 
@@ -14,12 +14,11 @@ pytest.importorskip("rdkit")  # the demo's preflight asks for it first
 
 
 def _no_slow_work(monkeypatch):
-    """Loading molecules or running a benchmark fails the test: the error must come first."""
+    """Loading molecules fails the test: the error must come first."""
     def slow(*args, **kwargs):
         raise AssertionError("slow work started before the expected failure was reported")
 
     monkeypatch.setattr(demo, "load_nci5k", slow)
-    monkeypatch.setattr(cli, "run_suite", slow)
 
 
 def _missing(*modules):
@@ -42,8 +41,6 @@ CASES = {
     "check: no factory": (["check"], None, "factory"),
     "check: bad module path": (["check", "no_such_module_ga:f"], None, "no_such_module_ga"),
     "check: not module:factory": (["check", "no_colon"], None, "package.module:factory"),
-    "bench: unknown benchmark": (["bench", "--only", "nope"], None, "nope"),
-    "bench: rdkit missing": (["bench"], _missing("rdkit", "rdkit.RDConfig"), ".[chem]"),
 }
 
 

@@ -1,6 +1,6 @@
 """The eager wrapper's extra work over eager PyG, counted (issue 14 item 2).
 
-``graph_adapter.app.bench.opcount`` counts the ATen ops a step dispatches
+``benchmarks.harness.opcount`` counts the ATen ops a step dispatches
 (forward, loss, backward, ``zero_grad`` + Adam) and the Python calls it makes,
 ``ipu_wrap(model)`` eager on a padded batch vs the model on PyG's unpadded
 batch of the same graphs. Counts are deterministic for fixed shapes, so the
@@ -17,7 +17,7 @@ the pool's size; BatchNorm counted as norm). Inference: 89 vs 91.
 import pytest
 import torch
 
-from graph_adapter.app.bench import opcount as oc
+from benchmarks.harness import opcount as oc
 from graph_adapter.app.models import build_model
 
 from _padding import molecule_like_graphs

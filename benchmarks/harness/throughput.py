@@ -17,7 +17,7 @@ alike. The 1-minute load average is printed at the start and the end.
 Usage: ``python benchmarks/bench_throughput.py [--limit 5000] [--batch 64]
 [--threads N] [--repeats 3]``. Prints a table and the ratios; figures for this
 machine are in ``docs/wrapping.md``. ``main(argv)`` returns every figure as a
-dict (what ``graph-adapter bench`` shows).
+dict (what ``python benchmarks/bench_all.py`` shows).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from torch_geometric.nn import GIN, global_add_pool
 
 import graph_adapter as ga
 
-from ..datasets import load_nci5k
+from graph_adapter.app.datasets import load_nci5k
 
 __all__ = ["MolNet", "timed_interleaved", "set_inductor_env", "main"]
 

@@ -1,6 +1,6 @@
 """Training parity sweep: the demo's eager PyG and graph_adapter runs over seeds.
 
-``graph-adapter bench parity`` (or ``python benchmarks/bench_parity.py``) runs
+``python benchmarks/bench_parity.py`` runs
 ``graph-adapter demo --seed S --model M`` for every seed, each in its own
 process (same initial weights, optimizer, schedule and epochs for both runs:
 the demo builds both models from one seeded state), and prints every seed's
@@ -48,7 +48,7 @@ def run_seed(seed: int, model: str, backend: str = "eager", epochs: Optional[int
             cmd += ["--threads", str(threads)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"bench parity: the demo failed for seed {seed}, model {model} "
+            raise RuntimeError(f"bench_parity: the demo failed for seed {seed}, model {model} "
                                f"(rc {proc.returncode}): {proc.stderr[-2000:]}")
         with open(out, encoding="utf-8") as f:
             d = json.load(f)
@@ -111,7 +111,7 @@ def _epochs(rows) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="graph-adapter bench parity", description=__doc__.split(
+    p = argparse.ArgumentParser(prog="python benchmarks/bench_parity.py", description=__doc__.split(
         "\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
     p.add_argument("--models", nargs="+", default=["gine", "gin"])

@@ -77,9 +77,9 @@ from torch_geometric.data import Batch
 
 import graph_adapter as ga
 
-from ...backends import Measure
-from ..datasets import load_nci5k
-from ..models import build_model
+from graph_adapter.backends import Measure
+from graph_adapter.app.datasets import load_nci5k
+from graph_adapter.app.models import build_model
 from .throughput import inferer, set_inductor_env, timed_interleaved, trainer
 
 __all__ = ["VARIANTS", "main", "selection"]
@@ -107,7 +107,7 @@ def _synced(fn: Callable[[], None], device: torch.device) -> Callable[[], None]:
 
 def _parser() -> argparse.ArgumentParser:
     """The script's flags."""
-    ap = argparse.ArgumentParser(prog="python -m graph_adapter.app.bench.layout")
+    ap = argparse.ArgumentParser(prog="python benchmarks/bench_layout.py")
     ap.add_argument("--limit", type=int, default=None, help="molecules (default: all)")
     ap.add_argument("--batch", type=int, default=64, help="graphs per batch")
     ap.add_argument("--hidden", type=int, default=64, help="the demo's default")

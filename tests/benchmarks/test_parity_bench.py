@@ -1,10 +1,10 @@
-"""The parity sweep's summary (graph_adapter.app.bench.parity): the per-seed
+"""The parity sweep's summary (benchmarks.harness.parity): the per-seed
 difference, its standard error and the verdict, on made-up rows (no demo run)."""
 import math
 
 import pytest
 
-from graph_adapter.app.bench.parity import format_summary, summarize
+from benchmarks.harness.parity import format_summary, summarize
 
 
 def _row(seed, a, e):
@@ -31,11 +31,10 @@ def test_summary_difference_standard_error_and_verdict():
         summarize([])
 
 
-def test_cli_runs_the_sweep_through_bench_parity(monkeypatch, capsys):
-    """``graph-adapter bench parity`` reaches the sweep with its own options (one seed a
-    row; run_seed stubbed: the demo runs themselves are the benchmark's job, not a test's)."""
-    from graph_adapter.app import cli
-    from graph_adapter.app.bench import parity
+def test_the_script_runs_the_sweep_with_its_options(monkeypatch, capsys):
+    """``python benchmarks/bench_parity.py`` reaches the sweep with its own options (one seed
+    a row; run_seed stubbed: the demo runs themselves are the benchmark's job, not a test's)."""
+    from benchmarks.harness import parity
 
     seen = []
 
@@ -44,7 +43,6 @@ def test_cli_runs_the_sweep_through_bench_parity(monkeypatch, capsys):
         return _row(seed, 5.0 + seed, 5.0)
 
     monkeypatch.setattr(parity, "run_seed", fake_run_seed)
-    assert cli.main(["bench", "parity", "--seeds", "0", "1", "--models", "gin",
-                     "--epochs", "2"]) == 0
+    assert parity.main(["--seeds", "0", "1", "--models", "gin", "--epochs", "2"]) == 0
     assert seen == [(0, "gin", "eager", 2), (1, "gin", "eager", 2)]
     assert "--model gin" in capsys.readouterr().out

@@ -1,5 +1,5 @@
 """The figures the README and docs publish as exact come out of the benchmark
-code now: the padding rows and the shapes row of `graph-adapter bench`
+code now: the padding rows and the shapes row of `python benchmarks/bench_all.py`
 (docs/benchmarks.md), and the 98.8% of node slots the README, concepts and
 migrating pages quote.  (Throughput rows are measurements that move between
 runs; they are not checked here.  The "2 compiles (train + eval) with
@@ -12,11 +12,11 @@ import warnings
 import pytest
 
 import graph_adapter as ga
-from graph_adapter.app.bench import efficiency
+from benchmarks.harness import efficiency
 from graph_adapter.app.datasets import load_nci5k
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-EPOCHS = 3  # what `graph-adapter bench` (not --quick) averages over
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EPOCHS = 3  # what `python benchmarks/bench_all.py` (not --quick) averages over
 
 
 def _read(page):

@@ -9,7 +9,7 @@ cores with nothing else of theirs; on a busy machine the ratio says more about
 the load than about DDP.
 
 ``python benchmarks/bench_ddp.py [--graphs 2000] [--epochs 3] [--backend eager]``;
-``graph-adapter bench --only ddp``.
+``python benchmarks/bench_all.py --only ddp``.
 """
 from __future__ import annotations
 

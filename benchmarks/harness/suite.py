@@ -1,13 +1,14 @@
-"""``graph-adapter bench``: every benchmark's headline figures in one markdown table.
+"""Every benchmark's headline figures in one markdown table (``python benchmarks/bench_all.py``).
 
-Each benchmark module of this subpackage (:mod:`.collate`, :mod:`.efficiency`,
-:mod:`.throughput`) is also a script of a source checkout's ``benchmarks/``
-with a fuller report; here :func:`run_suite` calls their public functions and
-keeps one row per headline figure. A benchmark that fails is reported under
-the table ("not run: why") and the exit code is 1.
+Each benchmark module of this package (:mod:`.collate`, :mod:`.efficiency`,
+:mod:`.throughput`...) is also a script of ``benchmarks/`` with a fuller report; here
+:func:`run_suite` calls their public functions and keeps one row per headline figure.
+A benchmark that fails is reported under the table ("not run: why") and the exit code
+is 1.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import os
@@ -20,10 +21,10 @@ import torch
 
 import graph_adapter as ga
 
-from ..datasets import load_nci5k
+from graph_adapter.app.datasets import MissingExtraError, load_nci5k, require_rdkit
 from . import collate, efficiency, layout, memory, model_table as models, throughput
 
-__all__ = ["BENCHMARKS", "Row", "run_suite"]
+__all__ = ["BENCHMARKS", "Row", "run_suite", "main"]
 
 #: one table row: benchmark, measure, graph_adapter, baseline, what the baseline is, ratio
 Row = Tuple[str, str, str, str, str, str]
@@ -153,7 +154,6 @@ def _models_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
     return rows
 
 
-#: ``graph-adapter bench --only`` names -> (progress message, rows function)
 def _memory_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
     n = 20_000 if quick else 100_000
     pyg, ours = memory.measure("pyg", n, 64), memory.measure("fixed", n, 64)
@@ -162,6 +162,7 @@ def _memory_rows(data: _Molecules, quick: bool, verbose: bool) -> List[Row]:
              "PyG DataLoader", f"{ours['epoch'] / max(ours['copy'], 1e-9):.2f}x the copy")]
 
 
+#: ``--only`` names -> (progress message, rows function)
 BENCHMARKS: Dict[str, Tuple[str, Callable[[_Molecules, bool, bool], List[Row]]]] = {
     "collate": ("collate", _collate_rows),
     "efficiency": ("efficiency", _efficiency_rows),
@@ -241,3 +242,29 @@ def run_suite(only: Optional[Sequence[str]] = None, quick: bool = False,
     for name, why in failed:
         print(f"\n{name}: not run: {why}")
     return 1 if failed else 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python benchmarks/bench_all.py [--only NAME ...] [--quick] [--verbose]``: the
+    exit code of :func:`run_suite` (2 for an unknown name or without rdkit)."""
+    ap = argparse.ArgumentParser(
+        prog="python benchmarks/bench_all.py",
+        description="Run graph_adapter's benchmarks (collate speed, padding efficiency against "
+                    "pad-to-max and PyG's DynamicBatchSampler, compiles per epoch, step and "
+                    "epoch throughput against eager PyG...) and print one table.")
+    ap.add_argument("--only", nargs="*", default=None, metavar="NAME",
+                    help="benchmarks to run (default: all): " + ", ".join(BENCHMARKS))
+    ap.add_argument("--quick", action="store_true",
+                    help="fewer repeats and molecules (a smoke run; figures are noisier)")
+    ap.add_argument("--verbose", action="store_true",
+                    help="also print the throughput benchmark's own output")
+    args = ap.parse_args(argv)
+    unknown = sorted(set(args.only or ()) - set(BENCHMARKS))
+    if unknown:
+        ap.error(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
+    try:
+        require_rdkit()  # the molecules most benchmarks run on
+    except MissingExtraError as e:
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
+    return run_suite(args.only, quick=args.quick, verbose=args.verbose)

@@ -1,6 +1,6 @@
 """A million small graphs in a PyG ``InMemoryDataset``: set-up time, memory, epoch speed.
 
-    python -m graph_adapter.app.bench.million [--graphs 1000000] [--batch 64]
+    python benchmarks/bench_million.py [--graphs 1000000] [--batch 64]
                                                [--pyg-batches 400]
 
 The dataset: ``--graphs`` graphs repeating 16 synthetic molecule-like graphs

@@ -8,7 +8,7 @@ Efficiency = real slots / budget slots over one shuffled epoch (mean over
 slot.  "shapes" counts the distinct batch shapes an epoch gives a compiler.
 Prints a markdown table (copied into docs/batching.md). :func:`ours`,
 :func:`fixed_count` and :func:`dynamic_sampler` give the figures
-``graph-adapter bench`` shows.
+``python benchmarks/bench_all.py`` shows.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import torch
 import graph_adapter as ga
 from graph_adapter.format import RESERVED_NODES
 
-from ..datasets import load_nci5k
+from graph_adapter.app.datasets import load_nci5k
 
 __all__ = ["ours", "probe_budget", "fixed_count", "dynamic_sampler", "main"]
 

@@ -1,6 +1,6 @@
 """Cost of ``ipu_wrap(..., check_inputs="values")`` against the default, side by side.
 
-    python -m graph_adapter.app.bench.value_check [--limit 1000] [--graphs 64]
+    python benchmarks/bench_value_check.py [--limit 1000] [--graphs 64]
         [--rounds 15] [--threads 1] [--batches 12]
     (or python benchmarks/bench_value_check.py ...)
 
@@ -22,7 +22,7 @@ __all__ = ["main"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m graph_adapter.app.bench.value_check",
+    ap = argparse.ArgumentParser(prog="python benchmarks/bench_value_check.py",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=1000, help="molecules (default 1000)")
     ap.add_argument("--graphs", type=int, default=64, help="graphs a batch (default 64)")

@@ -1,10 +1,9 @@
-"""``graph-adapter bench ddp``: 1 process against 2 under torchrun, on a few graphs."""
+"""``python benchmarks/bench_ddp.py``: 1 process against 2 under torchrun, on a few graphs."""
 import math
 
 import pytest
 
-from graph_adapter.app import cli
-from graph_adapter.app.bench import ddp
+from benchmarks.harness import ddp
 
 
 @pytest.mark.slow
@@ -16,8 +15,7 @@ def test_bench_ddp_measures_both_and_the_ratio(capsys):
         assert r[n]["graphs_per_s"] > 0 and r[n]["seconds"] > 0
     assert r["2"]["steps_per_rank"] < r["1"]["steps_per_rank"]  # each rank half the data
     assert math.isclose(r["ratio"], r["2"]["graphs_per_s"] / r["1"]["graphs_per_s"])
-    assert cli.main(["bench", "ddp", "--graphs", "40", "--epochs", "2",
-                     "--graphs-per-batch", "16"]) == 0
+    ddp.main(["--graphs", "40", "--epochs", "2", "--graphs-per-batch", "16"])
     assert "2 processes / 1:" in capsys.readouterr().out
 
 

@@ -5,7 +5,7 @@
 Not a test: prints times and ratios measured in the same process, interleaved
 (round robin), medians over repeats.  Goal: >= 10x faster than
 ``Batch.from_data_list`` + padding for 64 molecule-sized graphs.
-:func:`median_ms` is the figure ``graph-adapter bench`` shows.
+:func:`median_ms` is the figure ``python benchmarks/bench_all.py`` shows.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import torch
 
 import graph_adapter as ga
 
-from ..datasets import load_nci5k
+from graph_adapter.app.datasets import load_nci5k
 
 __all__ = ["pyg_collate_and_pad", "random_batches", "median_ms", "run", "main"]
 

@@ -1,6 +1,6 @@
 """Resident memory of the loaders on many tiny graphs, side by side.
 
-    python -m graph_adapter.app.bench.memory [--graphs 100000] [--batch 64]
+    python benchmarks/bench_memory.py [--graphs 100000] [--batch 64]
 
 Each loader runs in a fresh process: the dataset (``--graphs`` graphs of 3-6
 nodes) is built first; then the same loader runs once on the first 100

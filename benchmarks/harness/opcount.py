@@ -43,7 +43,7 @@ padding's work without the wrapper's) and ``ipu_wrap``; load-independent, so
 it splits the wrapped eager overhead into padding and wrapper on a busy
 machine (:func:`instructions`).
 
-Usage: ``python -m graph_adapter.app.bench.opcount [--batch 64] [--hidden 64]
+Usage: ``python benchmarks/bench_opcount.py [--batch 64] [--hidden 64]
 [--layers 4] [--loss l1] [--model gine] [--ops] [--instructions [--limit 256]]``:
 prints the tables (the first ``--batch`` molecules of NCI-5k as the one
 batch of the op count; ``--instructions`` always runs the demo's GINE).
@@ -65,6 +65,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import graph_adapter as ga
+
+from . import ROOT
 
 __all__ = ["OpCount", "count_step", "compare", "format_table", "WORK_VARIANTS", "instructions",
            "format_instructions", "main"]
@@ -372,8 +374,8 @@ def _work_fns(limit: int, batch: int, hidden: int, layers: int) -> Dict[str, Cal
     """
     from torch_geometric.data import Batch
 
-    from ..datasets import load_nci5k
-    from ..models import build_model
+    from graph_adapter.app.datasets import load_nci5k
+    from graph_adapter.app.models import build_model
     from .throughput import inferer, trainer
 
     data, _ = load_nci5k(limit=limit)
@@ -447,10 +449,10 @@ def instructions(limit: int = 256, batch: int = 64, hidden: int = 64,
         out = os.path.join(tmp, "cg.out")
         cmd = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--dump-instr=no",
                f"--callgrind-out-file={out}", sys.executable, "-m",
-               "graph_adapter.app.bench.opcount", "--_child", tmp, "--limit", str(limit),
+               "benchmarks.harness.opcount", "--_child", tmp, "--limit", str(limit),
                "--batch", str(batch), "--hidden", str(hidden), "--layers", str(layers)]
         env = dict(os.environ, OMP_NUM_THREADS="1")
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
         if proc.returncode != 0:
             raise RuntimeError(f"the callgrind run failed ({proc.returncode}):\n"
                                f"{proc.stderr[-3000:]}")
@@ -491,10 +493,10 @@ def format_instructions(counts: Mapping[str, int]) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Print the training-step and inference tables; return ``{"train": {...}, "infer": {...}}``
     of :class:`OpCount` s."""
-    from ..datasets import load_nci5k
-    from ..models import build_model
+    from graph_adapter.app.datasets import load_nci5k
+    from graph_adapter.app.models import build_model
 
-    ap = argparse.ArgumentParser(prog="python -m graph_adapter.app.bench.opcount")
+    ap = argparse.ArgumentParser(prog="python benchmarks/bench_opcount.py")
     ap.add_argument("--batch", type=int, default=64, help="graphs in the one batch")
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--layers", type=int, default=4)

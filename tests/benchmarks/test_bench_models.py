@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch
 
-from graph_adapter.app.bench import model_table as M
+from benchmarks.harness import model_table as M
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn import ipu_wrap, unpad

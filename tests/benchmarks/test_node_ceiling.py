@@ -12,7 +12,7 @@ import torch
 
 from graph_adapter.app.demo.node import NodeDemoConfig, _graph, _model
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _bench():

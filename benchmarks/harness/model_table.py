@@ -24,7 +24,7 @@ compiled call of each mode is timed
 apart (compile included: what a user waits for at the first step).
 
 ``python benchmarks/bench_models.py [--only gcn gin] [--limit 1000] [--rounds 5]``
-prints the table with the geomean; ``graph-adapter bench --only models`` shows it.
+prints the table with the geomean; ``python benchmarks/bench_all.py --only models`` shows it.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 import graph_adapter as ga
 
-from ..datasets import load_nci5k
+from graph_adapter.app.datasets import load_nci5k
 from .throughput import inferer, set_inductor_env, timed_interleaved, trainer
 
 __all__ = ["MODELS", "build", "measure_model", "geomean", "table", "main"]
@@ -101,8 +101,8 @@ class _Demo(nn.Module):
 
     def __init__(self):
         super().__init__()
-        from ..models import build_model
-        from ..demo.results import DemoConfig
+        from graph_adapter.app.models import build_model
+        from graph_adapter.app.demo.config import DemoConfig
 
         cfg = DemoConfig()
         self.inner = build_model(cfg.model, cfg.hidden, cfg.layers)
@@ -133,14 +133,14 @@ def _gatv2() -> nn.Module:
 def _ogb() -> nn.Module:
     from torch_geometric.utils.smiles import e_map, x_map
 
-    from ..models import AtomBondEncoder
+    from graph_adapter.app.models import AtomBondEncoder
     embed = (AtomBondEncoder([len(v) for v in x_map.values()], 64),
              AtomBondEncoder([len(v) for v in e_map.values()], 64))
     return _Float(_GINEStack(64, 4), 64, edges=True, embed=embed)
 
 
 def _demo_layout() -> Optional[str]:
-    from ..demo.results import DemoConfig
+    from graph_adapter.app.demo.config import DemoConfig
     return DemoConfig().layout
 
 
