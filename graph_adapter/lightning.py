@@ -199,7 +199,10 @@ class FlatDictModule(FlatDictBatchMixin, pl.LightningModule):
         gradient that of the mean over every rank's real graphs (``global_mean_scale``
         of the loss's own count); 1 otherwise, or for a loss without ``count``
         (warned once)."""
-        trainer = getattr(self, "_trainer", None)
+        try:
+            trainer = self.trainer
+        except RuntimeError:  # Lightning 2.x: "not attached to a `Trainer`" (a bare call)
+            trainer = None
         if trainer is None or trainer.world_size < 2 or not torch.distributed.is_initialized():
             return 1.0
         count = getattr(getattr(self.model, "loss_fn", None), "count", None)

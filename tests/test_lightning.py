@@ -45,6 +45,16 @@ def test_move_flat_refuses_pyg_objects():
     assert set(moved) == {"x"}
 
 
+def test_a_module_without_a_trainer_scales_its_loss_by_one():
+    """Outside a Trainer (Lightning's ``trainer`` raises) the DDP scale is 1."""
+    from graph_adapter.nn import ipu_wrap, masked_loss
+
+    module = FlatDictModule(ipu_wrap(_Net(), loss_fn=masked_loss("mse")))
+    with pytest.raises(RuntimeError, match="not attached"):
+        module.trainer
+    assert module._global_mean_scale({}, torch.zeros(())) == 1.0
+
+
 def test_trainer_fit_on_cpu_loss_falls():
     import graph_adapter.nn.wrap as wrap
     import graph_adapter.batching.loader as loader_mod

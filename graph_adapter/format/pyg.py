@@ -20,7 +20,7 @@ from torch_geometric.data import HeteroData
 
 __all__ = ["global_store", "store_mapping", "collate_info", "set_collate_info",
            "set_num_graphs", "graph_num_nodes", "set_graph_num_nodes", "typed_stores", "in_memory_data",
-           "dataset_indices"]
+           "dataset_indices", "made_from", "set_made_from"]
 
 
 def global_store(obj: Any) -> Any:
@@ -62,6 +62,17 @@ def graph_num_nodes(store: Any) -> Optional[List[int]]:
 def set_graph_num_nodes(store: Any, values: List[int]) -> None:
     """Set what :func:`graph_num_nodes` reads."""
     store._num_nodes = values
+
+
+def made_from(obj: Any) -> Optional[Any]:
+    """The ``Spec`` :func:`set_made_from` left on a rebuilt batch, else ``None``."""
+    return obj.__dict__.get("_graph_adapter_spec")
+
+
+def set_made_from(batch: Any, spec: Any) -> None:
+    """Leave ``spec`` on a batch rebuilt from it, in the object's own ``__dict__``:
+    ``Data.__setattr__`` would put it in the store, among the graph's attributes."""
+    batch.__dict__["_graph_adapter_spec"] = spec
 
 
 def typed_stores(data: Any) -> Tuple[Dict[str, Any], Dict[Tuple[str, str, str], Any]]:

@@ -51,8 +51,8 @@ from .errors import (BatchMismatchError, ClassNotAllowedError, DeviceMismatchErr
                      SpecFormatError, UnexpectedKeyError, UnsupportedAttributeError)
 from .json_codec import dumps
 from .torch_internals import real_tensors as unset_fake_temporarily
-from .pyg import (collate_info, global_store, graph_num_nodes, set_collate_info,
-                  set_graph_num_nodes, set_num_graphs, store_mapping)
+from .pyg import (collate_info, global_store, graph_num_nodes, made_from, set_collate_info,
+                  set_graph_num_nodes, set_made_from, set_num_graphs, store_mapping)
 from .keys import (EDGE_TYPE_SEP, GRAPH_MASK, LEVEL_OF_MASK, LEVELS, PTR, SEP, StoreKey,
                      cat_dim_of, is_hetero, key_of, levels_of_rows, parse_key, pick_level)
 
@@ -353,9 +353,9 @@ def flatten(
     is_batch = isinstance(obj, Batch)
     # An object that unflatten() made knows its levels: no data reads, which
     # matters when its tensors are fake (torch.export flattens inputs again).
-    made_from = obj.__dict__.get("_graph_adapter_spec")
-    known = {f.key: (f.level, f.nodes, f.edges) for f in made_from.fields} \
-        if made_from is not None else {}
+    source = made_from(obj)
+    known = {f.key: (f.level, f.nodes, f.edges) for f in source.fields} \
+        if source is not None else {}
     flat: Dict[str, Tensor] = {}
     fields: List[Field] = []
     constants: List[Tuple[StoreKey, str, str]] = []
@@ -562,7 +562,7 @@ def unflatten(flat: Mapping[str, Tensor], spec: Spec, validate: bool = True) -> 
         set_collate_info(out, info["slice_dict"], info["inc_dict"])
         for skey, values in info["num_nodes"]:
             set_graph_num_nodes(_store_of(out, tuple(skey)), values)
-        out.__dict__["_graph_adapter_spec"] = spec
+        set_made_from(out, spec)
     elif spec.is_batch:
         # Make ``num_graphs`` a static int from a static shape, never
         # ``int(batch.max()) + 1`` (a data-dependent read).

@@ -60,14 +60,14 @@ class StaticData(Data):
 
     @property
     def num_nodes(self) -> Optional[int]:
-        mask = store_mapping(self._store).get(NODE_MASK)
+        mask = store_mapping(global_store(self)).get(NODE_MASK)
         if mask is not None:
             return mask.size(0)
         return Data.num_nodes.fget(self)
 
     @num_nodes.setter
     def num_nodes(self, num_nodes: Optional[int]) -> None:
-        self._store.num_nodes = num_nodes
+        global_store(self).num_nodes = num_nodes
 
 
 # Resolve the batch class once, eagerly: compiled code may only read the cache.

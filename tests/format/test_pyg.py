@@ -82,3 +82,15 @@ def test_in_memory_data_and_indices_are_the_collated_rows_and_the_view():
     assert pyg.dataset_indices(ds) is None
     view = ds[[2, 0]]
     assert list(pyg.dataset_indices(view)) == [2, 0] == list(view.indices())
+
+
+def test_made_from_rides_on_the_rebuilt_batch_not_among_its_attributes():
+    from graph_adapter.format import flatten, unflatten
+
+    b = Batch.from_data_list(_graphs([2, 3]))
+    flat, spec = flatten(b)
+    out = unflatten(flat, spec)
+    assert pyg.made_from(out) is spec and pyg.made_from(b) is None
+    assert set(out.keys()) == set(b.keys())
+    pyg.set_made_from(b, spec)
+    assert pyg.made_from(b) is spec and "_graph_adapter_spec" not in b.keys()
