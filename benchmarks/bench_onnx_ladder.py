@@ -48,7 +48,7 @@ import torch  # noqa: E402
 from graph_adapter import serve  # noqa: E402
 from graph_adapter.app.datasets import load_nci5k  # noqa: E402
 from graph_adapter.app.models import build_model  # noqa: E402
-from graph_adapter.backends.export import export  # noqa: E402
+from graph_adapter.exporter import export  # noqa: E402
 from graph_adapter.batching import Budget, FixedSizeLoader  # noqa: E402
 from graph_adapter.nn import ipu_wrap  # noqa: E402
 from graph_adapter.serve.pack import pack_call, plan_calls  # noqa: E402
@@ -98,7 +98,7 @@ sys.path.insert(0, sys.argv[1])
 import torch
 from graph_adapter.app.datasets import load_nci5k
 from graph_adapter.app.models import build_model
-from graph_adapter.backends.export import export
+from graph_adapter.exporter import export
 from graph_adapter.batching import Budget
 from graph_adapter.nn import ipu_wrap
 torch.set_num_threads(1)

@@ -55,9 +55,9 @@ import torch  # noqa: E402
 
 from graph_adapter.app.datasets import load_nci5k  # noqa: E402
 from graph_adapter.app.models import build_model  # noqa: E402
-from graph_adapter.backends.export import onnx_rewrites as R  # noqa: E402
-from graph_adapter.backends.export.onnx import _onnx_program, onnx_session  # noqa: E402
-from graph_adapter.backends.export.trace import drop_unread, rewritten_program, trace  # noqa
+from graph_adapter.exporter import onnx_rewrites as R  # noqa: E402
+from graph_adapter.exporter.onnx import _onnx_program, onnx_session  # noqa: E402
+from graph_adapter.exporter.trace import drop_unread, rewritten_program, trace  # noqa
 from graph_adapter.batching import Budget, FixedSizeLoader  # noqa: E402
 from graph_adapter.nn import ipu_wrap  # noqa: E402
 from graph_adapter.serve.pack import in_tables  # noqa: E402

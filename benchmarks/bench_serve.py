@@ -55,7 +55,7 @@ from graph_adapter import serve  # noqa: E402
 from graph_adapter.app.datasets import load_nci5k  # noqa: E402
 from graph_adapter.app.models import build_model  # noqa: E402
 from graph_adapter.backends import compile as ga_compile
-from graph_adapter.backends.export import export  # noqa: E402
+from graph_adapter.exporter import export  # noqa: E402
 from graph_adapter.batching import Budget
 from graph_adapter.nn import ipu_wrap
 

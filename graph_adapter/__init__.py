@@ -16,7 +16,9 @@ above it; ``docs/dev/ARCHITECTURE.md`` draws them):
 * :mod:`graph_adapter.checker`: ``check``, what poptorch's dispatcher would
   reject, found on CPU
 * :mod:`graph_adapter.backends`: ``compile(wrapped, backend=...)``, one
-  compile per budget; ``export``
+  compile per budget
+* :mod:`graph_adapter.exporter`: ``export(wrapped, loader, path)``, one
+  artifact (``.pt2`` / ``.onnx``) with its input contract
 * :mod:`graph_adapter.lightning`: a Lightning module around a wrapped model
 * :mod:`graph_adapter.app`: the ``graph-adapter`` command (never imported here)
 * :mod:`graph_adapter.serve`: the runtime of exported artifacts
@@ -68,7 +70,7 @@ if PYG_IMPORT_ERROR is None:
     from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
     from .checker import CheckReport, Finding, check
     from .backends import Compiled, ShapeChangedError, compile
-    from .backends.export import export
+    from .exporter import export
 
 
 __version__ = "0.1.0"

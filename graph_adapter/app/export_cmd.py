@@ -2,7 +2,7 @@
 
 The factory takes no arguments and returns ``(wrapped, loader)`` (an ``ipu_wrap``-ped,
 trained model and its ``FixedSizeLoader``) or ``(wrapped, budget, example_graphs)``.
-:func:`graph_adapter.backends.export.export` does the work; this prints the contract.
+:func:`graph_adapter.exporter.export` does the work; this prints the contract.
 ``--ladder`` (with ``--max-nodes`` / ``--max-edges`` for the top rung) writes a ladder
 of budgets, one program a rung (``export(..., ladder=True)``). Exit codes: 0 written,
 1 the export failed (unsupported model, outputs beyond tolerance: the message says
@@ -15,8 +15,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from graph_adapter.backends import export as export_package
-from graph_adapter.backends.export import export
+from graph_adapter.exporter import FORMATS, ExportError, export
 
 from .check_cli import load_factory
 from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
@@ -24,8 +23,6 @@ from .usage import EXIT_USAGE, OneLineArgumentParser, usage_error
 __all__ = ["export_main", "build_export_parser"]
 
 PROG = "graph-adapter export"
-# through the backends stage (the export package is its attribute), not its files
-FORMATS, ExportError = export_package.FORMATS, export_package.ExportError
 
 
 def build_export_parser() -> argparse.ArgumentParser:

@@ -86,5 +86,5 @@ def test_with_pyg_every_public_name_is_there():
     import graph_adapter as ga
 
     assert ga.PYG_IMPORT_ERROR is None
-    assert ga.export.__module__ == "graph_adapter.backends.export.api"
+    assert ga.export.__module__ == "graph_adapter.exporter.api"
     assert all(hasattr(ga, n) for n in ga.__all__) and "export" in ga.__all__

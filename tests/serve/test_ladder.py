@@ -78,7 +78,7 @@ def test_graph_over_the_top_rung_names_it_and_the_export_option():
 @pytest.fixture(scope="module")
 def ladder(tmp_path_factory):
     from graph_adapter.app.models import build_model
-    from graph_adapter.backends.export import export
+    from graph_adapter.exporter import export
     from graph_adapter.batching import Budget, FixedSizeLoader
     from graph_adapter.nn import ipu_wrap
 
@@ -157,7 +157,7 @@ _EAGER: dict = {}
 
 def test_ladder_arguments_are_named_before_any_compile(tmp_path):
     from graph_adapter.app.models import build_model
-    from graph_adapter.backends.export import export
+    from graph_adapter.exporter import export
     from graph_adapter.batching import Budget, FixedSizeLoader
     from graph_adapter.nn import ipu_wrap
 

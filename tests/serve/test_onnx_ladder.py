@@ -26,7 +26,7 @@ pytest.importorskip("onnxruntime", reason="the serve extra (onnx, onnxscript, on
 from onnx import TensorProto, helper  # noqa: E402
 
 from graph_adapter import serve  # noqa: E402
-from graph_adapter.backends.export.onnx_rewrites import ladder_model  # noqa: E402
+from graph_adapter.exporter.onnx_rewrites import ladder_model  # noqa: E402
 from graph_adapter.serve import (Contract, GraphTooLargeError, InputField,  # noqa: E402
                                  OutputField, Rung)
 from graph_adapter.serve.pack import pack_call  # noqa: E402
@@ -253,7 +253,7 @@ def exported(tmp_path_factory):
     import torch
 
     from graph_adapter.app.models import build_model
-    from graph_adapter.backends.export import export
+    from graph_adapter.exporter import export
     from graph_adapter.batching import Budget, FixedSizeLoader
     from graph_adapter.nn import ipu_wrap
 

@@ -22,14 +22,14 @@ from torch_geometric.nn import (GATConv, GATv2Conv, GCNConv, GINConv, SAGEConv, 
                                 TransformerConv, global_add_pool, global_max_pool)
 
 from graph_adapter import serve  # noqa: E402
-from graph_adapter.backends.export import export  # noqa: E402
+from graph_adapter.exporter import export  # noqa: E402
 from graph_adapter.batching import Budget, FixedSizeLoader  # noqa: E402
 from graph_adapter.nn import ipu_wrap  # noqa: E402
 
 from serve._serving import eager_per_graph  # noqa: E402
 
 WIDE = 128
-TOL = 1e-4  # the ONNX tolerance export checks (graph_adapter.backends.export.TOLERANCE)
+TOL = 1e-4  # the ONNX tolerance export checks (graph_adapter.exporter.TOLERANCE)
 
 
 def wide_graphs(num, seed):

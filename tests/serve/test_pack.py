@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from graph_adapter.backends.export import contract_inputs
+from graph_adapter.exporter import contract_inputs
 from graph_adapter.batching import Budget
 from graph_adapter.batching import Collator
 from graph_adapter.serve import (Contract, EdgeIndexError, FeatureDtypeError, FeatureShapeError,

@@ -12,7 +12,7 @@ import torch
 
 from graph_adapter import serve
 from graph_adapter.app.models import build_model
-from graph_adapter.backends.export import export
+from graph_adapter.exporter import export
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn import masked_loss

@@ -16,7 +16,7 @@ pytest.importorskip("onnxruntime", reason="the serve extra (onnx, onnxscript, on
 from graph_adapter import serve  # noqa: E402
 from graph_adapter.app.models import build_model  # noqa: E402
 from graph_adapter.app.zoo.layers import MODEL  # noqa: E402
-from graph_adapter.backends.export import UnsupportedExportError, export  # noqa: E402
+from graph_adapter.exporter import UnsupportedExportError, export  # noqa: E402
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
 from graph_adapter.nn import masked_loss
@@ -26,7 +26,7 @@ from torch_geometric.data import Data, HeteroData  # noqa: E402
 from _padding import molecule_like_graphs  # noqa: E402
 from serve._serving import eager_per_graph, serve_in_fresh_process  # noqa: E402
 
-ATOL = 1e-4  # the ONNX tolerance export checks (graph_adapter.backends.export.TOLERANCE)
+ATOL = 1e-4  # the ONNX tolerance export checks (graph_adapter.exporter.TOLERANCE)
 
 
 def _trained(model, loader, steps=3):

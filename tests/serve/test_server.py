@@ -69,7 +69,7 @@ def onnx_artifact(tmp_path_factory):
     import torch
 
     from graph_adapter.app.models import build_model
-    from graph_adapter.backends.export import export
+    from graph_adapter.exporter import export
     from graph_adapter.batching import Budget, FixedSizeLoader
     from graph_adapter.nn import ipu_wrap
 
@@ -762,7 +762,7 @@ def test_a_pt2_ladder_serves_eight_clients_and_names_the_top_rung(tmp_path):
     import torch
 
     from graph_adapter.app.models import build_model
-    from graph_adapter.backends.export import export
+    from graph_adapter.exporter import export
     from graph_adapter.batching import Budget, FixedSizeLoader
     from graph_adapter.nn import ipu_wrap
 

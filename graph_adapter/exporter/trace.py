@@ -1,18 +1,53 @@
 """The inference module of a wrapped model, its ``torch.export`` trace on one padded
 batch (a dict of tensors with the budget's fixed shapes: ``[N, ...]`` node rows,
 ``[E, ...]`` edge rows, ``[G, ...]`` graph rows), the compile path's graph rewrite on the
-exported program, and the inputs the traced program never reads."""
+exported program, and the inputs the traced program never reads.
+
+The compile path's rewrites come from :mod:`graph_adapter.tuning`
+(``rewrite_exported``), imported if it is there: a package without the tuning stage
+exports the same function, unrewritten (slower, the same results within tolerance).
+"""
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Optional, Tuple
+import logging
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from ...format import LOSS_KEY, RESERVED_KEYS
-from ...nn import IPUWrapped
-from ..inductor.rewrites import project_embedding_tables
+from ..format import LOSS_KEY, RESERVED_KEYS
+from ..nn import IPUWrapped
+
+
+def _tuning_rewrites() -> Optional[Callable[[torch.fx.GraphModule], Dict[str, int]]]:
+    """``graph_adapter.tuning.rewrite_exported``, or ``None`` where the tuning stage is
+    not installed (exported programs are then written as traced)."""
+    try:
+        from ..tuning import rewrite_exported
+        return rewrite_exported
+    except ModuleNotFoundError as missing:
+        if missing.name != "graph_adapter.tuning":  # a module the stage needs: a real error
+            raise
+        return None
+    except ImportError:  # TEMPORARY (issue 51): a tuning stage without rewrite_exported yet
+        pass
+    import importlib
+
+    for path in ("graph_adapter.tuning.rewrites", "graph_adapter.backends.inductor.rewrites"):
+        try:
+            project = importlib.import_module(path).project_embedding_tables
+        except ModuleNotFoundError:
+            continue
+        return lambda gm: {"project_embedding_tables": project(gm.graph)}
+    return None
+
+
+#: the tuning stage's rewrites of an exported program's graph module (name -> how many
+#: fired), or ``None`` where the stage is not installed
+rewrite_exported = _tuning_rewrites()
+
+LOG = logging.getLogger("graph_adapter.export")
 
 __all__ = ["Inference", "trace", "rewritten_program", "drop_unread"]
 
@@ -49,23 +84,25 @@ def trace(module: nn.Module, flat: Dict[str, Tensor]) -> Any:
 
 
 def rewritten_program(ep: Any, flat: Dict[str, Tensor]) -> Tuple[Any, int]:
-    """``(program, rewritten)``: ``ep`` with the compile path's graph rewrite applied
-    (:func:`~graph_adapter.backends.inductor.rewrites.project_embedding_tables`: a linear of a
+    """``(program, rewritten)``: ``ep`` with the compile path's graph rewrites for
+    exported programs applied (``graph_adapter.tuning.rewrite_exported``: a linear of a
     sum of embedding lookups projects the tables instead), traced again on ``flat`` so
-    that every node has its metadata; ``rewritten`` counts the linears (``0``: ``ep``
-    itself, untouched; else ``ep``'s own graph is rewritten too: pass a program you
-    no longer need).
+    that every node has its metadata; ``rewritten`` counts what fired (logged by name
+    on the ``graph_adapter.export`` logger; ``0``: ``ep`` itself, untouched, as
+    without the tuning stage; else ``ep``'s own graph is rewritten too: pass a program
+    you no longer need).
 
-    ``graph_adapter.compile(..., "inductor")`` runs the rewrite as inductor's pre-grad
-    pass on Dynamo's torch-level graph; an exported program is ATen, so it is run here,
-    before AOTInductor or the ONNX exporter see the graph. On the demo's GINE 4 x 64
-    (requests of 256 molecules, 1 thread) the ``.pt2`` program went from 1.7x to 3.0x
-    eager PyG with it: the four ``[E, 64] x [64, 64]`` edge projections were the whole
-    difference to the compiled model (``docs/deploy.md``, Speed).
+    ``graph_adapter.compile(..., "inductor")`` runs these rewrites as inductor's
+    pre-grad pass on Dynamo's torch-level graph; an exported program is ATen, so they
+    are run here, before AOTInductor or the ONNX exporter see the graph
+    (``docs/deploy.md``, Speed; ``docs/dev/RESULTS.md`` has the measurements).
     """
-    rewritten = project_embedding_tables(ep.graph_module.graph)
+    fired = {} if rewrite_exported is None else rewrite_exported(ep.graph_module)
+    rewritten = sum(fired.values())
     if not rewritten:
         return ep, 0
+    LOG.info("rewrites of the exported program: %s",
+             ", ".join(f"{k} x{v}" for k, v in fired.items() if v))
     # the lookup sums the linears read are dead now; fx keeps the ops that write an input
     # (is_impure: a mutable schema, e.g. max_norm's embedding_renorm_), and buffer
     # updates of an exported program are outputs, so nothing else is dropped

@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ...serve import Contract
+from ..format import MASK_OF_LEVEL
+from ..serve import Contract
 from .errors import ExportMismatchError
 from .trace import Inference
 
@@ -36,10 +37,9 @@ def check_cases(module: Inference, dropped: List[str], ref: Optional[Dict[str, T
 def _real_rows(contract: Contract, flat: Mapping[str, Tensor]) -> Dict[str, int]:
     """Output key -> its real rows in ``flat`` (the mask's count of its level); padding
     rows follow them and are never part of a prediction."""
-    masks = {"node": "node_mask", "edge": "edge_mask", "graph": "graph_mask"}
     out = {}
     for f in contract.outputs:
-        m = flat.get(masks[f.level])
+        m = flat.get(MASK_OF_LEVEL[f.level])
         out[f.key] = int(m.sum()) if isinstance(m, Tensor) else int(f.shape[0])
     return out
 

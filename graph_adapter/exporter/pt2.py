@@ -13,8 +13,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from ...batching import Budget
-from ...serve import CONTRACT_FILE, Contract, Rung
+from ..batching import Budget
+from ..serve import CONTRACT_FILE, Contract, Rung
 from .checks import Case, check_cases, max_diff
 from .contract import updated
 from .ladder import rung_batches

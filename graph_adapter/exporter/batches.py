@@ -8,8 +8,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torch import Tensor
 
-from ...batching import Budget, Collator, FixedSizeLoader
-from ...format import has_micro_batch_dim, micro_batch
+from ..batching import Budget, Collator, FixedSizeLoader
+from ..format import has_micro_batch_dim, micro_batch
 
 __all__ = ["collator_and_example", "check_batches", "data_of"]
 

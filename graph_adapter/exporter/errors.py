@@ -1,4 +1,4 @@
-"""The errors :func:`~graph_adapter.backends.export.export` raises on purpose."""
+"""The errors :func:`~graph_adapter.exporter.export` raises on purpose."""
 from __future__ import annotations
 
 __all__ = ["ExportError", "UnsupportedExportError", "ExportMismatchError"]

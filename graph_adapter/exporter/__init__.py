@@ -1,4 +1,13 @@
-"""``export(wrapped, loader_or_budget, path)``: one deployable artifact of a wrapped model.
+"""The export stage: ``export(wrapped, loader_or_budget, path)``, one deployable artifact
+of a wrapped model.
+
+The stage is ``graph_adapter.exporter``, not ``graph_adapter.export``, as the checker's
+is ``graph_adapter.checker`` for ``graph_adapter.check``: ``graph_adapter.export`` is
+the function users call, and a subpackage of that name would be set as the package's
+attribute by Python's import system (``import graph_adapter.export as E`` would then
+give the function or the module depending on what was imported first). Users write
+``graph_adapter.export(...)`` and ``from graph_adapter.exporter import
+ExportMismatchError``.
 
 The inference-mode graph of an ``ipu_wrap``-ped model (``eval()``, no loss) is captured
 with ``torch.export`` on one padded batch of the budget, then compiled:
@@ -8,12 +17,13 @@ with ``torch.export`` on one padded batch of the budget, then compiled:
 * ``format="onnx"``: ``torch.onnx.export(exported_program, dynamo=True)`` (from the
   exported program: exporting the wrapper directly fails), run by onnxruntime.
 
-Before compiling, the exported program gets the graph rewrite the compile path gives
-inductor (:func:`rewritten_program`: a linear of a sum of embedding lookups projects the
-tables); the ONNX model has its row-wise scatter adds summed as sorted segments, which
-onnxruntime computes the same at any thread count
-(:mod:`~graph_adapter.backends.export.onnx_rewrites`). Both keep the function;
-``rewrite=False`` turns them off.
+Before compiling, the exported program gets the graph rewrites the compile path gives
+inductor (:func:`rewritten_program`, from :mod:`graph_adapter.tuning` where it is
+installed: a linear of a sum of embedding lookups projects the tables); the ONNX model
+gets the rewrites of :data:`~graph_adapter.exporter.onnx_rewrites.REWRITES` (its row-wise
+scatter adds summed over neighbour tables or as sorted segments, which onnxruntime
+computes the same at any thread count, ...). All keep the function; ``rewrite=False``
+turns them off.
 
 The artifact carries its input contract as JSON (:class:`graph_adapter.serve.Contract`:
 the budget, every input key with its level, dtype and per-graph shape, every output with
@@ -32,19 +42,23 @@ checked on its own batches.
 
 One module a job (each imports only those above it in this list):
 
-* :mod:`~graph_adapter.backends.export.errors`: the errors ``export`` raises on purpose;
-* :mod:`~graph_adapter.backends.export.contract`: the contract's fields, the formats and
+* :mod:`~graph_adapter.exporter.errors`: the errors ``export`` raises on purpose;
+* :mod:`~graph_adapter.exporter.contract`: the contract's fields, the formats and
   their tolerance, what the serving packer refuses;
-* :mod:`~graph_adapter.backends.export.trace`: the inference module, its trace, the
+* :mod:`~graph_adapter.exporter.trace`: the inference module, its trace, the
   compile path's rewrite, the inputs the program never reads;
-* :mod:`~graph_adapter.backends.export.batches`: the padded batches traced and checked on;
-* :mod:`~graph_adapter.backends.export.checks`: the artifact against eager on the real rows;
-* :mod:`~graph_adapter.backends.export.ladder`: the rungs of a ladder and their batches;
-* :mod:`~graph_adapter.backends.export.onnx_rewrites`: rewrites of the ONNX model
-  (deterministic row scatters, the ladder's one model);
-* :mod:`~graph_adapter.backends.export.pt2` and :mod:`~graph_adapter.backends.export.onnx`:
+* :mod:`~graph_adapter.exporter.batches`: the padded batches traced and checked on;
+* :mod:`~graph_adapter.exporter.checks`: the artifact against eager on the real rows;
+* :mod:`~graph_adapter.exporter.ladder`: the rungs of a ladder and their batches;
+* :mod:`~graph_adapter.exporter.onnx_rewrites`: rewrites of the ONNX model, one
+  module a rewrite run in the order of its registry (deterministic row scatters, ...),
+  and the ladder's one model;
+* :mod:`~graph_adapter.exporter.pt2` and :mod:`~graph_adapter.exporter.onnx`:
   each format's writer (one budget or a ladder);
-* :mod:`~graph_adapter.backends.export.api`: :func:`export` itself.
+* :mod:`~graph_adapter.exporter.api`: :func:`export` itself.
+
+It may import :mod:`graph_adapter.format`, ``batching``, ``nn``, ``serve`` and, where it
+is installed, ``tuning`` (every earlier stage); never ``lightning`` or ``app``.
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.nn import GINConv, global_add_pool  # noqa: E402
 
 from graph_adapter import serve  # noqa: E402
-from graph_adapter.backends.export import export  # noqa: E402
+from graph_adapter.exporter import export  # noqa: E402
 from graph_adapter.batching import Budget  # noqa: E402
 from graph_adapter.nn import ipu_wrap  # noqa: E402
 
@@ -161,7 +161,7 @@ def test_a_one_budget_artifact_fits_its_tables_on_the_loaders_graphs_as_a_ladder
     """The width and spill capacity come from every graph export is given (the loader's
     dataset), by the rule each rung of a ladder uses (``fit_tables``), not from the few
     check batches: hubs only past the loader's first batches still fit one call."""
-    from graph_adapter.backends.export.onnx import fit_tables
+    from graph_adapter.exporter.onnx import fit_tables
     from graph_adapter.batching import FixedSizeLoader
 
     torch.manual_seed(0)
@@ -185,7 +185,7 @@ def test_a_one_budget_artifact_fits_its_tables_on_the_loaders_graphs_as_a_ladder
 
 def test_the_check_batches_graphs_give_the_same_fit_as_the_graphs_themselves():
     """``write_onnx`` without data fits on the real graphs of its padded check batches."""
-    from graph_adapter.backends.export.onnx import _case_graphs, fit_tables
+    from graph_adapter.exporter.onnx import _case_graphs, fit_tables
     from graph_adapter.batching import Collator
 
     data = _graphs(5, seed=7, hub=9)
@@ -298,7 +298,7 @@ def test_edge_rows_that_compute_their_zero_row_sum_to_the_same_bits(draw):
     edges), and the eager sums on the real nodes."""
     import onnxruntime as ort
 
-    from graph_adapter.backends.export import onnx_rewrites as R
+    from graph_adapter.exporter import onnx_rewrites as R
     from graph_adapter.serve.pack import in_tables
 
     nodes = draw.draw(st.integers(3, 12), label="nodes")

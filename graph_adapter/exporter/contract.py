@@ -16,9 +16,9 @@ from typing import Any, Dict, Mapping, Tuple
 import torch
 from torch import Tensor
 
-from ...batching import Budget, Collator
-from ...format import RESERVED_KEYS
-from ...serve import Contract, InputField, OutputField
+from ..batching import Budget, Collator
+from ..format import BATCH, LEVEL_OF_MASK, PTR, RESERVED_KEYS
+from ..serve import Contract, InputField, OutputField
 from .errors import UnsupportedExportError
 
 __all__ = ["FORMATS", "TOLERANCE", "contract_inputs", "output_fields", "versions", "updated",
@@ -33,8 +33,9 @@ FORMATS = ("pt2", "onnx")
 TOLERANCE = {"pt2": {"atol": 1e-5, "rtol": 1e-5}, "onnx": {"atol": 1e-4, "rtol": 1e-4}}
 
 
-_RESERVED_LEVEL = {"batch": "node", "ptr": "other", "node_mask": "node",
-                   "edge_mask": "edge", "graph_mask": "graph"}
+#: the level of each reserved key of the contract (``batch`` has a row a node, ``ptr``
+#: ``G + 1``, a mask a row of its level)
+_RESERVED_LEVEL = {BATCH: "node", PTR: "other", **LEVEL_OF_MASK}
 
 
 def _feature_field(f: Any) -> InputField:

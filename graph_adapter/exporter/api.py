@@ -1,16 +1,16 @@
 """``export(wrapped, loader_or_budget, path)``: the arguments checked, the inference
 module traced on the first padded batch, the contract built, the artifact written by
-its format's writer (:mod:`~graph_adapter.backends.export.pt2`,
-:mod:`~graph_adapter.backends.export.onnx`)."""
+its format's writer (:mod:`~graph_adapter.exporter.pt2`,
+:mod:`~graph_adapter.exporter.onnx`)."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
 
-from ...batching import Budget, FixedSizeLoader
-from ...nn import IPUWrapped
-from ...serve import Contract
+from ..batching import Budget, FixedSizeLoader
+from ..nn import IPUWrapped
+from ..serve import Contract
 from .batches import check_batches, collator_and_example, data_of
 from .checks import Case, check_cases
 from .contract import (FORMATS, TOLERANCE, contract_inputs, output_fields, refuse_unservable,
@@ -88,7 +88,7 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
         rewrite: apply the compile path's graph rewrite to the exported program
             (:func:`rewritten_program`) and, for onnx, sum row-wise scatter adds as
             sorted segments, the same at any thread count
-            (:mod:`~graph_adapter.backends.export.onnx_rewrites`); ``False`` exports the graph
+            (:mod:`~graph_adapter.exporter.onnx_rewrites`); ``False`` exports the graph
             as traced.
         ladder: ``None``: one budget; ``True``: several in one artifact, one program
             each (:func:`ladder_budgets`, ``docs/deploy.md``); or a list of ``Budget``.

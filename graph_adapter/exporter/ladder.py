@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from torch import Tensor
 
-from ...batching import Budget, Collator
+from ..batching import Budget, Collator
 from .batches import data_of
 
 __all__ = ["LADDER_GRAPHS", "ladder_budgets", "ladder_of", "rung_batches"]

@@ -15,10 +15,10 @@ from torch import nn
 
 pytest.importorskip("onnxruntime", reason="the serve extra (onnx, onnxscript, onnxruntime)")
 
-import graph_adapter.backends.export as E  # noqa: E402
+import graph_adapter.exporter as E  # noqa: E402
 from graph_adapter import serve  # noqa: E402
 from graph_adapter.app.models import build_model  # noqa: E402
-from graph_adapter.backends.export import (ExportMismatchError, UnsupportedExportError,  # noqa: E402
+from graph_adapter.exporter import (ExportMismatchError, UnsupportedExportError,  # noqa: E402
                                            export)
 from graph_adapter.batching import Budget
 from graph_adapter.batching import FixedSizeLoader
@@ -205,7 +205,7 @@ def test_onnx_row_scatters_become_scatter_nd_with_equal_outputs(n, rows, trailin
     form (another reduction or axis, an index not one per row, opset < 16) is kept."""
     import onnx
 
-    from graph_adapter.backends.export.onnx_rewrites import scatter_rows_as_scatter_nd
+    from graph_adapter.exporter.onnx_rewrites import scatter_rows_as_scatter_nd
 
     rng = np.random.default_rng(seed)
     shape = [n] + trailing
@@ -294,7 +294,7 @@ def test_row_scatters_are_the_same_at_any_thread_count(n, rows, trailing, seed, 
     is rewritten so that onnxruntime gives the same bits at 1, 2 and 4 threads, equal
     (float32 rounding) to the scatter as written; a NaN or an infinity in the rows stays
     in its own target row (the original scatter runs then), as eagerly."""
-    from graph_adapter.backends.export.onnx_rewrites import deterministic_row_scatters
+    from graph_adapter.exporter.onnx_rewrites import deterministic_row_scatters
 
     rng = np.random.default_rng(seed)
     shape = [n] + trailing
@@ -333,7 +333,7 @@ def test_row_scatters_are_the_same_at_any_thread_count(n, rows, trailing, seed, 
 def test_a_wide_scatter_add_is_the_same_at_1_2_and_4_threads():
     """The case that raced: 4000 rows of 128 floats into 2000 rows, targets in random
     order (``ScatterND`` add lost updates in most calls at 2 threads here)."""
-    from graph_adapter.backends.export.onnx_rewrites import deterministic_row_scatters
+    from graph_adapter.exporter.onnx_rewrites import deterministic_row_scatters
 
     rng = np.random.default_rng(0)
     model = _onnx_scatter([2000, 128], 4000, "rows")

@@ -1,5 +1,5 @@
 """``format="onnx"``: ``torch.onnx.export(exported_program, dynamo=True)``, its row
-scatters made deterministic (:mod:`~graph_adapter.backends.export.onnx_rewrites`), run
+scatters made deterministic (:mod:`~graph_adapter.exporter.onnx_rewrites`), run
 in onnxruntime sessions as ``serve`` makes them at several thread counts against eager,
 the contract in the model's ``metadata_props``; a ladder's rungs as ``If`` branches of
 one model on an int64 input of ``r + 1`` elements for rung ``r``
@@ -13,11 +13,12 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from ...batching import Budget
-from ... import serve as _serve
-from ...format import ELL_IN as SLOTS
-from ...format import SPILL_IN as SPILL
-from ...serve import ONNX_METADATA_KEY, Contract, InputField, Rung
+from ..batching import Budget
+from .. import serve as _serve
+from ..format import BATCH, EDGE_MASK, NODE_MASK
+from ..format import ELL_IN as SLOTS
+from ..format import SPILL_IN as SPILL
+from ..serve import ONNX_METADATA_KEY, Contract, InputField, Rung
 from .checks import Case, check_cases, max_diff
 from .contract import updated
 from .errors import UnsupportedExportError
@@ -45,7 +46,7 @@ ONNX_RUNG_INPUT = "graph_adapter_rung"
 
 
 #: the ONNX input names of the neighbour tables (contract keys ``in_slots``, ``in_spill``)
-ONNX_TABLE_INPUTS = {SLOTS: "graph_adapter_in_slots", SPILL: "graph_adapter_in_spill"}
+ONNX_TABLE_INPUTS = {SLOTS: f"graph_adapter_{SLOTS}", SPILL: f"graph_adapter_{SPILL}"}
 
 
 #: the narrowest table width export fits (most atoms of organic molecules take 4 in-edges)
@@ -122,7 +123,7 @@ def _with_tables(cases: Sequence[Case], nodes: int, width: int, spill: int) -> L
     """``cases`` with each fed batch's neighbour tables (as ``serve`` packs them)."""
     out = []
     for flat, ref, full in cases:
-        e = int(full["edge_mask"].sum()) if "edge_mask" in full else flat["edge_index"].shape[1]
+        e = int(full[EDGE_MASK].sum()) if EDGE_MASK in full else flat["edge_index"].shape[1]
         # the packer's own function (serve.pack, loaded with serve): the same tables
         slots, lst = _serve.pack.in_tables(flat["edge_index"][1].numpy(), e, nodes, width, spill)
         out.append(({**flat, SLOTS: torch.from_numpy(slots), SPILL: torch.from_numpy(lst)},
@@ -324,9 +325,9 @@ def _case_graphs(cases: Sequence[Case]) -> List[Any]:
 
     out = []
     for _, _, full in cases:
-        n = int(full["node_mask"].sum()) if "node_mask" in full else full["batch"].shape[0]
-        e = int(full["edge_mask"].sum()) if "edge_mask" in full else full["edge_index"].shape[1]
-        batch, ei = full["batch"][:n], full["edge_index"][:, :e]
+        n = int(full[NODE_MASK].sum()) if NODE_MASK in full else full[BATCH].shape[0]
+        e = int(full[EDGE_MASK].sum()) if EDGE_MASK in full else full["edge_index"].shape[1]
+        batch, ei = full[BATCH][:n], full["edge_index"][:, :e]
         counts = torch.bincount(batch)
         first = torch.cumsum(counts, 0) - counts
         owner = batch[ei[1]]
@@ -348,7 +349,7 @@ def write_onnx(ep: Any, path: str, contract: Contract, cases: Sequence[Case],
     sizes = _batch_tables(contract, _case_graphs(cases) if data is None else data) \
         if rewrite else None
     at = (contract.input_keys().index("edge_index"), contract.nodes) + sizes if sizes else None
-    proto, in_names = _onnx_proto(ep, rewrite, at, _position(contract, "batch"))
+    proto, in_names = _onnx_proto(ep, rewrite, at, _position(contract, BATCH))
     inputs, cases = _tabled(contract, in_names, cases, contract.nodes, sizes)
     out_names = tuple(o.name for o in proto.graph.output)
     contract = updated(contract, inputs=inputs, onnx_input_names=in_names,
@@ -363,7 +364,7 @@ def write_onnx_ladder(module: Inference, dropped: List[str], budgets: Sequence[B
                       data: Sequence[Any], path: str, contract: Contract, rewrite: bool,
                       threads: Optional[int]) -> Contract:
     """Every rung exported to ONNX, then one model of them all
-    (:func:`~graph_adapter.backends.export.onnx_rewrites.ladder_model`: an ``If`` a rung on the
+    (:func:`~graph_adapter.exporter.onnx_rewrites.ladder_model`: an ``If`` a rung on the
     length of the ``graph_adapter_rung`` input), checked like a one-budget artifact on
     each rung's check batches, in the session ``serve`` makes for that rung."""
     import numpy as np
@@ -381,7 +382,7 @@ def write_onnx_ladder(module: Inference, dropped: List[str], budgets: Sequence[B
             ep, _ = rewritten_program(ep, fed)
         sizes = None if fitted is None else (fitted[0], _fit_spill(fitted[1], int(b.graphs)))
         at = (contract.input_keys().index("edge_index"), int(b.nodes)) + sizes if sizes else None
-        proto, names = _onnx_proto(ep, rewrite, at, _position(contract, "batch"))
+        proto, names = _onnx_proto(ep, rewrite, at, _position(contract, BATCH))
         tabled, cases = _tabled(contract, names, cases, int(b.nodes), sizes)
         rung_inputs.append(tabled)
         # an input any rung reads is an input of the ladder (each rung reads what it needs)
