@@ -32,7 +32,11 @@ DEPRECATED_PACKAGES = {"graph_adapter.data"}
 #: Known breaches of the page's rules, to be removed as they are mended (a breach not
 #: listed fails; a listed one that is gone fails too, so the list only shrinks).
 NOT_YET_SPLIT: set = set()  # functions over 80 lines (docstring included), to split by job
-NOT_YET_PUBLIC: set = set()  # modules still reading another module's private attributes
+NOT_YET_PUBLIC = {  # modules still reading another module's private attributes
+    # TEMPORARY (the string rule's first run): torch's ``OpOverload._schema`` read through
+    # ``getattr``; the tuning owners move it into a ``rewrites/_graph`` helper
+    "graph_adapter/tuning/rewrites/dedupe.py",
+}
 #: underscore names that are public API (namedtuple methods, ``os._exit``)
 PUBLIC_UNDERSCORE = {"_replace", "_asdict", "_fields", "_make", "_field_defaults", "_exit"}
 
@@ -267,15 +271,170 @@ def _is_own(value, classes=()):
     return False
 
 
-def _private_reaches(path):
-    """``(line, text)`` of every access of another object's or library's private name:
-    ``obj._x`` (obj not self/cls/super()/type(self)/a class of the module), ``import torch._x``,
-    ``from torch._x import y``."""
+def _private_name(name):
+    """A private attribute's name: a leading underscore, not a dunder (``__dict__``,
+    ``__code__``: Python's data model, allowed as ``obj.__x`` is) nor namedtuple's API."""
+    return isinstance(name, str) and name.startswith("_") and not name.startswith("__") and \
+        name not in PUBLIC_UNDERSCORE
+
+
+def _literal_rows(node):
+    """The rows of a literal a loop may walk: a tuple / list / set of strings (each its own
+    row), of tuples of them (a table), or a dict's keys; [] for anything else."""
+    items = node.keys if isinstance(node, ast.Dict) else \
+        node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
+    rows = []
+    for e in items:
+        if isinstance(e, ast.Tuple):
+            rows.append(tuple(c.value if isinstance(c, ast.Constant) else None for c in e.elts))
+        elif isinstance(e, ast.Constant):
+            rows.append((e.value,))
+    return rows
+
+
+_SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _scoped(tree):
+    """``(node, scope)`` of every node: its innermost function, class or the module (a
+    comprehension's variables counted in the scope around it)."""
+    todo = [(tree, tree)]
+    while todo:
+        node, scope = todo.pop()
+        yield node, scope
+        inner = node if isinstance(node, _SCOPES) else scope
+        todo += [(child, inner) for child in ast.iter_child_nodes(node)]
+
+
+def _loop_strings(tree):
+    """``{(scope, variable): {strings}}``: the literal strings a loop or comprehension
+    variable takes in its scope (:func:`_scoped`): ``for name in ("_a", "b")``, ``for
+    name, fn in TABLE.items()`` over a module literal, ``for module, cls, meth in TABLE``
+    over a table of tuples."""
+    tables = {}
+    for node in tree.body:
+        value = getattr(node, "value", None)
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Name) and value is not None and _literal_rows(value):
+                tables[t.id] = _literal_rows(value)
+    out = {}
+    for node, scope in _scoped(tree):
+        if not isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            continue
+        it = node.iter
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and \
+                it.func.attr in ("items", "keys") and not it.args:
+            it = it.func.value  # the dict's keys: the first of (key, value)
+        rows = tables.get(it.id, []) if isinstance(it, ast.Name) else _literal_rows(it)
+        targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
+        for i, t in enumerate(targets):
+            if isinstance(t, ast.Name):
+                out.setdefault((id(scope), t.id), set()).update(
+                    r[i] for r in rows if i < len(r) and isinstance(r[i], str))
+    return out
+
+
+def _instance_dict(node):
+    """``obj`` of ``obj.__dict__`` or ``vars(obj)`` (an instance's attribute dict), else None."""
+    if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+        return node.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+            node.func.id == "vars" and len(node.args) == 1:
+        return node.args[0]
+    return None
+
+
+def _string_reaches(tree, classes):
+    """``(line, text)`` of the private attributes named by a string: ``getattr`` /
+    ``setattr`` / ``hasattr`` / ``delattr(obj, "_x")`` (or a loop variable over literal
+    names, :func:`_loop_strings`), ``obj.__dict__["_x"]``, ``vars(obj).get("_x")``
+    (``get`` / ``pop`` / ``setdefault``); obj not one of :func:`_is_own`'s."""
+    loops = _loop_strings(tree)
     out = []
-    classes = {n.name for n in ast.walk(_tree(path)) if isinstance(n, ast.ClassDef)}
-    for node in ast.walk(_tree(path)):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and \
-                not node.attr.startswith("__") and node.attr not in PUBLIC_UNDERSCORE and \
+    for node, scope in _scoped(tree):
+        obj, name = None, None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("getattr", "setattr", "hasattr", "delattr") and \
+                len(node.args) >= 2:
+            obj, name = node.args[:2]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("get", "pop", "setdefault") and node.args:
+            obj, name = _instance_dict(node.func.value), node.args[0]
+        elif isinstance(node, ast.Subscript):
+            obj, name = _instance_dict(node.value), node.slice
+        if obj is None or _is_own(obj, classes):
+            continue
+        names = {name.value} if isinstance(name, ast.Constant) else \
+            loops.get((id(scope), name.id), set()) if isinstance(name, ast.Name) else set()
+        private = sorted(n for n in names if _private_name(n))
+        if private:
+            via = "" if isinstance(name, ast.Constant) else f" ({name.id}: {', '.join(private)})"
+            out.append((node.lineno, ast.unparse(node)[:70] + via))
+    return out
+
+
+def _inherited_reaches(tree):
+    """``(line, text)`` of ``self._x`` / ``getattr(self, "_x")`` inside a class with a
+    base from another package (torch, PyG, Lightning) where the module never defines
+    ``_x`` (no def, class, assignment or ``setattr``): the base's private attribute
+    (Lightning's ``_trainer``, PyG's ``Data._store``), which ``self`` does not make ours."""
+    foreign = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and \
+                not (node.module or "").startswith("graph_adapter"):
+            foreign.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            foreign.update((a.asname or a.name).split(".")[0] for a in node.names
+                           if not a.name.startswith("graph_adapter"))
+    defined = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            defined.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id == "setattr" and len(node.args) > 1 and \
+                isinstance(node.args[1], ast.Constant):
+            defined.add(node.args[1].value)
+
+    def root(base):
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        return base.id if isinstance(base, ast.Name) else None
+
+    out = []
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef) or not any(root(b) in foreign for b in cls.bases):
+            continue
+        for node in ast.walk(cls):
+            name = None
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                    node.value.id in ("self", "cls"):
+                name = node.attr
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("getattr", "hasattr") and len(node.args) > 1 and \
+                    isinstance(node.args[0], ast.Name) and node.args[0].id == "self" and \
+                    isinstance(node.args[1], ast.Constant):
+                name = node.args[1].value
+            if _private_name(name) and name not in defined:
+                out.append((node.lineno, f"{ast.unparse(node)[:60]} (inherited from "
+                                         f"{', '.join(ast.unparse(b) for b in cls.bases)})"))
+    return out
+
+
+def _reaches(tree):
+    """``(line, text)`` of every access of another object's or library's private name:
+    ``obj._x`` (obj not self/cls/super()/type(self)/a class of the module), the same named
+    by a string (:func:`_string_reaches`), a foreign base's private through ``self``
+    (:func:`_inherited_reaches`), ``import torch._x``, ``from torch._x import y``."""
+    out = []
+    classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private_name(node.attr) and \
                 not _is_own(node.value, classes):
             out.append((node.lineno, ast.unparse(node)[:70]))
         elif isinstance(node, ast.Import):
@@ -284,7 +443,71 @@ def _private_reaches(path):
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
                 not node.module.startswith("graph_adapter") and _private(node.module):
             out.append((node.lineno, f"from {node.module} import ..."))
-    return out
+    return sorted(out + _string_reaches(tree, classes) + _inherited_reaches(tree))
+
+
+def _private_reaches(path):
+    """:func:`_reaches` of one module's source."""
+    return _reaches(_tree(path))
+
+
+_SNIPPET = '''
+from torch_geometric.data import Data
+from torch_geometric.nn import MessagePassing
+from lightning.pytorch import LightningModule
+
+TABLE = {"_set_size": None, "aggregate": None}
+ROWS = [("torch_geometric.nn", "GCNConv", "_cached"), ("m", "C", "forward")]
+
+
+class Mine:
+    _x = 1
+
+
+class Graph(Data):
+    def f(self):
+        self._made = 1
+        return self._made, self._store, getattr(self, "_mapping", None), super()._y
+
+
+class Module(LightningModule):
+    def f(self):
+        return getattr(self, "_trainer", None), self.trainer
+
+
+def reaches(obj, m):
+    getattr(obj, "_a"), setattr(obj, "_b", 1), hasattr(obj, "_c"), delattr(obj, "_d")
+    obj.__dict__["_e"], vars(obj).get("_f"), obj.__dict__.pop("_g", None)
+    for name, fn in TABLE.items():
+        setattr(MessagePassing, name, fn)
+    for module, cls, meth in ROWS:
+        getattr(m, meth)
+    return [getattr(m, n) for n in ("_h", "public")], obj._i
+
+
+def allowed(self, obj, n):
+    getattr(obj, "__dict__"), getattr(obj, "public"), getattr(Mine, "_x"), obj.__dict__["k"]
+    getattr(obj, "_replace"), getattr(self, "_own"), self.__dict__["_own"], getattr(obj, n)
+    for n in ("public", "__doc__"):
+        getattr(obj, n)
+'''
+
+
+def test_the_private_attribute_rule_sees_strings_loops_and_inherited_names():
+    """The checker itself, on a snippet: every reach of :data:`_SNIPPET`'s ``reaches`` (and
+    the inherited ``_store`` / ``_trainer``) is found, nothing of ``allowed`` is."""
+    found = sorted(text.split(" (")[0] for _, text in _reaches(ast.parse(_SNIPPET)))
+    assert found == sorted([
+        "self._store", "getattr(self, '_mapping', None)",
+        "getattr(self, '_trainer', None)",
+        "getattr(obj, '_a')", "setattr(obj, '_b', 1)", "hasattr(obj, '_c')",
+        "delattr(obj, '_d')", "obj.__dict__['_e']", "vars(obj).get('_f')",
+        "obj.__dict__.pop('_g', None)", "setattr(MessagePassing, name, fn)", "getattr(m, meth)",
+        "getattr(m, n)", "obj._i"]), found
+    texts = dict((t.split(" (")[0], t) for _, t in _reaches(ast.parse(_SNIPPET)))
+    assert texts["setattr(MessagePassing, name, fn)"].endswith("(name: _set_size)")
+    assert texts["getattr(m, meth)"].endswith("(meth: _cached)")
+    assert "inherited from LightningModule" in texts["getattr(self, '_trainer', None)"]
 
 
 def test_only_the_pages_internals_modules_touch_private_attributes():
@@ -297,8 +520,9 @@ def test_only_the_pages_internals_modules_touch_private_attributes():
         reaches = _private_reaches(path)
         if reaches and _rel(path) not in listed and _rel(path) not in NOT_YET_PUBLIC:
             bad += [f"{_rel(path)}:{line}: {text}" for line, text in reaches]
-    gone = [m for m in NOT_YET_PUBLIC if not _private_reaches(os.path.join(ROOT, m))]
-    assert not gone, f"mended: remove {gone} from NOT_YET_PUBLIC"
+    gone = [m for m in NOT_YET_PUBLIC if not os.path.exists(os.path.join(ROOT, m)) or
+            not _private_reaches(os.path.join(ROOT, m))]
+    assert not gone, f"mended or moved: remove {gone} from NOT_YET_PUBLIC"
     assert not bad, ("private attributes of other objects (use a public name, or add one "
                      "helper to a module of the Internals table):\n" + "\n".join(bad))
 
