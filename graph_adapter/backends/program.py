@@ -21,52 +21,18 @@ from typing import Any, Dict, List, Mapping, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..format import GRAPH_MASK, LAYOUT_KEYS, SpecError, has_micro_batch_dim, per_micro_batch
+from ..contract import ShapeChangedError, Signature
+from ..format import per_micro_batch
 from ..nn import HostModel
 
-__all__ = ["Signature", "ShapeChangedError", "signature_of", "describe_change", "CompiledHost",
+__all__ = ["Signature", "ShapeChangedError", "signature_of", "CompiledHost",
            "per_micro_batch", "save_program", "LoadedProgram", "load"]
-
-Signature = Tuple[Tuple[str, str, Tuple[int, ...]], ...]
-
-
-class ShapeChangedError(SpecError, ValueError):
-    """A batch's keys, dtypes or shapes differ from those the model was compiled for.
-
-    A :class:`~graph_adapter.format.spec.SpecError`, as the wrapped model's own input
-    checks are: ``except SpecError`` catches both."""
 
 
 def signature_of(flat: Mapping[str, Tensor]) -> Signature:
-    """``((key, dtype, shape), ...)`` in key order (shapes without a micro-batch dim)."""
-    strip = has_micro_batch_dim(flat) if GRAPH_MASK in flat else False
-    out = []
-    for k in sorted(flat):
-        v = flat[k]
-        shape = tuple(v.shape[1:] if strip else v.shape)
-        out.append((k, str(v.dtype).replace("torch.", ""), shape))
-    return tuple(out)
-
-
-def describe_change(old: Signature, new: Signature) -> str:
-    """The first key (in key order) whose presence, dtype or shape differs, in words."""
-    o = {k: (d, s) for k, d, s in old}
-    n = {k: (d, s) for k, d, s in new}
-    for k in sorted(set(o) | set(n)):
-        if k not in n:
-            return f"key {k!r} is missing (the compiled program takes it: dtype {o[k][0]}, shape {o[k][1]})"
-        if k not in o:
-            return f"key {k!r} is new (dtype {n[k][0]}, shape {n[k][1]}); the compiled program does not take it"
-        if o[k][0] != n[k][0]:
-            return f"key {k!r} has dtype {n[k][0]}, the compiled program takes {o[k][0]}"
-        if o[k][1] != n[k][1]:
-            hint = (" (a layout table: loaders that fitted their layouts apart, e.g. train and "
-                    "test; fit it once on every graph and pass that loader's "
-                    "collator.layout_widths / layout_spills to both)"
-                    if k.rsplit("/", 1)[-1] in LAYOUT_KEYS else "")
-            return f"key {k!r} has shape {n[k][1]}, the compiled program takes {o[k][1]}{hint}"
-    return "signatures differ"
-
+    """The signature a compiled program is specialised to: keys, dtypes and shapes of
+    one micro-batch (:meth:`graph_adapter.contract.Signature.of`)."""
+    return Signature.of(flat, strip_micro=True)
 
 
 class CompiledHost(HostModel):
@@ -99,7 +65,7 @@ class CompiledHost(HostModel):
         if self.signatures and not self.allow_new_shapes:
             raise ShapeChangedError(
                 f"graph_adapter.compile({self.backend!r}{self.compile_call_extra}): this batch "
-                f"does not fit the compiled program: {describe_change(self.signatures[0], sig)}. "
+                f"does not fit the compiled program: {self.signatures[0].difference(sig)}. "
                 f"Every batch must come from one budget (FixedSizeLoader pads to it); to compile "
                 f"once more for a new budget pass allow_new_shapes=True."
             )
@@ -108,7 +74,7 @@ class CompiledHost(HostModel):
 def save_program(ep: Any, path: str, sig: Signature, training: bool) -> None:
     meta = {
         "format": "graph_adapter.export/1",
-        "signature": [[k, d, list(s)] for k, d, s in sig],
+        "signature": sig.to_json(),
         "training": training,
     }
     # torch.export.save pickles example_inputs: drop them (they hold a batch
@@ -134,15 +100,15 @@ class LoadedProgram(HostModel):
 
     def __init__(self, ep: Any, meta: Dict[str, Any]):
         self.program = ep
-        self.signature: Signature = tuple((k, d, tuple(s)) for k, d, s in meta["signature"])
+        self.signature = Signature.from_json(meta["signature"])
         self.training = bool(meta["training"])
         self._module = ep.module()
 
     def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
-        sig = signature_of(flat)
+        sig = signature_of(flat).named()
         if sig != self.signature:
             raise ShapeChangedError(
-                f"loaded program: {describe_change(self.signature, sig)}; it was exported for "
+                f"loaded program: {self.signature.difference(sig)}; it was exported for "
                 f"one budget only."
             )
         return per_micro_batch(self._module, flat)

@@ -7,8 +7,9 @@ once by :class:`Collator` in one pass (:mod:`graph_adapter.batching._scan`).  A
 homogeneous graph is the one-store case of a hetero one: one collator, one
 unpad.
 
-Padding convention (see ``docs/batching.md`` and ``docs/dev/FORMAT.md``), per
-node type / edge type (homogeneous: the one store):
+Padding convention (the rules are :mod:`graph_adapter.contract`'s: ``misfit``,
+``slot_counts``, ``padding_node``, ``pad_value``), per node type / edge type
+(homogeneous: the one store):
 
 * real graphs come first, in the order given; real nodes/edges/graph rows
   occupy the leading rows of every tensor, exactly as ``Batch.from_data_list``
@@ -51,21 +52,14 @@ from ._gather import Gather
 from ._layout import LAYOUTS, DegreeWidthError, fit_layout, graph_of_node, layout_tables
 from ._scan import TRIM_FROM, Scan, release_freed_memory
 from .budget import RESERVED_NODES, Budget
-from ..format import (BATCH, EDGE_MASK, GRAPH_MASK, NODE_MASK, PTR, RESERVED_KEYS, key_of,
+from ..contract import dtype_name, pad_value, padding_node, slot_counts
+from ..format import (BATCH, EDGE_MASK, GRAPH_MASK, NODE_MASK, PTR, key_of,
                       stack_micro_batches, store_name)
 from .packing import GraphSizes
 from ..format import Field
-from ..format import dim_of, inc_dims, set_key, unpad_batch, unpad_hetero
+from ..format import dim_of, inc_dims, set_key, unpad_hetero
 
-__all__ = ["KeySpec", "Collator", "HeteroCollator", "make_collator", "collate_padded",
-           "unpad_batch", "unpad_hetero", "RESERVED_KEYS"]
-
-#: The per-key schema type of the padded collate is the spec's :class:`Field`.
-KeySpec = Field
-
-
-def _is_float(dt: torch.dtype) -> bool:
-    return dt.is_floating_point or dt.is_complex
+__all__ = ["Collator", "collate_padded"]
 
 
 class _Step:
@@ -289,13 +283,13 @@ class Collator:
             torch.zeros([0] + ([] if f.scalar else trail), dtype=f.torch_dtype)
         src = dst = -1
         if f.inc == "none":
-            fill = float("nan") if f.level == "graph" and _is_float(f.torch_dtype) else None
+            fill = pad_value(f.level, dtype_name(f.torch_dtype)) or None  # (None: zeros)
             return _Step(f, Gather(col, shape, cat, f.torch_dtype, fill, "plain"),
                          rows_of, per, src, dst)
         if f.inc == "nodes":
             src, dst = (self._col[d] for d in inc_dims(f))
             # padding rows point at the last node of each end, a padding node
-            n_src, n_dst = int(self._rows[src]) - 1, int(self._rows[dst]) - 1
+            n_src, n_dst = padding_node(int(self._rows[src])), padding_node(int(self._rows[dst]))
             fill = n_src if src == dst else np.array([n_src, n_dst])
             out_dt = self.index_dtype
             fast = f.torch_dtype in (torch.int64, out_dt)
@@ -393,7 +387,7 @@ class Collator:
             if len(keys) == 1:  # an edge dim: its mask
                 out[keys[0]] = torch.from_numpy(ar[:R] < real)
                 continue
-            c = _slot_counts(cnt[:, j], G, R - real, self._np_idt)
+            c = np.asarray(slot_counts(cnt[:, j].tolist(), G, R - real), dtype=self._np_idt)
             ptr = np.empty(G + 1, dtype=self._np_idt)
             ptr[0] = 0
             c.cumsum(out=ptr[1:])
@@ -458,34 +452,6 @@ class Collator:
         """The real graphs of a padded flat dict, as ``Data`` / ``HeteroData`` (graphs with
         node sets of their own, PyG's ``PairData``: ``Data`` with the same keys)."""
         return unpad_hetero(flat, self.schema, self.scan.node_types, self.scan.edge_types)
-
-
-def _slot_counts(real: np.ndarray, G: int, pad: int, dtype) -> np.ndarray:
-    """Nodes per graph slot: the real graphs' counts, then the ``pad`` padding
-    nodes over the padding slots (one each while they last, the rest in the
-    last slot ``G - 1``, which always gets at least one)."""
-    g = real.shape[0]
-    c = np.zeros(G, dtype=dtype)
-    c[:g] = real
-    ones = min(G - 1 - g, pad - 1)  # padding slots before the last one that get a node
-    if ones > 0:
-        c[g:g + ones] = 1
-    c[G - 1] = pad - max(ones, 0)
-    return c
-
-
-class HeteroCollator(Collator):
-    """:class:`Collator` of a ``HeteroData`` dataset (kept for compatibility)."""
-
-    def __init__(self, dataset: Sequence[Any], budget: Budget, **kw: Any):
-        if not budget.is_hetero:
-            raise ValueError("HeteroCollator needs a hetero Budget (dicts of nodes/edges)")
-        super().__init__(dataset, budget, **kw)
-
-
-def make_collator(dataset: Sequence[Any], budget: Budget, **kw: Any) -> Collator:
-    """The :class:`Collator` of ``dataset`` and ``budget`` (kept for compatibility)."""
-    return Collator(dataset, budget, **kw)
 
 
 def collate_padded(data_list: Sequence[Any], budget: Budget, *,

@@ -3,7 +3,8 @@
 poptorch splits dim 0 of every input by ``F = deviceIterations x replicationFactor
 x gradientAccumulation`` (``docs/ipu.md``), so a host batch for it carries a new
 leading dim ``F`` and the model sees one micro-batch (``[...]``) at a time. A dict
-has that dim iff ``graph_mask.dim() == 2``. The loaders stack micro-batches
+has that dim iff ``graph_mask.dim() == 2`` (the contract's rule,
+:func:`graph_adapter.contract.has_micro_batch_dim`). The loaders stack micro-batches
 (:func:`stack_micro_batches`), the backends and the IPU emulator run them one at a
 time (:func:`split_micro_batches`, :func:`per_micro_batch`), and the value checks
 read each one (:func:`micro_batches_of`).
@@ -15,21 +16,12 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from .keys import GRAPH_MASK
+from ..contract import GRAPH_MASK, has_micro_batch_dim
 from .torch_internals import pytree
 
 __all__ = ["has_micro_batch_dim", "num_micro_batches", "micro_batch", "split_micro_batches",
            "stack_micro_batches", "strip_micro_batch", "per_micro_batch", "micro_batches_of",
            "host_micro_batch"]
-
-
-def has_micro_batch_dim(flat: Mapping[str, Tensor]) -> bool:
-    """True iff ``flat`` carries a leading micro-batch dim (``graph_mask.dim() == 2``)."""
-    gm = flat.get(GRAPH_MASK)
-    if gm is None:
-        raise KeyError(f"the flat dict has no {GRAPH_MASK!r} key (its keys: {sorted(flat)[:8]}); "
-                       f"a padded batch from FixedSizeLoader has one (docs/dev/FORMAT.md)")
-    return gm.dim() == 2
 
 
 def num_micro_batches(flat: Mapping[str, Tensor]) -> int:

@@ -41,12 +41,13 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
+from ..contract import Signature
 from ..format import (DeviceMismatchError, DtypeMismatchError, MissingKeyError, ShapeMismatchError,
                       UnsupportedAttributeError)
 from ..format import (BATCH, GRAPH_MASK, LEVEL_OF_MASK, MASKS, PTR, cat_dim_of, levels_of_rows,
                       mask_key, parse_key, set_key, set_masks)
 
-__all__ = ["MissingInputError", "UnboundInputError", "Signature", "input_signature", "RowLevels",
+__all__ = ["MissingInputError", "UnboundInputError", "input_signature", "RowLevels",
            "row_levels", "row_mismatches", "bound_keys", "check_still_bound", "InputRecord",
            "require_graph_mask", "check_format", "missing_required", "compare_signature", "check_binding", "choose_mode", "RESERVED_ATTRS"]
 
@@ -63,7 +64,6 @@ class UnboundInputError(MissingInputError):
 
 
 # key -> (dtype, shape without the row dim, device)
-Signature = Dict[str, Tuple[torch.dtype, Tuple[int, ...], torch.device]]
 
 
 def _row_dim(key: str) -> int:
@@ -71,24 +71,24 @@ def _row_dim(key: str) -> int:
     return -1 if parse_key(key)[1].endswith("index") else 0
 
 
-def _trail(key: str, t: Tensor) -> Tuple[int, ...]:
-    if t.dim() == 0:
+def _trail(key: str, shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    """A shape without its row dim (what must stay the same from batch to batch)."""
+    if not shape:
         return ()
-    shape = list(t.shape)
+    shape = list(shape)
     del shape[_row_dim(key)]
     return tuple(shape)
 
 
 def input_signature(flat: Mapping[str, Any]) -> Signature:
-    """``{key: (dtype, shape without the row dim, device)}``; a non-tensor value is named."""
-    sig = {}
-    for k, v in flat.items():
-        if not isinstance(v, Tensor):
-            raise UnsupportedAttributeError(
-                f"ipu_wrap: input key {k!r} is a {type(v).__qualname__}, not a tensor; a wrapped "
-                f"model takes the flat dict of tensors that FixedSizeLoader yields.")
-        sig[k] = (v.dtype, _trail(k, v), v.device)
-    return sig
+    """The contract's :class:`~graph_adapter.contract.Signature` of a wrapped model's
+    input, devices included; a value that is not a tensor is named."""
+    if not all(isinstance(v, Tensor) for v in flat.values()):
+        k, v = next((k, v) for k, v in flat.items() if not isinstance(v, Tensor))
+        raise UnsupportedAttributeError(
+            f"ipu_wrap: input key {k!r} is a {type(v).__qualname__}, not a tensor; a wrapped "
+            f"model takes the flat dict of tensors that FixedSizeLoader yields.")
+    return Signature.of(flat, devices=True)
 
 
 def _dt(d: torch.dtype) -> str:
@@ -117,7 +117,8 @@ def _set_reserved(keys: Collection[str]) -> set:
 def check_format(flat: Mapping[str, Tensor], sig: Signature, device: Optional[torch.device]) -> None:
     """The padded format's own keys, and one device for everything (the model's, if given)."""
     set_reserved = _set_reserved(sig)
-    for k, (dtype, trail, dev) in sig.items():
+    for k, (dtype, shape, dev) in sig.items():
+        trail = _trail(k, shape)
         attr = parse_key(k)[1]
         if (attr in MASKS or (k in set_reserved and k.endswith("mask"))) and dtype != torch.bool:
             raise DtypeMismatchError(f"ipu_wrap: mask {k!r} has dtype {_dt(dtype)}; masks are "
@@ -144,10 +145,11 @@ def check_format(flat: Mapping[str, Tensor], sig: Signature, device: Optional[to
 
 def compare_signature(first: Signature, now: Signature) -> None:
     """Raise when a key of both batches changed dtype, trailing shape or device."""
-    for k, (dtype, trail, dev) in now.items():
+    for k, (dtype, shape, dev) in now.items():
         if k not in first:
             continue
-        d0, t0, v0 = first[k]
+        d0, s0, v0 = first[k]
+        trail, t0 = _trail(k, shape), _trail(k, s0)
         what = None
         if dtype != d0:
             err, what = DtypeMismatchError, f"has dtype {_dt(dtype)}, the first batch had {_dt(d0)}"

@@ -39,6 +39,7 @@ from ._inputs import (InputRecord, MissingInputError, UnboundInputError, check_b
                       require_graph_mask)
 from ..format import class_path, resolve_class, infer_spec, unflatten
 from ..format.pyg import global_store, store_mapping
+from ..contract import Signature, SpecError
 from ..format import InputValueError
 from ..format import DIAGNOSED, inside_poptorch, named_error, raise_for_values
 from ._trim import TrimError, TrimPlan
@@ -82,18 +83,14 @@ _NO_KEY = object()
 
 
 def _signature_key(flat: Mapping[str, Any]) -> Optional[Tuple]:
-    """``((key, shape, dtype, device), ...)``: all that the eager checks and
-    :func:`infer_spec` read; ``None`` when a value is not a tensor or a shape
-    is symbolic (unhashable), so the caller takes the uncached path."""
-    parts = []
-    for k, v in flat.items():
-        if not isinstance(v, Tensor):
-            return None
-        parts.append((k, v.shape, v.dtype, v.device))
-    key = tuple(parts)
+    """The key order and the contract's :class:`~graph_adapter.contract.Signature`
+    (devices included): all that the eager checks and :func:`infer_spec` read;
+    ``None`` when a value is not a tensor or a shape is symbolic (unhashable), so
+    the caller takes the uncached path."""
     try:
+        key = (tuple(flat), Signature.of(flat, devices=True))
         hash(key)
-    except TypeError:
+    except (SpecError, TypeError):
         return None
     return key
 

@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..contract import ELL_IN, SPILL_IN, max_graph_nodes
 from .errors import ArtifactError
 
 __all__ = ["CONTRACT_VERSION", "CONTRACT_FILE", "ONNX_METADATA_KEY", "InputField",
@@ -28,7 +29,7 @@ LADDER_VERSION = 2
 #: reserved inputs that version 3 added (an ONNX artifact's neighbour tables, built by the
 #: packer: ``docs/dev/FORMAT.md``); a runtime before it cannot build them, so a contract
 #: with them says version 3 and such a runtime refuses it by its version
-TABLE_KEYS = ("in_slots", "in_spill")
+TABLE_KEYS = (ELL_IN, SPILL_IN)
 #: the contract's name inside a ``.pt2`` archive (``<archive>/extra/<this>``)
 CONTRACT_FILE = "graph_adapter.json"
 #: the ONNX model's ``metadata_props`` key that holds the contract
@@ -144,9 +145,8 @@ class Contract:
 
     @property
     def max_graph_nodes(self) -> int:
-        """The most nodes one graph may have: two padding nodes are reserved, and every
-        padding graph slot keeps a node (``docs/dev/FORMAT.md``)."""
-        return min(self.nodes - 2, self.nodes - self.graphs + 1)
+        """The most nodes one graph may have (:func:`graph_adapter.contract.max_graph_nodes`)."""
+        return max_graph_nodes(self.graphs, self.nodes)
 
     def to_json(self) -> str:
         d = asdict(self)

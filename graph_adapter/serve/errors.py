@@ -1,5 +1,14 @@
-"""The named errors of the serving runtime: what was wrong, where, and what to do."""
+"""The named errors of the serving runtime: what was wrong, where, and what to do.
+
+A request graph that breaks the contract raises a :class:`GraphInputError`, which is
+also the contract's error for the same failure (:mod:`graph_adapter.contract`: a
+missing feature is a ``MissingKeyError``, a wrong dtype a ``DtypeMismatchError``, ...),
+so ``except SpecError`` catches the host's and the server's failures alike.
+"""
 from __future__ import annotations
+
+from ..contract import (BatchMismatchError, DtypeMismatchError, InputValueError,
+                        MissingKeyError, ShapeMismatchError, SpecError)
 
 __all__ = ["ServeError", "ArtifactError", "GraphInputError", "MissingFeatureError",
            "FeatureDtypeError", "FeatureShapeError", "GraphTooLargeError", "EdgeIndexError",
@@ -18,7 +27,7 @@ class RuntimeMissingError(ServeError, ImportError):
     """The artifact's runtime (torch for pt2, onnxruntime + numpy for onnx) is not installed."""
 
 
-class GraphInputError(ServeError, ValueError):
+class GraphInputError(ServeError, SpecError, ValueError):
     """A request graph does not match the artifact's input contract.
 
     Attributes: ``graph`` (its position in the request), ``key`` (the feature, or None).
@@ -30,26 +39,23 @@ class GraphInputError(ServeError, ValueError):
         self.key = key
 
 
-class MissingFeatureError(GraphInputError, KeyError):
+class MissingFeatureError(GraphInputError, MissingKeyError):
     """A graph lacks a feature the exported model reads."""
 
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0])
 
-
-class FeatureDtypeError(GraphInputError, TypeError):
+class FeatureDtypeError(GraphInputError, DtypeMismatchError):
     """A feature's dtype is not the one the model was exported for."""
 
 
-class FeatureShapeError(GraphInputError):
+class FeatureShapeError(GraphInputError, ShapeMismatchError):
     """A feature's shape (its width, or rows that disagree with the graph's size) is wrong."""
 
 
-class EdgeIndexError(GraphInputError):
+class EdgeIndexError(GraphInputError, InputValueError):
     """An index key points outside its own graph (the model would mix or misread rows)."""
 
 
-class GraphTooLargeError(GraphInputError):
+class GraphTooLargeError(GraphInputError, BatchMismatchError):
     """A graph holds more nodes or edges than one padded call of the artifact can take.
 
     Never cut: export with a larger budget (``Budget.fit`` over data that includes such

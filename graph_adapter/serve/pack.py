@@ -20,6 +20,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from ..contract import (BATCH, EDGE_MASK, ELL_IN, GRAPH_MASK, NODE_MASK, PTR, SPILL_IN, misfit,
+                        pad_value, padding_node, slot_counts)
 from .columns import Columns, join
 from .contract import Contract, InputField
 from .errors import (EdgeIndexError, FeatureDtypeError, FeatureShapeError, GraphTooLargeError,
@@ -28,12 +30,12 @@ from .ops import dtype_name
 
 __all__ = ["Graph", "read_graph", "read_graphs", "read_request", "plan_calls", "plan_ladder", "pack_call",
            "pack_columns", "column_graphs", "column_spills", "table_width",
-           "slot_counts", "in_tables", "spill_counts", "CALL_OVERHEAD_ROWS", "SLOTS", "SPILL"]
+           "in_tables", "spill_counts", "CALL_OVERHEAD_ROWS", "SLOTS", "SPILL"]
 
 #: the reserved inputs of an ONNX artifact whose edge sums gather over neighbour tables:
 #: ``in_slots`` [N, S] (each node's real in-edge ids, then ``E``), ``in_spill`` [2, K]
 #: (the in-edges past a node's width: edge id, node; padding ``(E, N - 1)``)
-SLOTS, SPILL = "in_slots", "in_spill"
+SLOTS, SPILL = ELL_IN, SPILL_IN
 
 
 @dataclass
@@ -229,8 +231,8 @@ def plan_calls(contract: Contract, graphs: Sequence[Graph],
                spills: Optional[Sequence[int]] = None) -> List[List[int]]:
     """Graph positions per padded call: request order, each call filled while it fits.
 
-    A call holds at most ``G - 1`` graphs, ``N - 2`` nodes, ``E`` edges, keeps
-    ``N - n >= G - g`` (no padding graph slot without a node), and (neighbour tables)
+    A call holds what fits one padded call (:func:`graph_adapter.contract.misfit`), and
+    (neighbour tables)
     at most ``K`` in-edges past the width ``S`` (:func:`spill_counts`; ``spills``:
     those counts if known, one a graph). Raises
     ``GraphTooLargeError`` before any call when a graph cannot fit even alone.
@@ -248,8 +250,7 @@ def plan_calls(contract: Contract, graphs: Sequence[Graph],
     n = e = sp = 0
     for i, g in enumerate(graphs):
         k = len(cur) + 1
-        if cur and (k > G - 1 or n + g.nodes > N - 2 or e + g.edges > E
-                    or N - (n + g.nodes) < G - k or sp + spills[i] > K):
+        if cur and (sp + spills[i] > K or misfit(k, n + g.nodes, e + g.edges, G, N, E)):
             calls.append(cur)
             cur, n, e, sp = [], 0, 0, 0
         cur.append(i)
@@ -261,29 +262,11 @@ def plan_calls(contract: Contract, graphs: Sequence[Graph],
     return calls
 
 
-def slot_counts(real: Sequence[int], G: int, pad: int) -> List[int]:
-    """Nodes per graph slot: the real graphs', then ``pad`` padding nodes over the padding
-    slots, one each while they last and the rest in slot ``G - 1`` (collate's rule)."""
-    g = len(real)
-    c = list(real) + [0] * (G - g)
-    ones = min(G - 1 - g, pad - 1)
-    for s in range(g, g + max(ones, 0)):
-        c[s] = 1
-    c[G - 1] = pad - max(ones, 0)
-    return c
-
-
-def _pad_value(f: InputField) -> Any:
-    if f.level == "graph" and f.dtype.startswith(("float", "bfloat", "complex")):
-        return float("nan")
-    return False if f.dtype == "bool" else 0
-
-
 def _padded_feature(ops: Any, f: InputField, joined: Any, total: int, budget: int) -> Any:
     """A feature's rows of every graph (``joined``), then ``budget - total`` padding rows."""
     shape = list(f.shape) if f.shape else [1]
     shape[f.cat_dim] = budget - total
-    return ops.cat([joined, ops.full(shape, _pad_value(f), f.dtype)], f.cat_dim)
+    return ops.cat([joined, ops.full(shape, pad_value(f.level, f.dtype), f.dtype)], f.cat_dim)
 
 
 def pack_call(contract: Contract, ops: Any, graphs: Sequence[Graph]) -> Dict[str, Any]:
@@ -348,24 +331,24 @@ def _padded_index(ops: Any, f: InputField, cols: Columns, e: int, E: int, N: int
         real = local + ops.cast(ops.take(starts, owner), f.dtype)
     shape = list(f.shape)
     shape[f.cat_dim] = E - e
-    return ops.cat([real, ops.full(shape, N - 1, f.dtype)], f.cat_dim)
+    return ops.cat([real, ops.full(shape, padding_node(N), f.dtype)], f.cat_dim)
 
 
 def _reserved(ops: Any, f: InputField, slots: List[int], n: int, e: int, k: int,
               c: Contract) -> Any:
-    if f.key == "batch":
+    if f.key == BATCH:
         return ops.repeat_ids(slots, f.dtype)
-    if f.key == "ptr":
+    if f.key == PTR:
         ptr, run = [0], 0
         for s in slots:
             run += s
             ptr.append(run)
         return ops.from_list(ptr, f.dtype)
-    if f.key == "node_mask":
+    if f.key == NODE_MASK:
         return ops.prefix_mask(c.nodes, n)
-    if f.key == "edge_mask":
+    if f.key == EDGE_MASK:
         return ops.prefix_mask(c.edges, e)
-    if f.key == "graph_mask":
+    if f.key == GRAPH_MASK:
         return ops.prefix_mask(c.graphs, k)
     raise AssertionError(f"unknown reserved key {f.key!r}")  # export writes only these five
 
