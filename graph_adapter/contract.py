@@ -453,9 +453,7 @@ class Signature:
             raise UnsupportedAttributeError(
                 f"key {k!r} is a {type(v).__qualname__}, not a tensor; a flat dict holds "
                 f"tensors only (graph_adapter.flatten or FixedSizeLoader make one)") from None
-        sig = cls.__new__(cls)
-        sig._entries, sig._hash = entries, None
-        return sig
+        return cls(entries)
 
     # -- a read-only mapping --------------------------------------------------
     def __getitem__(self, key: str) -> TensorSignature:
@@ -479,8 +477,13 @@ class Signature:
     def values(self):
         return self._entries.values()
 
+    @property
+    def entries(self) -> Mapping[str, TensorSignature]:
+        """Key -> :class:`TensorSignature` (read it, do not change it)."""
+        return self._entries
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Signature) and self._entries == other._entries
+        return isinstance(other, Signature) and self._entries == other.entries
 
     def __hash__(self) -> int:
         if self._hash is None:
@@ -497,13 +500,13 @@ class Signature:
         """The first key (in key order) whose presence, dtype, shape or device differs
         between this signature (what ``what`` takes) and ``new``, in words; ``""``
         when they are equal."""
-        old = self._entries
-        for k in sorted(set(old) | set(new._entries)):
-            if k not in new._entries:
+        old, now = self._entries, new.entries
+        for k in sorted(set(old) | set(now)):
+            if k not in now:
                 o = old[k]
                 return (f"key {k!r} is missing ({what} takes it: dtype {o.dtype_name}, "
                         f"shape {tuple(o.shape)})")
-            n = new._entries[k]
+            n = now[k]
             if k not in old:
                 return (f"key {k!r} is new (dtype {n.dtype_name}, shape {tuple(n.shape)}); "
                         f"{what} does not take it")

@@ -1,16 +1,18 @@
-"""The format stage: the padded flat dict's contract, and PyG objects <-> flat dicts.
+"""The format stage: PyG objects <-> padded flat dicts, by the contract's rules.
 
-Everything that reads or writes a flat dict asks this stage how it is laid
-out (``docs/dev/FORMAT.md`` is its prose version). One module a job:
+The rules themselves (reserved keys, key naming, levels, padding, the
+micro-batch dim, the signature, the errors) live in :mod:`graph_adapter.contract`
+(``docs/dev/FORMAT.md`` is their prose version); this stage re-exports their
+names and does the torch and PyG side. One module a job:
 
-* :mod:`~graph_adapter.format.keys`: every reserved key (the format's, the
-  layout tables', the samplers'), key naming, levels of row counts;
+* :mod:`~graph_adapter.format.keys`: the contract's key names, and the helpers
+  that read tensors (masks by level, devices, the loss);
 * :mod:`~graph_adapter.format.micro`: the leading micro-batch dim ``[F, ...]``
   (split, stack, strip);
 * :mod:`~graph_adapter.format.spec`: :class:`Spec`, :func:`flatten`,
   :func:`unflatten` (its checks in ``_spec_checks``, attribute levels in
   ``_levels``, the class registry in :mod:`~graph_adapter.format.classes`);
-* :mod:`~graph_adapter.format.errors`: the errors, each naming its key;
+* :mod:`~graph_adapter.format.errors`: the contract's errors, re-exported;
 * :mod:`~graph_adapter.format.json_codec`: the exact JSON form of non-tensor
   values (never pickle);
 * :mod:`~graph_adapter.format.values`: value rules (indices in range, masks
@@ -23,8 +25,8 @@ out (``docs/dev/FORMAT.md`` is its prose version). One module a job:
 * :mod:`~graph_adapter.format.unpad`: padded batches and outputs back to
   their real rows.
 
-It may import torch, numpy and PyG only: it is the bottom of the stack, and
-every other stage imports it (``from graph_adapter.format import ...``).
+It may import :mod:`graph_adapter.contract`, torch, numpy and PyG; every other
+stage but the serving runtime imports it (``from graph_adapter.format import ...``).
 """
 from . import errors, keys, micro, pyg, torch_internals
 from .keys import *  # noqa: F401,F403 (the contract's names: re-exported by design)

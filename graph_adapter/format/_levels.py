@@ -9,7 +9,7 @@ from torch_geometric.data.data import BaseData
 
 from .pyg import collate_info, store_mapping
 from .errors import UnsupportedAttributeError
-from .keys import MASK_OF_LEVEL, PTR, StoreKey, key_of, pick_level
+from .keys import BATCH, MASK_OF_LEVEL, PTR, StoreKey, key_of, pick_level
 
 __all__ = ["level_of_attr"]
 
@@ -25,7 +25,7 @@ def _readable(t: Tensor, key: str) -> bool:
 
 
 # Our own keys have a level by name.
-_NAMED_LEVELS = {"batch": "node", PTR: "other", **{m: lv for lv, m in MASK_OF_LEVEL.items()}}
+_NAMED_LEVELS = {BATCH: "node", PTR: "other", **{m: lv for lv, m in MASK_OF_LEVEL.items()}}
 
 
 def level_of_attr(obj: BaseData, skey: StoreKey, store, attr: str, value: Tensor) -> str:
@@ -52,10 +52,10 @@ def level_of_attr(obj: BaseData, skey: StoreKey, store, attr: str, value: Tensor
             ptr = store_mapping(store).get(PTR) if not is_global and len(skey) != 3 else None
             nodes = torch.diff(ptr.cpu()) if ptr is not None and _readable(
                 ptr, key_of(skey, PTR)) else None
-            if nodes is None and "batch" in slices and not is_global and len(skey) != 3:
+            if nodes is None and BATCH in slices and not is_global and len(skey) != 3:
                 # a batch of batches has no ptr of its own: the inner ``batch``
                 # vectors (one row per node) count each graph's nodes
-                nodes = torch.diff(slices["batch"])
+                nodes = torch.diff(slices[BATCH])
                 ptr = nodes
             if nodes is not None and torch.equal(counts, nodes):
                 candidates.append("node")

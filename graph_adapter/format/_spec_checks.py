@@ -34,7 +34,7 @@ from .errors import (BatchMismatchError, ClassNotAllowedError, DtypeMismatchErro
                      MissingKeyError, ShapeMismatchError, SpecFormatError,
                      UnexpectedKeyError)
 from .json_codec import decode
-from .keys import GRAPH_MASK, LEVELS, PTR, key_of
+from .keys import BATCH, GRAPH_MASK, LEVELS, PTR, key_of
 
 __all__ = ["allow_modules", "allowed_modules", "resolve_data_class", "spec_fields_of",
            "field_fields_of", "check_batch_info", "check_batch_sizes", "check_flat", "decode_constants",
@@ -351,14 +351,14 @@ def check_batch_sizes(flat: Mapping[str, Tensor], spec: Any) -> None:
                 f"key {f.key!r} has {rows} rows along dim {f.cat_dim}, but the spec's batch has "
                 f"{want} ({info['num_graphs']} graphs): the spec comes from another batch. Use the "
                 f"spec that flatten() returned with this flat dict (or flatten the batch again).")
-        if f.level == "node" and not f.nodes and f.attr not in (PTR, "batch"):
+        if f.level == "node" and not f.nodes and f.attr not in (PTR, BATCH):
             node_slices.setdefault(f.store, slices)
     for f in spec.fields:
         nodes = node_slices.get(f.store)
         t = flat[f.key]
         # Only PyG's own ``batch``/``ptr`` (a batch of batches carries the
         # inner ones as data, with slices of their own).
-        if nodes is None or t.device.type == "meta" or f.attr not in (PTR, "batch") \
+        if nodes is None or t.device.type == "meta" or f.attr not in (PTR, BATCH) \
                 or _slices_of(info, f) is not None:
             continue
         if f.attr == PTR:
