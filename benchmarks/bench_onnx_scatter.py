@@ -56,6 +56,8 @@ import torch  # noqa: E402
 from graph_adapter.app.datasets import load_nci5k  # noqa: E402
 from graph_adapter.app.models import build_model  # noqa: E402
 from graph_adapter.exporter import onnx_rewrites as R  # noqa: E402
+from graph_adapter.exporter.onnx_rewrites import _graph as G  # noqa: E402
+from graph_adapter.exporter.onnx_rewrites import sorted_scatters as S  # noqa: E402
 from graph_adapter.exporter.onnx import _onnx_program, onnx_session  # noqa: E402
 from graph_adapter.exporter.trace import drop_unread, rewritten_program, trace  # noqa
 from graph_adapter.batching import Budget, FixedSizeLoader  # noqa: E402
@@ -88,8 +90,8 @@ def _row_scatters(proto):
     producers = {o: n for n in g.node for o in n.output}
     out = []
     for n in g.node:
-        if n.op_type == "ScatterElements" and R._attrs(n).get("reduction") == b"add":
-            row = R._row_index(g, producers, n.input[1])
+        if n.op_type == "ScatterElements" and G.node_attrs(n).get("reduction") == b"add":
+            row = G.row_index(g, producers, n.input[1])
             if row is not None:
                 out.append((n, row))
     return out
@@ -194,11 +196,11 @@ def _f32_sorted(proto):
     """The in-graph sorted segments summed in float32, no If."""
     m = copy.deepcopy(proto)
 
-    class F32(R._Deterministic):
+    class F32(S._Deterministic):
         def sum_rows(self, node_name, out, data, row, updates, elem, rank):
             from onnx import helper
 
-            emit = R._Emit(out)
+            emit = G.Emit(out)
             seg, _ = self.segment_sums(emit, data, row, updates, elem)
             emit.nodes.append(helper.make_node("Add", [data, seg], [out], name=f"{out}__add"))
             return emit.nodes
@@ -211,7 +213,7 @@ def _f32_sorted(proto):
     from onnx import numpy_helper
 
     m.graph.initializer.extend(numpy_helper.from_array(np.array(v, dtype=np.int64), k)
-                               for k, v in R._DET_CONSTANTS.items())
+                               for k, v in G.CONSTANTS.items())
     m.graph.initializer.extend(rewrite.initializers)
     del m.graph.node[:]
     m.graph.node.extend(nodes)
@@ -288,15 +290,12 @@ def main(argv=None):
     slots, spill = in_tables(feed[edge][1], real[b.edges], b.nodes, 4, 78)
     for name, zero_rows in (("exported, zero Concat", False), ("as exported", True)):
         # the padding slots' zero row: a Concat of the edge rows a layer (before), or
-        # computed with the edge rows' lookups (R._without_zero_rows, what export runs)
+        # computed with the edge rows' lookups (R.computed_zero_rows, what export runs)
         ex = copy.deepcopy(proto)
         R.combine_table_lookups(ex)
-        keep = R._without_zero_rows
-        R._without_zero_rows = keep if zero_rows else (lambda m: 0)
-        try:
-            R.table_row_scatters(ex, edge, "ga_in_slots", "ga_in_spill", b.nodes, 4, 78)
-        finally:
-            R._without_zero_rows = keep
+        R.table_row_scatters(ex, edge, "ga_in_slots", "ga_in_spill", b.nodes, 4, 78)
+        if zero_rows:
+            R.computed_zero_rows(ex)
         R.deterministic_row_scatters(ex, batch)
         variants[name] = (ex, {**feed, "ga_in_slots": slots, "ga_in_spill": spill})
     sessions = {}

@@ -1,5 +1,6 @@
-"""``format="onnx"``: ``torch.onnx.export(exported_program, dynamo=True)``, its row
-scatters made deterministic (:mod:`~graph_adapter.exporter.onnx_rewrites`), run
+"""``format="onnx"``: ``torch.onnx.export(exported_program, dynamo=True)``, rewritten
+(:data:`~graph_adapter.exporter.onnx_rewrites.REWRITES`: its row scatters made
+deterministic, ...), run
 in onnxruntime sessions as ``serve`` makes them at several thread counts against eager,
 the contract in the model's ``metadata_props``; a ladder's rungs as ``If`` branches of
 one model on an int64 input of ``r + 1`` elements for rung ``r``
@@ -7,6 +8,7 @@ one model on an int64 input of ``r + 1`` elements for rung ``r``
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -23,8 +25,7 @@ from .checks import Case, check_cases, max_diff
 from .contract import updated
 from .errors import UnsupportedExportError
 from .ladder import rung_batches
-from .onnx_rewrites import (combine_table_lookups, deterministic_row_scatters,
-                            drop_unread_initializers, ladder_model, table_row_scatters)
+from .onnx_rewrites import ModelInputs, TableInputs, ladder_model, rewrite_model
 from .trace import Inference, rewritten_program, trace
 
 __all__ = ["CHECK_THREADS", "CHECK_RUNS", "ONNX_RUNG_INPUT", "onnx_session", "onnx_node_layer",
@@ -38,6 +39,9 @@ CHECK_THREADS = (2, 4)
 
 #: runs of each check batch at each thread count (a race shows in some runs only)
 CHECK_RUNS = 2
+
+
+LOG = logging.getLogger("graph_adapter.export")
 
 
 #: the int64 scalar input of an ONNX ladder that selects the rung
@@ -255,12 +259,12 @@ def _onnx_program(ep: Any) -> Any:
 
 def _onnx_proto(ep: Any, rewrite: bool, tables: Optional[Tuple[int, int, int, int]] = None,
                 batch: Optional[int] = None) -> Tuple[Any, Tuple[str, ...]]:
-    """``(model, input names)``: the ONNX model of ``ep`` (its row scatters made
-    deterministic with ``rewrite``: the sums of edge rows into their target nodes over
-    neighbour tables when ``tables`` (``(position of edge_index among the user inputs,
-    nodes, width, spill)``) is given, the rest as sorted segments; sums of embedding
-    lookups as lookups of combined tables, ``combine_table_lookups``) and the ONNX
-    input name of each of ``ep``'s user inputs (``""``: pruned from the ONNX graph, as
+    """``(model, input names)``: the ONNX model of ``ep`` (with ``rewrite``, rewritten by
+    :data:`~graph_adapter.exporter.onnx_rewrites.REWRITES`: its edge sums over neighbour
+    tables when ``tables`` (``(position of edge_index among the user inputs, nodes,
+    width, spill)``) is given, its other row scatters as sorted segments, sums of
+    embedding lookups as lookups of combined tables, ...; what fired is logged) and
+    the ONNX input name of each of ``ep``'s user inputs (``""``: pruned from the ONNX graph, as
     an input the program never reads may be: fed as nothing), then of the two table
     inputs when the model reads them (``in_slots``, ``in_spill``). ``batch``: the
     position of ``batch`` among the user inputs (in graph order: its sums need no
@@ -276,15 +280,14 @@ def _onnx_proto(ep: Any, rewrite: bool, tables: Optional[Tuple[int, int, int, in
     user = tuple(n if n in names else "" for n in ep.graph_signature.user_inputs)
     if not rewrite:
         return proto, user
-    combine_table_lookups(proto)
-    done = 0
-    if tables is not None and user[tables[0]]:
-        done = table_row_scatters(proto, user[tables[0]], ONNX_TABLE_INPUTS[SLOTS],
-                                  ONNX_TABLE_INPUTS[SPILL], *tables[1:])
-    deterministic_row_scatters(proto, (user[batch],) if batch is not None and user[batch]
-                               else ())
-    drop_unread_initializers(proto.graph)
-    return proto, user + ((ONNX_TABLE_INPUTS[SLOTS], ONNX_TABLE_INPUTS[SPILL]) if done else ())
+    at = None if tables is None or not user[tables[0]] else TableInputs(
+        user[tables[0]], ONNX_TABLE_INPUTS[SLOTS], ONNX_TABLE_INPUTS[SPILL], *tables[1:])
+    fired = rewrite_model(proto, ModelInputs(
+        at, (user[batch],) if batch is not None and user[batch] else ()))
+    LOG.info("ONNX rewrites: %s", ", ".join(f"{k} x{v}" for k, v in fired.items() if v)
+             or "none applied")
+    return proto, user + ((ONNX_TABLE_INPUTS[SLOTS], ONNX_TABLE_INPUTS[SPILL])
+                          if fired["table_sums"] else ())
 
 
 def _save_onnx(proto: Any, contract: Contract, path: str) -> None:
