@@ -18,6 +18,7 @@ import torch
 from ..format.torch_internals import pytree
 from torch import Tensor, nn
 
+from ..contract import Signature
 from ..format import BoundsPlan, bounds_plan, check_before_call
 from ..format import LOSS_KEY, loss_of
 from ..nn import HostModel
@@ -169,10 +170,11 @@ def build_poptorch(
                           half_inputs=options.half_inputs, check_bounds=check_bounds is not False)
 
 
-def _signature(inputs: Any) -> Tuple[Any, Tuple[Any, ...]]:
-    """The structure of ``inputs`` and each tensor's dtype and shape (a change recompiles)."""
+def _signature(inputs: Any) -> Tuple[Any, Signature]:
+    """The structure of ``inputs`` and the contract's signature of its tensors, by leaf
+    position (a change of either recompiles)."""
     leaves, spec = pytree.tree_flatten(inputs)
-    return spec, tuple((t.dtype, tuple(t.shape)) for t in leaves if isinstance(t, Tensor))
+    return spec, Signature.of({str(i): t for i, t in enumerate(leaves) if isinstance(t, Tensor)})
 
 
 class PoptorchRunner(HostModel):
