@@ -34,7 +34,6 @@ _CHILD = textwrap.dedent(r"""
     torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
     import graph_adapter as ga
     from graph_adapter.app.datasets import load_nci5k
-    from graph_adapter.app.demo.graph import _layout_of
     from graph_adapter.app.models import build_model
     from torch._dynamo.utils import counters, compile_times
     t_import = time.perf_counter() - t_start
@@ -50,21 +49,22 @@ _CHILD = textwrap.dedent(r"""
         cb._run_compile_cmd = _timed
 
     if os.environ.get("BENCH_PRECOMPILE"):  # backends/_precompile.py: skip Dynamo's trace
-        from graph_adapter.backends.inductor import precompile as _precompile
+        from graph_adapter.tuning import precompile as _precompile
         _precompile.ENABLED = True
     if os.environ.get("BENCH_NO_REMEMBER"):  # inductor's own host checks, every process
-        from graph_adapter.backends.inductor import host_checks as _host_checks
-        _host_checks.REMEMBER = False
+        from graph_adapter.tuning import registry
+        registry.disabled("remembered_host_checks").__enter__()  # for the whole process
     limit = int(os.environ["BENCH_LIMIT"]) or None
     options = json.loads(os.environ["BENCH_OPTIONS"]) or None
     graphs, _ = load_nci5k(limit=limit)
     for d in graphs:
         del d.smiles
     budget = ga.Budget.fit(graphs, 64, seed=0)
-    layout = _layout_of(graphs, budget, os.environ["BENCH_LAYOUT"] or None)
     torch.manual_seed(0)
     model = build_model("gine", 64, 4, 0.0, 1.0)
-    loader = ga.FixedSizeLoader(graphs, budget, shuffle=False, **layout)
+    # (one loader over every molecule fits the layout's tables on all of them, as the demo)
+    loader = ga.FixedSizeLoader(graphs, budget, shuffle=False,
+                                layout=os.environ["BENCH_LAYOUT"] or None)
     it = iter(loader)
     flat, flat2 = next(it), next(it)
     wrapped = ga.ipu_wrap(model, loss_fn=ga.masked_loss("l1"), trim=True)

@@ -31,8 +31,8 @@ and the parts of the adapter's pass, each alone over the same batches:
 ``--options JSON`` adds a row compiled with those inductor options (no loss).
 ``--unprojected`` adds the row ``adapter, unprojected``: the demo's inference compiled
 without the post-grad rewrites that project before an aggregation
-(:mod:`graph_adapter.backends.inductor.rewrites.project_aggregate`) and merge thin
-products of one operand (:mod:`~graph_adapter.backends.inductor.rewrites.shared_left`),
+(:mod:`graph_adapter.tuning.rewrites.project_aggregate`) and merge thin
+products of one operand (:mod:`~graph_adapter.tuning.rewrites.shared_left`),
 their before/after in one process.
 Where the demo's test loader carries aggregation tables (``INFER_LAYOUT``: each row's
 in-edge sources, ``layout="sources"``; ``--layout`` picks another), the row
@@ -251,15 +251,12 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
         big_info += (f"; tables: widths {g.test_loader.layout_widths}, spills "
                      f"{g.test_loader.layout_spills}")
     if args.unprojected:
-        from graph_adapter.backends.inductor.rewrites import project_aggregate, shared_left
+        from graph_adapter.tuning import registry
 
         unprojected = inference_model(wrapped, args.backend, None)
         # read (and keyed) at the compile, which the first call runs
-        project_aggregate.PROJECT_AGGREGATES = shared_left.MERGE_SHARED_LEFT = False
-        try:
+        with registry.disabled("project_before_aggregate", "merge_shared_left_mms"):
             ours_pass(seeded, unprojected)()
-        finally:
-            project_aggregate.PROJECT_AGGREGATES = shared_left.MERGE_SHARED_LEFT = True
         rows["adapter, unprojected"] = ours_pass(seeded, unprojected)
     if args.options:
         import json

@@ -1,4 +1,4 @@
-"""A Dynamo graph after one of ``backends.inductor.rewrites``' rewrites (tests' helper)."""
+"""A Dynamo graph after one of ``graph_adapter.tuning.rewrites``' rewrites (tests' helper)."""
 import torch
 
 
@@ -35,3 +35,17 @@ def compiled_equals_eager(base, flat, grad_rtol=1e-10):
     for a, b in zip(grads, ref_grads):
         torch.testing.assert_close(a, b, rtol=grad_rtol, atol=1e-10)
     return eager, wrapped
+
+
+def count_rewrite(name, request):
+    """A list that each run of registry rewrite ``name`` appends its count to, for the
+    rest of the test (``request``: pytest's fixture; the rewrite is swapped through
+    ``graph_adapter.tuning.registry.replaced`` and put back at the test's end)."""
+    from graph_adapter.tuning import registry
+
+    counts = []
+    orig = registry.entry(name).run
+    swap = registry.replaced(name, lambda g: counts.append(orig(g)) or counts[-1])
+    swap.__enter__()
+    request.addfinalizer(lambda: swap.__exit__(None, None, None))
+    return counts

@@ -5,10 +5,9 @@ Backends are one registry (:func:`register_backend`, in the spirit of
 the compiled model. The built-in ones:
 
 * ``"inductor"``: ``torch.compile(wrapped, fullgraph=True, dynamic=False)``,
-  with the CPU training settings of :mod:`graph_adapter.backends.inductor.cpu_settings`
-  (boolean masks recomputed in the backward instead of stored; with more
-  than one thread the gradients of gathers and embeddings as ATen's
-  ``index_add``, ``index_add_fallback``).
+  tuned by the registered tuner (:mod:`~graph_adapter.backends.tuner`): with
+  :mod:`graph_adapter.tuning`, its graph rewrites and CPU settings; without it,
+  inductor's ``compile_fx`` as it is.
 * ``"inductor_cudagraphs"``: the same with CUDA graphs (``mode="reduce-overhead"``):
   one recorded graph per budget and mode, replayed every step; CUDA models
   only (:class:`CudaGraphEngine`; unmeasured on a GPU so far).
@@ -30,7 +29,8 @@ resolved, makes it ``"poptorch"`` when ``poptorch`` is importable, else what
 ``"inductor"`` in both modes (``docs/benchmarks.md``, "Which backend auto
 picks").
 
-Every backend returns an object of one interface (:class:`CompiledModel`):
+Every backend returns an object of one interface (:class:`CompiledModel`,
+:mod:`~graph_adapter.backends.interface`):
 call it with a flat dict, get a dict; ``.train()`` / ``.eval()`` /
 ``.training``; ``.compile_count``; ``.parameters()``; ``.steps_optimizer``
 (True when a training call runs backward and the optimizer step itself, as
@@ -54,8 +54,13 @@ One module a job:
 * :mod:`~graph_adapter.backends.registry`: the table (:class:`Backend`) and
   its reads: :func:`backend_names`, :func:`resolve_backend` (``"auto"``, by
   :data:`AUTO_RULE`), :func:`auto_engine`;
+* :mod:`~graph_adapter.backends.interface`: the typed interfaces (:class:`Engine`,
+  with defaults for every member but ``run`` and ``compile_count``;
+  :class:`EngineSettings`; :class:`CompiledModel`);
+* :mod:`~graph_adapter.backends.tuner`: the hook of a tuning wing (:class:`Tuner`,
+  :func:`register_tuner`, :func:`active_tuner`); the core never imports the wing;
 * :mod:`~graph_adapter.backends.engines`: how an in-process backend runs one
-  micro-batch (:class:`EngineSettings`, :class:`DynamoEngine`,
+  micro-batch (:class:`DynamoEngine`,
   :class:`CudaGraphEngine`, :class:`EagerEngine`, :class:`ExportEngine`,
   :class:`PerModeEngine`);
 * :mod:`~graph_adapter.backends.compiled`: :func:`compile`,
@@ -71,10 +76,6 @@ One module a job:
   (:func:`signature_of`, :class:`ShapeChangedError`, the micro-batch loop)
   and saved exports (:func:`save_program`, :func:`load`,
   :class:`LoadedProgram`);
-* :mod:`graph_adapter.backends.inductor`: what ``"inductor"`` changes in
-  inductor's code (CPU settings, the graph rewrites: the table projection
-  also runs on ``graph_adapter.export``'s programs), inductor's host checks
-  answered from an earlier process's records, and precompiled entries;
 * :mod:`~graph_adapter.backends.export`: ``graph_adapter.export``, one
   artifact (``.pt2`` / ``.onnx``) with its input contract; a package of one
   module a job (the contract, the trace, the eager checks, the ladder, each
@@ -83,43 +84,41 @@ One module a job:
 
 It may import every earlier stage (:mod:`graph_adapter.format`, ``batching``,
 ``sampling``, ``nn``, ``ipu``, ``checker``, ``serve``); never
+``tuning`` (it plugs in through :mod:`~graph_adapter.backends.tuner`),
 ``lightning`` or ``app``.
 """
 from typing import Tuple
 
 from . import engines, program, registry, select
-from .compiled import BACKENDS, Compiled, CompiledModel, compile, register_backend
+from .compiled import BACKENDS, Compiled, compile, register_backend
 from .ddp import CompiledDDP
-from .engines import PerModeEngine, has_rnn, rnn_settings
+from .engines import (DynamoEngine, PerModeEngine, has_rnn, precompile_refusal, rnn_settings,
+                      compile_in_this_process)
+from .interface import (CompiledModel, Engine, EngineSettings, InProcessModel,
+                        merge_atomic)
 from .program import ShapeChangedError, load, signature_of
-from .registry import AUTO_RULE, Backend, auto_engine, backend_names, resolve_backend
+from .registry import AUTO_RULE, Backend, auto_engine, backend_names, device_of, resolve_backend
 from .select import Choice, Measure, Selected
+from .tuner import (InductorCompile, PrecompiledCalls, Tuner, active_tuner, register_tuner,
+                    tuning_needed)
 
 __all__ = [
-    "compile", "Compiled", "CompiledModel", "ShapeChangedError", "load", "signature_of",
-    "BACKENDS", "Backend", "register_backend", "backend_names", "resolve_backend",
-    "AUTO_RULE", "auto_engine", "PerModeEngine", "Selected", "Measure", "Choice",
-    "precompiled_counts", "has_rnn", "rnn_settings", "CompiledDDP",
+    "compile", "Compiled", "CompiledModel", "InProcessModel", "ShapeChangedError", "load",
+    "signature_of", "BACKENDS", "Backend", "register_backend", "backend_names",
+    "resolve_backend", "AUTO_RULE", "auto_engine", "PerModeEngine", "Selected", "Measure",
+    "Choice", "precompiled_counts", "has_rnn", "rnn_settings", "CompiledDDP",
+    # the typed engine interface and the tuning hook
+    "Engine", "EngineSettings", "DynamoEngine", "Tuner", "InductorCompile", "PrecompiledCalls",
+    "register_tuner", "active_tuner", "tuning_needed", "merge_atomic", "precompile_refusal",
+    "compile_in_this_process", "device_of",
 ]
-
-# Public names of the package before it was split into modules, outside ``__all__``:
-# still here (tests and docs use some), the objects of the modules that define them.
-AUTO = registry.AUTO
-Signature = program.Signature
-EngineSettings = engines.EngineSettings
-DynamoEngine = engines.DynamoEngine
-CudaGraphEngine = engines.CudaGraphEngine
-EagerEngine = engines.EagerEngine
-ExportEngine = engines.ExportEngine
-save_program = program.save_program
-LoadedProgram = program.LoadedProgram
 
 
 def precompiled_counts() -> Tuple[int, int]:
     """``(loaded, saved)``: precompiled entries (``compile(..., precompile=True)``) this
     process loaded from an earlier process's artifact (each a first call without a
-    trace) and saved for a later one, so far. Process-wide, like inductor's cache
-    counters (``torch._dynamo.utils.counters``): take differences around a call."""
-    from .inductor import precompile as _precompile
-
-    return _precompile.COUNTS["loaded"], _precompile.COUNTS["saved"]
+    trace) and saved for a later one, so far (``(0, 0)`` without a tuning wing).
+    Process-wide, like inductor's cache counters (``torch._dynamo.utils.counters``):
+    take differences around a call."""
+    tuner = active_tuner()
+    return (0, 0) if tuner is None else tuner.precompiled_counts()

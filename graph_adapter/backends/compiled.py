@@ -9,8 +9,7 @@ registered at the end of this module.
 """
 from __future__ import annotations
 
-import os
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -19,53 +18,16 @@ from .. import ipu
 from ..nn import static
 from ..format import (DIAGNOSED, LAYOUT_KEYS, BoundsPlan, bounds_plan, check_before_call,
                       named_error)
-from .engines import (CudaGraphEngine, DynamoEngine, EagerEngine, EngineSettings, ExportEngine,
-                      PerModeEngine, precompile_refusal, generates_code, has_rnn,
-                      precompile_refused, traces)
-from .background import BackgroundEngine, BackgroundStats, background_refusal
+from .engines import (CudaGraphEngine, DynamoEngine, EagerEngine, ExportEngine, PerModeEngine,
+                      precompile_refusal, generates_code, precompile_refused, traces)
+from .interface import CompiledModel, Engine, EngineSettings
 from .program import CompiledHost, Signature, per_micro_batch, save_program, signature_of
 from .ddp import CompiledDDP, is_ddp
 from .registry import Backend, add_backend, backend_entry, backend_names, device_of
 from .select import Measure, Selected, measure_settings
+from .tuner import active_tuner, tuning_needed
 
-__all__ = ["CompiledModel", "Compiled", "compile", "register_backend", "BACKENDS",
-           "BACKGROUND_DEFAULT"]
-
-#: ``compile(background=None)``: whether ``"inductor"`` on the CPU compiles in the
-#: background by default (``GRAPH_ADAPTER_BACKGROUND=0`` / ``1`` in the environment at
-#: import overrides it). Measured on the demo's model from a cold and a warm cache, its
-#: training wall time is below the first-step compile's at every epoch count
-#: (docs/benchmarks.md, "First run"). ``"aot_eager"`` only when asked: its child hands
-#: nothing over. Off by default where :func:`_default_off_here` says why.
-BACKGROUND_DEFAULT = os.environ.get("GRAPH_ADAPTER_BACKGROUND", "1") == "1"
-
-
-def _default_off_here() -> str:
-    """Why this process compiles in the foreground by default (``""``: it need not)."""
-    import multiprocessing
-
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return "a distributed run (every rank would fork a compile of its own)"
-    if multiprocessing.current_process().daemon:
-        return "a daemon process (a data-loading worker): it cannot have children"
-    return ""
-
-
-class CompiledModel(Protocol):
-    """The one interface of what :func:`compile` returns, for every backend."""
-
-    #: True when a training call runs backward and the optimizer step itself.
-    steps_optimizer: bool
-
-    def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]: ...
-    def train(self, mode: bool = True) -> "CompiledModel": ...
-    def eval(self) -> "CompiledModel": ...
-    @property
-    def training(self) -> bool: ...
-    @property
-    def compile_count(self) -> int: ...
-    def parameters(self) -> Iterator[nn.Parameter]: ...
-    def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None: ...
+__all__ = ["CompiledModel", "Compiled", "compile", "register_backend", "BACKENDS"]
 
 
 # --------------------------------------------------------------------------
@@ -108,63 +70,53 @@ class Compiled(CompiledHost):
         background = self._background(entry, wrapped, background, precompile)
         if background and entry.name == "inductor":
             precompile = True  # the child hands its compile over as a precompiled entry
-        self._engine = entry.engine(wrapped, EngineSettings(entry.name, options, strict,
-                                                             index_add_fallback, precompile))
-        if background:
-            self._engine = BackgroundEngine(wrapped, self._engine)
+        engine = entry.engine(wrapped, EngineSettings(entry.name, options, strict,
+                                                      index_add_fallback, precompile))
+        if not isinstance(engine, Engine):
+            raise TypeError(f"backend {entry.name!r}: its engine {type(engine).__name__} does "
+                            f"not implement graph_adapter.backends.Engine (subclass it)")
+        tuner = active_tuner()
+        if background and tuner is not None:
+            engine = tuner.in_background(wrapped, engine)
+        self._engine: Engine = engine
         self.check_bounds = check_bounds
         self._bounds: Dict[Signature, BoundsPlan] = {}  # per signature; empty: not checked
 
     @staticmethod
     def _background(entry: Backend, wrapped: nn.Module, background: Optional[bool],
                     precompile: Optional[bool]) -> bool:
-        """Whether this model compiles in the background (``background=None``: by
-        :data:`BACKGROUND_DEFAULT`, where the backend and model allow it)."""
-        if background is None:  # the default: inductor only, never refused aloud
-            if not BACKGROUND_DEFAULT or entry.name != "inductor" or _default_off_here():
-                return False
-        elif not background:
-            return False
-        dynamo = entry.engine is DynamoEngine
-        why = background_refusal(entry.name, device_of(wrapped), precompile_refusal(
-            entry.name, wrapped, has_rnn(wrapped), entry.engine) if dynamo else "")
-        if why and background:
-            raise ValueError(f"compile({entry.name!r}, background=True): {why}; pass "
-                             f"background=False (the first call compiles in this process)")
-        if not why and precompile is False and entry.name == "inductor":
+        """Whether this model compiles in the background: the tuner decides
+        (``background=None``: its default); without one, never."""
+        tuner = active_tuner()
+        if tuner is None:
             if background:
-                raise ValueError("compile('inductor', background=True, precompile=False): the "
-                                 "background compile hands its program over as a precompiled "
-                                 "entry; drop precompile=False or pass background=False")
+                raise tuning_needed("background=True")
             return False
-        return not why
+        return tuner.plan_background(entry.name, entry.engine, wrapped, background, precompile)
 
     # ---- the compiled-model interface ------------------------------------
     @property
-    def stats(self) -> Optional[BackgroundStats]:
+    def stats(self) -> Any:
         """With ``background=True``: how many calls ran eagerly and when each mode
-        switched to its compiled program (:class:`BackgroundStats`); else ``None``."""
-        return self._engine.stats if isinstance(self._engine, BackgroundEngine) else None
+        switched to its compiled program (``graph_adapter.tuning.BackgroundStats``);
+        else ``None``."""
+        return self._engine.background_stats
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """With ``background=True``: block until no background compile runs or waits
         (at most ``timeout`` seconds); whether none does. Without: ``True``."""
-        if isinstance(self._engine, BackgroundEngine):
-            return self._engine.wait(timeout)
-        return True
+        return self._engine.wait(timeout)
 
     def close(self) -> None:
         """Stop a running background compile (its mode stays eager); else nothing."""
-        if isinstance(self._engine, BackgroundEngine):
-            self._engine.close()
+        self._engine.close()
 
     def expect_calls(self, n: int) -> None:
         """With ``background=True``: the run makes about ``n`` more calls (the training
         steps left), so a cold compile that cannot pay back within them starts after
-        them (:meth:`~graph_adapter.backends.background.BackgroundEngine.expect_calls`).
-        Without: nothing (the first call compiles in any case)."""
-        if isinstance(self._engine, BackgroundEngine):
-            self._engine.expect_calls(n)
+        them (``graph_adapter.tuning.BackgroundEngine.expect_calls``). Without:
+        nothing (the first call compiles in any case)."""
+        self._engine.expect_calls(n)
 
     @property
     def compile_count(self) -> int:
@@ -174,9 +126,16 @@ class Compiled(CompiledHost):
     def atomic_adds(self) -> Optional[bool]:
         """Whether the code compiled so far adds with atomics (sums in an order that
         changes from run to run on more than one thread): read from inductor's
-        generated code; ``False`` for backends that generate none; ``None``
-        when it could not be read."""
-        return getattr(self._engine, "atomic_adds", False)
+        generated code by the tuning wing; ``False`` for backends that generate none;
+        ``None`` when it could not be read (or no tuning wing reads it)."""
+        return self._engine.atomic_adds
+
+    @property
+    def rewrites(self) -> Dict[str, int]:
+        """Which graph rewrites of :mod:`graph_adapter.tuning` fired in this model's
+        compiles so far: name -> how many times (empty without the wing, or where every
+        graph came from inductor's cache: a cached graph is not rewritten again)."""
+        return self._engine.rewrites
 
     @property
     def mode_backend(self) -> str:
@@ -198,12 +157,8 @@ class Compiled(CompiledHost):
         if plan is None:
             plan = self._bounds[sig] = self._plan_bounds(flat)
         check_before_call(flat, values, plan)
-        begin = getattr(self._engine, "begin_call", None)  # engines that need a step mark
-        if begin is not None:
-            begin()
-        before = getattr(self._engine, "before_call", None)  # background: eager or compiled
-        if before is not None:
-            before(flat, key)
+        self._engine.begin_call()  # a step mark (CUDA graphs)
+        self._engine.before_call(flat, key)  # background: eager or compiled
         try:
             return per_micro_batch(lambda mb: self._engine.run(mb, key), flat)
         except DIAGNOSED as exc:
@@ -241,7 +196,7 @@ class Compiled(CompiledHost):
     @property
     def programs(self) -> Dict[Tuple[Signature, bool], Any]:
         """``{(signature, training): ExportedProgram}`` (export backend)."""
-        return dict(getattr(self._engine, "programs", {}))
+        return dict(self._engine.programs)
 
     def save(self, path: str, which: int = 0) -> None:
         """Save an exported program (the ``which``-th) with its signature (export backend)."""
@@ -262,7 +217,7 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             strict: bool = False, index_add_fallback: Optional[bool] = None,
             check_bounds: Optional[bool] = None,
             select: Union[None, str, Measure] = None, precompile: Optional[bool] = None,
-            background: Optional[bool] = None, **kwargs: Any) -> Any:
+            background: Optional[bool] = None, **kwargs: Any) -> CompiledModel:
     """Compile an ``ipu_wrap``-ped model for fixed-size batches.
 
     Args:
@@ -305,19 +260,21 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             it comes, the compiled model without the layout tables (where the
             batch has them; a second compile) and the eager wrapper, and keeps
             the fastest median (``.choices``). In-process backends only.
-        precompile: ``"inductor"`` on the CPU: save each graph's whole Dynamo
+        precompile: ``"inductor"`` on the CPU, with :mod:`graph_adapter.tuning`
+            (without it ``True`` raises ``ValueError``): save each graph's whole Dynamo
             result (torch's ``aot_compile``) beside inductor's caches and let a
             later process with the same model, budget, settings and sources load
-            it instead of tracing the model again (a warm first training step of
-            the demo's model 1.0-1.7 s instead of 3.8-4.9 s, docs/wrapping.md).
+            it instead of tracing the model again (docs/wrapping.md).
             ``None`` (default): on where the model compiles in the background
             (its child hands the program over as an entry), else off unless
             ``GRAPH_ADAPTER_PRECOMPILE=1`` was in the environment at import;
             ``False`` turns both off; ``True`` for another backend or device
             raises ``ValueError``. Otherwise opt-in: torch marks the API experimental, and
             a loaded entry does not see a function of the model replaced at run
-            time (:mod:`graph_adapter.backends.inductor.precompile`).
-        background: ``"inductor"`` on the CPU (and ``"aot_eager"``): run each new
+            time (:mod:`graph_adapter.tuning.precompile`).
+        background: ``"inductor"`` on the CPU (and ``"aot_eager"``), with
+            :mod:`graph_adapter.tuning` (without it ``None`` is off and ``True`` raises
+            ``ValueError``): run each new
             (budget, mode) eagerly, through the wrapped module itself (on the real
             rows only with ``ipu_wrap(trim=True)``), while a forked child process
             compiles it and saves a precompiled entry; the first call after the
@@ -328,12 +285,12 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             compiles are done, ``.close()`` stops them. A child that fails
             leaves its mode eager and warns once with the reason.
             ``None`` (default): on for ``"inductor"`` with a CPU model where
-            precompiled entries can serve it (:data:`BACKGROUND_DEFAULT`; not
+            precompiled entries can serve it (``graph_adapter.tuning.BACKGROUND_DEFAULT``; not
             in a distributed run, not in a daemon process, not with
             ``precompile=False``), else off, silently; ``True`` where it
             cannot serve raises ``ValueError`` naming why (a GPU model, an IPU
             backend: poptorch compiles before its first step).
-            :mod:`graph_adapter.backends.background`.
+            :mod:`graph_adapter.tuning.background`.
         kwargs: backend-specific (see :func:`graph_adapter.ipu.compile_ipu`);
             the in-process backends take none.
 
@@ -352,7 +309,7 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
                         options=options, optimizer=optimizer, strict=strict,
                         index_add_fallback=index_add_fallback, check_bounds=check_bounds,
                         precompile=precompile, background=background, **kwargs)
-        if getattr(inner, "steps_optimizer", False):
+        if inner.steps_optimizer:
             raise ValueError(f"compile(DistributedDataParallel(...), {backend!r}): that backend "
                              f"runs its own step; DDP needs one the caller steps (inductor, "
                              f"aot_eager, eager)")
@@ -367,7 +324,7 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             raise ValueError("compile(..., select=..., background=True): selection times the "
                              "compiled program at the first steps, which background=True runs "
                              "eagerly; pass one of the two")
-        kwargs["background"] = False  # (whatever BACKGROUND_DEFAULT says)
+        kwargs["background"] = False  # (whatever the tuning wing's default says)
         measure = measure_settings(select)
         if entry.engine is None:
             raise ValueError(f"compile({entry.name!r}, select=...): selection by measurement "

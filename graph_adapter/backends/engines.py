@@ -16,27 +16,20 @@ parameter's ``requires_grad`` or dtype changed, a plain module attribute or a
 module global the forward reads changed (``tests/backends/test_guard_policy.py``;
 a parameter loaded in place or replaced by a new ``Parameter`` needs no
 recompile: the compiled code reads parameters through the module each call).
-What they cost, measured side by side in one process (2026-12-01, 1 thread,
-``python benchmarks/bench_models.py --overhead``): their evaluation alone
-~35 us a call (GIN 4x8 or 4x128 + BatchNorm, 1,870 leaf guards, 833 evaluated
-a call), and skipping it altogether, the most any guard policy could save,
-0.7% of GIN 4x128's 15 ms training step (~100 us). In place, after the
-kernels of a call, they cost more: 210-280 us of a 1.3 ms GCN 3x64 inference
-call (15-20%; docs/benchmarks.md, "The fixed cost around a compiled call").
-Still none is dropped: each protects a model change listed above, and no
-cheaper evaluation of the same guards was found (recursive dict tags, the
-batch as positional tensors: within noise).
+The measured cost of keeping them is in ``docs/dev/RESULTS.md`` ("Guards"); none is
+dropped: each protects a model change listed above.
 
-Precompiled entries (opt-in, :mod:`~graph_adapter.backends.inductor.precompile`): with
-``_precompile.ENABLED`` a :class:`DynamoEngine` (``"inductor"``, CPU, no RNN)
-runs each (signature, mode, grad mode) through an entry saved by torch's
-``aot_compile`` (an earlier process's, when its key and sources match and the
-globals its trace read hold the values they had then, else one compiled now and
-saved), so a warm process skips Dynamo's trace; where
-that entry's saved guards fail, the ordinary entry above runs and recompiles.
+Tuning (:mod:`~graph_adapter.backends.tuner`): ``"inductor"`` compiles each graph
+through the registered tuner (:mod:`graph_adapter.tuning`: its rewrites and CPU
+settings), or, with none, through inductor's ``compile_fx`` as it is. Precompiled
+entries (``precompile=True``, the tuner's) let a :class:`DynamoEngine`
+(``"inductor"``, CPU, no RNN) run each (signature, mode, grad mode) through an
+entry an earlier process saved, so a warm process skips Dynamo's trace; where that
+entry's guards fail, the ordinary entry runs and recompiles.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import itertools
@@ -45,63 +38,50 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from .inductor import cpu_settings as _inductor_cpu
-from .inductor import host_checks as _host_checks
-from .inductor import precompile as _precompile
-from .registry import device_of, get_backend
+from .interface import Engine, EngineSettings, merge_atomic
 from .program import Signature
+from .registry import device_of, get_backend
+from .tuner import InductorCompile, PrecompiledCalls, active_tuner, tuning_needed
 
-__all__ = ["EngineSettings", "DynamoEngine", "CudaGraphEngine", "EagerEngine", "ExportEngine",
-           "PerModeEngine", "traces", "generates_code", "has_rnn", "rnn_settings",
-           "compile_in_this_process"]
+__all__ = ["EngineSettings", "Engine", "DynamoEngine", "CudaGraphEngine", "EagerEngine",
+           "ExportEngine", "PerModeEngine", "traces", "generates_code", "has_rnn",
+           "rnn_settings", "compile_in_this_process", "precompile_refusal",
+           "precompile_refused", "plain_inductor"]
 
 
-@dataclasses.dataclass(frozen=True)
-class EngineSettings:
-    """What ``compile()`` passes to an engine."""
+def plain_inductor(gm: torch.fx.GraphModule, example_inputs: List[Any],
+                   options: Optional[Mapping[str, Any]]) -> InductorCompile:
+    """Inductor's own compile of one graph (``compile_fx``), ``options`` as config
+    patches: what ``"inductor"`` runs without a tuner."""
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx
 
-    backend: str
-    options: Optional[Dict[str, Any]] = None
-    strict: bool = False
-    index_add_fallback: Optional[bool] = None
-    #: precompiled entries (``_precompile``): ``None`` follows ``_precompile.ENABLED``
-    precompile: Optional[bool] = None
+    with config.patch(dict(options or {})):
+        return InductorCompile(compile_fx(gm, example_inputs))
 
 
 class _CountingBackend:
-    """A Dynamo backend that counts how often it is asked to compile a graph."""
+    """A Dynamo backend that counts how often it is asked to compile a graph, and for
+    ``"inductor"`` compiles it through the registered tuner (or inductor as it is)."""
 
-    def __init__(self, name: str, options: Optional[Dict[str, Any]] = None,
-                 index_add_fallback: Optional[bool] = None):
-        self.name = name
-        self.options = options
-        self.index_add_fallback = index_add_fallback
+    def __init__(self, settings: EngineSettings):
+        self.name = settings.backend
+        self.settings = settings
         self.count = 0
-        # whether inductor's generated code adds atomically (see _inductor_cpu.compile_and_scan)
+        # whether inductor's generated code adds atomically (None: not read)
         self.atomic_adds: Optional[bool] = False
+        #: the rewrites that fired in these compiles: name -> count
+        self.rewrites: Dict[str, int] = collections.Counter()
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[Any]):
         self.count += 1
         if self.name == "inductor":
-            from torch._inductor import config
-            from torch._inductor.compile_fx import compile_fx
-
-            fallback = _inductor_cpu.use_index_add_fallback(self.index_add_fallback)
-            decomps = _inductor_cpu.decompositions(fallback)
-            patches = {**_inductor_cpu.config_patches(
-                cpu_inference=_inductor_cpu.is_cpu_inference(example_inputs)),
-                **(self.options or {})}
-            # the decomposition table is not in inductor's cache key: put it there
-            patches["post_grad_custom_pre_pass"] = _inductor_cpu.key_decompositions(
-                fallback, patches.get("post_grad_custom_pre_pass", config.post_grad_custom_pre_pass))
-            # (the host checks: a warm process skips inductor's ISA probes and header
-            # preprocessing where an earlier one ran them on the same files)
-            with config.patch(patches), _host_checks.remembered_host_checks(), \
-                    _inductor_cpu.quiet_proxy_executor_notice():
-                fn, atomic = _inductor_cpu.compile_and_scan(
-                    lambda: compile_fx(gm, example_inputs, decompositions=decomps))
-            self.atomic_adds = _inductor_cpu.merge_atomic(self.atomic_adds, atomic)
-            return fn
+            tuner = active_tuner()
+            done = plain_inductor(gm, example_inputs, self.settings.options) if tuner is None \
+                else tuner.compile_inductor(gm, example_inputs, self.settings)
+            self.atomic_adds = merge_atomic(self.atomic_adds, done.atomic_adds)
+            self.rewrites.update(done.rewrites)
+            return done.fn
         return torch._dynamo.lookup_backend(self.name)(gm, example_inputs)
 
 
@@ -159,7 +139,7 @@ def precompile_refused(backend: str, why: str) -> ValueError:
                       f"(or False) for this model and backend")
 
 
-def precompile_refusal(backend: str, wrapped: nn.Module, rnn: bool, engine: type) -> str:
+def precompile_refusal(backend: str, wrapped: nn.Module, rnn: bool, engine: Any) -> str:
     """Why precompiled entries cannot serve this engine (``""``: they can)."""
     if backend != "inductor" or engine is not DynamoEngine:
         return f"precompiled entries serve backend 'inductor' only, not {backend!r}"
@@ -170,7 +150,7 @@ def precompile_refusal(backend: str, wrapped: nn.Module, rnn: bool, engine: type
     return ""
 
 
-class DynamoEngine:
+class DynamoEngine(Engine):
     """``"inductor"`` / ``"aot_eager"``: ``torch.compile(fullgraph=True, dynamic=False)``.
 
     ``precompiled_loads``: entries loaded from an earlier process's artifact
@@ -180,27 +160,28 @@ class DynamoEngine:
     (the user's settings are untouched outside the call)."""
 
     def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
-        self._counter = _CountingBackend(settings.backend, settings.options,
-                                         settings.index_add_fallback)
+        self._counter = _CountingBackend(settings)
         entry = _own_entry(wrapped)
         self._fn = torch.compile(entry, backend=self._counter, fullgraph=True, dynamic=False)
         self._rnn = has_rnn(wrapped)
         self._wrapped, self._settings = wrapped, settings
-        #: entries loaded from a precompiled artifact (backends/_precompile.py)
-        self.precompiled_loads = 0
-        # (signature, mode, grad mode) -> (precompiled entry, or None: the ordinary entry;
-        # the global state it was traced under)
-        self._pre: Optional[Dict[Any, Any]] = None
-        want = _precompile.ENABLED if settings.precompile is None else settings.precompile
+        #: the precompiled entries (the tuner's), or ``None``: off
+        self.precompiled: Optional[PrecompiledCalls] = None
+        tuner = active_tuner()
+        if settings.precompile and tuner is None:
+            raise tuning_needed("precompile=True")
+        want = settings.precompile if settings.precompile is not None else \
+            tuner is not None and tuner.precompile_by_default()
         why_not = precompile_refusal(settings.backend, wrapped, self._rnn, type(self))
         if settings.precompile and why_not:
             raise precompile_refused(settings.backend, why_not)
-        if want and not why_not:
-            self._pre = {}
-            # the same entry, compiled ahead with the guards that serialize (globals kept)
-            self._aot = torch.compile(entry, backend=self._counter, fullgraph=True,
-                                      dynamic=False,
-                                      options={"guard_filter_fn": _precompile.serializable_guards})
+        if want and not why_not and tuner is not None:
+            self.precompiled = tuner.precompiled_calls(wrapped, entry, self._counter, settings)
+
+    @property
+    def precompiled_loads(self) -> int:
+        """Entries loaded from a precompiled artifact (not compiles)."""
+        return 0 if self.precompiled is None else self.precompiled.loads
 
     @property
     def runs_generated_code(self) -> bool:
@@ -217,91 +198,41 @@ class DynamoEngine:
         """Whether inductor's code for this model adds atomically (``None``: unknown)."""
         return self._counter.atomic_adds if self._counter.name == "inductor" else False
 
+    @property
+    def rewrites(self) -> Dict[str, int]:
+        """The rewrites that fired in this engine's compiles (name -> count)."""
+        return dict(self._counter.rewrites)
+
     def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
         # Dynamo guards on the mode and shapes itself; ``key`` only picks a precompiled entry.
         if self._rnn:
             with rnn_settings():
                 return self._fn(flat)
-        if self._pre is not None:
-            fn = self._precompiled(flat, key)
+        if self.precompiled is not None:
+            fn = self.precompiled.entry(flat, key)
             if fn is not None:
-                return fn.fn(flat)
+                return fn(flat)
         return self._fn(flat)
 
     def warm(self, flat: Dict[str, Tensor]) -> bool:
         """Compile this call without running inductor's code for it (the child of a
-        background compile, :mod:`~graph_adapter.backends.background`); whether a
-        precompiled entry for it is on disk now. With precompiled entries: load or
-        build and save the call's entry; without (``"aot_eager"``, which generates
-        no code): run the call once."""
-        if self._pre is None:
+        background compile); whether a precompiled entry for it is on disk now. With
+        precompiled entries: load or build and save the call's entry; without
+        (``"aot_eager"``, which generates no code): run the call once."""
+        if self.precompiled is None:
             self._fn(flat)
             return False
-        before = _precompile.COUNTS["saved"] + _precompile.COUNTS["loaded"]
-        self._load_or_build(flat)
-        return _precompile.COUNTS["saved"] + _precompile.COUNTS["loaded"] > before
+        return self.precompiled.warm(flat)
 
     def has_saved_entry(self, flat: Dict[str, Tensor]) -> bool:
-        """Whether a precompiled entry of this call is on disk (under any values of the
-        globals its trace read): a background child would load it, not compile."""
-        return self._pre is not None and _precompile.has_entry(self._key(flat))
+        """Whether a precompiled entry of this call is on disk: a background child
+        would load it, not compile."""
+        return self.precompiled is not None and self.precompiled.has_saved_entry(flat)
 
     def load_only(self, flat: Dict[str, Tensor], key: Any) -> bool:
         """Load this call's precompiled entry where one on disk serves it now, and use it
         from the next call; whether it did (never compiles: ``False`` instead)."""
-        if self._pre is None:
-            return False
-        ck = (key, torch.is_grad_enabled())
-        if ck not in self._pre:
-            fn = self._loaded(self._key(flat))
-            if fn is None:
-                return False
-            self._pre[ck] = (fn, _precompile.global_state())
-        return self._pre[ck][0] is not None
-
-    def _precompiled(self, flat: Dict[str, Tensor], key: Any) -> Any:
-        """The precompiled entry for this call whose guards pass, or ``None`` (then the
-        ordinary entry runs: it recompiles where the model changed in this process)."""
-        ck = (key, torch.is_grad_enabled())
-        if ck not in self._pre:
-            self._pre[ck] = (self._load_or_build(flat), _precompile.global_state())
-        fn, traced_under = self._pre[ck]
-        # the global state: the entry's serialized guards leave it out
-        if fn is not None and not (_precompile.global_state() == traced_under
-                                   and fn.guard_check(flat)):
-            self._pre[ck] = (None, None)  # never retried: the ordinary entry owns this key now
-            return None
-        return fn
-
-    def _key(self, flat: Dict[str, Tensor]) -> Dict[str, Any]:
-        return _precompile.artifact_key(self._wrapped, flat, self._settings)
-
-    def _loaded(self, key: Dict[str, Any]) -> Any:
-        """An earlier process's entry of ``key`` that serves this process, or ``None``."""
-        fn = _precompile.load(key, self._wrapped)
-        if fn is not None:
-            self.precompiled_loads += 1
-        return fn
-
-    def _load_or_build(self, flat: Dict[str, Tensor]) -> Any:
-        """An earlier process's artifact for this call, else one compiled now and saved
-        (``None`` where torch cannot build or save one: logged, and compiled as usual)."""
-        key = self._key(flat)
-        fn = self._loaded(key)
-        if fn is not None:
-            return fn
-        try:
-            with _precompile.grads_set_aside(self._wrapped):
-                with _precompile.recording() as reads:  # the globals the trace reads
-                    fn = self._aot.aot_compile(((flat,), {}))
-                # not saved (a warning says why) where a global read cannot be recorded:
-                # this process still runs the entry, traced under its own values
-                _precompile.save(key, fn, self._wrapped, reads)
-        except Exception as exc:  # torch's precompile is experimental: compile as usual
-            _precompile.log.warning("graph_adapter: no precompiled entry (%s: %s); compiling "
-                                    "as usual", type(exc).__name__, exc)
-            return None
-        return fn
+        return self.precompiled is not None and self.precompiled.load_only(flat, key)
 
 
 class CudaGraphEngine(DynamoEngine):
@@ -338,7 +269,7 @@ class CudaGraphEngine(DynamoEngine):
         torch.compiler.cudagraph_mark_step_begin()
 
 
-class EagerEngine:
+class EagerEngine(Engine):
     """``"eager"``: the module itself; a compile is a new (signature, mode, grad mode)."""
 
     def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
@@ -349,34 +280,42 @@ class EagerEngine:
     def compile_count(self) -> int:
         return len(self._seen)
 
+    def traces(self, training: bool) -> bool:
+        return False
+
     def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
         self._seen.add((key, torch.is_grad_enabled()))
         return self._wrapped(flat)
 
 
-class ExportEngine:
+class ExportEngine(Engine):
     """``"export"``: one ``torch.export`` program per (signature, mode)."""
 
     def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
         self._wrapped = wrapped
         self._strict = settings.strict
-        self.programs: Dict[Tuple[Signature, bool], Any] = {}
+        self._programs: Dict[Tuple[Signature, bool], Any] = {}
         self._modules: Dict[Tuple[Signature, bool], Callable] = {}
 
     @property
+    def programs(self) -> Dict[Any, Any]:
+        """``{(signature, training): ExportedProgram}``, in the order exported."""
+        return self._programs
+
+    @property
     def compile_count(self) -> int:
-        return len(self.programs)
+        return len(self._programs)
 
     def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
         mod = self._modules.get(key)
         if mod is None:
             ep = torch.export.export(self._wrapped, (dict(flat),), strict=self._strict)
-            self.programs[key] = ep
+            self._programs[key] = ep
             mod = self._modules[key] = ep.module()
         return mod(dict(flat))
 
 
-class PerModeEngine:
+class PerModeEngine(Engine):
     """One engine for training mode and another for eval mode (``"inductor_eval"``:
     eager training, inductor inference); ``compile_count`` counts real compiles
     only (the eager engine's count is of signatures seen, not of compiles)."""
@@ -385,7 +324,7 @@ class PerModeEngine:
     eval_backend = "inductor"
 
     def __init__(self, wrapped: nn.Module, settings: EngineSettings) -> None:
-        self._engines = {
+        self._engines: Dict[bool, Engine] = {
             mode: get_backend(name).engine(wrapped, dataclasses.replace(settings, backend=name))
             for mode, name in ((True, self.train_backend), (False, self.eval_backend))}
 
@@ -402,10 +341,20 @@ class PerModeEngine:
     @property
     def atomic_adds(self) -> Optional[bool]:
         """Whether either mode's generated code adds atomically (``None``: unknown)."""
-        return _inductor_cpu.merge_atomic(*(getattr(e, "atomic_adds", False)
-                                            for e in self._engines.values()))
+        return merge_atomic(*(e.atomic_adds for e in self._engines.values()))
 
-    def engine_for(self, training: bool) -> Any:
+    @property
+    def rewrites(self) -> Dict[str, int]:
+        """The rewrites that fired in either mode's compiles (name -> count)."""
+        out: Dict[str, int] = collections.Counter()
+        for e in self._engines.values():
+            out.update(e.rewrites)
+        return dict(out)
+
+    def traces(self, training: bool) -> bool:
+        return self._engines[bool(training)].traces(training)
+
+    def engine_for(self, training: bool) -> Engine:
         """The engine that runs batches in this mode."""
         return self._engines[bool(training)]
 
@@ -413,13 +362,11 @@ class PerModeEngine:
         return self._engines[key[1]].run(flat, key)  # key: (signature, training)
 
 
-def traces(engine: Any, training: bool) -> bool:
+def traces(engine: Engine, training: bool) -> bool:
     """Whether ``engine`` runs the wrapped forward traced (not eagerly) in this mode."""
-    if isinstance(engine, PerModeEngine):
-        return traces(engine.engine_for(training), training)
-    return not isinstance(engine, EagerEngine)
+    return engine.traces(training)
 
 
-def generates_code(engine: Any) -> bool:
+def generates_code(engine: Engine) -> bool:
     """Whether ``engine`` runs code that inductor generated (in either mode)."""
-    return bool(getattr(engine, "runs_generated_code", False))
+    return engine.runs_generated_code

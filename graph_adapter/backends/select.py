@@ -51,7 +51,7 @@ from torch import Tensor, nn
 
 from ..format import LAYOUT_KEYS
 from ..nn import TrimError
-from .inductor.cpu_settings import merge_atomic
+from .interface import InProcessModel, merge_atomic
 from .program import CompiledHost, Signature, per_micro_batch, signature_of
 from .registry import device_of
 
@@ -195,7 +195,7 @@ class Selected(CompiledHost):
 
     steps_optimizer = False
 
-    def __init__(self, wrapped: nn.Module, build: Callable[[], Any], measure: Measure,
+    def __init__(self, wrapped: nn.Module, build: Callable[[], InProcessModel], measure: Measure,
                  allow_new_shapes: bool = False) -> None:
         """``build()`` returns a fresh compiled model of the backend (a ``Compiled``);
         called once now and once more if ``"compiled_scatter"`` is measured."""
@@ -204,11 +204,11 @@ class Selected(CompiledHost):
         self.allow_new_shapes = allow_new_shapes
         self._build = build
         self._compiled = build()  # also installs the static routing (static.install)
-        if getattr(self._compiled, "steps_optimizer", False):
+        if self._compiled.steps_optimizer:
             raise ValueError("compile(select=...) measures backends whose caller steps the "
                              "optimizer; this one steps it itself (an IPU backend)")
-        self.backend: str = getattr(self._compiled, "backend", "")
-        self._scatter: Optional[Any] = None
+        self.backend: str = self._compiled.backend
+        self._scatter: Optional[InProcessModel] = None
         if measure.sync is not None:
             self._sync: Callable[[], None] = measure.sync
         elif device_of(wrapped).type == "cuda":
@@ -233,8 +233,17 @@ class Selected(CompiledHost):
     def atomic_adds(self) -> Optional[bool]:
         """Whether the code of any compiled candidate adds with atomics
         (:attr:`Compiled.atomic_adds`; ``None``: could not be read)."""
-        return merge_atomic(*(getattr(c, "atomic_adds", False)
+        return merge_atomic(*(c.atomic_adds
                               for c in (self._compiled, self._scatter) if c is not None))
+
+    @property
+    def rewrites(self) -> Dict[str, int]:
+        """The rewrites that fired in the compiled candidates' compiles (name -> count)."""
+        out: Dict[str, int] = {}
+        for c in (self._compiled, self._scatter):
+            for name, n in (c.rewrites if c is not None else {}).items():
+                out[name] = out.get(name, 0) + n
+        return out
 
     def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
         self._admit(signature_of(flat))

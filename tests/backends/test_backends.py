@@ -214,12 +214,13 @@ def test_inductor_index_add_fallback_gradients():
     """The gradient of a gather through ATen's index_add equals eager's."""
     from torch.profiler import profile
 
+    from graph_adapter.backends import EngineSettings
     from graph_adapter.backends.engines import _CountingBackend
 
     def f(x, i):
         return (x.index_select(0, i) * 2.0).sum()
 
-    be = _CountingBackend("inductor", None, index_add_fallback=True)
+    be = _CountingBackend(EngineSettings("inductor", index_add_fallback=True))
     cf = torch.compile(f, backend=be, fullgraph=True)
     x = torch.randn(20, 4, requires_grad=True)
     i = torch.randint(0, 20, (60,), generator=torch.Generator().manual_seed(0))
@@ -279,7 +280,7 @@ def test_register_backend_build_and_engine(monkeypatch):
     assert compile(ipu_wrap(Net()), "mine", foo=1) == "model"
     assert built["name"] == "mine" and built["settings"]["foo"] == 1
     # an engine backend: Compiled does the checks, the engine runs one micro-batch
-    B.register_backend("eager2", engine=B.EagerEngine)
+    B.register_backend("eager2", engine=B.engines.EagerEngine)
     w = ipu_wrap(Net()).eval()
     c = compile(w, "eager2")
     f = batches(1)[0]
@@ -360,7 +361,7 @@ def test_inductor_eval_runs_eager_training_and_compiled_inference(monkeypatch):
     assert c.mode_backend == "eager"
     c(f)["loss"].backward()
     train_engine, eval_engine = c._engine.engine_for(True), c._engine.engine_for(False)
-    assert isinstance(train_engine, B.EagerEngine) and eval_engine.compile_count == 0
+    assert isinstance(train_engine, B.engines.EagerEngine) and eval_engine.compile_count == 0
     c.eval()
     assert c.mode_backend == "aot_eager"
     with torch.no_grad():

@@ -110,9 +110,10 @@ def test_cudagraphs_passes_cuda_graphs_to_inductor_and_marks_a_step_every_call(m
     seen = {}
 
     class Recorder:
-        def __init__(self, name, options=None, index_add_fallback=None):
-            seen.update(name=name, options=options)
-            self.name, self.count, self.atomic_adds = name, 0, False
+        def __init__(self, settings):
+            seen.update(name=settings.backend, options=settings.options)
+            self.name, self.count, self.atomic_adds = settings.backend, 0, False
+            self.rewrites = {}
 
         def __call__(self, gm, example_inputs):
             self.count += 1
@@ -157,10 +158,3 @@ def test_the_demo_refuses_cudagraphs_before_loading_data():
 
     with pytest.raises(DemoSettingError, match="--backend inductor"):
         check_demo_settings(DemoConfig(backend="inductor_cudagraphs"))
-
-
-def test_the_layout_benchmark_asks_for_a_gpu_for_the_cuda_graph_variant():
-    from graph_adapter.app.bench import layout
-
-    with pytest.raises(SystemExit, match="need --device cuda"):
-        layout.main(["--variants", "wrap_inductor_cudagraphs"])
