@@ -29,16 +29,12 @@ artifact): then ``graph_adapter.serve`` is all there is, ``__all__`` is empty
 and every name below raises an ``ImportError`` naming PyG
 (``PYG_IMPORT_ERROR`` holds why PyG did not import).
 
-The public names below are re-exported here; the module paths of earlier
-releases (``graph_adapter.spec``, ``graph_adapter.data.loader``, ...) are
-deprecated aliases (:mod:`graph_adapter._moved`).
+The public names below are re-exported here. The old module paths that 0.1.0
+kept as deprecated aliases (``graph_adapter.spec``, ``graph_adapter.data.loader``,
+...) were removed in 0.2.0: ``CHANGELOG.md`` maps each to its new one.
 
 Importing this package never imports poptorch.
 """
-from . import _moved
-
-_moved.install()  # graph_adapter.spec & co.: deprecated aliases of their new paths
-
 # Everything but the serving runtime (graph_adapter.serve) builds on PyG. Where PyG is not
 # importable (a server that only runs an exported artifact), the package still imports and
 # graph_adapter.serve works; the PyG-dependent names then raise an ImportError naming PyG
@@ -70,15 +66,10 @@ if PYG_IMPORT_ERROR is None:
     from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
     from .checker import CheckReport, Finding, check
     from .backends import Compiled, ShapeChangedError, compile
-    try:  # the tuning wing is optional: without it, compile() runs untuned (slower)
-        from . import tuning
-    except ModuleNotFoundError as _missing:
-        if _missing.name != "graph_adapter.tuning":  # a module the wing needs: a real error
-            raise
     from .exporter import export
 
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # setup.cfg's version too (tests/test_version.py)
 
 __all__ = [
     "BatchMismatchError",
@@ -146,17 +137,12 @@ if PYG_IMPORT_ERROR is not None:
 
 
 def __getattr__(name: str):
-    # ``graph_adapter.spec`` as an attribute (it was one before the move): the alias too
-    if name in _moved.MOVED:
-        return _moved.moved_module(name)
     if name in PYG_NAMES and PYG_IMPORT_ERROR is not None:
         raise ImportError(
             f"graph_adapter.{name} needs torch_geometric (PyG), which did not import here "
             f"({type(PYG_IMPORT_ERROR).__name__}: {PYG_IMPORT_ERROR}): install it with "
             f"`pip install torch-geometric`. Running an exported artifact needs no PyG: "
             f"graph_adapter.serve.load(path).predict(graphs)") from PYG_IMPORT_ERROR
-    if name == "data":  # the host side's package before 0.3: its old module paths, deprecated
-        return _importlib.import_module("graph_adapter.data")
     if name == "serve":  # the runtime, importable with or without PyG
         return _importlib.import_module("graph_adapter.serve")
     raise AttributeError(f"module 'graph_adapter' has no attribute {name!r}")

@@ -6,7 +6,7 @@ few functions allowed over 80 lines. This file checks every rule the page states
 one-way imports through each stage's package, no import cycle (``TYPE_CHECKING``
 imports included), no private name or module of another package, no private
 attribute of another object, function length, folder size, tests mirroring the
-stages, and the moved paths' deprecation aliases.
+stages.
 """
 import ast
 import functools
@@ -24,11 +24,8 @@ MAX_FUNCTION_LINES = 80
 MAX_LONG_FUNCTIONS = 3
 MAX_FOLDER_MODULES = 15
 MAX_FOLDER_LINES = 5000
-#: the package's own top level: the public API, the aliases, ``python -m``
-TOP = {"graph_adapter": "lightning", "graph_adapter._moved": "format",
-       "graph_adapter.__main__": "app"}
-#: ``graph_adapter.data``: the package of before 0.3, deprecated aliases only
-DEPRECATED_PACKAGES = {"graph_adapter.data"}
+#: the package's own top level: the public API, ``python -m``
+TOP = {"graph_adapter": "lightning", "graph_adapter.__main__": "app"}
 #: Known breaches of the page's rules, to be removed as they are mended (a breach not
 #: listed fails; a listed one that is gone fails too, so the list only shrinks).
 NOT_YET_SPLIT: set = set()  # functions over 80 lines (docstring included), to split by job
@@ -151,7 +148,7 @@ def _private(module):
 # ------------------------------------------------------------------ stages and imports
 def test_every_module_belongs_to_a_stage_of_the_page():
     for name in _modules():
-        assert name in TOP or name in DEPRECATED_PACKAGES or _stage(name) in stages(), (
+        assert name in TOP or _stage(name) in stages(), (
             f"{name} is in no stage: put it in one of {sorted(stages())}, or add its stage to "
             f"the Stages table of docs/dev/ARCHITECTURE.md")
 
@@ -173,12 +170,9 @@ def test_imports_run_one_way():
     """A module imports its own stage or earlier ones (the page's ranks)."""
     bad = []
     for name, path in _modules().items():
-        if name in DEPRECATED_PACKAGES:
-            continue
         for target in _imports(name, path):
             dep = _library(target)
-            if dep and dep != name and dep not in DEPRECATED_PACKAGES and \
-                    _rank(dep) > _rank(name):
+            if dep and dep != name and _rank(dep) > _rank(name):
                 bad.append(f"{name} imports {dep} (stage {_stage(dep)}, a later one)")
     assert not bad, bad
 
@@ -199,8 +193,7 @@ def test_other_stages_import_a_stage_not_its_files():
             # its module's name (the stage's attribute is the module)
             same_name = names == [base.rpartition(".")[2]]
             if stage in stages() and os.path.isdir(os.path.join(PACKAGE, stage)) and \
-                    _stage(name) != stage and base not in DEPRECATED_PACKAGES and \
-                    not helper and not same_name:
+                    _stage(name) != stage and not helper and not same_name:
                 bad.append(f"{name}:{line} imports from {base}: import graph_adapter.{stage}")
     assert not bad, bad
 
@@ -235,7 +228,7 @@ def test_no_import_cycle():
 def test_no_module_imports_another_packages_private_name_or_module():
     """A leading underscore means "this module's (or this subpackage's) own": ``from .x
     import _name`` is refused, and a private module is imported only inside its own
-    subpackage (the deprecation shim ``graph_adapter.data`` may use ``_moved``)."""
+    subpackage."""
     mods = _modules()
     bad = []
     for name, path in mods.items():
@@ -247,8 +240,7 @@ def test_no_module_imports_another_packages_private_name_or_module():
                 module = f"{base}.{n}" if f"{base}.{n}" in mods else base
                 imported_module = module == f"{base}.{n}"
                 if imported_module and _private(module) and \
-                        not own_pkg.startswith(module.rpartition(".")[0]) and \
-                        name not in DEPRECATED_PACKAGES:
+                        not own_pkg.startswith(module.rpartition(".")[0]):
                     bad.append(f"{name}:{line} imports private module {module}")
                 if not imported_module and n.startswith("_") and not n.startswith("__"):
                     bad.append(f"{name}:{line} imports {module}.{n}, a private name")
@@ -630,6 +622,10 @@ KEPT_PATHS = ["graph_adapter.format", "graph_adapter.batching", "graph_adapter.s
               "graph_adapter.backends", "graph_adapter.checker", "graph_adapter.ipu.options",
               "graph_adapter.ipu.emulator", "graph_adapter.ipu.inputs", "graph_adapter.ipu.entry",
               "graph_adapter.ipu.poptorch_backend", "graph_adapter.app.datasets"]
+#: old module paths, deprecated aliases in 0.1.0 and removed in 0.2.0: a sample of each kind
+REMOVED_PATHS = ["graph_adapter.spec", "graph_adapter.loader", "graph_adapter.wrap",
+                 "graph_adapter.data", "graph_adapter.data.loader", "graph_adapter.data.neighbor",
+                 "graph_adapter.backends._export_opt", "graph_adapter._moved"]
 
 
 def test_the_public_names_did_not_change():
@@ -659,8 +655,7 @@ def _run(code):
 
 
 # One fresh interpreter for the import checks below (each costs the import of torch and
-# PyG, ~5 s): what a bare ``import graph_adapter`` loads, the old paths' warnings (each
-# alias warns on its own first import, so each is imported once, here), the kept paths.
+# PyG, ~5 s): what a bare ``import graph_adapter`` loads, the kept paths, the removed ones.
 _FRESH_IMPORTS = """
 import importlib, json, sys, traceback, warnings
 report = {}
@@ -676,32 +671,16 @@ try:
     report['kept'] = ''
 except Exception:
     report['kept'] = traceback.format_exc()
-moved = dict(sorted(MOVED.items()))
-old0 = next(iter(moved))
-# the warning is blamed on the line that imports the old path (one alias suffices)
-with warnings.catch_warnings(record=True) as w0:
-    warnings.simplefilter('always')
-    exec(f'import graph_adapter.{old0}', {})
-report['blamed_on'] = [x.filename for x in w0 if 'moved to' in str(x.message)][:1]
-bad = []
-for old, new in moved.items():
-    if old == old0:
-        w = w0
-    else:
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter('always')
-            importlib.import_module('graph_adapter.' + old)
-    alias = sys.modules['graph_adapter.' + old]
-    mine = [x for x in w if issubclass(x.category, DeprecationWarning)
-            and 'moved to' in str(x.message)]
-    parent, _, leaf = ('graph_adapter.' + old).rpartition('.')
-    if len(mine) != 1 or new not in str(mine[0].message):
-        bad.append((old, 'warnings', [str(x.message) for x in w]))
-    elif alias is not importlib.import_module(new):
-        bad.append((old, 'not the new module'))
-    elif getattr(sys.modules[parent], leaf) is not alias:
-        bad.append((old, 'attribute differs'))
-report['moved'] = [len(moved), bad]
+still = []
+for old in REMOVED_PATHS:
+    try:
+        importlib.import_module(old)
+        still.append(old)
+    except ModuleNotFoundError:
+        parent, _, leaf = old.rpartition('.')
+        if hasattr(sys.modules.get(parent), leaf):
+            still.append(old + ' (an attribute)')
+report['removed'] = still
 print(json.dumps(report))
 """
 
@@ -709,8 +688,7 @@ print(json.dumps(report))
 @functools.lru_cache(maxsize=None)
 def _fresh_imports():
     """What :data:`_FRESH_IMPORTS` reports (run once a session)."""
-    from graph_adapter._moved import MOVED
-    code = f"MOVED = {dict(MOVED)!r}\nKEPT_PATHS = {KEPT_PATHS!r}\n" + _FRESH_IMPORTS
+    code = f"KEPT_PATHS = {KEPT_PATHS!r}\nREMOVED_PATHS = {REMOVED_PATHS!r}\n" + _FRESH_IMPORTS
     out = _run(code)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -720,12 +698,7 @@ def test_the_package_and_its_kept_paths_import_without_a_deprecation():
     assert _fresh_imports()["kept"] == ""
 
 
-def test_a_moved_path_still_imports_and_names_its_new_one():
-    """Every old path (one fresh interpreter for all: each alias warns on its own first
-    import): one DeprecationWarning naming the new path, blamed on the importing line,
-    the alias is the new module, and the old parent's attribute is it too."""
-    from graph_adapter._moved import MOVED
-    count, bad = _fresh_imports()["moved"]
-    assert not bad, bad
-    assert count == len(MOVED)
-    assert _fresh_imports()["blamed_on"] == ["<string>"]
+def test_the_module_paths_removed_in_0_2_do_not_import():
+    """0.2.0 removed the old module paths that 0.1.0 kept as deprecated aliases
+    (CHANGELOG.md): none imports, and none is an attribute of its old parent."""
+    assert _fresh_imports()["removed"] == []

@@ -7,8 +7,8 @@ returns a :class:`CheckReport` of every :class:`Finding`
 :mod:`graph_adapter.ipu`, whose emulation enforces them too; the command
 line is the application's (``graph-adapter check``).
 
-It may import :mod:`graph_adapter.ipu`, :mod:`graph_adapter.nn` and
-:mod:`graph_adapter.data`; never ``backends``, ``lightning`` or ``app``.
+It may import :mod:`graph_adapter.ipu`, :mod:`graph_adapter.nn` and the
+stages before them; never ``backends``, ``lightning`` or ``app``.
 """
 from ..format import value_problems
 from ..ipu import KINDS, POPTORCH_MESSAGES, Finding, dispatcher_rules

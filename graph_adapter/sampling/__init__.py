@@ -26,8 +26,8 @@ from .settings import SamplingSettings
 from .neighbor import (OVERSIZE_POLICIES, FixedSizeNeighborLoader, InputNodesError,
                        NeighborLoaderStats, SubgraphOversizeError)
 from .link import NEG_SAMPLING, FixedSizeLinkNeighborLoader, LinkLabelError, LinkLoaderStats
-from .hetero_neighbor import (FixedSizeHeteroNeighborLoader, HeteroSample, fit_hetero_budget,
-                              sample_hetero_neighbors, trim_hetero)
+from .hetero_sample import HeteroSample, fit_hetero_budget, sample_hetero_neighbors, trim_hetero
+from .hetero_neighbor import FixedSizeHeteroNeighborLoader
 from .cluster import (METIS_BACKENDS, ClusterLoaderStats, FixedSizeClusterLoader,
                       MetisUnavailableError, PartitionError, edge_cut, metis_available,
                       metis_partition)

@@ -68,19 +68,18 @@ from torch import Tensor
 from ..batching import RESERVED_NODES, Budget
 from ..batching import collate_padded
 from .csr import CSC, FanoutError, check_fanouts
-from ..format import EDGE_MASK, GRAPH_MASK, NODE_MASK, SEP, stack_micro_batches
+from ..format import (E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, SAMPLED_KEYS, SEED_MASK,
+                      SEED_OF, SEP, stack_micro_batches)
 from .pyg_sampler import PygHeteroNeighborSampler
 from .settings import SamplingSettings
 from .neighbor import (FixedSizeNeighborLoader, InputNodesError,
                        NeighborLoaderStats, SubgraphOversizeError, seed_tensor,
                        check_hetero_fanouts, chunk_seed)
-from .sampled import ADDED_KEYS, E_ID, N_ID, SEED_MASK, SEED_OF
-# the sampling itself, before padding (re-exported: these names lived here first)
+# the sampling itself, before padding
 from .hetero_sample import (EdgeType, HeteroSample, fit_hetero_budget, key_of,
                             sample_hetero_neighbors, trim_hetero)
 
-__all__ = ["FixedSizeHeteroNeighborLoader", "HeteroSample", "sample_hetero_neighbors",
-           "fit_hetero_budget", "trim_hetero"]
+__all__ = ["FixedSizeHeteroNeighborLoader"]
 
 
 class _HeteroBatches(torch.utils.data.Dataset):
@@ -204,9 +203,9 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         for k, v in store.items():
             if k == "edge_index":
                 continue
-            if k in ADDED_KEYS:
+            if k in SAMPLED_KEYS:
                 raise ValueError(f"the graph has an attribute {where}{k!r}, a name the padded "
-                                 f"batches own ({ADDED_KEYS}); rename it")
+                                 f"batches own ({SAMPLED_KEYS}); rename it")
             if isinstance(v, Tensor) and v.dim() > 0 and v.size(0) == rows:
                 out[k] = v
             else:

@@ -67,17 +67,16 @@ from torch import Tensor
 
 from ..batching import RESERVED_NODES, Budget, Ranks, Sharded, fingerprint
 from .csr import CSC, FanoutError, Sample, check_fanouts, sample_neighbors
-from ..format import EDGE_MASK, GRAPH_MASK, NODE_MASK, RESERVED_KEYS, stack_micro_batches
+from ..format import (EDGE_MASK, GRAPH_MASK, NODE_MASK, RESERVED_KEYS, SAMPLED_KEYS, SEED_MASK,
+                      stack_micro_batches)
 from .layout import (SAMPLED_LAYOUTS, fit_sampled_hyb, sampled_tables, source_table,
                      source_table_shape)
 from .pyg_sampler import PygNeighborSampler
 from .settings import OVERSIZE_POLICIES, SamplingSettings
-from .sampled import (ADDED_KEYS, E_ID, N_ID, SEED_MASK, SEED_OF, fit_neighbor_budget,
-                      pad_sample, trim_sample)
+from .sampled import fit_neighbor_budget, pad_sample, trim_sample
 
 __all__ = ["FixedSizeNeighborLoader", "NeighborLoaderStats", "SubgraphOversizeError",
-           "InputNodesError", "OVERSIZE_POLICIES", "N_ID", "E_ID", "SEED_MASK", "SEED_OF",
-           "fit_neighbor_budget", "pad_sample", "trim_sample", "check_hetero_fanouts",
+           "InputNodesError", "OVERSIZE_POLICIES", "check_hetero_fanouts",
            "seed_tensor", "chunk_seed", "prefetched"]
 
 
@@ -171,9 +170,9 @@ def _attributes(data: Any) -> Tuple[Dict[str, Tensor], Dict[str, Tensor], Dict[s
     for k, v in data.items():
         if k == "edge_index":
             continue
-        if k in RESERVED_KEYS or k in ADDED_KEYS:
+        if k in RESERVED_KEYS or k in SAMPLED_KEYS:
             raise ValueError(f"the graph has an attribute {k!r}, a name the padded batches own "
-                             f"(reserved: {RESERVED_KEYS + ADDED_KEYS}); rename it")
+                             f"(reserved: {RESERVED_KEYS + SAMPLED_KEYS}); rename it")
         if not isinstance(v, Tensor):
             excluded[k] = f"not a tensor ({type(v).__name__})"
         elif v.dim() > 0 and data.is_node_attr(k) and v.size(0) == data.num_nodes:

@@ -18,14 +18,10 @@ from torch import Tensor
 
 from ..batching import RESERVED_NODES, Budget
 from .csr import Sample
-from ..format import (BATCH, E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, PTR, SAMPLED_KEYS,
-                      SEED_MASK, SEED_OF)
+from ..format import (BATCH, E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, PTR, SEED_MASK,
+                      SEED_OF)
 
-__all__ = ["N_ID", "E_ID", "SEED_MASK", "SEED_OF", "ADDED_KEYS", "pad_sample", "trim_sample",
-           "fit_neighbor_budget"]
-
-#: Keys the loaders add (the format owns them: ``graph_adapter.format.SAMPLED_KEYS``).
-ADDED_KEYS = SAMPLED_KEYS
+__all__ = ["pad_sample", "trim_sample", "fit_neighbor_budget"]
 
 
 def pad_sample(sample: Sample, budget: Budget, node_attrs: Dict[str, Tensor],
