@@ -66,6 +66,11 @@ if PYG_IMPORT_ERROR is None:
     from .ipu import EmulatorError, IPUEmulator, IPUOptions, compile_ipu
     from .checker import CheckReport, Finding, check
     from .backends import Compiled, ShapeChangedError, compile
+    try:  # the tuning wing is optional: without it, compile() runs untuned (slower)
+        from . import tuning
+    except ModuleNotFoundError as _missing:
+        if _missing.name != "graph_adapter.tuning":  # a module the wing needs: a real error
+            raise
     from .exporter import export
 
 
