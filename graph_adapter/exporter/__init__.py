@@ -57,8 +57,9 @@ One module a job (each imports only those above it in this list):
   each format's writer (one budget or a ladder);
 * :mod:`~graph_adapter.exporter.api`: :func:`export` itself.
 
-It may import :mod:`graph_adapter.format`, ``batching``, ``nn``, ``serve`` and, where it
-is installed, ``tuning`` (every earlier stage); never ``lightning`` or ``app``.
+It may import :mod:`graph_adapter.contract` (the reserved keys), ``format``,
+``batching``, ``nn``, ``serve`` and, where it is installed, ``tuning`` (every earlier
+stage); never ``lightning`` or ``app``.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..format import MASK_OF_LEVEL
+from ..contract import MASK_OF_LEVEL
 from ..serve import Contract
 from .errors import ExportMismatchError
 from .trace import Inference

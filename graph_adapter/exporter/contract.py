@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..batching import Budget, Collator
-from ..format import BATCH, LEVEL_OF_MASK, PTR, RESERVED_KEYS
+from ..contract import BATCH, LEVEL_OF_MASK, PTR, RESERVED_KEYS
 from ..serve import Contract, InputField, OutputField
 from .errors import UnsupportedExportError
 

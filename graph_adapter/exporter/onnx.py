@@ -17,9 +17,9 @@ import torch
 
 from ..batching import Budget
 from .. import serve as _serve
-from ..format import BATCH, EDGE_MASK, NODE_MASK
-from ..format import ELL_IN as SLOTS
-from ..format import SPILL_IN as SPILL
+from ..contract import BATCH, EDGE_MASK, NODE_MASK
+from ..contract import ELL_IN as SLOTS
+from ..contract import SPILL_IN as SPILL
 from ..serve import ONNX_METADATA_KEY, Contract, InputField, Rung
 from .checks import Case, check_cases, max_diff
 from .contract import updated

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..format import LOSS_KEY, RESERVED_KEYS
+from ..contract import LOSS_KEY, RESERVED_KEYS
 from ..nn import IPUWrapped
 
 
