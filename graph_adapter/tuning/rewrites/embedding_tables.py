@@ -169,6 +169,6 @@ register(Entry(
     "(``linear(T1[i1] + T2[i2])`` as ``(T1 W^T)[i1] + (T2 W^T)[i2] + b``), where the "
     "tables hold at most half as many rows as the lookups: categorical atom and bond "
     "encoders feeding per-layer edge projections. Plain ``F.embedding`` lookups only (no "
-    "``padding_idx``, ``max_norm``, ``scale_grad_by_freq``, ``sparse``). Runs on Dynamo's "
-    "graphs and on exported programs (``graph_adapter.export``).",
+    "``padding_idx``, ``max_norm``, ``scale_grad_by_freq``, ``sparse``). Applies to "
+    "Dynamo's graphs on every device and to exported programs (``graph_adapter.export``).",
     points=("pre_grad", "exported"), order=20, version="4", run=project_embedding_tables))

@@ -90,5 +90,6 @@ register(Entry(
     "the add fuses into a generated kernel (every user pointwise, or a thin product "
     "that is computed transposed): ATen's CPU ``addmm`` copies the bias, or a chained "
     "product, into its output first. Inductor's own rewrite of this runs on GPUs only. "
-    "Runs first in the post-grad slot, before the thin-product rewrites.",
+    "Applies to CPU float inference graphs only (compiled without grad mode); runs first "
+    "in the post-grad slot, before the thin-product rewrites.",
     points=("post_grad",), order=10, version="1", run=unfuse_bias_addmm, cpu_inference_only=True))
