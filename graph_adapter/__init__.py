@@ -67,7 +67,7 @@ if PYG_IMPORT_ERROR is None:
     from .checker import CheckReport, Finding, check
     from .backends import Compiled, ShapeChangedError, compile
     try:  # the tuning wing is optional: without it, compile() runs untuned (slower)
-        from . import tuning
+        _importlib.import_module("graph_adapter.tuning")  # registers it with backends
     except ModuleNotFoundError as _missing:
         if _missing.name != "graph_adapter.tuning":  # a module the wing needs: a real error
             raise
