@@ -22,14 +22,10 @@ __all__ = [
 
 AUTO = "auto"
 
-#: What ``"auto"`` runs without poptorch, per (device type, training mode):
-#: measured with ``graph_adapter/app/bench/layout.py`` and ``throughput.py``
-#: (docs/benchmarks.md, "Which backend auto picks"). On CPU, with the settings
-#: of :mod:`graph_adapter.backends.inductor.cpu_settings`, compiled training ran 1.3-1.4x eager
-#: PyG (the demo's GINE) and 1.1x (a GIN 4 x 128), compiled inference
-#: 1.3-1.7x: inductor in both modes, as on GPUs (unmeasured there: chosen for
-#: CUDA graphs). ``"inductor_eval"`` keeps training eager (no training compile:
-#: short runs).
+#: What ``"auto"`` runs without poptorch, per (device type, training mode): inductor
+#: in both modes, the fastest measured on the CPU (with :mod:`graph_adapter.tuning`;
+#: docs/benchmarks.md, "Which backend auto picks") and chosen on GPUs for CUDA graphs.
+#: ``"inductor_eval"`` keeps training eager (no training compile: short runs).
 AUTO_RULE: Dict[Tuple[str, bool], str] = {
     ("cpu", True): "inductor", ("cpu", False): "inductor",
     ("cuda", True): "inductor", ("cuda", False): "inductor",

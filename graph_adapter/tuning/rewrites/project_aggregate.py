@@ -272,6 +272,11 @@ def project_before_aggregate(graph: fx.Graph) -> int:
     """Rewrite, in place, each matching ``mm(aggregate(x[src]), W)`` of an ATen graph
     with ``K < C`` (module doc) as ``aggregate((x @ W)[src])``; return how many.
 
+    When it applies: CPU float inference graphs of node-level models whose last layer
+    narrows a sum or mean aggregation (``SAGEConv(64, 8)``, the node demo's inference);
+    a training forward keeps the aggregate for the weight's gradient and is left alone,
+    and none of the models table's graph-level models matches.
+
     Nodes need their ``val`` (inductor's post-grad graphs have it). The old
     gather, scatter and division are erased where nothing else reads them.
     """
