@@ -20,32 +20,13 @@ from ..contract import LOSS_KEY, RESERVED_KEYS
 from ..nn import IPUWrapped
 
 
-def _tuning_rewrites() -> Optional[Callable[[torch.fx.GraphModule], Dict[str, int]]]:
-    """``graph_adapter.tuning.rewrite_exported``, or ``None`` where the tuning stage is
-    not installed (exported programs are then written as traced)."""
-    try:
-        from ..tuning import rewrite_exported
-        return rewrite_exported
-    except ModuleNotFoundError as missing:
-        if missing.name != "graph_adapter.tuning":  # a module the stage needs: a real error
-            raise
-        return None
-    except ImportError:  # TEMPORARY (issue 51): a tuning stage without rewrite_exported yet
-        pass
-    import importlib
-
-    for path in ("graph_adapter.tuning.rewrites", "graph_adapter.backends.inductor.rewrites"):
-        try:
-            project = importlib.import_module(path).project_embedding_tables
-        except ModuleNotFoundError:
-            continue
-        return lambda gm: {"project_embedding_tables": project(gm.graph)}
-    return None
-
-
-#: the tuning stage's rewrites of an exported program's graph module (name -> how many
-#: fired), or ``None`` where the stage is not installed
-rewrite_exported = _tuning_rewrites()
+try:  # the tuning stage is optional: without it, exported programs are written as traced
+    from ..tuning import rewrite_exported
+except ModuleNotFoundError as missing:
+    if missing.name != "graph_adapter.tuning":  # a module the stage needs: a real error
+        raise
+    #: (no tuning stage here: nothing rewrites the exported program)
+    rewrite_exported: Optional[Callable[[torch.fx.GraphModule], Dict[str, int]]] = None
 
 LOG = logging.getLogger("graph_adapter.export")
 
