@@ -101,6 +101,24 @@ class Budget:
             its level (``ValueError`` otherwise, saying which count to grow).
         report: optional information about how the budget was learned
             (expected efficiency, ...); not part of equality.
+
+    Raises:
+        TypeError: a count that is not an int (or a dict of ints).
+        ValueError: a negative count, ``nodes < 2``, ``graphs < 2``, fewer nodes than
+            graph slots, int nodes with dict edges (or the reverse), or two equal row
+            counts (the message says which to grow).
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+
+        from graph_adapter import Budget
+
+        graphs = FakeDataset(num_graphs=20, avg_num_nodes=10)
+        budget = Budget.tight(graphs, graphs_per_batch=4)  # any 4 of these graphs fit
+        assert budget == Budget.from_json(budget.to_json())
+        print(Budget(nodes=64, edges=128, graphs=9))  # 62 real nodes, 8 real graphs
+        ```
     """
 
     nodes: Count

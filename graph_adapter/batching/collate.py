@@ -124,6 +124,29 @@ class Collator:
     ``<src>__<rel>__<dst>/<attr>`` plus ``/edge_mask`` for every edge type,
     bare graph-level attributes and ``graph_mask``.  Key order: stores in PyG
     order (node types, edge types, global store), names sorted within a store.
+
+    Returns:
+        :meth:`collate_indices` / :meth:`collate`: one flat dict ``{key: tensor}`` of
+        the budget's shapes; :meth:`unpad` turns one back into the graphs.
+
+    Raises:
+        ValueError: graphs the budget cannot batch, or that disagree with each other
+            (an attribute's dtype or trailing shape, a bad index: named by graph and
+            key), a bad ``layout`` / ``index_dtype`` / widths.
+        TypeError: a dataset item that is not a ``Data`` / ``HeteroData``, or an
+            attribute that cannot be collated.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+
+        from graph_adapter import Budget, Collator
+
+        graphs = FakeDataset(num_graphs=20, avg_num_nodes=10)
+        collator = Collator(graphs, Budget.tight(graphs, 4))
+        flat = collator.collate_indices([0, 1, 2])  # graphs 0-2 padded to the budget
+        assert flat["graph_mask"].sum() == 3 and len(collator.unpad(flat)) == 3
+        ```
     """
 
     def __init__(self, dataset: Sequence[Any], budget: Budget, *, columnar: bool = True,

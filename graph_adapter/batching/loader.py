@@ -208,6 +208,28 @@ class FixedSizeLoader(Sharded):
     fully padded batches (``stats.padded_batches``), on which a masked
     BatchNorm updates nothing.  ``tail="pad"`` fills with padded batches
     instead of splitting (k graphs a micro-batch; see ``tail``).
+
+    Yields:
+        One flat dict ``{key: tensor}`` a batch (``[F, ...]`` with ``micro_batches=F``
+        > 1), every one of the budget's shapes: ``docs/dev/FORMAT.md`` has the keys.
+
+    Raises:
+        TypeError: a ``budget`` that is not a ``Budget`` (or its dict / JSON), or a
+            ``DataLoader`` argument the loader sets itself.
+        ValueError: a bad ``oversize`` / ``tail`` / ``packer`` / ``micro_batches``, or a
+            graph larger than the budget with ``oversize="error"`` (named).
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+
+        from graph_adapter import Budget, FixedSizeLoader
+
+        graphs = FakeDataset(num_graphs=20, avg_num_nodes=10)
+        loader = FixedSizeLoader(graphs, Budget.tight(graphs, 4), shuffle=True)
+        for batch in loader:  # flat dicts of tensors, all of the budget's shapes
+            assert batch["x"].shape[0] == loader.budget.nodes
+        ```
     """
 
     # Over 80 lines for its docstring: the user-facing reference of every argument.

@@ -241,7 +241,26 @@ def check(
         loss_key: where the loss is in a dict output.
 
     Returns:
-        a :class:`CheckReport`; the model itself is not modified.
+        a :class:`CheckReport` (``ok``, the ``findings``: each what, where and how
+        to fix it); the model itself is not modified (a copy runs). A fault of the
+        model is a finding, never an exception; an error of the checker's own code
+        is warned about (``RuntimeWarning``) and listed in ``internal_errors``.
+
+    Raises:
+        TypeError: a model that ``copy.deepcopy`` cannot copy.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+        from torch_geometric.nn import GCN
+
+        from graph_adapter import Budget, FixedSizeLoader, check, ipu_wrap
+
+        graphs = FakeDataset(num_graphs=8, avg_num_nodes=10, num_channels=8)
+        batch = next(iter(FixedSizeLoader(graphs, Budget.tight(graphs, 4))))
+        report = check(ipu_wrap(GCN(8, 16, 2)), batch)  # fake tensors: no IPU needed
+        assert report.ok, report  # str(report): one line a finding
+        ```
     """
     findings = _input_findings(flat, wrapped, options)
     # What the model sees on the device: micro-batch 0 (a leading dim 1 for F > 1).

@@ -348,6 +348,19 @@ def flatten(
     Raises:
         UnsupportedAttributeError: an attribute that is neither a dense tensor
             nor a JSON value (names the key and its type).
+        ValueError: a ``levels`` value that is not a level.
+
+    Example:
+        ```python
+        import torch
+        from torch_geometric.data import Data
+
+        from graph_adapter import Spec, flatten
+
+        data = Data(x=torch.randn(3, 4), edge_index=torch.tensor([[0, 1], [1, 2]]))
+        flat, spec = flatten(data)  # {"edge_index": ..., "x": ...}, how to rebuild it
+        assert flat["x"] is data.x and Spec.from_json(spec.to_json()) == spec
+        ```
     """
     levels = _check_flatten_args(obj, levels)
     is_batch = isinstance(obj, Batch)
@@ -522,7 +535,16 @@ def unflatten(flat: Mapping[str, Tensor], spec: Spec, validate: bool = True) -> 
     inside a compiled forward. There, ``num_graphs`` is static when the flat
     dict carries ``ptr`` (``ptr.numel() - 1``).
 
+    Args:
+        flat: ``{key: tensor}``, as :func:`flatten` returned it or of its shapes.
+        spec: the :class:`Spec` :func:`flatten` returned (or ``spec.static()``).
+        validate: check ``flat`` against ``spec`` first (eager calls only).
+
+    Returns:
+        The object, of the spec's class, holding ``flat``'s tensors (no copy).
+
     Raises:
+        ClassNotAllowedError: a spec naming a class outside the allowed modules.
         SpecError: ``flat`` does not fit ``spec``: a ``MissingKeyError``,
             ``UnexpectedKeyError``, ``DtypeMismatchError`` or
             ``ShapeMismatchError`` whose message names the key; with a full
@@ -530,6 +552,17 @@ def unflatten(flat: Mapping[str, Tensor], spec: Spec, validate: bool = True) -> 
             the spec's (rows, or the ``batch``/``ptr`` split, differ). Pass
             ``validate=False`` to skip the checks; nothing is checked while
             compiling.
+
+    Example:
+        ```python
+        import torch
+        from torch_geometric.data import Data
+        from graph_adapter import flatten, unflatten
+
+        flat, spec = flatten(Data(x=torch.randn(3, 4), y=torch.tensor([1.0])))
+        again = unflatten(flat, spec)  # a Data again: its class, keys and tensors
+        assert isinstance(again, Data) and again.x is flat["x"]
+        ```
     """
     if validate and not torch.compiler.is_compiling():
         spec.validate(flat)

@@ -319,6 +319,33 @@ def unpad(outputs: Mapping[str, Tensor], flat: Mapping[str, Tensor],
     When ``flat`` has a leading micro-batch dim ``F``, the result is a list of
     ``F`` dicts, one per micro-batch; outputs may then be ``[F, R, ...]``,
     ``[F * R, ...]`` (stacked by poptorch) or, for ``F == 1``, ``[R, ...]``.
+
+    Args:
+        outputs: what the wrapped model returned (``{"output": ..., "loss": ...}``).
+        flat: the padded batch the outputs are of (its masks say which rows are real).
+        levels: ``{output key: level}`` where a row count names several levels.
+
+    Returns:
+        ``{key: tensor}`` of the real rows of each output, in the batch's order (a
+        list of such dicts, one a micro-batch, for a batch with a leading ``F``).
+
+    Raises:
+        AmbiguousLevelError: an output whose row count is the size of two levels
+            and no ``levels`` entry says which (or one that names neither).
+        KeyError: a ``levels`` key that is not an output key.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+        from torch_geometric.nn import GCN
+
+        from graph_adapter import Budget, FixedSizeLoader, ipu_wrap, unpad
+
+        graphs = FakeDataset(num_graphs=8, avg_num_nodes=10, num_channels=8)
+        batch = next(iter(FixedSizeLoader(graphs, Budget.tight(graphs, 4))))
+        out = unpad(ipu_wrap(GCN(8, 16, 2))(batch), batch)  # the real nodes' rows only
+        assert out["output"].shape[0] == batch["node_mask"].sum()
+        ```
     """
     levels = dict(levels or {})
     unknown = sorted(set(levels) - set(outputs))

@@ -36,7 +36,34 @@ _RECOMPILE_HINT = (
 
 
 class EmulatorError(RuntimeError):
-    """What poptorch would raise (``poptorch.Error``) for the same call."""
+    """What poptorch would raise (``poptorch.Error``) for the same call.
+
+    Raised by the emulator (``compile_ipu(..., "ipu-emulator")``) and the emulated
+    ``poptorch`` module (:func:`emulate_poptorch`) where poptorch would raise on an
+    IPU: an input signature other than the compiled one, a dim 0 that does not
+    divide by ``F``, no loss in a training model, a destroyed model.
+
+    Args:
+        message: poptorch's message for the same call where it has one (with its
+            advice, e.g. to recompile), else what the emulator checked.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+        from torch_geometric.nn import GCN
+
+        from graph_adapter import (Budget, EmulatorError, FixedSizeLoader, IPUOptions,
+                                   compile_ipu, ipu_wrap)
+
+        graphs = FakeDataset(num_graphs=32, avg_num_nodes=10, num_channels=8)
+        runner = compile_ipu(ipu_wrap(GCN(8, 16, 2)), "ipu-emulator", IPUOptions())
+        runner(next(iter(FixedSizeLoader(graphs, Budget.tight(graphs, 4)))))
+        try:  # a batch of other shapes: poptorch compiled for the first one
+            runner(next(iter(FixedSizeLoader(graphs, Budget.tight(graphs, 8)))))
+        except EmulatorError as e:
+            print(e)  # Shape mismatch for flat[batch]: ... call destroy() ...
+        ```
+    """
 
 
 class BatchDimensionError(EmulatorError, AssertionError):

@@ -68,6 +68,27 @@ def compile_ipu(
         both are called with one host batch whose tensors carry a leading dim
         ``options.micro_batches``, switch mode with ``.train()`` / ``.eval()``
         and, in training, step the optimizer themselves (``steps_optimizer``).
+
+    Raises:
+        ValueError: a ``backend`` that is not an IPU backend.
+        TypeError: ``options`` that is neither an ``IPUOptions`` nor its dict.
+        ImportError: ``"poptorch"`` where poptorch (Poplar SDK) is not installed.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+        from torch_geometric.nn import GCN
+
+        from graph_adapter import (Budget, FixedSizeLoader, IPUOptions, compile_ipu,
+                                   ipu_wrap)
+
+        graphs = FakeDataset(num_graphs=16, avg_num_nodes=10, num_channels=8)
+        opts = IPUOptions(device_iterations=2)
+        loader = FixedSizeLoader(graphs, Budget.tight(graphs, 4),
+                                 micro_batches=opts.micro_batches)
+        runner = compile_ipu(ipu_wrap(GCN(8, 16, 2)), "ipu-emulator", opts)  # or "poptorch"
+        out = runner(next(iter(loader)))  # one host batch of 2 micro-batches, one call
+        ```
     """
     build = IPU_BACKENDS.get(backend)
     if build is None:

@@ -52,6 +52,18 @@ class IPUOptions:
     Note: poptorch's own default output mode is ``Final`` for training and
     ``All`` for inference; :meth:`to_poptorch` always sets the mode named
     here, so the backends agree.
+
+    Raises:
+        ValueError: a count that is not a positive int, an unknown ``output_mode``,
+            or an ``output_return_period`` that does not divide ``D``.
+
+    Example:
+        ```python
+        from graph_adapter import IPUOptions
+
+        opts = IPUOptions(device_iterations=2, gradient_accumulation=4)
+        assert opts.micro_batches == 8  # F = D * R * A: the loader's micro_batches=
+        ```
     """
 
     device_iterations: int = 1

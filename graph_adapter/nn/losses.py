@@ -154,10 +154,33 @@ def masked_loss(kind: Union[str, Callable] = "mse", target: str = "y", level: st
         kind: ``"mse"``, ``"l1"``, ``"bce"``, ``"cross_entropy"`` or a
             ``fn(pred, target, mask)``.
         target: the batch attribute holding the target.
-        level: ``"graph"`` (mask ``batch.graph_mask``) or ``"node"``
-            (``batch.node_mask``).
+        level: ``"graph"`` (mask ``batch.graph_mask``), ``"node"``
+            (``batch.node_mask``) or ``"edge"`` (``batch.edge_mask``).
         output_key: pick ``output[output_key]`` when the model returns a
             tuple or dict.
+
+    Returns:
+        A :class:`MaskedLoss`: ``loss_fn(output, batch)`` is the mean over the real
+        rows whose target is not NaN (padding rows weigh nothing);
+        ``.count(batch)`` is how many elements it averaged.
+
+    Raises:
+        ValueError: a ``level`` other than ``"graph"``, ``"node"``, ``"edge"``.
+        KeyError: a ``kind`` name that is none of the four.
+
+    Example:
+        ```python
+        import torch
+        from torch_geometric.data import Batch, Data
+
+        from graph_adapter import masked_loss
+
+        batch = Batch.from_data_list([Data(num_nodes=2, y=torch.tensor([1.0])),
+                                      Data(num_nodes=1, y=torch.tensor([0.0]))])
+        batch.graph_mask = torch.tensor([True, False])  # graph slot 1 is padding
+        loss = masked_loss("mse")(torch.tensor([3.0, 100.0]), batch)
+        assert loss.item() == 4.0  # (3 - 1) ** 2: the padding slot is not counted
+        ```
     """
     fn = _KINDS[kind] if isinstance(kind, str) else kind
     if level not in ("graph", "node", "edge"):

@@ -513,19 +513,43 @@ def ipu_wrap(model: nn.Module, *, loss_fn: Optional[Callable] = None, inputs: st
             padding-invariance tests and ``graph_adapter.check`` run it.
             Dropout draws other random numbers on fewer rows.
 
-    Raises (at call time, eager):
-        MissingInputError: a required parameter has no key.
+    Returns:
+        An :class:`IPUWrapped` module whose ``forward(flat)`` returns a dict of fixed
+        keys: ``"output"`` (a tuple, dict or ``Data`` output: ``"output/0"``,
+        ``"output/<key>"``; padding rows included: :func:`unpad` drops them) and
+        ``"loss"`` with a ``loss_fn``. ``.model`` is ``model`` itself.
+
+    Raises:
+        ValueError: an ``inputs`` other than ``"auto"``, ``"data"`` or ``"tensors"``
+            (at wrap time); a leading micro-batch dim larger than 1 (at call time).
+        MissingInputError: (this and the rest: at call time, in eager mode) a
+            required parameter has no key.
         UnboundInputError: a defaulted parameter has no key while a similar
             key binds to nothing (a misspelt ``edge_atr``).
         SpecError: the input dict does not fit (``MissingKeyError``,
             ``DtypeMismatchError``, ``ShapeMismatchError``, ``DeviceMismatchError``,
             ``UnsupportedAttributeError``), naming the key.
-        ValueError: a leading micro-batch dim larger than 1.
         InputValueError: a bad value (a ``SpecError`` and ``ValueError``;
             ``.key``, ``.position``, ``.value``), see ``check_inputs``.
         graph_adapter.nn.wrap.TrimError: with ``trim=True``, a trimmed output
             whose rows are not the real count of the level it had on the
             padded path (a model that sizes it from data): pass ``trim=False``.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+        from torch_geometric.nn import GCN
+
+        from graph_adapter import Budget, FixedSizeLoader, ipu_wrap, masked_loss
+
+        graphs = FakeDataset(num_graphs=16, avg_num_nodes=10, num_channels=8,
+                             num_classes=3, task="node")
+        model = ipu_wrap(GCN(8, 16, 2, out_channels=3),  # forward(x, edge_index)
+                         loss_fn=masked_loss("cross_entropy", level="node"))
+        batch = next(iter(FixedSizeLoader(graphs, Budget.tight(graphs, 4))))
+        out = model(batch)  # {"output": [nodes, 3], "loss": over the real nodes}
+        out["loss"].backward()
+        ```
     """
     return IPUWrapped(model, loss_fn=loss_fn, inputs=inputs, bind=bind, mask_norm=mask_norm,
                       extra_kwargs=extra_kwargs, check_inputs=check_inputs, trim=trim)

@@ -327,8 +327,9 @@ def _parts(partition: Any, num_nodes: int) -> Tuple[Tensor, Tensor]:
 
 
 class FixedSizeClusterLoader(FixedSizeNeighborLoader):
-    """Yields padded flat dicts of one signature, each the induced subgraph of
-    ``batch_size`` clusters (see the module docstring).
+    """Yields padded flat dicts of one signature, each the subgraph of ``batch_size`` clusters.
+
+    Each batch is the induced subgraph of its clusters (see the module docstring).
 
     Args:
         data: a homogeneous ``torch_geometric.data.Data``.
@@ -357,6 +358,30 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
     ``edge_cut`` (METIS: undirected edges between parts, :func:`edge_cut`;
     ``None`` for ``partition=``: not computed), ``num_parts``, ``partptr`` /
     ``node_perm`` (part ``p``'s nodes: ``node_perm[partptr[p]:partptr[p + 1]]``).
+
+    Yields:
+        One flat dict a batch, all of ``loader.budget``'s shapes: the induced
+        subgraph of ``batch_size`` clusters, with the masks and ``n_id`` / ``e_id``
+        of :class:`FixedSizeNeighborLoader`'s batches.
+
+    Raises:
+        PartitionError: a ``partition`` that is not one id in ``[0, P)`` a node, an
+            empty part, or a ``num_parts`` that is not in ``[1, num_nodes]``.
+        MetisUnavailableError: ``num_parts`` without ``partition`` and no METIS.
+        ValueError: an unknown ``metis_backend`` or another bad argument.
+
+    Example:
+        ```python
+        import torch
+        from torch_geometric.datasets import FakeDataset
+
+        from graph_adapter import FixedSizeClusterLoader
+
+        data = FakeDataset(avg_num_nodes=200, avg_degree=4)[0]
+        parts = torch.arange(data.num_nodes) % 8  # a partition (num_parts=8: METIS's)
+        loader = FixedSizeClusterLoader(data, batch_size=2, partition=parts)
+        assert len(loader) == 4  # every cluster in one batch an epoch, 2 a batch
+        ```
     """
 
     def __init__(self, data: Any, num_parts: Optional[int] = None, batch_size: int = 1, *,

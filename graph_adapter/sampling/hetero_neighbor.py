@@ -121,6 +121,34 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
             ``replace``, ``directed``, ``oversize``, ``success_ratio``,
             ``fit_batches``, ``micro_batches``, ``rank``, ``world_size``,
             ``pad_id``, ``sampler_threads``).
+
+    Yields:
+        One hetero flat dict a batch, all of ``loader.budget``'s shapes: keys per
+        node type (``"<type>/x"``, ``"<type>/node_mask"``, ``"<type>/n_id"``, ...)
+        and edge type (``"<src>__<rel>__<dst>/edge_index"``, ``.../edge_mask``),
+        ``graph_mask`` (``docs/dev/FORMAT.md``).
+
+    Raises:
+        TypeError: ``data`` that is not a ``HeteroData``.
+        FanoutError: a graph without edge types, or a bad ``num_neighbors``.
+        InputNodesError: ``input_nodes`` naming a node type or node ``data`` lacks.
+        ValueError: a budget that is not ``graphs=2`` or too small for the seeds,
+            an attribute whose name is a reserved key.
+        SubgraphOversizeError: (while iterating) a sample over the budget with
+            ``oversize="error"``.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeHeteroDataset
+
+        from graph_adapter import FixedSizeHeteroNeighborLoader
+
+        data = FakeHeteroDataset(avg_num_nodes=100)[0]  # node types v0, v1, ...
+        loader = FixedSizeHeteroNeighborLoader(
+            data, num_neighbors=[4, 4], batch_size=8, input_nodes=("v0", None))
+        batch = next(iter(loader))  # 8 seeds of type v0 and their samples
+        assert batch["v0/seed_mask"].sum() == 8
+        ```
     """
 
     def __init__(self, data: Any, num_neighbors: Any, batch_size: int, *,

@@ -167,6 +167,30 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
             supervision slot (a link's two endpoints, and a triplet's negatives,
             share one); ``edge_label_index`` / ``src_index`` ... point at those
             rows. Not with ``directed=False``.
+
+    Yields:
+        One flat dict a batch, all of ``loader.budget``'s shapes: the sampled
+        subgraph (as :class:`FixedSizeNeighborLoader`'s) plus the batch's supervision
+        edges in its own node ids, ``edge_label_index`` ``[2, L]`` and
+        ``edge_label`` (binary; triplet: ``src_index`` / ``dst_pos_index`` /
+        ``dst_neg_index``), ``link_mask`` (the real ones) and ``input_id``.
+
+    Raises:
+        LinkLabelError: a bad ``edge_label_index`` / ``edge_label`` (shape, dtype, an
+            id out of range) or ``neg_sampling`` / ``neg_sampling_ratio``.
+        FanoutError, ValueError: as :class:`FixedSizeNeighborLoader`.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+
+        from graph_adapter import FixedSizeLinkNeighborLoader
+
+        data = FakeDataset(avg_num_nodes=200, avg_degree=4)[0]
+        loader = FixedSizeLinkNeighborLoader(data, num_neighbors=[4, 4], batch_size=16)
+        batch = next(iter(loader))  # 16 edges of data.edge_index, 16 negatives
+        assert batch["edge_label"].shape == (32,)
+        ```
     """
 
     def __init__(self, data: Any, num_neighbors: Sequence[int],

@@ -322,6 +322,32 @@ class FixedSizeNeighborLoader(Sharded):
             default: from the fanouts where they bound the in-degree, else
             fitted; ``loader.layout_widths`` / ``loader.layout_spills`` give
             another loader the same shapes).
+
+    Yields:
+        One flat dict a batch, all of ``loader.budget``'s shapes: the sampled
+        subgraph's attributes and ``edge_index``, ``node_mask`` / ``edge_mask`` /
+        ``graph_mask``, ``seed_mask`` (the seeds' rows), ``n_id`` / ``e_id`` (ids in
+        ``data``, ``pad_id`` on padding rows).
+
+    Raises:
+        FanoutError: a ``num_neighbors`` that is not a list of ints ``>= -1``.
+        InputNodesError: ``input_nodes`` naming a node ``data`` lacks (or twice).
+        ValueError: another bad argument (``oversize``, ``layout``, a budget
+            without ``graphs=2`` or too small for ``batch_size`` seeds).
+        SubgraphOversizeError: (while iterating) a sample over the budget with
+            ``oversize="error"``.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+
+        from graph_adapter import FixedSizeNeighborLoader
+
+        data = FakeDataset(avg_num_nodes=300, avg_degree=4)[0]  # one large graph
+        loader = FixedSizeNeighborLoader(data, num_neighbors=[5, 5], batch_size=16)
+        batch = next(iter(loader))  # 16 seeds' 2-hop samples, padded to the budget
+        assert batch["x"].shape[0] == loader.budget.nodes
+        ```
     """
 
     def __init__(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *,

@@ -278,13 +278,44 @@ def rung_contract(contract: Contract, i: int) -> Contract:
 def load(path: PathLike, *, threads: Optional[int] = None) -> Predictor:
     """Load an artifact written by ``graph_adapter.export``.
 
-    ``threads``: intra-op threads (onnxruntime's session option; for pt2,
-    ``torch.set_num_threads``, which is process-wide); ``None``: the runtime's default.
-    An ``.onnx`` artifact of ``graph_adapter.export`` gives the same predictions at any
-    count (its scatter adds are written so; export checked it at 2 and 4 threads); a
-    ``.pt2`` one runs fastest at the count it was exported for (``contract.threads``).
-    Raises ``ArtifactError`` for a file without a graph_adapter contract,
-    ``RuntimeMissingError`` naming what to install.
+    Args:
+        path: the ``.pt2`` or ``.onnx`` file.
+        threads: intra-op threads (onnxruntime's session option; for pt2,
+            ``torch.set_num_threads``, which is process-wide); ``None``: the
+            runtime's default. An ``.onnx`` artifact of ``graph_adapter.export`` gives
+            the same predictions at any count (its scatter adds are written so; export
+            checked it at 2 and 4 threads); a ``.pt2`` one runs fastest at the count it
+            was exported for (``contract.threads``).
+
+    Returns:
+        A :class:`Predictor`: ``predict(graphs)`` packs requests (dicts of arrays, or
+        PyG ``Data``) into the artifact's padded calls and returns one prediction a
+        graph; ``.contract`` is what the artifact takes and returns.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ArtifactError: a file without a graph_adapter contract.
+        RuntimeMissingError: the runtime the artifact needs (torch, onnxruntime) is
+            not installed: names what to install.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+        from torch_geometric.nn import GCN
+
+        import graph_adapter as ga
+        from graph_adapter import serve
+
+        graphs = FakeDataset(num_graphs=8, avg_num_nodes=10, num_channels=8)
+        loader = ga.FixedSizeLoader(graphs, ga.Budget.tight(graphs, 4))
+        ga.export(ga.ipu_wrap(GCN(8, 16, 2)), loader, "gcn.onnx", format="onnx")
+
+        predictor = serve.load("gcn.onnx", threads=1)  # no PyG needed from here on
+        g = graphs[0]
+        request = {"x": g.x.numpy(), "edge_index": g.edge_index.numpy()}  # or a Data
+        (pred,) = predictor.predict([request])
+        assert pred.shape == (g.num_nodes, 16)  # the graph's node rows
+        ```
     """
     path = os.fspath(path)
     if not os.path.exists(path):
