@@ -56,7 +56,6 @@ _CHILD = textwrap.dedent(r"""
     import torch.nn.functional as F
     import graph_adapter as ga
     from graph_adapter.app.datasets import load_nci5k
-    from graph_adapter.app.demo.graph import _layout_of
     from graph_adapter.app.models import build_model
     from torch_geometric.loader import DataLoader
 
@@ -91,8 +90,9 @@ _CHILD = textwrap.dedent(r"""
             ends.append(time.perf_counter() - t0)
     else:
         budget = ga.Budget.fit(graphs, 64, seed=0)
-        layout = _layout_of(graphs, budget, layout_name) if layout_name else {}
-        loader = ga.FixedSizeLoader(graphs, budget, shuffle=True, seed=0, **layout)
+        # (one loader over every molecule fits the layout's tables on all of them)
+        loader = ga.FixedSizeLoader(graphs, budget, shuffle=True, seed=0,
+                                    layout=layout_name or None)
         wrapped = ga.ipu_wrap(model, loss_fn=loss_fn, trim=True)
         backend = "eager" if variant == "eager" else "inductor"
         kwargs = {} if variant == "eager" else {"background": variant.startswith("background")}

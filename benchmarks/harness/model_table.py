@@ -140,8 +140,9 @@ def _ogb() -> nn.Module:
 
 
 def _demo_layout() -> Optional[str]:
-    from graph_adapter.app.demo.config import DemoConfig
-    return DemoConfig().layout
+    """The demo's default layout as FixedSizeLoader takes it (``None``: PyG's scatter)."""
+    from graph_adapter.app.demo.config import DemoConfig, loader_layout
+    return loader_layout(DemoConfig().layout)
 
 
 #: name -> (description, builder, FixedSizeLoader layout: None, "hyb", or a callable of none)

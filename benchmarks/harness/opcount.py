@@ -71,7 +71,7 @@ from . import ROOT
 __all__ = ["OpCount", "count_step", "compare", "format_table", "WORK_VARIANTS", "instructions",
            "format_instructions", "main"]
 
-_PKG = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_PKG = os.path.dirname(os.path.abspath(ga.__file__)) + os.sep  # the package measured
 _APP = os.path.join(_PKG, "app") + os.sep
 _TORCH = os.path.dirname(torch.__file__) + os.sep
 _HERE = os.path.abspath(__file__)

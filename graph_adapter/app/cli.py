@@ -31,7 +31,7 @@ from typing import Any, Optional, Sequence
 import graph_adapter as ga
 from graph_adapter.backends import backend_names
 
-from .demo.config import DemoConfig
+from .demo.config import LAYOUTS, DemoConfig
 from .demo.graph import MODELS, run_demo
 from .demo.node import NodeDemoConfig
 from .demo.results import seed_spread
@@ -97,10 +97,10 @@ def _add_demo_model_args(demo: argparse.ArgumentParser, d: DemoConfig) -> None:
                            f"else inductor (training and inference; inductor_eval: eager "
                            f"training, no training compile); eager: no compiler; "
                            f"default {d.backend}")
-    demo.add_argument("--layout", choices=("hyb", "ell", "none"), default=d.layout or "none",
+    demo.add_argument("--layout", choices=LAYOUTS, default=d.layout,
                       help="FixedSizeLoader's aggregation layout: hyb (narrow neighbour tables "
                            "+ spill lists), ell (tables as wide as the largest degree), none "
-                           f"(PyG's scatter); default {d.layout or 'none'}")
+                           f"(PyG's scatter); default {d.layout}")
 
 
 def _add_demo_run_args(demo: argparse.ArgumentParser, d: DemoConfig) -> None:
@@ -178,7 +178,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         return run_node_cli(args)
     cfg = DemoConfig(epochs=args.epochs, batch_graphs=args.batch_graphs, seed=args.seed,
                      model=args.model, backend=args.backend, hidden=args.hidden,
-                     layout=None if args.layout == "none" else args.layout,
+                     layout=args.layout,
                      layers=args.layers, lr=args.lr, limit=args.limit, path=args.data,
                      eager_baseline=not args.no_eager, pyg_compile=not args.no_pyg_compile,
                      progress=not args.quiet,

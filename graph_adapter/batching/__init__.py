@@ -23,7 +23,8 @@ from .budget import RESERVED_NODES, Budget
 from .packing import (PACKERS, GraphSizes, find_oversize, graph_sizes, oversize_reasons,
                       pack_greedy, pack_histogram, plan_efficiency, plan_epoch, slot_dims)
 from .collate import Collator, collate_padded
-from ._layout import HYB_COVER, LAYOUTS, DegreeWidthError, cover_width, hyb_tables
+from ._layout import (HYB_COVER, LAYOUTS, DegreeWidthError, cover_width, fit_layout_widths,
+                      hyb_tables)
 from .loader import FixedSizeLoader, LoaderStats
 from .ranks import RankMismatchError, Ranks, Sharded, distributed_ranks, fingerprint
 
@@ -31,6 +32,6 @@ __all__ = ["Budget", "RESERVED_NODES", "GraphSizes", "graph_sizes", "pack_greedy
            "pack_histogram", "plan_epoch", "plan_efficiency", "find_oversize",
            "oversize_reasons", "slot_dims", "PACKERS", "Collator", "collate_padded", "LAYOUTS",
            "DegreeWidthError", "HYB_COVER",
-           "cover_width", "hyb_tables",
+           "cover_width", "fit_layout_widths", "hyb_tables",
            "FixedSizeLoader", "LoaderStats", "Ranks", "Sharded", "RankMismatchError",
            "distributed_ranks", "fingerprint"]

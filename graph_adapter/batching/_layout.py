@@ -31,14 +31,14 @@ can exceed it. Why: a few hub atoms (degree 7-10 among 82k atoms of degree
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..format import ELL_IN, ELL_OUT, SPILL_IN, SPILL_OUT
 
 __all__ = ["LAYOUTS", "DegreeWidthError", "degree_widths", "fit_widths", "fit_hyb", "ell_tables",
-           "hyb_tables", "fit_layout", "layout_tables", "graph_of_node"]
+           "hyb_tables", "fit_layout", "fit_layout_widths", "layout_tables", "graph_of_node"]
 
 #: The ``layout`` values a collator takes.
 LAYOUTS = (None, "ell", "hyb")
@@ -205,6 +205,26 @@ def fit_layout(layout: str, edge_index: np.ndarray, edge_counts: np.ndarray,
         return (widths if widths is not None
                 else fit_widths(edge_index, edge_counts, node_counts)), None
     return fit_hyb(edge_index, edge_counts, node_counts, graphs, widths)
+
+
+def fit_layout_widths(dataset: Sequence[Any], graphs: int, layout: str
+                      ) -> Tuple[Tuple[int, int], Optional[Tuple[int, int]]]:
+    """``(layout_widths, layout_spills)`` of ``layout`` (``"ell"`` / ``"hyb"``; ``"ell"``'s
+    spills are ``None``) fitted on every graph of ``dataset``, as a loader over it fits them,
+    for batches of at most ``graphs`` graphs (its budget's).
+
+    Loaders over parts of one dataset (a train and a test split of one compiled model)
+    given these (``FixedSizeLoader(part, budget, layout=..., layout_widths=...,
+    layout_spills=...)``) give batches of one shape. Reads each graph's ``edge_index``
+    and ``num_nodes``; no collator (no columnar copy) is built.
+    """
+    if layout not in ("ell", "hyb"):
+        raise ValueError(f"layout must be 'ell' or 'hyb' (the layouts with tables), got {layout!r}")
+    parts = [np.asarray(g.edge_index, dtype=np.int64).reshape(2, -1) for g in dataset]
+    edges = np.array([p.shape[1] for p in parts], dtype=np.int64)
+    nodes = np.array([int(g.num_nodes) for g in dataset], dtype=np.int64)
+    ei = np.concatenate(parts, axis=1) if parts else np.zeros((2, 0), np.int64)
+    return fit_layout(layout, ei, edges, nodes, int(graphs))
 
 
 def layout_tables(layout: str, edge_index: np.ndarray, num_real_edges: int, num_nodes: int,

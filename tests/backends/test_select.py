@@ -344,18 +344,6 @@ def test_backends_outside_the_process_are_refused():
         Selected(w, _StubCompiled, Measure()).candidate("pyg")
 
 
-def test_the_layout_benchmark_reports_a_choice_per_mode():
-    from graph_adapter.app.bench import layout
-
-    torch.manual_seed(0)
-    res = layout.selection(Net(), _loss, _batches("hyb"), steps=1, backend="eager")
-    assert set(res) == {"train", "infer"}
-    for c in res.values():
-        assert sorted(c["medians"]) == sorted(CANDIDATES) and c["winner"] in CANDIDATES
-        assert all(len(v) == 1 for v in c["samples"].values()) and c["trial_s"] > 0
-    json.dumps(res)
-
-
 def test_micro_batches_run_one_at_a_time_on_every_candidate():
     torch.manual_seed(0)
     net = Net().double()

@@ -6,7 +6,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-__all__ = ["DemoConfig"]
+__all__ = ["DemoConfig", "LAYOUTS", "loader_layout"]
+
+#: The demo's ``layout`` setting, one form from ``--layout`` to the report: FixedSizeLoader's
+#: aggregation layouts by name, ``"none"`` for PyG's scatter (the loader's ``layout=None``).
+LAYOUTS = ("hyb", "ell", "none")
+
+
+def loader_layout(layout: str) -> Optional[str]:
+    """FixedSizeLoader's ``layout`` argument for the demo's setting (``"none"``: ``None``)."""
+    return None if layout == "none" else layout
 
 
 @dataclasses.dataclass
@@ -18,10 +27,11 @@ class DemoConfig:
     seed: int = 0
     model: str = "gine"
     backend: str = "auto"
-    # FixedSizeLoader's aggregation layout (None, "ell", "hyb"): HYB's narrow neighbour
-    # tables were the steadiest compiled training and the fastest inference measured
-    # (docs/benchmarks.md); fitted on every molecule, shared by train and test loaders
-    layout: Optional[str] = "hyb"
+    # FixedSizeLoader's aggregation layout, one of LAYOUTS ("none": PyG's scatter): HYB's
+    # narrow neighbour tables were the steadiest compiled training and the fastest
+    # inference measured (docs/benchmarks.md); fitted on every molecule, shared by the
+    # train and test loaders
+    layout: str = "hyb"
     hidden: int = 64
     layers: int = 4
     lr: float = 2e-3

@@ -62,18 +62,18 @@ import copy
 import dataclasses
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 import graph_adapter as ga
 from graph_adapter.backends import resolve_backend
-from graph_adapter.batching import Collator
+from graph_adapter.batching import fit_layout_widths
 
 from ..datasets import load_nci5k
 from ..models import MODELS, AtomBondEncoder, MolRegressor, build_model
 from ..preflight import DemoSettingError, check_demo_settings
-from .config import DemoConfig
+from .config import DemoConfig, loader_layout
 from .results import DemoResult, RunStats, write_plot
 from .timing import (Timed, evaluate, known_nondeterminism, log, mode_backend, time_interleaved,
                      time_rounds, train_adapter, train_epochs, train_pyg)
@@ -84,14 +84,15 @@ __all__ = ["MODELS", "DemoConfig", "DemoResult", "RunStats", "AtomBondEncoder", 
 
 
 # --------------------------------------------------------------------------
-def _layout_of(graphs, budget, name: Optional[str]) -> Dict[str, Any]:
-    """FixedSizeLoader's layout arguments, fitted on every molecule (as the budget), so
-    that the train and test loaders give one compiled model batches of one shape."""
-    if not name:
-        return {}
-    # (the collator is what fits the tables: a FixedSizeLoader builds one the same way)
-    c = Collator(graphs, budget, layout=name)
-    return {"layout": name, "layout_widths": c.layout_widths, "layout_spills": c.layout_spills}
+#: the layout tables' ``(layout_widths, layout_spills)`` (``(None, None)``: no tables)
+Tables = Tuple[Optional[Tuple[int, int]], Optional[Tuple[int, int]]]
+
+
+def _tables(graphs, budget, layout: str) -> Tables:
+    """The layout tables' sizes fitted on every molecule (as the budget), so that the
+    train and test loaders give one compiled model batches of one shape."""
+    name = loader_layout(layout)
+    return fit_layout_widths(graphs, budget.graphs, name) if name else (None, None)
 
 
 def _split(n: int, test_fraction: float, seed: int):
@@ -173,14 +174,14 @@ def _pad_to_max(graphs, batch_graphs: int) -> float:
 @dataclasses.dataclass
 class _Runs:
     """Every run, trained and evaluated: the adapter's figures, its loader's statistics,
-    its compiled model, its epoch-1 node fill and layout, and every run ready for the
-    interleaved rounds (the adapter's first)."""
+    its compiled model, its epoch-1 node fill and layout tables, and every run ready for
+    the interleaved rounds (the adapter's first)."""
 
     adapter: RunStats
     loader_stats: Any
     compiled: Any
     fill: List[float]
-    layout: Dict[str, Any]
+    tables: Tables
     timed: List[Timed]
 
     def stats(self, name: str) -> Optional[RunStats]:
@@ -197,9 +198,9 @@ def _train_runs(cfg: DemoConfig, mols: _Molecules, budget, backend: str) -> _Run
     fill: List[float] = []
     # the HYB spill adds with scatter_add (nn/static_layout.SPILL_ADD), which poptorch
     # handles: the IPU backends keep the layout too
-    layout = _layout_of(mols.graphs, budget, cfg.layout)
+    tables = _tables(mols.graphs, budget, cfg.layout)
     adapter, st, compiled, adapter_timed = train_adapter(model, mols.train, mols.test, budget,
-                                                         cfg, backend, fill, layout)
+                                                         cfg, backend, fill, tables)
     timed = [adapter_timed]
     if cfg.eager_baseline:
         timed.append(train_pyg(copy.deepcopy(pyg_model), mols.train, mols.test, cfg,
@@ -207,7 +208,7 @@ def _train_runs(cfg: DemoConfig, mols: _Molecules, budget, backend: str) -> _Run
     if cfg.pyg_compile:
         timed.append(train_pyg(copy.deepcopy(pyg_model), mols.train, mols.test, cfg,
                                compiled=True))
-    return _Runs(adapter, st, compiled, fill, layout, timed)
+    return _Runs(adapter, st, compiled, fill, tables, timed)
 
 
 def _nondeterminism(cfg: DemoConfig, runs: _Runs) -> Dict[str, str]:
@@ -251,7 +252,7 @@ def _run(cfg: DemoConfig) -> DemoResult:
 def _result(cfg: DemoConfig, mols: _Molecules, budget, backend: str, note: str, runs: _Runs,
             rounds) -> DemoResult:
     """The :class:`DemoResult` of a run's parts (its timings but the whole run's)."""
-    st, layout, compiled = runs.loader_stats, runs.layout, runs.compiled
+    st, compiled = runs.loader_stats, runs.compiled
     return DemoResult(
         config=cfg, num_graphs=len(mols.graphs), num_bad_smiles=mols.num_bad,
         num_train=len(mols.train), num_test=len(mols.test), backend=backend, backend_note=note,
@@ -266,8 +267,7 @@ def _result(cfg: DemoConfig, mols: _Molecules, budget, backend: str, note: str, 
         training_backend=mode_backend(compiled, training=True),
         inference_backend=mode_backend(compiled, training=False),
         nondeterminism=_nondeterminism(cfg, runs),
-        layout={"name": layout["layout"], "widths": list(layout["layout_widths"]),
-                "spills": list(layout["layout_spills"] or [])} if layout else None,
+        layout_widths=runs.tables[0], layout_spills=runs.tables[1],
         infer_rounds=cfg.infer_rounds, infer_rounds_seconds=rounds.infer_seconds,
         infer_round_compiles=rounds.infer_compiles,
         train_rounds=cfg.train_rounds if any(t.stats.train_round_seconds for t in runs.timed) else 0,

@@ -43,12 +43,13 @@ class DemoReport:
         ]
 
     def _layout_note(self) -> str:
-        lay = self.layout
-        if not lay:
-            return "; layout: PyG's scatter (--layout none)"
-        widths = "/".join(str(w) for w in lay.get("widths", ()))
-        spills = "/".join(str(k) for k in lay.get("spills") or ())
-        return (f"; layout {lay['name']!r}: neighbour tables {widths} wide (in/out)"
+        """The setting as ``--layout`` names it, and the tables it fitted."""
+        layout = self.config.layout
+        if self.layout_widths is None:
+            return f"; layout: PyG's scatter (--layout {layout})"
+        widths = "/".join(str(w) for w in self.layout_widths)
+        spills = "/".join(str(k) for k in self.layout_spills or ())
+        return (f"; layout {layout!r}: neighbour tables {widths} wide (in/out)"
                 + (f", spill lists of {spills}" if spills else ""))
 
     def _busy(self) -> bool:

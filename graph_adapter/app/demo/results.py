@@ -13,7 +13,7 @@ and the plot in :mod:`graph_adapter.app.demo.plot`; every name is importable fro
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .config import DemoConfig
 from .plot import check_plot_extra, write_plot
@@ -63,8 +63,10 @@ class DemoResult(DemoReport):
     #: why each run's training will not repeat bit for bit (known, not probed):
     #: run name -> cause; a run that is not named has no known cause
     nondeterminism: Dict[str, str] = dataclasses.field(default_factory=dict)
-    #: the adapter's layout: {"name", "widths", "spills"}, or None (PyG's scatter)
-    layout: Optional[Dict[str, Any]] = None
+    #: the adapter's layout tables (``config.layout``'s), fitted on every molecule:
+    #: FixedSizeLoader's ``layout_widths`` and (HYB) ``layout_spills``; None without tables
+    layout_widths: Optional[Tuple[int, int]] = None
+    layout_spills: Optional[Tuple[int, int]] = None
     #: interleaved inference rounds run (after every training run; 0: none) and their
     #: wall time
     infer_rounds: int = 0

@@ -39,7 +39,7 @@ from graph_adapter.backends import precompiled_counts
 from graph_adapter.format import loss_of
 
 from ..torch_internals import dynamo_counters
-from .config import DemoConfig
+from .config import DemoConfig, loader_layout
 from .run_stats import PROBE_STEPS, TRAIN_ROUND_GRAPHS, RunStats, warmup_rounds
 
 __all__ = [
@@ -536,17 +536,16 @@ def _eval_eager(model: nn.Module, test, batch_size: int) -> float:
 # the runs
 # --------------------------------------------------------------------------
 def train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backend: str,
-                  result_fill: List[float], layout: Dict[str, Any]):
+                  result_fill: List[float], tables: Tuple[Any, Any]):
     """Train and evaluate ``model`` through FixedSizeLoader + ipu_wrap + compile.
 
     Returns ``(stats, loader_stats, compiled, timed)`` (``timed``: its inference, for
     the interleaved rounds); appends each epoch-1 batch's node fill (real nodes /
-    node budget) to ``result_fill``.
+    node budget) to ``result_fill``. ``tables``: see :func:`_loaders`.
     """
     t_run = time.perf_counter()
     stats = RunStats(name="graph_adapter")
-    loader = ga.FixedSizeLoader(train, budget, shuffle=True, seed=cfg.seed, **layout)
-    test_loader = ga.FixedSizeLoader(test, budget, shuffle=False, **layout)
+    loader, test_loader = _loaders(train, test, budget, cfg, tables)
     # trim: where a step runs eagerly (backend "eager"; "inductor_eval"'s training) the
     # model sees the real rows only, as eager PyG does; compiled calls stay padded
     wrapped = ga.ipu_wrap(model, loss_fn=ga.masked_loss("l1"), trim=True)
@@ -615,6 +614,16 @@ def train_adapter(model: nn.Module, train, test, budget, cfg: DemoConfig, backen
     stats.test_mae_eager_eval = _eval_eager(model, test, cfg.batch_graphs)
     stats.run_seconds = time.perf_counter() - t_run
     return stats, loader_stats, compiled, timed
+
+
+def _loaders(train, test, budget, cfg: DemoConfig, tables: Tuple[Any, Any]) -> Tuple[Any, Any]:
+    """The training (shuffled) and test FixedSizeLoaders of ``cfg.layout``, with its
+    tables' ``(layout_widths, layout_spills)`` fitted on every molecule: one shape for
+    the train and test batches of one compiled model."""
+    kw = dict(layout=loader_layout(cfg.layout), layout_widths=tables[0],
+              layout_spills=tables[1])
+    return (ga.FixedSizeLoader(train, budget, shuffle=True, seed=cfg.seed, **kw),
+            ga.FixedSizeLoader(test, budget, shuffle=False, **kw))
 
 
 def _test_pass(stats: RunStats, compiled: Any, eval_step: EvalStep, batches: List[Any],

@@ -1,6 +1,7 @@
 """The demo's report says only what is true for the run it describes: compiles as the
 backend that ran counted them ("none" for eager), batches and graphs counted, steady-state
 throughput by a stated warm-up rule, repeatability measured; every line fits 88 columns."""
+import json
 import math
 import statistics
 
@@ -287,7 +288,7 @@ def test_first_step_counts_inductor_cache_hits_and_compiles():
     from graph_adapter.app.demo.timing import train_epochs
     from graph_adapter.app.demo.results import RunStats
 
-    from graph_adapter.backends.inductor import precompile as _precompile
+    from graph_adapter.tuning import precompile as _precompile
 
     def step(batch):  # stands in for a compile: moves the counters as inductor would
         counters["inductor"]["fxgraph_cache_hit"] += batch[0]
@@ -306,10 +307,12 @@ def test_first_step_counts_inductor_cache_hits_and_compiles():
 def test_report_names_the_layout_and_train_and_test_share_its_tables():
     r = run_demo(backend="eager", eager_baseline=False, **TINY)  # default: layout "hyb"
     head = r.report()
-    assert r.layout["name"] == "hyb" and "layout 'hyb': neighbour tables" in head
-    assert len(r.layout["widths"]) == 2 and len(r.layout["spills"]) == 2
-    none = run_demo(backend="eager", eager_baseline=False, layout=None, **TINY)
-    assert none.layout is None and "layout: PyG's scatter" in none.report()
+    assert r.config.layout == "hyb" and "layout 'hyb': neighbour tables" in head
+    assert len(r.layout_widths) == 2 and len(r.layout_spills) == 2
+    none = run_demo(backend="eager", eager_baseline=False, layout="none", **TINY)
+    assert none.layout_widths is None and none.layout_spills is None
+    assert "layout: PyG's scatter (--layout none)" in none.report()
+    assert json.loads(json.dumps(r.as_dict(), default=str))["config"]["layout"] == "hyb"
     # the same model, same data: the layout changes no number of the eager run
     assert none.adapter.test_mae == pytest.approx(r.adapter.test_mae, rel=1e-4)
 
@@ -471,7 +474,7 @@ def test_infer_rounds_must_be_a_positive_int():
             run_demo(backend="eager", infer_rounds=bad, **TINY)
 
 
-def test_layout_is_fitted_by_a_collator_as_the_loader_would():
+def test_layout_tables_are_fitted_as_a_loader_over_every_molecule_fits_them():
     """Every molecule (about 5 s): a subset fits other tables (spill lists of 72 from the
     first half against 105 from all, at 32 graphs a batch)."""
     from graph_adapter.app.datasets import load_nci5k
@@ -482,6 +485,5 @@ def test_layout_is_fitted_by_a_collator_as_the_loader_would():
     budget = ga.Budget.fit(graphs, 32, seed=0)
     for name in ("hyb", "ell"):
         c = ga.FixedSizeLoader(graphs, budget, layout=name).collator
-        assert demo._layout_of(graphs, budget, name) == {
-            "layout": name, "layout_widths": c.layout_widths, "layout_spills": c.layout_spills}
-    assert demo._layout_of(graphs, budget, None) == {}
+        assert demo._tables(graphs, budget, name) == (c.layout_widths, c.layout_spills)
+    assert demo._tables(graphs, budget, "none") == (None, None)
