@@ -476,7 +476,7 @@ _EXIT_SCRIPT = textwrap.dedent("""
 
 
 def _run_exit_script(backend, env, timeout):
-    script = _EXIT_SCRIPT.format(tests=os.path.join(ROOT, "tests", "backends"),
+    script = _EXIT_SCRIPT.format(tests=os.path.join(ROOT, "tests", "tuning"),
                                  backend=backend)
     env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "tests"), **env}
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
