@@ -60,6 +60,7 @@ from ..batching import Budget
 from ..format import (DST_NEG_INDEX, DST_POS_INDEX, EDGE_LABEL, EDGE_LABEL_INDEX, INPUT_ID,
                       LINK_KEYS, LINK_MASK, SRC_INDEX)
 from .csr import Sample
+from ..contract import padding_node
 from .settings import SamplingSettings
 from .neighbor import FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed
 
@@ -353,7 +354,7 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
 
     def _pad_links(self, sup: Dict[str, Tensor], local: Tensor) -> Dict[str, Tensor]:
         """The supervision keys, ``self.slots`` slots: real ones first, padding at ``N - 1``."""
-        S, P = self.slots, int(self.budget.nodes) - 1
+        S, P = self.slots, padding_node(int(self.budget.nodes))
         b = int(sup[INPUT_ID].numel())
         out: Dict[str, Tensor] = {}
         iid = torch.full((S,), self.pad_id, dtype=torch.long)

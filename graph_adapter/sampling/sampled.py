@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..batching import RESERVED_NODES, Budget
 from .csr import Sample
+from ..contract import padding_node, slot_counts
 from ..format import (BATCH, E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, PTR, SEED_MASK,
                       SEED_OF)
 
@@ -43,7 +44,7 @@ def pad_sample(sample: Sample, budget: Budget, node_attrs: Dict[str, Tensor],
         out[k] = _gather_padded(v, sample.n_id, N)
     for k, v in edge_attrs.items():
         out[k] = _gather_padded(v, sample.e_id, E)
-    ei = torch.full((2, E), N - 1, dtype=torch.long)
+    ei = torch.full((2, E), padding_node(N), dtype=torch.long)
     ei[:, :m] = sample.edge_index
     out["edge_index"] = ei
     nid = torch.full((N,), pad_id, dtype=torch.long)
@@ -60,13 +61,10 @@ def pad_sample(sample: Sample, budget: Budget, node_attrs: Dict[str, Tensor],
         so = torch.full((N,), -1, dtype=torch.long)
         so[:n] = sample.seed_of
         out[SEED_OF] = so
-    # FORMAT: real graph in slot 0; padding nodes fill slots g..G-1, one each
-    # while they last, the rest in G-1. A fill batch (n == 0) has g == 0.
-    first_pad = n if n > 0 else 1
-    batch = torch.ones(N, dtype=torch.long)
-    batch[:first_pad] = 0
-    out[BATCH] = batch
-    out[PTR] = torch.tensor([0, first_pad, N])
+    # the real graph in slot 0 (a fill batch, n == 0, has none), the padding after it
+    counts = slot_counts([n] if n > 0 else [], 2, N - n)
+    out[BATCH] = torch.repeat_interleave(torch.arange(2), torch.tensor(counts), output_size=N)
+    out[PTR] = torch.tensor([0, counts[0], N])
     nm = torch.zeros(N, dtype=torch.bool)
     nm[:n] = True
     out[NODE_MASK] = nm

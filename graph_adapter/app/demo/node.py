@@ -64,6 +64,7 @@ def sbm_graph(n: int, classes: int = 10, out_degree: float = 10.0, p_in: float =
     src = torch.repeat_interleave(torch.arange(n), deg)
     same = torch.rand(src.numel(), generator=g) < p_in
     cls = torch.where(same, y[src], torch.randint(0, classes, (src.numel(),), generator=g))
+    cls = torch.where(counts[cls] > 0, cls, y[src])  # a class no node drew: stay in one's own
     pick = (torch.rand(src.numel(), generator=g) * counts[cls]).long()
     dst = order[start[cls] + pick]
     ei = to_undirected(torch.stack([src, dst]), num_nodes=n)
