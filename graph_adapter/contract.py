@@ -175,7 +175,7 @@ def key_of(store: StoreKey, attr: str) -> str:
     Returns:
         ``"x"`` for the empty store, else ``"<store>/<attr>"``.
 
-    Example:
+    Examples:
         >>> key_of(("author", "writes", "paper"), "edge_index")
         'author__writes__paper/edge_index'
     """
@@ -187,7 +187,7 @@ def key_of(store: StoreKey, attr: str) -> str:
 def parse_key(key: str) -> Tuple[StoreKey, str]:
     """The inverse of :func:`key_of`.
 
-    Example:
+    Examples:
         >>> parse_key("a__r__b/edge_index")
         (('a', 'r', 'b'), 'edge_index')
     """
@@ -323,7 +323,7 @@ def slot_counts(real: Sequence[int], graph_slots: int, pad_nodes: int) -> List[i
         always holds the padding edges' node ``N - 1``). ``batch`` repeats each slot's
         id by its count; ``ptr`` is their running sum from 0.
 
-    Example:
+    Examples:
         >>> slot_counts([3, 2], 5, 4)
         [3, 2, 1, 1, 2]
     """
@@ -404,7 +404,7 @@ class Signature:
     key to :class:`TensorSignature`, in the dict's key order; equal and hashable by
     value, whatever the key order (as dicts compare).
 
-    Example:
+    Examples:
         >>> import torch
         >>> a = Signature.of({"x": torch.zeros(4, 3), "graph_mask": torch.ones(2, dtype=torch.bool)})
         >>> a["x"].shape == (4, 3)
@@ -594,9 +594,33 @@ class BatchMismatchError(SpecError, ValueError):
 
 
 class InputValueError(SpecError, ValueError):
-    """A value breaks the padded format: an index out of its range, an unsorted
-    ``batch``, a mask that contradicts ``batch`` or ``edge_index``. ``.key``,
-    ``.position`` and ``.value`` name the first offending entry where known."""
+    """A value breaks the padded format: an index out of range, an unsorted ``batch``.
+
+    Raised by a wrapped model in eager mode (``ipu_wrap``'s ``check_inputs``, chained
+    from the error the value caused) and by a compiled one's bounds check: an index out
+    of its range, an unsorted ``batch``, a mask that contradicts ``batch`` or
+    ``edge_index``. ``.key``, ``.position`` and ``.value`` name the first offending
+    entry where known; ``.problems`` lists every one found.
+
+    Args:
+        message: the first offending entry and how to fix it (a few more are named).
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+        from torch_geometric.nn import GCN
+
+        from graph_adapter import Budget, FixedSizeLoader, InputValueError, ipu_wrap
+
+        graphs = FakeDataset(num_graphs=8, avg_num_nodes=10, num_channels=8)
+        batch = next(iter(FixedSizeLoader(graphs, Budget.tight(graphs, 4))))
+        batch["edge_index"][0, 0] = batch["x"].shape[0]  # a node id past the last row
+        try:
+            ipu_wrap(GCN(8, 16, 2), check_inputs="values")(batch)
+        except InputValueError as e:
+            print(e.key, e.position)  # edge_index (0, 0)
+        ```
+    """
 
 
 class SpecFormatError(SpecError, ValueError):

@@ -168,6 +168,13 @@ def test_signature_strips_the_micro_batch_dim_and_names_bad_values():
     assert "layout table" in old.difference(new)
 
 
+def test_the_examples_in_the_contracts_docstrings_hold():
+    import doctest
+
+    result = doctest.testmod(C)
+    assert result.attempted >= 5 and result.failed == 0
+
+
 def test_one_error_family():
     """The host's and the server's errors for the same failure are one family."""
     from graph_adapter.serve import errors as serve_errors
