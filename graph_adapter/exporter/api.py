@@ -80,11 +80,9 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
         threads: the threads the server runs it with (``serve.load(path,
             threads=...)``). pt2: inductor compiles its loops for a fixed thread count
             (its OpenMP regions), so the kernels are compiled under
-            ``torch.set_num_threads(threads)`` (restored after); ``None``: this
-            process's count. Recorded in the contract (``threads``). On the demo's
-            model, compiled at 2 threads and run at 1: 6.3 ms a call, compiled at 1:
-            5.3 ms. onnx: the check runs the artifact at this count (``None``:
-            onnxruntime's default) and at each of :data:`CHECK_THREADS`.
+            ``torch.set_num_threads(threads)`` (restored after; ``None``: this
+            process's count; recorded in the contract). onnx: the check runs the
+            artifact at this count and at each of :data:`CHECK_THREADS`.
         rewrite: apply the compile path's graph rewrite to the exported program
             (:func:`rewritten_program`) and, for onnx, sum row-wise scatter adds as
             sorted segments, the same at any thread count
@@ -103,15 +101,44 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
     (the loader's first ones, or the example graphs in other orders): pt2 once each,
     onnx :data:`CHECK_RUNS` times each at ``threads`` and at :data:`CHECK_THREADS`.
 
-    Returns the artifact's :class:`~graph_adapter.serve.Contract` (also in the file).
-    Raises ``UnsupportedExportError`` for hetero graphs, layout tables (``layout=``),
-    outputs without node/edge/graph rows, and (onnx) a layer with an op the ONNX
-    exporter or onnxruntime cannot run (named: its module path and class);
-    ``ExportMismatchError`` when an output of the artifact differs from the eager
-    wrapper's beyond :data:`TOLERANCE` on any check batch, run or thread count (named).
+    Returns:
+        The artifact's :class:`~graph_adapter.serve.Contract` (also in the file): its
+        budget (``nodes``, ``edges``, ``graphs``), inputs and outputs.
+
+    Raises:
+        UnsupportedExportError: hetero graphs, layout tables (``layout=``), outputs
+            without node/edge/graph rows, and (onnx) a layer with an op the ONNX
+            exporter or onnxruntime cannot run (named: its module path and class).
+        ExportMismatchError: an output of the artifact differs from the eager
+            wrapper's beyond :data:`TOLERANCE` on any check batch, run or thread count.
+        ValueError: an unknown ``format``, a ``path`` without its suffix, ``threads`` < 1.
+        TypeError: a ``wrapped`` that is not an ``ipu_wrap``-ped model.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+        from torch_geometric.nn import GCN
+
+        import graph_adapter as ga
+
+        graphs = FakeDataset(num_graphs=8, avg_num_nodes=10, num_channels=8)
+        loader = ga.FixedSizeLoader(graphs, ga.Budget.tight(graphs, 4))
+        contract = ga.export(ga.ipu_wrap(GCN(8, 16, 2)), loader, "gcn.onnx", format="onnx")
+        assert (contract.nodes, contract.edges) == (loader.budget.nodes, loader.budget.edges)
+        # on the server, without PyG: graph_adapter.serve.load("gcn.onnx").predict(requests)
+        ```
     """
     _check_args(wrapped, path, format, threads)
-    budgets = ladder_of(loader_or_budget, example, ladder, max_nodes, max_edges)
+    return _export_eval(wrapped, loader_or_budget, str(path), format, example, inductor_configs,
+                        rewrite, threads, ladder_of(loader_or_budget, example, ladder, max_nodes,
+                                                    max_edges))
+
+
+def _export_eval(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget], path: str,
+                 format: str, example: Optional[Sequence[Any]],
+                 inductor_configs: Optional[Dict[str, Any]], rewrite: bool,
+                 threads: Optional[int], budgets: Any) -> Contract:
+    """:func:`export`'s work, with ``wrapped`` in ``eval()`` without its loss (restored)."""
     col, flat = collator_and_example(loader_or_budget, example)
     refuse_unservable(col)
     was_training, loss_fn = wrapped.training, wrapped.loss_fn
@@ -128,7 +155,7 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
                             outputs=output_fields(ref, b), dropped_inputs=tuple(dropped),
                             tolerance=dict(TOLERANCE[format]), versions=versions())
         return _write(module, dropped, cases, budgets, data_of(loader_or_budget, example),
-                      str(path), contract, rewrite, threads, inductor_configs)
+                      path, contract, rewrite, threads, inductor_configs)
     finally:
         wrapped.loss_fn = loss_fn
         wrapped.train(was_training)
