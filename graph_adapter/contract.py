@@ -394,15 +394,16 @@ class TensorSignature(NamedTuple):
         return dtype_name(self.dtype)
 
 
-class Signature:
+class Signature(Dict[str, TensorSignature]):
     """What a compiled program is specialised to: every key's dtype, shape and device.
 
     Two batches with equal signatures can run through one compiled program (one
     trace, one CUDA graph, one poptorch executable); any difference needs another.
     Values are read through ``.dtype`` / ``.shape`` / ``.device`` only: a signature
-    of torch tensors, numpy arrays or fake tensors alike. A read-only mapping from
-    key to :class:`TensorSignature`, in the dict's key order; equal and hashable by
-    value, whatever the key order (as dicts compare).
+    of torch tensors, numpy arrays or fake tensors alike. A read-only dict from key
+    to :class:`TensorSignature` in the flat dict's key order, equal and hashable by
+    value whatever the key order (a dict, so that building and comparing one costs
+    no Python call: it is read on every call of a compiled model).
 
     Examples:
         >>> import torch
@@ -414,11 +415,7 @@ class Signature:
         "key 'x' has shape (5, 3), the compiled program takes (4, 3)"
     """
 
-    __slots__ = ("_entries", "_hash")
-
-    def __init__(self, entries: Mapping[str, TensorSignature]):
-        self._entries: Dict[str, TensorSignature] = dict(entries)
-        self._hash: Optional[int] = None
+    __slots__ = ("_hash",)
 
     @classmethod
     def of(cls, flat: Mapping[str, Any], *, strip_micro: bool = False,
@@ -431,86 +428,64 @@ class Signature:
                 (:func:`has_micro_batch_dim`): the signature of one micro-batch.
             devices: record each tensor's device too.
 
+        Returns:
+            The signature, its keys in ``flat``'s order.
+
         Raises:
             UnsupportedAttributeError: a value is not a tensor (named by its key).
         """
-        cut = 1 if strip_micro and GRAPH_MASK in flat and has_micro_batch_dim(flat) else 0
-        make = tuple.__new__  # (a NamedTuple's own __new__ costs more per key: a hot path)
+        gm = flat.get(GRAPH_MASK) if strip_micro else None
+        cut = gm is not None and len(gm.shape) == 2  # has_micro_batch_dim, inline: a hot path
+        make = tuple.__new__  # (a NamedTuple's own __new__ is a Python call a key)
         try:
             if cut:
-                entries = {k: make(TensorSignature, (v.dtype, v.shape[1:],
-                                                     v.device if devices else None))
-                           for k, v in flat.items()}
-            elif devices:
-                entries = {k: make(TensorSignature, (v.dtype, v.shape, v.device))
-                           for k, v in flat.items()}
-            else:
-                entries = {k: make(TensorSignature, (v.dtype, v.shape, None))
-                           for k, v in flat.items()}
+                return cls({k: make(TensorSignature, (v.dtype, v.shape[1:],
+                                                      v.device if devices else None))
+                            for k, v in flat.items()})
+            if devices:
+                return cls({k: make(TensorSignature, (v.dtype, v.shape, v.device))
+                            for k, v in flat.items()})
+            return cls({k: make(TensorSignature, (v.dtype, v.shape, None))
+                        for k, v in flat.items()})
         except AttributeError:
             k, v = next((k, v) for k, v in flat.items()
                         if not (hasattr(v, "shape") and hasattr(v, "dtype")))
             raise UnsupportedAttributeError(
                 f"key {k!r} is a {type(v).__qualname__}, not a tensor; a flat dict holds "
                 f"tensors only (graph_adapter.flatten or FixedSizeLoader make one)") from None
-        return cls(entries)
 
-    # -- a read-only mapping --------------------------------------------------
-    def __getitem__(self, key: str) -> TensorSignature:
-        return self._entries[key]
+    def __hash__(self) -> int:  # type: ignore[override]
+        try:
+            return self._hash
+        except AttributeError:
+            self._hash = h = hash(frozenset(self.items()))
+            return h
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._entries
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a Signature is read-only: make a new one with Signature.of(flat)")
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def items(self):
-        return self._entries.items()
-
-    def keys(self):
-        return self._entries.keys()
-
-    def values(self):
-        return self._entries.values()
-
-    @property
-    def entries(self) -> Mapping[str, TensorSignature]:
-        """Key -> :class:`TensorSignature` (read it, do not change it)."""
-        return self._entries
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Signature) and self._entries == other.entries
-
-    def __hash__(self) -> int:
-        if self._hash is None:
-            self._hash = hash(frozenset(self._entries.items()))
-        return self._hash
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{k}: {e.dtype_name}{list(e.shape)}"
-                          for k, e in sorted(self._entries.items()))
+        inner = ", ".join(f"{k}: {e.dtype_name}{list(e.shape)}" for k, e in sorted(self.items()))
         return f"Signature({inner})"
 
     # -- comparing ------------------------------------------------------------
-    def difference(self, new: "Signature", what: str = "the compiled program") -> str:
+    def difference(self, new: Mapping[str, TensorSignature],
+                   what: str = "the compiled program") -> str:
         """The first key (in key order) whose presence, dtype, shape or device differs
         between this signature (what ``what`` takes) and ``new``, in words; ``""``
         when they are equal."""
-        old, now = self._entries, new.entries
-        for k in sorted(set(old) | set(now)):
-            if k not in now:
-                o = old[k]
+        for k in sorted(set(self) | set(new)):
+            if k not in new:
+                o = self[k]
                 return (f"key {k!r} is missing ({what} takes it: dtype {o.dtype_name}, "
                         f"shape {tuple(o.shape)})")
-            n = now[k]
-            if k not in old:
+            n = new[k]
+            if k not in self:
                 return (f"key {k!r} is new (dtype {n.dtype_name}, shape {tuple(n.shape)}); "
                         f"{what} does not take it")
-            o = old[k]
+            o = self[k]
             if o.dtype != n.dtype:
                 return f"key {k!r} has dtype {n.dtype_name}, {what} takes {o.dtype_name}"
             if o.shape != n.shape:
@@ -526,9 +501,9 @@ class Signature:
 
     # -- JSON -----------------------------------------------------------------
     def to_json(self) -> List[List[Any]]:
-        """``[[key, dtype, shape], ...]``: devices are not saved (a program is loaded
-        onto the device it runs on)."""
-        return [[k, e.dtype_name, list(e.shape)] for k, e in sorted(self._entries.items())]
+        """``[[key, dtype, shape], ...]`` in key order: devices are not saved (a program
+        is loaded onto the device it runs on)."""
+        return [[k, e.dtype_name, list(e.shape)] for k, e in sorted(self.items())]
 
     @classmethod
     def from_json(cls, rows: Sequence[Sequence[Any]]) -> "Signature":
@@ -542,10 +517,10 @@ class Signature:
                                   f"{e}") from None
 
     def named(self) -> "Signature":
-        """The same signature with dtypes as names and no devices: comparable with one
-        read back from JSON."""
-        return Signature({k: TensorSignature(e.dtype_name, e.shape)
-                          for k, e in self._entries.items()})
+        """The same signature with dtypes as names, shapes as tuples and no devices:
+        comparable with one read back from JSON."""
+        return Signature({k: TensorSignature(e.dtype_name, tuple(e.shape))
+                          for k, e in self.items()})
 
 
 # ==========================================================================

@@ -128,9 +128,8 @@ def test_the_scatter_candidate_runs_only_where_the_batch_has_tables():
         assert sel.compile_count == compiles, layout
         if layout is not None:
             seen = sel.candidate("compiled_scatter").signatures[0]
-            assert not has_layout_tables(dict((k, None) for k, _, _ in seen))
-            assert has_layout_tables(dict((k, None) for k, _, _ in
-                                          sel.candidate("compiled").signatures[0]))
+            assert not has_layout_tables(dict.fromkeys(seen))
+            assert has_layout_tables(dict.fromkeys(sel.candidate("compiled").signatures[0]))
 
 
 @pytest.mark.parametrize("winner", ["eager", "compiled"])
