@@ -3,9 +3,11 @@
 The data path, one package a stage (imports run one way: each uses the ones
 above it; ``docs/dev/ARCHITECTURE.md`` draws them):
 
-* :mod:`graph_adapter.format`: the padded flat dict's contract: PyG object <->
-  flat dict + JSON spec, every reserved key, the micro-batch dim, value rules,
-  unpadding of batches and outputs
+* :mod:`graph_adapter.contract`: the padded flat dict's rules, no torch: every
+  reserved key and key naming, levels, padding, the micro-batch dim, the
+  signature, the errors
+* :mod:`graph_adapter.format`: PyG object <-> flat dict + JSON spec (the
+  contract's names re-exported), value rules, unpadding of batches and outputs
 * :mod:`graph_adapter.batching`: budgets, packing, collate, ``FixedSizeLoader``
 * :mod:`graph_adapter.sampling`: subgraphs of one large graph at one shape
   (``FixedSizeNeighborLoader`` and the loaders built on its base)
@@ -17,6 +19,8 @@ above it; ``docs/dev/ARCHITECTURE.md`` draws them):
   reject, found on CPU
 * :mod:`graph_adapter.backends`: ``compile(wrapped, backend=...)``, one
   compile per budget
+* :mod:`graph_adapter.tuning`: optional, makes ``"inductor"`` fast (graph
+  rewrites, CPU settings, precompiled entries, background compiles)
 * :mod:`graph_adapter.exporter`: ``export(wrapped, loader, path)``, one
   artifact (``.pt2`` / ``.onnx``) with its input contract
 * :mod:`graph_adapter.lightning`: a Lightning module around a wrapped model

@@ -687,7 +687,7 @@ def release_freed_memory() -> None:
     bookkeeping, whole-column temporaries), and once glibc has seen large
     blocks freed it serves the next ones from its heap rather than from fresh
     mappings, so those pages would stay resident next to the columns
-    (``graph_adapter/app/bench/memory.py`` measures it)."""
+    (``benchmarks/bench_memory.py`` measures it)."""
     try:
         import ctypes
 

@@ -33,7 +33,7 @@ Padding convention (the rules are :mod:`graph_adapter.contract`'s: ``misfit``,
 
 Keys: every tensor attribute of the graphs, with PyG's collate semantics
 (``__cat_dim__``, ``__inc__``), plus ``batch``, ``ptr`` and the masks, named
-by :func:`graph_adapter.format.keys.key_of`.  A homogeneous key's level (node, edge
+by :func:`graph_adapter.contract.key_of`.  A homogeneous key's level (node, edge
 or graph) is decided as PyG does on the first graph, checked against every
 graph of the dataset.  Non-tensor attributes (e.g. a ``smiles`` string) cannot
 live in a tensor dict: they are excluded, listed in ``excluded_keys`` and

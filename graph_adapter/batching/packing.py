@@ -7,7 +7,7 @@ fit a budget at all are the loader's business: see ``oversize``).  Inside, the
 packers and the loader keep a plan as two int64 arrays (:class:`FlatPlan`:
 the indices batch after batch and the batch boundaries), 8 bytes a graph: a
 list of Python ints costs about 40 a graph, and its many small objects
-fragment the heap (``graph_adapter/app/bench/memory.py`` measures it).
+fragment the heap (``benchmarks/bench_memory.py`` measures it).
 
 Two packers:
 

@@ -83,7 +83,7 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------
-# Key naming: the rules live in graph_adapter.format.keys (re-exported here)
+# Key naming: the rules live in graph_adapter.contract (re-exported here)
 # --------------------------------------------------------------------------
 def _check_name(name: str, what: str) -> None:
     if SEP in name:

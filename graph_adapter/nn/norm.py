@@ -82,7 +82,7 @@ def eager_ok(x: Tensor) -> bool:
     if type(x) not in (Tensor, nn.Parameter) or x.device.type not in ("cpu", "cuda"):
         return False  # FakeTensor, FunctionalTensor, meta, IPU, ... (tracing)
     # no make_fx / fake mode active; a mode that only watches the ops (the op
-    # counter of graph_adapter.app.bench.opcount) leaves them real
+    # counter of benchmarks/harness/opcount.py) leaves them real
     mode = current_dispatch_mode()
     return mode is None or getattr(mode, "observes_only", False) is True
 

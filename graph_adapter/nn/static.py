@@ -186,7 +186,7 @@ def index_size(frame: Dict[str, Any], index: Tensor, op: str, arg: str) -> int:
     """Static output size for an index whose size argument (``arg`` of ``op``) is missing.
 
     The batch vector maps nodes to graphs (``G``); otherwise the index's level
-    (:func:`graph_adapter.format.keys.levels_of_rows` of its length) says: an
+    (:func:`graph_adapter.contract.levels_of_rows` of its length) says: an
     edge-level index maps edges to nodes (``N``), a node-level one nodes to
     graphs (``G``).  Raises :class:`StaticSizeError` when it cannot tell.
     """

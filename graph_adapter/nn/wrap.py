@@ -185,7 +185,7 @@ class IPUWrapped(nn.Module):
     """The module :func:`ipu_wrap` returns (``.model`` is the wrapped model)."""
 
     #: attributes no forward reads (counters of eager calls): left out of what a
-    #: precompiled entry's key describes (backends/inductor/precompile.py)
+    #: precompiled entry's key describes (tuning/precompile.py)
     untraced_attributes = ("trim_stats",)
 
     def __setstate__(self, state: Dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ these tests check that the array bookkeeping gives exactly the plans of the
 plain list algorithm (a reference copy below), and that planning an epoch
 leaves a few bytes a graph allocated, not the ~40 of a list of Python ints.
 The memory goal itself (columnar copy + 20%) is measured side by side with
-PyG's DataLoader by ``python -m graph_adapter.app.bench.memory``.
+PyG's DataLoader by ``python benchmarks/bench_memory.py``.
 """
 import gc
 import tracemalloc
