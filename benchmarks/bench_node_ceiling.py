@@ -135,8 +135,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
 
     import graph_adapter as ga
-    from graph_adapter.app.demo.node import (INFER_OPTIONS, NodeDemoConfig, _eager_batches,
-                                             _graph, _middle, _minor_faults, _model,
+    from graph_adapter.app.demo.node import (INFER_OPTIONS, NodeDemoConfig, eager_batches,
+                                             make_graph, make_model, middle, minor_faults,
                                              inference_model, pyg_sampler_available)
     from graph_adapter.backends.select import drop_layout_tables
     from graph_adapter.sampling import FixedSizeNeighborLoader
@@ -144,8 +144,8 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore")  # trims and PyG's sampler notes: not what is timed
     cfg = NodeDemoConfig(progress=False)
     load0 = os.getloadavg()[0]
-    g = _graph(cfg)
-    plain = _model(cfg).eval()
+    g = make_graph(cfg)
+    plain = make_model(cfg).eval()
     c1, c2 = plain.convs
     W = {k: t.detach() for k, t in dict(
         l1=c1.lin_l.weight, b1=c1.lin_l.bias, r1=c1.lin_r.weight,
@@ -157,14 +157,14 @@ def main(argv=None) -> int:
     src_tab = [ell_tables(f, P, width, edge_ids=False) for f in batches]
     eid_tab = [ell_tables(f, P, width, edge_ids=True) for f in batches]
     eid_all = [ell_tables(f, N, width, edge_ids=True) for f in batches]
-    eager = list(_eager_batches(g.data, g.test, cfg, False, 0, pyg_sampler_available()))
+    eager = list(eager_batches(g.data, g.test, cfg, False, 0, pyg_sampler_available()))
     tl = FixedSizeNeighborLoader(g.data, list(cfg.num_neighbors), cfg.batch_size,
                                  input_nodes=g.test, seed=cfg.seed, budget=g.loader.budget,
                                  layout="hyb", layout_widths=(width, width))
     tabled = list(tl)
     bare = [drop_layout_tables(f) for f in batches]
 
-    wrapped = ga.ipu_wrap(_model(cfg).eval())
+    wrapped = ga.ipu_wrap(make_model(cfg).eval())
     wrapped.model.load_state_dict(plain.state_dict())
     adapter = inference_model(wrapped, "inductor", None, g.test_loader.layout)
     adapter_scatter = inference_model(wrapped, "inductor", None, None)
@@ -215,20 +215,20 @@ def main(argv=None) -> int:
     faults: Dict[str, List[float]] = {k: [] for k in calls}
     for _ in range(max(1, args.rounds)):
         for name, fns in calls.items():
-            f0 = _minor_faults()
-            times[name].append(_middle([one_pass(fns) for _ in range(max(1, args.passes))]))
+            f0 = minor_faults()
+            times[name].append(middle([one_pass(fns) for _ in range(max(1, args.passes))]))
             if f0 is not None:
-                faults[name].append((_minor_faults() - f0) / max(1, args.passes))
+                faults[name].append((minor_faults() - f0) / max(1, args.passes))
 
     print(f"node demo inference, ceilings: {len(batches)} batches of {N} rows / "
           f"{batches[0]['edge_index'].shape[1]} edge slots, in-edge prefix {P} rows, "
           f"table width {width}; {torch.get_num_threads()} thread(s), {args.rounds} rounds "
           f"x {args.passes} passes; load {load0:.1f} -> {os.getloadavg()[0]:.1f}")
-    base = _middle(times["eager PyG"])
+    base = middle(times["eager PyG"])
     print(f"{'row':36s} {'us a batch':>10s} {'vs eager PyG':>13s} {'faults':>7s} {'max |diff|':>10s}")
     for name in calls:
-        med = _middle(times[name])
-        fl = f"{_middle(faults[name]):.0f}" if faults[name] else "-"
+        med = middle(times[name])
+        fl = f"{middle(faults[name]):.0f}" if faults[name] else "-"
         diff = f"{worst[name]:.1e}" if name in worst else "-"
         print(f"{name:36s} {med * 1e6 / len(batches):10.0f} {base / med:12.2f}x {fl:>7s} "
               f"{diff:>10s}")

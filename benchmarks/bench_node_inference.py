@@ -112,8 +112,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
         torch.set_num_threads(args.threads)
 
     import graph_adapter as ga
-    from graph_adapter.app.demo.node import (NodeDemoConfig, _eager_batches, _graph, _middle,
-                                             _minor_faults, _model, inference_model,
+    from graph_adapter.app.demo.node import (NodeDemoConfig, eager_batches, inference_model,
+                                             make_graph, make_model, middle, minor_faults,
                                              pyg_sampler_available)
     from graph_adapter.backends.program import signature_of
     from graph_adapter.format import bounds_plan, check_before_call
@@ -126,10 +126,10 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
         node_demo.INFER_LAYOUT = None if args.layout == "none" else args.layout
     cfg = NodeDemoConfig(progress=False, **({"nodes": args.nodes} if args.nodes else {}))
     load0 = os.getloadavg()[0]
-    g = _graph(cfg)
+    g = make_graph(cfg)
     use_pyg = pyg_sampler_available()
-    plain = _model(cfg).eval()
-    mine = _model(cfg)
+    plain = make_model(cfg).eval()
+    mine = make_model(cfg)
     mine.load_state_dict(plain.state_dict())
     wrapped = ga.ipu_wrap(mine, loss_fn=lambda out, b: masked_cross_entropy(
         out, b["y"], b["seed_mask"]))
@@ -144,7 +144,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
     t_loader = time.perf_counter() - t
     seeded = [(f, g.test_loader.seeds_in(f)) for f in test_batches]  # as the demo holds them
     t = time.perf_counter()
-    eager_test = list(_eager_batches(g.data, g.test, cfg, False, 0, use_pyg))
+    eager_test = list(eager_batches(g.data, g.test, cfg, False, 0, use_pyg))
     t_eager_loader = time.perf_counter() - t
 
     def ours_pass(batches, model=None) -> Callable[[], float]:
@@ -216,7 +216,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
             warnings.simplefilter("ignore")
             big_batches = [(f, big.seeds_in(f)) for f in big]
         bcfg = NodeDemoConfig(**{**cfg.__dict__, "batch_size": B})
-        big_eager = list(_eager_batches(g.data, g.test, bcfg, False, 0, use_pyg))
+        big_eager = list(eager_batches(g.data, g.test, bcfg, False, 0, use_pyg))
         big_model = inference_model(wrapped, args.backend, None)
         t = time.perf_counter()
         ours_pass(big_batches, big_model)()
@@ -273,10 +273,10 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, float]:
     faults: Dict[str, List[int]] = {k: [] for k in rows}  # minor page faults (the process)
     for _ in range(args.rounds):
         for k, f in rows.items():
-            c0, f0 = time.process_time(), _minor_faults()
-            times[k].append(_middle([f() for _ in range(args.passes)]))  # back to back
+            c0, f0 = time.process_time(), minor_faults()
+            times[k].append(middle([f() for _ in range(args.passes)]))  # back to back
             cpu[k].append((time.process_time() - c0) / args.passes)
-            faults[k].append((_minor_faults() - f0) / args.passes)
+            faults[k].append((minor_faults() - f0) / args.passes)
         if args.verbose:
             print("round: " + ", ".join(f"{k} {v[-1] * 1e3:.1f}" for k, v in times.items()
                                         if not k.startswith(("host", "guards"))),

@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from graph_adapter.app.demo.node import NodeDemoConfig, _graph, _model
+from graph_adapter.app.demo.node import NodeDemoConfig, make_graph, make_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,11 +26,11 @@ def _bench():
 @pytest.fixture(scope="module")
 def setting():
     cfg = NodeDemoConfig(nodes=600, hidden=16, batch_size=48, progress=False)
-    g = _graph(cfg)
+    g = make_graph(cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         batches = list(g.test_loader)
-    plain = _model(cfg).eval()
+    plain = make_model(cfg).eval()
     c1, c2 = plain.convs
     W = {k: t.detach() for k, t in dict(
         l1=c1.lin_l.weight, b1=c1.lin_l.bias, r1=c1.lin_r.weight,

@@ -40,7 +40,8 @@ from torch import Tensor, nn
 
 __all__ = ["NodeDemoConfig", "NodeDemoResult", "NodeRun", "run_node_demo", "sbm_graph",
            "pyg_sampler_available", "inference_model", "inference_options", "infer_layout",
-           "INFER_OPTIONS", "INFER_LAYOUT"]
+           "INFER_OPTIONS", "INFER_LAYOUT", "DemoGraph", "make_graph", "make_model",
+           "eager_batches", "middle", "minor_faults"]
 
 
 def sbm_graph(n: int, classes: int = 10, out_degree: float = 10.0, p_in: float = 0.8,
@@ -246,7 +247,7 @@ def _split(n: int, seed: int) -> Tuple[Tensor, Tensor]:
     return perm[: n // 2], perm[n // 2: n // 2 + n // 4]
 
 
-def _eager_batches(data: Any, seeds: Tensor, cfg: NodeDemoConfig, shuffle: bool, epoch: int,
+def eager_batches(data: Any, seeds: Tensor, cfg: NodeDemoConfig, shuffle: bool, epoch: int,
                    use_pyg: bool, batch_size: Optional[int] = None,
                    ) -> Iterable[Tuple[Tensor, Tensor, Tensor, int]]:
     """``(x, edge_index, y, seeds in batch)`` of eager PyG: PyG's NeighborLoader, or our
@@ -280,7 +281,8 @@ def _eager_batches(data: Any, seeds: Tensor, cfg: NodeDemoConfig, shuffle: bool,
         yield data.x[s.n_id], s.edge_index, data.y[s.n_id], int(s_ids.numel())
 
 
-def _model(cfg: NodeDemoConfig) -> nn.Module:
+def make_model(cfg: NodeDemoConfig) -> nn.Module:
+    """PyG's ``GraphSAGE`` of ``cfg`` (dims, layers, classes), seeded by ``cfg.seed``."""
     from torch_geometric.nn import GraphSAGE
 
     torch.manual_seed(cfg.seed)
@@ -309,7 +311,7 @@ Infer = Callable[[], Tuple[int, int, float]]
 
 
 @dataclasses.dataclass
-class _Graph:
+class DemoGraph:
     """The generated graph, its seeded train / test seeds and the adapter's loaders over
     them (the test loader shares the training one's budget: one compiled shape)."""
 
@@ -320,7 +322,7 @@ class _Graph:
     test_loader: Any
 
 
-def _graph(cfg: NodeDemoConfig, layout: Optional[str] = "demo") -> _Graph:
+def make_graph(cfg: NodeDemoConfig, layout: Optional[str] = "demo") -> DemoGraph:
     """The stochastic-block-model graph of ``cfg`` and FixedSizeNeighborLoaders over it."""
     from graph_adapter.sampling import FixedSizeNeighborLoader
 
@@ -334,10 +336,10 @@ def _graph(cfg: NodeDemoConfig, layout: Optional[str] = "demo") -> _Graph:
     test_loader = FixedSizeNeighborLoader(data, fan, bs, input_nodes=test, seed=cfg.seed,
                                           budget=loader.budget if bs == cfg.batch_size else None,
                                           layout=INFER_LAYOUT if layout == "demo" else layout)
-    return _Graph(data, train, test, loader, test_loader)
+    return DemoGraph(data, train, test, loader, test_loader)
 
 
-def _adapter_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module, backend: str,
+def _adapter_run(cfg: NodeDemoConfig, g: DemoGraph, plain: nn.Module, backend: str,
                  fill: Dict[str, float]) -> Tuple[NodeRun, Infer, Any]:
     """Train a copy of ``plain`` through ipu_wrap + compile on ``g.loader``'s padded
     batches; returns its figures, its inference and its compiled models ``(training,
@@ -346,7 +348,7 @@ def _adapter_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module, backend: str,
     from graph_adapter.nn import masked_cross_entropy
 
     loader = g.loader
-    mine = _model(cfg)
+    mine = make_model(cfg)
     mine.load_state_dict(plain.state_dict())
     wrapped = ga.ipu_wrap(mine, loss_fn=lambda out, b: masked_cross_entropy(
         out, b["y"], b["seed_mask"]))
@@ -465,7 +467,7 @@ def _eager_source(use_pyg: bool) -> str:
             "torch-sparse, neither is installed")
 
 
-def _eager_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module,
+def _eager_run(cfg: NodeDemoConfig, g: DemoGraph, plain: nn.Module,
                use_pyg: bool) -> Tuple[NodeRun, Infer]:
     """Train ``plain`` in eager PyG on unpadded sampled subgraphs; returns its figures and
     its inference."""
@@ -475,7 +477,7 @@ def _eager_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module,
 
     def pyg_steps(epoch: int) -> Iterable[int]:
         plain.train()
-        for x, ei, y, b in _eager_batches(g.data, g.train, cfg, True, epoch, use_pyg):
+        for x, ei, y, b in eager_batches(g.data, g.train, cfg, True, epoch, use_pyg):
             popt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(plain(x, ei)[:b], y[:b])
             loss.backward()
@@ -484,7 +486,7 @@ def _eager_run(cfg: NodeDemoConfig, g: _Graph, plain: nn.Module,
             yield b
 
     base.train_seeds_per_s, base.first_step_s = _timed_epochs(pyg_steps, cfg.epochs)
-    eager_test = list(_eager_batches(g.data, g.test, cfg, False, 0, use_pyg,
+    eager_test = list(eager_batches(g.data, g.test, cfg, False, 0, use_pyg,
                                      cfg.infer_batch_size))
 
     def pyg_infer() -> Tuple[int, int, float]:
@@ -521,23 +523,23 @@ def _time_inference(runs: List[Tuple[NodeRun, Infer]], rounds: int, num_test: in
     faults: Dict[str, List[float]] = {r.name: [] for r, _ in runs}
     for _ in range(max(1, rounds)):
         for r, infer in runs:
-            f0 = _minor_faults()
-            times[r.name].append(_middle([infer()[2] for _ in range(max(1, passes))]))
+            f0 = minor_faults()
+            times[r.name].append(middle([infer()[2] for _ in range(max(1, passes))]))
             if f0 is not None:
-                faults[r.name].append((_minor_faults() - f0) / max(1, passes))
+                faults[r.name].append((minor_faults() - f0) / max(1, passes))
     for r, _ in runs:
-        med = _middle(times[r.name])
+        med = middle(times[r.name])
         r.infer_seeds_per_s = num_test / med if med > 0 else 0.0
         if faults[r.name]:
-            r.infer_page_faults = _middle(faults[r.name])
+            r.infer_page_faults = middle(faults[r.name])
 
 
-def _middle(xs: List[float]) -> float:
+def middle(xs: List[float]) -> float:
     """The median of ``xs``, the upper of the two middle values for an even count."""
     return sorted(xs)[len(xs) // 2]
 
 
-def _minor_faults() -> Optional[int]:
+def minor_faults() -> Optional[int]:
     """This process's minor page faults so far (``None`` where the OS does not count them)."""
     try:
         import resource
@@ -563,8 +565,8 @@ def run_node_demo(cfg: Optional[NodeDemoConfig] = None, **overrides: Any) -> Nod
         torch.set_num_threads(cfg.threads)
     try:
         backend = resolve_backend(cfg.backend)[0]
-        g = _graph(cfg, infer_layout(backend))
-        plain = _model(cfg)
+        g = make_graph(cfg, infer_layout(backend))
+        plain = make_model(cfg)
         fill: Dict[str, float] = {}
         run, infer, compiled = _adapter_run(cfg, g, plain, backend, fill)
         runs: List[Tuple[NodeRun, Infer]] = [(run, infer)]

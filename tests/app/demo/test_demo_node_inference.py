@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import graph_adapter as ga
-from graph_adapter.app.demo.node import (INFER_LAYOUT, INFER_OPTIONS, NodeDemoConfig, _graph,
-                                         _model, infer_layout, inference_model,
-                                         inference_options, run_node_demo)
+from graph_adapter.app.demo.node import (INFER_LAYOUT, INFER_OPTIONS, NodeDemoConfig,
+                                         infer_layout, inference_model, inference_options,
+                                         make_graph, make_model, run_node_demo)
 from graph_adapter.backends.select import drop_layout_tables
 from graph_adapter.nn import masked_cross_entropy
 
@@ -19,7 +19,7 @@ TINY = dict(nodes=600, epochs=1, hidden=16, progress=False, infer_rounds=1)
 
 
 def _wrapped(cfg: NodeDemoConfig):
-    return ga.ipu_wrap(_model(cfg), loss_fn=lambda out, b: masked_cross_entropy(
+    return ga.ipu_wrap(make_model(cfg), loss_fn=lambda out, b: masked_cross_entropy(
         out, b["y"], b["seed_mask"]))
 
 
@@ -42,7 +42,7 @@ def test_inference_model_wraps_the_same_module_without_the_loss():
     keep = object()  # an IPU backend's model serves inference itself (poptorch's runner)
     assert inference_model(wrapped, "ipu-emulator", keep) is keep
     # eager: the loss-free wrapper returns the training wrapper's outputs, and no loss
-    g = _graph(cfg)
+    g = make_graph(cfg)
     flat = next(iter(g.test_loader))
     trained, infer = ga.compile(wrapped, "eager"), inference_model(wrapped, "eager", None)
     trained.eval(), infer.eval()
@@ -54,7 +54,7 @@ def test_inference_model_wraps_the_same_module_without_the_loss():
 
 def test_demo_infer_batch_size_batches_both_sides_alike_and_says_so():
     cfg = NodeDemoConfig(**TINY, backend="eager", infer_batch_size=150)
-    g = _graph(cfg)
+    g = make_graph(cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # trims: counted, not the point here
         batches = list(g.test_loader)
@@ -67,7 +67,7 @@ def test_demo_infer_batch_size_batches_both_sides_alike_and_says_so():
     assert "(150 a batch, both runs)" in text
     assert all(r.infer_seeds_per_s > 0 for r in res.runs)
     # default: the training budget's shape, shared
-    g0 = _graph(NodeDemoConfig(**TINY))
+    g0 = make_graph(NodeDemoConfig(**TINY))
     assert g0.test_loader.budget == g0.loader.budget
 
 
@@ -83,9 +83,9 @@ def test_inference_settings_compute_what_the_training_settings_and_eager_compute
     torch.set_num_threads(2)
     try:
         cfg = NodeDemoConfig(**TINY)
-        g = _graph(cfg)
+        g = make_graph(cfg)
         wrapped = _wrapped(cfg)
-        plain = _model(cfg).eval()
+        plain = make_model(cfg).eval()
         plain.load_state_dict(wrapped.model.state_dict())
         default = ga.compile(wrapped, "inductor")
         infer = inference_model(wrapped, "inductor", default)
@@ -119,7 +119,7 @@ def test_inference_rounds_run_each_run_its_passes_in_a_row_and_take_their_median
 
     calls = []
     faults = [0]
-    monkeypatch.setattr(node, "_minor_faults", lambda: faults[0])
+    monkeypatch.setattr(node, "minor_faults", lambda: faults[0])
 
     def infer_of(name, secs):
         it = iter(secs)
