@@ -307,7 +307,7 @@ class Budget:
         one node more or less moves the mean by over 1%, a cap of ``k`` or
         ``k + 1`` binds instead, as ``DataLoader``'s ``batch_size`` does).
 
-        ``fill_to_brim=True`` keeps the sizing before issue 23: node and edge
+        ``fill_to_brim=True`` keeps the older sizing: node and edge
         budgets are the ``success_ratio`` quantiles of the sums of
         ``num_samples`` random batches of ``graphs_per_batch`` graphs, and the
         packer then fills those to the brim, so batches hold *more* than

@@ -483,7 +483,7 @@ def plan_epoch(sizes: GraphSizes, budget, *, packer: str = "greedy", shuffle: bo
     those graphs (default: all); each appears exactly once.  Besides the
     budget's node, edge and graph slots, every batch keeps a padding node for
     each padding graph slot (:func:`slot_dims`), so no padding slot is empty
-    (``fill_slots=False``: not, as before issue 15; only to probe a graph cap).
+    (``fill_slots=False``: not, the older plan; only to probe a graph cap).
     """
     return plan_epoch_flat(sizes, budget, packer=packer, shuffle=shuffle, seed=seed,
                             epoch=epoch, indices=indices, open_batches=open_batches,

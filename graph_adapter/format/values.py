@@ -33,7 +33,7 @@ range and what to do, or ``None`` when every value is fine (the caller then
 re-raises the original error unchanged). It never runs on the happy path,
 so it costs nothing there; ``ipu_wrap(..., check_inputs="values")`` runs
 :func:`value_problems` before every eager call instead, to catch the silent
-cases (measured cost: ``docs/wrapping.md``, "What the wrapped model checks").
+cases (its cost: ``docs/wrapping.md``, "What the wrapped model checks").
 
 Inside a poptorch model (or its emulation: ``poptorch.isRunningOnIpu()``) the
 tensors hold no values, so neither runs there (``"values"`` warns).

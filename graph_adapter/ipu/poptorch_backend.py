@@ -246,8 +246,8 @@ class PoptorchRunner(HostModel):
 
     def _check_host_batch(self, args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
         """Check a flat-dict batch on the host, where its values can still be read:
-        the index bounds (what the IPU does with an index out of range was not
-        measured; a named error here makes that moot), or every value rule when
+        the index bounds (what the IPU does with an index out of range is not
+        known; a named error here makes that moot), or every value rule when
         the wrapped model has ``check_inputs="values"`` (returns True then).
         Other inputs (not one flat dict) are not checked."""
         if kwargs or len(args) != 1 or not isinstance(args[0], Mapping) or \

@@ -85,8 +85,8 @@ def _rows(t: Tensor, ids: Tensor) -> Tensor:
 #: How the spilled edges of ``layout="hyb"`` are added: ``"scatter_add"`` (default;
 #: poptorch has a handler for it, none for ``index_add``, so the layout runs on the
 #: IPU backends too) or ``"index_add"`` (the spill of before). Read at trace time:
-#: a compiled model keeps the choice it was compiled with. Measured level under
-#: inductor on the demo's model (``benchmarks/bench_spill.py``, docs/benchmarks.md).
+#: a compiled model keeps the choice it was compiled with. Under inductor the two
+#: run at the same speed (``benchmarks/bench_spill.py``; see docs/dev/RESULTS.md).
 SPILL_ADD = "scatter_add"
 
 
@@ -112,8 +112,8 @@ def _slot_sum(msg: Tensor, slots: Tensor) -> Tensor:
     Under ``torch.compile`` a table of at most :data:`UNROLL_MAX_WIDTH` slots is
     summed one slot column at a time: inductor fuses the adds into one loop over
     nodes, vectorised over the channels. Its lowering of ``gather(...).sum(1)``
-    vectorised the slot dim instead (a masked 16-lane gather per channel; the
-    node demo's inference at width 10: 20x slower than PyG's scatter). The
+    vectorised the slot dim instead (a masked 16-lane gather per channel, far
+    slower than PyG's scatter: see docs/dev/RESULTS.md). The
     slot-by-slot order is each node's edge order, PyG's own. Eager (and the IPU
     path) keep one gather and one sum.
     """

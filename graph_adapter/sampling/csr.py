@@ -128,7 +128,7 @@ class CSC:
 
         A stable counting sort by destination, ``chunk`` edges at a time, so the
         temporaries are ``O(chunk + N)``, not the ``O(E)`` values and indices of one
-        global sort (measured on 1M nodes / 20M edges: docs/large_graphs.md).
+        global sort (see docs/dev/RESULTS.md: a graph of 20M edges).
         """
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ValueError(f"edge_index has shape {tuple(edge_index.shape)}; expected [2, E]")
@@ -306,8 +306,8 @@ def sample_hop(csc: CSC, frontier: Tensor, k: int, replace: bool, gen: torch.Gen
     if k < 0 or not bool((deg > k).any()):
         return seg, pos
     # A uniform k-subset of every segment: sort the slots by (segment, random key)
-    # in one stable sort of int64 keys (a radix sort: 3x faster than the argsort
-    # of float64 keys it replaces, measured) and keep the first k of each
+    # in one stable sort of int64 keys (a radix sort: faster than an argsort of
+    # float64 keys; see docs/dev/RESULTS.md) and keep the first k of each
     # segment. Sorted by segment first, the j-th slot of the sorted order lies
     # in segment seg[j] (seg is non-decreasing), so its rank there is off[j]; a
     # keep mask over CSC order keeps CSC order. Segments of at most k slots

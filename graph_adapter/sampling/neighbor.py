@@ -539,8 +539,7 @@ class FixedSizeNeighborLoader(Sharded):
     def _sampling_threads(self) -> Iterator[None]:
         """``sampler_threads`` torch intra-op threads inside, the caller's after. The
         sampler's ops are small: torch's intra-op threads cost more than they give
-        (measured 20x slower at 2 threads than 1 on a loaded 2-core box,
-        docs/large_graphs.md)."""
+        (see docs/dev/RESULTS.md)."""
         if self.sampler_threads is None or torch.get_num_threads() == self.sampler_threads:
             yield
             return

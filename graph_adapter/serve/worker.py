@@ -121,8 +121,8 @@ def _raise_named(header: Dict[str, Any]) -> None:
 def _child_columns(contract: Contract, arrays: List[Any], torch: Any = None) -> Columns:
     """The request of a message as the checked columns ``predict_columns`` packs from
     (the server checked its graphs against the same contract: dtypes, per-graph shapes,
-    counts; checking them again here cost 2.6 ms of a 256-molecule request, and cutting
-    them into per-graph views to join them again 1-2 ms, measured). ``arrays`` is
+    counts; checking them again, or cutting them into per-graph views to join them
+    again, would cost a sizeable share of a request: see docs/dev/RESULTS.md). ``arrays`` is
     ``[num_nodes, num_edges, one array a contract feature]``. With ``torch`` (a .pt2
     program) each array is wrapped as a tensor (no copy)."""
     nodes, edges = arrays[0].tolist(), arrays[1].tolist()
@@ -180,8 +180,8 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
         _send(fout, _error_header(e))
         return 1
     # as the server does (serve_main): what is alive now is never garbage, and a request's
-    # objects are short-lived and acyclic; at the default thresholds the collector ran
-    # often enough to double predict's time here (256 molecules: 11 -> 22 ms, measured)
+    # objects are short-lived and acyclic; at the default thresholds the collector runs
+    # often enough to slow predict markedly (see docs/dev/RESULTS.md)
     gc.collect()
     gc.freeze()
     gc.set_threshold(max(gc.get_threshold()[0], 50_000), *gc.get_threshold()[1:])

@@ -164,8 +164,8 @@ def combine_table_lookups(model: Any, limit: int = COMBINED_ROWS) -> int:
     of every sum ``T_1[a] + T_2[b] + ...`` (computed here, in the model's order and
     dtype) at the mixed-radix row of the codes (computed once a model for each group
     of columns); a constant row added to the sum (a linear's bias) goes into the last
-    table. Each lookup folded saves a ``Gather`` and an ``Add`` of its rows (the demo's
-    edge projections: three ``[E, 64]`` lookups and a bias a layer become one lookup).
+    table. Each lookup folded saves a ``Gather`` and an ``Add`` of its rows (a layer's
+    edge projection of three embedded bond codes: three lookups and a bias become one).
     A code outside its table still fails the lookup. Returns the lookups and bias adds
     removed."""
     from onnx import numpy_helper

@@ -4,8 +4,8 @@ What it does. PyG's sum aggregation (``torch_geometric.utils.scatter``) adds mes
 into node rows with ``zeros.scatter_add_(0, index.view(-1, 1).expand_as(src), src)``;
 the ONNX exporter writes that as it reads: ``ScatterElements(axis=0, reduction="add")``
 on an index ``Expand``-ed to ``[E, D]``, which onnxruntime runs one element at a time,
-on one thread (most of the demo's GINE program at 256 molecules a call before the
-rewrites; ``docs/dev/RESULTS.md``). The rewrite sums the same rows as *sorted
+on one thread (most of a GINE program's time on batches of molecules before the
+rewrites; see ``docs/dev/RESULTS.md``). The rewrite sums the same rows as *sorted
 segments*: the rows are ordered by their index (``TopK``, ties in row order; an index
 known to be in order already, ``batch``, is not sorted), added up in float64
 (``CumSum``), and each target row gets the difference of the prefix sums at its

@@ -7,8 +7,8 @@ in-edge ids, padded with ``E``) and ``in_spill`` ``[2, capacity]`` (the in-edges
 node's width). The rows are gathered slot by slot and added with a ``MatMul`` of ones,
 then the spilled rows with a ``ScatterElements`` of ``capacity`` rows: every kernel
 gives the same bits at any thread count, and the sum runs parallel over the nodes'
-columns (faster than sorted segments, :mod:`.sorted_scatters`, on the demo's model:
-``docs/dev/RESULTS.md``).
+columns (faster than sorted segments, :mod:`.sorted_scatters`, on a GINE model of
+molecules: see ``docs/dev/RESULTS.md``).
 
 When it applies. ``export`` gives the model's ``edge_index`` input and fitted table
 sizes (a one-budget artifact or a rung with edges whose program reads

@@ -141,7 +141,7 @@ class _ZeroRows:
 def computed_zero_rows(model: Any) -> int:
     """Drop the zero-row ``Concat`` of each table sum (:mod:`.table_sums`) whose edge rows
     can compute that row themselves: rows made of ``Gather``s through ops that keep a zero
-    row zero (:data:`_ZERO_KEEPING`: the demo's ``Relu(x[src] + edge_table[code])``, GIN's
+    row zero (:data:`_ZERO_KEEPING`: GINE's ``Relu(x[src] + edge_table[code])``, GIN's
     ``x[src]``), each value of the chain read by the next alone. Each ``Gather`` then
     reads a zero row appended to its data (a constant table: free; a computed one: a
     ``Concat`` of fewer rows than the edges) at an index grown by one (once a model), so
