@@ -56,7 +56,8 @@ One module a job:
   :data:`AUTO_RULE`), :func:`auto_engine`;
 * :mod:`~graph_adapter.backends.interface`: the typed interfaces (:class:`Engine`,
   with defaults for every member but ``run`` and ``compile_count``;
-  :class:`EngineSettings`; :class:`CompiledModel`);
+  :class:`EngineSettings`; :class:`CompiledModel`; :class:`CompileStats`, what a
+  compiled model's ``stats`` say);
 * :mod:`~graph_adapter.backends.tuner`: the hook of a tuning wing (:class:`Tuner`,
   :func:`register_tuner`, :func:`active_tuner`); the core never imports the wing;
 * :mod:`~graph_adapter.backends.engines`: how an in-process backend runs one
@@ -76,11 +77,6 @@ One module a job:
   (:func:`signature_of`, :class:`ShapeChangedError`, the micro-batch loop)
   and saved exports (:func:`save_program`, :func:`load`,
   :class:`LoadedProgram`);
-* :mod:`~graph_adapter.backends.export`: ``graph_adapter.export``, one
-  artifact (``.pt2`` / ``.onnx``) with its input contract; a package of one
-  module a job (the contract, the trace, the eager checks, the ladder, each
-  format's writer, the ONNX rewrites ``graph_adapter.export`` applies before
-  writing a ``.onnx``).
 
 It may import every earlier stage (:mod:`graph_adapter.format`, ``batching``,
 ``sampling``, ``nn``, ``ipu``, ``checker``, ``serve``); never
@@ -94,7 +90,7 @@ from .compiled import BACKENDS, Compiled, compile, register_backend
 from .ddp import CompiledDDP
 from .engines import (DynamoEngine, PerModeEngine, has_rnn, precompile_refusal, rnn_settings,
                       compile_in_this_process)
-from .interface import (CompiledModel, Engine, EngineSettings, InProcessModel,
+from .interface import (CompiledModel, CompileStats, Engine, EngineSettings, InProcessModel,
                         merge_atomic)
 from .program import ShapeChangedError, load, signature_of
 from .registry import AUTO_RULE, Backend, auto_engine, backend_names, device_of, resolve_backend
@@ -103,7 +99,8 @@ from .tuner import (InductorCompile, PrecompiledCalls, Tuner, active_tuner, regi
                     tuning_needed)
 
 __all__ = [
-    "compile", "Compiled", "CompiledModel", "InProcessModel", "ShapeChangedError", "load",
+    "compile", "Compiled", "CompiledModel", "InProcessModel", "CompileStats",
+    "ShapeChangedError", "load",
     "signature_of", "BACKENDS", "Backend", "register_backend", "backend_names",
     "resolve_backend", "AUTO_RULE", "auto_engine", "PerModeEngine", "Selected", "Measure",
     "Choice", "precompiled_counts", "has_rnn", "rnn_settings", "CompiledDDP",

@@ -20,7 +20,7 @@ from ..format import (DIAGNOSED, LAYOUT_KEYS, BoundsPlan, bounds_plan, check_bef
                       named_error)
 from .engines import (CudaGraphEngine, DynamoEngine, EagerEngine, ExportEngine, PerModeEngine,
                       precompile_refusal, generates_code, precompile_refused, traces)
-from .interface import CompiledModel, Engine, EngineSettings
+from .interface import CompiledModel, CompileStats, Engine, EngineSettings
 from .program import CompiledHost, Signature, per_micro_batch, save_program, signature_of
 from .ddp import CompiledDDP, is_ddp
 from .registry import Backend, add_backend, backend_entry, backend_names, device_of
@@ -44,8 +44,8 @@ class Compiled(CompiledHost):
         compile_count: compiles so far (see :mod:`graph_adapter.backends`);
             with ``background=True``, the children's compiles included.
         signatures: the admitted input signatures.
-        stats: with ``background=True``, a :class:`BackgroundStats` (how many calls
-            ran eagerly, when each mode switched); else ``None``.
+        stats: a :class:`~graph_adapter.backends.interface.CompileStats`: the rewrites
+            that fired and, with a background compile, what it did.
     """
 
     steps_optimizer = False
@@ -96,11 +96,12 @@ class Compiled(CompiledHost):
 
     # ---- the compiled-model interface ------------------------------------
     @property
-    def stats(self) -> Any:
-        """With ``background=True``: how many calls ran eagerly and when each mode
-        switched to its compiled program (``graph_adapter.tuning.BackgroundStats``);
-        else ``None``."""
-        return self._engine.background_stats
+    def stats(self) -> CompileStats:
+        """What this model's compiles did so far: ``.rewrites``, the graph rewrites of
+        :mod:`graph_adapter.tuning` that fired (name -> count); ``.background``, with a
+        background compile, how many calls ran eagerly and when each mode switched
+        (``graph_adapter.tuning.BackgroundStats``), else ``None``."""
+        return CompileStats(dict(self._engine.rewrites), self._engine.background_stats)
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """With ``background=True``: block until no background compile runs or waits
@@ -129,13 +130,6 @@ class Compiled(CompiledHost):
         generated code by the tuning wing; ``False`` for backends that generate none;
         ``None`` when it could not be read (or no tuning wing reads it)."""
         return self._engine.atomic_adds
-
-    @property
-    def rewrites(self) -> Dict[str, int]:
-        """Which graph rewrites of :mod:`graph_adapter.tuning` fired in this model's
-        compiles so far: name -> how many times (empty without the wing, or where every
-        graph came from inductor's cache: a cached graph is not rewritten again)."""
-        return self._engine.rewrites
 
     @property
     def mode_backend(self) -> str:
@@ -280,8 +274,8 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             compiles it and saves a precompiled entry; the first call after the
             child is done loads that entry (about a second) and the calls after
             it run compiled. The model, the optimizer state and the buffers are
-            the same objects throughout. ``.stats`` says how many calls ran
-            eagerly and when each mode switched, ``.wait()`` blocks until the
+            the same objects throughout. ``.stats.background`` says how many calls
+            ran eagerly and when each mode switched, ``.wait()`` blocks until the
             compiles are done, ``.close()`` stops them. A child that fails
             leaves its mode eager and warns once with the reason.
             ``None`` (default): on for ``"inductor"`` with a CPU model where

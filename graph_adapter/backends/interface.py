@@ -9,7 +9,7 @@ calls them directly, never probing for them.
 
 :class:`CompiledModel` is what :func:`~graph_adapter.backends.compile` returns
 for every backend; :class:`InProcessModel` adds what the in-process backends'
-models (``Compiled``) also answer.
+models (``Compiled``) also answer, and :class:`CompileStats` what their ``stats`` say.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Protocol, runtime_che
 import torch
 from torch import Tensor, nn
 
-__all__ = ["EngineSettings", "Engine", "CompiledModel", "InProcessModel", "merge_atomic"]
+__all__ = ["EngineSettings", "Engine", "CompiledModel", "InProcessModel", "CompileStats",
+           "merge_atomic"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +120,32 @@ class CompiledModel(Protocol):
     def set_optimizer(self, optimizer: torch.optim.Optimizer) -> None: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class CompileStats:
+    """What an in-process compiled model's compiles did so far (``compiled.stats``;
+    each read is a new snapshot).
+
+    Attributes:
+        rewrites: which graph rewrites of :mod:`graph_adapter.tuning` fired: name -> how
+            many times (empty without the wing, or where every graph came from inductor's
+            cache: a cached graph is not rewritten again; a background compile's child
+            counts its own, not here).
+        background: with a background compile (``compile(..., background=...)``), what
+            it did: ``graph_adapter.tuning.BackgroundStats`` (how many calls ran eagerly,
+            when each mode switched, ``.keys``); ``None`` where none runs.
+    """
+
+    rewrites: Dict[str, int] = dataclasses.field(default_factory=dict)
+    background: Any = None
+
+    def summary(self) -> str:
+        """One line for people: the background compile's summary (where one runs) and the
+        rewrites that fired."""
+        fired = ", ".join(f"{name} x{n}" for name, n in sorted(self.rewrites.items()))
+        parts = [] if self.background is None else [self.background.summary()]
+        return "; ".join(parts + [f"rewrites fired: {fired}" if fired else "no rewrite fired"])
+
+
 class InProcessModel(CompiledModel, Protocol):
     """A :class:`CompiledModel` of an in-process backend (``Compiled``, ``Selected``)."""
 
@@ -127,7 +154,7 @@ class InProcessModel(CompiledModel, Protocol):
     @property
     def atomic_adds(self) -> Optional[bool]: ...
     @property
-    def rewrites(self) -> Dict[str, int]: ...
+    def stats(self) -> CompileStats: ...
 
 
 def merge_atomic(*found: Optional[bool]) -> Optional[bool]:

@@ -51,7 +51,7 @@ from torch import Tensor, nn
 
 from ..format import LAYOUT_KEYS
 from ..nn import TrimError
-from .interface import InProcessModel, merge_atomic
+from .interface import CompileStats, InProcessModel, merge_atomic
 from .program import CompiledHost, Signature, per_micro_batch, signature_of
 from .registry import device_of
 
@@ -237,13 +237,14 @@ class Selected(CompiledHost):
                               for c in (self._compiled, self._scatter) if c is not None))
 
     @property
-    def rewrites(self) -> Dict[str, int]:
-        """The rewrites that fired in the compiled candidates' compiles (name -> count)."""
+    def stats(self) -> CompileStats:
+        """The compiled candidates' compiles: the rewrites that fired in either (name ->
+        count); no background compile (selection times compiled steps from the start)."""
         out: Dict[str, int] = {}
         for c in (self._compiled, self._scatter):
-            for name, n in (c.rewrites if c is not None else {}).items():
+            for name, n in (c.stats.rewrites if c is not None else {}).items():
                 out[name] = out.get(name, 0) + n
-        return out
+        return CompileStats(out)
 
     def __call__(self, flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
         self._admit(signature_of(flat))

@@ -11,7 +11,7 @@ rewrites nothing.
 * :mod:`~graph_adapter.tuning.registry`: one registry of every graph rewrite and
   every setting that changes what inductor compiles (:class:`Entry`: name, doc,
   pass point, version, the torch releases it was verified on; off, with one log
-  line, on any other torch). ``Compiled.rewrites`` counts what fired.
+  line, on any other torch). ``compiled.stats.rewrites`` counts what fired.
 * :mod:`~graph_adapter.tuning.rewrites`: the graph rewrites, one module a rewrite;
 * :mod:`~graph_adapter.tuning.cpu_settings`: the settings (boolean masks
   recomputed in the backward, ``index_add`` gradients, the C++ wrapper for CPU

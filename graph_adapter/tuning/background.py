@@ -175,7 +175,7 @@ def plan_background(backend: str, engine: Any, wrapped: nn.Module, background: O
 
 @dataclasses.dataclass
 class BackgroundStats:
-    """What ``compile(..., background=True)`` did so far (``Compiled.stats``).
+    """What ``compile(..., background=True)`` did so far (``compiled.stats.background``).
 
     Attributes:
         eager_calls: calls that ran the wrapped module eagerly (a key not compiled yet).

@@ -56,7 +56,7 @@ class Entry:
     """One rewrite or setting.
 
     Attributes:
-        name: the registry's key (what :attr:`Compiled.rewrites` counts it by).
+        name: the registry's key (what ``compiled.stats.rewrites`` counts it by).
         doc: what it does and when it applies, one paragraph.
         points: where it runs (:data:`POINTS`; a rewrite may run at ``"pre_grad"``
             and on ``"exported"`` programs).

@@ -60,6 +60,26 @@ def test_aot_eager_compiles_once_per_mode():
     assert c.compile_count == 2
 
 
+def test_stats_is_always_an_object():
+    """``compiled.stats`` says which rewrites fired (none under aot_eager) and, where a
+    background compile runs, what it did (none here); a snapshot, frozen."""
+    import dataclasses
+
+    from graph_adapter.backends import CompileStats
+
+    w = ipu_wrap(Net(), loss_fn=masked_loss("mse"))
+    for c in (compile(w, "aot_eager"), compile(w, "eager"),
+              compile(w, "aot_eager", select="measure")):
+        c(batches(1)[0])
+        assert isinstance(c.stats, CompileStats), type(c)
+        assert c.stats.rewrites == {} and c.stats.background is None
+        assert c.stats.summary() == "no rewrite fired"
+        assert not hasattr(c, "rewrites")  # one home: stats.rewrites
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            c.stats.background = None
+    assert CompileStats({"b": 1, "a": 2}).summary() == "rewrites fired: a x2, b x1"
+
+
 def test_compiled_matches_eager():
     torch.manual_seed(0)
     ref = ipu_wrap(Net(), loss_fn=masked_loss("mse"))

@@ -64,7 +64,7 @@ _MAIN_JOB = _BLOCK + textwrap.dedent("""
     print("RESULT " + json.dumps({
         "tuning_imported": any(m.startswith("graph_adapter.tuning") for m in sys.modules),
         "tuner": active_tuner() is not None, "compiles": step.compile_count,
-        "rewrites": step.rewrites, "losses": losses, "diffs": diffs,
+        "rewrites": step.stats.rewrites, "losses": losses, "diffs": diffs,
         "params": max(float((a - b).abs().max()) for a, b in
                       zip(wrapped.parameters(), eager.parameters()))}))
 """)
@@ -84,7 +84,7 @@ _REFUSALS = textwrap.dedent("""
     from graph_adapter.tuning import rewrite_exported
     print("RESULT " + json.dumps({
         "tuner": active_tuner() is not None, "said": said, "counts": precompiled_counts(),
-        "stats": ga.compile(wrapped, "inductor").stats,
+        "stats": ga.compile(wrapped, "inductor").stats.background,
         "exported": rewrite_exported(torch.fx.symbolic_trace(torch.nn.Linear(2, 2)))}))
 """)
 

@@ -84,7 +84,7 @@ def _train(model_call, wrapped, batches, wait_after=None, compiled=None, each=No
         opt.step()
         losses.append(loss.detach())
         if i == wait_after:
-            assert compiled.wait(120), compiled.stats.summary()
+            assert compiled.wait(120), compiled.stats.background.summary()
         if each is not None:
             each(i)
     return torch.stack(losses), opt
@@ -96,10 +96,11 @@ def test_training_across_the_switch_equals_plain_eager(quick):
     batches = _batches(10)
     want, ref_opt = _train(ref, ref, batches)
     got, opt = _train(c, bg, batches, wait_after=0, compiled=c)
-    (info,) = c.stats.keys
-    assert info["state"] == "compiled" and info["mode"] == "train", c.stats.summary()
+    (info,) = c.stats.background.keys
+    assert info["state"] == "compiled" and info["mode"] == "train", c.stats.background.summary()
     # call 0 started the child; wait() switched at call 1
-    assert info["switched_at"] == 1 and c.stats.eager_calls == 1 and c.stats.compiled_calls == 9
+    done = c.stats.background
+    assert info["switched_at"] == 1 and done.eager_calls == 1 and done.compiled_calls == 9
     assert c.compile_count >= 1
     torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
     for (name, p), q in zip(ref.named_parameters(), bg.parameters()):
@@ -122,9 +123,9 @@ def test_inference_across_the_switch_equals_plain_eager(quick):
                                        rtol=0, atol=1e-12)
             if i == 0:
                 assert c.wait(120)
-    (info,) = c.stats.keys
+    (info,) = c.stats.background.keys
     assert info["mode"] == "eval+no_grad" and info["state"] == "compiled"
-    assert c.stats.compiled_calls == 7
+    assert c.stats.background.compiled_calls == 7
 
 
 def test_a_short_run_defers_a_cold_compile_past_its_calls_and_keeps_its_threads(quick):
@@ -138,21 +139,21 @@ def test_a_short_run_defers_a_cold_compile_past_its_calls_and_keeps_its_threads(
     threads = torch.get_num_threads()
 
     def each(i):
-        (info,) = c.stats.keys
+        (info,) = c.stats.background.keys
         if i < 2:  # MEASURED_STEPS eager steps timed first (a step ends at the next call)
-            assert info["state"] == "timing" and info["pid"] is None, c.stats.summary()
+            assert info["state"] == "timing" and info["pid"] is None, c.stats.background.summary()
         elif i < 5:
-            assert info["state"] == "deferred" and info["pid"] is None, c.stats.summary()
+            assert info["state"] == "deferred" and info["pid"] is None, c.stats.background.summary()
             assert "of the 3 calls left" in info["deferred"], info["deferred"]  # (from call 2)
             assert torch.get_num_threads() == threads
         elif i == 5:  # the last expected call starts the compile
-            assert info["pid"] is not None, c.stats.summary()
-            assert c.wait(120), c.stats.summary()
+            assert info["pid"] is not None, c.stats.background.summary()
+            assert c.wait(120), c.stats.background.summary()
 
     got, _ = _train(c, bg, batches, each=each)
-    (info,) = c.stats.keys
-    assert info["state"] == "compiled" and info["switched_at"] == 6, c.stats.summary()
-    assert "deferred past the run's expected calls" in c.stats.summary()
+    (info,) = c.stats.background.keys
+    assert info["state"] == "compiled" and info["switched_at"] == 6, c.stats.background.summary()
+    assert "deferred past the run's expected calls" in c.stats.background.summary()
     want, _ = _train(ref, ref, batches)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 
@@ -166,7 +167,8 @@ def test_a_long_run_or_wait_starts_the_compile_at_once(quick, monkeypatch):
     monkeypatch.setattr(B, "COLD_COMPILE_S", 0.0)
     for flat in _batches(3):
         c(flat)
-    assert c.stats.keys[0]["pid"] is not None and c.stats.keys[0]["deferred"] is None
+    info = c.stats.background.keys[0]
+    assert info["pid"] is not None and info["deferred"] is None
     assert c.wait(120)
     monkeypatch.setattr(B, "COLD_COMPILE_S", 1e9)
     _, bg2 = _pair()
@@ -174,10 +176,11 @@ def test_a_long_run_or_wait_starts_the_compile_at_once(quick, monkeypatch):
     c2.expect_calls(1000)
     for flat in _batches(3):
         c2(flat)
-    assert c2.stats.keys[0]["state"] == "deferred"
-    assert c2.wait(120) and c2.stats.keys[0]["state"] == "ready"  # switches at its next call
+    assert c2.stats.background.keys[0]["state"] == "deferred"
+    # switches at its next call
+    assert c2.wait(120) and c2.stats.background.keys[0]["state"] == "ready"
     c2(_batches(1)[0])
-    assert c2.stats.keys[0]["state"] == "compiled"
+    assert c2.stats.background.keys[0]["state"] == "compiled"
     with pytest.raises(ValueError, match="expect_calls"):
         c2.expect_calls(-1)
 
@@ -197,20 +200,21 @@ def test_a_warm_key_loads_its_entry_here_without_a_child(quick, monkeypatch, ser
     batches = _batches(8)
 
     def each(i):
-        info = c.stats.keys[0]
+        info = c.stats.background.keys[0]
         if i < 2:
             assert info["state"] == "warm" and torch.get_num_threads() == threads
         elif i == 2 and not serves:
-            assert info["pid"] is not None, c.stats.summary()  # a child compiles instead
+            assert info["pid"] is not None, c.stats.background.summary()  # a child compiles instead
             assert c.wait(120)
 
     got, _ = _train(c, bg, batches, each=each)
-    info = c.stats.keys[0]
-    assert info["state"] == "compiled", c.stats.summary()
+    info = c.stats.background.keys[0]
+    assert info["state"] == "compiled", c.stats.background.summary()
     if serves:
         assert info["pid"] is None and info["loaded"] and info["switched_at"] == 2
-        assert "precompiled entry loaded in" in c.stats.summary()
-        assert c.stats.summary().count("train:") == 1, c.stats.summary()  # one part a key
+        assert "precompiled entry loaded in" in c.stats.background.summary()
+        said = c.stats.background.summary()
+        assert said.count("train:") == 1, said  # one part a key
     want, _ = _train(ref, ref, batches)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 
@@ -234,16 +238,17 @@ def test_a_short_run_loads_a_warm_entry_after_its_calls(quick, monkeypatch):
         batches = _batches(8)
 
         def each(i):
-            info = c.stats.keys[0]
+            info = c.stats.background.keys[0]
             if 2 <= i < at:
-                assert info["state"] == "deferred" and not loads, c.stats.summary()
+                assert info["state"] == "deferred" and not loads, c.stats.background.summary()
                 assert "loading its precompiled entry" in info["deferred"], info["deferred"]
 
         got, _ = _train(c, bg, batches, each=each)
-        info = c.stats.keys[0]
-        assert len(loads) == 1 and info["pid"] is None, c.stats.summary()
-        assert info["state"] == "compiled" and info["switched_at"] == at, c.stats.summary()
-        assert ("its load deferred" in c.stats.summary()) == (at == 6)
+        info = c.stats.background.keys[0]
+        assert len(loads) == 1 and info["pid"] is None, c.stats.background.summary()
+        assert info["state"] == "compiled" and info["switched_at"] == at, \
+            c.stats.background.summary()
+        assert ("its load deferred" in c.stats.background.summary()) == (at == 6)
         want, _ = _train(ref, ref, batches)
         torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 
@@ -256,11 +261,11 @@ def test_a_switch_that_is_slower_goes_back_to_eager_and_says_why(monkeypatch):
     batches = _batches(10)
     want, _ = _train(ref, ref, batches)
     got, _ = _train(c, bg, batches, wait_after=2, compiled=c)  # eager steps 0-2 timed
-    (info,) = c.stats.keys
+    (info,) = c.stats.background.keys
     assert info["state"] == "eager" and "compiled steps took" in info["why"], info
     assert info["compiled_step_s"] is not None and info["eager_step_s"] is not None
     # calls 3-5 compiled (the switch and the 2 timed), then eager again
-    assert c.stats.compiled_calls == 3 and c.stats.eager_calls == 7, c.stats
+    assert c.stats.background.compiled_calls == 3 and c.stats.background.eager_calls == 7, c.stats
     torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 
 
@@ -275,16 +280,16 @@ def test_the_judge_interleaves_compiled_and_eager_steps_then_keeps_the_faster(mo
     batches = _batches(10)
     c(batches[0])
     t0 = time.perf_counter()  # the child's end, seen without wait() (which turns it off)
-    while c.stats.keys[0]["state"] != "ready":
-        assert time.perf_counter() - t0 < 120, c.stats.summary()
+    while c.stats.background.keys[0]["state"] != "ready":
+        assert time.perf_counter() - t0 < 120, c.stats.background.summary()
         time.sleep(0.05)
     ran = []
     for flat in batches[1:]:
-        before = c.stats.compiled_calls
+        before = c.stats.background.compiled_calls
         c(flat)
-        ran.append(c.stats.compiled_calls - before)
+        ran.append(c.stats.background.compiled_calls - before)
     assert ran == [1, 0, 1, 0, 1, 1, 1, 1, 1], ran
-    info = c.stats.keys[0]
+    info = c.stats.background.keys[0]
     assert info["state"] == "compiled" and info["compiled_step_s"] is not None
     _, bg2 = _pair()
     c2 = ga.compile(bg2, "aot_eager", background=True)
@@ -292,7 +297,7 @@ def test_the_judge_interleaves_compiled_and_eager_steps_then_keeps_the_faster(mo
     assert c2.wait(120)
     for flat in batches[1:6]:
         c2(flat)
-    assert c2.stats.compiled_calls == 5
+    assert c2.stats.background.compiled_calls == 5
 
 
 def test_a_failed_background_compile_warns_once_and_stays_eager(quick):
@@ -303,11 +308,11 @@ def test_a_failed_background_compile_warns_once_and_stays_eager(quick):
     with pytest.warns(RuntimeWarning, match="train compile failed in its process") as rec:
         assert c.wait(120)
     assert len([w for w in rec if "failed in its process" in str(w.message)]) == 1
-    (info,) = c.stats.keys
+    (info,) = c.stats.background.keys
     assert info["state"] == "eager" and info["why"], info
     want, _ = _train(ref, ref, batches[1:])
     got, _ = _train(c, bg, batches[1:])
-    assert c.stats.compiled_calls == 0
+    assert c.stats.background.compiled_calls == 0
     torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 
 
@@ -316,13 +321,13 @@ def test_a_model_changed_after_the_switch_recompiles(quick):
     c = ga.compile(bg, "aot_eager", background=True)
     batches = _batches(8)
     _train(c, bg, batches[:6], wait_after=0, compiled=c)
-    assert c.stats.keys[0]["state"] == "compiled"
+    assert c.stats.background.keys[0]["state"] == "compiled"
     before = c.compile_count
     bg.model.scale = 3.0  # read in forward (a graph input or a guard: never stale)
     bg.model.norm.eval()  # running statistics instead of the batch's: a new graph
     real = batches[6]["graph_mask"].bool()  # (same grad mode: the compiled key)
     out = c(batches[6])["output"][real]
-    assert c.stats.compiled_calls == 6  # calls 1-6
+    assert c.stats.background.compiled_calls == 6  # calls 1-6
     torch.testing.assert_close(out, bg(batches[6])["output"][real], rtol=0, atol=1e-12)
     assert c.compile_count > before
 
@@ -334,7 +339,7 @@ def test_the_child_runs_on_idle_time_and_this_process_keeps_its_threads():
     threads = torch.get_num_threads()
     c = ga.compile(bg, "aot_eager", background=True)
     c(_batches(1)[0])
-    pid = c.stats.keys[0]["pid"]
+    pid = c.stats.background.keys[0]["pid"]
     assert pid is not None and torch.get_num_threads() == threads
     seen, end = None, time.perf_counter() + 10.0
     while time.perf_counter() < end:  # the child sets its policy first thing
@@ -366,18 +371,20 @@ def test_a_long_compile_gets_a_thread_after_GIVE_UP_AFTER_seconds(monkeypatch):
     c = ga.compile(bg, "aot_eager", background=True)
     batches = _batches(3)
     c(batches[0])
-    assert torch.get_num_threads() == threads and c.stats.keys[0]["thread_given_at_s"] is None
+    assert torch.get_num_threads() == threads
+    assert c.stats.background.keys[0]["thread_given_at_s"] is None
     time.sleep(0.7)
     c(batches[1])  # a call polls the child: past GIVE_UP_AFTER, still compiling
-    info = c.stats.keys[0]
+    info = c.stats.background.keys[0]
     assert info["state"] == "compiling" and info["thread_given_at_s"] >= 0.5, info
     assert torch.get_num_threads() == max(1, threads - 1)
     if os.geteuid() == 0:  # allowed to take it off idle time: a busy machine gives it turns
         assert os.sched_getscheduler(info["pid"]) == os.SCHED_OTHER
     assert c.wait(120) and torch.get_num_threads() == threads
     c(batches[2])
-    assert "a thread given to its compile after" in c.stats.summary()
-    assert c.stats.summary().count("train") == 1, c.stats.summary()  # one part a key
+    assert "a thread given to its compile after" in c.stats.background.summary()
+    said = c.stats.background.summary()
+    assert said.count("train") == 1, said  # one part a key
 
 
 def test_a_compiled_model_dropped_mid_compile_stops_its_child_and_gives_the_thread_back(
@@ -389,7 +396,7 @@ def test_a_compiled_model_dropped_mid_compile_stops_its_child_and_gives_the_thre
     threads = torch.get_num_threads()
     c = ga.compile(bg, "aot_eager", background=True)
     c(_batches(1)[0])
-    pid = c.stats.keys[0]["pid"]
+    pid = c.stats.background.keys[0]["pid"]
     assert torch.get_num_threads() == max(1, threads - 1)  # the child's core
     del c
     gc.collect()
@@ -406,13 +413,14 @@ def test_close_stops_the_running_compile_and_the_waiting_ones():
     bg.eval()
     with torch.no_grad():
         c(batches[1])  # eval+no_grad: waits its turn
-    pid = c.stats.keys[0]["pid"]
+    pid = c.stats.background.keys[0]["pid"]
     c.close()
-    assert [(k["state"], k["why"]) for k in c.stats.keys] == [("eager", "stopped by close()")] * 2
+    assert [(k["state"], k["why"]) for k in c.stats.background.keys] == \
+        [("eager", "stopped by close()")] * 2
     assert _gone(pid) and torch.get_num_threads() == threads
     with torch.no_grad():
         c(batches[1])  # still answers, eagerly
-    assert c.stats.compiled_calls == 0
+    assert c.stats.background.compiled_calls == 0
 
 
 @pytest.mark.parametrize("backend, match", [("eager", "serve backends 'inductor'"),
@@ -428,9 +436,10 @@ def test_background_with_select_is_refused_and_the_default_reaches_compile(monke
     with pytest.raises(ValueError, match="pass one of the two"):
         ga.compile(bg, "aot_eager", background=True, select="measure")
     monkeypatch.setattr(B, "BACKGROUND_DEFAULT", True)
-    assert ga.compile(bg, "inductor").stats is not None  # the default reaches compile()
-    assert ga.compile(bg, "inductor", precompile=False).stats is None
-    assert ga.compile(bg, "aot_eager").stats is None  # inductor only by default
+    # the default reaches compile()
+    assert ga.compile(bg, "inductor").stats.background is not None
+    assert ga.compile(bg, "inductor", precompile=False).stats.background is None
+    assert ga.compile(bg, "aot_eager").stats.background is None  # inductor only by default
     ga.compile(bg, "inductor", select="measure")  # no ValueError: select turns it off
 
 
@@ -444,11 +453,11 @@ def test_the_default_stays_in_the_foreground_in_a_distributed_run_and_in_a_daemo
     with monkeypatch.context() as m:
         m.setattr(torch.distributed, "is_initialized", lambda: True)
         assert "distributed" in C._default_off_here()
-        assert ga.compile(bg, "inductor").stats is None
+        assert ga.compile(bg, "inductor").stats.background is None
     with monkeypatch.context() as m:
         m.setattr(multiprocessing, "current_process", lambda: SimpleNamespace(daemon=True))
         assert "daemon" in C._default_off_here()
-        assert ga.compile(bg, "inductor").stats is None
+        assert ga.compile(bg, "inductor").stats.background is None
     assert C._default_off_here() == ""
 
 
@@ -460,7 +469,8 @@ def test_an_rnn_model_is_refused_for_inductor_with_the_reason():
     wrapped = ga.ipu_wrap(WithRNN(), loss_fn=ga.masked_loss("mse"))
     with pytest.raises(ValueError, match="precompiled entry"):
         ga.compile(wrapped, "inductor", background=True)
-    assert ga.compile(wrapped, "inductor").stats is None  # the default: compiled here
+    # the default: compiled here
+    assert ga.compile(wrapped, "inductor").stats.background is None
 
 
 _EXIT_SCRIPT = textwrap.dedent("""
@@ -471,7 +481,7 @@ _EXIT_SCRIPT = textwrap.dedent("""
     w = ga.ipu_wrap(Net().double(), loss_fn=ga.masked_loss("mse")).train()
     c = ga.compile(w, {backend!r}, background=True)
     c(_batches(1)[0])["loss"].backward()
-    print("child", c.stats.keys[0]["pid"], flush=True)
+    print("child", c.stats.background.keys[0]["pid"], flush=True)
 """)
 
 
@@ -518,17 +528,17 @@ def test_inductor_switch_loads_the_childs_entry_and_exit_keeps_it(tmp_path, monk
         want, _ = _train(ref, ref, batches)
         loads = P.COUNTS["loaded"]
         got, _ = _train(c, bg, batches, wait_after=0, compiled=c)
-        (info,) = c.stats.keys
-        assert info["state"] == "compiled" and info["saved"], c.stats.summary()
+        (info,) = c.stats.background.keys
+        assert info["state"] == "compiled" and info["saved"], c.stats.background.summary()
         assert P.COUNTS["loaded"] == loads + 1  # the switch loaded the child's entry
         assert c.compile_count == info["compiles"], "the parent compiled at the switch"
         torch.testing.assert_close(got, want, rtol=0, atol=1e-9)
         _, bg2 = _pair()  # the entry on disk now: a second model loads it here, no child
         c2 = ga.compile(bg2, "inductor", background=True)
         got2, _ = _train(c2, bg2, batches)
-        (info2,) = c2.stats.keys
+        (info2,) = c2.stats.background.keys
         assert info2["loaded"] and info2["pid"] is None and c2.compile_count == 0, \
-            c2.stats.summary()
+            c2.stats.background.summary()
         torch.testing.assert_close(got2, want, rtol=0, atol=1e-9)
     finally:
         torch.set_num_threads(threads)

@@ -128,7 +128,7 @@ class _GIN(nn.Module):
 
 
 @pytest.mark.slow  # one inductor compile of a small inference graph
-def test_compiled_rewrites_lists_what_fired():
+def test_compiled_stats_list_the_rewrites_that_fired():
     from torch_geometric.datasets import FakeDataset
 
     torch.manual_seed(0)
@@ -136,12 +136,14 @@ def test_compiled_rewrites_lists_what_fired():
     flat = next(iter(ga.FixedSizeLoader(graphs, ga.Budget.fit(graphs, 8))))
     wrapped = ga.ipu_wrap(_GIN()).eval()
     compiled = ga.compile(wrapped, "inductor", options={"force_disable_caches": True})
-    assert compiled.rewrites == {}
+    assert compiled.stats.rewrites == {}
     with torch.no_grad():
         out, ref = compiled(flat)["output"], wrapped(flat)["output"]
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-    assert compiled.rewrites.get("transpose_thin_matmuls", 0) >= 1, compiled.rewrites
-    assert all(isinstance(v, int) and v > 0 for v in compiled.rewrites.values())
+    fired = compiled.stats.rewrites
+    assert fired.get("transpose_thin_matmuls", 0) >= 1, fired
+    assert all(isinstance(v, int) and v > 0 for v in fired.values())
+    assert "transpose_thin_matmuls x" in compiled.stats.summary()
 
 
 def test_rewrite_exported_runs_the_exported_point_and_says_what_fired():
