@@ -42,7 +42,7 @@ DOCUMENTED = [
 ]
 #: TEMPORARY: docstrings in modules being restructured (backends/compiled.py, the
 #: exporter, the contract), to gain the sections from their owners
-NOT_YET_DOCUMENTED = {"compile"}
+NOT_YET_DOCUMENTED: set = set()
 #: examples that need more than the test extra, or take more than a few seconds
 REQUIRES = {"load": "onnxruntime", "export": "onnxruntime"}
 SLOW = {"load", "export"}  # each exports a model to ONNX and checks it (~5-10 s)

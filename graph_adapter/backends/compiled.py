@@ -294,6 +294,33 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
         IPU ones; for a ``DistributedDataParallel`` module, a
         :class:`~graph_adapter.backends.ddp.CompiledDDP` that runs DDP around
         the compiled wrapped module (DDP's own forward does not trace whole).
+
+    Raises:
+        ValueError: an unknown ``backend``; options that cannot go together, each
+            named (``background=True`` / ``precompile=True`` where they cannot serve,
+            ``select=`` with a DDP module, with ``background=True`` or with a backend
+            that does not run in this process; a DDP module with a backend that steps
+            the optimizer itself); ``"inductor_cudagraphs"`` for a model off CUDA.
+        TypeError: a keyword argument the backend does not take.
+        ShapeChangedError: (at call time) a batch of another budget than the
+            compiled one, without ``allow_new_shapes=True``.
+        InputValueError: (at call time) an index out of its range: found by the bounds
+            check before the call, or named after an ATen kernel's failure.
+
+    Example:
+        ```python
+        import torch
+        from torch_geometric.datasets import FakeDataset
+        from torch_geometric.nn import GCN
+
+        import graph_adapter as ga
+
+        graphs = FakeDataset(num_graphs=16, avg_num_nodes=10, num_channels=8)
+        loader = ga.FixedSizeLoader(graphs, ga.Budget.tight(graphs, 4))
+        model = ga.compile(ga.ipu_wrap(GCN(8, 16, 2)), backend="aot_eager")  # "auto": inductor
+        with torch.no_grad():
+            outs = [model(batch)["output"] for batch in loader]  # one budget: one compile
+        ```
     """
     if is_ddp(wrapped):  # DDP's forward does not trace: compile what it wraps
         if select is not None:
