@@ -29,11 +29,7 @@ TOP = {"graph_adapter": "lightning", "graph_adapter.__main__": "app"}
 #: Known breaches of the page's rules, to be removed as they are mended (a breach not
 #: listed fails; a listed one that is gone fails too, so the list only shrinks).
 NOT_YET_SPLIT: set = set()  # functions over 80 lines (docstring included), to split by job
-NOT_YET_PUBLIC = {  # modules still reading another module's private attributes
-    # TEMPORARY (the string rule's first run): torch's ``OpOverload._schema`` read through
-    # ``getattr``; the tuning owners move it into a ``rewrites/_graph`` helper
-    "graph_adapter/tuning/rewrites/dedupe.py",
-}
+NOT_YET_PUBLIC: set = set()  # modules still reading another module's private attributes
 #: underscore names that are public API (namedtuple methods, ``os._exit``)
 PUBLIC_UNDERSCORE = {"_replace", "_asdict", "_fields", "_make", "_field_defaults", "_exit"}
 
@@ -189,11 +185,8 @@ def test_other_stages_import_a_stage_not_its_files():
                 continue
             stage = base.split(".")[1]
             helper = base.replace(".", "/") + ".py" in internals()  # a named internals helper
-            # ``from graph_adapter.backends.export import export``: the function that shares
-            # its module's name (the stage's attribute is the module)
-            same_name = names == [base.rpartition(".")[2]]
             if stage in stages() and os.path.isdir(os.path.join(PACKAGE, stage)) and \
-                    _stage(name) != stage and not helper and not same_name:
+                    _stage(name) != stage and not helper:
                 bad.append(f"{name}:{line} imports from {base}: import graph_adapter.{stage}")
     assert not bad, bad
 

@@ -1,10 +1,10 @@
 """FX helpers the rewrites share: ATen op handles, call arguments, example values,
-who reads a node, zero-filled tensors (found and made), and whether an op writes a
-tensor."""
+who reads a node, zero-filled tensors (found and made), an op's schema, and whether an
+op writes a tensor."""
 from __future__ import annotations
 
 import operator
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +25,14 @@ def arg(node: fx.Node, i: int, name: str, default=None):
     return node.kwargs.get(name, default)
 
 
+def op_schema(node: fx.Node) -> Optional[Any]:
+    """The ATen schema (``torch.FunctionSchema``) of a call node's op, or ``None``: a node
+    that calls no function, or a function that is no ATen op overload (no schema)."""
+    if node.op != "call_function":
+        return None
+    return getattr(node.target, "_schema", None)
+
+
 def written(table: fx.Node) -> bool:
     """Whether an ATen op of the graph writes ``table`` or a view of it: ``max_norm``'s
     ``embedding_renorm_(detach(table), ...)`` renormalises the rows in place before the
@@ -32,8 +40,8 @@ def written(table: fx.Node) -> bool:
     seen, todo = {table}, [table]
     while todo:
         for user in todo.pop().users:
-            schema = getattr(user.target, "_schema", None)
-            if user.op != "call_function" or schema is None or user in seen:
+            schema = op_schema(user)
+            if schema is None or user in seen:
                 continue
             if schema.is_mutable:
                 return True

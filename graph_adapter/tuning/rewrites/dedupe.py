@@ -7,7 +7,7 @@ import torch
 from torch import fx
 
 from ..registry import Entry, register
-from ._graph import written
+from ._graph import op_schema, written
 
 __all__ = ["dedupe_pure_ops"]
 
@@ -37,9 +37,7 @@ def dedupe_pure_ops(graph: fx.Graph) -> int:
     done = 0
     seen: Dict[Any, fx.Node] = {}
     for node in list(graph.nodes):
-        if node.op != "call_function":
-            continue
-        schema = getattr(node.target, "_schema", None)
+        schema = op_schema(node)
         if schema is None:
             continue
         if schema.is_mutable:
