@@ -466,6 +466,9 @@ class Signature(Dict[str, TensorSignature]):
 
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only
 
+    def __reduce__(self) -> Any:  # copy / deepcopy build a new one (no item assignment)
+        return (type(self), (dict(self),))
+
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}: {e.dtype_name}{list(e.shape)}" for k, e in sorted(self.items()))
         return f"Signature({inner})"

@@ -163,6 +163,11 @@ def test_signature_strips_the_micro_batch_dim_and_names_bad_values():
         C.Signature.of({"x": torch.zeros(1), "y": [1]})
     with pytest.raises(C.SpecFormatError):
         C.Signature.from_json([["x", "float32"]])
+    import copy
+
+    assert copy.deepcopy(sig) == sig and copy.copy(sig) == sig
+    with pytest.raises(TypeError, match="read-only"):
+        sig["x"] = sig["x"]
     old = C.Signature.of({"in_slots": torch.zeros(4, 2, dtype=torch.long)})
     new = C.Signature.of({"in_slots": torch.zeros(4, 3, dtype=torch.long)})
     assert "layout table" in old.difference(new)

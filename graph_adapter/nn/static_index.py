@@ -89,6 +89,13 @@ _HARMLESS = {"dtype", "device", "requires_grad", "layout", "is_sparse", "is_cuda
              "is_floating_point", "ndim"}
 
 
+#: Dynamo's ``x[mask] = v`` runs without the active torch-function modes from torch
+#: 2.15 on (its STORE_SUBSCR goes straight to the tensor's setitem), so the masked
+#: write of the read-modify-write rules cannot be made static in a compiled forward
+#: there; eager forwards, the IPU path and torch.export of an eager trace still can.
+_COMPILED_SETITEM_SKIPS_MODES = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 15)
+
+
 def _is_bool(t: Any) -> bool:
     return isinstance(t, Tensor) and t.dtype == torch.bool
 
@@ -173,6 +180,14 @@ class _StaticIndexMode(TorchFunctionMode):
             if pos is not None and m.dim() == 2 and tuple(t.shape[:2]) == tuple(m.shape):
                 return t.flatten(0, 1).index_select(0, pos)
             if self.rule in ("rmw", "loops"):
+                if _COMPILED_SETITEM_SKIPS_MODES and torch.compiler.is_compiling():
+                    raise static.StaticSizeError(
+                        f"{self.where}: a masked read-modify-write (`x[mask] op= v`) cannot "
+                        f"be made static under torch.compile on torch {torch.__version__}: its "
+                        f"Dynamo runs `x[mask] = v` without the torch-function mode that "
+                        f"graph_adapter rewrites it with, so the write's shape would be "
+                        f"data-dependent. Run this model with backend='eager' (or "
+                        f"'ipu-emulator'), or compile it on torch 2.13")
                 copy = t.clone()
                 self.pending.append((copy, m))
                 return copy
@@ -206,17 +221,24 @@ class _StaticIndexMode(TorchFunctionMode):
             self.loops.append((out, args[0]))
             return out
         if func in _INPLACE and self._pending(args[0]) is not None:
+            m, out = self._pending(args[0]), None
             if all(not isinstance(a, Tensor) or a.dim() == 0 for a in args[1:]):
-                return func(*args, **kwargs)
-            row = self._loop_rows(self._pending(args[0]))
-            v = args[1] if len(args) == 2 else None
-            if (row is not None and isinstance(v, Tensor) and v.dim() >= 1
-                    and v.size(0) == self.frame["N"] and args[0].size(0) == row.size(0)):
-                # `w[row == col] op= v`: the k-th loop is node k's (exactly one
-                # loop per node, in node order, as PyG's add_self_loops leaves
-                # them), i.e. the loop at edge e gets v[row[e]]; every position
-                # is computed, __setitem__ keeps the loops.
-                return func(args[0], v[row])
+                out = func(*args, **kwargs)
+            else:
+                row = self._loop_rows(m)
+                v = args[1] if len(args) == 2 else None
+                if (row is not None and isinstance(v, Tensor) and v.dim() >= 1
+                        and v.size(0) == self.frame["N"] and args[0].size(0) == row.size(0)):
+                    # `w[row == col] op= v`: the k-th loop is node k's (exactly one
+                    # loop per node, in node order, as PyG's add_self_loops leaves
+                    # them), i.e. the loop at edge e gets v[row[e]]; every position
+                    # is computed, __setitem__ keeps the loops.
+                    out = func(args[0], v[row])
+            if out is not None:
+                # the updated copy is still the masked read's: under Dynamo (torch >=
+                # 2.15) an in-place op's result need not be the object it updated
+                self.pending.append((out, m))
+                return out
         self._misuse(func, args, kwargs)
         return func(*args, **kwargs)
 
