@@ -25,8 +25,8 @@ the compiled model. The built-in ones:
 
 ``"auto"`` is not an entry: :func:`resolve_backend`, the one place it is
 resolved, makes it ``"poptorch"`` when ``poptorch`` is importable, else what
-:data:`AUTO_RULE` measured fastest for the model's device and each mode:
-``"inductor"`` in both modes (``docs/benchmarks.md``, "Which backend auto
+:data:`AUTO_RULE` names for the model's device and each mode: ``"inductor"`` in
+both modes (the fastest on the CPU: ``docs/benchmarks.md``, "Which backend auto
 picks").
 
 Every backend returns an object of one interface (:class:`CompiledModel`,

@@ -239,13 +239,13 @@ def compile(wrapped: nn.Module, backend: str = "auto", *, allow_new_shapes: bool
             backend generates code (``"inductor"``, ``"inductor_eval"``) and
             the batch is on the CPU, because inductor's code does not raise a
             Python error for a bad index (it reads or writes out of bounds,
-            or ends the process). Costs one ``aminmax`` per index key (5-26
-            us a call for the demo's batches, docs/wrapping.md); on a GPU
+            or ends the process). Costs one ``aminmax`` per index key (well
+            under 1% of a compiled inference call, docs/compile.md); on a GPU
             each check waits for the device, so it is off there unless
             ``True``. The other backends run ATen kernels, which raise, and
             the bad value is named after the failure. ``"poptorch"``: checked
             on the host before each call unless ``False`` (what the IPU does
-            with a bad index is not measured); ``"ipu-emulator"`` runs the
+            with a bad index is not known); ``"ipu-emulator"`` runs the
             forward eagerly, which names a bad value itself.
         select: ``None`` (default): the backend's compiled model. ``"measure"``
             (or a :class:`~graph_adapter.backends.select.Measure`): a

@@ -16,8 +16,8 @@ parameter's ``requires_grad`` or dtype changed, a plain module attribute or a
 module global the forward reads changed (``tests/backends/test_guard_policy.py``;
 a parameter loaded in place or replaced by a new ``Parameter`` needs no
 recompile: the compiled code reads parameters through the module each call).
-The measured cost of keeping them is in ``docs/dev/RESULTS.md`` ("Guards"); none is
-dropped: each protects a model change listed above.
+What they cost a call is in ``docs/dev/RESULTS.md`` ("Guards"); none is dropped: each
+protects a model change listed above.
 
 Tuning (:mod:`~graph_adapter.backends.tuner`): ``"inductor"`` compiles each graph
 through the registered tuner (:mod:`graph_adapter.tuning`: its rewrites and CPU

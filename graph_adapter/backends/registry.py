@@ -23,7 +23,7 @@ __all__ = [
 AUTO = "auto"
 
 #: What ``"auto"`` runs without poptorch, per (device type, training mode): inductor
-#: in both modes, the fastest measured on the CPU (with :mod:`graph_adapter.tuning`;
+#: in both modes, the fastest on the CPU (with :mod:`graph_adapter.tuning`;
 #: docs/benchmarks.md, "Which backend auto picks") and chosen on GPUs for CUDA graphs.
 #: ``"inductor_eval"`` keeps training eager (no training compile: short runs).
 AUTO_RULE: Dict[Tuple[str, bool], str] = {

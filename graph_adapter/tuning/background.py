@@ -23,13 +23,12 @@ lowest ``nice``), and this process keeps all its torch threads at first: the
 eager steps go first, and the compile takes what they leave (a notebook's
 pauses between cells, the Python between kernels). A 2-thread eager step
 whose second thread shares a core with anything waits at every OpenMP
-barrier, so a child at an ordinary or ``nice`` priority slowed the steps 2-60x
-(measured), and a core given to the child from the start
-(``torch.set_num_threads(n - 1)`` while it runs) made a 10-epoch run of a
-GEMM-bound GIN 1.32x slower for its whole length, which ended before the
-compile did (0.98x eager PyG's on idle time only). But a busy run leaves a
-compile on idle time almost nothing (a 30-epoch GIN run, 36 s, never
-switched), so a run that is still going :data:`GIVE_UP_AFTER` seconds after
+barrier, so a child at an ordinary or ``nice`` priority slows the steps several
+times over, and a core given to the child from the start
+(``torch.set_num_threads(n - 1)`` while it runs) slows a GEMM-bound model's whole
+run, which may end before the compile does. But a busy run leaves a compile on
+idle time almost nothing (``docs/dev/RESULTS.md``, "First run: the compile on idle
+time, then a thread"), so a run that is still going :data:`GIVE_UP_AFTER` seconds after
 its child started gives the child a core: one torch thread fewer until no
 child runs (the rent-or-buy rule: pay for the compile once the run has shown
 it is long enough). The child:
@@ -110,14 +109,14 @@ DEFAULT_TIMEOUT = 600.0
 MEASURED_STEPS = 8
 #: a switch is undone when the compiled steps' median is slower than the eager ones' by this
 SLOWER_BY = 0.05
-#: what a deferral (:meth:`BackgroundEngine.expect_calls`) assumes a cold compile takes: a
-#: first inductor step of the models table's GNNs took 5-36 s cold on 2 cores
+#: what a deferral (:meth:`BackgroundEngine.expect_calls`) assumes a cold compile takes
+#: (the models table's GNNs' first inductor step on 2 cores: docs/benchmarks.md)
 COLD_COMPILE_S = 20.0
 #: and what it assumes the compiled steps gain (the models table's lowest training ratio:
-#: GIN 4x128, 1.35x eager PyG); the switch itself is judged on measured steps
+#: GIN 4x128, 1.35x eager PyG); the switch itself is judged on timed steps
 ASSUMED_SPEEDUP = 1.35
-#: and what it assumes loading a warm key's precompiled entry takes (0.7-0.8 s measured on
-#: 2 cores, most of it the first load's imports of inductor's runtime)
+#: and what it assumes loading a warm key's precompiled entry takes (on 2 cores; most of it
+#: the first load's imports of inductor's runtime)
 WARM_LOAD_S = 0.8
 #: seconds a child compiles on idle CPU time only before this process runs torch on one
 #: thread fewer, so that the child has a core (module doc; 0: from the start;

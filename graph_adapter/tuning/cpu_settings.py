@@ -16,7 +16,7 @@ add in another order than a generated loop). User ``options`` override them
 ``{"pre_grad_custom_pass": None}`` or ``{"post_grad_custom_post_pass": None}`` a
 point's rewrites, ``{"cpp_wrapper": False}`` the C++ wrapper); a
 :func:`~graph_adapter.tuning.registry.disabled` block turns off any entry by name.
-How each was measured is in ``docs/dev/RESULTS.md`` ("The tuning wing's settings").
+The figures behind each are in ``docs/dev/RESULTS.md`` ("The tuning wing's settings").
 """
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def use_index_add_fallback(setting: Optional[bool]) -> bool:
     ``None``: when torch runs more than one thread (inductor's own policy for
     ``scatter_reduce(sum)`` on CPU, ``config.cpp.fallback_scatter_reduce_sum``:
     atomic adds lose to ATen's kernel when more than one thread runs the
-    generated loop; at 1 thread both were measured level).
+    generated loop; at 1 thread neither is faster: ``docs/dev/RESULTS.md``).
     """
     if setting is not None:
         return bool(setting)
@@ -242,8 +242,8 @@ def key_decompositions(index_add_fallback: bool, inner: Any) -> Any:
     inputs and config, not by the decomposition table handed to
     ``compile_fx``: a graph compiled with atomic adds (``index_add_fallback``
     off, or the default at 1 thread) was served from the cache to a later
-    compile with the fallback (the demo's model: 0.6x eager PyG instead of
-    1.5x at 2 threads). A custom pass's ``uuid()`` is part of both keys, so the
+    compile with the fallback (at 2 threads, slower than eager PyG:
+    ``docs/dev/RESULTS.md``). A custom pass's ``uuid()`` is part of both keys, so the
     setting goes there, around the user's own pass (``inner``) if there is
     one. A pass that is not a ``CustomGraphPass`` makes inductor skip its
     cache already, and is left as it is.

@@ -6,7 +6,7 @@ sum of embedding lookups is applied to the tables instead,
 which is the same function (a matrix product distributes over the sum, and
 commutes with a row lookup). It pays when the tables have far fewer rows
 than the lookups: the categorical atom and bond encoders of molecular GNNs
-(OGB's ``AtomEncoder`` / ``BondEncoder``, the demo's ``AtomBondEncoder``)
+(OGB's ``AtomEncoder`` / ``BondEncoder`` and encoders like them)
 feed a per-layer edge projection (``GINEConv(edge_dim=...)``'s ``lin``) of
 ``E`` rows, while the bond tables hold a few dozen. The ``[E, D] x [D, D]``
 product becomes a ``[R, D] x [D, D]`` one (``R`` = the tables' rows), and
@@ -26,9 +26,9 @@ The same pattern is rewritten in an ATen graph (``torch.export``'s
 programs: ``aten.embedding`` summed with ``aten.add.Tensor`` into
 ``aten.linear``), with ATen ops, for ``graph_adapter.export``: AOTInductor
 runs inductor's pre-grad passes on the exported graph too, but this pass
-matched only the torch-level ops Dynamo records, so the exported ``.pt2``
-kept the four ``[E, 64] x [64, 64]`` products (its program ran at 1.7x eager
-PyG, the compiled one at 2.6x, same budget and process). There no op may
+matched only the torch-level ops Dynamo records, so without this form the
+exported ``.pt2`` keeps each ``[E, D] x [D, D]`` product (slower than the compiled
+program: ``docs/dev/RESULTS.md``). There no op may
 write to a table (an in-place ``embedding_renorm_`` of ``max_norm`` would
 change it before the lookup).
 """

@@ -13,10 +13,9 @@ The product distributes over the sum and the per-row division, so with
 
     out = scatter_add(zeros[N, K], 0, dst..., (x @ W)[src]) / count...
 
-and the gather and scatter move ``K`` channels an edge instead of ``C``: the
-node demo's last GraphSAGE layer (64 channels into 8 classes) scattered 64
-floats for each of its 11,424 edges, serially on one thread; now 8. The
-product is as large as before (``x`` has the rows ``A`` had). The sums are
+and the gather and scatter move ``K`` channels an edge instead of ``C``
+(``SAGEConv(64, 8)``, a last layer into 8 classes: 8 floats an edge instead of
+64). The product is as large as before (``x`` has the rows ``A`` had). The sums are
 the same in exact arithmetic; in floating point each output differs in the
 last bits (the order of the adds changes), as any reassociation does.
 
@@ -273,7 +272,7 @@ def project_before_aggregate(graph: fx.Graph) -> int:
     with ``K < C`` (module doc) as ``aggregate((x @ W)[src])``; return how many.
 
     When it applies: CPU float inference graphs of node-level models whose last layer
-    narrows a sum or mean aggregation (``SAGEConv(64, 8)``, the node demo's inference);
+    narrows a sum or mean aggregation (``SAGEConv(64, 8)`` in node classification);
     a training forward keeps the aggregate for the weight's gradient and is left alone,
     and none of the models table's graph-level models matches.
 
@@ -335,6 +334,6 @@ register(Entry(
     "projects the rows before they are gathered and summed, so each edge moves ``K`` "
     "channels instead of ``C``. Applies to CPU float inference graphs only, where "
     "nothing else reads the aggregate (a training forward keeps it for the weight's "
-    "gradient): in practice the last GraphSAGE layer of node classification (the node "
-    "demo's inference); none of the models table's graph-level models matches.",
+    "gradient): in practice the last GraphSAGE layer of node classification; none of "
+    "the models table's graph-level models matches.",
     points=("post_grad",), order=20, version="2", run=project_before_aggregate))

@@ -1,12 +1,13 @@
 """Thin products of one left operand computed as one product (a post-grad rewrite).
 
-After :func:`.project_aggregate.project_before_aggregate`, the node demo's last
-GraphSAGE layer multiplies its input ``h`` ``[N, 64]`` by two ``[64, 8]``
-weights (``lin_l``'s, projected before the aggregation, and ``lin_r``'s). Each
-thin product is computed transposed (:func:`.thin_matmuls.transpose_thin_matmuls`)
-and copied back; one ``[N, 64] x [64, 16]`` product of the concatenated
-weights costs half as much as the two: 135 against 266 us for ``N = 5020``
-(1 thread, MKL, AMD EPYC). :func:`merge_shared_left_mms` computes the products
+After :func:`.project_aggregate.project_before_aggregate`, a GraphSAGE layer
+into a few classes (``SAGEConv(64, 8)``) multiplies its input ``h`` ``[N, 64]`` by
+two ``[64, 8]`` weights (``lin_l``'s, projected before the aggregation, and
+``lin_r``'s). Each thin product is computed transposed
+(:func:`.thin_matmuls.transpose_thin_matmuls`) and copied back; one
+``[N, 64] x [64, 16]`` product of the concatenated weights costs about half as
+much as the two on the CPU (``docs/dev/RESULTS.md``, "Node demo inference: the
+last layer projected"). :func:`merge_shared_left_mms` computes the products
 ``mm(x, W_i)`` of one ``x`` whose widths are all thin (``THIN_WIDTHS``) as
 ``mm(x, cat(W_i, 1))`` and hands each user its columns (a view). Every
 output is the same sum of the same products; the order of the additions inside

@@ -20,12 +20,10 @@ def thin_matmul_rule(rows: int, cols: int) -> bool:
     ``([cols, K] x [K, rows])^T`` (:func:`transpose_thin_matmuls`).
 
     MKL's sgemm (torch 2.13's CPU ``mm``) is slow when the output has 2-15
-    columns and many rows: the weight gradient ``g^T @ x`` of a linear layer of
-    few input features (9 atom or 3 bond features into 64-128 channels) took
-    254 us for ``[128, 1041] x [1041, 9]`` against 45 us for the same numbers as
-    ``([9, 1041] x [1041, 128])^T``; ``[64, 2138] x [2138, 3]``: 171 us against
-    36 us (1 thread, AMD EPYC, AVX-512, every operand layout 1.3-14x; float64
-    2.3-2.6x). One column (a matrix-vector product) and 16 or more are as fast
+    columns and many rows, several times slower than the transposed product of the
+    same numbers (``docs/dev/RESULTS.md``): the weight gradient ``g^T @ x`` of a
+    linear layer of few input features (9 atom or 3 bond features into 64-128
+    channels). One column (a matrix-vector product) and 16 or more are as fast
     or faster as they are (``docs/benchmarks.md``, "Models table").
     """
     return cols in THIN_WIDTHS and rows >= max(THIN_MIN_ROWS, 2 * cols)

@@ -8,7 +8,7 @@ sampled batch (the only ones with in-edges) and pads the rest with zeros
     out = mm(A, W)                          W: [C, K]
 
 and ``zeros @ W`` is zeros, so ``out = cat([mm(S, W), zeros[N - R, K]])``: the
-node demo's first GraphSAGE layer multiplied 5,020 rows of which 2,204 are zero.
+product skips the padding rows, a large share of a sampled batch's (its leaf nodes).
 Rewritten where ``A`` is read by the product alone, on CPU float tensors, for a
 ``cat`` along dim 0 of two blocks, the second zero-filled (``full(.., 0)``,
 ``zeros``, ``new_zeros``), and a ``mm`` taking ``A`` as its left operand (inductor's
@@ -84,5 +84,5 @@ register(Entry(
     "A product of rows padded with zero rows, ``mm(cat([S, zeros]), W)``, multiplies "
     "the real rows only: ``cat([mm(S, W), zeros])``. Applies to CPU float ATen graphs "
     "where the padded block is read by the product alone: ``layout=\"sources\"`` "
-    "batches of ``FixedSizeNeighborLoader`` (the node demo's first GraphSAGE layer).",
+    "batches of ``FixedSizeNeighborLoader`` (a first GraphSAGE layer on them).",
     points=("post_grad",), order=30, version="1", run=multiply_real_rows))
