@@ -108,8 +108,9 @@ _CHILD = textwrap.dedent(r"""
                 loss.backward()
                 opt.step()
             ends.append(time.perf_counter() - t0)
-        if getattr(compiled, "stats", None) is not None:
-            stats = compiled.stats.summary()
+        background = getattr(getattr(compiled, "stats", None), "background", None)
+        if background is not None:
+            stats = background.summary()
     print("RESULT " + json.dumps({"epoch_ends_s": ends, "background": stats}), flush=True)
 """)
 

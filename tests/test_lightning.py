@@ -140,7 +140,7 @@ def test_a_compiled_model_trains_and_its_background_compile_waits_for_a_short_ru
                          enable_model_summary=False, callbacks=[Record()])
     trainer.fit(module, train_dataloaders=loader)
     assert sum(losses[-4:]) < sum(losses[:4]), losses
-    (info,) = compiled.stats.keys
+    (info,) = compiled.stats.background.keys
     assert info["deferred"] and "calls left" in info["deferred"], compiled.stats.summary()
     compiled.close()
 

@@ -659,7 +659,13 @@ class BackgroundEngine(Engine):
                            args=(self._inner, flat, ck[1], threads, send, GIVE_UP_AFTER > 0),
                            name=f"graph_adapter compile ({k.info['mode']})")
         try:
-            proc.start()
+            with warnings.catch_warnings():
+                # Python >= 3.12 warns at every fork of a process with threads (torch's
+                # pools); the child runs only the compile, in one thread, and hands its
+                # program back through the pipe (module doc), so the warning is moot here
+                warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                        message=r"This process \(pid=\d+\) is multi-threaded")
+                proc.start()
         except OSError as exc:  # no fork here (memory, limits): this key stays eager
             _Threads.child_ended()
             recv.close()
