@@ -20,7 +20,7 @@ from .. import serve as _serve
 from ..contract import BATCH, EDGE_MASK, NODE_MASK
 from ..contract import ELL_IN as SLOTS
 from ..contract import SPILL_IN as SPILL
-from ..serve import ONNX_METADATA_KEY, Contract, InputField, Rung
+from ..serve import ONNX_METADATA_KEY, Contract, InputField, Rung, onnx_session
 from .checks import Case, check_cases, max_diff
 from .contract import updated
 from .errors import UnsupportedExportError
@@ -146,21 +146,6 @@ def _table_fields(nodes: int, width: int, spill: int) -> Tuple[InputField, Input
     """The contract's reserved inputs of the neighbour tables."""
     return (InputField(SLOTS, "reserved", "node", "int64", (nodes, width)),
             InputField(SPILL, "reserved", "other", "int64", (2, spill)))
-
-
-def onnx_session(model: bytes, threads: Optional[int],
-                 dims: Optional[Mapping[str, int]] = None) -> Any:
-    """An onnxruntime CPU session as ``serve.load(path, threads=threads)`` makes it;
-    ``dims``: free dimension overrides (a ladder's rung, as ``serve`` makes its session)."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    if threads is not None:
-        opts.intra_op_num_threads = int(threads)
-        opts.inter_op_num_threads = 1
-    for name, size in (dims or {}).items():
-        opts.add_free_dimension_override_by_name(name, int(size))
-    return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
 def _layer_path(path: str) -> str:

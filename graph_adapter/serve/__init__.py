@@ -16,11 +16,11 @@ from .contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract, InputField, Ou
 from .errors import (ArtifactError, EdgeIndexError, FeatureDtypeError, FeatureShapeError,
                      GraphInputError, GraphTooLargeError, MissingFeatureError,
                      RuntimeMissingError, ServeError)
-from .runtime import Predictor, load, read_contract
+from .runtime import Predictor, load, onnx_session, read_contract
 from .server import (NPZ_TYPE, DynamicBatcher, PayloadError, PredictServer, QueueFullError,
                      decode_graphs, decode_npz, encode_prediction, serve_main)
 
-__all__ = ["load", "Predictor", "read_contract", "Contract", "InputField", "OutputField", "Rung",
+__all__ = ["load", "Predictor", "read_contract", "onnx_session", "Contract", "InputField", "OutputField", "Rung",
            "ServeError", "ArtifactError", "RuntimeMissingError", "GraphInputError",
            "MissingFeatureError", "FeatureDtypeError", "FeatureShapeError", "EdgeIndexError",
            "GraphTooLargeError", "CONTRACT_FILE", "ONNX_METADATA_KEY",

@@ -17,7 +17,7 @@ from .ops import NumpyOps, TorchOps
 from .pack import (Graph, column_spills, pack_call, pack_columns, plan_calls, plan_ladder,
                    read_request, table_width)
 
-__all__ = ["load", "Predictor", "read_contract"]
+__all__ = ["load", "Predictor", "read_contract", "onnx_session"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -31,13 +31,17 @@ def _pt2_contract(path: str) -> Contract:
         return Contract.from_json(z.read(names[0]).decode(), path)
 
 
-def _onnx_session(path: str, threads: Optional[int],
-                  dims: Optional[Mapping[str, int]] = None) -> Any:
-    """An onnxruntime CPU session; ``dims``: free dimension overrides (a ladder's rung)."""
+def onnx_session(model: Union[str, bytes], threads: Optional[int],
+                 dims: Optional[Mapping[str, int]] = None) -> Any:
+    """An onnxruntime CPU session of an ONNX model (its path or bytes), as the server
+    runs it: ``threads`` intra-op threads and one inter-op thread; ``dims``: free
+    dimension overrides (a ladder's rung). The exporter checks an artifact in the
+    same session."""
     try:
         import onnxruntime as ort
     except ImportError as e:
-        raise RuntimeMissingError(f"{path} is an ONNX artifact: it runs on onnxruntime, "
+        where = model if isinstance(model, str) else "this model"
+        raise RuntimeMissingError(f"{where} is an ONNX artifact: it runs on onnxruntime, "
                                   f"which is not installed (pip install "
                                   f"'graph_adapter[serve]' or onnxruntime numpy)") from e
     opts = ort.SessionOptions()
@@ -46,7 +50,7 @@ def _onnx_session(path: str, threads: Optional[int],
         opts.inter_op_num_threads = 1
     for name, size in (dims or {}).items():
         opts.add_free_dimension_override_by_name(name, int(size))
-    return ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
 def _onnx_contract(session: Any, path: str) -> Contract:
@@ -62,7 +66,7 @@ def read_contract(path: PathLike) -> Contract:
     path = os.fspath(path)
     if zipfile.is_zipfile(path):
         return _pt2_contract(path)
-    return _onnx_contract(_onnx_session(path, 1), path)
+    return _onnx_contract(onnx_session(path, 1), path)
 
 
 class _Pt2:
@@ -114,7 +118,7 @@ class _Onnx:
                                     f"onnx_rung_input or onnx_rung_dims of each rung; "
                                     f"re-export it with graph_adapter.export")
             for i, r in enumerate(contract.rungs):
-                self.sessions[r.program] = _onnx_session(
+                self.sessions[r.program] = onnx_session(
                     path, threads, {k: v[i] for k, v in dims.items()})
                 self.rung_feed[r.program] = np.zeros(i + 1, dtype=np.int64)
             # the rung of the top-level budget (export writes the largest rung's there)
@@ -323,6 +327,6 @@ def load(path: PathLike, *, threads: Optional[int] = None) -> Predictor:
     if zipfile.is_zipfile(path):
         contract = _pt2_contract(path)
         return Predictor(contract, _Pt2(path, threads, contract.rungs), TorchOps())
-    session = _onnx_session(path, threads)
+    session = onnx_session(path, threads)
     contract = _onnx_contract(session, path)
     return Predictor(contract, _Onnx(session, contract, path, threads), NumpyOps())
