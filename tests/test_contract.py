@@ -196,3 +196,51 @@ def test_one_error_family():
     from graph_adapter import format as F
 
     assert F.SpecError is C.SpecError and F.ShapeChangedError is C.ShapeChangedError
+
+
+def _spelt_keys(path, keys):
+    """``(line, key)`` where a module indexes, looks up or compares with a reserved key
+    spelt as a string (``flat["batch"]``, ``d.get("node_mask")``, ``k == "ptr"``)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(open(path).read())):
+        consts = []
+        if isinstance(node, ast.Subscript):
+            consts = [node.slice]
+        elif isinstance(node, ast.Compare):
+            if any(isinstance(s, ast.Attribute) and s.attr == "op"
+                   for s in [node.left, *node.comparators]):
+                continue  # an FX node's op ("output"), not a key
+            consts = [node.left, *node.comparators]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("get", "pop", "setdefault") and node.args):
+            consts = [node.args[0]]
+        found += [(node.lineno, c.value) for c in consts
+                  if isinstance(c, ast.Constant) and c.value in keys]
+    return found
+
+
+def test_the_library_names_reserved_keys_only_through_the_contract():
+    """One home per key: a module of the library (the ``graph-adapter`` application
+    aside, which reads outputs as a user does) never spells a reserved key."""
+    keys = set(C.ALL_RESERVED_KEYS) | {C.OUTPUT_KEY, C.LOSS_KEY}
+    package = os.path.join(ROOT, "graph_adapter")
+    bad = []
+    for folder, _, files in os.walk(package):
+        if os.path.relpath(folder, package).split(os.sep)[0] == "app":
+            continue
+        for f in files:
+            path = os.path.join(folder, f)
+            if f.endswith(".py") and path != C.__file__:
+                bad += [f"{os.path.relpath(path, ROOT)}:{line}: {key!r}"
+                        for line, key in _spelt_keys(path, keys)]
+    assert not bad, "use the contract's constant (graph_adapter.contract):\n" + "\n".join(bad)
+
+
+def test_the_spelt_key_check_sees_each_form(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text('a = flat["batch"]\nb = d.get("node_mask")\nc = k == "ptr"\n'
+                   'd = u.op == "output"\ne = flat[BATCH]\n')
+    assert _spelt_keys(str(src), {"batch", "node_mask", "ptr", "output"}) == [
+        (1, "batch"), (2, "node_mask"), (3, "ptr")]

@@ -316,7 +316,7 @@ class Scan:
 
     def _proto_hetero(self, store: Store, key: str, attr: str, v: Tensor) -> Field:
         dt = _dtype_name(v.dtype)
-        if "batch" in attr:
+        if BATCH in attr:  # (a name that holds it, as PyG reads it)
             raise NotImplementedError(f"key {key!r}: PyG increments '*batch*' keys by their "
                                       f"max; not supported")
         if store.kind == "edge" and "index" in attr:

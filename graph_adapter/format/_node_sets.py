@@ -126,7 +126,7 @@ def extra_sets(obj: BaseData) -> Dict[str, Where]:
         c = counts(a)
         return c is not None and c.shape == series.shape and bool(torch.equal(c, series))
 
-    feats = sorted(a for a in tensors if not is_index_attr(a) and a != "batch"
+    feats = sorted(a for a in tensors if not is_index_attr(a) and a != BATCH
                    and _follow(a, tensors) is None)
     out: Dict[str, Where] = {}
     for k in sorted(tensors):

@@ -111,7 +111,7 @@ def make_frame(flat: Dict[str, Tensor]) -> Dict[str, Any]:
     elif PTR in flat:
         g = flat[PTR].size(-1) - 1
     frame["G"] = g
-    frame["graph_mask"] = flat.get(GRAPH_MASK)
+    frame[GRAPH_MASK] = flat.get(GRAPH_MASK)
     frame["masks"] = masks_by_level(flat)
     if not frame["hetero"]:
         n = e = None
@@ -127,9 +127,9 @@ def make_frame(flat: Dict[str, Tensor]) -> Dict[str, Any]:
             e = flat["edge_index"].size(-1)
         frame["N"] = n
         frame["E"] = e
-        frame["batch"] = flat.get(BATCH)
-        frame["node_mask"] = flat.get(NODE_MASK)
-        frame["edge_mask"] = flat.get(EDGE_MASK)
+        frame[BATCH] = flat.get(BATCH)
+        frame[NODE_MASK] = flat.get(NODE_MASK)
+        frame[EDGE_MASK] = flat.get(EDGE_MASK)
         frame["batches"] = [flat[BATCH]] if BATCH in flat else []
         # ELL tables (layout="ell"): graph_adapter.nn.static_layout routes PyG's
         # gather and sum/mean aggregation over the batch's edge_index through them
@@ -141,7 +141,7 @@ def make_frame(flat: Dict[str, Tensor]) -> Dict[str, Any]:
         frame["sources"] = flat.get(IN_SOURCES)
     else:
         frame["N"] = frame["E"] = None
-        frame["batch"] = None
+        frame[BATCH] = None
         frame["batches"] = [v for k, v in flat.items() if parse_key(k)[1] == BATCH]
     return frame
 
@@ -299,7 +299,7 @@ def _loop_nodes(edge_index: Any, num_nodes: Optional[int]) -> Optional[Tuple[int
     frame = _FRAMES[-1]
     n = frame["N"]
     if n is not None and (num_nodes is None or num_nodes == n):
-        return n, frame.get("node_mask")
+        return n, frame.get(NODE_MASK)
     sets = frame.get("node_sets") or {}
     if num_nodes is not None and num_nodes in sets:
         return num_nodes, sets[num_nodes]
@@ -341,7 +341,7 @@ def _unloop(edge_index: Tensor, frame: Dict[str, Any],
     single padding node keeps them on the trash node. Same shape, no value
     read on the host.
     """
-    n, mask = nodes if nodes is not None else (frame["N"], frame.get("node_mask"))
+    n, mask = nodes if nodes is not None else (frame["N"], frame.get(NODE_MASK))
     trash = n - 1
     row, col = edge_index[0], edge_index[1]
     if mask is None:

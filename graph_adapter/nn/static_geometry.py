@@ -40,6 +40,7 @@ from torch import Tensor
 import torch_geometric.nn.pool as _pool
 
 from . import static
+from ..format import NODE_MASK
 
 __all__ = ["ORIGINALS", "REPLACEMENTS", "neighbors"]
 
@@ -49,7 +50,7 @@ ORIGINALS: Dict[str, Callable] = {name: getattr(_pool, name)
 
 def _real_rows(frame: Dict, t: Tensor) -> Optional[Tensor]:
     """The node mask when ``t`` is node-level (``N`` rows) in a homogeneous batch."""
-    mask = frame.get("node_mask")
+    mask = frame.get(NODE_MASK)
     if mask is not None and t.size(0) == mask.size(0):
         return mask.bool()
     return None
