@@ -70,8 +70,17 @@ class _CountingBackend:
         self.count = 0
         # whether inductor's generated code adds atomically (None: not read)
         self.atomic_adds: Optional[bool] = False
-        #: the rewrites that fired in these compiles: name -> count
-        self.rewrites: Dict[str, int] = collections.Counter()
+        # each compile's count of the rewrites that fired, kept live: a training graph's
+        # backward is compiled later, at its first backward, and adds to its count then
+        self._fired: List[Mapping[str, int]] = []
+
+    @property
+    def rewrites(self) -> Dict[str, int]:
+        """The rewrites that fired in these compiles so far: name -> count."""
+        out: Dict[str, int] = collections.Counter()
+        for fired in self._fired:
+            out.update(fired)
+        return dict(out)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[Any]):
         self.count += 1
@@ -80,7 +89,7 @@ class _CountingBackend:
             done = plain_inductor(gm, example_inputs, self.settings.options) if tuner is None \
                 else tuner.compile_inductor(gm, example_inputs, self.settings)
             self.atomic_adds = merge_atomic(self.atomic_adds, done.atomic_adds)
-            self.rewrites.update(done.rewrites)
+            self._fired.append(done.rewrites)
             return done.fn
         return torch._dynamo.lookup_backend(self.name)(gm, example_inputs)
 
@@ -201,7 +210,7 @@ class DynamoEngine(Engine):
     @property
     def rewrites(self) -> Dict[str, int]:
         """The rewrites that fired in this engine's compiles (name -> count)."""
-        return dict(self._counter.rewrites)
+        return self._counter.rewrites
 
     def run(self, flat: Dict[str, Tensor], key: Any) -> Dict[str, Tensor]:
         # Dynamo guards on the mode and shapes itself; ``key`` only picks a precompiled entry.
