@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from torch import Tensor
 
 from ..batching import Budget, Collator
+from ..contract import misfit
 from .batches import data_of
 
 __all__ = ["LADDER_GRAPHS", "ladder_budgets", "ladder_of", "rung_batches"]
@@ -68,16 +69,14 @@ def rung_batches(data: Sequence[Any], b: Budget, scan: int = 2048) -> List[Dict[
     """Check batches of rung ``b``: the data's first graphs that fit one call, and the
     largest graph (of the first ``scan``) that fits alone."""
     graphs = [data[i] for i in range(min(len(data), scan))]
-    cap = min(b.nodes - 2, b.nodes - b.graphs + 1)
-    fits = [g for g in graphs if g.num_nodes <= cap and g.num_edges <= b.edges]
+    N, E, G = int(b.nodes), int(b.edges), int(b.graphs)
+    fits = [g for g in graphs if not misfit(1, g.num_nodes, g.num_edges, G, N, E)]
     if not fits:
         raise ValueError(f"rung nodes={b.nodes}, edges={b.edges}, graphs={b.graphs} holds "
                          f"none of the data's graphs: its check needs one; give a larger rung")
     pick, n, e = [], 0, 0
     for g in fits:
-        k = len(pick) + 1
-        if k > b.graphs - 1 or n + g.num_nodes > b.nodes - 2 or e + g.num_edges > b.edges \
-                or b.nodes - (n + g.num_nodes) < b.graphs - k:
+        if misfit(len(pick) + 1, n + g.num_nodes, e + g.num_edges, G, N, E):
             break
         pick.append(g)
         n, e = n + g.num_nodes, e + g.num_edges
