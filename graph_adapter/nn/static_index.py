@@ -235,9 +235,10 @@ class _StaticIndexMode(TorchFunctionMode):
                     # is computed, __setitem__ keeps the loops.
                     out = func(args[0], v[row])
             if out is not None:
-                # the updated copy is still the masked read's: under Dynamo (torch >=
-                # 2.15) an in-place op's result need not be the object it updated
-                self.pending.append((out, m))
+                if out is not args[0]:
+                    # the updated copy is still the masked read's: under Dynamo (torch
+                    # >= 2.15) an in-place op's result need not be the object it updated
+                    self.pending.append((out, m))
                 return out
         self._misuse(func, args, kwargs)
         return func(*args, **kwargs)
