@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..format import LAYOUT_KEYS
+from ..format import is_layout_key
 from ..nn import TrimError
 from .interface import CompileStats, InProcessModel, merge_atomic
 from .program import CompiledHost, Signature, per_micro_batch, signature_of
@@ -141,12 +141,12 @@ def measure_settings(select: Union[str, Measure]) -> Measure:
 
 def has_layout_tables(flat: Mapping[str, Any]) -> bool:
     """Whether the batch carries layout tables (keys of ``format.LAYOUT_KEYS``, any store)."""
-    return any(k.rsplit("/", 1)[-1] in LAYOUT_KEYS for k in flat)
+    return any(is_layout_key(k) for k in flat)
 
 
 def drop_layout_tables(flat: Mapping[str, Tensor]) -> Dict[str, Tensor]:
     """``flat`` without its layout keys: the wrapped model then runs PyG's scatter path."""
-    return {k: v for k, v in flat.items() if k.rsplit("/", 1)[-1] not in LAYOUT_KEYS}
+    return {k: v for k, v in flat.items() if not is_layout_key(k)}
 
 
 def pick(medians: Mapping[str, float], order: Sequence[str] = CANDIDATES) -> str:
