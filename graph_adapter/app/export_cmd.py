@@ -3,8 +3,9 @@
 The factory takes no arguments and returns ``(wrapped, loader)`` (an ``ipu_wrap``-ped,
 trained model and its ``FixedSizeLoader``) or ``(wrapped, budget, example_graphs)``.
 :func:`graph_adapter.exporter.export` does the work; this prints the contract.
-``--ladder`` (with ``--max-nodes`` / ``--max-edges`` for the top rung) writes a ladder
-of budgets, one program a rung (``export(..., ladder=True)``). Exit codes: 0 written,
+``--ladder`` (with ``--max-nodes`` and/or ``--max-edges``: the largest single graph
+served, the one not given derived from the data) writes a ladder of budgets, one
+program a rung (``export(..., ladder=True)``). Exit codes: 0 written,
 1 the export failed (unsupported model, outputs beyond tolerance: the message says
 which), 2 a usage error or a missing extra.
 """
@@ -42,10 +43,11 @@ def build_export_parser() -> argparse.ArgumentParser:
                    help="several budgets in one artifact, one program each: fitted on the "
                         "data for calls of about 1, 16 and 256 graphs (both formats)")
     p.add_argument("--max-nodes", type=int, default=None, metavar="N",
-                   help="with --ladder: a top rung for one graph of N nodes (the largest "
-                        "graph the server must take)")
+                   help="with --ladder: the largest single graph served has N nodes (a top "
+                        "rung for it; larger graphs are refused, whatever their degrees)")
     p.add_argument("--max-edges", type=int, default=None, metavar="E",
-                   help="with --ladder: the top rung's edges (one graph of E edges)")
+                   help="with --ladder: ... and E edges (default: derived from N by the "
+                        "data's most edges per node; either flag alone works)")
     return p
 
 
@@ -110,10 +112,15 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
           f"max |artifact - eager| on the example batch {contract.verified_max_abs_diff:.2g}"
           + ("" if contract.threads is None else f"; compiled for {contract.threads} thread(s)"))
     if contract.rungs:
+        most = (contract.max_nodes, contract.max_edges) if contract.max_nodes is not None \
+            else (max(r.max_graph_nodes for r in contract.rungs),
+                  max(r.edges for r in contract.rungs))
         print("rungs (one program each): " + "; ".join(
             f"nodes={r.nodes} edges={r.edges} graphs={r.graphs}" for r in contract.rungs)
-            + f"; one graph of up to {max(r.max_graph_nodes for r in contract.rungs)} nodes "
-              f"and {max(r.edges for r in contract.rungs)} edges is served")
+            + f"; one graph of up to {most[0]} nodes and {most[1]} edges is served")
+    coded = [f"{f.key} {list(f.codes)}" for f in contract.features if f.codes]
+    if coded:
+        print(f"codes checked against their embedding tables' rows: {'; '.join(coded)}")
     if contract.dropped_inputs:
         print(f"not read by the model, left out of requests: {list(contract.dropped_inputs)}")
     return 0

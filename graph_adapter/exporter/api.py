@@ -19,6 +19,7 @@ from .ladder import ladder_of
 from .onnx import write_onnx, write_onnx_ladder
 from .pt2 import num_threads, write_pt2, write_pt2_ladder
 from .trace import Inference, drop_unread, rewritten_program, trace
+from .values import index_tables, with_value_rules
 
 __all__ = ["export"]
 
@@ -93,7 +94,19 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
             pt2: an AOTInductor program a rung in one archive; onnx: one model, an
             ``If`` branch a rung on its ``graph_adapter_rung`` input. Every rung is
             checked as a one-budget artifact is, on its own batches of the data.
-            ``max_nodes`` / ``max_edges``: a top rung for one such graph.
+        max_nodes, max_edges: with ``ladder``: the largest single graph served, whatever
+            its degrees, in both formats: a top rung for one such graph is added (an
+            ONNX one with room for every in-edge past its neighbour tables' width), and
+            a larger graph is refused by name whatever a rung could take. Give either
+            alone and the other is derived from the data: ``max_edges = ceil(max_nodes *
+            r)`` with ``r`` the most edges per node among the data's graphs (at least
+            1); ``max_nodes`` from ``max_edges`` by the most nodes per edge.
+
+    Value rules (checked by the server before any call, ``docs/deploy.md``): an integer
+    feature that indexes embedding tables (found in the traced program: ``embedding``,
+    ``index_select``, ``one_hot`` of its columns) takes codes within each table's rows
+    only; a float feature whose data (the first 4096 graphs, and the check batches) held
+    no NaN/inf takes none.
 
     Inputs the traced program never reads (``y``; a feature the forward names but
     ignores) are left out of the contract (``dropped_inputs``): requests need not carry
@@ -145,17 +158,27 @@ def _export_eval(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, B
     try:
         wrapped.eval()
         wrapped.loss_fn = None
-        module, dropped, ref = drop_unread(wrapped, flat)
+        traced: List[Any] = []
+        module, dropped, ref = drop_unread(wrapped, flat, traced)
         batches = check_batches(loader_or_budget, example, col, flat)
         cases = check_cases(module, dropped, ref, batches)
         fed = cases[0][0]
         b = col.budget
+        data = data_of(loader_or_budget, example)
+        inputs = contract_inputs(col, fed)
+        # each feature's valid values (codes within their tables, NaN/inf or not): the
+        # host refuses the rest before any call (docs/deploy.md, "Bad requests")
+        tables = index_tables(traced[0], list(flat), {f.key: f for f in inputs})
+        inputs = with_value_rules(inputs, tables, data, batches)
+        served = budgets.served if budgets else None
         contract = Contract(format=format, nodes=int(b.nodes), edges=int(b.edges),
-                            graphs=int(b.graphs), inputs=contract_inputs(col, fed),
+                            graphs=int(b.graphs), inputs=inputs,
                             outputs=output_fields(ref, b), dropped_inputs=tuple(dropped),
-                            tolerance=dict(TOLERANCE[format]), versions=versions())
-        return _write(module, dropped, cases, budgets, data_of(loader_or_budget, example),
-                      path, contract, rewrite, threads, inductor_configs)
+                            tolerance=dict(TOLERANCE[format]), versions=versions(),
+                            value_rules=True, max_nodes=served[0] if served else None,
+                            max_edges=served[1] if served else None)
+        return _write(module, dropped, cases, budgets, data, path, contract, rewrite, threads,
+                      inductor_configs)
     finally:
         wrapped.loss_fn = loss_fn
         wrapped.train(was_training)

@@ -3,7 +3,8 @@ default budgets ``ladder=True`` fits on the data, the ones ``export`` is given, 
 rung's check batches (padded dicts in the rung's shapes)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from torch import Tensor
 
@@ -11,12 +12,38 @@ from ..batching import Budget, Collator
 from ..contract import misfit
 from .batches import data_of
 
-__all__ = ["LADDER_GRAPHS", "ladder_budgets", "ladder_of", "rung_batches"]
+__all__ = ["LADDER_GRAPHS", "Ladder", "ladder_budgets", "ladder_of", "rung_batches",
+           "served_size"]
 
 
 #: graphs per call of the rungs ``ladder=True`` fits on the data: one request graph
 #: (a single molecule), a small request, and the bulk of a large one
 LADDER_GRAPHS = (1, 16, 256)
+
+
+class Ladder(list):
+    """The rungs ``export`` compiles (a list of ``Budget``), with ``served``: the largest
+    single graph served, ``(max_nodes, max_edges)``, where they were given (``None``:
+    what the rungs take) and ``top``: the rung added for it."""
+
+    served: Optional[Tuple[int, int]] = None
+    top: Optional[Budget] = None
+
+
+def served_size(data: Sequence[Any], max_nodes: Optional[int], max_edges: Optional[int]
+                ) -> Tuple[int, int]:
+    """``(max_nodes, max_edges)`` with the one not given derived from the data's densest
+    graph: ``max_edges = ceil(max_nodes * r)``, ``r`` the most edges per node among the
+    data's first 4096 graphs (at least 1); ``max_nodes = ceil(max_edges * q)``, ``q``
+    the most nodes per edge among those with edges (at least 1)."""
+    if max_nodes is not None and max_edges is not None:
+        return int(max_nodes), int(max_edges)
+    graphs = [data[i] for i in range(min(len(data), 4096))]
+    if max_edges is None:
+        r = max([g.num_edges / g.num_nodes for g in graphs if g.num_nodes] + [1.0])
+        return int(max_nodes), max(int(math.ceil(int(max_nodes) * r - 1e-9)), 1)
+    q = max([g.num_nodes / g.num_edges for g in graphs if g.num_edges] + [1.0])
+    return max(int(math.ceil(int(max_edges) * q - 1e-9)), 1), int(max_edges)
 
 
 def _top_rung(max_nodes: int, max_edges: int) -> Budget:
@@ -46,23 +73,33 @@ def ladder_budgets(data: Sequence[Any], max_nodes: Optional[int] = None,
 
 
 def ladder_of(source: Any, example: Optional[Sequence[Any]], ladder: Any,
-              max_nodes: Optional[int], max_edges: Optional[int]) -> List[Budget]:
-    """The rungs ``export`` compiles (``[]``: one budget, today's artifact)."""
+              max_nodes: Optional[int], max_edges: Optional[int]) -> Ladder:
+    """The rungs ``export`` compiles (``[]``: one budget, today's artifact); with
+    ``max_nodes`` / ``max_edges`` (either derived from the other: :func:`served_size`),
+    a top rung for one such graph and ``served`` set."""
+    sized = max_nodes is not None or max_edges is not None
     if ladder is None or ladder is False:
-        if max_nodes is not None or max_edges is not None:
+        if sized:
             raise ValueError("max_nodes= / max_edges= size the top rung of a ladder: pass "
                              "ladder=True with them (or fit the one budget on such graphs)")
-        return []
+        return Ladder()
+    for name, v in (("max_nodes", max_nodes), ("max_edges", max_edges)):
+        if v is not None and int(v) < 1:
+            raise ValueError(f"{name}={v}: give the largest graph's count (1 or more)")
+    served = served_size(data_of(source, example), max_nodes, max_edges) if sized else None
     if ladder is True:
-        budgets = ladder_budgets(data_of(source, example), max_nodes, max_edges)
+        budgets = ladder_budgets(data_of(source, example), *(served or (None, None)))
     else:
         budgets = [b if isinstance(b, Budget) else Budget.from_dict(b) for b in ladder]
-        if max_nodes is not None or max_edges is not None:
-            budgets.append(_top_rung(max_nodes or 1, max_edges or 1))
+        if served:
+            budgets.append(_top_rung(*served))
     if not budgets or any(b.is_hetero for b in budgets):
         raise ValueError(f"ladder={ladder!r}: give one or more homogeneous Budgets "
                          f"(or ladder=True)")
-    return budgets
+    out = Ladder(budgets)
+    if served:
+        out.served, out.top = served, _top_rung(*served)
+    return out
 
 
 def rung_batches(data: Sequence[Any], b: Budget, scan: int = 2048) -> List[Dict[str, Tensor]]:

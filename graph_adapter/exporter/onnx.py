@@ -348,6 +348,14 @@ def write_onnx(ep: Any, path: str, contract: Contract, cases: Sequence[Case],
     return contract
 
 
+def _is_top(budgets: Sequence[Budget], b: Budget) -> bool:
+    """Whether ``b`` is the rung ``export`` added for the largest graph served
+    (:class:`~graph_adapter.exporter.ladder.Ladder`'s ``top``)."""
+    top = getattr(budgets, "top", None)
+    return top is not None and (int(top.nodes), int(top.edges), int(top.graphs)) == \
+        (int(b.nodes), int(b.edges), int(b.graphs))
+
+
 def write_onnx_ladder(module: Inference, dropped: List[str], budgets: Sequence[Budget],
                       data: Sequence[Any], path: str, contract: Contract, rewrite: bool,
                       threads: Optional[int]) -> Contract:
@@ -369,6 +377,11 @@ def write_onnx_ladder(module: Inference, dropped: List[str], budgets: Sequence[B
         if rewrite:
             ep, _ = rewritten_program(ep, fed)
         sizes = None if fitted is None else (fitted[0], _fit_spill(fitted[1], int(b.graphs)))
+        if sizes and _is_top(budgets, b):
+            # the rung for the largest graph served: room for every in-edge past the
+            # width (one graph of E edges spills at most E - S), so that it takes any
+            # graph within max_nodes / max_edges whatever its degrees
+            sizes = (sizes[0], max(sizes[1], int(b.edges) - sizes[0]))
         at = (contract.input_keys().index("edge_index"), int(b.nodes)) + sizes if sizes else None
         proto, names = _onnx_proto(ep, rewrite, at, _position(contract, BATCH))
         tabled, cases = _tabled(contract, names, cases, int(b.nodes), sizes)

@@ -99,16 +99,20 @@ def _unused_inputs(ep: Any, keys: List[str]) -> List[str]:
     return [k for k, name in zip(keys, names) if not nodes[name].users]
 
 
-def drop_unread(wrapped: IPUWrapped, flat: Dict[str, Tensor]
+def drop_unread(wrapped: IPUWrapped, flat: Dict[str, Tensor], traced: Optional[List[Any]] = None
                 ) -> Tuple[Inference, List[str], Dict[str, Tensor]]:
     """``(module, dropped, ref)``: the inference module without the inputs the traced
     program never reads (features and labels: ``y``, an ``edge_attr`` the forward names
     but ignores; reserved keys stay, the packer makes them), which it makes as zeros
     itself, and its eager outputs on ``flat`` without them. They must equal the
     wrapper's on the whole ``flat`` (a key read outside the graph, by Python, keeps
-    its place in the contract)."""
+    its place in the contract). ``traced``: a list the program traced on the whole
+    ``flat`` is appended to (what the contract's value rules are read from)."""
     module = Inference(wrapped)
-    unused = _unused_inputs(trace(copy.deepcopy(module), flat), list(flat))
+    ep = trace(copy.deepcopy(module), flat)
+    if traced is not None:
+        traced.append(ep)
+    unused = _unused_inputs(ep, list(flat))
     dropped = [k for k in unused if k not in RESERVED_KEYS]
     with torch.no_grad():
         ref = module(flat)

@@ -13,9 +13,9 @@ imports torch): nothing of torch_geometric, nothing else of graph_adapter (it is
 of its own, rank 0, so that a server needs only the runtime).
 """
 from .contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract, InputField, OutputField, Rung
-from .errors import (ArtifactError, EdgeIndexError, FeatureDtypeError, FeatureShapeError,
-                     GraphInputError, GraphTooLargeError, MissingFeatureError,
-                     RuntimeMissingError, ServeError)
+from .errors import (ArtifactError, CodeRangeError, EdgeIndexError, EmptyGraphError,
+                     FeatureDtypeError, FeatureShapeError, GraphInputError, GraphTooLargeError,
+                     MissingFeatureError, NonFiniteError, RuntimeMissingError, ServeError)
 from .runtime import Predictor, load, onnx_session, read_contract
 from .server import (NPZ_TYPE, DynamicBatcher, PayloadError, PredictServer, QueueFullError,
                      decode_graphs, decode_npz, encode_prediction, serve_main)
@@ -23,6 +23,7 @@ from .server import (NPZ_TYPE, DynamicBatcher, PayloadError, PredictServer, Queu
 __all__ = ["load", "Predictor", "read_contract", "onnx_session", "Contract", "InputField", "OutputField", "Rung",
            "ServeError", "ArtifactError", "RuntimeMissingError", "GraphInputError",
            "MissingFeatureError", "FeatureDtypeError", "FeatureShapeError", "EdgeIndexError",
-           "GraphTooLargeError", "CONTRACT_FILE", "ONNX_METADATA_KEY",
+           "GraphTooLargeError", "CodeRangeError", "NonFiniteError", "EmptyGraphError",
+           "CONTRACT_FILE", "ONNX_METADATA_KEY",
            "PredictServer", "DynamicBatcher", "PayloadError", "QueueFullError",
            "decode_graphs", "decode_npz", "NPZ_TYPE", "encode_prediction", "serve_main"]

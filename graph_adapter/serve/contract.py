@@ -21,7 +21,7 @@ __all__ = ["CONTRACT_VERSION", "CONTRACT_FILE", "ONNX_METADATA_KEY", "InputField
            "OutputField", "Rung", "Contract"]
 
 #: bumped when a runtime of an older version could misread a newer contract
-CONTRACT_VERSION = 3
+CONTRACT_VERSION = 4
 #: the version a one-budget contract (no ``rungs``) is written with: older runtimes read it
 ONE_BUDGET_VERSION = 1
 #: the version a ladder without neighbour tables is written with
@@ -30,6 +30,10 @@ LADDER_VERSION = 2
 #: packer: ``docs/dev/FORMAT.md``); a runtime before it cannot build them, so a contract
 #: with them says version 3 and such a runtime refuses it by its version
 TABLE_KEYS = (ELL_IN, SPILL_IN)
+#: the version a contract with value rules (:attr:`Contract.value_rules`: each feature's
+#: valid codes, whether NaN/inf may appear) or a served size limit is written with: a
+#: runtime before it would not check them, so it refuses such a contract by its version
+VALUE_RULES_VERSION = 4
 #: the contract's name inside a ``.pt2`` archive (``<archive>/extra/<this>``)
 CONTRACT_FILE = "graph_adapter.json"
 #: the ONNX model's ``metadata_props`` key that holds the contract
@@ -45,6 +49,18 @@ class InputField:
     ``ptr``, the masks: made by the packer). ``shape`` is the per-graph shape with
     ``None`` on ``cat_dim``; ``inc == "nodes"`` marks an index key (``edge_index``)
     offset by the nodes of the graphs before it; ``rows``: graph-level rows per graph.
+
+    Value rules (written by ``export`` since contract version 4, checked by the host
+    before any call; see :meth:`Contract.value_checks` for a contract without them):
+
+    * ``codes``: an integer feature that indexes embedding tables: the rows of the
+      table each column indexes (one entry a column of a ``[n, C]`` feature, else one
+      entry; ``None``: a column that indexes no table). Valid codes of a column with
+      ``r`` rows are ``0 .. r - 1``.
+    * ``low``: the smallest valid value of an integer feature (``0`` where it indexes a
+      table or where the export data held no negative value; ``None``: not checked).
+    * ``finite``: a float feature: ``True``: NaN and +-inf refused (the export data held
+      none); ``False``: allowed (the data held some); ``None``: not recorded.
     """
 
     key: str
@@ -54,6 +70,9 @@ class InputField:
     shape: Tuple[Optional[int], ...] = ()
     inc: str = "none"
     rows: int = 1
+    codes: Optional[Tuple[Optional[int], ...]] = None
+    low: Optional[int] = None
+    finite: Optional[bool] = None
 
     def __post_init__(self):
         # read for every feature of every request graph: computed once
@@ -138,6 +157,43 @@ class Contract:
     #: them) -> its size in each rung (as ``rungs``): a session made with rung ``i``'s
     #: sizes as free dimension overrides runs that rung's graph alone
     onnx_rung_dims: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
+    #: whether ``export`` recorded each feature's value rules (``codes``, ``low``,
+    #: ``finite`` of :class:`InputField`); ``False``: an older contract, checked by the
+    #: defaults of :meth:`value_checks`
+    value_rules: bool = False
+    #: the largest single graph served (``export(..., max_nodes=, max_edges=)``): a
+    #: graph with more nodes or edges is refused whatever the rungs could take, and
+    #: every graph within both is served, whatever its degrees; ``None``: what the
+    #: budget (or the largest rung) takes
+    max_nodes: Optional[int] = None
+    max_edges: Optional[int] = None
+
+    def value_checks(self) -> List[Tuple[InputField, Optional[int], Optional[Tuple[Optional[int], ...]], bool]]:
+        """What the host checks of each feature's values before any call:
+        ``(field, low, codes, finite)`` per feature with a check (``low``: the smallest
+        valid integer, ``None``: none; ``codes``: per column the rows of its table, see
+        :class:`InputField`; ``finite``: NaN/inf refused). Index keys (``edge_index``)
+        are checked against their graph's nodes by the packer instead.
+
+        A contract without value rules (written before version 4) is checked by
+        defaults: integer features refuse negative values (an ONNX ``Gather`` would wrap
+        them), float features refuse NaN/inf; codes past a table are not known then (the
+        artifact's own call fails on them)."""
+        out = []
+        for f in self.features:
+            if f.inc == "nodes":
+                continue
+            is_float = f.dtype.startswith(("float", "bfloat")) or f.dtype.startswith("complex")
+            is_int = f.dtype.startswith(("int", "uint"))
+            if not self.value_rules:
+                low, codes, finite = (0 if is_int else None), None, is_float
+            else:
+                low, codes, finite = f.low, f.codes, bool(is_float and f.finite is not False)
+            if is_int and codes is not None and low is None:
+                low = 0
+            if low is not None or codes or finite:
+                out.append((f, low, codes, finite))
+        return out
 
     @property
     def features(self) -> Tuple[InputField, ...]:
@@ -151,10 +207,15 @@ class Contract:
     def to_json(self) -> str:
         d = asdict(self)
         tables = any(f.kind == "reserved" and f.key in TABLE_KEYS for f in self.inputs)
-        d["contract_version"] = CONTRACT_VERSION if tables else (
+        newest = self.value_rules or self.max_nodes is not None or self.max_edges is not None
+        d["contract_version"] = VALUE_RULES_VERSION if newest else 3 if tables else (
             LADDER_VERSION if self.rungs else ONE_BUDGET_VERSION)
         if not self.onnx_rung_input:  # one-budget contracts stay as version 1 wrote them
             del d["onnx_rung_input"], d["onnx_rung_dims"]
+        if not newest:  # (so that an older contract is written as its version had it)
+            del d["value_rules"], d["max_nodes"], d["max_edges"]
+            for f in d["inputs"]:
+                del f["codes"], f["low"], f["finite"]
         return json.dumps(d, indent=1, sort_keys=True)
 
     @classmethod
@@ -170,7 +231,8 @@ class Contract:
             raise ArtifactError(f"{where}: contract version {version} is newer than this "
                                 f"runtime's ({CONTRACT_VERSION}); upgrade graph_adapter")
         try:
-            inputs = tuple(InputField(**{**f, "shape": tuple(f["shape"])}) for f in d.pop("inputs"))
+            inputs = tuple(InputField(**{**f, "shape": tuple(f["shape"]), "codes": (
+                None if f.get("codes") is None else tuple(f["codes"]))}) for f in d.pop("inputs"))
             outputs = tuple(OutputField(**{**f, "shape": tuple(f["shape"])})
                             for f in d.pop("outputs"))
             d["rungs"] = tuple(Rung(**r) for r in d.get("rungs", ()))

@@ -12,7 +12,7 @@ from ..contract import (BatchMismatchError, DtypeMismatchError, InputValueError,
 
 __all__ = ["ServeError", "ArtifactError", "GraphInputError", "MissingFeatureError",
            "FeatureDtypeError", "FeatureShapeError", "GraphTooLargeError", "EdgeIndexError",
-           "RuntimeMissingError"]
+           "RuntimeMissingError", "CodeRangeError", "NonFiniteError", "EmptyGraphError"]
 
 
 class ServeError(Exception):
@@ -61,3 +61,25 @@ class GraphTooLargeError(GraphInputError, BatchMismatchError):
     Never cut: export with a larger budget (``Budget.fit`` over data that includes such
     graphs) or leave the graph out yourself.
     """
+
+
+class CodeRangeError(GraphInputError, InputValueError):
+    """A categorical code outside the rows of the embedding table it indexes (negative, or
+    past the table): refused before any call, as eager PyG would fail on it (an ONNX
+    ``Gather`` would wrap a negative code to another row and answer with that row's
+    prediction). ``column``: the feature's column (``None`` for a 1-d feature)."""
+
+    def __init__(self, message: str, graph: int, key: "str | None" = None,
+                 column: "int | None" = None):
+        super().__init__(message, graph, key)
+        self.column = column
+
+
+class NonFiniteError(GraphInputError, InputValueError):
+    """A NaN or infinite value in a float feature whose export data held none (the
+    contract's ``finite``): the model was never fitted on such values."""
+
+
+class EmptyGraphError(GraphInputError, InputValueError):
+    """A graph of 0 nodes: eager PyG gives it no prediction (its pooled row does not
+    exist), so the runtime refuses it rather than invent one; leave it out."""

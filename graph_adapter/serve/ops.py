@@ -82,6 +82,33 @@ class NumpyOps:
         hits = self.np.flatnonzero(bad)
         return int(hits[0]) if hits.size else -1
 
+    def first_nonfinite(self, a: Any) -> int:
+        """The flat (row-major) position of the first NaN/inf in ``a`` (-1: none)."""
+        ok = self.np.isfinite(a)
+        if ok.all():
+            return -1
+        return int(self.np.flatnonzero(~ok.reshape(-1))[0])
+
+    def first_outside(self, a: Any, low: Any, high: Any) -> int:
+        """The flat position of the first value of ``a`` below ``low`` or at/above
+        ``high`` (``high``: a bound a last-dim column, broadcast; -1: none)."""
+        if a.size == 0:
+            return -1
+        bad = a < low
+        if high is not None:
+            bad |= a >= high
+        if not bad.any():
+            return -1
+        return int(self.np.flatnonzero(bad.reshape(-1))[0])
+
+    def bounds(self, values: Sequence[int]) -> Any:
+        """Per-column upper bounds as an int64 array (broadcast over a feature's rows)."""
+        return self.np.asarray(values, dtype=self.np.int64)
+
+    def item(self, a: Any, flat: int) -> Any:
+        """``a``'s value at flat position ``flat``, as a Python number."""
+        return a.reshape(-1)[flat].item()
+
 
 class TorchOps:
     """torch tensors (numpy arrays given as inputs are wrapped with ``torch.from_numpy``)."""
@@ -158,3 +185,30 @@ class TorchOps:
         bad = ((index < lo) | (index >= hi)).any(dim=0)
         hits = bad.nonzero()
         return int(hits[0, 0]) if hits.numel() else -1
+
+    def first_nonfinite(self, a: Any) -> int:
+        """The flat (row-major) position of the first NaN/inf in ``a`` (-1: none)."""
+        ok = self.torch.isfinite(a)
+        if bool(ok.all()):
+            return -1
+        return int((~ok.reshape(-1)).nonzero()[0, 0])
+
+    def first_outside(self, a: Any, low: Any, high: Any) -> int:
+        """The flat position of the first value of ``a`` below ``low`` or at/above
+        ``high`` (``high``: a bound a last-dim column, broadcast; -1: none)."""
+        if a.numel() == 0:
+            return -1
+        bad = a < low
+        if high is not None:
+            bad |= a >= high
+        if not bool(bad.any()):
+            return -1
+        return int(bad.reshape(-1).nonzero()[0, 0])
+
+    def bounds(self, values: Sequence[int]) -> Any:
+        """Per-column upper bounds as an int64 tensor (broadcast over a feature's rows)."""
+        return self.torch.tensor(list(values), dtype=self.torch.int64)
+
+    def item(self, a: Any, flat: int) -> Any:
+        """``a``'s value at flat position ``flat``, as a Python number."""
+        return a.reshape(-1)[flat].item()

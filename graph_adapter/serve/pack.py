@@ -24,13 +24,14 @@ from ..contract import (BATCH, EDGE_MASK, ELL_IN, GRAPH_MASK, NODE_MASK, PTR, SP
                         pad_value, padding_node, slot_counts)
 from .columns import Columns, join
 from .contract import Contract, InputField
-from .errors import (EdgeIndexError, FeatureDtypeError, FeatureShapeError, GraphTooLargeError,
-                     MissingFeatureError)
+from .errors import (CodeRangeError, EdgeIndexError, EmptyGraphError, FeatureDtypeError,
+                     FeatureShapeError, GraphTooLargeError, MissingFeatureError, NonFiniteError)
 from .ops import dtype_name
 
 __all__ = ["Graph", "read_graph", "read_graphs", "read_request", "plan_calls", "plan_ladder", "pack_call",
            "pack_columns", "column_graphs", "column_spills", "table_width",
-           "in_tables", "spill_counts", "CALL_OVERHEAD_ROWS", "SLOTS", "SPILL"]
+           "in_tables", "spill_counts", "check_values", "check_graph_values",
+           "check_served_size", "CALL_OVERHEAD_ROWS", "SLOTS", "SPILL"]
 
 #: the reserved inputs of an ONNX artifact whose edge sums gather over neighbour tables:
 #: ``in_slots`` [N, S] (each node's real in-edge ids, then ``E``), ``in_spill`` [2, K]
@@ -146,10 +147,14 @@ def read_graphs(contract: Contract, ops: Any, graphs: Sequence[Any]) -> List[Gra
     as it is (one type, dtype, rank and dims test a feature; ``read_graph`` spent 3.8 us
     a graph in its helpers, 1 ms of a 256-molecule request; 10 us a graph of torch
     tensors). Anything else (a cast, a missing key, a shape to name) goes through
-    ``read_graph``, which casts or raises the named error."""
+    ``read_graph``, which casts or raises the named error. Then every graph's values
+    (:func:`check_graph_values`: no 0-node graph, codes within their tables, no NaN/inf
+    where the contract forbids them)."""
     name = getattr(ops, "name", "")
     if name not in ("numpy", "torch"):
-        return [read_graph(contract, ops, g, i) for i, g in enumerate(graphs)]
+        out = [read_graph(contract, ops, g, i) for i, g in enumerate(graphs)]
+        check_graph_values(contract, ops, out)
+        return out
     nd = ops.np.ndarray if name == "numpy" else ops.torch.Tensor
     specs = [(f.key, ops.dtype(f.dtype), len(f.shape),
               tuple((d, s) for d, s in enumerate(f.shape) if s is not None), f.cat_dim,
@@ -159,6 +164,7 @@ def read_graphs(contract: Contract, ops: Any, graphs: Sequence[Any]) -> List[Gra
     for i, g in enumerate(graphs):
         got = _fast_graph(g, i, specs, keys, nd, name == "torch") if type(g) is dict else None
         out.append(got if got is not None else read_graph(contract, ops, g, i))
+    check_graph_values(contract, ops, out)
     return out
 
 
@@ -208,6 +214,136 @@ def _fast_graph(g: Dict[str, Any], i: int, specs: List[Any], keys: Set[str],
     ignored = () if len(g) == len(feats) else tuple(
         k for k in g if k not in keys and k != "num_nodes")
     return Graph(feats, nodes, max(edges, 0), ignored, i)
+
+
+def _starts(counts: Sequence[int]) -> List[int]:
+    return [0, *itertools.accumulate(counts)]
+
+
+def _owner_of(starts: List[int], row: int) -> int:
+    """The graph whose rows (``starts[k] .. starts[k + 1] - 1``) hold ``row``."""
+    import bisect
+
+    return bisect.bisect_right(starts, row) - 1
+
+
+def check_values(contract: Contract, ops: Any, cols: Columns) -> None:
+    """Refuse, before any call, what the artifact must not be given (named
+    :class:`~graph_adapter.serve.GraphInputError` subclasses naming the graph and key):
+
+    * a graph of 0 nodes (``EmptyGraphError``): eager PyG gives it no prediction;
+    * a code outside the embedding table it indexes, negative or past the table's rows
+      (``CodeRangeError``; the contract's ``codes`` / ``low``, see
+      :meth:`Contract.value_checks`): eager PyG raises on it, ONNX's ``Gather`` would
+      wrap a negative one to another row;
+    * NaN or +-inf in a float feature whose export data held none (``NonFiniteError``).
+
+    One vectorised test a checked feature over the graphs of ``cols`` (numpy or torch,
+    ``ops``'s); the first bad value is named (graph, key, column, value)."""
+    for k, n in enumerate(cols.nodes):
+        if not n:
+            key = next((f.key for f in contract.features if f.level == "node"), "num_nodes")
+            raise EmptyGraphError(
+                f"graph {cols.positions[k]} has 0 nodes: eager PyG gives such a graph no "
+                f"prediction (no pooled row, no node rows), so none is made up here; leave "
+                f"it out of the request", cols.positions[k], key)
+    checks = contract.value_checks()
+    if not checks:
+        return
+    starts = {"node": _starts(cols.nodes), "edge": _starts(cols.edges)}
+    for f, low, codes, finite in checks:
+        a = cols.features[f.key]
+        if finite:
+            at = ops.first_nonfinite(a)
+            if at >= 0:
+                g, where, _ = _locate(f, a, at, starts, cols)
+                raise NonFiniteError(
+                    f"graph {g}: feature {f.key!r} holds {ops.item(a, at)} at {where}; the "
+                    f"model was exported on data without NaN or infinite values in "
+                    f"{f.key!r}: replace them (or leave the graph out)", g, f.key)
+        if low is None and not codes:
+            continue
+        high = None
+        if codes:
+            big = 1 << 62  # a column that indexes no table: no upper bound
+            per = [big if c is None else int(c) for c in codes]
+            if len(per) == 1 or len(f.shape) != 2 or f.shape[-1] != len(per):
+                per = [min(per)]  # (one table for the whole feature)
+            high = ops.bounds(per)
+        at = ops.first_outside(a, 0 if low is None else low, high)
+        if at >= 0:
+            g, where, col = _locate(f, a, at, starts, cols)
+            value = ops.item(a, at)
+            rows = None
+            if codes:
+                rows = codes[0] if len(codes) == 1 else (codes[col] if col is not None and
+                                                         col < len(codes) else None)
+            valid = (f"0 .. {rows - 1} (the {rows} rows of the embedding table it indexes)"
+                     if rows is not None else f"{low} or more")
+            raise CodeRangeError(
+                f"graph {g}: feature {f.key!r} holds {value} at {where}; valid codes there "
+                f"are {valid}. A code outside its table has no embedding row: eager PyG "
+                f"fails on it, so it is refused here", g, f.key,
+                col if len(f.shape) == 2 else None)
+
+
+def _locate(f: InputField, a: Any, flat: int, starts: Dict[str, List[int]],
+            cols: Columns) -> Tuple[int, str, Optional[int]]:
+    """``(graph position, "row r, column c" within the graph, column)`` of the flat
+    position ``flat`` of the joined array ``a`` of feature ``f``."""
+    shape = [int(s) for s in a.shape] or [1]
+    idx, rest = [], flat
+    for size in reversed(shape):
+        idx.append(rest % size if size else 0)
+        rest = rest // size if size else 0
+    idx.reverse()
+    row = idx[f.cat_dim] if f.shape else idx[0]
+    if f.level in starts:
+        k = _owner_of(starts[f.level], row)
+        local = row - starts[f.level][k]
+    else:
+        k, local = row // max(f.rows, 1), row % max(f.rows, 1)
+    others = [i for d, i in enumerate(idx) if d != (f.cat_dim if f.shape else 0)]
+    col = others[-1] if others else None
+    where = f"{f.level} row {local}" + ("" if col is None else f", column {col}")
+    return cols.positions[k], where, col
+
+
+def check_graph_values(contract: Contract, ops: Any, graphs: Sequence[Graph]) -> None:
+    """:func:`check_values` of checked graphs (each checked feature joined once)."""
+    if any(not g.nodes for g in graphs):
+        cols = Columns({}, [g.nodes for g in graphs], [g.edges for g in graphs],
+                       [g.position for g in graphs])
+        check_values(contract, ops, cols)  # raises EmptyGraphError for it
+    checks = contract.value_checks()
+    if not graphs or not checks:
+        return
+    feats = {}
+    for f, *_ in checks:
+        parts = [g.features[f.key] for g in graphs]
+        feats[f.key] = ops.cat([p.reshape(1) for p in parts], 0) if not f.shape else \
+            ops.cat(parts, f.cat_dim)
+    check_values(contract, ops, Columns(feats, [g.nodes for g in graphs],
+                                        [g.edges for g in graphs],
+                                        [g.position for g in graphs]))
+
+
+def check_served_size(contract: Contract, graphs: Sequence[Graph]) -> None:
+    """``GraphTooLargeError`` for a graph past the contract's served limit
+    (:attr:`Contract.max_nodes` / ``max_edges``, the largest single graph served)."""
+    mn, me = contract.max_nodes, contract.max_edges
+    if mn is None and me is None:
+        return
+    for k, g in enumerate(graphs):
+        if (mn is not None and g.nodes > mn) or (me is not None and g.edges > me):
+            raise GraphTooLargeError(
+                f"graph {g.position} has {g.nodes} nodes and {g.edges} edges; this artifact "
+                f"serves single graphs of at most {mn} nodes and {me} edges (its export's "
+                f"max_nodes / max_edges). It is never cut: re-export with "
+                f"export(..., ladder=True, max_nodes={max(g.nodes, mn or 0)}, "
+                f"max_edges={max(g.edges, me or 0)}) (on the command line graph-adapter "
+                f"export ... --ladder --max-nodes N --max-edges E), or leave it out",
+                g.position)
 
 
 def _too_large(contract: Contract, g: Graph, i: int, spill: int = 0) -> str:

@@ -14,8 +14,8 @@ from .columns import Columns, join, select, split_rows
 from .contract import CONTRACT_FILE, ONNX_METADATA_KEY, Contract
 from .errors import ArtifactError, RuntimeMissingError
 from .ops import NumpyOps, TorchOps
-from .pack import (Graph, column_spills, pack_call, pack_columns, plan_calls, plan_ladder,
-                   read_request, table_width)
+from .pack import (Graph, check_served_size, check_values, column_spills, pack_call,
+                   pack_columns, plan_calls, plan_ladder, read_request, table_width)
 
 __all__ = ["load", "Predictor", "read_contract", "onnx_session"]
 
@@ -167,7 +167,10 @@ class Predictor:
     def plan(self, checked: Sequence[Graph], spills: Optional[Sequence[int]] = None
              ) -> List[Any]:
         """``(rung index or None, graph positions)`` per call (``None``: one budget);
-        ``spills``: the graphs' :func:`~graph_adapter.serve.pack.spill_counts`, if known."""
+        ``spills``: the graphs' :func:`~graph_adapter.serve.pack.spill_counts`, if known.
+        A graph past the contract's served limit (``max_nodes`` / ``max_edges``) raises
+        ``GraphTooLargeError`` whatever a rung could take."""
+        check_served_size(self.contract, checked)
         if not self.rungs:
             return [(None, call) for call in plan_calls(self.contract, checked, spills)]
         return plan_ladder(self.rungs, checked, spills)
@@ -177,7 +180,9 @@ class Predictor:
 
     def check(self, graphs: Sequence[Any]) -> List[Graph]:
         """Every request graph checked against the contract (its features' keys, dtypes,
-        shapes, sizes: named errors), nothing run; index ranges are checked by ``pack``."""
+        shapes, sizes, and values: no 0-node graph, codes within their embedding tables,
+        no NaN/inf where the contract forbids them: named errors), nothing run; index
+        ranges are checked by ``pack``."""
         return read_request(self.contract, self.ops, graphs, self.ignored_keys)
 
     def pack(self, graphs: Sequence[Any]) -> List[Dict[str, Any]]:
@@ -219,10 +224,17 @@ class Predictor:
         """The outputs of checked graphs given as columns: each output key's rows of every
         graph joined in request order (graph-level: one row a graph), what ``predict``
         splits per graph. A call of consecutive graphs packs slices of ``cols`` (no view
-        or copy a graph); index ranges are checked here."""
+        or copy a graph); values (:func:`~graph_adapter.serve.pack.check_values`) and
+        index ranges are checked here, before any call."""
         ops = self.ops
         cols = Columns({k: ops.asarray(v) for k, v in cols.features.items()}, cols.nodes,
                        cols.edges, cols.positions, cols.ignored)  # this runtime's arrays
+        check_values(self.contract, ops, cols)
+        return self._run_columns(cols)
+
+    def _run_columns(self, cols: Columns) -> Dict[str, Any]:
+        """:meth:`predict_columns` of columns of this runtime's arrays, values checked."""
+        ops = self.ops
         sizes = [Graph({}, n, e, (), k) for k, (n, e) in enumerate(zip(cols.nodes, cols.edges))]
         width = table_width(self.rungs or [self.contract])
         calls = self.plan(sizes, column_spills(cols, width) if width else None)
@@ -249,7 +261,8 @@ class Predictor:
         cols = join(self.contract, self.ops, checked)
         if not len(cols):
             return []
-        return split_rows(self.contract, self.predict_columns(cols), cols.nodes, cols.edges)
+        # (their values were checked with them: read_graphs)
+        return split_rows(self.contract, self._run_columns(cols), cols.nodes, cols.edges)
 
 
 def _real_rows(contract: Contract, out: Dict[str, Any], cols: Columns) -> Dict[str, Any]:

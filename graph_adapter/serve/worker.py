@@ -50,6 +50,8 @@ _HEAD = struct.Struct("<I")
 _NAMED = {c.__name__: c for c in (errors.MissingFeatureError, errors.FeatureDtypeError,
                                   errors.FeatureShapeError, errors.EdgeIndexError,
                                   errors.GraphTooLargeError, errors.GraphInputError,
+                                  errors.CodeRangeError, errors.NonFiniteError,
+                                  errors.EmptyGraphError,
                                   errors.ArtifactError, errors.RuntimeMissingError)}
 
 
