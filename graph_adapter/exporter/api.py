@@ -95,18 +95,11 @@ def export(wrapped: IPUWrapped, loader_or_budget: Union[FixedSizeLoader, Budget]
             ``If`` branch a rung on its ``graph_adapter_rung`` input. Every rung is
             checked as a one-budget artifact is, on its own batches of the data.
         max_nodes, max_edges: with ``ladder``: the largest single graph served, whatever
-            its degrees, in both formats: a top rung for one such graph is added (an
-            ONNX one with room for every in-edge past its neighbour tables' width), and
-            a larger graph is refused by name whatever a rung could take. Give either
-            alone and the other is derived from the data: ``max_edges = ceil(max_nodes *
-            r)`` with ``r`` the most edges per node among the data's graphs (at least
-            1); ``max_nodes`` from ``max_edges`` by the most nodes per edge.
+            its degrees, in both formats (a top rung for it; larger graphs refused by
+            name). Either alone: the other from the data's densest graph
+            (``docs/deploy.md``).
 
-    Value rules (checked by the server before any call, ``docs/deploy.md``): an integer
-    feature that indexes embedding tables (found in the traced program: ``embedding``,
-    ``index_select``, ``one_hot`` of its columns) takes codes within each table's rows
-    only; a float feature whose data (the first 4096 graphs, and the check batches) held
-    no NaN/inf takes none.
+    The contract records each feature's valid values (``docs/deploy.md``, bad requests).
 
     Inputs the traced program never reads (``y``; a feature the forward names but
     ignores) are left out of the contract (``dropped_inputs``): requests need not carry

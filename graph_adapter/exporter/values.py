@@ -25,15 +25,13 @@ __all__ = ["index_tables", "with_value_rules", "SCAN_GRAPHS"]
 SCAN_GRAPHS = 4096
 
 _aten = torch.ops.aten
-#: ops whose output holds the input's values in the same places (columns kept)
-_SAME = {_aten._to_copy.default, _aten.clone.default, _aten.contiguous.default,
-         _aten.alias.default, _aten.detach.default, _aten.lift_fresh_copy.default}
-_SAME_NAMES = ("aten.to.", "aten._to_copy", "aten.clone", "aten.contiguous", "aten.alias",
-               "aten.detach", "aten.lift_fresh_copy")
+#: ops whose output holds the input's values in the same places (columns kept), by name
+_SAME_NAMES = ("aten.to.", "aten._to_copy.", "aten.clone.", "aten.contiguous.",
+               "aten.alias.", "aten.detach.", "aten.lift_fresh_copy.")
 
 
 def _is_same(target: Any) -> bool:
-    return target in _SAME or str(target).startswith(_SAME_NAMES)
+    return str(target).startswith(_SAME_NAMES)
 
 
 def _rows(node: Any) -> Optional[int]:

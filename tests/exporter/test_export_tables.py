@@ -9,6 +9,8 @@ thread count. Sums on anything else keep the sorted segments (the pool over
 ``batch``, whose nodes are in graph order, without the sort). A graph with a hub past the width (spilled edges) and
 a request whose hubs spill past one call's capacity still give eager's predictions.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -107,7 +109,14 @@ def test_non_finite_values_stay_in_their_own_graph(tmp_path):
     feed = [{"x": d.x.numpy(), "edge_index": d.edge_index.numpy()} for d in data]
     feed[1]["x"] = feed[1]["x"].copy()
     feed[1]["x"][0, 0] = np.inf
-    got = np.stack(serve.load(path, threads=2).predict(feed))
+    p = serve.load(path, threads=2)
+    with pytest.raises(serve.NonFiniteError, match="graph 1: feature 'x' holds inf"):
+        p.predict(feed)  # the export data held no inf: refused by default
+    # a contract whose export data held some (finite=False) lets it through: it must stay
+    # in its own graph's rows
+    p.contract = dataclasses.replace(p.contract, inputs=tuple(
+        dataclasses.replace(f, finite=False) if f.key == "x" else f for f in p.contract.inputs))
+    got = np.stack(p.predict(feed))
     ref = _eager(model, data)
     keep = [i for i in range(len(data)) if i != 1]
     np.testing.assert_allclose(got[keep], ref[keep], atol=1e-4, rtol=1e-4)
@@ -151,8 +160,11 @@ def test_summed_lookups_become_one_lookup_of_a_combined_table(tmp_path):
     p = serve.load(path, threads=2)
     np.testing.assert_allclose(np.stack(p.predict(feed)), ref, atol=1e-5, rtol=1e-5)
     feed[2]["x"] = feed[2]["x"].copy()
-    feed[2]["x"][0, 1] = 5  # outside the second table (5 rows): fails as the lookup did
-    with pytest.raises(Exception, match="out of bounds|indices"):
+    feed[2]["x"][0, 1] = 5  # outside the second table (5 rows): refused before any call
+    with pytest.raises(serve.CodeRangeError, match="graph 2: .* valid codes there are 0 .. 4"):
+        p.predict(feed)
+    feed[2]["x"][0, 1] = -1  # (a combined table's Gather would wrap it to another row)
+    with pytest.raises(serve.CodeRangeError, match="graph 2: feature 'x' holds -1"):
         p.predict(feed)
 
 
