@@ -247,11 +247,11 @@ def check_values(contract: Contract, ops: Any, cols: Columns) -> None:
                 f"graph {cols.positions[k]} has 0 nodes: eager PyG gives such a graph no "
                 f"prediction (no pooled row, no node rows), so none is made up here; leave "
                 f"it out of the request", cols.positions[k], key)
-    checks = contract.value_checks()
+    checks = _value_checks(contract, ops)
     if not checks:
         return
     starts = {"node": _starts(cols.nodes), "edge": _starts(cols.edges)}
-    for f, low, codes, finite in checks:
+    for f, low, codes, finite, high in checks:
         a = cols.features[f.key]
         if finite:
             at = ops.first_nonfinite(a)
@@ -263,13 +263,6 @@ def check_values(contract: Contract, ops: Any, cols: Columns) -> None:
                     f"{f.key!r}: replace them (or leave the graph out)", g, f.key)
         if low is None and not codes:
             continue
-        high = None
-        if codes:
-            big = 1 << 62  # a column that indexes no table: no upper bound
-            per = [big if c is None else int(c) for c in codes]
-            if len(per) == 1 or len(f.shape) != 2 or f.shape[-1] != len(per):
-                per = [min(per)]  # (one table for the whole feature)
-            high = ops.bounds(per)
         at = ops.first_outside(a, 0 if low is None else low, high)
         if at >= 0:
             g, where, col = _locate(f, a, at, starts, cols)
@@ -285,6 +278,29 @@ def check_values(contract: Contract, ops: Any, cols: Columns) -> None:
                 f"are {valid}. A code outside its table has no embedding row: eager PyG "
                 f"fails on it, so it is refused here", g, f.key,
                 col if len(f.shape) == 2 else None)
+
+
+def _value_checks(contract: Contract, ops: Any) -> List[Tuple[Any, ...]]:
+    """:meth:`Contract.value_checks` with each one's upper bounds as ``ops``'s array
+    (``None``: no table), kept on the contract (read for every request)."""
+    cache = contract.__dict__.get("_value_checks_of")
+    if cache is None:
+        cache = {}
+        object.__setattr__(contract, "_value_checks_of", cache)  # (a frozen dataclass)
+    got = cache.get(getattr(ops, "name", ""))
+    if got is None:
+        got = []
+        for f, low, codes, finite in contract.value_checks():
+            high = None
+            if codes:
+                big = 1 << 62  # a column that indexes no table: no upper bound
+                per = [big if c is None else int(c) for c in codes]
+                if len(per) == 1 or len(f.shape) != 2 or f.shape[-1] != len(per):
+                    per = [min(per)]  # (one table for the whole feature)
+                high = ops.bounds(per)
+            got.append((f, low, codes, finite, high))
+        cache[getattr(ops, "name", "")] = got
+    return got
 
 
 def _locate(f: InputField, a: Any, flat: int, starts: Dict[str, List[int]],
@@ -315,14 +331,15 @@ def check_graph_values(contract: Contract, ops: Any, graphs: Sequence[Graph]) ->
         cols = Columns({}, [g.nodes for g in graphs], [g.edges for g in graphs],
                        [g.position for g in graphs])
         check_values(contract, ops, cols)  # raises EmptyGraphError for it
-    checks = contract.value_checks()
+    checks = _value_checks(contract, ops)
     if not graphs or not checks:
         return
     feats = {}
     for f, *_ in checks:
         parts = [g.features[f.key] for g in graphs]
-        feats[f.key] = ops.cat([p.reshape(1) for p in parts], 0) if not f.shape else \
-            ops.cat(parts, f.cat_dim)
+        if not f.shape:
+            parts = [p.reshape(1) for p in parts]
+        feats[f.key] = parts[0] if len(parts) == 1 else ops.cat(parts, f.cat_dim)
     check_values(contract, ops, Columns(feats, [g.nodes for g in graphs],
                                         [g.edges for g in graphs],
                                         [g.position for g in graphs]))

@@ -78,10 +78,12 @@ def test_export_failures_have_exit_codes(here, capsys):
 
 
 def test_export_ladder_writes_rungs_that_serve_a_graph_over_the_bulk(here, capsys):
-    """``--ladder --max-nodes/--max-edges`` (onnx: one model, an If branch a rung): a graph
-    larger than any the factory's data holds is served by the top rung."""
-    assert main(["export", "fac:ladder", "l.onnx", "--ladder", "--max-nodes", "20",
-                 "--max-edges", "40"]) == 0
+    """``--ladder --max-nodes`` alone (onnx: one model, an If branch a rung; the edges
+    derived from the data's densest graph: 2 a node): a graph larger than any the
+    factory's data holds is served by the top rung, and so is one of the largest size
+    whose edges all go into one node, far past the neighbour tables' width and the
+    spill capacity the data alone would fit."""
+    assert main(["export", "fac:ladder", "l.onnx", "--ladder", "--max-nodes", "20"]) == 0
     out = capsys.readouterr().out
     assert "rungs (one program each): nodes=" in out and "20 nodes and 40 edges" in out
     import torch
@@ -96,9 +98,15 @@ def test_export_ladder_writes_rungs_that_serve_a_graph_over_the_bulk(here, capsy
     g = Data(x=big.x.repeat(3, 1), edge_index=torch.cat([big.edge_index + 6 * k
                                                          for k in range(3)], 1),
              edge_attr=big.edge_attr.repeat(3, 1))
-    request = small[:3] + [g] + small[3:5]
+    n, e = 20, 40  # node 0 takes 39 in-edges (from every other node, some twice)
+    star = torch.stack([torch.arange(e - 1) % (n - 1) + 1, torch.zeros(e - 1, dtype=torch.long)])
+    hub = Data(x=torch.randint(0, 2, (n, 9)),
+               edge_index=torch.cat([star, torch.tensor([[1], [2]])], 1),
+               edge_attr=torch.randint(0, 2, (e, 3)))
+    request = small[:3] + [g] + small[3:5] + [hub]
     preds = p.predict(request)
-    assert p.rung_calls[p.contract.rungs[1].program] == 1  # the big graph, alone
+    assert p.rung_calls[p.contract.rungs[1].program] == 2  # the big graph, the hub: alone
+    assert (p.contract.max_nodes, p.contract.max_edges) == (20, 40)
     fac.MODEL.eval()  # export restores the wrapper's mode (training), the model's with it
     with torch.no_grad():
         want = [fac.MODEL(b.x, b.edge_index, b.edge_attr, b.batch)
