@@ -168,6 +168,14 @@ class Contract:
     max_nodes: Optional[int] = None
     max_edges: Optional[int] = None
 
+    def memo(self, key: str, make: Any) -> Any:
+        """``make()``, computed once per contract object and kept beside its fields (a
+        frozen contract is read for every request: what is derived from it is kept)."""
+        store = self.__dict__.setdefault("_memo", {})
+        if key not in store:
+            store[key] = make()
+        return store[key]
+
     def value_checks(self) -> List[Tuple[InputField, Optional[int], Optional[Tuple[Optional[int], ...]], bool]]:
         """What the host checks of each feature's values before any call:
         ``(field, low, codes, finite)`` per feature with a check (``low``: the smallest

@@ -283,12 +283,7 @@ def check_values(contract: Contract, ops: Any, cols: Columns) -> None:
 def _value_checks(contract: Contract, ops: Any) -> List[Tuple[Any, ...]]:
     """:meth:`Contract.value_checks` with each one's upper bounds as ``ops``'s array
     (``None``: no table), kept on the contract (read for every request)."""
-    cache = contract.__dict__.get("_value_checks_of")
-    if cache is None:
-        cache = {}
-        object.__setattr__(contract, "_value_checks_of", cache)  # (a frozen dataclass)
-    got = cache.get(getattr(ops, "name", ""))
-    if got is None:
+    def make() -> List[Tuple[Any, ...]]:
         got = []
         for f, low, codes, finite in contract.value_checks():
             high = None
@@ -299,8 +294,9 @@ def _value_checks(contract: Contract, ops: Any) -> List[Tuple[Any, ...]]:
                     per = [min(per)]  # (one table for the whole feature)
                 high = ops.bounds(per)
             got.append((f, low, codes, finite, high))
-        cache[getattr(ops, "name", "")] = got
-    return got
+        return got
+
+    return contract.memo("value_checks/" + getattr(ops, "name", ""), make)
 
 
 def _locate(f: InputField, a: Any, flat: int, starts: Dict[str, List[int]],
