@@ -35,9 +35,10 @@ and every name below raises an ``ImportError`` naming PyG
 
 The public names below are re-exported here, each imported on first access: ``import
 graph_adapter`` and ``import graph_adapter.serve`` import neither torch nor PyG (the
-``.onnx`` runtime needs neither); the first training name read imports them. The old module paths that 0.1.0
-kept as deprecated aliases (``graph_adapter.spec``, ``graph_adapter.data.loader``,
-...) were removed in 0.2.0: ``CHANGELOG.md`` maps each to its new one.
+``.onnx`` runtime needs neither); the first training name read imports them. The old
+module paths that 0.1.0 kept as deprecated aliases (``graph_adapter.spec``,
+``graph_adapter.data.loader``, ...) were removed in 0.2.0: ``CHANGELOG.md`` maps each to
+its new one.
 
 Importing this package never imports poptorch, torch or PyG.
 """

@@ -176,7 +176,8 @@ class Contract:
             store[key] = make()
         return store[key]
 
-    def value_checks(self) -> List[Tuple[InputField, Optional[int], Optional[Tuple[Optional[int], ...]], bool]]:
+    def value_checks(self) -> List[Tuple[InputField, Optional[int],
+                                         Optional[Tuple[Optional[int], ...]], bool]]:
         """What the host checks of each feature's values before any call:
         ``(field, low, codes, finite)`` per feature with a check (``low``: the smallest
         valid integer, ``None``: none; ``codes``: per column the rows of its table, see

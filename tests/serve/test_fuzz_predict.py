@@ -12,7 +12,8 @@ nested lists, empty requests, hubs (one node with every other as in-neighbour, w
 ONNX ladder's top rung must take whatever the tables' width).
 
 The artifacts are exported once per module (an ONNX ladder with ``max_nodes``, a one-budget
-``.pt2``); the main suite runs a few hundred requests a format, CI's extended step 10,000.
+``.pt2``); the main suite runs 200 requests on the ONNX one, CI's extended step 200 on
+the ``.pt2`` and 10,000 a format.
 """
 import math
 
@@ -91,17 +92,38 @@ def _data():
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def trained():
     torch.manual_seed(0)
     model = Net().eval()
     data = _data()
-    loader = FixedSizeLoader(data, Budget.fit(data, 4))
-    wrapped = ipu_wrap(model)
-    d = tmp_path_factory.mktemp("fuzz")
-    export(wrapped, loader, str(d / "m.onnx"), format="onnx", ladder=True, max_nodes=MAX_NODES)
-    export(wrapped, loader, str(d / "m.pt2"), threads=1)
-    return model, {"onnx": serve.load(str(d / "m.onnx"), threads=1),
-                   "pt2": serve.load(str(d / "m.pt2"), threads=1)}
+    return model, ipu_wrap(model), FixedSizeLoader(data, Budget.fit(data, 4))
+
+
+@pytest.fixture(scope="module")
+def onnx_predictor(trained, tmp_path_factory):
+    _, wrapped, loader = trained
+    path = str(tmp_path_factory.mktemp("fuzz") / "m.onnx")
+    export(wrapped, loader, path, format="onnx", ladder=True, max_nodes=MAX_NODES)
+    return serve.load(path, threads=1)
+
+
+@pytest.fixture(scope="module")
+def pt2_predictor(trained, tmp_path_factory):
+    _, wrapped, loader = trained
+    path = str(tmp_path_factory.mktemp("fuzz") / "m.pt2")
+    export(wrapped, loader, path, threads=1)  # one budget: one compile
+    return serve.load(path, threads=1)
+
+
+#: the ONNX artifact in the main suite; the .pt2 (a compile of ~20-40 s) in CI's extended
+#: step, where its requests run through the same host checks on torch tensors
+#: (``test_pack_values.py`` holds those for numpy and torch alike in the main suite)
+FORMATS = ["onnx", pytest.param("pt2", marks=pytest.mark.extended)]
+
+
+@pytest.fixture
+def served(request, trained):
+    return trained[0], request.getfixturevalue(f"{request.param}_predictor")
 
 
 def _eager(model, g):
@@ -139,10 +161,13 @@ BREAKS = {
     "past_table": (serve.CodeRangeError, None),
     "nan": (serve.NonFiniteError, "pos"),
     "inf": (serve.NonFiniteError, "pos"),
-    "empty": (serve.EmptyGraphError, "x"),
+    "empty": (serve.EmptyGraphError, ("x", "pos")),  # (a node-level key)
     "edge_out": (serve.EdgeIndexError, "edge_index"),
     "edge_negative": (serve.EdgeIndexError, "edge_index"),
     "too_large": (serve.GraphTooLargeError, None),
+    "edge_dtype": (serve.FeatureDtypeError, "edge_index"),
+    # every feature an empty list: no per-graph shape to read (x is [n, 2])
+    "empty_lists": ((serve.FeatureShapeError, serve.EmptyGraphError), ("x", "pos", "edge_attr")),
 }
 
 
@@ -183,6 +208,10 @@ def _break(rng, g, how, largest):
         a[int(rng.integers(0, 2)), int(rng.integers(0, a.shape[1]))] = \
             n + int(rng.integers(0, 5)) if how == "edge_out" else -int(rng.integers(1, 5))
         g["edge_index"] = a
+    elif how == "edge_dtype":
+        g["edge_index"] = np.asarray(g["edge_index"]).astype(np.float32)
+    elif how == "empty_lists":
+        g.update(x=[], pos=[], edge_index=[[], []], edge_attr=[])
     elif how == "too_large":
         g.update(_graph(rng, largest + int(rng.integers(1, 4))))
     return key
@@ -237,9 +266,8 @@ _sizes = st.lists(st.integers(1, MAX_NODES), min_size=0, max_size=5)
 _breaks = st.one_of(st.none(), st.none(), st.sampled_from(sorted(BREAKS)))
 
 
-def _fuzz(served, fmt, examples):
-    model, predictors = served
-    p = predictors[fmt]
+def _fuzz(served, examples):
+    model, p = served
     seen = {"answered": 0, "refused": 0}
 
     @settings(max_examples=examples, deadline=None, derandomize=True,
@@ -257,25 +285,24 @@ def _fuzz(served, fmt, examples):
     return seen
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "pt2"])
-def test_generated_requests_are_answered_as_eager_or_refused_by_name(served, fmt):
-    seen = _fuzz(served, fmt, 200)
+@pytest.mark.parametrize("served", FORMATS, indirect=True)
+def test_generated_requests_are_answered_as_eager_or_refused_by_name(served):
+    seen = _fuzz(served, 200)
     assert seen["answered"] > 20 and seen["refused"] > 20, seen
 
 
-@pytest.mark.extended  # 10,000 requests a format (~1-2 min)
-@pytest.mark.parametrize("fmt", ["onnx", "pt2"])
-def test_ten_thousand_generated_requests(served, fmt):
-    seen = _fuzz(served, fmt, 10_000)
+@pytest.mark.extended  # 10,000 requests a format (a few minutes)
+@pytest.mark.parametrize("served", ["onnx", "pt2"], indirect=True)
+def test_ten_thousand_generated_requests(served):
+    seen = _fuzz(served, 10_000)
     assert seen["answered"] + seen["refused"] == 10_000
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "pt2"])
-def test_a_hub_as_large_as_served_is_answered_as_eager(served, fmt):
+@pytest.mark.parametrize("served", FORMATS, indirect=True)
+def test_a_hub_as_large_as_served_is_answered_as_eager(served):
     """One node with every other node as in-neighbour, the largest graph served: past
     the ONNX tables' width on all but a few edges, taken by the top rung all the same."""
-    model, predictors = served
-    p = predictors[fmt]
+    model, p = served
     n = _largest(p)
     rng = np.random.default_rng(1)
     hub = _graph(rng, n, hub=True)
@@ -285,9 +312,8 @@ def test_a_hub_as_large_as_served_is_answered_as_eager(served, fmt):
     np.testing.assert_allclose(np.asarray(pred), _eager(model, hub), rtol=1e-3, atol=1e-3)
 
 
-def test_the_onnx_ladder_serves_exactly_up_to_max_nodes(served):
-    model, predictors = served
-    p = predictors["onnx"]
+def test_the_onnx_ladder_serves_exactly_up_to_max_nodes(onnx_predictor):
+    p = onnx_predictor
     c = p.contract
     assert c.max_nodes == MAX_NODES
     # derived from the data: its densest graphs have 2 edges a node (rings)
@@ -297,11 +323,11 @@ def test_the_onnx_ladder_serves_exactly_up_to_max_nodes(served):
         p.predict([_graph(rng, 3), _graph(rng, MAX_NODES + 1)])
 
 
+@pytest.mark.parametrize("served", FORMATS, indirect=True)
 def test_the_contract_records_each_code_column_s_table(served):
-    _, predictors = served
-    for p in predictors.values():
-        f = {f.key: f for f in p.contract.features}
-        assert f["x"].codes == ATOM_VOCAB and f["x"].low == 0
-        assert f["edge_attr"].codes == BOND_VOCAB
-        assert f["pos"].finite is True and f["pos"].codes is None
-        assert p.contract.value_rules
+    _, p = served
+    f = {f.key: f for f in p.contract.features}
+    assert f["x"].codes == ATOM_VOCAB and f["x"].low == 0
+    assert f["edge_attr"].codes == BOND_VOCAB
+    assert f["pos"].finite is True and f["pos"].codes is None
+    assert p.contract.value_rules
