@@ -100,11 +100,16 @@ def trained():
 
 
 @pytest.fixture(scope="module")
-def onnx_predictor(trained, tmp_path_factory):
+def onnx_path(trained, tmp_path_factory):
     _, wrapped, loader = trained
     path = str(tmp_path_factory.mktemp("fuzz") / "m.onnx")
     export(wrapped, loader, path, format="onnx", ladder=True, max_nodes=MAX_NODES)
-    return serve.load(path, threads=1)
+    return path
+
+
+@pytest.fixture(scope="module")
+def onnx_predictor(onnx_path):
+    return serve.load(onnx_path, threads=1)
 
 
 @pytest.fixture(scope="module")
@@ -295,6 +300,7 @@ def test_generated_requests_are_answered_as_eager_or_refused_by_name(served):
 @pytest.mark.parametrize("served", ["onnx", "pt2"], indirect=True)
 def test_ten_thousand_generated_requests(served):
     seen = _fuzz(served, 10_000)
+    print(f"{served[1].format}: {seen}")  # (``-s``: answered as eager / refused by name)
     assert seen["answered"] + seen["refused"] == 10_000
 
 
@@ -331,3 +337,26 @@ def test_the_contract_records_each_code_column_s_table(served):
     assert f["edge_attr"].codes == BOND_VOCAB
     assert f["pos"].finite is True and f["pos"].codes is None
     assert p.contract.value_rules
+
+
+def test_a_program_process_names_value_errors_as_in_process(onnx_path):
+    """The server's program process (``ProcessPredictor``) refuses the same values by the
+    same names: a decoder's columns are checked in the child, a list of graphs here."""
+    from graph_adapter.serve.columns import join
+    from graph_adapter.serve.pack import read_graphs
+    from graph_adapter.serve.worker import ProcessPredictor
+
+    pp = ProcessPredictor(onnx_path, threads=1)
+    try:
+        rng = np.random.default_rng(3)
+        graphs = [_graph(rng, 4), _graph(rng, 5)]
+        graphs[1]["x"][2, 0] = -1
+        cols = join(pp.contract, pp.ops, read_graphs(pp.contract, pp.ops, graphs))
+        for request in (cols, graphs):
+            with pytest.raises(serve.CodeRangeError) as info:
+                pp.predict(request)
+            assert (info.value.graph, info.value.key) == (1, "x")
+        graphs[1]["x"][2, 0] = 0
+        assert len(pp.predict(graphs)) == 2  # the child still serves
+    finally:
+        pp.close()
