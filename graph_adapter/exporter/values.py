@@ -112,18 +112,17 @@ def _rank(node: Any) -> int:
 
 def index_tables(ep: Any, keys: Sequence[str], fields: Dict[str, InputField]
                  ) -> Dict[str, Tuple[Optional[int], ...]]:
-    """Per integer feature of ``fields`` that indexes embedding tables in the exported
-    program ``ep`` (its inputs are ``keys``, in order): per column (a ``[n, C]``
-    feature) or for the whole feature (one entry), the rows of the smallest table its
-    values index (``None``: a column that indexes none)."""
+    """Per feature of ``fields`` (integer, or float cast to codes) that indexes embedding
+    tables in the exported program ``ep`` (its inputs are ``keys``, in order): per
+    column (a ``[n, C]`` feature) or for the whole feature (one entry), the rows of the
+    smallest table its values index (``None``: a column that indexes none)."""
     names = list(ep.graph_signature.user_inputs)
     nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     out: Dict[str, Tuple[Optional[int], ...]] = {}
     for key, name in zip(keys, names):
         f = fields.get(key)
-        if f is None or f.kind != "feature" or f.inc == "nodes" or \
-                not f.dtype.startswith(("int", "uint")):
-            continue
+        if f is None or f.kind != "feature" or f.inc == "nodes" or f.dtype == "bool":
+            continue  # (a float feature cast to codes, ``emb(x[:, 0].long())``, is followed)
         per_column = len(f.shape) == 2 and f.shape[1] is not None
         width = int(f.shape[1]) if per_column else 1
         found = _walk(nodes[name], tuple(range(width)), 2 if per_column else 1)
@@ -170,7 +169,9 @@ def with_value_rules(inputs: Sequence[InputField], tables: Dict[str, Tuple[Optio
             low = 0 if codes is not None or not negative else None
             out.append(dataclasses.replace(f, codes=codes, low=low))
         elif f.dtype.startswith(("float", "bfloat")):
-            out.append(dataclasses.replace(f, finite=not nonfinite))
+            codes = tables.get(f.key)  # (cast to codes in the model: 0 .. rows - 1 too)
+            out.append(dataclasses.replace(f, finite=not nonfinite, codes=codes,
+                                           low=0 if codes is not None else None))
         else:
             out.append(f)
     return tuple(out)

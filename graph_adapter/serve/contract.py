@@ -198,8 +198,8 @@ class Contract:
                 low, codes, finite = (0 if is_int else None), None, is_float
             else:
                 low, codes, finite = f.low, f.codes, bool(is_float and f.finite is not False)
-            if is_int and codes is not None and low is None:
-                low = 0
+            if codes is not None and low is None:
+                low = 0  # (codes index a table from its first row)
             if low is not None or codes or finite:
                 out.append((f, low, codes, finite))
         return out

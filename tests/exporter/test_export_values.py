@@ -77,6 +77,19 @@ class NoTable(nn.Module):
         return flat["x"].float().sum() + flat["pos"].sum() + flat["c"].float().sum()
 
 
+class FloatCodes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.t = nn.Embedding(6, 4)
+
+    def forward(self, flat):
+        return self.t(flat["pos"][:, 1].long()) + flat["x"].sum() + flat["c"].sum()
+
+
+def test_a_float_feature_cast_to_codes_gets_its_table_too():
+    assert _tables(FloatCodes()) == {"pos": (None, 6)}
+
+
 def test_integer_features_read_as_numbers_index_no_table():
     assert _tables(NoTable()) == {}
 

@@ -6,6 +6,7 @@ past the largest served. Each refusal names the graph and key; valid values pass
 Contracts are built by hand here (no export): the rules are the contract's fields
 (``codes``, ``low``, ``finite``, ``max_nodes`` / ``max_edges``), read back from JSON.
 """
+import dataclasses
 import json
 
 import numpy as np
@@ -154,3 +155,17 @@ def test_the_largest_graph_served_is_exactly_max_nodes_and_max_edges(nodes, edge
         with pytest.raises(GraphTooLargeError, match="at most 20 nodes and 30 edges") as info:
             check_served_size(c, [g])
         assert info.value.graph == 3
+
+
+def test_a_float_feature_cast_to_codes_in_the_model_is_checked_as_codes():
+    rng = np.random.default_rng(0)
+    base = _contract()
+    inputs = tuple(dataclasses.replace(f, codes=(None, 6)) if f.key == "pos" else f
+                   for f in base.inputs)
+    c = Contract.from_json(dataclasses.replace(base, inputs=inputs).to_json())
+    g = _graph(rng, 3)
+    g["pos"][:, 1] = [0.0, 5.0, 2.0]
+    read_request(c, NumpyOps(), [g], set())
+    g["pos"][2, 1] = 6.0
+    with pytest.raises(CodeRangeError, match="holds 6.0 at node row 2, column 1"):
+        read_request(c, NumpyOps(), [g], set())
