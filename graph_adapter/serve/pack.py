@@ -369,8 +369,10 @@ def _too_large(contract: Contract, g: Graph, i: int, spill: int = 0) -> str:
                 f"spill capacity, in_spill). export fits the width and the capacity on the "
                 f"graphs it is given: re-export with such graphs among them "
                 f"(export(..., example=[...]) with a Budget, or a FixedSizeLoader whose "
-                f"dataset holds them), or export format='pt2' (no tables: it takes any "
-                f"graph within the budget); or leave it out")
+                f"dataset holds them), or as a ladder with export(..., ladder=True, "
+                f"max_nodes={g.nodes}, max_edges={g.edges}) (its top rung takes any graph "
+                f"within them, whatever its degrees), or export format='pt2' (no tables: "
+                f"it takes any graph within the budget); or leave it out")
     return (f"graph {i} has {g.nodes} nodes and {g.edges} edges; one call of this artifact "
             f"takes at most {contract.max_graph_nodes} nodes and {contract.edges} edges per "
             f"graph (budget nodes={contract.nodes}, edges={contract.edges}, "
