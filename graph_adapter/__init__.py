@@ -248,7 +248,16 @@ def __getattr__(name: str):
                 f"`pip install torch-geometric`. Running an exported artifact needs no PyG: "
                 f"graph_adapter.serve.load(path).predict(graphs)") from error
         return globals()[name]
+    if not name.startswith("_") and _is_subpackage(name):  # ``graph_adapter.format.X`` after
+        return _importlib.import_module(f"graph_adapter.{name}")  # a bare import, as before
     raise AttributeError(f"module 'graph_adapter' has no attribute {name!r}")
+
+
+def _is_subpackage(name: str) -> bool:
+    try:
+        return _importlib_util.find_spec(f"graph_adapter.{name}") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def __dir__():

@@ -182,6 +182,13 @@ def test_the_lazy_package_keeps_every_public_name():
         assert len(names) == len(set(names)) > 50, names
         assert set(names) <= set(dir(ga)) and "serve" in dir(ga)
         assert "torch_geometric" not in sys.modules  # nothing read yet
+        assert ga.batching.Budget is not None and ga.contract.PTR  # stages as attributes
+        try:
+            ga.no_such_stage
+        except AttributeError:
+            pass
+        else:
+            raise AssertionError("ga.no_such_stage")
         from graph_adapter import *  # noqa: F403 - every name, imported on the way
         missing = [n for n in names if n not in globals()]
         assert not missing, missing
