@@ -30,6 +30,8 @@ LADDER_VERSION = 2
 #: packer: ``docs/dev/FORMAT.md``); a runtime before it cannot build them, so a contract
 #: with them says version 3 and such a runtime refuses it by its version
 TABLE_KEYS = (ELL_IN, SPILL_IN)
+#: the version a contract with those tables (and no value rules) is written with
+TABLES_VERSION = 3
 #: the version a contract with value rules (:attr:`Contract.value_rules`: each feature's
 #: valid codes, whether NaN/inf may appear) or a served size limit is written with: a
 #: runtime before it would not check them, so it refuses such a contract by its version
@@ -53,8 +55,8 @@ class InputField:
     Value rules (written by ``export`` since contract version 4, checked by the host
     before any call; see :meth:`Contract.value_checks` for a contract without them):
 
-    * ``codes``: an integer feature that indexes embedding tables: the rows of the
-      table each column indexes (one entry a column of a ``[n, C]`` feature, else one
+    * ``codes``: a feature that indexes embedding tables (integer, or float cast to
+      codes in the model): the rows of the table each column indexes (one entry a column of a ``[n, C]`` feature, else one
       entry; ``None``: a column that indexes no table). Valid codes of a column with
       ``r`` rows are ``0 .. r - 1``.
     * ``low``: the smallest valid value of an integer feature (``0`` where it indexes a
@@ -217,7 +219,7 @@ class Contract:
         d = asdict(self)
         tables = any(f.kind == "reserved" and f.key in TABLE_KEYS for f in self.inputs)
         newest = self.value_rules or self.max_nodes is not None or self.max_edges is not None
-        d["contract_version"] = VALUE_RULES_VERSION if newest else 3 if tables else (
+        d["contract_version"] = VALUE_RULES_VERSION if newest else TABLES_VERSION if tables else (
             LADDER_VERSION if self.rungs else ONE_BUDGET_VERSION)
         if not self.onnx_rung_input:  # one-budget contracts stay as version 1 wrote them
             del d["onnx_rung_input"], d["onnx_rung_dims"]
