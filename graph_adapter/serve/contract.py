@@ -56,9 +56,9 @@ class InputField:
     before any call; see :meth:`Contract.value_checks` for a contract without them):
 
     * ``codes``: a feature that indexes embedding tables (integer, or float cast to
-      codes in the model): the rows of the table each column indexes (one entry a column of a ``[n, C]`` feature, else one
-      entry; ``None``: a column that indexes no table). Valid codes of a column with
-      ``r`` rows are ``0 .. r - 1``.
+      codes in the model): the rows of the table each column indexes (one entry a
+      column of a ``[n, C]`` feature, else one entry; ``None``: a column that indexes
+      no table). Valid codes of a column with ``r`` rows are ``0 .. r - 1``.
     * ``low``: the smallest valid value of an integer feature (``0`` where it indexes a
       table or where the export data held no negative value; ``None``: not checked).
     * ``finite``: a float feature: ``True``: NaN and +-inf refused (the export data held
