@@ -247,21 +247,24 @@ class PredictServer:
             raise RuntimeError("the HTTP server did not start (see the log above)")
         return self
 
-    def drain(self) -> None:
+    def drain(self) -> float:
         """Take no more requests: from now on new ones are answered 503 (``Connection:
         close``) and ``/ready`` says 503; returns once ``drain_s`` passed and the requests
-        in flight are answered (at most ``shutdown_timeout_s``)."""
+        in flight are answered (at most ``shutdown_timeout_s``): the seconds it took."""
         self.state.draining = True
         t0 = time.monotonic()
         while not self._force and time.monotonic() - t0 < self.limits.shutdown_timeout_s \
                 and (time.monotonic() - t0 < self.limits.drain_s or self.state.in_flight):
             time.sleep(0.01)
+        return time.monotonic() - t0
 
     def close(self, timeout: float = 10.0, drain: bool = True) -> None:
         """Drain (``drain``), stop serving, answer what is queued, release the port."""
         if self.thread is not None:
-            if drain:
-                self.drain()
+            took = self.drain() if drain else 0.0
+            # uvicorn's own wait for the connections left: what is left of the timeout
+            self.uvicorn.config.timeout_graceful_shutdown = max(
+                1, int(self.limits.shutdown_timeout_s - took))
             self.uvicorn.should_exit = True
             self.thread.join(timeout + self.limits.shutdown_timeout_s)
             self.thread = None

@@ -49,8 +49,10 @@ def test_every_limit_is_a_documented_flag_with_the_dataclasss_default():
         Limits(max_queue=0)
 
 
-def test_past_max_connections_a_request_is_a_json_503_and_its_connection_closed():
-    s = _server(max_connections=2)
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+def test_past_max_connections_a_request_is_a_json_503_and_its_connection_closed(http):
+    pytest.importorskip(http)
+    s = _server(http, max_connections=2)
     held = [connect(s.port), connect(s.port)]
     try:
         assert until(lambda: len(s.uvicorn.server_state.connections) == 2)
