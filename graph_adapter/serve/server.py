@@ -160,6 +160,33 @@ def _protocol_class(limits: Limits, http: str = "auto") -> type:
     return Protocol
 
 
+#: file descriptors kept free of client connections (the listening socket, the program's
+#: pipes, the artifact, logs): past ``RLIMIT_NOFILE`` less these, a connection could not
+#: even be answered its 503
+_FDS_KEPT = 64
+
+
+def _within_open_files(limits: Limits) -> Limits:
+    """``limits`` with ``max_connections`` at most what the process may open (its soft
+    ``RLIMIT_NOFILE`` less :data:`_FDS_KEPT`), said in the log where it is cut."""
+    import dataclasses
+
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # (no such limit here)
+        return limits
+    if soft == resource.RLIM_INFINITY or limits.max_connections is None:
+        return limits
+    room = max(1, soft - _FDS_KEPT)
+    if limits.max_connections <= room:
+        return limits
+    log.warning("max_connections=%d is more than this process may open (ulimit -n %d): "
+                "%d it is", limits.max_connections, soft, room)
+    return dataclasses.replace(limits, max_connections=room)
+
+
 class PredictServer:
     """The HTTP server of one loaded artifact: :func:`~graph_adapter.serve.app.create_app`
     run by uvicorn in a thread of its own.
@@ -189,6 +216,7 @@ class PredictServer:
                  "request_timeout_s": request_timeout_s}
         limits = dataclasses.replace(limits, **{k: v for k, v in given.items()
                                                 if v is not None})
+        limits = _within_open_files(limits)
         self.limits = limits
         self.app = create_app(predictor, limits, max_delay_ms=max_delay_ms,
                               max_batch=max_batch)

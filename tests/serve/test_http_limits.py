@@ -312,3 +312,14 @@ def test_close_drains_in_flight_answered_new_ones_503_with_connection_close():
     assert status == 200 and headers["connection"] == "close" and json.loads(body)
     with pytest.raises(OSError):
         connect(port, timeout=2).close()
+
+
+def test_max_connections_is_kept_within_the_open_files_limit(monkeypatch):
+    import resource
+
+    from graph_adapter.serve import server as srv
+
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (128, 4096))
+    cut = srv._within_open_files(Limits(max_connections=1024))
+    assert cut.max_connections == 128 - srv._FDS_KEPT
+    assert srv._within_open_files(Limits(max_connections=10)).max_connections == 10
