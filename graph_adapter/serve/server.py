@@ -354,6 +354,11 @@ def build_serve_parser(prog: str = "graph-adapter serve") -> argparse.ArgumentPa
     g.add_argument("--max-decoded-mb", type=float, default=d.max_decoded_bytes / (1 << 20),
                    help="what an .npz body's arrays may unpack to, read from their headers "
                         f"before unpacking: 413 (default {d.max_decoded_bytes >> 20})")
+    g.add_argument("--max-inflight-mb", type=float,
+                   default=d.max_inflight_bytes / (1 << 20),
+                   help="the body bytes of all requests in the server at once; past it a "
+                        "request is answered 503 with Retry-After before its body is read "
+                        f"(default {d.max_inflight_bytes >> 20})")
     g.add_argument("--max-graphs", type=int, default=d.max_graphs,
                    help=f"graphs a request may hold: 413 (default {d.max_graphs})")
     g.add_argument("--header-timeout-s", type=float, default=d.header_timeout_s,
@@ -386,6 +391,7 @@ def _limits(args: argparse.Namespace) -> Limits:
                   body_timeout_s=args.body_timeout_s, keep_alive_s=args.keep_alive_s,
                   max_body_bytes=int(args.max_body_mb * mb),
                   max_decoded_bytes=int(args.max_decoded_mb * mb), max_graphs=args.max_graphs,
+                  max_inflight_bytes=int(args.max_inflight_mb * mb),
                   max_queue=args.max_queue, request_timeout_s=args.request_timeout_s,
                   drain_s=args.drain_s, shutdown_timeout_s=args.shutdown_timeout_s)
 
