@@ -112,9 +112,10 @@ def test_a_connection_that_sends_nothing_is_closed_at_the_header_timeout():
         s.close()
 
 
-@pytest.mark.parametrize("how", ["stalls", "trickles"])
-def test_a_body_not_sent_within_the_body_timeout_is_a_408_and_closed(how):
-    s = _server(body_timeout_s=0.3)
+@pytest.mark.parametrize("how,http", [("stalls", "httptools"), ("trickles", "h11")])
+def test_a_body_not_sent_within_the_body_timeout_is_a_408_and_closed(how, http):
+    pytest.importorskip(http)
+    s = _server(http, body_timeout_s=0.3)
     c = connect(s.port, timeout=10)
     try:
         c.sendall(head(length=10_000) + b'{"graphs": ')
@@ -136,8 +137,10 @@ def test_a_body_not_sent_within_the_body_timeout_is_a_408_and_closed(how):
         s.close()
 
 
-def test_a_body_past_max_body_bytes_is_a_413_before_it_is_read_or_as_it_streams():
-    s = _server(max_body_bytes=1000)
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+def test_a_body_past_max_body_bytes_is_a_413_before_it_is_read_or_as_it_streams(http):
+    pytest.importorskip(http)
+    s = _server(http, max_body_bytes=1000)
     try:
         c = connect(s.port, timeout=10)
         c.sendall(head(length=10 ** 9))  # a gigabyte announced, none of it sent
