@@ -73,7 +73,7 @@ class Limits:
     max_body_bytes: Optional[int] = 64 << 20
     max_decoded_bytes: Optional[int] = 512 << 20
     max_graphs: Optional[int] = 100_000
-    max_inflight_bytes: Optional[int] = 256 << 20
+    max_inflight_bytes: Optional[int] = 128 << 20
     max_queue: int = 1024
     request_timeout_s: float = 60.0
     drain_s: float = 1.0
