@@ -8,7 +8,8 @@ import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVE = os.path.join(ROOT, "graph_adapter", "serve")
-ALLOWED = {"torch", "numpy", "onnxruntime", "orjson"}  # and the standard library (orjson: optional)
+ALLOWED = {"torch", "numpy", "onnxruntime", "orjson", "starlette", "uvicorn"}  # and the standard
+# library (orjson: optional; starlette and uvicorn: the HTTP server, the serve extra)
 
 BLOCKER = textwrap.dedent("""
     import sys

@@ -1,4 +1,4 @@
-"""Reading ``POST /predict`` bodies (``graph_adapter.serve.server``), no artifact needed.
+"""Reading ``POST /predict`` bodies (``graph_adapter.serve.decode``), no artifact needed.
 
 Every body form gives the same per-graph arrays: nested per-graph lists (read one numpy
 call a key over the request, or graph by graph where that path cannot vouch for them),
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from graph_adapter.serve import (FeatureDtypeError, FeatureShapeError, InputField,
                                  PayloadError, decode_graphs, decode_npz)
-from graph_adapter.serve import server as srv
+from graph_adapter.serve import decode as srv
 
 
 class _Contract:
@@ -204,7 +204,7 @@ def test_nan_and_infinity_are_refused_and_written_as_null_with_either_codec(read
         with pytest.raises(PayloadError, match="not valid JSON"):
             decode_graphs(body, C)
     doc = {"predictions": [[float("nan"), 1.5], float("inf"), {"y": -float("inf")}]}
-    assert json.loads(srv._json_dumps(doc)) == {"predictions": [[None, 1.5], None, {"y": None}]}
+    assert json.loads(srv.json_dumps(doc)) == {"predictions": [[None, 1.5], None, {"y": None}]}
 
 
 @settings(max_examples=40, deadline=None)
