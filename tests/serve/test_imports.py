@@ -8,7 +8,8 @@ import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVE = os.path.join(ROOT, "graph_adapter", "serve")
-ALLOWED = {"torch", "numpy", "onnxruntime", "orjson"}  # and the standard library (orjson: optional)
+ALLOWED = {"torch", "numpy", "onnxruntime", "orjson", "starlette", "uvicorn"}  # and the standard
+# library (orjson: optional; starlette and uvicorn: the HTTP server, the serve extra)
 #: a module's own optional engine, imported inside its functions (never by ``import
 #: graph_adapter.serve``: tests/serve/test_ray_serve.py checks it)
 OPTIONAL = {"ray_serve.py": {"ray"}, "triton.py": {"triton_python_backend_utils"}}

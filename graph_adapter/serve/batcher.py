@@ -1,0 +1,286 @@
+"""Dynamic batching: concurrent requests merged into one ``Predictor.predict`` call."""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
+
+from .columns import Columns, concat, join
+from .errors import GraphInputError, ServeError
+from .ops import NumpyOps
+from .pack import Graph, column_graphs
+
+__all__ = ["DynamicBatcher", "QueueFullError"]
+
+
+class _Pending:
+    """One queued request: its graphs, and its answer once the worker has one."""
+
+    __slots__ = ("graphs", "arrived", "answered", "preds", "error", "_ready", "_notify")
+
+    def __init__(self, graphs: Sequence[Any], notify: Optional[Callable[[], Any]] = None):
+        self.graphs = graphs
+        self._notify = notify  # called once answered (from the worker's thread)
+        self.arrived = time.monotonic()
+        self.answered = False
+        self.preds: Optional[List[Any]] = None
+        self.error: Optional[BaseException] = None
+        # a bare lock, held until the answer: the request's thread waits on it, the worker
+        # releases it (one futex wake; a threading.Event's condition takes a lock of its
+        # own, a new waiter lock and the GIL back and forth several times a request)
+        self._ready = threading.Lock()
+        self._ready.acquire()
+
+    def answer(self, preds: Optional[List[Any]] = None,
+               error: Optional[BaseException] = None) -> None:
+        """Give the request its answer (the first one given stands)."""
+        if not self.answered:
+            self.preds, self.error, self.answered = preds, error, True
+            self._ready.release()
+            if self._notify is not None:
+                self._notify()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Whether the answer came within ``timeout`` seconds (``None``: no limit)."""
+        return self._ready.acquire(timeout=-1 if timeout is None else max(timeout, 0))
+
+
+class QueueFullError(ServeError):
+    """The batcher holds ``max_queue`` requests already, or is closed (HTTP 503)."""
+
+
+class DynamicBatcher:
+    """Merges concurrent ``predict`` requests into one ``Predictor.predict`` call.
+
+    One worker thread runs every call (so the predictor is never used by two threads).
+    It takes the oldest queued request, waits until ``max_batch`` graphs are queued or
+    ``max_delay_s`` has passed since that request arrived, and predicts the queued
+    requests (in arrival order, at most ``max_batch`` graphs; one larger request alone)
+    as one list: ``predict`` packs it over the budget or the ladder's rungs. A request
+    whose graphs the contract refuses gets its own error (graph positions counted within
+    it); the others of its merge are predicted without it.
+
+    ``max_batch``: graphs a merge holds; default one call of the bulk budget (its graph
+    slots less the padding one). ``max_queue``: requests waiting, beyond which
+    :meth:`submit` raises :class:`QueueFullError`.
+    """
+
+    def __init__(self, predictor: Any, max_delay_s: float = 0.002,
+                 max_batch: Optional[int] = None, max_queue: int = 1024):
+        self.predictor = predictor
+        c = predictor.contract
+        self.max_batch = int(max_batch) if max_batch else max(
+            [r.graphs for r in c.rungs] or [c.graphs]) - 1
+        if self.max_batch < 1 or max_delay_s < 0:
+            raise ValueError(f"max_batch={max_batch} and max_delay_s={max_delay_s}: give "
+                             f"at least one graph and a delay >= 0")
+        self.max_delay_s = float(max_delay_s)
+        self.max_queue = int(max_queue)
+        self.queue: Deque[_Pending] = collections.deque()
+        self.queued_graphs = 0
+        self.closed = False
+        self.cond = threading.Condition()
+        #: requests answered, graphs predicted, merged calls made, requests refused
+        self.stats = {"requests": 0, "graphs": 0, "batches": 0, "refused": 0}
+        self.worker = threading.Thread(target=self._loop, name="graph_adapter-batcher",
+                                       daemon=True)
+        self.worker.start()
+
+    def submit(self, graphs: Sequence[Any], timeout: Optional[float] = None) -> List[Any]:
+        """The predictions of ``graphs`` (as ``Predictor.predict``), once merged and run;
+        raises what ``predict`` raised for them, ``QueueFullError``, or ``TimeoutError``."""
+        p = self.enqueue(graphs)
+        if not p.wait(timeout):
+            p.answer(error=TimeoutError(f"no answer within {timeout} s (the worker is busy)"))
+        return self.result(p)
+
+    def enqueue(self, graphs: Sequence[Any], notify: Optional[Callable[[], Any]] = None
+                ) -> "_Pending":
+        """Queue ``graphs`` without waiting: a ticket for :meth:`result` once answered
+        (``notify()`` is called then, from the worker's thread: an event loop's
+        ``call_soon_threadsafe``). Raises ``QueueFullError``.
+
+        A ticket answered by its caller first (``ticket.answer(error=...)``: its client
+        gave up) is dropped from the queue unrun."""
+        p = _Pending(graphs, notify)
+        with self.cond:
+            if self.closed or len(self.queue) >= self.max_queue:
+                raise QueueFullError("the server is stopping" if self.closed else
+                                     f"{len(self.queue)} requests are queued already "
+                                     f"(max_queue): retry later")
+            self.queue.append(p)
+            self.queued_graphs += len(graphs)
+            # the worker waits on the condition only for a first request, or for a merge
+            # to fill up (see _take): waking it for every request that arrives while it
+            # waits out max_delay made it take the GIL once more a request, to wait again
+            if len(self.queue) == 1 or self.queued_graphs >= self.max_batch:
+                self.cond.notify()
+        return p
+
+    @staticmethod
+    def result(p: "_Pending") -> List[Any]:
+        """An answered ticket's predictions, or its error raised."""
+        if p.error is not None:
+            raise p.error
+        assert p.preds is not None
+        return p.preds
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Answer what is queued, then stop the worker (later submits: ``QueueFullError``)."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        self.worker.join(timeout)
+
+    def _take(self, wait: bool = True) -> Optional[List[_Pending]]:
+        """The next merge (``None``: closed and drained), waiting as the docstring says;
+        ``wait=False`` (a merge in flight already): what is queued now, ``[]`` if none."""
+        with self.cond:
+            if not wait and not self.queue:
+                return []
+            while not self.queue:
+                if self.closed:
+                    return None
+                self.cond.wait()
+            deadline = self.queue[0].arrived + self.max_delay_s
+            while wait and self.queued_graphs < self.max_batch and not self.closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            batch = [self.queue.popleft()]
+            n = len(batch[0].graphs)
+            while self.queue and n + len(self.queue[0].graphs) <= self.max_batch:
+                n += len(self.queue[0].graphs)
+                batch.append(self.queue.popleft())
+            self.queued_graphs -= n
+            live = [p for p in batch if not p.answered]  # (given up by their clients)
+            return live
+
+    def _loop(self) -> None:
+        """Take merges and run them. With a predictor that can have a second request in
+        flight (``send`` / ``receive``: a program's process), the next merge is sent
+        before the last one's answers are read, so that the program never waits while
+        this process answers and merges (8 clients, `.pt2`: 16 molecules a request 0.71x
+        -> 0.82x in-process ``predict``'s throughput, 256: 0.74x -> 0.95x, measured)."""
+        inflight: Deque[Tuple[List[_Pending], Any]] = collections.deque()
+        send = getattr(self.predictor, "send", None)
+        while True:
+            if inflight and not (self.queue and self.predictor.can_send()):
+                self._guarded(inflight[0][0], self._finish, *inflight.popleft())
+                continue
+            batch = self._take(wait=not inflight)
+            if batch is None:
+                return
+            if not batch:
+                continue
+            if send is None:
+                self._guarded(batch, self._run, batch)
+                continue
+            self.stats["requests"] += len(batch)
+            try:
+                inflight.append((batch, send(self._merge([p.graphs for p in batch]))))
+            except Exception:  # noqa: BLE001 - each request on its own, answered
+                self._guarded(batch, self._settle, batch)
+
+    @staticmethod
+    def _guarded(batch: List[_Pending], run: Callable[..., None], *args: Any) -> None:
+        try:
+            run(*args)
+        except BaseException as e:  # noqa: BLE001 - never leave a request unanswered
+            for p in batch:
+                if not p.answered:
+                    p.answer(error=e)
+
+    def _finish(self, batch: List[_Pending], ticket: Any) -> None:
+        """Answer a merge sent ahead (:meth:`_loop`); its errors as :meth:`_settle`."""
+        if len(batch) == 1:
+            return self._alone(batch[0], lambda: self.predictor.receive(ticket))
+        try:
+            preds = self.predictor.receive(ticket)
+        except GraphInputError as e:
+            culprit = _owner(batch, e.graph)
+            self._alone(culprit)
+            return self._settle([p for p in batch if p is not culprit])
+        except Exception:  # noqa: BLE001 - not a graph's fault: each on its own
+            return self._settle(batch, merged=False)
+        self._answer(batch, preds)
+
+    def _answer(self, live: List[_Pending], preds: List[Any]) -> None:
+        self.stats["batches"] += 1
+        self.stats["graphs"] += len(preds)
+        i = 0
+        for p in live:
+            p.answer(preds[i:i + len(p.graphs)])
+            i += len(p.graphs)
+
+    def _merge(self, parts: List[Any]) -> Any:
+        """Several requests' graphs as one ``predict`` request: where they are checked
+        (decoded columns; graph lists where the predictor takes checked graphs) one
+        :class:`Columns`, one ``cat`` a feature (a mixed stream's merges hold both:
+        cutting the columns into graphs to join them again cost more than the rest);
+        else one list (columns as request dicts, which the predictor checks)."""
+        c, ops = self.predictor.contract, NumpyOps()
+        if getattr(self.predictor, "takes_checked", False) and all(
+                isinstance(p, Columns) or all(type(g) is Graph for g in p) for p in parts):
+            return concat(c, ops, [p if isinstance(p, Columns) else join(c, ops, p)
+                                   for p in parts])
+        if all(isinstance(p, Columns) for p in parts):
+            return concat(c, ops, parts)
+        out: List[Any] = []
+        for p in parts:
+            if isinstance(p, Columns):
+                out.extend(dict(g.features, num_nodes=g.nodes) for g in column_graphs(p, c))
+            else:
+                out.extend(p)
+        return out
+
+    def _alone(self, p: _Pending, run: Optional[Callable[[], List[Any]]] = None) -> None:
+        """Answer one request (``run``: its predictions, e.g. a reply already on its way;
+        default: predict it now), or its own error."""
+        try:
+            p.answer(run() if run is not None else self.predictor.predict(p.graphs))
+            self.stats["batches"] += 1
+            self.stats["graphs"] += len(p.graphs)
+        except Exception as e:  # noqa: BLE001 - the request's own error, sent back
+            self.stats["refused"] += 1
+            p.answer(error=e)
+
+    def _run(self, batch: List[_Pending]) -> None:
+        self.stats["requests"] += len(batch)
+        self._settle(batch)
+
+    def _settle(self, batch: List[_Pending], merged: bool = True) -> None:
+        """Predict ``batch`` as one merge and answer each request; a request whose graph
+        the contract refuses is answered alone (its own positions) and the rest merged
+        again; any other failure: each request on its own (``merged=False``: at once)."""
+        live = list(batch)
+        while live:
+            if len(live) == 1:  # its errors count graphs within it already
+                return self._alone(live[0])
+            if not merged:
+                for p in live:
+                    self._alone(p)
+                return
+            try:
+                preds = self.predictor.predict(self._merge([p.graphs for p in live]))
+            except GraphInputError as e:  # one request's graph: answer it alone, retry the rest
+                culprit = _owner(live, e.graph)
+                self._alone(culprit)
+                live.remove(culprit)
+                continue
+            except Exception:  # noqa: BLE001 - not a graph's fault: each request on its own
+                merged = False
+                continue
+            return self._answer(live, preds)
+
+
+def _owner(live: Sequence[_Pending], graph: int) -> _Pending:
+    """The request that holds position ``graph`` of a merge of ``live``."""
+    run = 0
+    for p in live:
+        run += len(p.graphs)
+        if graph < run:
+            return p
+    return live[-1]
