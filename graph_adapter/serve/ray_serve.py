@@ -29,7 +29,8 @@ from .errors import RuntimeMissingError
 
 __all__ = ["deployment", "APP_FACTORY"]
 
-#: the ASGI app each replica serves: ``module:function`` taking ``(predictor, limits)``
+#: the ASGI app each replica serves: ``module:function`` taking ``(predictor, limits,
+#: max_delay_ms=, max_batch=)``
 APP_FACTORY = "graph_adapter.serve.app:create_app"
 
 
@@ -63,12 +64,13 @@ class _Replica:
     ``__serve_build_asgi_app__`` after ``__init__``, in the replica's process)."""
 
     def __init__(self, artifact: str, threads: Optional[int], limits: Optional[Dict[str, Any]],
-                 app_factory: str):
+                 app_factory: str, app_options: Dict[str, Any]):
         from . import load
 
         self.predictor = load(artifact, threads=threads)
         self.limits = limits
         self.app_factory = app_factory
+        self.app_options = app_options
 
     def __serve_build_asgi_app__(self) -> Any:
         limits = None
@@ -76,11 +78,12 @@ class _Replica:
             from .limits import Limits
 
             limits = Limits(**self.limits)
-        return _factory(self.app_factory)(self.predictor, limits)
+        return _factory(self.app_factory)(self.predictor, limits, **self.app_options)
 
 
 def deployment(artifact: Union[str, "os.PathLike[str]"], *, replicas: int = 1,
                threads: Optional[int] = 1, limits: Union[None, Any, Mapping[str, Any]] = None,
+               max_delay_ms: float = 2.0, max_batch: Optional[int] = None,
                name: str = "graph_adapter", num_cpus: Optional[float] = None,
                app_factory: str = APP_FACTORY, **options: Any) -> Any:
     """A Ray Serve application of ``replicas`` replicas serving ``artifact``.
@@ -93,10 +96,14 @@ def deployment(artifact: Union[str, "os.PathLike[str]"], *, replicas: int = 1,
         limits: the app's limits (a :class:`graph_adapter.serve.limits.Limits` or a dict of
             its fields); ``None``: its defaults. Connection and header limits belong to
             the HTTP server, here Ray's proxy: only the app's own limits apply.
+        max_delay_ms: how long a replica's oldest queued request waits for others to
+            merge with (``graph-adapter serve --max-delay-ms``).
+        max_batch: graphs a replica's merged call holds at most (``--max-batch``).
         name: the deployment's name.
         num_cpus: CPUs Ray reserves a replica (default: ``threads``, at least 1).
         app_factory: ``module:function`` building the ASGI app from ``(predictor,
-            limits)`` in the replica (to add middleware, say); default :data:`APP_FACTORY`.
+            limits, max_delay_ms=, max_batch=)`` in the replica (to add middleware, say);
+            default :data:`APP_FACTORY`.
         **options: other ``ray.serve.deployment`` options (``max_ongoing_requests``,
             ``autoscaling_config`` in place of ``replicas``, ...).
 
@@ -116,4 +123,5 @@ def deployment(artifact: Union[str, "os.PathLike[str]"], *, replicas: int = 1,
     if "autoscaling_config" not in options:
         options["num_replicas"] = replicas
     dep = serve.deployment(serve.ingress()(_Replica), name=name, ray_actor_options=actor, **options)
-    return dep.bind(artifact, threads, _limits_dict(limits), app_factory)
+    return dep.bind(artifact, threads, _limits_dict(limits), app_factory,
+                    {"max_delay_ms": float(max_delay_ms), "max_batch": max_batch})

@@ -4,7 +4,8 @@ Main suite: the module imports no Ray until called and ``import graph_adapter.se
 not import it; a missing artifact and a missing Ray are named errors. Extended step: a
 local Ray instance (2 CPUs, no dashboard), two replicas of an ``.onnx`` artifact behind
 Ray's proxy on 127.0.0.1; every answer over HTTP equals in-process ``Predictor.predict``'s
-on the same graphs, a refused graph gets the same named error, and both replicas answer.
+on the same graphs, a refused graph gets the same named error, the limits given reach the
+replicas, and both replicas run.
 """
 import http.client
 import json
@@ -93,7 +94,11 @@ def ray_app(tmp_path_factory):
              runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
     try:
         ray_serve.start(http_options={"host": "127.0.0.1", "port": port})
-        ray_serve.run(deployment(path, replicas=2, threads=1), route_prefix="/")
+        from graph_adapter.serve.limits import Limits
+
+        # limits cross to the replicas as plain data: a request past max_graphs is a 413
+        ray_serve.run(deployment(path, replicas=2, threads=1, limits=Limits(max_graphs=25)),
+                      route_prefix="/")
         yield port, path, graphs
     finally:
         ray_serve.shutdown()
@@ -122,6 +127,8 @@ def test_ray_serve_replicas_answer_as_in_process_predict(ray_app):
                        {k: graphs[0][k].numpy() for k in ("x", "edge_index")}])
     assert status == 422 and doc["error"] == "MissingFeatureError"
     assert (doc["graph"], doc["key"]) == (e.value.graph, e.value.key) == (1, "edge_attr")
+    status, doc = _post(port, {"graphs": [{k: graphs[0][k].tolist() for k in KEYS}] * 26})
+    assert status == 413 and doc["error"] == "TooLargeError", doc
 
 
 @pytest.mark.extended  # shares the fixture above
