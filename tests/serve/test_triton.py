@@ -278,3 +278,13 @@ def test_batch_inputs_that_the_backend_fills_are_read_as_the_requests_offsets(tr
     for a, b in zip(out, again):
         np.testing.assert_array_equal(a.output_tensors[0].array, b.output_tensors[0].array)
 
+
+
+def test_a_request_whose_features_disagree_on_graphs_gets_its_own_named_error(triton_model):
+    m, graphs = triton_model
+    ok = _request([graphs[0]])
+    odd = _request([graphs[1]])
+    odd.tensors["x"] = _Tensor("x", np.stack([graphs[1].x.numpy()] * 2))  # 2 graphs' x, 1 edge set
+    out = m.execute([ok, odd, _request([graphs[2]])])
+    assert out[0].error is None and out[2].error is None
+    assert "batch dims" in str(out[1].error) and "'x': 2" in str(out[1].error)
