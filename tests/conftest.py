@@ -74,6 +74,9 @@ CI_EXPECTED_SKIPS = [
     ("tests/serve/test_ray_serve.py", r"ray\[serve\] is not installed",
      "Ray Serve (the ray extra, ~200 MB with its dependencies) is not in the README's venv; "
      "its extended test runs where `pip install 'graph_adapter[ray]'` was done"),
+    ("tests/serve/test_http_wrk.py", r"wrk is not installed",
+     "the HTTP load test drives Debian's wrk (apt-get install wrk); .ci/run installs it where "
+     "apt-get may run, and the test skips elsewhere"),
     ("tests/", r"^needs_scatter: ",
      "tests marked needs_scatter (torch_scatter / torch_sparse): the README's environment has "
      "neither; .ci/run runs them (-m needs_scatter) in .cache/venv-scatter with the wheels"),

@@ -61,21 +61,26 @@ _REASONS = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fie
 def _raw_answer(status: int, error: str, message: str) -> bytes:
     """A whole JSON answer that closes the connection, as the connection layer writes it
     (no app ran: a malformed request, a header block too slow or too large)."""
+    rid = uuid.uuid4().hex[:16]
+    log.info("request %s: %d %s: %s", rid, status, error, message)
     body = _json_dumps({"error": error, "message": message, "graph": None, "key": None,
-                        "request_id": uuid.uuid4().hex[:16]})
+                        "request_id": rid})
     return (f"HTTP/1.1 {status} {_REASONS[status]}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
+            f"content-length: {len(body)}\r\nx-request-id: {rid}\r\nconnection: close"
+            f"\r\n\r\n").encode() + body
 
 
 async def _too_many_connections(scope: Dict[str, Any], receive: Any, send: Any) -> None:
     """The app of a connection past ``max_connections``: each request answered 503."""
+    rid = uuid.uuid4().hex[:16]
     body = _json_dumps({"error": "TooManyConnectionsError", "graph": None, "key": None,
                         "message": "this server holds its most connections already "
                                    "(--max-connections): retry later",
-                        "request_id": uuid.uuid4().hex[:16]})
+                        "request_id": rid})
     await send({"type": "http.response.start", "status": 503,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()),
+                            (b"x-request-id", rid.encode()),
                             (b"retry-after", b"1"), (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})
 

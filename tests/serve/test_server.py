@@ -3,7 +3,8 @@
 One small ``.onnx`` artifact for the module (the demo's model, exported in ~3 s): 8
 concurrent clients, every answer equal to the local ``predict`` of the same request;
 malformed JSON, a missing feature, a wrong dtype, a graph over the budget (4xx with the
-named error's text); clients that disconnect or stall mid-request; a clean shutdown.
+named error's text); clients that disconnect or stall mid-request; a clean shutdown; a
+program's child killed (``/ready`` 503 until it is up again, ``/health`` live meanwhile).
 Each runs with the program in the server's process and in a child process of its own
 (``graph_adapter.serve.worker``: the same answers and errors, and the child ends with
 the server, killed or stopped).
@@ -29,13 +30,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graph_adapter import serve
-from graph_adapter.serve import (DynamicBatcher, EdgeIndexError, GraphInputError,
+from graph_adapter.serve import (DynamicBatcher, EdgeIndexError, GraphInputError, Limits,
                                  MissingFeatureError, PredictServer, QueueFullError)
 from graph_adapter.serve import server as serve_server
 from graph_adapter.serve.worker import ProcessPredictor, WorkerError
 
 KEYS = ("x", "edge_index", "edge_attr")
 TIME_LIMIT = 120.0  # seconds a load test may take before it fails (it stops by itself)
+QUICK = Limits(drain_s=0)  # (a test's server stops at once once its requests are answered)
 
 
 def _json_graph(d):
@@ -92,7 +94,7 @@ def server(onnx_artifact, request):
     predictor = serve_server._load_predictor(path, 1, request.param)
     assert isinstance(predictor, ProcessPredictor) == (request.param == "child")
     try:
-        with PredictServer(predictor, port=0, max_delay_ms=5).start() as s:
+        with PredictServer(predictor, port=0, max_delay_ms=5, limits=QUICK).start() as s:
             yield s
     finally:
         if request.param == "child":
@@ -277,6 +279,16 @@ def test_a_columnar_json_body_gives_the_per_graph_bodys_answers_and_its_errors(
     assert status == 422 and err["error"] == "MissingFeatureError" and err["graph"] == 0
 
 
+def _until(check, within=30.0):
+    """Whether ``check()`` came true within ``within`` seconds (polled)."""
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _local_error(path, request):
     with pytest.raises(GraphInputError) as e:
         serve.load(path, threads=1).predict(request)
@@ -290,8 +302,9 @@ def test_missing_feature_is_a_422_with_the_named_errors_text(server, onnx_artifa
     status, doc = _post(server.port, {"graphs": request})
     want = _local_error(path, [{k: np.asarray(v) for k, v in g.items()} for g in request])
     assert isinstance(want, MissingFeatureError)
-    assert status == 422 and doc == {"error": "MissingFeatureError", "message": str(want),
-                                     "graph": 1, "key": "edge_attr"}
+    assert status == 422 and doc.pop("request_id")
+    assert doc == {"error": "MissingFeatureError", "message": str(want), "graph": 1,
+                   "key": "edge_attr"}
 
 
 def test_wrong_dtype_and_shape_are_422_never_cast(server, onnx_artifact):
@@ -349,7 +362,7 @@ def test_clients_that_disconnect_or_stall_mid_request_cost_only_themselves(serve
 
 def test_shutdown_answers_what_is_queued_and_releases_the_port(onnx_artifact):
     path, _, graphs = onnx_artifact
-    s = PredictServer(serve.load(path, threads=1), port=0).start()
+    s = PredictServer(serve.load(path, threads=1), port=0, limits=QUICK).start()
     port = s.port
     assert _post(port, [_json_graph(graphs[0])])[0] == 200
     t = time.monotonic()
@@ -374,8 +387,7 @@ def test_many_clients_connecting_at_once_are_all_queued_not_dropped(onnx_artifac
     finally:
         for c in socks:
             c.close()
-        s.server_close()
-        s.batcher.close()
+        s.close()
     assert len(socks) == 32
 
 
@@ -384,7 +396,7 @@ def test_serve_main_runs_until_stopped(onnx_artifact, capsys):
     stop, up = threading.Event(), []
     rc = []
     t = threading.Thread(target=lambda: rc.append(serve.serve_main(
-        [path, "--port", "0", "--threads", "1", "--max-delay-ms", "1"], stop=stop,
+        [path, "--port", "0", "--threads", "1", "--max-delay-ms", "1", "--drain-s", "0"], stop=stop,
         started=up.append)), daemon=True)
     t.start()
     deadline = time.monotonic() + 30
@@ -398,7 +410,7 @@ def test_serve_main_runs_until_stopped(onnx_artifact, capsys):
     assert rc == [0] and "POST /predict" in capsys.readouterr().out
     rc, up = [], []  # its program in a child process: stopped with the server
     t = threading.Thread(target=lambda: rc.append(serve.serve_main(
-        [path, "--port", "0", "--threads", "1", "--program-in", "child"], stop=stop,
+        [path, "--port", "0", "--threads", "1", "--program-in", "child", "--drain-s", "0"], stop=stop,
         started=up.append)), daemon=True)
     stop.clear()
     t.start()
@@ -520,12 +532,14 @@ def test_a_killed_programs_child_is_started_again_and_answers(onnx_artifact):
     predictor = serve_server._load_predictor(path, 1, "child")
     body = {"graphs": [_json_graph(g) for g in graphs[:3]]}
     try:
-        with PredictServer(predictor, port=0, max_delay_ms=0).start() as s:
+        with PredictServer(predictor, port=0, max_delay_ms=0, limits=QUICK).start() as s:
             status, want = _post(s.port, body)
             assert status == 200
             first = predictor.pid
             predictor.process.kill()
             predictor.process.wait(10)
+            # /ready says 503 until the new child is up; /health stays live meanwhile
+            assert _until(lambda: _get(s.port, "/ready")[0] == 200)
             status, doc = _get(s.port, "/health")
             assert status == 200 and doc["status"] == "ok", doc
             assert doc["program_restarts"] == 1 and doc["program_pid"] != first
@@ -550,10 +564,13 @@ def test_health_is_a_503_once_the_programs_child_died_past_its_restarts(onnx_art
     predictor = serve_server._load_predictor(path, 1, "child")
     predictor.MAX_RESTARTS = 0
     try:
-        with PredictServer(predictor, port=0, max_delay_ms=0).start() as s:
-            assert _get(s.port, "/health")[0] == 200
+        with PredictServer(predictor, port=0, max_delay_ms=0, limits=QUICK).start() as s:
+            assert _get(s.port, "/health")[0] == 200 and _get(s.port, "/ready")[0] == 200
             predictor.process.kill()
             predictor.process.wait(10)
+            assert _until(lambda: _get(s.port, "/health")[0] == 503)
+            status, doc = _get(s.port, "/ready")
+            assert status == 503 and doc["status"].startswith("failed"), doc
             status, doc = _get(s.port, "/health")
             assert status == 503 and doc["status"].startswith("failed"), doc
             assert "exited with code" in doc["status"] and "restart" in doc["status"]
@@ -777,7 +794,7 @@ def test_a_pt2_ladder_serves_eight_clients_and_names_the_top_rung(tmp_path):
     assert len(contract.rungs) == 2
     for where in ("server", "child"):  # the program in the server's process, or its own
         predictor = serve_server._load_predictor(path, 1, where)
-        with PredictServer(predictor, port=0, max_delay_ms=5).start() as s:
+        with PredictServer(predictor, port=0, max_delay_ms=5, limits=QUICK).start() as s:
             assert s.batcher.max_batch == max(r.graphs for r in contract.rungs) - 1
             _load_test(s, path, graphs, per_client=25)
             assert set(s.predictor.rung_calls.values()) != {0} and s.predictor.rung_calls

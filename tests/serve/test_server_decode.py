@@ -1,4 +1,4 @@
-"""Reading ``POST /predict`` bodies (``graph_adapter.serve.server``), no artifact needed.
+"""Reading ``POST /predict`` bodies (``graph_adapter.serve.decode``), no artifact needed.
 
 Every body form gives the same per-graph arrays: nested per-graph lists (read one numpy
 call a key over the request, or graph by graph where that path cannot vouch for them),
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from graph_adapter.serve import (FeatureDtypeError, FeatureShapeError, InputField,
                                  PayloadError, decode_graphs, decode_npz)
-from graph_adapter.serve import server as srv
+from graph_adapter.serve import decode as srv
 
 
 class _Contract:

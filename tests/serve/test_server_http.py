@@ -1,340 +1,194 @@
-"""The server's HTTP layer (``graph_adapter.serve.server._Handler``) on a stand-in predictor.
-
-The handler reads plain header blocks itself and writes each answer in one write; the
-standard library's handler (``http.server`` / ``http.client.parse_headers``, as the
-server used before) is the reference: for any request bytes, generated or mutated, both
-answer byte for byte alike (the ``Date`` header aside), never crash or hang, and the
-server goes on answering. The lean header reader gives the same headers as
-``http.client.parse_headers`` for any header block (hypothesis), with the same limits.
+"""The server's HTTP layer (uvicorn running ``graph_adapter.serve.app``) on a stand-in
+predictor: any request bytes, generated or mutated, get one JSON answer (or none for a
+request cut short), never crash or hang the server, which goes on answering; 404, 405
+and the connection layer's own 400 are JSON too; query strings are ignored; every answer
+carries a request id, and a failure that is not the request's fault is answered without
+its text (no stack trace, path or address), logged with that id. Both of uvicorn's
+parsers (httptools, h11) are run.
 """
-import http.client
-import io
 import json
+import logging
 import re
 import socket
-import threading
-import time
-from http.server import BaseHTTPRequestHandler
-from socketserver import StreamRequestHandler
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graph_adapter.serve import Contract, InputField, OutputField, PredictServer
-from graph_adapter.serve import server as srv
-from graph_adapter.serve.columns import Columns
-from graph_adapter.serve.pack import column_graphs
+from graph_adapter.serve import Limits, PredictServer
 
-CONTRACT = Contract("onnx", 64, 64, 9, (InputField("x", "feature", "node", "float32",
-                                                   (None, 2)),),
-                    (OutputField("y", "graph", "float32", (None,)),))
-GRAPH = {"x": [[1.0, 2.0], [3.5, -1.0]]}
-BODY = json.dumps({"graphs": [GRAPH]}).encode()
+from serve._http import (BODY, GRAPH, Summer, connect, parse_answer, post, read_answer,
+                         request)
+
+pytest.importorskip("uvicorn", reason="the serve extra (starlette, uvicorn)")
 
 
-class _Summer:
-    """Predicts the sum of ``x`` a graph (no artifact); a graph without it: a KeyError
-    (the server's 500)."""
-
-    def __init__(self):
-        self.contract = CONTRACT
-        self.calls = 0
-        self.ignored_keys = set()
-
-    def predict(self, graphs):
-        self.calls += 1
-        if isinstance(graphs, Columns):
-            graphs = [g.features for g in column_graphs(graphs, CONTRACT)]
-        return [np.asarray([np.asarray(g["x"], np.float32).sum()], np.float32)
-                for g in graphs]
-
-
-class _StdlibHandler(srv._Handler):
-    """The handler as it was: the standard library's request parsing and socket set-up,
-    and the answer written by ``send_response`` / ``send_header`` / ``end_headers``, then
-    the body."""
-
-    parse_request = BaseHTTPRequestHandler.parse_request
-    setup = StreamRequestHandler.setup  # (the socket's timeout kept by Python)
-
-    def _send(self, code, doc, raw=None):
-        body = raw if raw is not None else srv._json_dumps(doc)
-        try:
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            if self.close_connection:
-                self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(body)
-        except OSError:
-            self.close_connection = True
-
-
-@pytest.fixture(scope="module")
-def servers():
-    """(lean, reference): the same stand-in behind each handler; small bodies only."""
-    lean = PredictServer(_Summer(), port=0, max_delay_ms=0, max_body_bytes=4096).start()
-    ref = PredictServer(_Summer(), port=0, max_delay_ms=0, max_body_bytes=4096)
-    ref.RequestHandlerClass = _StdlibHandler
-    ref.start()
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def server(request):
+    if request.param == "httptools":
+        pytest.importorskip("httptools", reason="uvicorn[standard] (httptools)")
+    # (short timeouts: a request cut short is answered 408 and closed at once)
+    s = PredictServer(Summer(), port=0, max_delay_ms=0, http=request.param,
+                      limits=Limits(max_body_bytes=4096, drain_s=0, header_timeout_s=0.3,
+                                    body_timeout_s=0.3)).start()
     try:
-        yield lean, ref
-    finally:
-        lean.close()
-        ref.close()
-
-
-def _exchange(port, raw, timeout=10.0):
-    """Everything the server writes back to ``raw`` until it closes the connection (our
-    side's writing half closed after ``raw``: a request cut short ends there). A server
-    that closes with bytes of ours unread (a refused body) resets the connection: what
-    came before the reset is its answer."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    try:
-        try:
-            s.sendall(raw)
-            s.shutdown(socket.SHUT_WR)
-        except OSError:  # it answered and closed already (a broken pipe, a reset)
-            pass
-        out = []
-        while True:
-            try:
-                chunk = s.recv(1 << 16)  # (socket.timeout: the server hung: the test fails)
-            except ConnectionResetError:
-                chunk = b""
-            if not chunk:
-                return b"".join(out)
-            out.append(chunk)
+        yield s
     finally:
         s.close()
 
 
-def _masked(raw):
-    return re.sub(rb"\r\nDate: [^\r\n]*\r\n", b"\r\nDate: -\r\n", raw)
+def _exchange(port, raw):
+    """What the server writes back to ``raw`` until it closes the connection (a request
+    cut short: at its header or body timeout). Our writing half stays open: uvicorn
+    closes a connection whose client closed its own (an EOF) without answering."""
+    s = connect(port, timeout=10)  # (socket.timeout: the server hung: the test fails)
+    try:
+        try:
+            s.sendall(raw)
+        except OSError:  # it answered and closed already
+            pass
+        return read_answer(s)
+    finally:
+        s.close()
 
 
-def _responses(raw, head=False):
-    """The answers in ``raw``, each (status, headers, body); an AssertionError where it
-    is not a sequence of well-formed HTTP/1.1 answers, the last of which may be the
-    standard library's bare HTML one to a line that is no request (status ``None``: an
-    HTTP/0.9 answer, the connection closed after it). ``head``: answers to HEAD (no body)."""
+def _answers(raw):
+    """The answers in ``raw`` bytes: ``[(status, headers, body), ...]``."""
     out = []
     while raw:
-        if not raw.startswith(b"HTTP/1.1 "):
-            assert raw.startswith(b"<!DOCTYPE HTML>") or raw.startswith(b"{"), raw[:200]
-            out.append((None, {}, raw))
-            break
-        head_, sep, rest = raw.partition(b"\r\n\r\n")
-        assert sep, raw[:200]
-        status, *lines = head_.decode("latin-1").split("\r\n")
-        assert re.fullmatch(r"HTTP/1\.1 \d{3} [^\r\n]*", status), status
-        headers = dict(line.split(": ", 1) for line in lines)
-        code = int(status.split()[1])
-        n = int(headers.get("Content-Length", 0)) if code >= 200 and not head else 0
-        assert len(rest) >= n, (status, headers, len(rest))
-        out.append((code, headers, rest[:n]))
+        headpart, sep, rest = raw.partition(b"\r\n\r\n")
+        assert sep, raw
+        status, headers, _ = parse_answer(headpart + sep)
+        n = int(headers.get("content-length", 0))
+        out.append((status, headers, rest[:n]))
         raw = rest[n:]
     return out
 
 
-def _request(method="POST", path="/predict", version="HTTP/1.1", headers=None, body=BODY,
-             eol="\r\n"):
-    headers = {"Host": "x", "Content-Type": "application/json",
-               "Content-Length": str(len(body))} if headers is None else headers
-    head = f"{method} {path} {version}{eol}" + "".join(f"{k}: {v}{eol}"
-                                                      for k, v in headers.items())
-    return (head + eol).encode("latin-1") + body
+def _request_bytes(method=b"POST", path=b"/predict", version=b"HTTP/1.1", body=BODY,
+                   extra=b""):
+    return (method + b" " + path + b" " + version + b"\r\nHost: t\r\nContent-Type: "
+            b"application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n" +
+            extra + b"\r\n" + body)
 
 
-# -- the lean header reader against http.client.parse_headers ------------------------------
-
-_LINE_BYTES = st.sampled_from([b"Content-Length", b"content-length", b"Connection",
-                               b"Expect", b"X-A", b"", b" ", b"\t", b":", b": ", b"5", b"close",
-                               b"keep-alive", b"100-continue", b"\r", b"\x85", b"\x0b", b"\x1c",
-                               b"\xe9", b"From ", b"a b", b"\x00"])
-
-
-#: a header line: mostly name, separator, value (repeated names, odd spacing), else any
-#: run of the bytes above
-_LINE = st.one_of(
-    st.tuples(st.sampled_from([b"Content-Length", b"content-length", b"Connection", b"Expect",
-                               b"X-A", b"a b", b" Connection", b"From x"]),
-              st.sampled_from([b":", b": ", b":\t ", b" :", b""]),
-              st.sampled_from([b"5", b"close", b"keep-alive", b"100-continue", b" 7 ", b"",
-                               b"a\rb", b"\xe9", b"a\x85b", b"\x0b",
-                               b"x\x1c"])).map(b"".join),
-    st.lists(_LINE_BYTES, max_size=5).map(b"".join))
+def test_a_request_is_answered_and_every_answer_carries_a_request_id(server):
+    status, headers, doc = post(server.port, {"graphs": [GRAPH]})
+    assert status == 200 and doc == {"predictions": [[5.5]]}
+    assert re.fullmatch(r"[0-9a-f]{16}", headers["x-request-id"])
+    status, headers, doc = post(server.port, raw="{", headers={"X-Request-Id": "lb-42.a"})
+    assert status == 400 and headers["x-request-id"] == doc["request_id"] == "lb-42.a"
+    status, headers, doc = post(server.port, raw="{", headers={"X-Request-Id": "a b/c"})
+    assert headers["x-request-id"] == doc["request_id"] != "a b/c"  # (not a plain id)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(_LINE, st.sampled_from([b"\r\n", b"\n"])), max_size=8),
-       st.sampled_from([b"\r\n", b"\n", b""]), st.binary(max_size=6))
-def test_the_lean_header_reader_gives_the_standard_librarys_headers(lines, end, after):
-    # (after: a body, or the next request; end b"": the client closed after the headers)
-    block = b"".join(line + eol for line, eol in lines) + end + after
-    fw, f = io.BytesIO(block), io.BytesIO(block)
-    want = http.client.parse_headers(fw)
-    got = srv._parse_header_lines(srv._read_header_lines(f))
-    for name in ("Content-Length", "content-length", "Connection", "Expect", "X-A", "From",
-                 "a b", "CONTENT-LENGTH"):
-        assert got.get(name) == want.get(name), (name, block)
-        assert (name in got) == (name in want)
-    assert f.read() == fw.read()  # the body starts where the standard library's does
+@pytest.mark.parametrize("method,path,code", [("GET", "/nope", 404), ("POST", "/health", 405),
+                                              ("DELETE", "/predict", 405),
+                                              ("GET", "/predict/", 404)])
+def test_404_and_405_are_json_errors(server, method, path, code):
+    status, headers, doc = request(server.port, method, path)
+    assert status == code and headers["content-type"] == "application/json"
+    assert set(doc) == {"error", "message", "graph", "key", "request_id"}
+    assert doc["error"] in ("NotFound", "MethodNotAllowed") and doc["message"]
 
 
-def test_the_header_limits_are_the_standard_librarys():
-    for block in (b"X: " + b"a" * 70000 + b"\r\n\r\n", b"X: a\r\n" * 100 + b"\r\n"):
-        with pytest.raises(http.client.HTTPException) as want:
-            http.client.parse_headers(io.BytesIO(block))
-        with pytest.raises(http.client.HTTPException) as got:
-            srv._read_header_lines(io.BytesIO(block))
-        assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
-    ok = b"X: a\r\n" * 99 + b"\r\n"  # 99 headers and the blank line: the most taken
-    assert len(srv._read_header_lines(io.BytesIO(ok))) == 100
+def test_query_strings_are_ignored(server):
+    assert request(server.port, "GET", "/health?x=1")[0] == 200
+    assert request(server.port, "GET", "/ready?probe=k8s&x")[0] == 200
+    status, _, doc = request(server.port, "POST", "/predict?v=2", BODY,
+                             {"Content-Type": "application/json"})
+    assert status == 200 and doc == {"predictions": [[5.5]]}
 
 
-def test_plain_headers_are_not_read_by_the_email_parser(servers, monkeypatch):
-    import email.parser
-
-    def refuse(*a, **k):
-        raise AssertionError("email's parser read a plain header block")
-
-    monkeypatch.setattr(email.parser.Parser, "parsestr", refuse)
-    monkeypatch.setattr(http.client, "parse_headers", refuse)
-    code, headers, body = _responses(_exchange(servers[0].port, _request()))[0]
-    assert code == 200 and json.loads(body) == {"predictions": [[5.5]]}
-
-
-def test_an_answer_is_one_write(servers, monkeypatch):
-    writes = []
-    write = srv._Handler.setup
-
-    def setup(self):
-        write(self)
-        real = self.wfile.write
-        self.wfile.write = lambda data: writes.append(bytes(data)) or real(data)
-
-    monkeypatch.setattr(srv._Handler, "setup", setup)
-    for path in ("/predict", "/contract", "/nope"):
-        writes.clear()
-        raw = _exchange(servers[0].port, _request(path=path, headers={
-            "Content-Length": str(len(BODY)), "Connection": "close"}) if path == "/predict"
-            else _request("GET", path, headers={"Connection": "close"}, body=b""))
-        assert writes == [raw] and len(_responses(raw)) == 1, (path, writes)
+def test_a_failure_not_the_requests_fault_is_a_500_without_its_text(server, caplog):
+    secret = ("onnxruntime::Gather /tmp/onnx_x9/model.onnx at 0x7f3a2b1c0000\n"
+              "  File \"/srv/app/runtime.py\", line 12, in run")
+    server.predictor.fail = RuntimeError(secret)
+    try:
+        with caplog.at_level(logging.ERROR, logger="graph_adapter.serve"):
+            status, headers, doc = post(server.port, {"graphs": [GRAPH]})
+    finally:
+        server.predictor.fail = None
+    assert status == 500 and doc["error"] == "InternalError"
+    raw = json.dumps(doc) + json.dumps(headers)
+    for leak in ("/tmp", "0x7f", "File ", "runtime.py", "Gather", "Traceback"):
+        assert leak not in raw, leak
+    assert doc["request_id"] == headers["x-request-id"] in doc["message"]
+    logged = "\n".join(r.getMessage() + str(r.exc_info) for r in caplog.records)
+    assert doc["request_id"] in logged and "/tmp/onnx_x9" in logged  # the log has it all
+    assert post(server.port, {"graphs": [GRAPH]})[0] == 200  # and it goes on
 
 
-# -- the server: the reference's answers, byte for byte ------------------------------------
+def test_the_connection_layers_own_refusals_are_json(server):
+    for raw in (b"NOT A REQUEST\r\n\r\n", b"GET / HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n",
+                b"POST /predict HTTP/1.1\r\nContent-Length: x\r\n\r\n"):
+        (status, headers, body), = _answers(_exchange(server.port, raw))
+        assert status == 400 and headers["content-type"] == "application/json", raw
+        assert json.loads(body)["error"] == "BadRequest"
 
-_HEADER_SETS = st.sampled_from([
-    None,
-    {"Content-Length": str(len(BODY)), "Connection": "close"},
-    {"content-length": str(len(BODY)), "CONNECTION": "Keep-Alive"},
-    {"Content-Length": str(len(BODY)), "Expect": "100-continue"},
-    {"Content-Length": " " + str(len(BODY))},
-    {"Content-Length": str(len(BODY)) + " "},
-    {"Content-Length": "abc"},
-    {"Content-Length": "99999"},
-    {"Content-Length": str(len(BODY) + 5)},
-    {"Content-Length": str(len(BODY) - 5)},
-    {},
-    {"X-Folded": "a\r\n b", "Content-Length": str(len(BODY))},
-    {"Content-Type": "application/x-npz", "Content-Length": str(len(BODY))},
-])
+
+def test_keep_alive_http_1_0_and_100_continue_over_one_connection(server):
+    raw = (_request_bytes() + _request_bytes(extra=b"Expect: 100-continue\r\n") +
+           _request_bytes(version=b"HTTP/1.0"))  # (HTTP/1.0: closed after its answer)
+    got = _answers(_exchange(server.port, raw))
+    finals = [a for a in got if a[0] != 100]
+    assert [a[0] for a in finals] == [200, 200, 200]
+    assert all(json.loads(b) == {"predictions": [[5.5]]} for _, _, b in finals)
+
+
+_LINE = st.binary(min_size=0, max_size=40)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(["POST", "GET", "HEAD", "PUT", "post", "GET /x"]),
-       st.sampled_from(["/predict", "/contract", "/nope", "//predict", "/health?x"]),
-       st.sampled_from(["HTTP/1.1", "HTTP/1.0", "HTTP/0.9", "HTTP/2.0", "HTTP/1.10", "HTTP/1",
-                        "http/1.1", ""]),
-       _HEADER_SETS, st.sampled_from([BODY, b"", b"{not json", b'{"graphs": [{"y": 1}]}']),
-       st.sampled_from(["\r\n", "\n"]), st.integers(1, 2))
-def test_any_request_gets_the_standard_librarys_answer(servers, method, path, version,
-                                                       headers, body, eol, times):
-    raw = _request(method, path, version, headers, body, eol) * times
-    lean, ref = servers
-    got = _exchange(lean.port, raw)
-    assert _masked(got) == _masked(_exchange(ref.port, raw)), raw[:300]
-    _responses(got, head=method == "HEAD")  # well-formed
+@given(st.sampled_from([b"POST", b"GET", b"HEAD", b"PUT", b"post", b"GET /x"]),
+       st.sampled_from([b"/predict", b"/health", b"/contract", b"/x", b"*", b"//predict",
+                        b"/predict?a=1", b"/%zz"]),
+       st.sampled_from([b"HTTP/1.1", b"HTTP/1.0", b"HTTP/0.9", b"HTTP/2.0", b"", b"HTTP/1"]),
+       st.sampled_from([BODY, b"", b"{", b"[]", b'{"graphs": [{"x": [[1, 2.5]]}]}']))
+def test_any_request_gets_one_json_answer_or_none(server, method, path, version, body):
+    raw = _exchange(server.port, _request_bytes(method, path, version, body))
+    for status, headers, payload in _answers(raw):
+        assert 200 <= status < 600
+        if method != b"HEAD":
+            doc = json.loads(payload)
+            assert status == 200 or {"error", "message"} <= set(doc), doc
+    assert request(server.port)[0] == 200  # it goes on
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.tuples(st.integers(0, 400), st.sampled_from(["drop", "put", "insert"]),
-                          st.binary(min_size=1, max_size=3)), min_size=1, max_size=6),
-       st.integers(1, 2))
-def test_mutated_requests_never_crash_or_hang_the_server(servers, edits, times):
-    raw = bytearray(_request() * times)
-    for at, how, data in edits:
+                          st.binary(min_size=1, max_size=3)), min_size=1, max_size=6))
+def test_mutated_requests_never_crash_or_hang_the_server(server, edits):
+    raw = bytearray(_request_bytes() + _request_bytes())
+    for at, how, b in edits:
         at %= len(raw) + 1
         if how == "drop":
-            del raw[at:at + len(data)]
+            del raw[at:at + len(b)]
         elif how == "put":
-            raw[at:at + len(data)] = data
+            raw[at:at + len(b)] = b
         else:
-            raw[at:at] = data
-    lean, ref = servers
-    got = _exchange(lean.port, bytes(raw))
-    assert _masked(got) == _masked(_exchange(ref.port, bytes(raw))), bytes(raw)[:300]
-    if b"HEAD" not in raw:
-        _responses(got)  # well-formed
-    code, _, body = _responses(_exchange(lean.port, _request()))[0]  # and it goes on
-    assert code == 200 and json.loads(body) == {"predictions": [[5.5]]}
+            raw[at:at] = b
+    got = _exchange(server.port, bytes(raw))
+    if got:
+        assert got.startswith(b"HTTP/1.1 ") or got.startswith(b"HTTP/1.0 "), got[:80]
+        for status, _, payload in _answers(got):
+            if status != 100 and payload:
+                json.loads(payload)  # every answer JSON
+    assert request(server.port)[0] == 200
 
 
-def test_too_many_or_too_long_headers_are_the_standard_librarys_431s(servers):
-    lean, ref = servers
-    for headers in ({f"X-{i}": "v" for i in range(100)}, {"X-Long": "v" * 65540}):
-        raw = _request(headers=headers)
-        got = _exchange(lean.port, raw)
-        assert _masked(got) == _masked(_exchange(ref.port, raw))
-        assert [a[0] for a in _responses(got)] == [431]
+def test_a_header_block_past_its_limit_is_a_json_431_before_it_ends(server):
+    from graph_adapter.serve.server import MAX_HEADER_BYTES
 
-
-def test_keep_alive_http_1_0_and_100_continue_over_one_connection(servers):
-    lean = servers[0]
-    raw = (_request(headers={"Content-Length": str(len(BODY)), "Expect": "100-continue"})
-           + _request(version="HTTP/1.0", headers={"Content-Length": str(len(BODY)),
-                                                   "Connection": "keep-alive"})
-           + _request(version="HTTP/1.0") + _request())  # the third closes: no fourth
-    answers = _responses(_exchange(lean.port, raw))
-    assert [a[0] for a in answers] == [100, 200, 200, 200]
-    assert answers[-1][1]["Connection"] == "close" and "Connection" not in answers[2][1]
-
-
-def test_the_date_header_is_the_time_of_the_answer(servers):
-    from email.utils import parsedate_to_datetime
-
-    srv._date = (int(time.time()) - 5, "Mon, 01 Jan 2001 00:00:00 GMT")  # a second gone
-    before = time.time()
-    _, headers, _ = _responses(_exchange(servers[0].port, _request("GET", "/contract",
-                                                                   body=b"")))[0]
-    stamp = parsedate_to_datetime(headers["Date"]).timestamp()
-    assert int(before) <= stamp <= time.time()
-
-
-def test_a_stalled_or_idle_client_is_dropped_after_the_timeout(servers, monkeypatch):
-    lean = servers[0]
-    monkeypatch.setattr(srv._Handler, "timeout", 0.3)
-    before = lean.counters["disconnected"]
-    stalled = socket.create_connection(("127.0.0.1", lean.port), timeout=10)
-    idle = socket.create_connection(("127.0.0.1", lean.port), timeout=10)
+    s = connect(server.port, timeout=10)
     try:
-        t0 = time.monotonic()
-        stalled.sendall(_request()[:-5])  # the body less its last bytes, then silence
-        idle.sendall(_request())  # answered, then nothing more: kept alive until the timeout
-        got = b""
-        while True:
-            chunk = idle.recv(1 << 16)
-            if not chunk:
-                break
-            got += chunk
-        assert [a[0] for a in _responses(got)] == [200]
-        assert stalled.recv(1 << 16) == b""  # dropped without an answer
-        assert time.monotonic() - t0 < 5
-        assert lean.counters["disconnected"] == before + 1
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n")
+        for _ in range(MAX_HEADER_BYTES // 1000 + 2):  # and no end to them
+            s.sendall(b"X-A: " + b"a" * 993 + b"\r\n")
+        (status, headers, body), = _answers(read_answer(s))
     finally:
-        stalled.close()
-        idle.close()
+        s.close()
+    # (h11's own limit, 16 KiB, comes first there: its 400)
+    assert status in (400, 431) and json.loads(body)["error"] in ("HeaderTooLargeError",
+                                                                  "BadRequest")
+    assert request(server.port)[0] == 200
