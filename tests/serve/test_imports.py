@@ -10,9 +10,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SERVE = os.path.join(ROOT, "graph_adapter", "serve")
 ALLOWED = {"torch", "numpy", "onnxruntime", "orjson", "starlette", "uvicorn"}  # and the standard
 # library (orjson: optional; starlette and uvicorn: the HTTP server, the serve extra)
-#: a module's own optional engine, imported inside its functions (never by ``import
-#: graph_adapter.serve``: tests/serve/test_ray_serve.py checks it)
-OPTIONAL = {"ray_serve.py": {"ray"}, "triton.py": {"triton_python_backend_utils"}}
 
 BLOCKER = textwrap.dedent("""
     import sys
@@ -48,8 +45,7 @@ def test_serve_modules_import_only_the_runtime_libraries():
                 names = [node.module]
             for n in names:
                 top = n.split(".")[0]
-                if (top not in ALLOWED | OPTIONAL.get(f, set())
-                        and top not in sys.stdlib_module_names):
+                if top not in ALLOWED and top not in sys.stdlib_module_names:
                     bad.append(f"serve/{f}: import {n}")
     assert not bad, bad
 

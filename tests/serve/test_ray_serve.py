@@ -1,4 +1,4 @@
-"""The server's ASGI app on Ray Serve (``graph_adapter.serve.ray_serve``).
+"""The server's ASGI app on Ray Serve (``graph_adapter.serve.engines.ray_serve``).
 
 Main suite: the module imports no Ray until called and ``import graph_adapter.serve`` does
 not import it; a missing artifact and a missing Ray are named errors. Extended step: a
@@ -30,7 +30,7 @@ def test_importing_serve_or_this_module_imports_no_ray():
         import sys
         import graph_adapter.serve
         before = sorted(m for m in sys.modules if m == "ray" or m.endswith("ray_serve"))
-        import graph_adapter.serve.ray_serve
+        import graph_adapter.serve.engines.ray_serve
         print(before, "ray" in sys.modules)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -40,7 +40,7 @@ def test_importing_serve_or_this_module_imports_no_ray():
 
 
 def test_a_missing_artifact_or_a_missing_ray_is_named(tmp_path, monkeypatch):
-    from graph_adapter.serve import ray_serve
+    from graph_adapter.serve.engines import ray_serve
 
     with pytest.raises(FileNotFoundError, match="no artifact at .*nothing.onnx"):
         ray_serve.deployment(tmp_path / "nothing.onnx")
@@ -80,7 +80,7 @@ def ray_app(tmp_path_factory):
     from graph_adapter.batching import Budget, FixedSizeLoader
     from graph_adapter.exporter import export
     from graph_adapter.nn import ipu_wrap
-    from graph_adapter.serve.ray_serve import deployment
+    from graph_adapter.serve.engines.ray_serve import deployment
 
     graphs = molecule_like_graphs(120, seed=3)
     torch.manual_seed(0)

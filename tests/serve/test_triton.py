@@ -1,4 +1,4 @@
-"""The Triton model of an ``.onnx`` artifact (``graph_adapter.serve.triton``).
+"""The Triton model of an ``.onnx`` artifact (``graph_adapter.serve.engines.triton``).
 
 No Triton server runs here. ``config_for``'s text is parsed with protobuf's text format
 against the fields of Triton's ``model_config.proto`` that it writes (their names, types
@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from graph_adapter.serve import ArtifactError, Contract, InputField, OutputField
-from graph_adapter.serve.triton import TRITON_DTYPES, TritonPythonModel, config_for, ptr_input_name
+from graph_adapter.serve.engines.triton import TRITON_DTYPES, TritonPythonModel, config_for, ptr_input_name
 
 text_format = pytest.importorskip("google.protobuf.text_format",
                                   reason="protobuf (installed with onnx, the serve extra)")

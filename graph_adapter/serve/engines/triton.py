@@ -26,8 +26,8 @@ import logging
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .contract import Contract, InputField, OutputField
-from .errors import ArtifactError, FeatureShapeError, GraphInputError
+from ..contract import Contract, InputField, OutputField
+from ..errors import ArtifactError, FeatureShapeError, GraphInputError
 
 __all__ = ["config_for", "TRITON_DTYPES", "ptr_input_name", "TritonPythonModel"]
 
@@ -112,61 +112,43 @@ def config_for(contract: Contract, *, name: str = "graph_adapter",
                             f"runs an .onnx one (export with format='onnx')")
     if max_batch_size is None:
         max_batch_size = max(1, contract.graphs - 1)
-    lines = [f'name: "{name}"',
-             'backend: "python"',
-             f"max_batch_size: {int(max_batch_size)}",
-             "input ["]
-    feats = contract.features
-    for i, f in enumerate(feats):
-        lines += ["  {",
-                  f'    name: "{f.key}"',
-                  f"    data_type: {_triton_dtype(f.dtype, f.key)}",
-                  f"    dims: [ {', '.join(map(str, _feature_dims(f)))} ]",
-                  "    allow_ragged_batch: true",
-                  "  }" + ("," if i < len(feats) - 1 else "")]
-    lines += ["]", "batch_input ["]
-    sources = list(_level_sources(contract).items())
-    for i, (level, f) in enumerate(sources):
-        lines += ["  {",
-                  "    kind: BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO",
-                  f'    target_name: "{ptr_input_name(level)}"',
-                  "    data_type: TYPE_INT32",
-                  f'    source_input: "{f.key}"',
-                  "  }" + ("," if i < len(sources) - 1 else "")]
-    lines += ["]", "output ["]
-    outs = contract.outputs
-    for i, o in enumerate(outs):
-        lines += ["  {",
-                  f'    name: "{o.key}"',
-                  f"    data_type: {_triton_dtype(o.dtype, o.key)}",
-                  f"    dims: [ {', '.join(map(str, _output_dims(o)))} ]",
-                  "  }" + ("," if i < len(outs) - 1 else "")]
-    lines += ["]",
-              "dynamic_batching {",
-              f"  max_queue_delay_microseconds: {int(max_queue_delay_us)}",
-              "}",
-              "instance_group [",
-              "  {",
-              "    kind: KIND_CPU",
-              f"    count: {int(instances)}",
-              "  }",
-              "]",
-              "parameters [",
-              "  {",
-              '    key: "artifact"',
-              f'    value: {{ string_value: "{artifact}" }}',
-              "  },",
-              "  {",
-              '    key: "threads"',
-              f'    value: {{ string_value: "{int(threads)}" }}',
-              "  }",
-              "]"]
+    inputs = [[("name", f'"{f.key}"'), ("data_type", _triton_dtype(f.dtype, f.key)),
+               ("dims", _dims(_feature_dims(f))), ("allow_ragged_batch", "true")]
+              for f in contract.features]
+    batch_inputs = [[("kind", "BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO"),
+                     ("target_name", f'"{ptr_input_name(level)}"'), ("data_type", "TYPE_INT32"),
+                     ("source_input", f'"{f.key}"')]
+                    for level, f in _level_sources(contract).items()]
+    outputs = [[("name", f'"{o.key}"'), ("data_type", _triton_dtype(o.dtype, o.key)),
+                ("dims", _dims(_output_dims(o)))] for o in contract.outputs]
+    params = [[("key", f'"{k}"'), ("value", f'{{ string_value: "{v}" }}')]
+              for k, v in (("artifact", artifact), ("threads", int(threads)))]
+    lines = [f'name: "{name}"', 'backend: "python"', f"max_batch_size: {int(max_batch_size)}",
+             *_entries("input", inputs), *_entries("batch_input", batch_inputs),
+             *_entries("output", outputs),
+             "dynamic_batching {", f"  max_queue_delay_microseconds: {int(max_queue_delay_us)}",
+             "}",
+             *_entries("instance_group", [[("kind", "KIND_CPU"), ("count", int(instances))]]),
+             *_entries("parameters", params)]
     return "\n".join(lines) + "\n"
+
+
+def _dims(dims: Sequence[int]) -> str:
+    return f"[ {', '.join(map(str, dims))} ]"
+
+
+def _entries(field: str, entries: Sequence[Sequence[Tuple[str, Any]]]) -> List[str]:
+    """A repeated message field in protobuf's text format: ``field [ {...}, {...} ]``."""
+    lines = [f"{field} ["]
+    for i, entry in enumerate(entries):
+        lines += ["  {", *(f"    {k}: {v}" for k, v in entry),
+                  "  }" + ("," if i < len(entries) - 1 else "")]
+    return lines + ["]"]
 
 
 class TritonPythonModel:
     """The Python backend's model: ``model.py`` in the model's version directory is
-    ``from graph_adapter.serve.triton import TritonPythonModel``.
+    ``from graph_adapter.serve.engines.triton import TritonPythonModel``.
 
     ``execute`` packs every request of a dynamic batch into the artifact's calls at
     once (``Predictor.predict``'s packing), so requests of a batch merge as they do in
@@ -178,7 +160,7 @@ class TritonPythonModel:
         """Load the artifact named by the config's ``artifact`` parameter from the
         version directory (Triton's ``args``: ``model_config`` JSON,
         ``model_repository``, ``model_version``)."""
-        from . import load
+        from .. import load
 
         config = json.loads(args["model_config"])
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}

@@ -8,7 +8,7 @@ requests over the replicas::
 
     import ray
     from ray import serve as ray_serve
-    from graph_adapter.serve.ray_serve import deployment
+    from graph_adapter.serve.engines.ray_serve import deployment
 
     ray.init()
     ray_serve.start(http_options={"host": "127.0.0.1", "port": 8000})
@@ -25,7 +25,7 @@ import importlib
 import os
 from typing import Any, Dict, Mapping, Optional, Union
 
-from .errors import RuntimeMissingError
+from ..errors import RuntimeMissingError
 
 __all__ = ["deployment", "APP_FACTORY"]
 
@@ -38,7 +38,7 @@ def _ray_serve() -> Any:
     try:
         from ray import serve
     except ImportError as e:
-        raise RuntimeMissingError("graph_adapter.serve.ray_serve runs on Ray Serve, which is "
+        raise RuntimeMissingError("graph_adapter.serve.engines.ray_serve runs on Ray Serve, which is "
                                   "not installed (pip install 'graph_adapter[ray]' or "
                                   "'ray[serve]')") from e
     return serve
@@ -65,7 +65,7 @@ class _Replica:
 
     def __init__(self, artifact: str, threads: Optional[int], limits: Optional[Dict[str, Any]],
                  app_factory: str, app_options: Dict[str, Any]):
-        from . import load
+        from .. import load
 
         self.predictor = load(artifact, threads=threads)
         self.limits = limits
@@ -75,7 +75,7 @@ class _Replica:
     def __serve_build_asgi_app__(self) -> Any:
         limits = None
         if self.limits is not None:
-            from .limits import Limits
+            from ..limits import Limits
 
             limits = Limits(**self.limits)
         return _factory(self.app_factory)(self.predictor, limits, **self.app_options)
