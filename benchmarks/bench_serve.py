@@ -599,6 +599,14 @@ def _post_all(port, bodies, clients, until=None):
     return time.perf_counter() - t0, lat, answers, bad
 
 
+def _counts(statuses):
+    """``{status or error: count}`` of the answers that were not 200."""
+    out = {}
+    for st in statuses:
+        out[st] = out.get(st, 0) + 1
+    return out or 0
+
+
 def _graphs_body(graphs):
     import json
 
@@ -606,14 +614,15 @@ def _graphs_body(graphs):
 
 
 def _local_pass(local, reqs):
-    """In-process ``predict`` of ``reqs`` one after another: (wall, latencies, answers)."""
+    """In-process ``predict`` of ``reqs`` one after another: (wall, latencies, answers,
+    CPU seconds of this process)."""
     lat, answers = [], []
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for r in reqs:
         t = time.perf_counter()
         answers.append(local.predict(r))
         lat.append(time.perf_counter() - t)
-    return time.perf_counter() - t0, lat, answers
+    return time.perf_counter() - t0, lat, answers, time.process_time() - c0
 
 
 def _mismatches(http_answers, local_answers):
@@ -636,9 +645,12 @@ def _part_clients(data, path, local, rng, args):
     print(f"\nHTTP (python -m graph_adapter.serve, 1 thread, its program in a child process) "
           f"vs in-process predict (one caller), docs/deploy.md's model as an .onnx ladder; "
           f"load average now {os.getloadavg()}")
+    print("(HTTP/in-proc: the throughputs' ratio; on a machine shared with other work the "
+          "server's two processes take more of it than the one in-process caller, so the "
+          "CPU columns, milliseconds of CPU a 1000 molecules, compare the work done)")
     print(f"{'mol/req':>7} {'clients':>7} {'requests':>8} {'HTTP mol/s':>10} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'in-proc mol/s':>13} {'p50 ms':>8} {'p99 ms':>8} {'HTTP/in-proc':>12} "
-          f"{'wrong':>5} {'non-200':>7}")
+          f"{'CPU HTTP':>8} {'in-proc':>7} {'wrong':>5} {'non-200':>7}")
     proc, port = _http_server(path)
     try:
         for size in args.http_sizes:
@@ -649,12 +661,14 @@ def _part_clients(data, path, local, rng, args):
             bodies = [_graphs_body(g) for g in graphs]
             local_reqs = [_requests(g, "numpy") for g in graphs]
             _post_all(port, bodies[:8], 4)  # warm-up
-            _local_pass(local, local_reqs[:8])
+            _local_pass(local, local_reqs[:8])  # (its answers: compared below)
             for clients in args.http_clients:
                 # side by side: in-process, HTTP, in-process again (the ratio to their mean)
-                w0, llat, lans = _local_pass(local, local_reqs)
+                w0, llat, lans, c0 = _local_pass(local, local_reqs)
+                cpu = _proc_cpu(proc.pid)
                 wall, lat, answers, bad = _post_all(port, bodies, clients)
-                w1, llat1, _ = _local_pass(local, local_reqs)
+                cpu = _proc_cpu(proc.pid) - cpu
+                w1, llat1, _, c1 = _local_pass(local, local_reqs)
                 mols = size * len(bodies)
                 local_rate = mols / ((w0 + w1) / 2)
                 wrong, _ = _mismatches(answers, lans)
@@ -662,7 +676,8 @@ def _part_clients(data, path, local, rng, args):
                       f"{_pct(lat, .5) * 1e3:>8.2f} {_pct(lat, .99) * 1e3:>8.2f} "
                       f"{local_rate:>13.0f} {_pct(llat + llat1, .5) * 1e3:>8.2f} "
                       f"{_pct(llat + llat1, .99) * 1e3:>8.2f} "
-                      f"{(mols / wall) / local_rate:>11.2f}x {wrong:>5} {len(bad):>7}"
+                      f"{(mols / wall) / local_rate:>11.2f}x {cpu / mols * 1e6:>8.0f} "
+                      f"{(c0 + c1) / 2 / mols * 1e6:>7.0f} {wrong:>5} {len(bad):>7}"
                       f"  (load {os.getloadavg()[0]:.1f})", flush=True)
     finally:
         _stop(proc)
@@ -725,7 +740,8 @@ def _part_memory(data, path, rng, args):
     print(f"  the 8 clients: p50 {_pct(lat0, .5) * 1e3:.1f} -> {_pct(lat1, .5) * 1e3:.1f} ms, "
           f"p99 {_pct(lat0, .99) * 1e3:.1f} -> {_pct(lat1, .99) * 1e3:.1f} ms "
           f"({_pct(lat1, .99) / _pct(lat0, .99):.2f}x), {len(lat0) / wall0:.0f} -> "
-          f"{len(lat1) / wall1:.0f} req/s, non-200 {len(bad0)} / {len(bad1)}", flush=True)
+          f"{len(lat1) / wall1:.0f} req/s, non-200 {_counts(bad0)} / {_counts(bad1)}",
+          flush=True)
 
 
 def _slow_clients(port, count, stop, report):
@@ -801,7 +817,7 @@ def _part_slow(data, path, rng, args):
     for slow, wall, lat, bad, report in res:
         print(f"  slow {slow:>3}: {len(lat) / wall:6.0f} req/s, p50 {_pct(lat, .5) * 1e3:6.1f} ms,"
               f" p99 {_pct(lat, .99) * 1e3:6.1f} ms ({_pct(lat, .99) / base:.2f}x the runs "
-              f"without), non-200 {len(bad)}{'; the slow ones: ' + str(report) if slow else ''}",
+              f"without), non-200 {_counts(bad)}{'; the slow ones: ' + str(report) if slow else ''}",
               flush=True)
 
 
@@ -843,11 +859,12 @@ def _part_wrk(data, path, local, rng, args):
               f" with benchmarks/serve_wrk.lua: one 16-molecule request, its answer "
               f"checked against in-process predict first; {args.wrk_seconds} s a run, "
               f"127.0.0.1 (load average {os.getloadavg()})")
-        local_wall = _local_pass(local, [_requests(graphs, "numpy")] * 200)[0]
+        local_wall, _, _, local_cpu = _local_pass(local, [_requests(graphs, "numpy")] * 200)
         local_rate = 16 * 200 / local_wall
         for conns in (8, 64):
             env = dict(os.environ, GA_WRK_BODY=body_path, GA_WRK_EXPECT=expect_path,
                        GA_WRK_BAD=os.path.join(tmp, "bad"))
+            cpu = _proc_cpu(proc.pid)
             run = subprocess.run([wrk, "-t2", f"-c{conns}", f"-d{args.wrk_seconds}s",
                                   "--timeout", "10s", "--latency", "-s", lua,
                                   f"http://127.0.0.1:{port}/predict"], capture_output=True,
@@ -859,11 +876,15 @@ def _part_wrk(data, path, local, rng, args):
                    if ln.strip().split(" ")[0] in ("50%", "99%")}
             errs = [ln.strip() for ln in out.splitlines() if "Socket errors" in ln
                     or "Non-2xx" in ln]
+            cpu = _proc_cpu(proc.pid) - cpu
             rate = float(rps[0].split()[1]) * 16 if rps else float("nan")
+            answered = int(check[0].split("responses=")[1].split()[0]) * 16 if check else 0
             print(f"  {conns:>2} connections: {check[0] if check else run.stderr[-300:]}; "
                   f"{rate:.0f} mol/s ({rate / local_rate:.2f}x in-process predict's "
-                  f"{local_rate:.0f}), p50 {pct.get('50%')}, p99 {pct.get('99%')}"
-                  f"{'; ' + '; '.join(errs) if errs else ''}", flush=True)
+                  f"{local_rate:.0f}), p50 {pct.get('50%')}, p99 {pct.get('99%')}; CPU ms "
+                  f"a 1000 molecules: server {cpu / max(answered, 1) * 1e6:.0f}, in-process "
+                  f"{local_cpu / 3200 * 1e6:.0f}{'; ' + '; '.join(errs) if errs else ''}",
+                  flush=True)
         bad = [f for f in os.listdir(tmp) if f.startswith("bad")]
         if bad:
             print(f"  responses that failed the check are in {tmp}: {bad[:4]}")
