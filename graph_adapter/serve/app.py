@@ -43,7 +43,7 @@ from starlette.routing import Route
 
 from .batcher import DynamicBatcher, QueueFullError
 from .columns import Columns
-from .decode import PayloadError, _json_dumps, decode_request, encode_prediction
+from .decode import PayloadError, decode_request, encode_prediction, json_dumps
 from .errors import GraphInputError, ServeError
 from .limits import (BodyTimeoutError, DeadlineExceededError, Limits, OverloadedError,
                      ServerStoppingError, TooLargeError)
@@ -111,7 +111,7 @@ def error_doc(e: BaseException, request_id: str, status: Optional[int] = None
 
 def _json_response(status: int, doc: Any, headers: Optional[Dict[str, str]] = None
                    ) -> Response:
-    return Response(_json_dumps(doc), status, headers, media_type="application/json")
+    return Response(json_dumps(doc), status, headers, media_type="application/json")
 
 
 class ServingState:
@@ -271,6 +271,138 @@ async def _read_body(request: Request, limits: Limits, state: ServingState) -> b
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+class _Routes:
+    """The app's route handlers over one :class:`ServingState`."""
+
+    def __init__(self, state: ServingState):
+        self.state = state
+        self.predictor = state.predictor
+        self.limits = state.limits
+        self.batcher = state.batcher
+
+    def refusal(self, e: BaseException, request: Request, close: bool = False,
+                retry_after: Optional[int] = None) -> Response:
+        """``e`` answered in JSON (``close``: the body was not read whole, so this
+        connection cannot go on; ``retry_after``: seconds, a ``Retry-After`` header)."""
+        status = status_of(e)
+        rid = request.scope.get(REQUEST_ID, "-")
+        if status >= 500 and status != 503:
+            log.warning("request %s: %d %s: %s", rid, status, type(e).__name__, e)
+        headers = {}
+        if close:
+            headers["connection"] = "close"
+        if retry_after is not None:
+            headers["retry-after"] = str(retry_after)
+        return _json_response(status, error_doc(e, rid, status), headers)
+
+    def decode(self, body: bytes, content_type: str) -> Any:
+        """A body's graphs, checked where the program runs elsewhere (a worker thread)."""
+        p, limits = self.predictor, self.limits
+        graphs = decode_request(body, content_type, p.contract, max_graphs=limits.max_graphs,
+                                max_decoded_bytes=limits.max_decoded_bytes)
+        if isinstance(graphs, Columns):  # checked as it was read
+            p.ignored_keys.update(graphs.ignored)
+        elif self.state.check_here:  # the program's process runs meanwhile
+            graphs = p.check(graphs)
+        return graphs
+
+    async def predict(self, request: Request) -> Response:
+        """``POST /predict``: admitted (not draining, ``max_queue``) before its body is
+        read, then read, decoded, queued and answered within the limits."""
+        state = self.state
+        if state.draining:
+            return self.refusal(ServerStoppingError(
+                "the server is stopping: send the request to another replica"), request,
+                close=True, retry_after=1)
+        if state.in_flight >= self.limits.max_queue:  # before the body is read or decoded
+            state.count("overloaded")
+            return self.refusal(OverloadedError(
+                f"{state.in_flight} requests are in the server already (--max-queue): "
+                f"retry later"), request, close=True, retry_after=1)
+        state.in_flight += 1
+        try:
+            return await self._predict(request)
+        finally:
+            state.in_flight -= 1
+
+    async def _predict(self, request: Request) -> Response:
+        state, limits, batcher = self.state, self.limits, self.batcher
+        try:
+            body = await _read_body(request, limits, state)
+        except _Disconnected:
+            state.count("disconnected")
+            return Response(status_code=400)  # (nobody reads it)
+        except (TooLargeError, BodyTimeoutError) as e:
+            return self.refusal(e, request, close=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limits.request_timeout_s
+        done = loop.create_future()
+
+        def wake() -> None:  # (from the batcher's thread)
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+
+        try:
+            graphs = await run_in_threadpool(self.decode, body,
+                                             request.headers.get("content-type", ""))
+            del body
+            ticket = batcher.enqueue(graphs, wake)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await done
+            except TimeoutError:
+                state.count("timed_out")
+                ticket.answer(error=DeadlineExceededError(
+                    f"no answer within {limits.request_timeout_s} s (--request-timeout-s): "
+                    f"the server is busy; retry later or send fewer graphs"))
+            preds = DynamicBatcher.result(ticket)
+            if len(preds) > _ENCODE_IN_THREAD:
+                out = await run_in_threadpool(_encode, preds)
+            else:
+                out = _encode(preds)
+        except QueueFullError as e:
+            return self.refusal(OverloadedError(str(e)) if not batcher.closed else
+                                ServerStoppingError(str(e)), request, retry_after=1)
+        except Exception as e:  # noqa: BLE001 - every failure answered, named
+            if status_of(e) == 500:
+                state.count("internal_errors")
+                log.error("request %s: POST /predict failed", request.scope.get(REQUEST_ID),
+                          exc_info=e)
+            return self.refusal(e, request)
+        return Response(out, 200, media_type="application/json")
+
+    async def health(self, request: Request) -> Response:
+        """``GET /health``: liveness (the event loop's own answer)."""
+        doc = self.state.health()
+        return _json_response(503 if doc["status"].startswith("failed") else 200, doc)
+
+    async def ready(self, request: Request) -> Response:
+        """``GET /ready``: 200 while the program can answer and the server takes requests."""
+        program = self.state.program_state()
+        stopping = self.state.draining or self.batcher.closed
+        if program == "up" and not stopping:
+            return _json_response(200, {"status": "ready"})
+        why = "stopping" if stopping else program
+        doc = error_doc(OverloadedError(f"not ready: {why}"),
+                        request.scope.get(REQUEST_ID, "-"), 503)
+        return _json_response(503, {**doc, "error": "NotReady", "status": why})
+
+    async def contract(self, request: Request) -> Response:
+        """``GET /contract``: the artifact's JSON contract."""
+        return Response(self.state.contract_json, 200, media_type="application/json")
+
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        """Starlette's 404 / 405 (and any other ``HTTPException``) in JSON."""
+        assert isinstance(exc, HTTPException)
+        name = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        message = {404: "no such route: GET /health, GET /ready, GET /contract, POST "
+                        "/predict",
+                   405: "method not allowed here: POST /predict; GET /health, /ready, "
+                        "/contract"}.get(exc.status_code, str(exc.detail))
+        doc = {"error": name, "message": message, "graph": None, "key": None,
+               "request_id": request.scope.get(REQUEST_ID, "-")}
+        return _json_response(exc.status_code, doc, dict(exc.headers or {}))
+
+
 def create_app(predictor: Any, limits: Optional[Limits] = None, *,
                max_delay_ms: float = 2.0, max_batch: Optional[int] = None) -> Starlette:
     """The HTTP API of ``predictor`` (see the module) as a Starlette app.
@@ -291,140 +423,28 @@ def create_app(predictor: Any, limits: Optional[Limits] = None, *,
     Raises:
         ValueError: ``max_batch`` < 1 or ``max_delay_ms`` < 0.
     """
+    from contextlib import asynccontextmanager
+
     limits = limits if limits is not None else Limits()
     batcher = DynamicBatcher(predictor, max_delay_ms / 1e3, max_batch, limits.max_queue)
     state = ServingState(predictor, limits, batcher)
-
-    def refusal(e: BaseException, request: Request, close: bool = False,
-                retry_after: Optional[int] = None) -> Response:
-        status = status_of(e)
-        rid = request.scope.get(REQUEST_ID, "-")
-        if status >= 500 and status != 503:
-            log.warning("request %s: %d %s: %s", rid, status, type(e).__name__, e)
-        headers = {}
-        if close:  # the body was not read (or not whole): this connection cannot go on
-            headers["connection"] = "close"
-        if retry_after is not None:
-            headers["retry-after"] = str(retry_after)
-        return _json_response(status, error_doc(e, rid, status), headers)
-
-    def decode(body: bytes, content_type: str) -> Any:
-        graphs = decode_request(body, content_type, predictor.contract,
-                                max_graphs=limits.max_graphs,
-                                max_decoded_bytes=limits.max_decoded_bytes)
-        if isinstance(graphs, Columns):  # checked as it was read
-            predictor.ignored_keys.update(graphs.ignored)
-        elif state.check_here:  # the program's process runs meanwhile
-            graphs = predictor.check(graphs)
-        return graphs
-
-    async def predict(request: Request) -> Response:
-        if state.draining:
-            return refusal(ServerStoppingError(
-                "the server is stopping: send the request to another replica"), request,
-                close=True, retry_after=1)
-        if state.in_flight >= limits.max_queue:  # before the body is read or decoded
-            state.count("overloaded")
-            return refusal(OverloadedError(
-                f"{state.in_flight} requests are in the server already (--max-queue): "
-                f"retry later"), request, close=True, retry_after=1)
-        state.in_flight += 1
-        try:
-            return await _predict(request)
-        finally:
-            state.in_flight -= 1
-
-    async def _predict(request: Request) -> Response:
-        try:
-            body = await _read_body(request, limits, state)
-        except _Disconnected:
-            state.count("disconnected")
-            return Response(status_code=400)  # (nobody reads it)
-        except (TooLargeError, BodyTimeoutError) as e:
-            return refusal(e, request, close=True)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + limits.request_timeout_s
-        done = loop.create_future()
-
-        def wake() -> None:  # (from the batcher's thread)
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
-
-        try:
-            graphs = await run_in_threadpool(decode, body,
-                                             request.headers.get("content-type", ""))
-            del body
-            ticket = batcher.enqueue(graphs, wake)
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await done
-            except TimeoutError:
-                state.count("timed_out")
-                ticket.answer(error=DeadlineExceededError(
-                    f"no answer within {limits.request_timeout_s} s (--request-timeout-s): "
-                    f"the server is busy; retry later or send fewer graphs"))
-            preds = DynamicBatcher.result(ticket)
-            doc = {"predictions": preds}
-            if len(preds) > _ENCODE_IN_THREAD:
-                out = await run_in_threadpool(_encode, doc)
-            else:
-                out = _encode(doc)
-        except QueueFullError as e:
-            return refusal(OverloadedError(str(e)) if not batcher.closed else
-                           ServerStoppingError(str(e)), request, retry_after=1)
-        except Exception as e:  # noqa: BLE001 - every failure answered, named
-            if status_of(e) == 500:
-                state.count("internal_errors")
-                log.error("request %s: POST /predict failed", request.scope.get(REQUEST_ID),
-                          exc_info=e)
-            return refusal(e, request)
-        return Response(out, 200, media_type="application/json")
-
-    async def health(request: Request) -> Response:
-        doc = state.health()
-        return _json_response(503 if doc["status"].startswith("failed") else 200, doc)
-
-    async def ready(request: Request) -> Response:
-        program = state.program_state()
-        if program == "up" and not state.draining and not batcher.closed:
-            return _json_response(200, {"status": "ready"})
-        why = "stopping" if state.draining or batcher.closed else program
-        e = OverloadedError(f"not ready: {why}")
-        return _json_response(503, {**error_doc(e, request.scope.get(REQUEST_ID, "-"), 503),
-                                    "error": "NotReady", "status": why})
-
-    async def contract(request: Request) -> Response:
-        return Response(state.contract_json, 200, media_type="application/json")
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        rid = request.scope.get(REQUEST_ID, "-")
-        name = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
-        message = {404: "no such route: GET /health, GET /ready, GET /contract, POST "
-                        "/predict",
-                   405: "method not allowed here: POST /predict; GET /health, /ready, "
-                        "/contract"}.get(exc.status_code, str(exc.detail))
-        return _json_response(exc.status_code, {"error": name, "message": message,
-                                                "graph": None, "key": None,
-                                                "request_id": rid},
-                              dict(exc.headers or {}))
-
-    from contextlib import asynccontextmanager
+    routes = _Routes(state)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
         yield
         state.close()
 
-    app = Starlette(routes=[Route("/predict", predict, methods=["POST"]),
-                            Route("/health", health, methods=["GET"]),
-                            Route("/ready", ready, methods=["GET"]),
-                            Route("/contract", contract, methods=["GET"])],
-                    exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    app = Starlette(routes=[Route("/predict", routes.predict, methods=["POST"]),
+                            Route("/health", routes.health, methods=["GET"]),
+                            Route("/ready", routes.ready, methods=["GET"]),
+                            Route("/contract", routes.contract, methods=["GET"])],
+                    exception_handlers={HTTPException: routes.http_error}, lifespan=lifespan)
     app.router.redirect_slashes = False
     app.add_middleware(_Envelope, state=state)
     app.state.serving = state
     return app
 
 
-def _encode(doc: Dict[str, Any]) -> bytes:
-    return _json_dumps({"predictions": [encode_prediction(p) for p in doc["predictions"]]})
+def _encode(preds: List[Any]) -> bytes:
+    return json_dumps({"predictions": [encode_prediction(p) for p in preds]})

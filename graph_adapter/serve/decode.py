@@ -25,8 +25,8 @@ try:  # a JSON codec some 3x faster than the standard library's (the serve extra
 except ImportError:  # the same documents, through the standard library
     _orjson = None
 
-__all__ = ["PayloadError", "TooLargeError", "decode_graphs", "decode_request", "decode_npz",
-           "npz_member_sizes", "NPZ_TYPE", "encode_prediction"]
+__all__ = ["PayloadError", "TooLargeError", "json_dumps", "decode_graphs", "decode_request",
+           "decode_npz", "npz_member_sizes", "NPZ_TYPE", "encode_prediction"]
 
 class PayloadError(ServeError, ValueError):
     """A request body that is not a JSON list of graph objects (HTTP 400)."""
@@ -92,7 +92,7 @@ def _finite_or_null(doc: Any) -> Any:
     return doc
 
 
-def _json_dumps(doc: Any) -> bytes:
+def json_dumps(doc: Any) -> bytes:
     """``doc`` as strict JSON bytes: a NaN or infinite prediction is written ``null`` (by
     orjson where installed, by the standard library alike; ``NaN`` is not JSON, and
     strict readers refuse it)."""

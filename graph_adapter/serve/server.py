@@ -39,8 +39,8 @@ import uuid
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from .batcher import DynamicBatcher, QueueFullError
-from .decode import (NPZ_TYPE, PayloadError, _json_dumps, decode_graphs, decode_npz,
-                     decode_request, encode_prediction)
+from .decode import (NPZ_TYPE, PayloadError, decode_graphs, decode_npz, decode_request,
+                     encode_prediction, json_dumps)
 from .errors import ServeError
 from .limits import Limits
 
@@ -63,7 +63,7 @@ def _raw_answer(status: int, error: str, message: str) -> bytes:
     (no app ran: a malformed request, a header block too slow or too large)."""
     rid = uuid.uuid4().hex[:16]
     log.info("request %s: %d %s: %s", rid, status, error, message)
-    body = _json_dumps({"error": error, "message": message, "graph": None, "key": None,
+    body = json_dumps({"error": error, "message": message, "graph": None, "key": None,
                         "request_id": rid})
     return (f"HTTP/1.1 {status} {_REASONS[status]}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\nx-request-id: {rid}\r\nconnection: close"
@@ -73,7 +73,7 @@ def _raw_answer(status: int, error: str, message: str) -> bytes:
 async def _too_many_connections(scope: Dict[str, Any], receive: Any, send: Any) -> None:
     """The app of a connection past ``max_connections``: each request answered 503."""
     rid = uuid.uuid4().hex[:16]
-    body = _json_dumps({"error": "TooManyConnectionsError", "graph": None, "key": None,
+    body = json_dumps({"error": "TooManyConnectionsError", "graph": None, "key": None,
                         "message": "this server holds its most connections already "
                                    "(--max-connections): retry later",
                         "request_id": rid})

@@ -410,8 +410,8 @@ def test_serve_main_runs_until_stopped(onnx_artifact, capsys):
     assert rc == [0] and "POST /predict" in capsys.readouterr().out
     rc, up = [], []  # its program in a child process: stopped with the server
     t = threading.Thread(target=lambda: rc.append(serve.serve_main(
-        [path, "--port", "0", "--threads", "1", "--program-in", "child", "--drain-s", "0"], stop=stop,
-        started=up.append)), daemon=True)
+        [path, "--port", "0", "--threads", "1", "--program-in", "child", "--drain-s", "0"],
+        stop=stop, started=up.append)), daemon=True)
     stop.clear()
     t.start()
     deadline = time.monotonic() + 60

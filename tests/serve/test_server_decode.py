@@ -204,7 +204,7 @@ def test_nan_and_infinity_are_refused_and_written_as_null_with_either_codec(read
         with pytest.raises(PayloadError, match="not valid JSON"):
             decode_graphs(body, C)
     doc = {"predictions": [[float("nan"), 1.5], float("inf"), {"y": -float("inf")}]}
-    assert json.loads(srv._json_dumps(doc)) == {"predictions": [[None, 1.5], None, {"y": None}]}
+    assert json.loads(srv.json_dumps(doc)) == {"predictions": [[None, 1.5], None, {"y": None}]}
 
 
 @settings(max_examples=40, deadline=None)
