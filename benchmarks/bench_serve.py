@@ -817,7 +817,8 @@ def _part_slow(data, path, rng, args):
     for slow, wall, lat, bad, report in res:
         print(f"  slow {slow:>3}: {len(lat) / wall:6.0f} req/s, p50 {_pct(lat, .5) * 1e3:6.1f} ms,"
               f" p99 {_pct(lat, .99) * 1e3:6.1f} ms ({_pct(lat, .99) / base:.2f}x the runs "
-              f"without), non-200 {_counts(bad)}{'; the slow ones: ' + str(report) if slow else ''}",
+              f"without), non-200 {_counts(bad)}"
+              f"{'; the slow ones: ' + str(report) if slow else ''}",
               flush=True)
 
 
@@ -855,7 +856,8 @@ def _part_wrk(data, path, local, rng, args):
         assert r.status == 200 and np.array_equal(got, want), (r.status, raw[:300])
         with open(expect_path, "wb") as f:  # the body every response must equal
             f.write(raw)
-        print(f"\n{subprocess.run([wrk, '--version'], capture_output=True, text=True).stdout.split(chr(10))[0].split(' Copyright')[0]}"
+        version = subprocess.run([wrk, "--version"], capture_output=True, text=True).stdout
+        print(f"\n{version.splitlines()[0].split(' Copyright')[0]}"
               f" with benchmarks/serve_wrk.lua: one 16-molecule request, its answer "
               f"checked against in-process predict first; {args.wrk_seconds} s a run, "
               f"127.0.0.1 (load average {os.getloadavg()})")

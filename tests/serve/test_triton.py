@@ -18,7 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from graph_adapter.serve import ArtifactError, Contract, InputField, OutputField
-from graph_adapter.serve.engines.triton import TRITON_DTYPES, TritonPythonModel, config_for, ptr_input_name
+from graph_adapter.serve.engines.triton import (TRITON_DTYPES, TritonPythonModel, config_for,
+                                                ptr_input_name)
 
 text_format = pytest.importorskip("google.protobuf.text_format",
                                   reason="protobuf (installed with onnx, the serve extra)")
@@ -69,7 +70,8 @@ def _model_config_class():
                                  ("max_queue_delay_microseconds", F.TYPE_UINT64, OPT, None)])
     ig = msg("ModelInstanceGroup", [("name", F.TYPE_STRING, OPT, None),
                                     ("count", F.TYPE_INT32, OPT, None),
-                                    ("kind", F.TYPE_ENUM, OPT, ".inference.ModelInstanceGroup.Kind")])
+                                    ("kind", F.TYPE_ENUM, OPT,
+                                     ".inference.ModelInstanceGroup.Kind")])
     ik = ig.enum_type.add(name="Kind")
     for i, n in enumerate(["KIND_AUTO", "KIND_GPU", "KIND_CPU", "KIND_MODEL"]):
         ik.value.add(name=n, number=i)

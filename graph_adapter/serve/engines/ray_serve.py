@@ -2,9 +2,9 @@
 
 ``pip install 'graph_adapter[ray]'`` (Ray Serve). Each replica loads the artifact itself
 from a path every replica can read (the model is never pickled across the cluster), and
-serves the same ASGI app as ``graph-adapter serve`` (:func:`graph_adapter.serve.app.create_app`):
-the same endpoints, answers and errors, its own dynamic batcher. Ray's proxy routes the
-requests over the replicas::
+serves the same ASGI app as ``graph-adapter serve``
+(:func:`graph_adapter.serve.app.create_app`): the same endpoints, answers and errors, its
+own dynamic batcher. Ray's proxy routes the requests over the replicas::
 
     import ray
     from ray import serve as ray_serve
@@ -38,9 +38,9 @@ def _ray_serve() -> Any:
     try:
         from ray import serve
     except ImportError as e:
-        raise RuntimeMissingError("graph_adapter.serve.engines.ray_serve runs on Ray Serve, which is "
-                                  "not installed (pip install 'graph_adapter[ray]' or "
-                                  "'ray[serve]')") from e
+        raise RuntimeMissingError("graph_adapter.serve.engines.ray_serve runs on Ray Serve, "
+                                  "which is not installed (pip install "
+                                  "'graph_adapter[ray]' or 'ray[serve]')") from e
     return serve
 
 
