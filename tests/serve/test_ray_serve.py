@@ -28,6 +28,13 @@ KEYS = ("x", "edge_index", "edge_attr")
 def test_importing_serve_or_this_module_imports_no_ray():
     code = textwrap.dedent("""
         import sys
+
+        class Blocker:  # torch and PyG as if not installed: a quick import, the ONNX path's
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("torch", "torch_geometric"):
+                    raise ModuleNotFoundError(name)
+
+        sys.meta_path.insert(0, Blocker())
         import graph_adapter.serve
         before = sorted(m for m in sys.modules if m == "ray" or m.endswith("ray_serve"))
         import graph_adapter.serve.engines.ray_serve
