@@ -31,7 +31,6 @@ import os
 import re
 import threading
 import time
-import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 from starlette.applications import Starlette
@@ -46,7 +45,7 @@ from .columns import Columns
 from .decode import PayloadError, decode_request, encode_prediction, json_dumps
 from .errors import GraphInputError, ServeError
 from .limits import (BodyTimeoutError, DeadlineExceededError, Limits, OverloadedError,
-                     ServerStoppingError, TooLargeError)
+                     ServerStoppingError, TooLargeError, new_request_id)
 
 __all__ = ["create_app", "ServingState", "error_doc", "status_of"]
 
@@ -59,6 +58,9 @@ REQUEST_ID = "graph_adapter.request_id"
 _PLAIN_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
 #: a predictions document this large (graphs) is written in a worker thread, not the loop
 _ENCODE_IN_THREAD = 64
+#: a body this small (bytes) is decoded in the event loop: the hop to a worker thread and
+#: back costs more than reading it (some 0.1 ms a small request), and blocks the loop less
+_DECODE_IN_LOOP = 16 << 10
 
 
 class InternalError(ServeError):
@@ -211,7 +213,7 @@ class _Envelope:
         for k, v in scope.get("headers", ()):
             if k == b"x-request-id" and _PLAIN_ID.fullmatch(v):
                 rid = v.decode()
-        rid = rid or uuid.uuid4().hex[:16]
+        rid = rid or new_request_id()
         scope[REQUEST_ID] = rid
         started = False
 
@@ -342,8 +344,11 @@ class _Routes:
             loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
 
         try:
-            graphs = await run_in_threadpool(self.decode, body,
-                                             request.headers.get("content-type", ""))
+            ctype = request.headers.get("content-type", "")
+            if len(body) <= _DECODE_IN_LOOP:
+                graphs = self.decode(body, ctype)
+            else:
+                graphs = await run_in_threadpool(self.decode, body, ctype)
             del body
             ticket = batcher.enqueue(graphs, wake)
             try:

@@ -11,12 +11,25 @@ before its body is read) while ``max_queue`` requests are in the server already.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import os
 from typing import Optional
 
 from .errors import ServeError
 
 __all__ = ["Limits", "TooLargeError", "BodyTimeoutError", "DeadlineExceededError",
-           "OverloadedError", "ServerStoppingError", "TooManyConnectionsError"]
+           "OverloadedError", "ServerStoppingError", "TooManyConnectionsError",
+           "new_request_id"]
+
+#: a request id is this process's random prefix and a count: unique across replicas, and
+#: cheaper than a uuid4 a request
+_ids = itertools.count(1)
+_ID_PREFIX = os.urandom(4).hex()
+
+
+def new_request_id() -> str:
+    """A new request id: 16 hex digits (8 random a process, then a count)."""
+    return f"{_ID_PREFIX}{next(_ids) & 0xFFFFFFFF:08x}"
 
 
 @dataclasses.dataclass(frozen=True)

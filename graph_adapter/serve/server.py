@@ -35,14 +35,13 @@ import socket
 import sys
 import threading
 import time
-import uuid
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from .batcher import DynamicBatcher, QueueFullError
 from .decode import (NPZ_TYPE, PayloadError, decode_graphs, decode_npz, decode_request,
                      encode_prediction, json_dumps)
 from .errors import ServeError
-from .limits import Limits
+from .limits import Limits, new_request_id
 
 __all__ = ["PredictServer", "serve_main", "build_serve_parser", "MAX_HEADER_BYTES",
            # (their homes are .batcher and .decode; kept importable from here)
@@ -61,7 +60,7 @@ _REASONS = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fie
 def _raw_answer(status: int, error: str, message: str) -> bytes:
     """A whole JSON answer that closes the connection, as the connection layer writes it
     (no app ran: a malformed request, a header block too slow or too large)."""
-    rid = uuid.uuid4().hex[:16]
+    rid = new_request_id()
     log.info("request %s: %d %s: %s", rid, status, error, message)
     body = json_dumps({"error": error, "message": message, "graph": None, "key": None,
                         "request_id": rid})
@@ -72,7 +71,7 @@ def _raw_answer(status: int, error: str, message: str) -> bytes:
 
 async def _too_many_connections(scope: Dict[str, Any], receive: Any, send: Any) -> None:
     """The app of a connection past ``max_connections``: each request answered 503."""
-    rid = uuid.uuid4().hex[:16]
+    rid = new_request_id()
     body = json_dumps({"error": "TooManyConnectionsError", "graph": None, "key": None,
                         "message": "this server holds its most connections already "
                                    "(--max-connections): retry later",
