@@ -133,6 +133,7 @@ class ServingState:
         self.counters: Dict[str, int] = {"disconnected": 0, "overloaded": 0,
                                          "timed_out": 0, "internal_errors": 0}
         self.in_flight = 0  # requests admitted, not yet answered (the event loop's count)
+        self.inflight_bytes = 0  # their bodies' bytes (max_inflight_bytes)
         self.draining = False
         self.restarting = False  # the program's child is being started again
         self.failed: Optional[int] = None  # its exit code once it stays down
@@ -182,7 +183,8 @@ class ServingState:
                 "budget": {"nodes": c.nodes, "edges": c.edges, "graphs": c.graphs},
                 "rungs": len(c.rungs), "max_batch": b.max_batch,
                 "max_delay_ms": b.max_delay_s * 1e3, "queued": len(b.queue),
-                "in_flight": self.in_flight, "calls": getattr(p, "calls", 0), **b.stats,
+                "in_flight": self.in_flight, "inflight_bytes": self.inflight_bytes,
+                "calls": getattr(p, "calls", 0), **b.stats,
                 **self.counters, "program_restarts": getattr(p, "restarts", 0),
                 "sent_ahead": getattr(p, "sent_ahead", 0),
                 "program_pid": getattr(p, "pid", None) or os.getpid(),
@@ -239,9 +241,24 @@ class _Envelope:
                                                                   send_with_id)
 
 
-async def _read_body(request: Request, limits: Limits, state: ServingState) -> bytes:
+def _overloaded_by_bytes(state: ServingState, more: int, own: int = 0
+                         ) -> Optional[OverloadedError]:
+    """The refusal of ``more`` body bytes past ``max_inflight_bytes`` (``None``: room);
+    ``own``: what the asking request holds there already."""
+    cap = state.limits.max_inflight_bytes
+    if cap is None or state.inflight_bytes + more <= cap or state.inflight_bytes == own:
+        return None  # (a request alone is held to max_body_bytes only)
+    return OverloadedError(f"the requests in the server hold {state.inflight_bytes} body "
+                           f"bytes; this server holds at most {cap} at once "
+                           f"(--max-inflight-mb): retry later")
+
+
+async def _read_body(request: Request, limits: Limits, state: ServingState,
+                     reserved: List[int]) -> bytes:
     """The request's body, read within ``body_timeout_s`` and ``max_body_bytes`` (refused
-    from its ``Content-Length`` before a byte is read, else as soon as it passes)."""
+    from its ``Content-Length`` before a byte is read, else as soon as it passes); a body
+    without a length (chunked) reserves its bytes in ``state.inflight_bytes`` as they
+    come (``reserved[0]``: what this request holds there)."""
     cap = limits.max_body_bytes
     length = request.headers.get("content-length")
     if cap is not None and length is not None and length.isdigit() and int(length) > cap:
@@ -259,6 +276,12 @@ async def _read_body(request: Request, limits: Limits, state: ServingState) -> b
                     raise _Disconnected()
                 chunk = message.get("body", b"")
                 got += len(chunk)
+                if got > reserved[0]:  # (past its Content-Length's reservation: chunked)
+                    refused = _overloaded_by_bytes(state, got - reserved[0], reserved[0])
+                    if refused is not None:
+                        raise refused
+                    state.inflight_bytes += got - reserved[0]
+                    reserved[0] = got
                 if cap is not None and got > cap:
                     raise TooLargeError(f"a body of more than {cap} bytes; this server "
                                         f"reads at most {cap} (--max-body-mb): split the "
@@ -321,21 +344,33 @@ class _Routes:
             return self.refusal(OverloadedError(
                 f"{state.in_flight} requests are in the server already (--max-queue): "
                 f"retry later"), request, close=True, retry_after=1)
+        length = request.headers.get("content-length", "")
+        length_n = int(length) if length.isdigit() else 0
+        refused = _overloaded_by_bytes(state, length_n)
+        if refused is not None:  # the memory its body would take: before it is read
+            state.count("overloaded")
+            return self.refusal(refused, request, close=True, retry_after=1)
+        reserved = [length_n]  # (its body's bytes, held until it is answered)
         state.in_flight += 1
+        state.inflight_bytes += length_n
         try:
-            return await self._predict(request)
+            return await self._predict(request, reserved)
         finally:
             state.in_flight -= 1
+            state.inflight_bytes -= reserved[0]
 
-    async def _predict(self, request: Request) -> Response:
+    async def _predict(self, request: Request, reserved: List[int]) -> Response:
         state, limits, batcher = self.state, self.limits, self.batcher
         try:
-            body = await _read_body(request, limits, state)
+            body = await _read_body(request, limits, state, reserved)
         except _Disconnected:
             state.count("disconnected")
             return Response(status_code=400)  # (nobody reads it)
         except (TooLargeError, BodyTimeoutError) as e:
             return self.refusal(e, request, close=True)
+        except OverloadedError as e:
+            state.count("overloaded")
+            return self.refusal(e, request, close=True, retry_after=1)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limits.request_timeout_s
         done = loop.create_future()

@@ -50,6 +50,11 @@ class Limits:
         max_decoded_bytes: the bytes an ``.npz`` body's arrays unpack to, from their headers,
             before any is unpacked (413).
         max_graphs: graphs in one request (413, before its arrays are made).
+        max_inflight_bytes: the body bytes of the requests in the server at once (from
+            each ``Content-Length``, or a chunked body's bytes as they come): past it a
+            request is answered 503 with ``Retry-After`` before its body is read (a request
+            alone is held to ``max_body_bytes`` only). Bounds the server's memory under
+            large concurrent bodies.
         max_queue: requests in the server at once (reading, decoding, queued or running);
             past it a request is answered 503 with ``Retry-After`` before its body is read.
         request_timeout_s: seconds from a request's body read to its answer (504).
@@ -68,6 +73,7 @@ class Limits:
     max_body_bytes: Optional[int] = 64 << 20
     max_decoded_bytes: Optional[int] = 512 << 20
     max_graphs: Optional[int] = 100_000
+    max_inflight_bytes: Optional[int] = 128 << 20
     max_queue: int = 1024
     request_timeout_s: float = 60.0
     drain_s: float = 1.0

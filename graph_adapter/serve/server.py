@@ -160,6 +160,33 @@ def _protocol_class(limits: Limits, http: str = "auto") -> type:
     return Protocol
 
 
+#: file descriptors kept free of client connections (the listening socket, the program's
+#: pipes, the artifact, logs): past ``RLIMIT_NOFILE`` less these, a connection could not
+#: even be answered its 503
+_FDS_KEPT = 64
+
+
+def _within_open_files(limits: Limits) -> Limits:
+    """``limits`` with ``max_connections`` at most what the process may open (its soft
+    ``RLIMIT_NOFILE`` less :data:`_FDS_KEPT`), said in the log where it is cut."""
+    import dataclasses
+
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # (no such limit here)
+        return limits
+    if soft == resource.RLIM_INFINITY or limits.max_connections is None:
+        return limits
+    room = max(1, soft - _FDS_KEPT)
+    if limits.max_connections <= room:
+        return limits
+    log.warning("max_connections=%d is more than this process may open (ulimit -n %d): "
+                "%d it is", limits.max_connections, soft, room)
+    return dataclasses.replace(limits, max_connections=room)
+
+
 class PredictServer:
     """The HTTP server of one loaded artifact: :func:`~graph_adapter.serve.app.create_app`
     run by uvicorn in a thread of its own.
@@ -189,6 +216,7 @@ class PredictServer:
                  "request_timeout_s": request_timeout_s}
         limits = dataclasses.replace(limits, **{k: v for k, v in given.items()
                                                 if v is not None})
+        limits = _within_open_files(limits)
         self.limits = limits
         self.app = create_app(predictor, limits, max_delay_ms=max_delay_ms,
                               max_batch=max_batch)
@@ -247,21 +275,24 @@ class PredictServer:
             raise RuntimeError("the HTTP server did not start (see the log above)")
         return self
 
-    def drain(self) -> None:
+    def drain(self) -> float:
         """Take no more requests: from now on new ones are answered 503 (``Connection:
         close``) and ``/ready`` says 503; returns once ``drain_s`` passed and the requests
-        in flight are answered (at most ``shutdown_timeout_s``)."""
+        in flight are answered (at most ``shutdown_timeout_s``): the seconds it took."""
         self.state.draining = True
         t0 = time.monotonic()
         while not self._force and time.monotonic() - t0 < self.limits.shutdown_timeout_s \
                 and (time.monotonic() - t0 < self.limits.drain_s or self.state.in_flight):
             time.sleep(0.01)
+        return time.monotonic() - t0
 
     def close(self, timeout: float = 10.0, drain: bool = True) -> None:
         """Drain (``drain``), stop serving, answer what is queued, release the port."""
         if self.thread is not None:
-            if drain:
-                self.drain()
+            took = self.drain() if drain else 0.0
+            # uvicorn's own wait for the connections left: what is left of the timeout
+            self.uvicorn.config.timeout_graceful_shutdown = max(
+                1, int(self.limits.shutdown_timeout_s - took))
             self.uvicorn.should_exit = True
             self.thread.join(timeout + self.limits.shutdown_timeout_s)
             self.thread = None
@@ -323,6 +354,11 @@ def build_serve_parser(prog: str = "graph-adapter serve") -> argparse.ArgumentPa
     g.add_argument("--max-decoded-mb", type=float, default=d.max_decoded_bytes / (1 << 20),
                    help="what an .npz body's arrays may unpack to, read from their headers "
                         f"before unpacking: 413 (default {d.max_decoded_bytes >> 20})")
+    g.add_argument("--max-inflight-mb", type=float,
+                   default=d.max_inflight_bytes / (1 << 20),
+                   help="the body bytes of all requests in the server at once; past it a "
+                        "request is answered 503 with Retry-After before its body is read "
+                        f"(default {d.max_inflight_bytes >> 20})")
     g.add_argument("--max-graphs", type=int, default=d.max_graphs,
                    help=f"graphs a request may hold: 413 (default {d.max_graphs})")
     g.add_argument("--header-timeout-s", type=float, default=d.header_timeout_s,
@@ -355,6 +391,7 @@ def _limits(args: argparse.Namespace) -> Limits:
                   body_timeout_s=args.body_timeout_s, keep_alive_s=args.keep_alive_s,
                   max_body_bytes=int(args.max_body_mb * mb),
                   max_decoded_bytes=int(args.max_decoded_mb * mb), max_graphs=args.max_graphs,
+                  max_inflight_bytes=int(args.max_inflight_mb * mb),
                   max_queue=args.max_queue, request_timeout_s=args.request_timeout_s,
                   drain_s=args.drain_s, shutdown_timeout_s=args.shutdown_timeout_s)
 

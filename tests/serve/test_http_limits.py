@@ -41,6 +41,7 @@ def test_every_limit_is_a_documented_flag_with_the_dataclasss_default():
     assert flags["max_connections"].default == d.max_connections
     assert flags["max_body_mb"].default * (1 << 20) == d.max_body_bytes
     assert flags["max_decoded_mb"].default * (1 << 20) == d.max_decoded_bytes
+    assert flags["max_inflight_mb"].default * (1 << 20) == d.max_inflight_bytes
     for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s", "max_graphs",
                  "max_queue", "request_timeout_s", "drain_s", "shutdown_timeout_s"):
         assert flags[name].default == getattr(d, name), name
@@ -49,8 +50,10 @@ def test_every_limit_is_a_documented_flag_with_the_dataclasss_default():
         Limits(max_queue=0)
 
 
-def test_past_max_connections_a_request_is_a_json_503_and_its_connection_closed():
-    s = _server(max_connections=2)
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+def test_past_max_connections_a_request_is_a_json_503_and_its_connection_closed(http):
+    pytest.importorskip(http)
+    s = _server(http, max_connections=2)
     held = [connect(s.port), connect(s.port)]
     try:
         assert until(lambda: len(s.uvicorn.server_state.connections) == 2)
@@ -109,9 +112,10 @@ def test_a_connection_that_sends_nothing_is_closed_at_the_header_timeout():
         s.close()
 
 
-@pytest.mark.parametrize("how", ["stalls", "trickles"])
-def test_a_body_not_sent_within_the_body_timeout_is_a_408_and_closed(how):
-    s = _server(body_timeout_s=0.3)
+@pytest.mark.parametrize("how,http", [("stalls", "httptools"), ("trickles", "h11")])
+def test_a_body_not_sent_within_the_body_timeout_is_a_408_and_closed(how, http):
+    pytest.importorskip(http)
+    s = _server(http, body_timeout_s=0.3)
     c = connect(s.port, timeout=10)
     try:
         c.sendall(head(length=10_000) + b'{"graphs": ')
@@ -133,8 +137,10 @@ def test_a_body_not_sent_within_the_body_timeout_is_a_408_and_closed(how):
         s.close()
 
 
-def test_a_body_past_max_body_bytes_is_a_413_before_it_is_read_or_as_it_streams():
-    s = _server(max_body_bytes=1000)
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+def test_a_body_past_max_body_bytes_is_a_413_before_it_is_read_or_as_it_streams(http):
+    pytest.importorskip(http)
+    s = _server(http, max_body_bytes=1000)
     try:
         c = connect(s.port, timeout=10)
         c.sendall(head(length=10 ** 9))  # a gigabyte announced, none of it sent
@@ -310,3 +316,49 @@ def test_close_drains_in_flight_answered_new_ones_503_with_connection_close():
     assert status == 200 and headers["connection"] == "close" and json.loads(body)
     with pytest.raises(OSError):
         connect(port, timeout=2).close()
+
+
+def test_max_connections_is_kept_within_the_open_files_limit(monkeypatch):
+    import resource
+
+    from graph_adapter.serve import server as srv
+
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (128, 4096))
+    cut = srv._within_open_files(Limits(max_connections=1024))
+    assert cut.max_connections == 128 - srv._FDS_KEPT
+    assert srv._within_open_files(Limits(max_connections=10)).max_connections == 10
+
+
+def test_past_max_inflight_bytes_a_body_is_a_503_before_it_is_read_or_as_it_streams():
+    s = _server(max_inflight_bytes=1000)
+    held = []
+    big = json.dumps({"graphs": [GRAPH], "pad": " " * 600}).encode()  # ~650 bytes
+    try:
+        s.predictor.gate.clear()
+        t = threading.Thread(target=lambda: held.append(post(s.port, raw=big)))
+        t.start()
+        assert until(lambda: s.predictor.waiting == 1)
+        c = connect(s.port, timeout=10)
+        c.sendall(head(length=len(big)))  # its headers only: refused all the same
+        status, headers, body = parse_answer(read_answer(c))
+        c.close()
+        _refusal(status, headers, json.loads(body), 503, "OverloadedError")
+        assert headers["retry-after"] == "1" and "--max-inflight-mb" in json.loads(body)[
+            "message"]
+        c = connect(s.port, timeout=10)  # chunked: refused as its bytes pass the rest
+        c.sendall(head(extra="Transfer-Encoding: chunked\r\n"))
+        try:
+            for _ in range(20):
+                c.sendall(b"40\r\n" + b" " * 64 + b"\r\n")
+        except OSError:
+            pass
+        status, headers, body = parse_answer(read_answer(c))
+        c.close()
+        _refusal(status, headers, json.loads(body), 503, "OverloadedError")
+        s.predictor.gate.set()
+        t.join(30)
+        assert held[0][0] == 200 and s.state.inflight_bytes == 0
+        assert post(s.port, raw=big)[0] == 200  # alone, any size up to max_body_bytes
+    finally:
+        s.predictor.gate.set()
+        s.close()

@@ -539,6 +539,7 @@ def test_a_killed_programs_child_is_started_again_and_answers(onnx_artifact):
             predictor.process.kill()
             predictor.process.wait(10)
             # /ready says 503 until the new child is up; /health stays live meanwhile
+            assert _get(s.port, "/health")[0] == 200
             assert _until(lambda: _get(s.port, "/ready")[0] == 200)
             status, doc = _get(s.port, "/health")
             assert status == 200 and doc["status"] == "ok", doc

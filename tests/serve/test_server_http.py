@@ -9,7 +9,6 @@ parsers (httptools, h11) are run.
 import json
 import logging
 import re
-import socket
 
 import pytest
 from hypothesis import HealthCheck, given, settings
