@@ -35,6 +35,21 @@ in a process of its own, the default; ``server``: in the server's process);
 ``--server-before DIR``: also another checkout's server (e.g. ``git archive`` of an
 older commit) with its own defaults, for a before/after in one run. ``--reuse DIR``
 keeps the one-budget exports between runs.
+
+The HTTP server as users run it (``--only clients memory slow wrk``; the model of
+``docs/deploy.md``, GINE 32 x 2, exported as an ``.onnx`` ladder, ``python -m
+graph_adapter.serve`` with 1 thread and its defaults, on 127.0.0.1):
+``clients``: requests of 1, 16 and 256 molecules (``--http-sizes``) posted by 1, 8 and 64
+clients (``--http-clients``; threads here, a keep-alive connection each), each pass between
+two passes of in-process ``predict`` over the same requests: molecules/s, p50 and p99 of
+both, their ratio, and answers not equal (float32) to in-process ``predict``'s;
+``memory``: the server's peak RSS (its processes summed) under 4 concurrent per-graph JSON
+bodies of ``--big-mb`` MB, and the p99 of 8 clients of 16-molecule requests beside them vs
+without; ``slow``: those 8 clients alone, beside ``--slow-clients`` connections trickling a
+body, and alone again; ``wrk``: Debian's ``wrk`` driven by ``benchmarks/serve_wrk.lua``
+(a fixed 16-molecule request, every response checked: status 200 and the body whose
+predictions equal in-process ``predict``'s), ``--wrk-seconds`` (at most 20) at 8 and 64
+connections.
 """
 import argparse
 import os
@@ -431,6 +446,472 @@ def run_sizes_and_server(args, data, model, wrapped, tmp):
                 args.server_program)
 
 
+# -- the HTTP server vs in-process predict: clients, memory, slow clients, wrk ----------
+# (``--only clients memory slow wrk``: the model of docs/deploy.md, an .onnx ladder)
+
+HTTP_PARTS = ("clients", "memory", "slow", "wrk")
+
+
+def _deploy_model_artifact(data, tmp, reuse):
+    """The model of docs/deploy.md (GINE, hidden 32, 2 layers; weights do not change the
+    cost) as an ``.onnx`` ladder for its loader's budget (``Budget.fit(data, 32)``), the
+    top rung for the data's largest molecule."""
+    from graph_adapter.batching import FixedSizeLoader
+
+    path = os.path.join(tmp, "deploy-ladder.onnx")
+    if not (reuse and os.path.exists(path)):
+        torch.manual_seed(0)
+        model = build_model("gine", hidden=32, layers=2, y_mean=80.0, y_std=40.0).eval()
+        loader = FixedSizeLoader(data, Budget.fit(data, 32))
+        t = time.perf_counter()
+        c = export(ipu_wrap(model), loader, path, format="onnx", ladder=True, threads=1,
+                   max_nodes=max(d.num_nodes for d in data),
+                   max_edges=max(d.num_edges for d in data))
+        print(f"docs/deploy.md's model as an .onnx ladder: rungs "
+              f"{[(r.nodes, r.edges, r.graphs) for r in c.rungs]}, "
+              f"export {time.perf_counter() - t:.0f} s", flush=True)
+    return path
+
+
+def _tree_pids(pid):
+    """``pid`` and its live descendants (the server and its program's child)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                pass
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += [c for c, pp in parents.items() if pp == p]
+    return out
+
+
+def _status_kb(pid, field):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class _RssSampler:
+    """The server's processes' summed RSS, sampled every 20 ms in a thread: its peak."""
+
+    def __init__(self, pid):
+        import threading
+
+        self.pid, self.peak, self.stop = pid, 0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self.stop.wait(0.02):
+            self.peak = max(self.peak, sum(_status_kb(p, "VmRSS") for p in _tree_pids(self.pid)))
+
+    def now(self):
+        return sum(_status_kb(p, "VmRSS") for p in _tree_pids(self.pid))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def _http_server(path, extra=()):
+    """``python -m graph_adapter.serve`` of this checkout, 1 thread, on a free port of
+    127.0.0.1: (process, port)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, "-m", "graph_adapter.serve", path, "--port", "0",
+                             "--threads", "1", *extra], stdout=subprocess.PIPE, text=True,
+                            cwd=root, env=dict(os.environ, PYTHONPATH=root))
+    line = proc.stdout.readline()
+    if "http://127.0.0.1:" not in line:
+        proc.wait(30)
+        raise AssertionError(f"the server did not start: {line!r}")
+    return proc, int(line.split("http://127.0.0.1:")[1].split(":")[0])
+
+
+def _stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except Exception:  # noqa: BLE001 - a server that does not stop: killed, said
+        print("the server did not stop within 60 s of SIGTERM: killed")
+        proc.kill()
+        proc.wait(30)
+
+
+def _post_all(port, bodies, clients, until=None):
+    """``clients`` threads, each over one keep-alive connection, posting ``bodies``
+    round robin (or, with ``until``, over and over until that time): (wall seconds,
+    latencies, answers by body index, statuses that were not 200)."""
+    import http.client
+    import json
+    import threading
+
+    lat, answers, bad = [], {}, []
+    lock = threading.Lock()
+
+    def run(c):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        i = c
+        while (i < len(bodies)) if until is None else (time.perf_counter() < until):
+            body = bodies[i % len(bodies)]
+            t = time.perf_counter()
+            try:
+                conn.request("POST", "/predict", body, {"Content-Type": "application/json"})
+                r = conn.getresponse()
+                raw = r.read()
+            except OSError as e:
+                with lock:
+                    bad.append(f"{type(e).__name__}")
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+                i += clients
+                continue
+            dt = time.perf_counter() - t
+            with lock:
+                lat.append(dt)
+                if r.status != 200:
+                    bad.append(r.status)
+                elif until is None:
+                    answers[i] = json.loads(raw)["predictions"]
+            i += clients
+        conn.close()
+    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - t0, lat, answers, bad
+
+
+def _counts(statuses):
+    """``{status or error: count}`` of the answers that were not 200."""
+    out = {}
+    for st in statuses:
+        out[st] = out.get(st, 0) + 1
+    return out or 0
+
+
+def _graphs_body(graphs):
+    import json
+
+    return json.dumps({"graphs": [{k: d[k].tolist() for k in KEYS} for d in graphs]}).encode()
+
+
+def _local_pass(local, reqs):
+    """In-process ``predict`` of ``reqs`` one after another: (wall, latencies, answers,
+    CPU seconds of this process)."""
+    lat, answers = [], []
+    t0, c0 = time.perf_counter(), time.process_time()
+    for r in reqs:
+        t = time.perf_counter()
+        answers.append(local.predict(r))
+        lat.append(time.perf_counter() - t)
+    return time.perf_counter() - t0, lat, answers, time.process_time() - c0
+
+
+def _mismatches(http_answers, local_answers):
+    """Answers over HTTP that are not exactly (float32) in-process predict's, and the
+    largest difference."""
+    import numpy as np
+
+    bad, worst = 0, 0.0
+    for i, got in http_answers.items():
+        want = np.stack([np.asarray(p) for p in local_answers[i]])
+        g = np.asarray(got, dtype=np.float32).reshape(want.shape)
+        if not np.array_equal(g, want):
+            bad += 1
+            worst = max(worst, float(np.abs(g - want).max()))
+    return bad, worst
+
+
+def _part_clients(data, path, local, rng, args):
+    """HTTP at 1, 8, 64 clients vs in-process predict, for 1, 16, 256 molecules a request."""
+    print(f"\nHTTP (python -m graph_adapter.serve, 1 thread, its program in a child process) "
+          f"vs in-process predict (one caller), docs/deploy.md's model as an .onnx ladder; "
+          f"load average now {os.getloadavg()}")
+    print("(HTTP/in-proc: the throughputs' ratio; on a machine shared with other work the "
+          "server's two processes take more of it than the one in-process caller, so the "
+          "CPU columns, milliseconds of CPU a 1000 molecules, compare the work done)")
+    print(f"{'mol/req':>7} {'clients':>7} {'requests':>8} {'HTTP mol/s':>10} {'p50 ms':>8} "
+          f"{'p99 ms':>8} {'in-proc mol/s':>13} {'p50 ms':>8} {'p99 ms':>8} {'HTTP/in-proc':>12} "
+          f"{'CPU HTTP':>8} {'in-proc':>7} {'wrong':>5} {'non-200':>7}")
+    proc, port = _http_server(path)
+    try:
+        for size in args.http_sizes:
+            n_req = {1: 600, 16: 240, 256: 40}.get(size, 100)
+            reqs_ids = [[rng.randrange(len(data)) for _ in range(size)]
+                        for _ in range(max(n_req, 2 * max(args.http_clients)))]
+            graphs = [[data[i] for i in r] for r in reqs_ids]
+            bodies = [_graphs_body(g) for g in graphs]
+            local_reqs = [_requests(g, "numpy") for g in graphs]
+            _post_all(port, bodies[:8], 4)  # warm-up
+            _local_pass(local, local_reqs[:8])  # (its answers: compared below)
+            for clients in args.http_clients:
+                # side by side: in-process, HTTP, in-process again (the ratio to their mean)
+                w0, llat, lans, c0 = _local_pass(local, local_reqs)
+                cpu = _proc_cpu(proc.pid)
+                wall, lat, answers, bad = _post_all(port, bodies, clients)
+                cpu = _proc_cpu(proc.pid) - cpu
+                w1, llat1, _, c1 = _local_pass(local, local_reqs)
+                mols = size * len(bodies)
+                local_rate = mols / ((w0 + w1) / 2)
+                wrong, _ = _mismatches(answers, lans)
+                print(f"{size:>7} {clients:>7} {len(bodies):>8} {mols / wall:>10.0f} "
+                      f"{_pct(lat, .5) * 1e3:>8.2f} {_pct(lat, .99) * 1e3:>8.2f} "
+                      f"{local_rate:>13.0f} {_pct(llat + llat1, .5) * 1e3:>8.2f} "
+                      f"{_pct(llat + llat1, .99) * 1e3:>8.2f} "
+                      f"{(mols / wall) / local_rate:>11.2f}x {cpu / mols * 1e6:>8.0f} "
+                      f"{(c0 + c1) / 2 / mols * 1e6:>7.0f} {wrong:>5} {len(bad):>7}"
+                      f"  (load {os.getloadavg()[0]:.1f})", flush=True)
+    finally:
+        _stop(proc)
+
+
+def _big_body(data, mb):
+    """A per-graph JSON body of at least ``mb`` MB (the data's molecules, repeated)."""
+    import json
+
+    parts, size, i = [], 0, 0
+    while size < mb * 1e6:
+        d = data[i % len(data)]
+        s = json.dumps({k: d[k].tolist() for k in KEYS})
+        parts.append(s)
+        size += len(s) + 1
+        i += 1
+    return ('{"graphs": [' + ",".join(parts) + "]}").encode(), i
+
+
+def _part_memory(data, path, rng, args):
+    """Peak RSS of the server (its program's child included) under 4 concurrent bodies
+    of ``--big-mb`` MB, and 8 normal clients' p99 beside them vs without."""
+    import threading
+
+    body, n = _big_body(data, args.big_mb)
+    small = [_graphs_body([data[rng.randrange(len(data))] for _ in range(16)])
+             for _ in range(64)]
+    proc, port = _http_server(path)
+    try:
+        _post_all(port, small[:8], 4)  # warm-up
+        with _RssSampler(proc.pid) as rss:
+            idle = rss.now()
+            wall0, lat0, _, bad0 = _post_all(port, small, 8, until=time.perf_counter() + 6)
+            before = rss.peak
+            out = {}
+
+            def big(k):
+                out[k] = _post_all(port, [body], 1)
+            bigs = [threading.Thread(target=big, args=(k,)) for k in range(4)]
+            t0 = time.perf_counter()
+            for th in bigs:
+                th.start()
+            wall1, lat1, _, bad1 = _post_all(port, small, 8, until=time.perf_counter() + 6)
+            for th in bigs:
+                th.join()
+            big_wall = time.perf_counter() - t0
+            peak = rss.peak
+        hwm = {p: _status_kb(p, "VmHWM") for p in _tree_pids(proc.pid)}
+    finally:
+        _stop(proc)
+    statuses = sorted({str(s) for v in out.values() for s in (v[3] or [200])})
+    print(f"\nmemory: 4 concurrent bodies of {len(body) / 1e6:.1f} MB ({n} molecules each, "
+          f"per-graph JSON) beside 8 clients of 16-molecule requests (load average "
+          f"{os.getloadavg()})")
+    print(f"  server RSS (its processes summed): idle {idle / 1024:.0f} MB, peak under the 8 "
+          f"clients {before / 1024:.0f} MB, peak with the 4 big bodies {peak / 1024:.0f} MB; "
+          f"VmHWM per process (MB): {[round(v / 1024) for v in hwm.values()]}")
+    print(f"  the 4 big bodies: answered {statuses} in {big_wall:.1f} s (each "
+          f"{[round(v[0], 1) for v in out.values()]} s)")
+    print(f"  the 8 clients: p50 {_pct(lat0, .5) * 1e3:.1f} -> {_pct(lat1, .5) * 1e3:.1f} ms, "
+          f"p99 {_pct(lat0, .99) * 1e3:.1f} -> {_pct(lat1, .99) * 1e3:.1f} ms "
+          f"({_pct(lat1, .99) / _pct(lat0, .99):.2f}x), {len(lat0) / wall0:.0f} -> "
+          f"{len(lat1) / wall1:.0f} req/s, non-200 {_counts(bad0)} / {_counts(bad1)}",
+          flush=True)
+
+
+def _slow_clients(port, count, stop, report):
+    """``count`` connections that send a request's headers, then trickle its body, a
+    byte a connection every 0.5 s, until ``stop``; ``report``: how each ended."""
+    import socket
+
+    socks = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: 100000\r\n\r\n{")
+        s.setblocking(False)
+        socks.append(s)
+    open_ = set(range(count))
+    while open_ and not stop.wait(0.5):
+        for k in list(open_):
+            try:
+                socks[k].send(b" ")
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:  # closed by the server
+                open_.discard(k)
+                report["closed by the server"] = report.get("closed by the server", 0) + 1
+            try:
+                if socks[k].recv(4096, socket.MSG_PEEK) == b"":
+                    open_.discard(k)
+                    report["closed by the server"] = report.get("closed by the server", 0) + 1
+                else:
+                    head = socks[k].recv(4096)
+                    report[head.split(b"\r\n", 1)[0].decode(errors="replace")] = \
+                        report.get(head.split(b"\r\n", 1)[0].decode(errors="replace"), 0) + 1
+                    open_.discard(k)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                open_.discard(k)
+                report["reset"] = report.get("reset", 0) + 1
+    report["still trickling at the end"] = len(open_)
+    for s in socks:
+        s.close()
+
+
+def _part_slow(data, path, rng, args):
+    """8 normal clients' latency without, then beside, 100 slow clients."""
+    import threading
+
+    small = [_graphs_body([data[rng.randrange(len(data))] for _ in range(16)])
+             for _ in range(64)]
+    proc, port = _http_server(path)
+    try:
+        _post_all(port, small[:8], 4)  # warm-up
+        res = []
+        for slow in (0, args.slow_clients, 0):
+            stop, report = threading.Event(), {}
+            th = threading.Thread(target=_slow_clients, args=(port, slow, stop, report))
+            if slow:
+                th.start()
+                time.sleep(1.0)  # all connected and trickling
+            wall, lat, _, bad = _post_all(port, small, 8,
+                                          until=time.perf_counter() + args.slow_seconds)
+            stop.set()
+            if slow:
+                th.join()
+            res.append((slow, wall, lat, bad, report))
+    finally:
+        _stop(proc)
+    print(f"\nslow clients: 8 clients of 16-molecule requests for {args.slow_seconds:g} s, "
+          f"alone, beside {args.slow_clients} connections trickling a body (a byte each "
+          f"0.5 s; the server's default body timeout), alone again (load average "
+          f"{os.getloadavg()})")
+    base = statistics.mean([_pct(r[2], .99) for r in res if r[0] == 0])
+    for slow, wall, lat, bad, report in res:
+        print(f"  slow {slow:>3}: {len(lat) / wall:6.0f} req/s, p50 {_pct(lat, .5) * 1e3:6.1f} ms,"
+              f" p99 {_pct(lat, .99) * 1e3:6.1f} ms ({_pct(lat, .99) / base:.2f}x the runs "
+              f"without), non-200 {_counts(bad)}"
+              f"{'; the slow ones: ' + str(report) if slow else ''}",
+              flush=True)
+
+
+def _part_wrk(data, path, local, rng, args):
+    """wrk (Debian's) with benchmarks/serve_wrk.lua: a fixed 16-molecule request at 8 and
+    64 connections, every response checked (200, the body in-process predict gives)."""
+    import json
+    import shutil
+    import subprocess
+
+    import numpy as np
+
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        print("\nwrk: not installed (apt-get install wrk): skipped")
+        return
+    lua = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_wrk.lua")
+    graphs = [data[rng.randrange(len(data))] for _ in range(16)]
+    tmp = tempfile.mkdtemp(prefix="bench_wrk_")
+    body_path, expect_path = os.path.join(tmp, "request.json"), os.path.join(tmp, "answer.json")
+    with open(body_path, "wb") as f:
+        f.write(_graphs_body(graphs))
+    want = np.stack([np.asarray(p) for p in local.predict(_requests(graphs, "numpy"))])
+    proc, port = _http_server(path)
+    try:
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("POST", "/predict", open(body_path, "rb").read(),
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        raw = r.read()
+        conn.close()
+        got = np.asarray(json.loads(raw)["predictions"], dtype=np.float32).reshape(want.shape)
+        assert r.status == 200 and np.array_equal(got, want), (r.status, raw[:300])
+        with open(expect_path, "wb") as f:  # the body every response must equal
+            f.write(raw)
+        version = subprocess.run([wrk, "--version"], capture_output=True, text=True).stdout
+        print(f"\n{version.splitlines()[0].split(' Copyright')[0]}"
+              f" with benchmarks/serve_wrk.lua: one 16-molecule request, its answer "
+              f"checked against in-process predict first; {args.wrk_seconds} s a run, "
+              f"127.0.0.1 (load average {os.getloadavg()})")
+        local_wall, _, _, local_cpu = _local_pass(local, [_requests(graphs, "numpy")] * 200)
+        local_rate = 16 * 200 / local_wall
+        for conns in (8, 64):
+            env = dict(os.environ, GA_WRK_BODY=body_path, GA_WRK_EXPECT=expect_path,
+                       GA_WRK_BAD=os.path.join(tmp, "bad"))
+            cpu = _proc_cpu(proc.pid)
+            run = subprocess.run([wrk, "-t2", f"-c{conns}", f"-d{args.wrk_seconds}s",
+                                  "--timeout", "10s", "--latency", "-s", lua,
+                                  f"http://127.0.0.1:{port}/predict"], capture_output=True,
+                                 text=True, timeout=args.wrk_seconds + 30, env=env)
+            out = run.stdout
+            check = [ln for ln in out.splitlines() if ln.startswith("wrk-check:")]
+            rps = [ln for ln in out.splitlines() if ln.startswith("Requests/sec:")]
+            pct = {ln.split()[0]: ln.split()[1] for ln in out.splitlines()
+                   if ln.strip().split(" ")[0] in ("50%", "99%")}
+            errs = [ln.strip() for ln in out.splitlines() if "Socket errors" in ln
+                    or "Non-2xx" in ln]
+            cpu = _proc_cpu(proc.pid) - cpu
+            rate = float(rps[0].split()[1]) * 16 if rps else float("nan")
+            answered = int(check[0].split("responses=")[1].split()[0]) * 16 if check else 0
+            print(f"  {conns:>2} connections: {check[0] if check else run.stderr[-300:]}; "
+                  f"{rate:.0f} mol/s ({rate / local_rate:.2f}x in-process predict's "
+                  f"{local_rate:.0f}), p50 {pct.get('50%')}, p99 {pct.get('99%')}; CPU ms "
+                  f"a 1000 molecules: server {cpu / max(answered, 1) * 1e6:.0f}, in-process "
+                  f"{local_cpu / 3200 * 1e6:.0f}{'; ' + '; '.join(errs) if errs else ''}",
+                  flush=True)
+        bad = [f for f in os.listdir(tmp) if f.startswith("bad")]
+        if bad:
+            print(f"  responses that failed the check are in {tmp}: {bad[:4]}")
+    finally:
+        _stop(proc)
+
+
+def run_http(args, data, tmp):
+    """The HTTP parts (see the module's docstring)."""
+    import random
+
+    torch.set_num_threads(1)
+    path = _deploy_model_artifact(data, tmp, args.reuse)
+    local = serve.load(path, threads=1)
+    rng = random.Random(0)
+    if "clients" in args.only:
+        _part_clients(data, path, local, rng, args)
+    if "memory" in args.only:
+        _part_memory(data, path, rng, args)
+    if "slow" in args.only:
+        _part_slow(data, path, rng, args)
+    if "wrk" in args.only:
+        _part_wrk(data, path, local, rng, args)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--limit", type=int, default=None)
@@ -440,7 +921,16 @@ def main(argv=None):
     ap.add_argument("--latency", type=int, default=200, help="single-molecule requests")
     ap.add_argument("--threads", type=int, nargs="+", default=[1])
     ap.add_argument("--only", nargs="+", default=["programs", "sizes", "server"],
-                    choices=["programs", "sizes", "server"])
+                    choices=["programs", "sizes", "server", *HTTP_PARTS])
+    ap.add_argument("--http-sizes", nargs="+", type=int, default=[1, 16, 256],
+                    help="clients: molecules a request")
+    ap.add_argument("--http-clients", nargs="+", type=int, default=[1, 8, 64],
+                    help="clients: concurrent clients (a keep-alive connection each)")
+    ap.add_argument("--big-mb", type=float, default=50.0,
+                    help="memory: the size of each of the 4 concurrent bodies")
+    ap.add_argument("--slow-clients", type=int, default=100)
+    ap.add_argument("--slow-seconds", type=float, default=8.0)
+    ap.add_argument("--wrk-seconds", type=int, default=10, help="wrk: seconds a run (<= 20)")
     ap.add_argument("--server-sizes", nargs="+",
                     default=["1", "16", "256", "mixed", "256 columnar", "256 npz"])
     ap.add_argument("--server-json", nargs="+", default=["orjson", "json"],
@@ -479,6 +969,9 @@ def main(argv=None):
     os.makedirs(tmp, exist_ok=True)
     if "sizes" in args.only or "server" in args.only:
         run_sizes_and_server(args, data, model, wrapped, tmp)
+    if set(HTTP_PARTS) & set(args.only):
+        assert args.wrk_seconds <= 20, "--wrk-seconds: at most 20"
+        run_http(args, data, tmp)
     if "programs" not in args.only:
         return
     # a budget sized for 300 graphs a batch on average: most 256-molecule requests fit
