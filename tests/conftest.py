@@ -73,7 +73,7 @@ CI_EXPECTED_SKIPS = [
      ".ci/run runs these tests in a venv of their own with the prebuilt wheels"),
     ("tests/serve/test_ray_serve.py", r"ray\[serve\] is not installed",
      "Ray Serve (the ray extra, ~200 MB with its dependencies) is not in the README's venv; "
-     "its extended test runs where `pip install 'graph_adapter[ray]'` was done"),
+     "its extended test runs in .ci/run's Ray step (.cache/venv-ray, GRAPH_ADAPTER_REQUIRE_RAY=1)"),
     ("tests/serve/test_http_wrk.py", r"wrk is not installed",
      "the HTTP load test drives Debian's wrk (apt-get install wrk); .ci/run installs it where "
      "apt-get may run, and the test skips elsewhere"),
