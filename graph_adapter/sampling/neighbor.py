@@ -364,6 +364,9 @@ class FixedSizeNeighborLoader(Sharded):
                  layout_spills: Optional[Tuple[int, int]] = None):
         self._setup(data, num_neighbors, batch_size, SamplingSettings.of(locals()))
         self.seeds = seed_tensor(input_nodes, self.num_nodes)
+        # PyG's input_id: positions in an index input_nodes, node ids for None or a mask
+        self._input_positions = input_nodes is not None and torch.as_tensor(
+            input_nodes).dtype != torch.bool
         self.stats = self._new_stats(0)
         self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
                                            batch_size, f"batch_size={batch_size} seeds")
@@ -649,3 +652,18 @@ class FixedSizeNeighborLoader(Sharded):
     def seeds_in(self, flat: Dict[str, Tensor]) -> int:
         """The number of seed rows of a batch (its first rows)."""
         return int(flat[SEED_MASK].sum())
+
+    def to_pyg(self, flat: Dict[str, Tensor]) -> Any:
+        """The ``Data`` / ``HeteroData`` PyG's loader yields for the sample of padded batch
+        ``flat`` (a list for a micro-batched one): :func:`graph_adapter.sampling.to_pyg.to_pyg`.
+
+        Args:
+            flat: one batch this loader yielded.
+
+        Returns:
+            PyG's batch object: padding dropped, ``n_id``, ``e_id``, ``input_id``,
+            ``batch_size``, ``num_sampled_nodes`` ... as PyG's loaders name them.
+        """
+        from .to_pyg import to_pyg
+
+        return to_pyg(self, flat)
