@@ -68,13 +68,15 @@ from torch import Tensor
 from ..batching import RESERVED_NODES, Budget
 from ..batching import collate_padded
 from .csr import CSC, FanoutError, check_fanouts
-from ..format import (E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, SAMPLED_KEYS, SEED_MASK,
+from ..format import (E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, SEED_MASK,
                       SEED_OF, SEP, stack_micro_batches)
 from .pyg_sampler import PygHeteroNeighborSampler
 from .settings import SamplingSettings
 from .neighbor import (FixedSizeNeighborLoader, InputNodesError,
                        NeighborLoaderStats, SubgraphOversizeError, seed_tensor,
                        check_hetero_fanouts, chunk_seed)
+from .source import (AttrValue, check_reserved, describe, gather_rows, rows_of,
+                     warn_excluded)
 # the sampling itself, before padding
 from .hetero_sample import (EdgeType, HeteroSample, fit_hetero_budget, key_of,
                             sample_hetero_neighbors, trim_hetero)
@@ -179,6 +181,7 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         self.edge_attrs = {et: self._store_attrs(data[et], int(data[et].num_edges),
                                                  "__".join(et) + SEP)
                            for et in self.edge_types}
+        warn_excluded(name, self.excluded_keys)
         hops = len(next(iter(self.fanouts.values())))
         for et in self.edge_types:  # an edge type left out samples nothing
             self.fanouts.setdefault(et, [0] * hops)
@@ -225,19 +228,28 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
                                   f"its node types: {list(self.data.node_types)}")
         return t, seed_tensor(idx, int(self.data[t].num_nodes))
 
-    def _store_attrs(self, store: Any, rows: int, where: str) -> Dict[str, Tensor]:
-        """The row-level tensor attributes of one store (the rest in ``excluded_keys``)."""
-        out = {}
+    def _store_attrs(self, store: Any, rows: int, where: str) -> Dict[str, AttrValue]:
+        """The row-level attributes of one store: tensors, numpy arrays and memmaps
+        (gathered by row, :mod:`~graph_adapter.sampling.source`); the rest in
+        ``excluded_keys``. A store's own ``n_id`` / ``e_id`` (one int a row) is kept
+        as PyG keeps it: the batch's key holds its values."""
+        from torch_geometric.data.storage import EdgeStorage
+
+        out: Dict[str, AttrValue] = {}
+        node_level = not isinstance(store, EdgeStorage)
         for k, v in store.items():
-            if k == "edge_index":
+            if k in ("edge_index", "adj", "adj_t", "num_nodes"):
                 continue
-            if k in SAMPLED_KEYS:
-                raise ValueError(f"the graph has an attribute {where}{k!r}, a name the padded "
-                                 f"batches own ({SAMPLED_KEYS}); rename it")
-            if isinstance(v, Tensor) and v.dim() > 0 and v.size(0) == rows:
-                out[k] = v
+            r = rows_of(v)
+            if r is not None and len(r.shape) > 0 and r.shape[0] == rows:
+                out[k] = r
             else:
-                self.excluded_keys[f"{where}{k}"] = "not a row-level tensor: not sampled"
+                shape = f" of shape {list(r.shape)}" if r is not None else ""
+                self.excluded_keys[f"{where}{k}"] = (
+                    f"a {describe(v)}{shape}: not a tensor or numpy array with one row per "
+                    f"{'node' if node_level else 'edge'} of its type")
+            check_reserved(k, out.get(k) if node_level else None,
+                            None if node_level else out.get(k), where)
         return out
 
     # -- budget ----------------------------------------------------------------
@@ -320,9 +332,10 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
 
         h = HeteroData()
         for t, nid in s.n_id.items():
-            for k, v in self.node_attrs[t].items():
-                h[t][k] = v[nid]
-            h[t][N_ID] = nid
+            for k, v in gather_rows(self.node_attrs[t], nid).items():
+                h[t][k] = v  # a store's own n_id among them: PyG keeps it
+            if N_ID not in self.node_attrs[t]:
+                h[t][N_ID] = nid
             h[t].num_nodes = int(nid.numel())
         h[self.seed_type][SEED_MASK] = torch.arange(s.n_id[self.seed_type].numel()) < num_seeds
         if s.seed_of is not None:  # every type, as PyG's per-type batch vector
@@ -332,9 +345,10 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
             ei = s.edge_index.get(et, torch.zeros(2, 0, dtype=torch.long))
             eid = s.e_id.get(et, torch.zeros(0, dtype=torch.long))
             h[et].edge_index = ei
-            for k, v in self.edge_attrs[et].items():
-                h[et][k] = v[eid]
-            h[et][E_ID] = eid
+            for k, v in gather_rows(self.edge_attrs[et], eid).items():
+                h[et][k] = v
+            if E_ID not in self.edge_attrs[et]:
+                h[et][E_ID] = eid
         return h
 
     def pad(self, s: HeteroSample, num_seeds: int) -> Dict[str, Tensor]:

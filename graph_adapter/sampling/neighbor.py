@@ -67,11 +67,12 @@ from torch import Tensor
 
 from ..batching import RESERVED_NODES, Budget, Ranks, Sharded, fingerprint
 from .csr import CSC, FanoutError, Sample, check_fanouts, sample_neighbors
-from ..format import (EDGE_MASK, GRAPH_MASK, NODE_MASK, RESERVED_KEYS, SAMPLED_KEYS, SEED_MASK,
+from ..format import (EDGE_MASK, GRAPH_MASK, LINK_KEYS, NODE_MASK, SEED_MASK,
                       stack_micro_batches)
 from .layout import (SAMPLED_LAYOUTS, fit_sampled_hyb, sampled_tables, source_table,
                      source_table_shape)
 from .pyg_sampler import PygNeighborSampler
+from .source import AttrValue, GraphInput, check_reserved, graph_input, warn_excluded
 from .settings import OVERSIZE_POLICIES, SamplingSettings
 from .sampled import fit_neighbor_budget, pad_sample, trim_sample
 
@@ -164,24 +165,31 @@ def seed_tensor(input_nodes: Any, num_nodes: int) -> Tensor:
     return t
 
 
-def _attributes(data: Any) -> Tuple[Dict[str, Tensor], Dict[str, Tensor], Dict[str, str]]:
-    """Node-level and edge-level tensor attributes of ``data``; the rest, excluded with why."""
-    node, edge, excluded = {}, {}, {}
-    for k, v in data.items():
-        if k == "edge_index":
-            continue
-        if k in RESERVED_KEYS or k in SAMPLED_KEYS:
-            raise ValueError(f"the graph has an attribute {k!r}, a name the padded batches own "
-                             f"(reserved: {RESERVED_KEYS + SAMPLED_KEYS}); rename it")
-        if not isinstance(v, Tensor):
-            excluded[k] = f"not a tensor ({type(v).__name__})"
-        elif v.dim() > 0 and data.is_node_attr(k) and v.size(0) == data.num_nodes:
-            node[k] = v
-        elif v.dim() > 0 and data.is_edge_attr(k) and v.size(0) == data.num_edges:
-            edge[k] = v
-        else:
-            excluded[k] = "graph-level (neither node- nor edge-level): not sampled"
-    return node, edge, excluded
+def _attributes(graph: GraphInput, owner: str = "FixedSizeNeighborLoader",
+                quiet: Sequence[str] = ()
+                ) -> Tuple[Dict[str, AttrValue], Dict[str, AttrValue], Dict[str, str]]:
+    """Node-level and edge-level attributes of ``graph`` (:func:`~.source.graph_input`):
+    tensors, numpy arrays and memmaps, feature-store columns, all gathered by row; the
+    rest, excluded with why, warned about once (:func:`~.source.warn_excluded`).
+
+    A graph's own ``n_id`` (``e_id``) is kept as PyG's loaders keep it: the batch's
+    ``n_id`` holds its values on the sampled rows instead of the row's node id.
+    ``quiet``: keys left out without the warning (a subclass's own inputs).
+
+    Raises:
+        ReservedAttributeError: an attribute named like a key the batches own
+            (``n_id`` / ``e_id`` other than one integer per node / edge).
+    """
+    for k in list(graph.node) + list(graph.edge) + list(graph.excluded):
+        check_reserved(k, graph.node.get(k), graph.edge.get(k), "")
+    excluded = dict(graph.excluded)
+    for k in LINK_KEYS:
+        if k in excluded:
+            excluded[k] = ("a supervision key of link prediction (rows neither per node nor per "
+                           "edge): FixedSizeLinkNeighborLoader takes it as edge_label_index= / "
+                           "edge_label=")
+    warn_excluded(owner, {k: v for k, v in excluded.items() if k not in quiet}, stacklevel=5)
+    return dict(graph.node), dict(graph.edge), excluded
 
 
 def chunk_seed(seed: int, epoch: int, chunk: int, stream: int = 0) -> int:
@@ -350,6 +358,10 @@ class FixedSizeNeighborLoader(Sharded):
         ```
     """
 
+    #: graph attributes left out of batches without the excluded-key warning (still in
+    #: ``excluded_keys``): a subclass's own inputs, e.g. the link loader's supervision keys
+    quiet_keys: Tuple[str, ...] = ()
+
     def __init__(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *,
                  input_nodes: Any = None, shuffle: bool = False,
                  budget: Union[Budget, dict, str, None] = None, seed: int = 0,
@@ -421,16 +433,20 @@ class FixedSizeNeighborLoader(Sharded):
         self.num_neighbors = check_fanouts(num_neighbors)
         self._keep_settings(batch_size, settings)
         self.data = data
-        self.num_nodes = int(data.num_nodes)
-        self.node_attrs, self.edge_attrs, self.excluded_keys = _attributes(data)
-        self._pyg = (PygNeighborSampler(data, self.num_neighbors, replace=self.replace,
+        graph = graph_input(data, name)  # a Data (edge_index / adj / adj_t) or a store pair
+        self.num_nodes = graph.num_nodes
+        self.node_attrs, self.edge_attrs, self.excluded_keys = _attributes(
+            graph, name, getattr(self, "quiet_keys", ()))
+        self._pyg = (PygNeighborSampler(data if graph.structure == "edge_index" else
+                                        graph.structure_data(), self.num_neighbors,
+                                        replace=self.replace,
                                         disjoint=self.disjoint, directed=self.directed)
                      if self.sampler == "pyg" else None)
         self.csc: Optional[CSC] = None  # PyG's sampler keeps its own
         if self._pyg is None:
             with self._sampling_threads():  # its sorts are small chunks too (1M nodes: 3.5x
                 # slower at 2 threads than at 1 on the loaded 2-core box, large_graphs.md)
-                self.csc = CSC.from_edge_index(data.edge_index, self.num_nodes)
+                self.csc = CSC.from_edge_index(graph.edge_index, self.num_nodes)
 
     def _keep_settings(self, batch_size: int, settings: SamplingSettings) -> None:
         """Check ``batch_size`` and the shared settings; keep them as attributes (``rank``

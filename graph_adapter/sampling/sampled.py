@@ -10,7 +10,7 @@ hop order), :func:`fit_neighbor_budget` the quantile budget of sampled sizes.
 """
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Mapping, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..batching import RESERVED_NODES, Budget
 from .csr import Sample
+from .source import AttrValue, gather_rows
 from ..contract import padding_node, slot_counts
 from ..format import (BATCH, E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, PTR, SEED_MASK,
                       SEED_OF)
@@ -25,13 +26,16 @@ from ..format import (BATCH, E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, PTR, 
 __all__ = ["pad_sample", "trim_sample", "fit_neighbor_budget"]
 
 
-def pad_sample(sample: Sample, budget: Budget, node_attrs: Dict[str, Tensor],
-               edge_attrs: Dict[str, Tensor], num_seeds: int, pad_id: int = -1,
+def pad_sample(sample: Sample, budget: Budget, node_attrs: Mapping[str, AttrValue],
+               edge_attrs: Mapping[str, AttrValue], num_seeds: int, pad_id: int = -1,
                ) -> Dict[str, Tensor]:
     """The padded flat dict of one sample that fits ``budget`` (``graphs=2``).
 
     Same layout as ``collate_padded([subgraph], budget)`` (keys sorted), plus
-    ``n_id`` / ``e_id`` padded with ``pad_id`` and ``seed_mask``.
+    ``n_id`` / ``e_id`` padded with ``pad_id`` and ``seed_mask``. The attributes
+    are tensors, :class:`~graph_adapter.sampling.source.Rows` (numpy, memmap,
+    feature-store columns), gathered by the sample's ``n_id`` / ``e_id``; a graph's
+    own ``n_id`` / ``e_id`` attribute fills those keys' real rows (PyG's loaders).
     """
     N, E = int(budget.nodes), int(budget.edges)
     n, m = sample.num_nodes, sample.num_edges
@@ -39,11 +43,11 @@ def pad_sample(sample: Sample, budget: Budget, node_attrs: Dict[str, Tensor],
         raise ValueError(f"pad_sample: the sample has no e_id (a CSC built with "
                          f"keep_edge_ids=False) but the graph has edge attributes "
                          f"{sorted(edge_attrs)}: build the CSC with keep_edge_ids=True")
-    out: Dict[str, Tensor] = {}
-    for k, v in node_attrs.items():
-        out[k] = _gather_padded(v, sample.n_id, N)
-    for k, v in edge_attrs.items():
-        out[k] = _gather_padded(v, sample.e_id, E)
+    # tensors, numpy / memmap arrays, feature-store columns: the sampled rows only
+    out: Dict[str, Tensor] = gather_rows(node_attrs, sample.n_id, N)
+    if edge_attrs:
+        out.update(gather_rows(edge_attrs, sample.e_id, E))
+    own_ids = {k: out.pop(k) for k in (N_ID, E_ID) if k in out}  # the graph's own: below
     ei = torch.full((2, E), padding_node(N), dtype=torch.long)
     ei[:, :m] = sample.edge_index
     out["edge_index"] = ei
@@ -72,18 +76,10 @@ def pad_sample(sample: Sample, budget: Budget, node_attrs: Dict[str, Tensor],
     em[:m] = True
     out[EDGE_MASK] = em
     out[GRAPH_MASK] = torch.tensor([n > 0, False])
+    for k, v in own_ids.items():  # PyG keeps a graph's own n_id / e_id: its values by row
+        real = n if k == N_ID else m
+        out[k][:real] = v[:real]
     return {k: out[k] for k in sorted(out)}
-
-
-def _gather_padded(v: Tensor, idx: Tensor, rows: int) -> Tensor:
-    """``v[idx]`` in the first rows of a new ``[rows, ...]`` tensor, zeros after:
-    gathered by ``index_select`` straight into place (``v[idx]`` then a copy was
-    19x slower for ``x`` [25k rows of 32], csr.take) and only the padding rows
-    zeroed."""
-    t = v.new_empty((rows,) + tuple(v.shape[1:]))
-    torch.index_select(v, 0, idx, out=t[:idx.numel()])
-    t[idx.numel():].zero_()
-    return t
 
 
 def trim_sample(sample: Sample, max_nodes: int, max_edges: int) -> Tuple[Sample, int, int]:
