@@ -62,7 +62,8 @@ __all__ = [
     "ELL_IN", "ELL_OUT", "SPILL_IN", "SPILL_OUT", "IN_SOURCES", "LAYOUT_KEYS",
     "N_ID", "E_ID", "SEED_MASK", "SEED_OF", "SAMPLED_KEYS",
     "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID", "LINK_MASK", "SRC_INDEX", "DST_POS_INDEX",
-    "DST_NEG_INDEX", "LINK_KEYS", "ALL_RESERVED_KEYS", "OUTPUT_KEY", "LOSS_KEY",
+    "DST_NEG_INDEX", "EDGE_LABEL_TIME", "SEED_TIME", "LINK_KEYS", "ALL_RESERVED_KEYS",
+    "OUTPUT_KEY", "LOSS_KEY",
     "key_of", "parse_key", "store_name", "attr_of", "cat_dim_of", "is_index_attr", "is_hetero",
     "mask_key", "is_layout_key",
     # levels
@@ -142,8 +143,12 @@ LINK_MASK = "link_mask"
 SRC_INDEX = "src_index"
 DST_POS_INDEX = "dst_pos_index"
 DST_NEG_INDEX = "dst_neg_index"
+#: Temporal link batches: each supervision slot's time (binary: ``[L]``, PyG's
+#: ``edge_label_time``) and each triplet's time (``[S]``, PyG's ``seed_time``).
+EDGE_LABEL_TIME = "edge_label_time"
+SEED_TIME = "seed_time"
 LINK_KEYS = (EDGE_LABEL_INDEX, EDGE_LABEL, INPUT_ID, LINK_MASK, SRC_INDEX, DST_POS_INDEX,
-             DST_NEG_INDEX)
+             DST_NEG_INDEX, EDGE_LABEL_TIME, SEED_TIME)
 #: Every key the format or its loaders own; a graph attribute may not use any of them.
 ALL_RESERVED_KEYS = RESERVED_KEYS + LAYOUT_KEYS + SAMPLED_KEYS + LINK_KEYS
 

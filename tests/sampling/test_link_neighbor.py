@@ -121,7 +121,8 @@ def test_endpoints_map_back_to_the_supervision_edges_through_n_id(cfg):
             assert torch.equal(n_id[flat["dst_pos_index"][:b]], d.edge_index[1, cols])
             neg = flat["dst_neg_index"]
             assert neg.shape == ((L.slots,) if k == 1 else (L.slots, k))  # PyG squeezes k == 1
-            assert torch.equal(n_id[neg[:b]].view(b, -1), sup["dst_neg"])
+            # PyG's reading of its flat draw without disjoint: row-major [b, k]
+            assert torch.equal(n_id[neg[:b]].view(b, -1), sup["dst_neg"].view(b, -1))
             pads = [flat["src_index"][b:], flat["dst_pos_index"][b:], neg[b:]]
         else:
             nb = math.ceil(b * cfg["neg_sampling_ratio"]) if cfg["neg_sampling"] else 0
