@@ -23,6 +23,8 @@ from .keys import (Dim, BATCH, EDGE_MASK, GRAPH_MASK, LAYOUT_KEYS, MASK_OF_LEVEL
 from .micro import has_micro_batch_dim, micro_batch, num_micro_batches, split_micro_batches
 from .spec import Field
 from ._node_sets import PAIR_SEP, set_key, set_masks
+from ._hops import compact_hops, is_per_hop
+from .keys import HOP_EDGES, HOP_NODES
 
 __all__ = ["unpad_batch", "unpad_hetero", "inc_dims", "dim_of", "unpad", "AmbiguousLevelError"]
 
@@ -78,6 +80,9 @@ def _unpad(flat: Mapping[str, Tensor], schema: Optional[Sequence[Field]],
     if has_micro_batch_dim(flat):
         return [d for one in split_micro_batches(flat)
                 for d in _unpad(one, schema, node_types, edge_types, levels)]
+    hops = None
+    if is_per_hop(flat):  # per-hop blocks: the plain layout first, PyG's per-hop counts after
+        flat, hops = compact_hops(flat)
     hetero = is_hetero(flat)
     if hetero and not node_types:  # the stores, from the format's own keys
         node_types = [parse_key(k)[0][0] for k in flat if parse_key(k)[1] == PTR]
@@ -107,7 +112,11 @@ def _unpad(flat: Mapping[str, Tensor], schema: Optional[Sequence[Field]],
             continue  # (hetero with a schema: the schema's keys only)
         f = specs.get(k) or _guess_field(k, v, flat, levels or {}, G)
         parts[f] = _split(f, v, g, G, n_i, n_off, e_i)
-    return [_build(parts, j, hetero, node_dims, n_i, specs) for j in range(g)]
+    graphs = [_build(parts, j, hetero, node_dims, n_i, specs) for j in range(g)]
+    if hops is not None:
+        for d in graphs:
+            d[HOP_NODES], d[HOP_EDGES] = list(hops[0]), list(hops[1])
+    return graphs
 
 
 def _set_dims(specs: Mapping[str, Field], level: str) -> List[Dim]:

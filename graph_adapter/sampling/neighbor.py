@@ -75,6 +75,7 @@ from .pyg_sampler import PygNeighborSampler
 from .source import AttrValue, GraphInput, check_reserved, graph_input, warn_excluded
 from .settings import OVERSIZE_POLICIES, SamplingSettings
 from .sampled import fit_neighbor_budget, pad_sample, trim_sample
+from .hops import HopBudget, HopBudgetError, fit_hop_budget, fit_to_hops, pad_per_hop
 
 __all__ = ["FixedSizeNeighborLoader", "NeighborLoaderStats", "SubgraphOversizeError",
            "InputNodesError", "OVERSIZE_POLICIES", "check_hetero_fanouts",
@@ -330,6 +331,15 @@ class FixedSizeNeighborLoader(Sharded):
             default: from the fanouts where they bound the in-degree, else
             fitted; ``loader.layout_widths`` / ``loader.layout_spills`` give
             another loader the same shapes).
+        per_hop_budget: ``True``: every hop gets a static node and edge count of
+            its own, fitted as ``budget`` is (the ``success_ratio`` quantile of
+            each hop's counts), and batches lay rows and edges out one block
+            per hop, with ``num_sampled_nodes`` / ``num_sampled_edges`` keys,
+            so that PyG's ``trim_to_layer`` runs compiled at static shapes
+            (:mod:`graph_adapter.sampling.hops`; ``loader.hop_budget``); a
+            :class:`~graph_adapter.sampling.hops.HopBudget` (or its dict /
+            JSON): that one; ``False`` (default): the plain layout. Not with
+            ``budget``, ``layout`` or ``directed=False``.
 
     Yields:
         One flat dict a batch, all of ``loader.budget``'s shapes: the sampled
@@ -344,6 +354,8 @@ class FixedSizeNeighborLoader(Sharded):
             without ``graphs=2`` or too small for ``batch_size`` seeds).
         SubgraphOversizeError: (while iterating) a sample over the budget with
             ``oversize="error"``.
+        HopBudgetError: ``per_hop_budget`` with ``budget``, ``layout`` or
+            ``directed=False``, or a given one whose hops or seeds' block do not fit.
 
     Example:
         ```python
@@ -373,15 +385,20 @@ class FixedSizeNeighborLoader(Sharded):
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
                  sampler: str = "ours", prefetch: int = 0, layout: Optional[str] = None,
                  layout_widths: Optional[Tuple[int, int]] = None,
-                 layout_spills: Optional[Tuple[int, int]] = None):
+                 layout_spills: Optional[Tuple[int, int]] = None,
+                 per_hop_budget: Union[bool, HopBudget, dict, str] = False):
         self._setup(data, num_neighbors, batch_size, SamplingSettings.of(locals()))
         self.seeds = seed_tensor(input_nodes, self.num_nodes)
         # PyG's input_id: positions in an index input_nodes, node ids for None or a mask
         self._input_positions = input_nodes is not None and torch.as_tensor(
             input_nodes).dtype != torch.bool
         self.stats = self._new_stats(0)
-        self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
-                                           batch_size, f"batch_size={batch_size} seeds")
+        #: the per-hop budget (``per_hop_budget=``; :mod:`graph_adapter.sampling.hops`), else None
+        self.hop_budget: Optional[HopBudget] = self._resolve_hop_budget(
+            per_hop_budget, budget, layout, success_ratio, fit_batches, round_to)
+        self.budget = self.hop_budget.budget if self.hop_budget is not None else \
+            self._resolve_budget(budget, success_ratio, fit_batches, round_to,
+                                 batch_size, f"batch_size={batch_size} seeds")
         self._fit_layout(layout, layout_widths, layout_spills, fit_batches)
 
     def _fit_layout(self, layout: Optional[str], widths: Optional[Tuple[int, int]],
@@ -447,6 +464,38 @@ class FixedSizeNeighborLoader(Sharded):
             with self._sampling_threads():  # its sorts are small chunks too (1M nodes: 3.5x
                 # slower at 2 threads than at 1 on the loaded 2-core box, large_graphs.md)
                 self.csc = CSC.from_edge_index(graph.edge_index, self.num_nodes)
+
+    def _resolve_hop_budget(self, per_hop: Union[bool, HopBudget, dict, str],
+                            budget: Any, layout: Optional[str], success_ratio: float,
+                            fit_batches: int, round_to: int) -> Optional[HopBudget]:
+        """``per_hop_budget`` as a :class:`HopBudget` (fitted per hop when ``True``), or
+        ``None`` (``False``: the plain layout); refused where the layout cannot be."""
+        if per_hop is False:
+            return None
+        name = type(self).__name__
+        why = ("directed=False (an induced subgraph's edges are not in hop order)"
+               if not self.directed else
+               f"layout={layout!r} (its tables index the plain layout)" if layout is not None
+               else f"budget={budget!r} (a per-hop budget sets every shape: pass the "
+                    f"HopBudget as per_hop_budget=)" if budget is not None else None)
+        if why is not None:
+            raise HopBudgetError(f"{name}(per_hop_budget=...) with {why}: use one of them")
+        if per_hop is True:
+            n = max(1, min(int(fit_batches), math.ceil(self.seeds.numel() / self.batch_size)))
+            with self._sampling_threads():
+                samples = [self._fit_sample(c) for c in range(n)]
+            self.fit_sizes = [(s.num_nodes, s.num_edges) for s in samples]
+            return fit_hop_budget(samples, self.batch_size, success_ratio, round_to)
+        hb = HopBudget.of(per_hop)
+        if hb.hops != len(self.num_neighbors):
+            raise HopBudgetError(f"{name}: per_hop_budget has {hb.hops} hops, num_neighbors "
+                                 f"{len(self.num_neighbors)}: give one block per hop")
+        if hb.seed_capacity < self.batch_size:
+            raise HopBudgetError(f"{name}: per_hop_budget's seeds' block holds "
+                                 f"{hb.seed_capacity} seeds, fewer than batch_size="
+                                 f"{self.batch_size}: give nodes[0] >= "
+                                 f"{self.batch_size + RESERVED_NODES}")
+        return hb
 
     def _keep_settings(self, batch_size: int, settings: SamplingSettings) -> None:
         """Check ``batch_size`` and the shared settings; keep them as attributes (``rank``
@@ -526,7 +575,9 @@ class FixedSizeNeighborLoader(Sharded):
         return {"nodes of the graph": self.num_nodes, "seeds": int(self.seeds.numel()),
                 "batch_size": self.batch_size, "seed": int(self.seed),
                 "shuffle": int(bool(self.shuffle)), "micro_batches": self.micro_batches,
-                "budget fingerprint": fingerprint(self.budget.to_json())}
+                "budget fingerprint": fingerprint(self.budget.to_json() + (
+                    "" if getattr(self, "hop_budget", None) is None
+                    else self.hop_budget.to_json()))}
 
     # -- sampling ----------------------------------------------------------
     def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0) -> Sample:
@@ -585,6 +636,9 @@ class FixedSizeNeighborLoader(Sharded):
     def _fit_and_pad(self, s, num_seeds: int, where: str) -> Tuple[Dict[str, Tensor], int, int]:
         """Sample ``s`` into the budget (``oversize``: raise naming ``where``, or trim the
         farthest hop, seeds never) and padded: ``(flat, nodes cut, edges cut)``."""
+        hb = getattr(self, "hop_budget", None)
+        if hb is not None:  # per-hop blocks (graph_adapter/sampling/hops.py)
+            return self._fit_and_pad_hops(s, hb, num_seeds, where)
         cap_n = int(self.budget.nodes) - RESERVED_NODES
         cap_e = int(self.budget.edges)
         cut_n = cut_e = 0
@@ -604,6 +658,20 @@ class FixedSizeNeighborLoader(Sharded):
             flat.update(source_table(*args, self.source_shape) if layout == "sources" else
                         sampled_tables(*args, self.layout_widths, self.layout_spills))
             flat = {k: flat[k] for k in sorted(flat)}  # pad_sample's order: keys sorted
+        return flat, cut_n, cut_e
+
+    def _fit_and_pad_hops(self, s: Sample, hb: HopBudget, num_seeds: int,
+                          where: str) -> Tuple[Dict[str, Tensor], int, int]:
+        """:meth:`_fit_and_pad` with per-hop blocks: a hop over its block is cut (its
+        last-sampled nodes and edges) or, with ``oversize="error"``, raised."""
+        fitted, cut_n, cut_e = fit_to_hops(s, hb)
+        if (cut_n or cut_e) and self.oversize == "error":
+            raise SubgraphOversizeError(
+                f"{where}: the sampled subgraph has {s.nodes_per_hop} nodes and "
+                f"{s.edges_per_hop} edges per hop; the per-hop budget holds {hb} (the seeds' "
+                f"block {hb.seed_capacity} real rows). Give a larger per_hop_budget, "
+                f"per_hop_budget=True with a higher success_ratio, or oversize='trim'")
+        flat = pad_per_hop(fitted, hb, self.node_attrs, self.edge_attrs, num_seeds, self.pad_id)
         return flat, cut_n, cut_e
 
     def batch(self, epoch: int, chunk: int) -> Dict[str, Tensor]:
@@ -638,7 +706,7 @@ class FixedSizeNeighborLoader(Sharded):
         if st.trimmed_batches:
             warnings.warn(
                 f"{type(self).__name__} epoch {epoch}: {st.trimmed_batches} of {st.batches} "
-                f"sampled subgraphs exceeded {self.budget} and were trimmed (oversize='trim': "
+                f"sampled subgraphs exceeded {getattr(self, 'hop_budget', None) or self.budget} and were trimmed (oversize='trim': "
                 f"{st.trimmed_nodes} farthest-hop nodes and {st.trimmed_edges} edges cut, "
                 f"loader.stats); a larger success_ratio or budget cuts fewer", stacklevel=2)
 
