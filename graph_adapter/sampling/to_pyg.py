@@ -37,8 +37,8 @@ from torch import Tensor
 
 from ..format import (BATCH, DST_NEG_INDEX, DST_POS_INDEX, E_ID, EDGE_LABEL, EDGE_LABEL_INDEX,
                       EDGE_MASK, INPUT_ID, LINK_KEYS, LINK_MASK, N_ID, NODE_MASK, SEED_MASK,
-                      SEED_OF, SRC_INDEX, has_micro_batch_dim, is_hetero, key_of,
-                      split_micro_batches)
+                      SEED_OF, SRC_INDEX, compact_hops, has_micro_batch_dim, is_hetero,
+                      is_per_hop, key_of, split_micro_batches)
 
 __all__ = ["to_pyg", "sampled_per_hop"]
 
@@ -133,6 +133,9 @@ def _bidirectional(loader: Any) -> bool:
 def _homo(loader: Any, flat: Mapping[str, Tensor]) -> Any:
     from torch_geometric.data import Data
 
+    hop_counts = None
+    if is_per_hop(flat):  # per-hop blocks: the plain layout, and the blocks' real counts
+        flat, hop_counts = compact_hops(flat)
     n, m = int(flat[NODE_MASK].sum()), int(flat[EDGE_MASK].sum())
     seeds = int(flat[SEED_MASK].sum()) if SEED_MASK in flat else n
     cluster = _is_cluster(loader)
@@ -166,7 +169,7 @@ def _homo(loader: Any, flat: Mapping[str, Tensor]) -> Any:
         out[E_ID] = flat[E_ID][:m]
     if SEED_OF in flat:
         out[BATCH] = flat[SEED_OF][:n]
-    _per_hop_homo(loader, flat, out, ei, n, seeds)
+    _per_hop_homo(loader, out, ei, n, seeds, hop_counts)
     if getattr(loader, "neg_sampling", False) is not False:  # a link loader
         _links(loader, flat, out)
         return out
@@ -189,14 +192,12 @@ def _graph_level(data: Any, k: str, flat: Mapping[str, Tensor], node_attrs: Mapp
     return not (data.is_node_attr(k) or data.is_edge_attr(k))
 
 
-def _per_hop_homo(loader: Any, flat: Mapping[str, Tensor], out: Any, ei: Tensor, n: int,
-                  seeds: int) -> None:
-    """PyG's ``num_sampled_nodes`` / ``num_sampled_edges``: the batch's own where it
-    carries them, else read back from the sample's hop order."""
-    for key in (NUM_SAMPLED_NODES, NUM_SAMPLED_EDGES):
-        if key in flat:
-            out[key] = [int(v) for v in flat[key].reshape(-1)]
-    if NUM_SAMPLED_NODES in out:
+def _per_hop_homo(loader: Any, out: Any, ei: Tensor, n: int, seeds: int,
+                  hop_counts: Optional[Tuple[List[int], List[int]]]) -> None:
+    """PyG's ``num_sampled_nodes`` / ``num_sampled_edges``: a per-hop batch's real block
+    counts, else read back from the sample's hop order (:func:`sampled_per_hop`)."""
+    if hop_counts is not None:
+        out[NUM_SAMPLED_NODES], out[NUM_SAMPLED_EDGES] = list(hop_counts[0]), list(hop_counts[1])
         return
     hops = _hops(loader)
     if hops is None or _bidirectional(loader):
