@@ -145,7 +145,9 @@ def _homo(loader: Any, flat: Mapping[str, Tensor]) -> Any:
     keep_n = seeds if cluster and getattr(loader, "keep_inter_cluster_edges", False) else n
     out = Data()
     data = getattr(loader, "data", None)
-    order = list(data.keys()) if data is not None and hasattr(data, "keys") else []
+    if not hasattr(data, "is_node_attr"):  # a (FeatureStore, GraphStore) pair: its columns
+        data = None
+    order = list(data.keys()) if data is not None else []
     order += [k for k in flat if k not in order]
     ei = flat[_EDGE_INDEX][:, :m]
     for k in order:
