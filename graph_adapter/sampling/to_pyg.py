@@ -40,7 +40,11 @@ from ..format import (BATCH, DST_NEG_INDEX, DST_POS_INDEX, E_ID, EDGE_LABEL, EDG
                       SEED_OF, SRC_INDEX, compact_hops, has_micro_batch_dim, is_hetero,
                       is_per_hop, key_of, split_micro_batches)
 
-__all__ = ["to_pyg", "sampled_per_hop"]
+__all__ = ["to_pyg", "sampled_per_hop", "ForeignBatchError"]
+
+
+class ForeignBatchError(ValueError):
+    """``loader.to_pyg(d)`` of a dict that is not one of the loader's padded batches."""
 
 #: The attributes PyG's loaders add to a sampled batch (besides ``n_id`` / ``e_id`` and
 #: the supervision keys): the seeds' count and the per-hop counts.
@@ -63,14 +67,34 @@ def to_pyg(loader: Any, flat: Mapping[str, Tensor]) -> Union[Any, List[Any]]:
         A ``Data`` (``HeteroData`` for a hetero loader), or a list of ``F`` of them.
 
     Raises:
-        KeyError: ``flat`` lacks a key every batch of ``loader`` has (it is not
-            one of its batches).
+        ForeignBatchError: ``flat`` lacks a key every batch of ``loader`` has (it is
+            not one of its batches: an unpadded object, another loader's dict).
     """
+    _check_batch(loader, flat)
     if has_micro_batch_dim(flat):
         return [to_pyg(loader, one) for one in split_micro_batches(flat)]
     if is_hetero(flat):
         return _hetero(loader, flat)
     return _homo(loader, flat)
+
+
+def _check_batch(loader: Any, flat: Any) -> None:
+    """Raise :class:`ForeignBatchError` naming what a batch of ``loader`` has and ``flat`` lacks."""
+    name = type(loader).__name__
+    if not isinstance(flat, Mapping):
+        raise ForeignBatchError(f"{name}.to_pyg: got a {type(flat).__name__}; pass a padded "
+                                f"batch this loader yielded (a dict of tensors)")
+    hetero = hasattr(loader, "seed_type") or is_hetero(flat)
+    masks = [k for k in flat if k.rsplit("/", 1)[-1] == NODE_MASK] if hetero else \
+        [k for k in (NODE_MASK, EDGE_MASK, N_ID, _EDGE_INDEX) if k in flat]
+    want = 1 if hetero else 4
+    if len(masks) < want:
+        missing = "a '<node_type>/node_mask' key" if hetero else \
+            sorted({NODE_MASK, EDGE_MASK, N_ID, _EDGE_INDEX} - set(flat))
+        raise ForeignBatchError(
+            f"{name}.to_pyg: the dict lacks {missing} (keys {sorted(flat)[:8]}...), which every "
+            f"batch of this loader has: pass a padded batch it yielded (for an unpadded PyG "
+            f"object there is nothing to convert)")
 
 
 # --------------------------------------------------------------------------

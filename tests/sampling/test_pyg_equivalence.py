@@ -304,3 +304,16 @@ def test_kept_inter_cluster_edges_equal_cluster_datas(data, parts, fmt):
     for i, a in enumerate(mine):
         _same(a, theirs[i])
         assert set(a.keys()) == set(theirs[i].keys())
+
+
+def test_to_pyg_of_a_dict_that_is_no_batch_of_the_loader_is_named():
+    from graph_adapter.sampling.to_pyg import ForeignBatchError
+
+    data = Data(x=torch.randn(10, 2), edge_index=torch.randint(0, 10, (2, 30)))
+    loader = FixedSizeNeighborLoader(data, [2], 4)
+    with pytest.raises(ForeignBatchError, match=r"FixedSizeNeighborLoader.to_pyg: the dict "
+                                                r"lacks \['edge_mask', 'n_id', 'node_mask'\]"):
+        loader.to_pyg({"x": data.x, "edge_index": data.edge_index})
+    with pytest.raises(ForeignBatchError, match="got a Data; pass a padded batch"):
+        loader.to_pyg(data)
+    assert isinstance(ForeignBatchError("x"), ValueError)
