@@ -5,8 +5,10 @@
 * where the sampler is deterministic (every fanout ``-1``; the induced subgraph; whole
   clusters) the unpadded batch equals, key by key and in order, an independent reference
   written here (a breadth-first search over the input edges), and, where torch-sparse is
-  importable (``needs_scatter``), PyG's own ``NeighborLoader`` / ``LinkNeighborLoader``; the
-  cluster loader equals PyG's ``ClusterLoader`` / ``ClusterData`` (no compiled op needed).
+  importable (``needs_scatter``), PyG's own ``NeighborLoader`` / ``LinkNeighborLoader``
+  (hetero: the same node and edge sets; PyG's order of edge types within a hop follows its
+  backend); the cluster loader equals PyG's ``ClusterLoader`` / ``ClusterData`` (no
+  compiled op needed).
 
 PyG orders a node's in-edges by a sort of the destinations: ``torch.sort`` unstable where
 pyg-lib is absent, pyg-lib's radix ``index_sort`` where it is present. Ours keeps input order
@@ -26,8 +28,8 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 from torch_geometric.data import Data
 
-from graph_adapter.sampling import (FixedSizeClusterLoader, FixedSizeLinkNeighborLoader,
-                                    FixedSizeNeighborLoader)
+from graph_adapter.sampling import (FixedSizeClusterLoader, FixedSizeHeteroNeighborLoader,
+                                    FixedSizeLinkNeighborLoader, FixedSizeNeighborLoader)
 from graph_adapter.sampling.to_pyg import sampled_per_hop
 
 SETTINGS = settings(max_examples=15, deadline=None,
@@ -317,3 +319,54 @@ def test_to_pyg_of_a_dict_that_is_no_batch_of_the_loader_is_named():
     with pytest.raises(ForeignBatchError, match="got a Data; pass a padded batch"):
         loader.to_pyg(data)
     assert isinstance(ForeignBatchError("x"), ValueError)
+
+
+@st.composite
+def hetero_graphs(draw):
+    """A random graph of node types ``p`` and ``a`` and three edge types (one with attributes)."""
+    from torch_geometric.data import HeteroData
+
+    n = {"p": draw(st.integers(2, 15)), "a": draw(st.integers(1, 15))}
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2 ** 16)))
+    data = HeteroData()
+    for t, k in n.items():
+        data[t].x = torch.randn(k, 2, generator=g)
+    for src, dst in (("p", "p"), ("p", "a"), ("a", "p")):
+        m = draw(st.integers(0, 3 * n[dst]))
+        data[src, "to", dst].edge_index = torch.stack([
+            torch.randint(0, n[src], (m,), generator=g), torch.randint(0, n[dst], (m,), generator=g)])
+    data["a", "to", "p"].edge_attr = torch.randn(data["a", "to", "p"].num_edges, 3, generator=g)
+    return data
+
+
+@pytest.mark.needs_scatter
+@SETTINGS
+@given(hetero_graphs(), st.integers(1, 2), st.integers(1, 6), st.booleans())
+def test_hetero_batches_hold_pygs_nodes_and_edges(data, hops, batch_size, induced):
+    """Hetero: PyG's order of edge types within a hop follows its backend (torch-sparse walks
+    a hash map of them), so the rows of a type may come in another order; the seeds, every
+    type's node and edge sets and each edge's ends and attributes are PyG's."""
+    from torch_geometric.loader import NeighborLoader
+
+    ours = FixedSizeHeteroNeighborLoader(data, [-1] * hops, batch_size, input_nodes=("p", None),
+                                         directed=not induced, success_ratio=1.0,
+                                         fit_batches=1000, oversize="error")
+    with _pyg_sorts_stable():
+        theirs = list(NeighborLoader(data, num_neighbors=[-1] * hops, batch_size=batch_size,
+                                     input_nodes="p",
+                                     subgraph_type="induced" if induced else "directional"))
+    mine = _batches(ours)
+    assert len(mine) == len(theirs)
+    for a, b in zip(mine, theirs):
+        assert torch.equal(a["p"].input_id, b["p"].input_id)
+        assert a["p"].batch_size == b["p"].batch_size
+        assert torch.equal(a["p"].n_id[:a["p"].batch_size], b["p"].n_id[:b["p"].batch_size])
+        for t in data.node_types:
+            assert sorted(a[t].n_id.tolist()) == sorted(b[t].n_id.tolist()), t
+            assert torch.equal(a[t].x, data[t].x[a[t].n_id])
+        for et in data.edge_types:
+            assert sorted(a[et].e_id.tolist()) == sorted(b[et].e_id.tolist()), et
+            src, _, dst = et
+            glob = torch.stack([a[src].n_id[a[et].edge_index[0]], a[dst].n_id[a[et].edge_index[1]]])
+            assert torch.equal(glob, data[et].edge_index[:, a[et].e_id])
+        assert torch.equal(a["a", "to", "p"].edge_attr, data["a", "to", "p"].edge_attr[a["a", "to", "p"].e_id])
