@@ -11,6 +11,8 @@ One module a job:
 * :mod:`~graph_adapter.sampling.hetero_sample`: the same for heterogeneous graphs;
 * :mod:`~graph_adapter.sampling.settings`: the settings the loaders share,
   one checked object (:class:`SamplingSettings`);
+* :mod:`~graph_adapter.sampling.to_pyg`: a padded batch back to the object PyG's
+  loader yields (``loader.to_pyg(batch)``);
 * :mod:`~graph_adapter.sampling.neighbor` (the loaders' base), :mod:`~graph_adapter.sampling.link`,
   :mod:`~graph_adapter.sampling.cluster`,
   :mod:`~graph_adapter.sampling.hetero_neighbor`: the loaders.
@@ -28,7 +30,8 @@ from .neighbor import (OVERSIZE_POLICIES, FixedSizeNeighborLoader, InputNodesErr
 from .link import NEG_SAMPLING, FixedSizeLinkNeighborLoader, LinkLabelError, LinkLoaderStats
 from .hetero_sample import HeteroSample, fit_hetero_budget, sample_hetero_neighbors, trim_hetero
 from .hetero_neighbor import FixedSizeHeteroNeighborLoader
-from .cluster import (METIS_BACKENDS, ClusterLoaderStats, FixedSizeClusterLoader,
+from .to_pyg import ForeignBatchError, sampled_per_hop, to_pyg
+from .cluster import (METIS_BACKENDS, SPARSE_FORMATS, ClusterLoaderStats, FixedSizeClusterLoader,
                       MetisUnavailableError, PartitionError, edge_cut, metis_available,
                       metis_partition)
 
@@ -41,4 +44,5 @@ __all__ = ["CSC", "ArrayRows", "FanoutError", "Sample", "check_fanouts", "sample
            "FixedSizeHeteroNeighborLoader", "HeteroSample", "fit_hetero_budget",
            "sample_hetero_neighbors", "trim_hetero", "METIS_BACKENDS", "ClusterLoaderStats",
            "FixedSizeClusterLoader", "MetisUnavailableError", "PartitionError", "edge_cut",
-           "metis_available", "metis_partition", "SamplingSettings"]
+           "metis_available", "metis_partition", "SPARSE_FORMATS", "ForeignBatchError",
+           "sampled_per_hop", "to_pyg", "SamplingSettings"]

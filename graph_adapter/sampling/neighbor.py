@@ -389,8 +389,9 @@ class FixedSizeNeighborLoader(Sharded):
                  per_hop_budget: Union[bool, HopBudget, dict, str] = False):
         self._setup(data, num_neighbors, batch_size, SamplingSettings.of(locals()))
         self.seeds = seed_tensor(input_nodes, self.num_nodes)
-        # PyG's input_id: positions in an index input_nodes, node ids for None or a mask
-        self._input_positions = input_nodes is not None and torch.as_tensor(
+        #: whether ``input_nodes`` was an index (PyG's ``input_id``: positions in it), not
+        #: ``None`` or a mask (node ids): ``to_pyg`` reads it
+        self.input_is_index = input_nodes is not None and torch.as_tensor(
             input_nodes).dtype != torch.bool
         self.stats = self._new_stats(0)
         #: the per-hop budget (``per_hop_budget=``; :mod:`graph_adapter.sampling.hops`), else None

@@ -35,10 +35,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
+from ..contract import EDGE_LABEL_TIME, SEED_TIME
 from ..format import (BATCH, DST_NEG_INDEX, DST_POS_INDEX, E_ID, EDGE_LABEL, EDGE_LABEL_INDEX,
-                      EDGE_MASK, INPUT_ID, LINK_KEYS, LINK_MASK, N_ID, NODE_MASK, SEED_MASK,
-                      SEED_OF, SRC_INDEX, compact_hops, has_micro_batch_dim, is_hetero,
-                      is_per_hop, key_of, split_micro_batches)
+                      EDGE_MASK, HOP_EDGES, HOP_NODES, INPUT_ID, LINK_KEYS, LINK_MASK, N_ID,
+                      NODE_MASK, SEED_MASK, SEED_OF, SRC_INDEX, compact_hops,
+                      has_micro_batch_dim, is_hetero, is_per_hop, key_of, split_micro_batches)
 
 __all__ = ["to_pyg", "sampled_per_hop", "ForeignBatchError"]
 
@@ -46,12 +47,12 @@ __all__ = ["to_pyg", "sampled_per_hop", "ForeignBatchError"]
 class ForeignBatchError(ValueError):
     """``loader.to_pyg(d)`` of a dict that is not one of the loader's padded batches."""
 
-#: The attributes PyG's loaders add to a sampled batch (besides ``n_id`` / ``e_id`` and
-#: the supervision keys): the seeds' count and the per-hop counts.
-BATCH_SIZE, NUM_SAMPLED_NODES, NUM_SAMPLED_EDGES = ("batch_size", "num_sampled_nodes",
-                                                    "num_sampled_edges")
+#: The attribute PyG's node loaders add to a sampled batch for its seeds' count (the
+#: per-hop counts are the contract's ``HOP_NODES`` / ``HOP_EDGES``: PyG's names).
+BATCH_SIZE = "batch_size"
+NUM_SAMPLED_NODES, NUM_SAMPLED_EDGES = HOP_NODES, HOP_EDGES
 _EDGE_INDEX = "edge_index"
-_SEED_TIME, _EDGE_LABEL_TIME = "seed_time", "edge_label_time"
+_SEED_TIME, _EDGE_LABEL_TIME = SEED_TIME, EDGE_LABEL_TIME
 _NUM_NODES = "num_nodes"
 
 
@@ -234,7 +235,7 @@ def _per_hop_homo(loader: Any, out: Any, ei: Tensor, n: int, seeds: int,
 def _input_id(loader: Any, seed_ids: Tensor) -> Tensor:
     """PyG's ``input_id``: the seeds' positions in ``input_nodes`` where it was an index,
     else (``None``, a bool mask) their node ids."""
-    if not getattr(loader, "_input_positions", False):
+    if not getattr(loader, "input_is_index", False):
         return seed_ids.clone()
     order = getattr(loader, "seeds")
     srt, perm = torch.sort(order)
