@@ -147,7 +147,7 @@ def _hops(loader: Any) -> Optional[int]:
 
 
 def _bidirectional(loader: Any) -> bool:
-    """PyG's ``subgraph_type="bidirectional"`` drops ``e_id`` and the edge attributes."""
+    """PyG's ``subgraph_type="bidirectional"``: no per-hop counts (its hops are merged)."""
     st = getattr(loader, "subgraph_type", None)
     return str(getattr(st, "value", st)) == "bidirectional"
 
@@ -164,7 +164,6 @@ def _homo(loader: Any, flat: Mapping[str, Tensor]) -> Any:
     n, m = int(flat[NODE_MASK].sum()), int(flat[EDGE_MASK].sum())
     seeds = int(flat[SEED_MASK].sum()) if SEED_MASK in flat else n
     cluster = _is_cluster(loader)
-    bidir = _bidirectional(loader)
     node_attrs = dict(getattr(loader, "node_attrs", {}))
     edge_attrs = dict(getattr(loader, "edge_attrs", {}))
     keep_n = seeds if cluster and getattr(loader, "keep_inter_cluster_edges", False) else n
@@ -181,8 +180,7 @@ def _homo(loader: Any, flat: Mapping[str, Tensor]) -> Any:
         elif k in node_attrs and k in flat:
             out[k] = flat[k][:keep_n]
         elif k in edge_attrs and k in flat:
-            if not bidir:
-                out[k] = flat[k][:m]
+            out[k] = flat[k][:m]
         elif _graph_level(data, k, flat, node_attrs, edge_attrs):
             out[k] = data[k]  # PyG copies a graph-level attribute into every batch
     if _EDGE_INDEX not in out:
@@ -192,7 +190,7 @@ def _homo(loader: Any, flat: Mapping[str, Tensor]) -> Any:
             out.num_nodes = keep_n
         return out
     out[N_ID] = flat[N_ID][:n]
-    if E_ID in flat and not bidir:
+    if E_ID in flat:  # (PyG's bidirectional keeps one id an edge pair; so does the batch)
         out[E_ID] = flat[E_ID][:m]
     if SEED_OF in flat:
         out[BATCH] = flat[SEED_OF][:n]
@@ -309,7 +307,6 @@ def _hetero(loader: Any, flat: Mapping[str, Tensor]) -> Any:
         nts = [t for t in data.node_types if t in nts] + [t for t in nts if t not in data.node_types]
         ets = [tuple(e) for e in data.edge_types if tuple(e) in ets] + \
               [e for e in ets if e not in [tuple(x) for x in data.edge_types]]
-    bidir = _bidirectional(loader)
     out = HeteroData()
     n = {t: int(flat[key_of((t,), NODE_MASK)].sum()) for t in nts}
     m = {e: int(flat[key_of(e, EDGE_MASK)].sum()) for e in ets}
@@ -329,13 +326,13 @@ def _hetero(loader: Any, flat: Mapping[str, Tensor]) -> Any:
     for e in ets:
         ei = flat[key_of(e, _EDGE_INDEX)][:, :m[e]]
         out[e][_EDGE_INDEX] = ei
-        if not bidir:
-            for a in edge_attrs.get(e, {}):
-                k = key_of(e, a)
-                if k in flat:
-                    out[e][a] = flat[k][:m[e]]
-            if key_of(e, E_ID) in flat:
-                out[e][E_ID] = flat[key_of(e, E_ID)][:m[e]]
+        # (a bidirectional type merged with its reverse has no ids, as PyG's: not in the batch)
+        for a in edge_attrs.get(e, {}):
+            k = key_of(e, a)
+            if k in flat:
+                out[e][a] = flat[k][:m[e]]
+        if key_of(e, E_ID) in flat:
+            out[e][E_ID] = flat[key_of(e, E_ID)][:m[e]]
     seed_type = getattr(loader, "seed_type", None)
     seed_mask = {t: flat[key_of((t,), SEED_MASK)] for t in nts if key_of((t,), SEED_MASK) in flat}
     seeds = {t: int(v.sum()) for t, v in seed_mask.items()}
@@ -400,11 +397,14 @@ def _per_hop_hetero(loader: Any, flat: Mapping[str, Tensor], out: Any, nts: Sequ
 
 def _hetero_links(loader: Any, flat: Mapping[str, Tensor], out: Any,
                   stores: Sequence[Tuple[str, ...]]) -> None:
-    """A hetero link batch's supervision keys on the stores that hold them, real slots
-    only (PyG: ``edge_label_index`` / ``edge_label`` / ``input_id`` on the edge type,
-    ``src_index`` / ``dst_pos_index`` / ``dst_neg_index`` on the node types)."""
+    """A hetero link batch's supervision keys, real slots only, on PyG's stores:
+    ``input_id`` / ``edge_label_index`` / ``edge_label`` / ``edge_label_time`` on the
+    edge type; ``src_index`` (and ``seed_time``) on its source node type,
+    ``dst_pos_index`` / ``dst_neg_index`` (and ``seed_time``) on its destination type,
+    wherever the padded batch keeps them."""
     for st in stores:
         s = int(flat[key_of(st, LINK_MASK)].sum())
+        edge = st if len(st) == 3 else None
         for a in (INPUT_ID, EDGE_LABEL_INDEX, EDGE_LABEL, _EDGE_LABEL_TIME, SRC_INDEX,
                   DST_POS_INDEX, DST_NEG_INDEX, _SEED_TIME):
             k = key_of(st, a)
@@ -412,8 +412,19 @@ def _hetero_links(loader: Any, flat: Mapping[str, Tensor], out: Any,
                 continue
             v = flat[k]
             if a == INPUT_ID:
-                out[st if len(st) == 3 else st[0]][a] = v[v >= 0]
+                v = v[v >= 0]
             elif a == EDGE_LABEL_INDEX:
-                out[st if len(st) == 3 else st[0]][a] = v[:, :s]
+                v = v[:, :s]
             else:
-                out[st if len(st) == 3 else st[0]][a] = v[:s]
+                v = v[:s]
+            if edge is None:
+                out[st[0]][a] = v
+            elif a == SRC_INDEX:
+                out[edge[0]][a] = v
+            elif a in (DST_POS_INDEX, DST_NEG_INDEX):
+                out[edge[2]][a] = v
+            elif a == _SEED_TIME:
+                out[edge[0]][a] = v
+                out[edge[2]][a] = v
+            else:
+                out[edge][a] = v
