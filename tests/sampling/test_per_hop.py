@@ -16,7 +16,8 @@ from torch_geometric.data import Data
 from torch_geometric.utils import trim_to_layer
 
 from graph_adapter.format import (EDGE_MASK, GRAPH_MASK, HOP_EDGES, HOP_NODES, NODE_MASK,
-                                  SEED_MASK, hop_budgets, hop_shape, unpad_batch)
+                                  SEED_MASK, hop_budgets, hop_shape, unpad_batch,
+                                  value_problems)
 from graph_adapter.sampling import (FixedSizeNeighborLoader, HopBudget, HopBudgetError,
                                     SubgraphOversizeError, fit_to_hops)
 
@@ -92,6 +93,7 @@ def test_the_per_hop_layout_and_its_trimming(setup):
         sig = sig or _signature(flat)
         assert _signature(flat) == sig  # one signature every batch
         _check_layout(flat, hb)
+        assert value_problems(flat) == []  # every value rule but a sorted batch vector
         x = torch.arange(flat[NODE_MASK].numel())
         ei, ea = flat["edge_index"], torch.arange(flat[EDGE_MASK].numel())
         nodes, edges = list(hb.nodes), list(hb.edges)
