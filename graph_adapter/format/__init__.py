@@ -41,7 +41,7 @@ from .values import (DIAGNOSED, BoundsPlan, Problem, bounds_plan, check_before_c
                      value_problems)
 from .pytree import register_pytree
 from .unpad import AmbiguousLevelError, dim_of, inc_dims, unpad, unpad_batch, unpad_hetero
-from ._hops import compact_hops, is_per_hop, real_hop_counts
+from .unpad import compact_hops, is_per_hop, real_hop_counts
 
 __all__ = (list(keys.__all__) + list(micro.__all__) + list(errors.__all__) + [
     "encode", "decode", "dumps", "base_class", "class_path", "resolve_class",

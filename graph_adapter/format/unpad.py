@@ -7,7 +7,11 @@ the masks' real counts) and padding graphs are dropped, index attributes
 shifted back by their node offsets (PyG's ``__inc__``), and a micro-batched
 dict gives the graphs of every micro-batch in order. With the collator's
 ``schema`` every key comes back exactly; without it, levels are guessed
-from the row counts (``docs/batching.md``).
+from the row counts (``docs/batching.md``). A sampled batch laid out in per-hop
+blocks (``per_hop_budget=``: the ``num_sampled_nodes`` / ``num_sampled_edges``
+keys) is first brought back to the plain layout (:func:`compact_hops`) and its
+graph gets PyG's ``num_sampled_nodes`` / ``num_sampled_edges``: the real count of
+every block.
 """
 from __future__ import annotations
 
@@ -23,10 +27,11 @@ from .keys import (Dim, BATCH, EDGE_MASK, GRAPH_MASK, LAYOUT_KEYS, MASK_OF_LEVEL
 from .micro import has_micro_batch_dim, micro_batch, num_micro_batches, split_micro_batches
 from .spec import Field
 from ._node_sets import PAIR_SEP, set_key, set_masks
-from ._hops import compact_hops, is_per_hop
-from .keys import HOP_EDGES, HOP_NODES
+from ..contract import padding_node
+from .keys import HOP_EDGES, HOP_KEYS, HOP_NODES, cat_dim_of, hop_budgets
 
-__all__ = ["unpad_batch", "unpad_hetero", "inc_dims", "dim_of", "unpad", "AmbiguousLevelError"]
+__all__ = ["unpad_batch", "unpad_hetero", "inc_dims", "dim_of", "unpad", "AmbiguousLevelError",
+           "is_per_hop", "real_hop_counts", "compact_hops"]
 
 
 def dim_of(f: Field) -> Dim:
@@ -384,3 +389,73 @@ def _micro(v: Tensor, i: int, f: int, masks: Mapping[str, List[Tensor]]) -> Tens
     if v.size(0) == f:
         return v[i]
     return v
+
+
+# --------------------------------------------------------------------------
+# Per-hop blocks (FixedSizeNeighborLoader(per_hop_budget=...)) back to the plain layout
+# --------------------------------------------------------------------------
+
+
+def is_per_hop(flat: Mapping[str, Tensor]) -> bool:
+    """Whether ``flat`` (homogeneous) is laid out in per-hop blocks."""
+    return HOP_NODES in flat and HOP_EDGES in flat
+
+
+def _block_sums(mask: Tensor, sizes: List[int]) -> List[int]:
+    """The True entries of ``mask`` in each consecutive block of ``sizes``."""
+    if not sizes:
+        return []
+    return [int(c) for c in torch.stack([b.sum() for b in mask.split(sizes)]).tolist()]
+
+
+def real_hop_counts(flat: Mapping[str, Tensor]) -> Tuple[List[int], List[int]]:
+    """``(real nodes per hop, real edges per hop)`` of a per-hop batch (no micro-batch
+    dim): what PyG's loader reports as ``num_sampled_nodes`` / ``num_sampled_edges``."""
+    nodes = hop_budgets(flat[HOP_NODES].shape)
+    edges = hop_budgets(flat[HOP_EDGES].shape)
+    return _block_sums(flat[NODE_MASK], nodes), _block_sums(flat[EDGE_MASK], edges)
+
+
+def compact_hops(flat: Mapping[str, Tensor]) -> Tuple[Dict[str, Tensor], Tuple[List[int], List[int]]]:
+    """The plain layout of a per-hop batch (no micro-batch dim), and its real per-hop
+    counts (:func:`real_hop_counts`).
+
+    Real rows (edges) keep their order, every block's before the next one's; the
+    padding rows follow; ``edge_index`` is renumbered, padding edges become
+    self-loops on the last row; ``batch`` / ``ptr`` are the plain layout's (real
+    slot, padding slot); the per-hop keys are left out.
+    """
+    counts = real_hop_counts(flat)
+    nm, em = flat[NODE_MASK], flat[EDGE_MASK]
+    N, E, G = nm.numel(), em.numel(), flat[GRAPH_MASK].numel()
+    # stable: real rows stay in block order (each block holds its real rows first)
+    perm_n = torch.sort((~nm).to(torch.uint8), stable=True).indices
+    perm_e = torch.sort((~em).to(torch.uint8), stable=True).indices
+    new_row = torch.empty_like(perm_n)
+    new_row[perm_n] = torch.arange(N)
+    n, m = int(nm.sum()), int(em.sum())
+    out: Dict[str, Tensor] = {}
+    for k, v in flat.items():
+        if k in HOP_KEYS:
+            continue
+        dim = cat_dim_of(k)
+        rows = v.size(dim) if v.dim() else -1
+        lv = levels_of_rows(rows, {"node": N, "edge": E, "graph": G})
+        if k == "edge_index":
+            ei = new_row[v[:, perm_e]]
+            ei[:, m:] = padding_node(N)
+            out[k] = ei
+        elif k in (BATCH, PTR) or k == GRAPH_MASK:
+            out[k] = v
+        elif "edge" in lv and ("node" not in lv or "edge" in k):
+            out[k] = v.index_select(dim, perm_e)
+        elif "node" in lv:
+            out[k] = v.index_select(dim, perm_n)
+        else:
+            out[k] = v
+    # the plain layout's slots: real rows in slot 0, padding in slot 1 (a fill batch
+    # keeps one padding row in slot 0: contract.slot_counts)
+    n0 = max(n, 1)
+    out[BATCH] = (torch.arange(N) >= n0).to(flat[BATCH].dtype)
+    out[PTR] = torch.tensor([0, n0, N], dtype=flat[PTR].dtype)
+    return {k: out[k] for k in flat if k in out}, counts

@@ -8,6 +8,8 @@ One module a job:
   same interface (``sampler="pyg"``);
 * :mod:`~graph_adapter.sampling.sampled`: one sample padded to a budget, and
   the budget fitted to samples;
+* :mod:`~graph_adapter.sampling.hops`: per-hop budgets, one block of rows and
+  edges per hop (``per_hop_budget=``: PyG's ``trim_to_layer`` at static shapes);
 * :mod:`~graph_adapter.sampling.hetero_sample`: the same for heterogeneous graphs;
 * :mod:`~graph_adapter.sampling.settings`: the settings the loaders share,
   one checked object (:class:`SamplingSettings`);
@@ -25,6 +27,7 @@ from .pyg_sampler import (SAMPLERS, PygHeteroNeighborSampler, PygNeighborSampler
                           PygSamplerUnavailableError, pyg_sampler_backend)
 from .sampled import fit_neighbor_budget, pad_sample, trim_sample
 from .settings import SamplingSettings
+from .hops import HopBudget, HopBudgetError, fit_hop_budget, fit_to_hops, pad_per_hop
 from .neighbor import (OVERSIZE_POLICIES, FixedSizeNeighborLoader, InputNodesError,
                        NeighborLoaderStats, SubgraphOversizeError)
 from .link import NEG_SAMPLING, FixedSizeLinkNeighborLoader, LinkLabelError, LinkLoaderStats
@@ -45,4 +48,5 @@ __all__ = ["CSC", "ArrayRows", "FanoutError", "Sample", "check_fanouts", "sample
            "sample_hetero_neighbors", "trim_hetero", "METIS_BACKENDS", "ClusterLoaderStats",
            "FixedSizeClusterLoader", "MetisUnavailableError", "PartitionError", "edge_cut",
            "metis_available", "metis_partition", "SPARSE_FORMATS", "ForeignBatchError",
-           "sampled_per_hop", "to_pyg", "SamplingSettings"]
+           "sampled_per_hop", "to_pyg", "SamplingSettings", "HopBudget", "HopBudgetError",
+           "fit_hop_budget", "fit_to_hops", "pad_per_hop"]

@@ -707,7 +707,8 @@ class FixedSizeNeighborLoader(Sharded):
         if st.trimmed_batches:
             warnings.warn(
                 f"{type(self).__name__} epoch {epoch}: {st.trimmed_batches} of {st.batches} "
-                f"sampled subgraphs exceeded {getattr(self, 'hop_budget', None) or self.budget} and were trimmed (oversize='trim': "
+                f"sampled subgraphs exceeded {getattr(self, 'hop_budget', None) or self.budget} "
+                f"and were trimmed (oversize='trim': "
                 f"{st.trimmed_nodes} farthest-hop nodes and {st.trimmed_edges} edges cut, "
                 f"loader.stats); a larger success_ratio or budget cuts fewer", stacklevel=2)
 

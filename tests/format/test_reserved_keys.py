@@ -29,7 +29,7 @@ def test_format_md_lists_every_reserved_key():
 
 
 def test_the_groups_make_up_the_whole_and_do_not_overlap():
-    groups = [F.RESERVED_KEYS, F.LAYOUT_KEYS, F.SAMPLED_KEYS, F.LINK_KEYS]
+    groups = [F.RESERVED_KEYS, F.LAYOUT_KEYS, F.SAMPLED_KEYS, F.LINK_KEYS, F.HOP_KEYS]
     assert sum(map(len, groups)) == len(set(F.ALL_RESERVED_KEYS)) == len(F.ALL_RESERVED_KEYS)
     assert not {F.OUTPUT_KEY, F.LOSS_KEY} & set(F.ALL_RESERVED_KEYS)
 
