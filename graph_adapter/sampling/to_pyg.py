@@ -200,8 +200,9 @@ def _homo(loader: Any, flat: Mapping[str, Tensor]) -> Any:
         return out
     out[INPUT_ID] = _input_id(loader, flat[N_ID][:seeds])
     out[BATCH_SIZE] = seeds
-    if getattr(loader, "time_attr", None) is not None and _SEED_TIME in flat:
-        out[_SEED_TIME] = flat[_SEED_TIME][:seeds]
+    seed_time = _seed_time(loader, flat, flat[N_ID][:seeds], None)
+    if seed_time is not None:
+        out[_SEED_TIME] = seed_time
     if not node_attrs or (data is not None and _NUM_NODES in data.keys()):
         out.num_nodes = n
     return out
@@ -228,6 +229,25 @@ def _per_hop_homo(loader: Any, out: Any, ei: Tensor, n: int, seeds: int,
     if hops is None or _bidirectional(loader):
         return
     out[NUM_SAMPLED_NODES], out[NUM_SAMPLED_EDGES] = sampled_per_hop(ei, n, seeds, hops)
+
+
+def _seed_time(loader: Any, flat: Mapping[str, Tensor], seed_ids: Tensor,
+               seed_type: Optional[str]) -> Optional[Tensor]:
+    """PyG's ``seed_time`` of a temporal node batch: each seed's ``input_time``, else its
+    node time; ``None`` where the loader samples without time."""
+    if getattr(loader, "time_attr", None) is None:
+        return None
+    k = key_of((seed_type,) if seed_type else (), _SEED_TIME)
+    if k in flat:
+        return flat[k][:seed_ids.numel()]
+    lookup = getattr(loader, "seed_times_of", None)
+    t = lookup(seed_ids) if lookup is not None else None
+    if t is not None:
+        return t
+    node_time = getattr(loader, "node_time", None)
+    if isinstance(node_time, Mapping):
+        node_time = node_time.get(seed_type)
+    return None if node_time is None else node_time[seed_ids]
 
 
 def _input_id(loader: Any, seed_ids: Tensor) -> Tensor:
@@ -348,6 +368,9 @@ def _hetero(loader: Any, flat: Mapping[str, Tensor]) -> Any:
         b = seeds.get(seed_type, 0)
         out[seed_type][INPUT_ID] = _input_id(loader, out[seed_type][N_ID][:b])
         out[seed_type][BATCH_SIZE] = b
+        seed_time = _seed_time(loader, flat, out[seed_type][N_ID][:b], seed_type)
+        if seed_time is not None:
+            out[seed_type][_SEED_TIME] = seed_time
     return out
 
 

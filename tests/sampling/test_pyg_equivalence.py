@@ -19,6 +19,7 @@ one only the order of one node's in-edges (and the new nodes they bring) may dif
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from typing import Dict, List, Tuple
 from unittest import mock
@@ -370,3 +371,27 @@ def test_hetero_batches_hold_pygs_nodes_and_edges(data, hops, batch_size, induce
             glob = torch.stack([a[src].n_id[a[et].edge_index[0]], a[dst].n_id[a[et].edge_index[1]]])
             assert torch.equal(glob, data[et].edge_index[:, a[et].e_id])
         assert torch.equal(a["a", "to", "p"].edge_attr, data["a", "to", "p"].edge_attr[a["a", "to", "p"].e_id])
+
+
+HAS_TIME = "time_attr" in inspect.signature(FixedSizeNeighborLoader.__init__).parameters
+
+
+@pytest.mark.xfail(not HAS_TIME, strict=True, reason="needs time_attr / input_time in the "
+                                                     "node loader")
+@SETTINGS
+@given(graphs(), st.integers(1, 6), st.booleans(), st.booleans())
+def test_temporal_batches_carry_pygs_seed_time(data, batch_size, shuffle, given_times):
+    """PyG's temporal batch: ``seed_time`` (``input_time``, else the seeds' node times), and
+    no sampled row of a seed's tree later than it (``batch``: temporal sampling is disjoint;
+    the seed itself is its tree's root whatever its own time)."""
+    n = data.num_nodes
+    g = torch.Generator().manual_seed(n)
+    data.time = torch.randint(0, 10, (n,), generator=g)
+    input_time = torch.randint(0, 10, (n,), generator=g) if given_times else None
+    loader = FixedSizeNeighborLoader(data, [2, 2], batch_size, time_attr="time",
+                                     input_time=input_time, shuffle=shuffle)
+    for b in _batches(loader):
+        want = (input_time if given_times else data.time)[b.input_id]
+        assert torch.equal(b.seed_time, want)
+        k = b.batch_size
+        assert bool((b.time[k:] <= b.seed_time[b.batch[k:]]).all())
