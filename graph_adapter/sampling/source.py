@@ -36,7 +36,7 @@ from torch import Tensor
 from ..contract import E_ID, N_ID, RESERVED_KEYS, SAMPLED_KEYS, key_of
 
 __all__ = ["Rows", "NumpyRows", "StoreRows", "rows_of", "gather_rows", "GraphInput",
-           "graph_input", "is_store_pair", "warn_excluded", "check_reserved", "ExcludedAttributeWarning",
+           "graph_input", "hetero_store_view", "is_store_pair", "warn_excluded", "check_reserved", "ExcludedAttributeWarning",
            "GraphStructureError", "FeatureStoreError", "ReservedAttributeError"]
 
 
@@ -161,6 +161,8 @@ def rows_of(value: Any) -> Optional[AttrValue]:
     """``value`` as something :func:`gather_rows` gathers: a dense tensor as it is, a
     numpy array (memmap too) of a dtype torch has as :class:`NumpyRows`; ``None``
     where no batch can hold it (a string, a list, a sparse tensor, an object array)."""
+    if isinstance(value, Rows):
+        return value
     if isinstance(value, Tensor):
         return value if value.layout == torch.strided and value.dim() > 0 else None
     if isinstance(value, np.ndarray) and value.ndim > 0:
@@ -438,8 +440,8 @@ def store_input(feature_store: Any, graph_store: Any, owner: str) -> GraphInput:
     if any(a.edge_type is not None for a in edge_attrs):
         raise FeatureStoreError(
             f"{owner}: the graph store holds typed edges "
-            f"{sorted({str(a.edge_type) for a in edge_attrs})}: a heterogeneous store; this "
-            f"loader reads edge_type=None (homogeneous)")
+            f"{sorted({str(a.edge_type) for a in edge_attrs})}: a heterogeneous store; use "
+            f"FixedSizeHeteroNeighborLoader for it (this loader reads edge_type=None)")
     first = edge_attrs[0]
     edge_index = _stored_edges(graph_store, first)
     columns = list(feature_store.get_all_tensor_attrs())
@@ -463,3 +465,62 @@ def store_input(feature_store: Any, graph_store: Any, owner: str) -> GraphInput:
             continue
         graph.node[attr.attr_name] = _store_column(feature_store, attr, num_nodes, owner)
     return graph
+
+
+def _type_sizes(edge_attrs: List[Any]) -> Dict[str, int]:
+    """Node counts per node type from the graph store's edge sizes (PyG's
+    ``remote_backend_utils``: the first size naming the type)."""
+    sizes: Dict[str, int] = {}
+    for a in edge_attrs:
+        if a.size is not None:
+            sizes.setdefault(a.edge_type[0], int(a.size[0]))
+            sizes.setdefault(a.edge_type[-1], int(a.size[-1]))
+    return sizes
+
+
+def hetero_store_view(feature_store: Any, graph_store: Any, owner: str) -> Any:
+    """A heterogeneous ``(FeatureStore, GraphStore)`` as a ``HeteroData`` the hetero
+    loader samples: each edge type's ``edge_index`` from the graph store (stored
+    order: ``e_id`` is a stored position), each node type's ``num_nodes`` (the
+    store's edge sizes, else its columns' rows), each feature-store column as a
+    :class:`StoreRows` (read by row per batch, never whole): node types' columns
+    by ``n_id``, an edge type's (one row per stored edge) by ``e_id``.
+
+    Raises:
+        FeatureStoreError: an untyped (homogeneous) graph store, no edges, or a node
+            type whose count is unknown.
+    """
+    from torch_geometric.data import HeteroData, TensorAttr
+
+    edge_attrs = list(graph_store.get_all_edge_attrs())
+    if not edge_attrs or any(a.edge_type is None for a in edge_attrs):
+        raise FeatureStoreError(f"{owner}: the graph store holds "
+                                f"{'no edges' if not edge_attrs else 'untyped edges'}: the "
+                                f"hetero loader reads edges put with edge_type=(src, rel, dst)")
+    columns = list(feature_store.get_all_tensor_attrs())
+    sizes = _type_sizes(edge_attrs)
+    for c in columns:
+        if isinstance(c.group_name, str) and c.group_name not in sizes:
+            size = feature_store.get_tensor_size(TensorAttr(c.group_name, c.attr_name, None))
+            sizes[c.group_name] = int(size[0])
+    h = HeteroData()
+    for a in edge_attrs:
+        for t in (a.edge_type[0], a.edge_type[-1]):
+            if t not in sizes:
+                raise FeatureStoreError(
+                    f"{owner}: node type {t!r} of edge type {a.edge_type} has an unknown "
+                    f"count: put its edges with size=(num_src, num_dst) or a column of it")
+        et = tuple(a.edge_type)
+        if "edge_index" not in h[et]:  # the first stored layout of a type, as PyG's
+            h[et].edge_index = _stored_edges(graph_store, a)
+    for t, n in sizes.items():
+        h[t].num_nodes = n
+    for c in columns:
+        group = tuple(c.group_name) if isinstance(c.group_name, (tuple, list)) else c.group_name
+        need = int(h[group].num_edges) if isinstance(group, tuple) else sizes.get(group)
+        if need is None:  # a group None column beside typed edges: no node type to read it
+            raise FeatureStoreError(f"{owner}: feature-store column ({c.group_name!r}, "
+                                    f"{c.attr_name!r}) names no node or edge type of the graph "
+                                    f"store {sorted(sizes)}")
+        h[group][c.attr_name] = _store_column(feature_store, c, need, owner)
+    return h
