@@ -9,6 +9,11 @@ One module a job:
 * :mod:`~graph_adapter.sampling.sampled`: one sample padded to a budget, and
   the budget fitted to samples;
 * :mod:`~graph_adapter.sampling.hetero_sample`: the same for heterogeneous graphs;
+* :mod:`~graph_adapter.sampling.source`: where a batch's rows come from (tensors,
+  numpy arrays and memmaps, PyG ``FeatureStore`` columns) and what a loader samples
+  from (``edge_index``, ``adj`` / ``adj_t``, a ``(FeatureStore, GraphStore)`` pair);
+* :mod:`~graph_adapter.sampling.stores`: :class:`MemmapFeatureStore`, features on
+  disk behind PyG's ``FeatureStore`` protocol;
 * :mod:`~graph_adapter.sampling.settings`: the settings the loaders share,
   one checked object (:class:`SamplingSettings`);
 * :mod:`~graph_adapter.sampling.neighbor` (the loaders' base), :mod:`~graph_adapter.sampling.link`,
@@ -21,6 +26,9 @@ numpy and PyG; never a later stage.
 from .csr import CSC, ArrayRows, FanoutError, Sample, check_fanouts, sample_neighbors
 from .pyg_sampler import (SAMPLERS, PygHeteroNeighborSampler, PygNeighborSampler,
                           PygSamplerUnavailableError, pyg_sampler_backend)
+from .source import (ExcludedAttributeWarning, FeatureStoreError, GraphStructureError,
+                     ReservedAttributeError, RowSource, gather_rows)
+from .stores import MemmapFeatureStore, MemmapStoreError
 from .sampled import fit_neighbor_budget, pad_sample, trim_sample
 from .settings import SamplingSettings
 from .neighbor import (OVERSIZE_POLICIES, FixedSizeNeighborLoader, InputNodesError,
@@ -41,4 +49,7 @@ __all__ = ["CSC", "ArrayRows", "FanoutError", "Sample", "check_fanouts", "sample
            "FixedSizeHeteroNeighborLoader", "HeteroSample", "fit_hetero_budget",
            "sample_hetero_neighbors", "trim_hetero", "METIS_BACKENDS", "ClusterLoaderStats",
            "FixedSizeClusterLoader", "MetisUnavailableError", "PartitionError", "edge_cut",
-           "metis_available", "metis_partition", "SamplingSettings"]
+           "metis_available", "metis_partition", "SamplingSettings",
+           "ExcludedAttributeWarning", "FeatureStoreError", "GraphStructureError",
+           "ReservedAttributeError", "RowSource", "gather_rows", "MemmapFeatureStore",
+           "MemmapStoreError"]

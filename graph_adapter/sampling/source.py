@@ -11,7 +11,7 @@ edge-level attributes. Those attributes live in different places:
   ``feature_store.multi_get_tensor`` call a batch, its ``TensorAttr.index`` the
   batch's node ids.
 
-:class:`Rows` is the one abstraction over the last two (a tensor is gathered
+:class:`RowSource` is the one abstraction over the last two (a tensor is gathered
 as it is); :func:`gather_rows` gathers a dict of them for one batch, padded to
 the budget's row count. :func:`graph_input` reads what a loader samples from:
 a ``Data`` (its ``edge_index``, or PyG's ``adj`` / ``adj_t`` sparse tensors, or
@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ..contract import E_ID, N_ID, RESERVED_KEYS, SAMPLED_KEYS, key_of
 
-__all__ = ["Rows", "NumpyRows", "StoreRows", "rows_of", "gather_rows", "GraphInput",
+__all__ = ["RowSource", "NumpyRows", "StoreRows", "rows_of", "gather_rows", "GraphInput",
            "graph_input", "hetero_store_view", "is_store_pair", "warn_excluded", "check_reserved", "ExcludedAttributeWarning",
            "GraphStructureError", "FeatureStoreError", "ReservedAttributeError"]
 
@@ -60,11 +60,11 @@ class ReservedAttributeError(ValueError):
     cannot take (PyG's ``n_id`` / ``e_id`` override: one integer per node / edge)."""
 
 
-AttrValue = Union[Tensor, "Rows"]
+AttrValue = Union[Tensor, "RowSource"]
 
 
 # ------------------------------------------------------------------- rows of one attribute
-class Rows:
+class RowSource:
     """Rows of one attribute that a batch gathers by index, wherever they live.
 
     Attributes: ``num_rows``, ``trailing`` (the shape after the row dim),
@@ -89,7 +89,7 @@ class Rows:
         return self.gather(torch.as_tensor(idx).long().view(-1))
 
 
-class NumpyRows(Rows):
+class NumpyRows(RowSource):
     """An ``np.ndarray`` or ``np.memmap``: ``np.take`` of the requested rows only (a
     memmap reads the pages of those rows, never the whole file). A memmap pickles as
     its file name, dtype, shape and offset (reopened read-only), not as its data, so
@@ -126,7 +126,7 @@ class NumpyRows(Rows):
                                    offset=offset, order=order)
 
 
-class StoreRows(Rows):
+class StoreRows(RowSource):
     """One column of a PyG ``FeatureStore`` (``group_name``, ``attr_name``); gathered by
     :func:`gather_rows` in one ``multi_get_tensor`` call per store and batch."""
 
@@ -161,7 +161,7 @@ def rows_of(value: Any) -> Optional[AttrValue]:
     """``value`` as something :func:`gather_rows` gathers: a dense tensor as it is, a
     numpy array (memmap too) of a dtype torch has as :class:`NumpyRows`; ``None``
     where no batch can hold it (a string, a list, a sparse tensor, an object array)."""
-    if isinstance(value, Rows):
+    if isinstance(value, RowSource):
         return value
     if isinstance(value, Tensor):
         return value if value.layout == torch.strided and value.dim() > 0 else None
@@ -184,7 +184,7 @@ def _gather_into(v: Tensor, idx: Tensor, rows: int) -> Tensor:
     return t
 
 
-def _padded(got: Tensor, src: Rows, rows: int) -> Tensor:
+def _padded(got: Tensor, src: RowSource, rows: int) -> Tensor:
     n = int(got.shape[0])
     t = torch.zeros((rows,) + tuple(src.trailing), dtype=src.dtype)
     if n:
@@ -388,8 +388,9 @@ def graph_input(data: Any, owner: str) -> GraphInput:
     """
     if is_store_pair(data):
         return store_input(data[0], data[1], owner)
+    num_nodes = _num_nodes(data, owner)
     edge_index, structure = _data_edges(data, owner)
-    graph = GraphInput(_num_nodes(data, owner), edge_index, structure=structure)
+    graph = GraphInput(num_nodes, edge_index, structure=structure)
     _data_attributes(data, graph, ("edge_index", "adj", "adj_t", "num_nodes"))
     return graph
 
