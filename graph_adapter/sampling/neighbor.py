@@ -443,7 +443,7 @@ class FixedSizeNeighborLoader(Sharded):
         if self._pyg is None:
             with self._sampling_threads():  # its sorts are small chunks too (1M nodes: 3.5x
                 # slower at 2 threads than at 1 on the loaded 2-core box, large_graphs.md)
-                self.csc = CSC.from_edge_index(graph.edge_index, self.num_nodes)
+                self.csc = graph.csc()  # CSC.from_edge_index of the graph's edges
 
     def _keep_settings(self, batch_size: int, settings: SamplingSettings) -> None:
         """Check ``batch_size`` and the shared settings; keep them as attributes (``rank``

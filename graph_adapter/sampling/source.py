@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from ..contract import E_ID, N_ID, RESERVED_KEYS, SAMPLED_KEYS, key_of
+from .csr import CSC
 
 __all__ = ["RowSource", "NumpyRows", "StoreRows", "rows_of", "gather_rows", "GraphInput",
            "graph_input", "hetero_store_view", "is_store_pair", "warn_excluded", "check_reserved", "ExcludedAttributeWarning",
@@ -293,6 +294,17 @@ class GraphInput:
     edge: Dict[str, AttrValue] = field(default_factory=dict)
     excluded: Dict[str, str] = field(default_factory=dict)
     structure: str = "edge_index"
+    #: the input's own int64 source tensor equal to ``edge_index[0]`` where there is one
+    #: (a graph store's COO / CSC row): the CSC keeps it instead of a copy
+    src: Optional[Tensor] = None
+
+    def csc(self) -> CSC:
+        """The CSC the loader samples (its ``src`` a view of the input's own sources
+        where it has them, so a store's edges are not held twice)."""
+        csc = CSC.from_edge_index(self.edge_index, self.num_nodes)
+        if self.src is not None:
+            csc.src = self.src
+        return csc
 
     def structure_data(self) -> Any:
         """A ``Data`` holding the edges and node count only (PyG's own sampler's input)."""
@@ -396,15 +408,18 @@ def graph_input(data: Any, owner: str) -> GraphInput:
 
 
 # ------------------------------------------------------------------- PyG's remote backend
-def _stored_edges(graph_store: Any, attr: Any) -> Tensor:
-    """One stored edge attr's ``[source, destination]`` in its stored order."""
+def _stored_edges(graph_store: Any, attr: Any) -> Tuple[Tensor, Optional[Tensor]]:
+    """One stored edge attr's ``[source, destination]`` in its stored order, and the
+    store's own source tensor where it is one (int64, 1-d: COO and CSC layouts)."""
     row, col = graph_store.get_edge_index(attr)
     layout = getattr(attr.layout, "value", attr.layout)
     if layout == "csr":
         row = _ptr2index(row)
     elif layout == "csc":
         col = _ptr2index(col)
-    return torch.stack([torch.as_tensor(row).long(), torch.as_tensor(col).long()])
+    row, col = torch.as_tensor(row), torch.as_tensor(col)
+    own = row if row.dtype == torch.long and row.dim() == 1 and layout != "csr" else None
+    return torch.stack([row.long(), col.long()]), own
 
 
 def _store_column(feature_store: Any, attr: Any, num_nodes: int, owner: str) -> StoreRows:
@@ -444,7 +459,7 @@ def store_input(feature_store: Any, graph_store: Any, owner: str) -> GraphInput:
             f"{sorted({str(a.edge_type) for a in edge_attrs})}: a heterogeneous store; use "
             f"FixedSizeHeteroNeighborLoader for it (this loader reads edge_type=None)")
     first = edge_attrs[0]
-    edge_index = _stored_edges(graph_store, first)
+    edge_index, own_src = _stored_edges(graph_store, first)
     columns = list(feature_store.get_all_tensor_attrs())
     if first.size is not None:
         num_nodes = int(max(first.size))
@@ -454,7 +469,8 @@ def store_input(feature_store: Any, graph_store: Any, owner: str) -> GraphInput:
     else:
         raise FeatureStoreError(f"{owner}: the node count is unknown: give the graph store's "
                                 f"edges a size=(num_nodes, num_nodes)")
-    graph = GraphInput(num_nodes, edge_index, structure=f"graph store ({first.layout})")
+    graph = GraphInput(num_nodes, edge_index, structure=f"graph store ({first.layout})",
+                       src=own_src)
     if edge_index.numel() and int(edge_index.max()) >= num_nodes:
         raise FeatureStoreError(f"{owner}: the graph store's edges reach node "
                                 f"{int(edge_index.max())}; its size says {num_nodes} nodes")
@@ -513,7 +529,7 @@ def hetero_store_view(feature_store: Any, graph_store: Any, owner: str) -> Any:
                     f"count: put its edges with size=(num_src, num_dst) or a column of it")
         et = tuple(a.edge_type)
         if "edge_index" not in h[et]:  # the first stored layout of a type, as PyG's
-            h[et].edge_index = _stored_edges(graph_store, a)
+            h[et].edge_index = _stored_edges(graph_store, a)[0]
     for t, n in sizes.items():
         h[t].num_nodes = n
     for c in columns:
