@@ -107,7 +107,9 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
     """Yields padded hetero flat dicts of one signature (see the module docstring).
 
     Args:
-        data: a ``torch_geometric.data.HeteroData`` (one large graph).
+        data: a ``torch_geometric.data.HeteroData`` (one large graph), or PyG's
+            ``(FeatureStore, GraphStore)`` pair with typed edges (features read
+            by row per batch, :func:`~graph_adapter.sampling.source.hetero_store_view`).
         num_neighbors: ``{edge_type: [k_1, ..., k_H]}`` or one list for all edge types.
         batch_size: seeds per batch.
         input_nodes: ``(node_type, index | bool mask | None)``: the seeds, of one type.

@@ -37,7 +37,7 @@ from ..contract import E_ID, N_ID, RESERVED_KEYS, SAMPLED_KEYS, key_of
 from .csr import CSC
 
 __all__ = ["RowSource", "NumpyRows", "StoreRows", "rows_of", "gather_rows", "GraphInput",
-           "graph_input", "hetero_store_view", "is_store_pair", "warn_excluded", "check_reserved", "ExcludedAttributeWarning",
+           "graph_input", "input_edge_index", "hetero_store_view", "is_store_pair", "warn_excluded", "check_reserved", "ExcludedAttributeWarning",
            "GraphStructureError", "FeatureStoreError", "ReservedAttributeError"]
 
 
@@ -405,6 +405,21 @@ def graph_input(data: Any, owner: str) -> GraphInput:
     graph = GraphInput(num_nodes, edge_index, structure=structure)
     _data_attributes(data, graph, ("edge_index", "adj", "adj_t", "num_nodes"))
     return graph
+
+
+def input_edge_index(data: Any, owner: str = "the loader") -> Tensor:
+    """``[source, destination]`` of a homogeneous loader's input, whatever it is: a
+    ``Data``'s ``edge_index`` (itself), its ``adj`` / ``adj_t`` in stored order, a
+    graph store's stored edges; what a loader reads where it would read
+    ``data.edge_index`` (default supervision edges, METIS)."""
+    if is_store_pair(data):
+        edge_attrs = list(data[1].get_all_edge_attrs())
+        if not edge_attrs:
+            raise FeatureStoreError(f"{owner}: the graph store holds no edges")
+        return _stored_edges(data[1], edge_attrs[0])[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the no-edge warning: the loader's own gave it
+        return _data_edges(data, owner)[0]
 
 
 # ------------------------------------------------------------------- PyG's remote backend

@@ -244,3 +244,14 @@ def test_memmap_store_in_worker_processes(tmp_path):
     got = FixedSizeNeighborLoader((fs, gs), [3, 3], batch_size=16, budget=ref.budget,
                                   num_workers=2)
     _same_batches(ref, got)
+
+
+def test_input_edge_index_reads_every_input_kind():
+    from graph_adapter.sampling.source import input_edge_index
+
+    ei = torch.randint(0, 10, (2, 30))
+    data = Data(x=torch.randn(10, 2), edge_index=ei)
+    assert input_edge_index(data) is ei
+    gs = MyGraphStore()
+    stored = _put_edges(gs, ei, 10, "csr")
+    assert torch.equal(input_edge_index((MyFeatureStore(), gs)), stored)
