@@ -114,8 +114,10 @@ def test_the_loader_asks_the_store_for_batch_rows_only(tmp_path):
     assert sum(a.numel() for a in asked) == real  # the real rows, nothing else
 
 
-def test_hetero_store_pair_as_pygs_custom_hetero_test():
-    fs, gs, data = MyFeatureStore(), MyGraphStore(), HeteroData()
+@pytest.mark.parametrize("ours", [False, True])
+def test_hetero_store_pair_as_pygs_custom_hetero_test(tmp_path, ours):
+    fs = MemmapFeatureStore(str(tmp_path)) if ours else MyFeatureStore()
+    gs, data = MyGraphStore(), HeteroData()
     for t, n in (("paper", 30), ("author", 20)):
         data[t].x = torch.randn(n, 3)
         fs.put_tensor(data[t].x, group_name=t, attr_name="x", index=None)
@@ -138,6 +140,10 @@ def test_hetero_store_pair_as_pygs_custom_hetero_test():
             ptr = torch.cat([torch.zeros(1, dtype=torch.long), cnt.cumsum(0)])
             pair = (ptr, stored[1]) if layout == "csr" else (stored[0], ptr)
             gs.put_edge_index(pair, edge_type=et, layout=layout, size=(ns, nd))
+    # an edge type's column, one row per stored edge: read by e_id (PyG leaves it out)
+    et = ("paper", "to", "author")
+    data[et].w = torch.randn(data[et].edge_index.size(1), 2)
+    fs.put_tensor(data[et].w, group_name=et, attr_name="w", index=None)
     ref = FixedSizeHeteroNeighborLoader(data, [-1, 2], 8, input_nodes=("paper", range(30)))
     got = FixedSizeHeteroNeighborLoader((fs, gs), [-1, 2], 8, input_nodes=("paper", range(30)),
                                         budget=ref.budget)

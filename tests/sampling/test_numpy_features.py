@@ -257,3 +257,18 @@ def test_an_unreadable_adj_t_is_a_named_error():
     data = Data(x=torch.randn(5, 2), adj_t=torch.ones(5, 5))
     with pytest.raises(GraphStructureError, match="adj_t.*SparseTensor"):
         FixedSizeNeighborLoader(data, [3], batch_size=2)
+
+
+@pytest.mark.parametrize("dtype", ["f2", "i1", "u1", "?", "u2", "u4", "f8", "i4", ">f4", "c8"])
+def test_gather_rows_keeps_every_numpy_dtype_torch_has(dtype):
+    a = (np.arange(20).reshape(5, 4) % 3).astype(dtype)
+    got = gather_rows({"a": rows_of(a)}, torch.tensor([3, 0, 2]), rows=6)["a"]
+    assert np.array_equal(got[:3].numpy(), a[[3, 0, 2]]) and bool((got[3:] == 0).all())
+
+
+def test_gather_rows_of_strided_and_fortran_arrays():
+    base = np.arange(40, dtype=np.float32).reshape(5, 8)
+    for a in (base[:, ::2], np.asfortranarray(base)):
+        got = gather_rows({"a": rows_of(a)}, torch.tensor([4, 1]))["a"]
+        assert np.array_equal(got.numpy(), a[[4, 1]])
+    assert rows_of(np.array(["a", "b"])) is None and rows_of(np.float32(3)) is None
