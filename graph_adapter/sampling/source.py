@@ -37,8 +37,10 @@ from ..contract import E_ID, N_ID, RESERVED_KEYS, SAMPLED_KEYS, key_of
 from .csr import CSC
 
 __all__ = ["RowSource", "NumpyRows", "StoreRows", "rows_of", "gather_rows", "GraphInput",
-           "graph_input", "input_edge_index", "hetero_store_view", "is_store_pair", "warn_excluded", "check_reserved", "ExcludedAttributeWarning",
-           "GraphStructureError", "FeatureStoreError", "ReservedAttributeError"]
+           "graph_input", "input_edge_index", "hetero_store_view", "is_store_pair",
+           "warn_excluded", "check_reserved", "describe", "sparse_edge_index",
+           "store_input", "ExcludedAttributeWarning", "GraphStructureError",
+           "FeatureStoreError", "ReservedAttributeError"]
 
 
 class ExcludedAttributeWarning(UserWarning):
@@ -381,7 +383,9 @@ def _data_attributes(data: Any, graph: GraphInput, skip: Tuple[str, ...]) -> Non
         r = rows_of(v)
         if r is None:
             graph.excluded[k] = f"a {describe(v)}: not a tensor or numpy array of rows"
-        elif r.shape[0] == graph.num_nodes and data.is_node_attr(k):
+        elif k == E_ID and r.shape[0] == num_edges:  # by its name where the counts tie
+            graph.edge[k] = r
+        elif r.shape[0] == graph.num_nodes and (k == N_ID or data.is_node_attr(k)):
             graph.node[k] = r
         elif r.shape[0] == num_edges and data.is_edge_attr(k):
             graph.edge[k] = r

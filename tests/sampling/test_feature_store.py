@@ -205,7 +205,8 @@ def test_memmap_store_create_tensor_fills_in_chunks(tmp_path):
 def test_memmap_store_refuses_a_partial_put(tmp_path):
     fs = MemmapFeatureStore(str(tmp_path))
     with pytest.raises(MemmapStoreError, match="whole columns"):
-        fs.put_tensor(torch.randn(3, 2), group_name=None, attr_name="x", index=torch.tensor([5, 6, 7]))
+        fs.put_tensor(torch.randn(3, 2), group_name=None, attr_name="x",
+                      index=torch.tensor([5, 6, 7]))
 
 
 @pytest.mark.parametrize("mutate, match", [
