@@ -75,8 +75,8 @@ from .settings import SamplingSettings
 from .neighbor import (FixedSizeNeighborLoader, InputNodesError,
                        NeighborLoaderStats, SubgraphOversizeError, seed_tensor,
                        check_hetero_fanouts, chunk_seed)
-from .source import (AttrValue, check_reserved, describe, gather_rows, rows_of,
-                     warn_excluded)
+from .source import (AttrValue, StoreRows, check_reserved, describe, gather_rows,
+                     hetero_store_view, is_store_pair, rows_of, warn_excluded)
 # the sampling itself, before padding
 from .hetero_sample import (EdgeType, HeteroSample, fit_hetero_budget, key_of,
                             sample_hetero_neighbors, trim_hetero)
@@ -107,7 +107,9 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
     """Yields padded hetero flat dicts of one signature (see the module docstring).
 
     Args:
-        data: a ``torch_geometric.data.HeteroData`` (one large graph).
+        data: a ``torch_geometric.data.HeteroData`` (one large graph), or PyG's
+            ``(FeatureStore, GraphStore)`` pair with typed edges (features read
+            by row per batch, :func:`~graph_adapter.sampling.source.hetero_store_view`).
         num_neighbors: ``{edge_type: [k_1, ..., k_H]}`` or one list for all edge types.
         batch_size: seeds per batch.
         input_nodes: ``(node_type, index | bool mask | None)``: the seeds, of one type.
@@ -163,10 +165,13 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
                  sampler: str = "ours"):
         name = type(self).__name__
-        if not (hasattr(data, "node_types") and hasattr(data, "edge_types")):
+        hetero = hasattr(data, "node_types") and hasattr(data, "edge_types")
+        if not (hetero or is_store_pair(data)):
             raise TypeError(f"{name} samples HeteroData; for a homogeneous graph use "
                             f"FixedSizeNeighborLoader")
         # prefetch: the homogeneous loader's background thread, not offered here (0)
+        if is_store_pair(data):  # PyG's remote backend: edges read, features left in the store
+            data = hetero_store_view(data[0], data[1], name)
         self._keep_settings(batch_size, SamplingSettings.of(locals()))
         self.data, self._pyg, self.csc = data, None, None
         self.edge_types: List[EdgeType] = [tuple(et) for et in data.edge_types]
@@ -241,7 +246,9 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
             if k in ("edge_index", "adj", "adj_t", "num_nodes"):
                 continue
             r = rows_of(v)
-            if r is not None and len(r.shape) > 0 and r.shape[0] == rows:
+            # a feature-store column may hold more rows than the graph store's nodes (PyG's)
+            if r is not None and (r.shape[0] == rows or
+                                  (isinstance(r, StoreRows) and r.shape[0] >= rows)):
                 out[k] = r
             else:
                 shape = f" of shape {list(r.shape)}" if r is not None else ""

@@ -20,10 +20,11 @@ out one graph (bit for bit: ``tests/sampling/test_neighbor.py`` checks it):
   ``seed_mask`` True on the seed rows (a node-level mask with the node count,
   so FORMAT's level rules read it as node-level; it is not a reserved name),
   ``seed_of`` with ``disjoint=True``: the seed position of each row's tree;
-* every node-level tensor attribute of the graph (``x``, ``y``,
-  ``train_mask``, ...) gathered by ``n_id``, every edge-level one
-  (``edge_attr``, ...) by ``e_id``; graph-level attributes are left out
-  (listed in ``excluded_keys``).
+* every node-level attribute of the graph (``x``, ``y``, ``train_mask``, ...;
+  a tensor, a numpy array or memmap, or a ``FeatureStore`` column) gathered by
+  ``n_id``, every edge-level one (``edge_attr``, ...) by ``e_id``, the batch's
+  rows only (:mod:`graph_adapter.sampling.source`); graph-level attributes are
+  left out (listed in ``excluded_keys``, warned about once).
 
 Loss and outputs on the seed rows only: the masked helpers of
 :mod:`graph_adapter.nn.losses` with the seed mask,
@@ -282,7 +283,9 @@ class FixedSizeNeighborLoader(Sharded):
     """Yields padded flat dicts of one signature, each the subgraph sampled around a seed batch.
 
     Args:
-        data: a homogeneous ``torch_geometric.data.Data`` (one large graph).
+        data: a homogeneous ``torch_geometric.data.Data`` (one large graph; its
+            edges ``edge_index``, ``adj`` or ``adj_t``), or PyG's
+            ``(FeatureStore, GraphStore)`` pair (features read by row per batch).
         num_neighbors: fanout per hop, e.g. ``[10, 5]`` (``-1`` = all).
         batch_size: seeds per batch.
         input_nodes: the seeds: ``None`` (every node), an index tensor or a
@@ -464,7 +467,7 @@ class FixedSizeNeighborLoader(Sharded):
         if self._pyg is None:
             with self._sampling_threads():  # its sorts are small chunks too (1M nodes: 3.5x
                 # slower at 2 threads than at 1 on the loaded 2-core box, large_graphs.md)
-                self.csc = CSC.from_edge_index(graph.edge_index, self.num_nodes)
+                self.csc = graph.csc()  # CSC.from_edge_index of the graph's edges
 
     def _resolve_hop_budget(self, per_hop: Union[bool, HopBudget, dict, str],
                             budget: Any, layout: Optional[str], success_ratio: float,

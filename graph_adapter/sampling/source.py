@@ -11,7 +11,7 @@ edge-level attributes. Those attributes live in different places:
   ``feature_store.multi_get_tensor`` call a batch, its ``TensorAttr.index`` the
   batch's node ids.
 
-:class:`Rows` is the one abstraction over the last two (a tensor is gathered
+:class:`RowSource` is the one abstraction over the last two (a tensor is gathered
 as it is); :func:`gather_rows` gathers a dict of them for one batch, padded to
 the budget's row count. :func:`graph_input` reads what a loader samples from:
 a ``Data`` (its ``edge_index``, or PyG's ``adj`` / ``adj_t`` sparse tensors, or
@@ -34,10 +34,13 @@ import torch
 from torch import Tensor
 
 from ..contract import E_ID, N_ID, RESERVED_KEYS, SAMPLED_KEYS, key_of
+from .csr import CSC
 
-__all__ = ["Rows", "NumpyRows", "StoreRows", "rows_of", "gather_rows", "GraphInput",
-           "graph_input", "is_store_pair", "warn_excluded", "check_reserved", "ExcludedAttributeWarning",
-           "GraphStructureError", "FeatureStoreError", "ReservedAttributeError"]
+__all__ = ["RowSource", "NumpyRows", "StoreRows", "rows_of", "gather_rows", "GraphInput",
+           "graph_input", "input_edge_index", "hetero_store_view", "is_store_pair",
+           "warn_excluded", "check_reserved", "describe", "sparse_edge_index",
+           "store_input", "ExcludedAttributeWarning", "GraphStructureError",
+           "FeatureStoreError", "ReservedAttributeError"]
 
 
 class ExcludedAttributeWarning(UserWarning):
@@ -60,11 +63,11 @@ class ReservedAttributeError(ValueError):
     cannot take (PyG's ``n_id`` / ``e_id`` override: one integer per node / edge)."""
 
 
-AttrValue = Union[Tensor, "Rows"]
+AttrValue = Union[Tensor, "RowSource"]
 
 
 # ------------------------------------------------------------------- rows of one attribute
-class Rows:
+class RowSource:
     """Rows of one attribute that a batch gathers by index, wherever they live.
 
     Attributes: ``num_rows``, ``trailing`` (the shape after the row dim),
@@ -89,7 +92,7 @@ class Rows:
         return self.gather(torch.as_tensor(idx).long().view(-1))
 
 
-class NumpyRows(Rows):
+class NumpyRows(RowSource):
     """An ``np.ndarray`` or ``np.memmap``: ``np.take`` of the requested rows only (a
     memmap reads the pages of those rows, never the whole file). A memmap pickles as
     its file name, dtype, shape and offset (reopened read-only), not as its data, so
@@ -126,7 +129,7 @@ class NumpyRows(Rows):
                                    offset=offset, order=order)
 
 
-class StoreRows(Rows):
+class StoreRows(RowSource):
     """One column of a PyG ``FeatureStore`` (``group_name``, ``attr_name``); gathered by
     :func:`gather_rows` in one ``multi_get_tensor`` call per store and batch."""
 
@@ -161,6 +164,8 @@ def rows_of(value: Any) -> Optional[AttrValue]:
     """``value`` as something :func:`gather_rows` gathers: a dense tensor as it is, a
     numpy array (memmap too) of a dtype torch has as :class:`NumpyRows`; ``None``
     where no batch can hold it (a string, a list, a sparse tensor, an object array)."""
+    if isinstance(value, RowSource):
+        return value
     if isinstance(value, Tensor):
         return value if value.layout == torch.strided and value.dim() > 0 else None
     if isinstance(value, np.ndarray) and value.ndim > 0:
@@ -182,7 +187,7 @@ def _gather_into(v: Tensor, idx: Tensor, rows: int) -> Tensor:
     return t
 
 
-def _padded(got: Tensor, src: Rows, rows: int) -> Tensor:
+def _padded(got: Tensor, src: RowSource, rows: int) -> Tensor:
     n = int(got.shape[0])
     t = torch.zeros((rows,) + tuple(src.trailing), dtype=src.dtype)
     if n:
@@ -291,6 +296,17 @@ class GraphInput:
     edge: Dict[str, AttrValue] = field(default_factory=dict)
     excluded: Dict[str, str] = field(default_factory=dict)
     structure: str = "edge_index"
+    #: the input's own int64 source tensor equal to ``edge_index[0]`` where there is one
+    #: (a graph store's COO / CSC row): the CSC keeps it instead of a copy
+    src: Optional[Tensor] = None
+
+    def csc(self) -> CSC:
+        """The CSC the loader samples (its ``src`` a view of the input's own sources
+        where it has them, so a store's edges are not held twice)."""
+        csc = CSC.from_edge_index(self.edge_index, self.num_nodes)
+        if self.src is not None:
+            csc.src = self.src
+        return csc
 
     def structure_data(self) -> Any:
         """A ``Data`` holding the edges and node count only (PyG's own sampler's input)."""
@@ -367,7 +383,9 @@ def _data_attributes(data: Any, graph: GraphInput, skip: Tuple[str, ...]) -> Non
         r = rows_of(v)
         if r is None:
             graph.excluded[k] = f"a {describe(v)}: not a tensor or numpy array of rows"
-        elif r.shape[0] == graph.num_nodes and data.is_node_attr(k):
+        elif k == E_ID and r.shape[0] == num_edges:  # by its name where the counts tie
+            graph.edge[k] = r
+        elif r.shape[0] == graph.num_nodes and (k == N_ID or data.is_node_attr(k)):
             graph.node[k] = r
         elif r.shape[0] == num_edges and data.is_edge_attr(k):
             graph.edge[k] = r
@@ -386,22 +404,41 @@ def graph_input(data: Any, owner: str) -> GraphInput:
     """
     if is_store_pair(data):
         return store_input(data[0], data[1], owner)
+    num_nodes = _num_nodes(data, owner)
     edge_index, structure = _data_edges(data, owner)
-    graph = GraphInput(_num_nodes(data, owner), edge_index, structure=structure)
+    graph = GraphInput(num_nodes, edge_index, structure=structure)
     _data_attributes(data, graph, ("edge_index", "adj", "adj_t", "num_nodes"))
     return graph
 
 
+def input_edge_index(data: Any, owner: str = "the loader") -> Tensor:
+    """``[source, destination]`` of a homogeneous loader's input, whatever it is: a
+    ``Data``'s ``edge_index`` (itself), its ``adj`` / ``adj_t`` in stored order, a
+    graph store's stored edges; what a loader reads where it would read
+    ``data.edge_index`` (default supervision edges, METIS)."""
+    if is_store_pair(data):
+        edge_attrs = list(data[1].get_all_edge_attrs())
+        if not edge_attrs:
+            raise FeatureStoreError(f"{owner}: the graph store holds no edges")
+        return _stored_edges(data[1], edge_attrs[0])[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the no-edge warning: the loader's own gave it
+        return _data_edges(data, owner)[0]
+
+
 # ------------------------------------------------------------------- PyG's remote backend
-def _stored_edges(graph_store: Any, attr: Any) -> Tensor:
-    """One stored edge attr's ``[source, destination]`` in its stored order."""
+def _stored_edges(graph_store: Any, attr: Any) -> Tuple[Tensor, Optional[Tensor]]:
+    """One stored edge attr's ``[source, destination]`` in its stored order, and the
+    store's own source tensor where it is one (int64, 1-d: COO and CSC layouts)."""
     row, col = graph_store.get_edge_index(attr)
     layout = getattr(attr.layout, "value", attr.layout)
     if layout == "csr":
         row = _ptr2index(row)
     elif layout == "csc":
         col = _ptr2index(col)
-    return torch.stack([torch.as_tensor(row).long(), torch.as_tensor(col).long()])
+    row, col = torch.as_tensor(row), torch.as_tensor(col)
+    own = row if row.dtype == torch.long and row.dim() == 1 and layout != "csr" else None
+    return torch.stack([row.long(), col.long()]), own
 
 
 def _store_column(feature_store: Any, attr: Any, num_nodes: int, owner: str) -> StoreRows:
@@ -438,10 +475,10 @@ def store_input(feature_store: Any, graph_store: Any, owner: str) -> GraphInput:
     if any(a.edge_type is not None for a in edge_attrs):
         raise FeatureStoreError(
             f"{owner}: the graph store holds typed edges "
-            f"{sorted({str(a.edge_type) for a in edge_attrs})}: a heterogeneous store; this "
-            f"loader reads edge_type=None (homogeneous)")
+            f"{sorted({str(a.edge_type) for a in edge_attrs})}: a heterogeneous store; use "
+            f"FixedSizeHeteroNeighborLoader for it (this loader reads edge_type=None)")
     first = edge_attrs[0]
-    edge_index = _stored_edges(graph_store, first)
+    edge_index, own_src = _stored_edges(graph_store, first)
     columns = list(feature_store.get_all_tensor_attrs())
     if first.size is not None:
         num_nodes = int(max(first.size))
@@ -451,7 +488,8 @@ def store_input(feature_store: Any, graph_store: Any, owner: str) -> GraphInput:
     else:
         raise FeatureStoreError(f"{owner}: the node count is unknown: give the graph store's "
                                 f"edges a size=(num_nodes, num_nodes)")
-    graph = GraphInput(num_nodes, edge_index, structure=f"graph store ({first.layout})")
+    graph = GraphInput(num_nodes, edge_index, structure=f"graph store ({first.layout})",
+                       src=own_src)
     if edge_index.numel() and int(edge_index.max()) >= num_nodes:
         raise FeatureStoreError(f"{owner}: the graph store's edges reach node "
                                 f"{int(edge_index.max())}; its size says {num_nodes} nodes")
@@ -463,3 +501,62 @@ def store_input(feature_store: Any, graph_store: Any, owner: str) -> GraphInput:
             continue
         graph.node[attr.attr_name] = _store_column(feature_store, attr, num_nodes, owner)
     return graph
+
+
+def _type_sizes(edge_attrs: List[Any]) -> Dict[str, int]:
+    """Node counts per node type from the graph store's edge sizes (PyG's
+    ``remote_backend_utils``: the first size naming the type)."""
+    sizes: Dict[str, int] = {}
+    for a in edge_attrs:
+        if a.size is not None:
+            sizes.setdefault(a.edge_type[0], int(a.size[0]))
+            sizes.setdefault(a.edge_type[-1], int(a.size[-1]))
+    return sizes
+
+
+def hetero_store_view(feature_store: Any, graph_store: Any, owner: str) -> Any:
+    """A heterogeneous ``(FeatureStore, GraphStore)`` as a ``HeteroData`` the hetero
+    loader samples: each edge type's ``edge_index`` from the graph store (stored
+    order: ``e_id`` is a stored position), each node type's ``num_nodes`` (the
+    store's edge sizes, else its columns' rows), each feature-store column as a
+    :class:`StoreRows` (read by row per batch, never whole): node types' columns
+    by ``n_id``, an edge type's (one row per stored edge) by ``e_id``.
+
+    Raises:
+        FeatureStoreError: an untyped (homogeneous) graph store, no edges, or a node
+            type whose count is unknown.
+    """
+    from torch_geometric.data import HeteroData, TensorAttr
+
+    edge_attrs = list(graph_store.get_all_edge_attrs())
+    if not edge_attrs or any(a.edge_type is None for a in edge_attrs):
+        raise FeatureStoreError(f"{owner}: the graph store holds "
+                                f"{'no edges' if not edge_attrs else 'untyped edges'}: the "
+                                f"hetero loader reads edges put with edge_type=(src, rel, dst)")
+    columns = list(feature_store.get_all_tensor_attrs())
+    sizes = _type_sizes(edge_attrs)
+    for c in columns:
+        if isinstance(c.group_name, str) and c.group_name not in sizes:
+            size = feature_store.get_tensor_size(TensorAttr(c.group_name, c.attr_name, None))
+            sizes[c.group_name] = int(size[0])
+    h = HeteroData()
+    for a in edge_attrs:
+        for t in (a.edge_type[0], a.edge_type[-1]):
+            if t not in sizes:
+                raise FeatureStoreError(
+                    f"{owner}: node type {t!r} of edge type {a.edge_type} has an unknown "
+                    f"count: put its edges with size=(num_src, num_dst) or a column of it")
+        et = tuple(a.edge_type)
+        if "edge_index" not in h[et]:  # the first stored layout of a type, as PyG's
+            h[et].edge_index = _stored_edges(graph_store, a)[0]
+    for t, n in sizes.items():
+        h[t].num_nodes = n
+    for c in columns:
+        group = tuple(c.group_name) if isinstance(c.group_name, (tuple, list)) else c.group_name
+        need = int(h[group].num_edges) if isinstance(group, tuple) else sizes.get(group)
+        if need is None:  # a group None column beside typed edges: no node type to read it
+            raise FeatureStoreError(f"{owner}: feature-store column ({c.group_name!r}, "
+                                    f"{c.attr_name!r}) names no node or edge type of the graph "
+                                    f"store {sorted(sizes)}")
+        h[group][c.attr_name] = _store_column(feature_store, c, need, owner)
+    return h
