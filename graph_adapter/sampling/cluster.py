@@ -65,6 +65,7 @@ from torch import Tensor
 from ..batching import Budget, fingerprint
 from .csr import Sample
 from .settings import SamplingSettings
+from .source import input_edge_index
 from .neighbor import FixedSizeNeighborLoader, NeighborLoaderStats
 
 __all__ = ["FixedSizeClusterLoader", "ClusterLoaderStats", "MetisUnavailableError",
@@ -427,9 +428,11 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
             dict(locals(), replace=False, disjoint=False, directed=False)))
         self.num_neighbors = None  # no hops: a batch is whole clusters
         self.partitioner, self.partition_seconds, self.edge_cut = "given", 0.0, None
+        # the graph's edges whatever holds them (edge_index, adj / adj_t, a graph store)
+        edges = input_edge_index(data, type(self).__name__)
         if partition is None:
             t = time.perf_counter()
-            part, self.partitioner, indptr, col = _metis(data.edge_index, self.num_nodes,
+            part, self.partitioner, indptr, col = _metis(edges, self.num_nodes,
                                                          num_parts, recursive, seed,
                                                          metis_backend)
             self.partition_seconds = time.perf_counter() - t
@@ -437,7 +440,7 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
             partition = _compact(part, num_parts, self.partitioner)
         self.partptr, self.node_perm = _parts(partition, self.num_nodes)
         self.num_parts = int(self.partptr.numel()) - 1
-        self._adj = _partition_adjacency(data.edge_index, self.node_perm, sparse_format)
+        self._adj = _partition_adjacency(edges, self.node_perm, sparse_format)
         self.seeds = torch.arange(self.num_parts)  # the loader's "seeds" are the clusters
         sizes = (self.partptr[1:] - self.partptr[:-1]).sort(descending=True).values
         #: real nodes of the largest batch (its batch_size largest clusters): never cut
