@@ -51,7 +51,7 @@ from torch import Tensor
 
 __all__ = ["CSC", "Sample", "FanoutError", "FanoutLengthError", "SubgraphTypeError",
            "TemporalSamplingError", "check_fanouts", "sample_neighbors", "sample_hop",
-           "sample_hop_keyed", "induced_edges", "bidirectional_edges", "resolve_subgraph_type",
+           "sample_hop_keyed", "induced_edges", "bidirectional_edges", "resolve_subgraph_type", "check_temporal_inputs",
            "unique_in_order", "take", "ArrayRows", "SUBGRAPH_TYPES", "TEMPORAL_STRATEGIES"]
 
 #: PyG 2.8's ``subgraph_type`` values: the sampled edges, the sampled edges and their
@@ -435,7 +435,7 @@ def sample_hop_keyed(csc: CSC, frontier: Tensor, k: int, replace: bool, gen: tor
     if frontier_time is not None and (node_time is not None or edge_time is not None):
         t = (take(edge_time, eid) if edge_time is not None
              else take(node_time, take(csc.src, eid).long()))
-        ok = (t <= take(frontier_time, seg).to(t.dtype)).nonzero().view(-1)
+        ok = (t <= take(frontier_time, seg)).nonzero().view(-1)  # promoted: int vs float times
         seg, pos, eid, t = take(seg, ok), take(pos, ok), take(eid, ok), take(t, ok)
     if k < 0 or seg.numel() == 0:
         return seg, pos
@@ -677,7 +677,7 @@ def sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *,
             temporal sampling with ``"induced"``.
     """
     sub = resolve_subgraph_type(subgraph_type, directed)
-    temporal = _check_temporal(csc, seeds, seed_time, node_time, edge_time, temporal_strategy,
+    temporal = check_temporal_inputs(csc, seeds, seed_time, node_time, edge_time, temporal_strategy,
                                edge_weight, sub)
     if temporal:
         disjoint = True
@@ -691,11 +691,16 @@ def sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *,
                                  generator=generator)
 
 
-def _check_temporal(csc: CSC, seeds: Tensor, seed_time: Optional[Tensor],
+def check_temporal_inputs(csc: CSC, seeds: Tensor, seed_time: Optional[Tensor],
                     node_time: Optional[Tensor], edge_time: Optional[Tensor], strategy: str,
                     edge_weight: Optional[Tensor], subgraph_type: str,
                     what: str = "sample_neighbors", num_src_nodes: Optional[int] = None) -> bool:
-    """Check the time and weight inputs of one CSC; True where the sample is temporal."""
+    """Check the time and weight inputs of one CSC (``what`` names the caller in the
+    errors); True where the sample is temporal.
+
+    Raises:
+        TemporalSamplingError: see :func:`sample_neighbors`.
+    """
     if strategy not in TEMPORAL_STRATEGIES:
         raise TemporalSamplingError(f"{what}: temporal_strategy={strategy!r}; choose one of "
                                     f"{TEMPORAL_STRATEGIES}")
@@ -796,17 +801,24 @@ def _sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *, 
     finally:  # leave the scratch all -1 for the next call, even after an error
         if not disjoint:
             rows.reset()
-    n_id = torch.cat(n_ids)
-    seed_of = torch.cat(trees) if disjoint else None
+    return _finish(csc, subgraph_type, torch.cat(n_ids), torch.cat(trees) if disjoint else None,
+                   src_rows, dst_rows, e_ids, nodes_per_hop, edges_per_hop)
+
+
+def _finish(csc: CSC, subgraph_type: str, n_id: Tensor, seed_of: Optional[Tensor],
+            src_rows: List[Tensor], dst_rows: List[Tensor], e_ids: List[Tensor],
+            nodes_per_hop: List[int], edges_per_hop: List[int]) -> Sample:
+    """The :class:`Sample` of the hops' rows and drawn edges, as ``subgraph_type`` asks:
+    the drawn edges, them and their reverses, or the induced edges."""
     empty = torch.zeros(0, dtype=torch.long)
     if subgraph_type == "induced":
         edge_index, e_id, dst_counts = induced_edges(csc, n_id, csc.scratch())
         return Sample(n_id=n_id, edge_index=edge_index,
                       e_id=e_id if csc.keep_edge_ids else None,
                       nodes_per_hop=nodes_per_hop, edges_per_hop=_per_hop(dst_counts, nodes_per_hop))
-    edge_index = (torch.stack([torch.cat(src_rows), torch.cat(dst_rows)]) if fan
+    edge_index = (torch.stack([torch.cat(src_rows), torch.cat(dst_rows)]) if src_rows
                   else torch.zeros(2, 0, dtype=torch.long))
-    e_id = (torch.cat(e_ids) if fan else empty) if csc.keep_edge_ids else None
+    e_id = (torch.cat(e_ids) if e_ids else empty) if csc.keep_edge_ids else None
     if subgraph_type == "bidirectional":
         edge_index, e_id, dst_counts = bidirectional_edges(edge_index, e_id, int(n_id.numel()))
         edges_per_hop = _per_hop(dst_counts, nodes_per_hop)

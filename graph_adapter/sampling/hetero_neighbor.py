@@ -534,3 +534,7 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
     def seeds_in(self, flat: Dict[str, Tensor]) -> int:
         """The number of seed rows of a batch (the seed type's first rows)."""
         return int(flat[key_of(self.seed_type, SEED_MASK)].sum())
+
+
+# FixedSizeNeighborLoader(HeteroData, ...) makes this loader (one entry point, as PyG's)
+FixedSizeNeighborLoader.hetero_loader_class = FixedSizeHeteroNeighborLoader
