@@ -815,7 +815,8 @@ def _finish(csc: CSC, subgraph_type: str, n_id: Tensor, seed_of: Optional[Tensor
         edge_index, e_id, dst_counts = induced_edges(csc, n_id, csc.scratch())
         return Sample(n_id=n_id, edge_index=edge_index,
                       e_id=e_id if csc.keep_edge_ids else None,
-                      nodes_per_hop=nodes_per_hop, edges_per_hop=_per_hop(dst_counts, nodes_per_hop))
+                      nodes_per_hop=nodes_per_hop,
+                      edges_per_hop=_per_hop(dst_counts, nodes_per_hop))
     edge_index = (torch.stack([torch.cat(src_rows), torch.cat(dst_rows)]) if src_rows
                   else torch.zeros(2, 0, dtype=torch.long))
     e_id = (torch.cat(e_ids) if e_ids else empty) if csc.keep_edge_ids else None

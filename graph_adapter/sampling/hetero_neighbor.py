@@ -181,7 +181,8 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         # the homogeneous loader's arguments without a hetero counterpart: refused, not
         # ignored (FixedSizeNeighborLoader(HeteroData, ...) hands them all on)
         for arg, value, default in (("prefetch", prefetch, 0), ("round_to", round_to, 1),
-                                    ("layout", layout, None), ("layout_widths", layout_widths, None),
+                                    ("layout", layout, None),
+                                    ("layout_widths", layout_widths, None),
                                     ("layout_spills", layout_spills, None)):
             if value != default:
                 raise ValueError(f"{name}({arg}={value!r}): not offered for HeteroData (the "

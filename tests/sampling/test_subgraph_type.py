@@ -159,3 +159,27 @@ def test_reverse_edge_types_follow_pygs_rules():
     assert pairs[("c", "x", "d")] is None  # two edge types back: ambiguous, left as sampled
     assert pairs[("d", "y", "c")] == ("c", "x", "d")
     assert pairs[("e", "only", "f")] is None
+
+
+@pytest.mark.needs_scatter
+@pytest.mark.parametrize("sub", ["directional", "bidirectional", "induced"])
+def test_full_fanouts_give_pygs_node_and_edge_sets(sub):
+    """Full fanouts leave nothing to chance: our sampler's batch and PyG's own
+    (``sampler="pyg"``) hold the same nodes and the same edges (global ids), seeds
+    first in order, for every subgraph type."""
+    g = torch.Generator().manual_seed(2)
+    d = Data(x=torch.randn(40, 2, generator=g),
+             edge_index=torch.randint(0, 40, (2, 120), generator=g))
+    big = Budget(nodes=42, edges=241, graphs=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyG's note on pyg-lib
+        ours = FixedSizeNeighborLoader(d, [-1, -1], 5, subgraph_type=sub, budget=big)
+        pygs = FixedSizeNeighborLoader(d, [-1, -1], 5, subgraph_type=sub, budget=big,
+                                       sampler="pyg")
+        for a, b in zip(ours, pygs):
+            assert torch.equal(a["n_id"][a["seed_mask"]], b["n_id"][b["seed_mask"]])
+            na, nb = a["n_id"][a["node_mask"]], b["n_id"][b["node_mask"]]
+            assert sorted(na.tolist()) == sorted(nb.tolist())
+            ea = na[a["edge_index"][:, a["edge_mask"]]].t().tolist()
+            eb = nb[b["edge_index"][:, b["edge_mask"]]].t().tolist()
+            assert sorted(map(tuple, ea)) == sorted(map(tuple, eb))
