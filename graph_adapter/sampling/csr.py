@@ -448,15 +448,31 @@ def sample_hop_keyed(csc: CSC, frontier: Tensor, k: int, replace: bool, gen: tor
         return _draws_with_replacement(seg, pos, cnt, k, w, gen)
     if not bool((cnt > k).any()):
         return seg, pos
+    if w is None:  # a uniform k-subset: one sort of (segment, random 31-bit key)
+        keep = _random_k_mask(seg, k, F, gen).nonzero().view(-1)
+        return take(seg, keep), take(pos, keep)
     u = torch.rand(seg.numel(), generator=gen, dtype=torch.float64)
-    if w is None:
-        keys = [u]
-    else:  # log(u) / w: the k largest are a weighted draw without replacement
-        key = torch.where(w > 0, torch.log(u.clamp(min=1e-300)) / w.clamp(min=1e-300),
-                          torch.full_like(u, float("-inf")))
-        keys = [key, torch.rand(seg.numel(), generator=gen, dtype=torch.float64)]
+    # log(u) / w: the k largest are a weighted draw without replacement
+    key = torch.where(w > 0, torch.log(u.clamp(min=1e-300)) / w.clamp(min=1e-300),
+                      torch.full_like(u, float("-inf")))
+    keys = [key]
+    if not bool((w > 0).all()):  # zero weights tie at -inf: a random order among them
+        keys.append(torch.rand(seg.numel(), generator=gen, dtype=torch.float64))
     keep = _top_k_mask(seg, keys, k, F).nonzero().view(-1)
     return take(seg, keep), take(pos, keep)
+
+
+def _random_k_mask(seg: Tensor, k: int, num_segments: int, gen: torch.Generator) -> Tensor:
+    """A bool mask over candidates (``seg`` non-decreasing): a uniformly random
+    ``k``-subset of each segment (all of a segment of at most ``k``), as
+    :func:`sample_hop`'s sort path: one stable sort of ``(segment, random key)``."""
+    n = seg.numel()
+    cnt = torch.bincount(seg, minlength=num_segments)
+    first = torch.cumsum(cnt, 0) - cnt
+    key = torch.randint(0, 2 ** 31, (n,), generator=gen)
+    order = torch.sort((seg << 31) | key, stable=True).indices
+    rank = torch.arange(n) - take(first, take(seg, order))
+    return torch.empty(n, dtype=torch.bool).scatter_(0, order, rank < k)
 
 
 def _draws_with_replacement(seg: Tensor, pos: Tensor, cnt: Tensor, k: int,
