@@ -18,7 +18,15 @@ training with ``directed=True`` (the default):
   ``e_id`` their ids in the input ``edge_index`` (``directed=False``: every
   input edge between the sampled nodes instead, :func:`induced_edges`);
 * ``disjoint=True``: every seed grows its own tree (a node reached from two
-  seeds is two rows); ``seed_of`` gives each row's seed position.
+  seeds is two rows); ``seed_of`` gives each row's seed position;
+* PyG 2.8's other sampling arguments (:func:`sample_neighbors`): temporal
+  sampling (``node_time`` / ``edge_time`` with ``seed_time``; ``"uniform"`` or
+  ``"last"``; no edge later than its tree's seed, always disjoint), weighted
+  draws (``edge_weight``), ``subgraph_type="bidirectional"`` (the sampled edges
+  and their reverses, :func:`bidirectional_edges`) and zero hops
+  (``num_neighbors=[]``). Times and weights take :func:`sample_hop_keyed`, a
+  slower path whose cost is the frontier's in-degree
+  (``benchmarks/bench_sampling_modes.py``).
 
 Randomness comes only from the ``torch.Generator`` passed in, so a sample is
 a function of (graph, seeds, fanouts, generator state): the loaders seed one
