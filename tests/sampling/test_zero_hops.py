@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torch_geometric.data import Data, HeteroData
 
 from graph_adapter.sampling import (FanoutError, FanoutLengthError, FixedSizeHeteroNeighborLoader,
-                                    FixedSizeNeighborLoader)
+                                    FixedSizeNeighborLoader, InputNodesError)
 
 
 @given(st.integers(1, 40), st.integers(0, 100), st.integers(1, 9), st.booleans(),
@@ -83,3 +83,14 @@ def test_fanout_length_mismatch_raises_with_pygs_wording():
     assert issubclass(FanoutLengthError, FanoutError)
     with pytest.raises(FanoutError, match="Not all edge types specified in 'num_neighbors'"):
         FixedSizeNeighborLoader(h, {("paper", "cites", "paper"): [2]}, 2, input_nodes="paper")
+
+
+def test_hetero_refuses_what_only_the_homogeneous_loader_offers():
+    h = HeteroData()
+    h["a"].x = torch.randn(6, 2)
+    h["a", "to", "a"].edge_index = torch.tensor([[0, 1], [1, 2]])
+    for kw in (dict(prefetch=2), dict(layout="hyb"), dict(round_to=8)):
+        with pytest.raises(ValueError, match="not offered for HeteroData"):
+            FixedSizeNeighborLoader(h, [2], 2, input_nodes="a", **kw)
+    with pytest.raises(InputNodesError, match="name the seeds' node type"):
+        FixedSizeNeighborLoader(h, [2], 2)
