@@ -94,3 +94,11 @@ def test_hetero_refuses_what_only_the_homogeneous_loader_offers():
             FixedSizeNeighborLoader(h, [2], 2, input_nodes="a", **kw)
     with pytest.raises(InputNodesError, match="name the seeds' node type"):
         FixedSizeNeighborLoader(h, [2], 2)
+
+
+def test_zero_hops_with_hyb_tables():
+    d = Data(x=torch.randn(12, 2), edge_index=torch.randint(0, 12, (2, 40)))
+    L = FixedSizeNeighborLoader(d, [], 5, layout="hyb")
+    assert L.layout_widths == (1, 1)
+    for b in L:
+        assert int(b["edge_mask"].sum()) == 0 and "in_slots" in b
