@@ -27,7 +27,9 @@ One module a job:
 It may import :mod:`graph_adapter.format`, :mod:`graph_adapter.batching`, torch,
 numpy and PyG; never a later stage.
 """
-from .csr import CSC, ArrayRows, FanoutError, Sample, check_fanouts, sample_neighbors
+from .csr import (CSC, SUBGRAPH_TYPES, TEMPORAL_STRATEGIES, ArrayRows, FanoutError,
+                  FanoutLengthError, Sample, SubgraphTypeError, TemporalSamplingError,
+                  check_fanouts, sample_neighbors)
 from .pyg_sampler import (SAMPLERS, PygHeteroNeighborSampler, PygNeighborSampler,
                           PygSamplerUnavailableError, pyg_sampler_backend)
 from .source import (ExcludedAttributeWarning, FeatureStoreError, GraphStructureError,
@@ -47,6 +49,8 @@ from .cluster import (METIS_BACKENDS, SPARSE_FORMATS, ClusterLoaderStats, FixedS
                       metis_partition)
 
 __all__ = ["CSC", "ArrayRows", "FanoutError", "Sample", "check_fanouts", "sample_neighbors",
+           "FanoutLengthError", "SubgraphTypeError", "TemporalSamplingError", "SUBGRAPH_TYPES",
+           "TEMPORAL_STRATEGIES",
            "SAMPLERS", "PygHeteroNeighborSampler", "PygNeighborSampler",
            "PygSamplerUnavailableError", "pyg_sampler_backend", "fit_neighbor_budget",
            "pad_sample", "trim_sample", "OVERSIZE_POLICIES", "FixedSizeNeighborLoader",

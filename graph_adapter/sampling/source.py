@@ -36,7 +36,8 @@ from torch import Tensor
 from ..contract import E_ID, N_ID, RESERVED_KEYS, SAMPLED_KEYS, key_of
 from .csr import CSC
 
-__all__ = ["RowSource", "NumpyRows", "StoreRows", "rows_of", "gather_rows", "GraphInput",
+__all__ = ["RowSource", "NumpyRows", "StoreRows", "rows_of", "whole_rows", "gather_rows",
+           "GraphInput",
            "graph_input", "input_edge_index", "hetero_store_view", "is_store_pair",
            "warn_excluded", "check_reserved", "describe", "sparse_edge_index",
            "store_input", "ExcludedAttributeWarning", "GraphStructureError",
@@ -174,6 +175,16 @@ def rows_of(value: Any) -> Optional[AttrValue]:
         except TypeError:  # object, string, ... dtypes: torch has none
             return None
     return None
+
+
+def whole_rows(value: Any) -> Tensor:
+    """Every row of ``value`` as a tensor (a column read whole: a time or a weight, one
+    value per node or edge, is what the sampler needs at once); ``value`` itself
+    where it is no row source (a list, a scalar: the caller checks its shape)."""
+    r = rows_of(value)
+    if r is None or isinstance(r, Tensor):
+        return torch.as_tensor(value)
+    return r.gather(torch.arange(int(r.shape[0])))
 
 
 def _gather_into(v: Tensor, idx: Tensor, rows: int) -> Tensor:

@@ -169,7 +169,8 @@ def test_micro_batches_fill_batches_and_a_given_budget():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(budget=dict(nodes=50, edges=90, graphs=2)), "budget="),
-    (dict(directed=False), "directed=False"),
+    (dict(directed=False), "subgraph_type='induced'"),
+    (dict(subgraph_type="bidirectional"), "subgraph_type='bidirectional'"),
     (dict(layout="hyb"), "layout="),
     (dict(per_hop_budget=HopBudget(nodes=(6, 10), edges=(12,))), "1 hops, num_neighbors 2"),
     (dict(per_hop_budget=HopBudget(nodes=(5, 10, 10), edges=(12, 12))), "batch_size=4"),
