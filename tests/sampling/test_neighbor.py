@@ -280,8 +280,6 @@ def test_bad_inputs_are_named():
         FixedSizeNeighborLoader(d, [2], 4, input_nodes=torch.ones(5, dtype=torch.bool))
     with pytest.raises(InputNodesError, match="HeteroData"):
         FixedSizeNeighborLoader(d, [2], 4, input_nodes=("paper", torch.arange(3)))
-    with pytest.raises(FanoutError, match=r"num_neighbors=\[\]"):
-        FixedSizeNeighborLoader(d, [], 4)
     with pytest.raises(FanoutError, match=r"num_neighbors\[1\]=-2"):
         FixedSizeNeighborLoader(d, [2, -2], 4)
     with pytest.raises(FanoutError, match="as a list"):
