@@ -55,7 +55,7 @@ from .csr import CSC, ArrayRows, take
 from .hetero_neighbor import FixedSizeHeteroNeighborLoader
 from .hetero_sample import EdgeType, HeteroSample, key_of
 # the hop machinery of the one-seed-type sampler, driven here from seeds of two types
-from .hetero_sample import _PairRows, _assemble, _draw_hop, _new_rows
+from .hetero_sample import _PairRows, _Timing, _assemble, _draw_hop, _new_rows
 from .link import (FixedSizeLinkNeighborLoader, LinkLabelError, LinkLoaderStats, LinkRows,
                    check_time_args, check_times, check_weight, link_rows, neg_spec)
 from .neighbor import NeighborLoaderStats, SubgraphOversizeError, chunk_seed
@@ -69,7 +69,10 @@ __all__ = ["FixedSizeHeteroLinkNeighborLoader", "sample_hetero_from_seeds",
 def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor],
                              seeds: Dict[str, Tensor], fanouts: Dict[EdgeType, List[int]], *,
                              replace: bool = False, directed: bool = True,
-                             disjoint: bool = False,
+                             disjoint: bool = False, seed_time: Optional[Tensor] = None,
+                             node_time: Optional[Dict[str, Tensor]] = None,
+                             edge_time: Optional[Dict[EdgeType, Tensor]] = None,
+                             temporal_strategy: str = "uniform",
                              generator: Optional[torch.Generator] = None) -> HeteroSample:
     """:func:`~graph_adapter.sampling.hetero_sample.sample_hetero_neighbors` from seeds of
     several node types at once (PyG's ``seed_dict``).
@@ -83,6 +86,10 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
         cscs / scratch / fanouts / replace / directed / generator: as
             ``sample_hetero_neighbors``.
         seeds: per node type, its seed ids (distinct unless ``disjoint``).
+        seed_time: temporal sampling (``disjoint``): the time of each tree
+            (tree ``i`` of every seed type shares ``seed_time[i]``); no neighbour
+            (``node_time``) or edge (``edge_time``) later than its tree's time.
+        node_time / edge_time / temporal_strategy: as ``sample_hetero_neighbors``.
 
     Returns:
         The sample; ``seed_of`` per node type with ``disjoint=True``.
@@ -98,6 +105,12 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
     trees: Dict[str, List[Tensor]] = {t: [] for t in scratch}
     parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]] = {et: [] for et in cscs}
     hops = len(next(iter(fanouts.values()))) if fanouts else 0
+    timing = None
+    if seed_time is not None:
+        if not disjoint:
+            raise ValueError("sample_hetero_from_seeds: seed_time needs disjoint=True (one "
+                             "tree per seed, each held to its own time)")
+        timing = _Timing(seed_time, node_time or {}, edge_time or {}, temporal_strategy, {})
     try:
         frontier = {}
         for t, sd in seeds.items():
@@ -112,14 +125,15 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
                 trees[t].append(tree)
             frontier[t] = (sd, torch.arange(sd.numel()), tree)
         for h in range(hops):
-            drawn = _draw_hop(cscs, fanouts, h, frontier, size, disjoint, replace, gen)
+            drawn = _draw_hop(cscs, fanouts, h, frontier, size, disjoint, replace, gen, timing)
             frontier = _new_rows(drawn, rows, size, disjoint, n_ids, trees)
             for et, key, dst_rows, eid in drawn:
                 parts[et].append((rows[et[0]].lookup(key), dst_rows, eid))
     finally:
         for r in rows.values():
             r.reset()
-    return _assemble(cscs, scratch, n_ids, trees if disjoint else None, parts, directed)
+    return _assemble(cscs, scratch, n_ids, trees if disjoint else None, parts,
+                     "directional" if directed else "induced")
 
 
 def fit_link_budget(sizes: Sequence[Tuple[Dict[str, int], Dict[EdgeType, int]]],
@@ -285,7 +299,6 @@ class FixedSizeHeteroLinkNeighborLoader(FixedSizeHeteroNeighborLoader):
             self.node_time, self.edge_time = self._graph_times(time_attr)
             self.edge_label_time = check_times(edge_label_time, L, "edge_label_time",
                                                "edge_label_index's columns")
-            _require_hetero_temporal()
         self.two_types = self.src_type != self.dst_type
         with self._sampling_threads():
             self.cscs = {e: CSC.from_edge_index(data[e].edge_index, self.num_nodes_of[e[2]],
@@ -430,16 +443,14 @@ class FixedSizeHeteroLinkNeighborLoader(FixedSizeHeteroNeighborLoader):
         g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
         seeds = self._seed_dict(rows)
         fan = {e: self.fanouts[e] for e in self.cscs}
-        if self.temporal:
-            types = list(seeds)
-            s = _hetero_temporal()(self.cscs, self.scratch, seeds, fan, replace=self.replace,
-                                   seed_time=dict(zip(types, rows.times)),
-                                   node_time=self.node_time, edge_time=self.edge_time,
-                                   temporal_strategy=self.temporal_strategy, generator=g)
-        else:
-            s = sample_hetero_from_seeds(self.cscs, self.scratch, seeds, fan,
-                                         replace=self.replace, directed=self.directed,
-                                         disjoint=self.disjoint, generator=g)
+        # tree i of each endpoint type is endpoint i of that type: the longest group's
+        # times are every tree's (the shorter group's agree with its first entries)
+        times = max((t for t in rows.times if t is not None), key=len, default=None)
+        s = sample_hetero_from_seeds(self.cscs, self.scratch, seeds, fan, replace=self.replace,
+                                     directed=self.directed, disjoint=self.disjoint,
+                                     seed_time=times if self.temporal else None,
+                                     node_time=self.node_time, edge_time=self.edge_time,
+                                     temporal_strategy=self.temporal_strategy, generator=g)
         for e in self.edge_types:  # an edge type not sampled: no edge, same signature
             if e not in s.edge_index:
                 s.edge_index[e] = torch.zeros(2, 0, dtype=torch.long)
@@ -522,16 +533,3 @@ class FixedSizeHeteroLinkNeighborLoader(FixedSizeHeteroNeighborLoader):
                 for t in types:
                     out[key_of(t, key)] = v
         return out
-
-
-def _hetero_temporal() -> Any:
-    """The temporal hetero sampler taking seeds of several types (``seed_time`` per type)."""
-    from . import hetero_sample
-    return getattr(hetero_sample, "sample_hetero_neighbors_temporal")
-
-
-def _require_hetero_temporal() -> None:
-    from . import hetero_sample
-    if not hasattr(hetero_sample, "sample_hetero_neighbors_temporal"):
-        raise NotImplementedError("temporal hetero link sampling (time_attr= on HeteroData) "
-                                  "needs the temporal hetero sampler, which this build lacks")

@@ -49,7 +49,6 @@ node loader's are, holding at least every endpoint a batch can have
 """
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -69,8 +68,7 @@ __all__ = ["FixedSizeLinkNeighborLoader", "LinkLoaderStats", "LinkLabelError",
            "NEG_SAMPLING", "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID", "LINK_MASK",
            "SRC_INDEX", "DST_POS_INDEX", "DST_NEG_INDEX", "EDGE_LABEL_TIME", "SEED_TIME",
            "sample_negatives", "link_seeds", "NegSpec", "neg_spec", "check_weight", "draw_nodes",
-           "link_rows", "LinkRows", "TEMPORAL_STRATEGIES", "temporal_sample",
-           "temporal_sampler_available"]
+           "link_rows", "LinkRows", "TEMPORAL_STRATEGIES", "temporal_sample"]
 
 NEG_SAMPLING = ("binary", "triplet", None)
 #: PyG's ``temporal_strategy`` values: any neighbour in time, or the most recent ones.
@@ -93,12 +91,6 @@ class LinkLoaderStats(NeighborLoaderStats):
     total_links: int = 0
 
 
-def temporal_sampler_available() -> bool:
-    """Whether :func:`~graph_adapter.sampling.csr.sample_neighbors` samples in time
-    (takes ``seed_time``)."""
-    return "seed_time" in inspect.signature(sample_neighbors).parameters
-
-
 def temporal_sample(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *, replace: bool,
                     seed_time: Tensor, node_time: Optional[Tensor], edge_time: Optional[Tensor],
                     temporal_strategy: str, generator: torch.Generator) -> Sample:
@@ -106,13 +98,7 @@ def temporal_sample(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *, re
     its tree's ``seed_time``): :func:`~graph_adapter.sampling.csr.sample_neighbors`'s
     temporal mode.
 
-    Raises:
-        NotImplementedError: a sampler without temporal sampling.
     """
-    if not temporal_sampler_available():
-        raise NotImplementedError("temporal link sampling (time_attr=) needs the temporal "
-                                  "neighbour sampler (sample_neighbors(seed_time=...)), which "
-                                  "this build lacks")
     return sample_neighbors(csc, seeds, num_neighbors, replace=replace, disjoint=True,
                             seed_time=seed_time, node_time=node_time, edge_time=edge_time,
                             temporal_strategy=temporal_strategy, generator=generator)
@@ -358,7 +344,7 @@ def check_time_args(owner: str, time_attr: Optional[str], edge_label_time: Any,
         LinkLabelError: ``time_attr`` without ``edge_label_time`` or the reverse
             (PyG: both or neither), an unknown ``temporal_strategy``.
         NotImplementedError: ``sampler="pyg"`` (PyG's temporal sampling needs
-            pyg-lib) or a sampler without temporal support.
+            pyg-lib).
     """
     if temporal_strategy not in TEMPORAL_STRATEGIES:
         raise LinkLabelError(f"temporal_strategy={temporal_strategy!r}; choose one of "
