@@ -1,0 +1,158 @@
+"""FixedSizeHeteroLinkNeighborLoader (and FixedSizeLinkNeighborLoader on HeteroData): PyG's
+hetero LinkNeighborLoader semantics, one signature, every supervision edge once."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch_geometric.data import HeteroData
+
+from graph_adapter.sampling.hetero_link import FixedSizeHeteroLinkNeighborLoader
+from graph_adapter.sampling.link import FixedSizeLinkNeighborLoader, LinkLabelError
+
+ETS = [("u", "buys", "i"), ("i", "rev_buys", "u"), ("u", "knows", "u")]
+
+
+def _hetero(nu: int, ni: int, m: int, seed: int) -> HeteroData:
+    g = torch.Generator().manual_seed(seed)
+    h = HeteroData()
+    h["u"].x = torch.randn(nu, 3, generator=g)
+    h["i"].x = torch.randn(ni, 2, generator=g)
+    e = torch.stack([torch.randint(0, nu, (m,), generator=g), torch.randint(0, ni, (m,),
+                                                                            generator=g)])
+    h["u", "buys", "i"].edge_index = e
+    h["u", "buys", "i"].edge_attr = torch.randn(m, 2, generator=g)
+    h["i", "rev_buys", "u"].edge_index = e.flip(0)
+    h["u", "knows", "u"].edge_index = torch.randint(0, nu, (2, m // 2 + 1), generator=g)
+    return h
+
+
+@st.composite
+def setups(draw):
+    neg = draw(st.sampled_from(["binary", "triplet", None]))
+    return dict(data=_hetero(draw(st.integers(2, 20)), draw(st.integers(2, 20)),
+                             draw(st.integers(1, 80)), draw(st.integers(0, 10 ** 6))),
+                et=draw(st.sampled_from([ETS[0], ETS[2]])), neg=neg,
+                ratio=draw(st.sampled_from([1, 2] if neg == "triplet" else [1, 2, 0.5])),
+                batch_size=draw(st.integers(1, 8)), disjoint=draw(st.booleans()),
+                shuffle=draw(st.booleans()), world_size=draw(st.integers(1, 2)),
+                fan=draw(st.lists(st.sampled_from([-1, 0, 2]), min_size=1, max_size=2)))
+
+
+def _endpoint_types(et):
+    return (et[0], et[2])
+
+
+@given(setups())
+@settings(max_examples=25, deadline=None)
+def test_hetero_links_one_signature_each_edge_once_and_endpoints_map_back(cfg):
+    d, et = cfg["data"], cfg["et"]
+    name = "__".join(et)
+    src_t, dst_t = _endpoint_types(et)
+    E = d[et].edge_index
+    sigs, seen = set(), []
+    for rank in range(cfg["world_size"]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            L = FixedSizeLinkNeighborLoader(d, cfg["fan"], edge_label_index=(et, None),
+                                            batch_size=cfg["batch_size"],
+                                            neg_sampling=cfg["neg"],
+                                            neg_sampling_ratio=cfg["ratio"] if cfg["neg"] else None,
+                                            disjoint=cfg["disjoint"], shuffle=cfg["shuffle"],
+                                            rank=rank, world_size=cfg["world_size"])
+            assert isinstance(L, FixedSizeHeteroLinkNeighborLoader)  # one entry point
+            for flat in L:
+                sigs.add(tuple((k, tuple(v.shape), v.dtype) for k, v in flat.items()))
+                sup = L.unpad_links(flat)
+                iid = sup[f"{name}/input_id"]
+                b = iid.numel()
+                seen += iid.tolist()
+                if b == 0:  # a fill batch (the ranks' tail): no real slot
+                    assert not bool(flat[f"{name}/link_mask"].any())
+                    continue
+                ns, nd = flat[f"{src_t}/n_id"], flat[f"{dst_t}/n_id"]
+                if cfg["neg"] == "triplet":
+                    src, dp = sup[f"{src_t}/src_index"], sup[f"{dst_t}/dst_pos_index"]
+                    dn = sup[f"{dst_t}/dst_neg_index"].reshape(b, -1)
+                    assert torch.equal(torch.stack([ns[src], nd[dp]]), E[:, iid])
+                    assert bool((nd[dn] >= 0).all())  # real destination rows
+                else:
+                    eli = sup[f"{name}/edge_label_index"]
+                    assert torch.equal(torch.stack([ns[eli[0, :b]], nd[eli[1, :b]]]), E[:, iid])
+                    assert bool((ns[eli[0]] >= 0).all()) and bool((nd[eli[1]] >= 0).all())
+                    if cfg["neg"] is None:
+                        assert eli.size(1) == b
+                # every sampled edge is an edge of its type (e_id names it)
+                for e in ETS:
+                    k = "__".join(e)
+                    em = flat[f"{k}/edge_mask"]
+                    ei = flat[f"{k}/edge_index"][:, em]
+                    got = torch.stack([flat[f"{e[0]}/n_id"][ei[0]], flat[f"{e[2]}/n_id"][ei[1]]])
+                    assert torch.equal(got, d[e].edge_index[:, flat[f"{k}/e_id"][em]])
+                    if cfg["disjoint"]:  # inside one tree
+                        assert torch.equal(flat[f"{e[0]}/seed_of"][ei[0]],
+                                           flat[f"{e[2]}/seed_of"][ei[1]])
+                if not cfg["disjoint"] and b:  # the distinct endpoints first, sorted (PyG)
+                    sm = flat[f"{src_t}/seed_mask"]
+                    r = int(sm.sum())
+                    assert bool(sm[:r].all()) and bool((ns[:r].diff() > 0).all())
+    assert len(sigs) == 1
+    assert sorted(seen) == list(range(E.size(1)))  # each supervision edge once, all ranks
+
+
+def test_hetero_disjoint_triplet_layout_is_pyg_blocks():
+    d = _hetero(12, 15, 40, 0)
+    et = ETS[0]
+    L = FixedSizeLinkNeighborLoader(d, [2], edge_label_index=et, batch_size=4,
+                                    neg_sampling="triplet", neg_sampling_ratio=3, disjoint=True)
+    flat = L.batch(0, 0)
+    sup = L.unpad_links(flat)
+    b, k = 4, 3
+    assert torch.equal(sup["u/src_index"], torch.arange(b))
+    assert torch.equal(sup["i/dst_pos_index"], torch.arange(b))
+    # two endpoint types: destination rows [positives, negatives in blocks of b]
+    assert torch.equal(sup["i/dst_neg_index"],
+                       b + torch.arange(k)[None, :] * b + torch.arange(b)[:, None])
+    so = flat["i/seed_of"][flat["i/seed_mask"]]
+    assert torch.equal(so, torch.arange(b * (1 + k)) % b)  # PyG's batch % num_pos
+    raw = L.supervision(0, 0)["dst_neg"]  # PyG's flat draw: block j holds negative j
+    assert torch.equal(flat["i/n_id"][sup["i/dst_neg_index"]], raw.view(k, b).t())
+
+
+def test_hetero_negatives_are_of_their_node_types_and_weighted():
+    d = _hetero(6, 50, 60, 1)
+    w = torch.zeros(50)
+    w[[3, 7]] = 1.0  # only items 3 and 7 may be drawn as negative destinations
+    from torch_geometric.sampler import NegativeSampling
+    L = FixedSizeLinkNeighborLoader(d, [2], edge_label_index=ETS[0], batch_size=8,
+                                    neg_sampling=NegativeSampling("binary", 2, dst_weight=w))
+    for c in range(len(L)):
+        sup = L.supervision(0, c)
+        b = sup["input_id"].numel()
+        neg = sup["edge_label_index"][:, b:]
+        assert bool(((neg[1] == 3) | (neg[1] == 7)).all())
+        assert bool((neg[0] < 6).all())
+
+
+def test_hetero_bad_inputs_are_named():
+    d = _hetero(6, 7, 20, 2)
+    L = FixedSizeLinkNeighborLoader
+    with pytest.raises(LinkLabelError, match="lacks"):
+        L(d, [2], edge_label_index=("u", "likes", "i"))
+    with pytest.raises(LinkLabelError, match="give \\(edge_type"):
+        L(d, [2])
+    with pytest.raises(LinkLabelError, match="node type 'i' has 7 nodes"):
+        L(d, [2], edge_label_index=(ETS[0], torch.tensor([[0], [7]])))
+    with pytest.raises(LinkLabelError, match="dst_weight has shape"):
+        L(d, [2], edge_label_index=ETS[0], neg_sampling={"mode": "binary", "dst_weight":
+                                                         torch.ones(6)})
+    with pytest.raises(ValueError, match="endpoints of type 'u'"):
+        from graph_adapter import Budget
+        L(d, [2], edge_label_index=ETS[0], batch_size=4,
+          budget=Budget(nodes={"u": 5, "i": 30}, edges={"__".join(e): 40 + j
+                                                         for j, e in enumerate(ETS)}, graphs=2))
+    with pytest.raises(NotImplementedError, match="sampler='pyg'"):
+        L(d, [2], edge_label_index=ETS[0], sampler="pyg")
