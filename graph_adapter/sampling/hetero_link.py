@@ -51,19 +51,53 @@ from ..batching import RESERVED_NODES, Budget
 from ..contract import (DST_NEG_INDEX, DST_POS_INDEX, EDGE_LABEL, EDGE_LABEL_INDEX,
                         EDGE_LABEL_TIME, INPUT_ID, LINK_KEYS, LINK_MASK, SEED_MASK, SEED_OF,
                         SEED_TIME, SEP, SRC_INDEX, padding_node)
-from .csr import CSC, ArrayRows, take
+from .csr import (CSC, ArrayRows, induced_edges, sample_hop, sample_hop_keyed, take,
+                  unique_in_order)
 from .hetero_neighbor import FixedSizeHeteroNeighborLoader
 from .hetero_sample import EdgeType, HeteroSample, key_of
-# the hop machinery of the one-seed-type sampler, driven here from seeds of two types
-from .hetero_sample import _PairRows, _Timing, _assemble, _draw_hop, _new_rows
-from .link import (FixedSizeLinkNeighborLoader, LinkLabelError, LinkLoaderStats, LinkRows,
-                   check_time_args, check_times, check_weight, link_rows, neg_spec)
+from . import link as _link
+from .link import (LinkLabelError, LinkLoaderStats, LinkRows, LinkSupervision,
+                   check_time_args, check_times, check_weight, link_labels, link_rows, neg_spec)
 from .neighbor import NeighborLoaderStats, SubgraphOversizeError, chunk_seed
 from .settings import SamplingSettings
 from .hetero_sample import trim_hetero
 
 __all__ = ["FixedSizeHeteroLinkNeighborLoader", "sample_hetero_from_seeds",
            "fit_link_budget"]
+
+
+class PairRows:
+    """Rows of one node type's keys (``disjoint``: ``tree * N_t + node``): sorted keys and
+    their rows, searchsorted lookups (a key space too large for a scratch array)."""
+
+    def __init__(self):
+        self.n = 0
+        self.sorted = torch.zeros(0, dtype=torch.long)
+        self.rows = torch.zeros(0, dtype=torch.long)
+
+    def lookup(self, keys: Tensor) -> Tensor:
+        """Row of each key, ``-1`` where unseen."""
+        if self.sorted.numel() == 0:
+            return torch.full_like(keys, -1)
+        at = torch.searchsorted(self.sorted, keys).clamp(max=self.sorted.numel() - 1)
+        return torch.where(take(self.sorted, at) == keys, take(self.rows, at),
+                           torch.full_like(keys, -1))
+
+    def add(self, new: Tensor) -> None:
+        """Give ``new`` (distinct, unseen keys) the next rows, in order."""
+        rows = torch.arange(self.n, self.n + new.numel())
+        self.n += new.numel()
+        self.sorted, o = torch.sort(torch.cat([self.sorted, new]))
+        self.rows = take(torch.cat([self.rows, rows]), o)
+
+    def add_unseen(self, keys: Tensor) -> Tensor:
+        """Give the distinct unseen keys the next rows, in order of first appearance."""
+        new = unique_in_order(take(keys, (self.lookup(keys) < 0).nonzero().view(-1)))
+        self.add(new)
+        return new
+
+    def reset(self) -> None:
+        pass
 
 
 def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor],
@@ -74,20 +108,23 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
                              edge_time: Optional[Dict[EdgeType, Tensor]] = None,
                              temporal_strategy: str = "uniform",
                              generator: Optional[torch.Generator] = None) -> HeteroSample:
-    """:func:`~graph_adapter.sampling.hetero_sample.sample_hetero_neighbors` from seeds of
-    several node types at once (PyG's ``seed_dict``).
+    """Hetero neighbour sampling from seeds of several node types at once (PyG's
+    ``seed_dict``), the rows and hops of
+    :func:`~graph_adapter.sampling.hetero_sample.sample_hetero_neighbors`.
 
-    Each type's seeds are its first rows (in the order given); hop ``h`` draws
-    into every type's frontier. ``disjoint=True``: seed ``i`` of each type is
-    tree ``i`` of that type (PyG's per-type ``batch``); a row is a ``(tree,
-    node)`` pair of its type.
+    Each type's seeds are its first rows (in the order given); hop ``h`` draws,
+    edge type by edge type, into every type's frontier; a source not seen
+    before becomes a new row of its type (first appearance). ``disjoint=True``:
+    seed ``i`` of each type is tree ``i`` (PyG's per-type ``batch``); a row is
+    a ``(tree, node)`` pair of its type.
 
     Args:
-        cscs / scratch / fanouts / replace / directed / generator: as
-            ``sample_hetero_neighbors``.
+        cscs / scratch / fanouts / replace / generator: as ``sample_hetero_neighbors``.
         seeds: per node type, its seed ids (distinct unless ``disjoint``).
-        seed_time: temporal sampling (``disjoint``): the time of each tree
-            (tree ``i`` of every seed type shares ``seed_time[i]``); no neighbour
+        directed: ``False``: the induced edges between the sampled rows.
+        disjoint: one tree per seed (the sample's ``seed_of``).
+        seed_time: temporal sampling (``disjoint``): the time of each tree (tree
+            ``i`` of every seed type shares ``seed_time[i]``); no neighbour
             (``node_time``) or edge (``edge_time``) later than its tree's time.
         node_time / edge_time / temporal_strategy: as ``sample_hetero_neighbors``.
 
@@ -95,27 +132,25 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
         The sample; ``seed_of`` per node type with ``disjoint=True``.
 
     Raises:
-        ValueError: a seed type repeating a node without ``disjoint``.
+        ValueError: repeated seeds without ``disjoint``; ``seed_time`` without it.
     """
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    if seed_time is not None and not disjoint:
+        raise ValueError("sample_hetero_from_seeds: seed_time needs disjoint=True (one tree "
+                         "per seed, each held to its own time)")
     size = {t: int(s.numel()) for t, s in scratch.items()}
     empty = torch.zeros(0, dtype=torch.long)
-    rows = {t: _PairRows() if disjoint else ArrayRows(s, empty) for t, s in scratch.items()}
+    rows = {t: PairRows() if disjoint else ArrayRows(s, empty) for t, s in scratch.items()}
     n_ids: Dict[str, List[Tensor]] = {t: [] for t in scratch}
     trees: Dict[str, List[Tensor]] = {t: [] for t in scratch}
     parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]] = {et: [] for et in cscs}
     hops = len(next(iter(fanouts.values()))) if fanouts else 0
-    timing = None
-    if seed_time is not None:
-        if not disjoint:
-            raise ValueError("sample_hetero_from_seeds: seed_time needs disjoint=True (one "
-                             "tree per seed, each held to its own time)")
-        timing = _Timing(seed_time, node_time or {}, edge_time or {}, temporal_strategy, {})
+    timing = (seed_time, node_time or {}, edge_time or {}, temporal_strategy)
     try:
         frontier = {}
         for t, sd in seeds.items():
             sd = sd.long().reshape(-1)
-            if not disjoint and torch.unique(sd).numel() != sd.numel():
+            if not disjoint and unique_in_order(sd).numel() != sd.numel():
                 raise ValueError(f"sample_hetero_from_seeds: the {t!r} seeds repeat a node; "
                                  f"give distinct seeds (or disjoint=True)")
             tree = torch.arange(sd.numel()) if disjoint else None
@@ -125,15 +160,72 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
                 trees[t].append(tree)
             frontier[t] = (sd, torch.arange(sd.numel()), tree)
         for h in range(hops):
-            drawn = _draw_hop(cscs, fanouts, h, frontier, size, disjoint, replace, gen, timing)
-            frontier = _new_rows(drawn, rows, size, disjoint, n_ids, trees)
+            drawn = _hop(cscs, fanouts, h, frontier, size, disjoint, replace, gen, timing)
+            frontier = _grow(drawn, rows, size, disjoint, n_ids, trees)
             for et, key, dst_rows, eid in drawn:
                 parts[et].append((rows[et[0]].lookup(key), dst_rows, eid))
     finally:
         for r in rows.values():
             r.reset()
-    return _assemble(cscs, scratch, n_ids, trees if disjoint else None, parts,
-                     "directional" if directed else "induced")
+    n_id = {t: torch.cat(v) if v else empty for t, v in n_ids.items()}
+    if not directed:  # the induced edges between the sampled rows, by destination row
+        ei, eid = {}, {}
+        for et, csc in cscs.items():
+            ei[et], eid[et], _ = induced_edges(csc, n_id[et[2]], scratch[et[0]], n_id[et[0]])
+        return HeteroSample(n_id, ei, eid)
+    return HeteroSample(
+        n_id=n_id,
+        edge_index={et: torch.stack([torch.cat([p[0] for p in ps]), torch.cat([p[1] for p in ps])])
+                    if ps else torch.zeros(2, 0, dtype=torch.long) for et, ps in parts.items()},
+        e_id={et: torch.cat([p[2] for p in ps]) if ps else empty for et, ps in parts.items()},
+        seed_of={t: torch.cat(v) if v else empty for t, v in trees.items()} if disjoint else None)
+
+
+def _hop(cscs: Dict[EdgeType, CSC], fanouts: Dict[EdgeType, List[int]], h: int,
+         frontier: Dict[str, Tuple[Tensor, Tensor, Optional[Tensor]]], size: Dict[str, int],
+         disjoint: bool, replace: bool, gen: torch.Generator, timing: tuple) -> list:
+    """Hop ``h``'s draws into the frontier, edge type by edge type: ``(edge type, source
+    keys, destination rows, edge ids)`` each (times: ``sample_hop_keyed``)."""
+    seed_time, node_time, edge_time, strategy = timing
+    drawn = []
+    for et, csc in cscs.items():
+        k = fanouts[et][h]
+        if et[2] not in frontier or k == 0:
+            continue
+        nodes, node_rows, node_tree = frontier[et[2]]
+        if seed_time is not None and (et[0] in node_time or et in edge_time):
+            seg, pos = sample_hop_keyed(csc, nodes, k, replace, gen,
+                                        frontier_time=take(seed_time, node_tree),
+                                        node_time=node_time.get(et[0]),
+                                        edge_time=edge_time.get(et), temporal_strategy=strategy)
+        else:
+            seg, pos = sample_hop(csc, nodes, k, replace, gen)
+        src = csc.sources(pos)
+        key = take(node_tree, seg) * size[et[0]] + src if disjoint else src
+        drawn.append((et, key, take(node_rows, seg), csc.edge_ids(pos)))
+    return drawn
+
+
+def _grow(drawn: list, rows: Dict[str, Any], size: Dict[str, int], disjoint: bool,
+          n_ids: Dict[str, List[Tensor]], trees: Dict[str, List[Tensor]]
+          ) -> Dict[str, Tuple[Tensor, Tensor, Optional[Tensor]]]:
+    """New rows for the hop's unseen source keys (per type, first appearance); the next
+    frontier: per type, ``(nodes, their rows, their trees)``."""
+    nxt = {}
+    for t in rows:
+        cand = [key for et, key, _, _ in drawn if et[0] == t]
+        if not cand:
+            continue
+        first = rows[t].n
+        new = rows[t].add_unseen(torch.cat(cand))
+        nodes = new % size[t] if disjoint else new
+        tree = new // size[t] if disjoint else None
+        n_ids[t].append(nodes)
+        if disjoint:
+            trees[t].append(tree)
+        if new.numel():
+            nxt[t] = (nodes, torch.arange(first, first + new.numel()), tree)
+    return nxt
 
 
 def fit_link_budget(sizes: Sequence[Tuple[Dict[str, int], Dict[EdgeType, int]]],
@@ -169,7 +261,7 @@ def fit_link_budget(sizes: Sequence[Tuple[Dict[str, int], Dict[EdgeType, int]]],
     return Budget(nodes=nodes, edges=edges, graphs=2)
 
 
-class FixedSizeHeteroLinkNeighborLoader(FixedSizeHeteroNeighborLoader):
+class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighborLoader):
     """Yields padded hetero flat dicts of one signature for link prediction (module doc).
 
     Args:
@@ -217,15 +309,6 @@ class FixedSizeHeteroLinkNeighborLoader(FixedSizeHeteroNeighborLoader):
         assert batch["__".join(et) + "/edge_label"].shape == (loader.slots,)
         ```
     """
-
-    # the supervision of the homogeneous link loader, through the hooks below
-    supervision = FixedSizeLinkNeighborLoader.supervision
-    _in_time = FixedSizeLinkNeighborLoader._in_time
-    _slot_count = FixedSizeLinkNeighborLoader._slot_count
-    _count = FixedSizeLinkNeighborLoader._count
-    links_in = FixedSizeLinkNeighborLoader.links_in
-    _pad_links = FixedSizeLinkNeighborLoader._pad_links
-    _init_slots = FixedSizeLinkNeighborLoader._init_slots
 
     def __init__(self, data: Any, num_neighbors: Any, edge_label_index: Any = None,
                  edge_label: Optional[Tensor] = None, *, neg_sampling: Any = "binary",
@@ -276,29 +359,12 @@ class FixedSizeHeteroLinkNeighborLoader(FixedSizeHeteroNeighborLoader):
         hops = len(next(iter(self.fanouts.values())))
         for e in self.edge_types:
             self.fanouts.setdefault(e, [0] * hops)
-        self.neg = neg
-        self.neg_sampling = None if neg is None else neg.mode
-        self.neg_sampling_ratio = 0 if neg is None else neg.amount
-        self._src_cdf = self._dst_cdf = None
-        if neg is not None:
-            for w, t, attr in ((neg.src_weight, self.src_type, "_src_cdf"),
-                               (neg.dst_weight, self.dst_type, "_dst_cdf")):
-                w = check_weight(w, self.num_nodes_of[t], attr[1:4] + "_weight")
-                setattr(self, attr, None if w is None else w.cumsum(0))
+        self._setup_supervision(neg, edge_label, edge_label_time, time_attr, temporal_strategy)
         L = int(self.edge_label_index.size(1))
-        lab = edge_label
-        if lab is not None:
-            from .link import _labels
-            lab = _labels(lab, L, self.neg_sampling)
-        self.edge_label = lab
-        self.time_attr, self.temporal_strategy = time_attr, temporal_strategy
         self.node_time: Optional[Dict[str, Tensor]] = None
         self.edge_time: Optional[Dict[EdgeType, Tensor]] = None
-        self.edge_label_time = None
         if self.temporal:
             self.node_time, self.edge_time = self._graph_times(time_attr)
-            self.edge_label_time = check_times(edge_label_time, L, "edge_label_time",
-                                               "edge_label_index's columns")
         self.two_types = self.src_type != self.dst_type
         with self._sampling_threads():
             self.cscs = {e: CSC.from_edge_index(data[e].edge_index, self.num_nodes_of[e[2]],
@@ -424,11 +490,6 @@ class FixedSizeHeteroLinkNeighborLoader(FixedSizeHeteroNeighborLoader):
     def _link_key(self, key: str) -> str:
         return key_of("__".join(self.edge_type), key)
 
-    def _new_stats(self, epoch: int) -> NeighborLoaderStats:
-        return LinkLoaderStats(epoch=epoch, rank=self.rank, world_size=self.world_size,
-                               total_seeds=0, total_links=int(self.seeds.numel()),
-                               excluded_keys=dict(self.excluded_keys))
-
     # -- sampling ----------------------------------------------------------------
     def _rows(self, sup: Dict[str, Tensor]) -> LinkRows:
         return link_rows(sup, self.neg_sampling, int(self.neg_sampling_ratio or 0),
@@ -522,7 +583,7 @@ class FixedSizeHeteroLinkNeighborLoader(FixedSizeHeteroNeighborLoader):
         ``[2, m]``, ``.../edge_label``, ``.../edge_label_time``; triplet
         ``"<src>/src_index"``, ``"<dst>/dst_pos_index"``, ``"<dst>/dst_neg_index"``,
         ``"<src>/seed_time"`` and ``"<dst>/seed_time"`` (real slots only)."""
-        out = FixedSizeLinkNeighborLoader.unpad_links(self, flat)
+        out = super().unpad_links(flat)
         if self.neg_sampling != "triplet":
             return out
         place = {SRC_INDEX: [self.src_type], DST_POS_INDEX: [self.dst_type],
@@ -533,3 +594,7 @@ class FixedSizeHeteroLinkNeighborLoader(FixedSizeHeteroNeighborLoader):
                 for t in types:
                     out[key_of(t, key)] = v
         return out
+
+
+# FixedSizeLinkNeighborLoader(HeteroData, ...) builds this loader (PyG's one entry point)
+_link.HETERO_LINK_LOADER[:] = [FixedSizeHeteroLinkNeighborLoader]
