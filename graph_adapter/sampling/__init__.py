@@ -19,7 +19,9 @@ One module a job:
 It may import :mod:`graph_adapter.format`, :mod:`graph_adapter.batching`, torch,
 numpy and PyG; never a later stage.
 """
-from .csr import CSC, ArrayRows, FanoutError, Sample, check_fanouts, sample_neighbors
+from .csr import (CSC, SUBGRAPH_TYPES, TEMPORAL_STRATEGIES, ArrayRows, FanoutError,
+                  FanoutLengthError, Sample, SubgraphTypeError, TemporalSamplingError,
+                  check_fanouts, sample_neighbors)
 from .pyg_sampler import (SAMPLERS, PygHeteroNeighborSampler, PygNeighborSampler,
                           PygSamplerUnavailableError, pyg_sampler_backend)
 from .sampled import fit_neighbor_budget, pad_sample, trim_sample
@@ -35,6 +37,8 @@ from .cluster import (METIS_BACKENDS, ClusterLoaderStats, FixedSizeClusterLoader
                       metis_partition)
 
 __all__ = ["CSC", "ArrayRows", "FanoutError", "Sample", "check_fanouts", "sample_neighbors",
+           "FanoutLengthError", "SubgraphTypeError", "TemporalSamplingError", "SUBGRAPH_TYPES",
+           "TEMPORAL_STRATEGIES",
            "SAMPLERS", "PygHeteroNeighborSampler", "PygNeighborSampler",
            "PygSamplerUnavailableError", "pyg_sampler_backend", "fit_neighbor_budget",
            "pad_sample", "trim_sample", "OVERSIZE_POLICIES", "FixedSizeNeighborLoader",

@@ -52,9 +52,19 @@ scratch arrays).
 :class:`~graph_adapter.sampling.pyg_sampler.PygHeteroNeighborSampler`), seeded
 per batch, padded the same way; ``disjoint=True`` there needs pyg-lib.
 
+Temporal sampling (``time_attr``: node-level in some node types, or edge-level
+in some edge types; ``input_time``; ``temporal_strategy``), weighted sampling
+(``weight_attr``) and ``subgraph_type`` as PyG 2.8's (see
+:func:`~graph_adapter.sampling.hetero_sample.sample_hetero_neighbors`): an edge
+type whose source type has no time is sampled without a time filter;
+temporal sampling is disjoint. ``subgraph_type="bidirectional"`` merges each
+edge type with its reverse type (``"rev_" + rel``, else the one from ``dst`` to
+``src``): those edge types' batches have no ``e_id`` and no edge attributes
+(PyG's have none either; they are listed in ``excluded_keys``).
+``num_neighbors=[]``: zero hops, the seeds alone (a graph without edge types too).
+
 Not supported (named errors): ``directed=False`` with ``disjoint=True``, seeds
-of more than one node type (PyG's ``NeighborLoader`` takes one seed type too),
-temporal sampling.
+of more than one node type (PyG's ``NeighborLoader`` takes one seed type too).
 """
 from __future__ import annotations
 
@@ -67,17 +77,17 @@ from torch import Tensor
 
 from ..batching import RESERVED_NODES, Budget
 from ..batching import collate_padded
-from .csr import CSC, FanoutError, check_fanouts
+from .csr import CSC, FanoutError, TemporalSamplingError, check_fanouts
 from ..format import (E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, SAMPLED_KEYS, SEED_MASK,
                       SEED_OF, SEP, stack_micro_batches)
 from .pyg_sampler import PygHeteroNeighborSampler
 from .settings import SamplingSettings
 from .neighbor import (FixedSizeNeighborLoader, InputNodesError,
                        NeighborLoaderStats, SubgraphOversizeError, seed_tensor,
-                       check_hetero_fanouts, chunk_seed)
+                       check_hetero_fanouts, chunk_seed, input_time_tensor)
 # the sampling itself, before padding
-from .hetero_sample import (EdgeType, HeteroSample, fit_hetero_budget, key_of,
-                            sample_hetero_neighbors, trim_hetero)
+from .hetero_sample import (EdgeType, HeteroSample, bidirectional_pairs, fit_hetero_budget,
+                            key_of, sample_hetero_neighbors, trim_hetero)
 
 __all__ = ["FixedSizeHeteroNeighborLoader"]
 
@@ -152,19 +162,30 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
     """
 
     def __init__(self, data: Any, num_neighbors: Any, batch_size: int, *,
-                 input_nodes: Any, shuffle: bool = False,
+                 input_nodes: Any = None, input_time: Any = None, shuffle: bool = False,
                  budget: Union[Budget, dict, str, None] = None, seed: int = 0,
                  replace: bool = False, disjoint: bool = False, directed: bool = True,
+                 subgraph_type: Optional[str] = None, temporal_strategy: str = "uniform",
+                 time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
                  oversize: str = "trim", success_ratio: float = 0.99, fit_batches: int = 32,
                  micro_batches: int = 1, rank: Optional[int] = None,
                  world_size: Optional[int] = None,
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
-                 sampler: str = "ours"):
+                 sampler: str = "ours", prefetch: int = 0, round_to: int = 1,
+                 layout: Optional[str] = None, layout_widths: Optional[Tuple[int, int]] = None,
+                 layout_spills: Optional[Tuple[int, int]] = None):
         name = type(self).__name__
         if not (hasattr(data, "node_types") and hasattr(data, "edge_types")):
             raise TypeError(f"{name} samples HeteroData; for a homogeneous graph use "
                             f"FixedSizeNeighborLoader")
-        # prefetch: the homogeneous loader's background thread, not offered here (0)
+        # the homogeneous loader's arguments without a hetero counterpart: refused, not
+        # ignored (FixedSizeNeighborLoader(HeteroData, ...) hands them all on)
+        for arg, value, default in (("prefetch", prefetch, 0), ("round_to", round_to, 1),
+                                    ("layout", layout, None), ("layout_widths", layout_widths, None),
+                                    ("layout_spills", layout_spills, None)):
+            if value != default:
+                raise ValueError(f"{name}({arg}={value!r}): not offered for HeteroData (the "
+                                 f"homogeneous loader's); leave it at {default!r}")
         self._keep_settings(batch_size, SamplingSettings.of(locals()))
         self.data, self._pyg, self.csc = data, None, None
         self.edge_types: List[EdgeType] = [tuple(et) for et in data.edge_types]
@@ -179,26 +200,123 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         self.edge_attrs = {et: self._store_attrs(data[et], int(data[et].num_edges),
                                                  "__".join(et) + SEP)
                            for et in self.edge_types}
-        hops = len(next(iter(self.fanouts.values())))
+        self._without_edge_ids = self._bidirectional_merges()
+        self.node_time, self.edge_time, self.edge_weight = self._time_and_weight()
+        self._keep_input_time(input_time)
+        hops = len(next(iter(self.fanouts.values()))) if self.fanouts else 0
         for et in self.edge_types:  # an edge type left out samples nothing
             self.fanouts.setdefault(et, [0] * hops)
         if sampler == "pyg":  # PyG keeps its own CSCs
-            self._pyg = PygHeteroNeighborSampler(data, self.fanouts, replace=replace,
-                                                 disjoint=self.disjoint, directed=self.directed)
+            self._pyg = PygHeteroNeighborSampler(
+                data, self.fanouts, replace=replace, disjoint=self.disjoint,
+                directed=self.directed, subgraph_type=self.subgraph_type,
+                time_attr=self.time_attr, weight_attr=self.weight_attr,
+                temporal_strategy=self.temporal_strategy)
             self.cscs: Dict[EdgeType, CSC] = {}
             self.scratch: Dict[str, Tensor] = {}
         else:
-            with self._sampling_threads():  # a CSC where something is sampled (directed=False:
-                # every edge type, its edges between the sampled nodes are in the subgraph)
+            with self._sampling_threads():  # a CSC where something is sampled ("induced":
+                # every edge type, its edges between the sampled nodes are in the subgraph;
+                # "bidirectional": every edge type, its edges merge with the reverse type's)
                 self.cscs = {et: CSC.from_edge_index(data[et].edge_index,
                                                      self.num_nodes_of[et[2]],
                                                      num_src_nodes=self.num_nodes_of[et[0]])
                              for et in self.edge_types
-                             if not self.directed or any(k != 0 for k in self.fanouts[et])}
+                             if self.subgraph_type != "directional"
+                             or any(k != 0 for k in self.fanouts[et])}
             self.scratch = {t: torch.full((n,), -1, dtype=torch.long)
                             for t, n in self.num_nodes_of.items()}
         self.stats = self._new_stats(0)
         self.budget = self._hetero_budget(budget, success_ratio, fit_batches)
+
+    def _bidirectional_merges(self) -> set:
+        """The edge types whose ``subgraph_type="bidirectional"`` edges merge two edge
+        types' (no ``e_id`` and no edge attributes in their batches, as in PyG's);
+        their edge attributes are listed in ``excluded_keys`` and warned about once."""
+        if self.subgraph_type != "bidirectional":
+            return set()
+        merged = {et for et, rev in bidirectional_pairs(self.edge_types).items()
+                  if rev is not None}
+        cut = []
+        for et in sorted(merged):
+            for k in list(self.edge_attrs.get(et, {})):
+                key = "__".join(et) + SEP + k
+                self.excluded_keys[key] = ("subgraph_type='bidirectional' merges this edge type "
+                                           "with its reverse: no input edge ids (as PyG's), so "
+                                           "no edge attribute; use 'directional' to keep it")
+                cut.append(key)
+                del self.edge_attrs[et][k]
+        if cut:
+            warnings.warn(f"{type(self).__name__}: subgraph_type='bidirectional' leaves the edge "
+                          f"attributes {cut} out of every batch (a merged edge type has no edge "
+                          f"ids, as in PyG); loader.excluded_keys lists them", stacklevel=3)
+        return merged
+
+    def _time_and_weight(self) -> Tuple[Dict[str, Tensor], Dict[EdgeType, Tensor],
+                                        Dict[EdgeType, Tensor]]:
+        """Per node type / edge type the ``time_attr`` times (node-level or edge-level,
+        as PyG decides) and per edge type the ``weight_attr`` weights."""
+        name, data = type(self).__name__, self.data
+        node_time: Dict[str, Tensor] = {}
+        edge_time: Dict[EdgeType, Tensor] = {}
+        weight: Dict[EdgeType, Tensor] = {}
+        ta, wa = self.time_attr, self.weight_attr
+        if ta is not None:
+            for t in data.node_types:
+                if ta in data[t]:
+                    node_time[t] = self._per_row(data[t][ta], self.num_nodes_of[t], f"{t}/{ta}")
+            for et in self.edge_types:
+                if ta in data[et]:
+                    edge_time[et] = self._per_row(data[et][ta], int(data[et].num_edges),
+                                                  f"{'__'.join(et)}/{ta}")
+            if node_time and edge_time:
+                raise TemporalSamplingError(
+                    f"The time attribute '{ta}' holds both node-level and edge-level "
+                    f"information ({name}: node types {sorted(node_time)}, edge types "
+                    f"{sorted(edge_time)}); give a name held at one level")
+            if not node_time and not edge_time:
+                raise TemporalSamplingError(
+                    f"The time attribute '{ta}' is neither a node-level or edge-level "
+                    f"attribute ({name}: no node or edge type of the graph holds {ta!r})")
+        if wa is not None:
+            for et in self.edge_types:
+                if wa in data[et]:
+                    w = self._per_row(data[et][wa], int(data[et].num_edges),
+                                      f"{'__'.join(et)}/{wa}")
+                    if w.numel() and bool((w < 0).any()):
+                        raise TemporalSamplingError(f"{name}(weight_attr={wa!r}): edge type {et} "
+                                                    f"has a negative weight; weights are >= 0")
+                    weight[et] = w
+            if not weight:
+                raise TemporalSamplingError(f"{name}(weight_attr={wa!r}): no edge type of the "
+                                            f"graph holds {wa!r}; give an edge-level attribute")
+        return node_time, edge_time, weight
+
+    def _per_row(self, v: Any, rows: int, where: str) -> Tensor:
+        """``v`` as a 1-d tensor of ``rows`` entries (a time or a weight per row)."""
+        t = torch.as_tensor(v)
+        if t.dim() != 1 or t.numel() != rows:
+            raise TemporalSamplingError(f"{type(self).__name__}: {where} has shape "
+                                        f"{tuple(t.shape)}; a time or weight is one value per "
+                                        f"row ([{rows}])")
+        return t
+
+    def _keep_input_time(self, input_time: Any) -> None:
+        """As the homogeneous loader's, checked against the hetero times: an edge-level
+        time, or a seed type without node times, needs ``input_time``."""
+        name = type(self).__name__
+        if input_time is None and self.time_attr is not None and (
+                self.edge_time or self.seed_type not in self.node_time):
+            why = ("the times are edge-level" if self.edge_time else
+                   "that node type has no node-level time")
+            raise TemporalSamplingError(
+                f"{name}(time_attr={self.time_attr!r}): the seeds of {self.seed_type!r} have no "
+                f"time of their own ({why}): give input_time, one per input node")
+        t = input_time_tensor(input_time, int(self.seeds.numel()), self.time_attr, name)
+        self._input_time = None
+        if t is not None:
+            ids, order = torch.sort(self.seeds)
+            self._input_time = (ids, t[order])
 
     # -- settings ------------------------------------------------------------
     def _fanouts(self, num_neighbors: Any) -> Dict[EdgeType, List[int]]:
@@ -207,11 +325,17 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
             return {(tuple(k) if not isinstance(k, str) else tuple(k.split("__"))):
                     check_fanouts(v) for k, v in num_neighbors.items()}
         fan = check_fanouts(num_neighbors)
-        if not self.edge_types:
-            raise FanoutError("the HeteroData has no edge type: nothing to sample")
+        if not self.edge_types and fan:
+            raise FanoutError("the HeteroData has no edge type: nothing to sample (give "
+                              "num_neighbors=[] for the seeds alone)")
         return {et: list(fan) for et in self.edge_types}
 
     def _input_nodes(self, input_nodes: Any) -> Tuple[str, Tensor]:
+        if input_nodes is None:
+            raise InputNodesError(
+                f"input_nodes=None: on HeteroData name the seeds' node type, "
+                f"input_nodes='<node_type>' (all its nodes) or (node_type, index | bool mask); "
+                f"node types: {list(self.data.node_types)}")
         if isinstance(input_nodes, str):
             input_nodes = (input_nodes, None)
         if not (isinstance(input_nodes, tuple) and len(input_nodes) == 2
@@ -267,24 +391,31 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         return budget
 
     # -- sampling ----------------------------------------------------------------
-    def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0) -> HeteroSample:
-        """The unpadded sample of ``seeds`` (deterministic for ``(seed, stream, epoch, chunk)``)."""
+    def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0,
+               seed_time: Optional[Tensor] = None) -> HeteroSample:
+        """The unpadded sample of ``seeds`` (deterministic for ``(seed, stream, epoch, chunk)``);
+        ``seed_time``: their times (temporal sampling; default their node times)."""
         if self._pyg is not None:
-            return self._pyg_sample(seeds, chunk_seed(self.seed, epoch, chunk, stream))
+            return self._pyg_sample(seeds, chunk_seed(self.seed, epoch, chunk, stream),
+                                    seed_time)
         g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
         s = sample_hetero_neighbors(self.cscs, self.scratch, self.seed_type, seeds,
                                     {et: self.fanouts[et] for et in self.cscs},
-                                    replace=self.replace, directed=self.directed,
-                                    disjoint=self.disjoint, generator=g)
+                                    replace=self.replace, disjoint=self.disjoint,
+                                    subgraph_type=self.subgraph_type, seed_time=seed_time,
+                                    node_time=self.node_time, edge_time=self.edge_time,
+                                    temporal_strategy=self.temporal_strategy,
+                                    edge_weight=self.edge_weight, generator=g)
         for et in self.edge_types:  # an edge type not sampled: no edge, same signature
             if et not in s.edge_index:
                 s.edge_index[et] = torch.zeros(2, 0, dtype=torch.long)
                 s.e_id[et] = torch.zeros(0, dtype=torch.long)
         return s
 
-    def _pyg_sample(self, seeds: Tensor, seed: int) -> HeteroSample:
+    def _pyg_sample(self, seeds: Tensor, seed: int,
+                    seed_time: Optional[Tensor] = None) -> HeteroSample:
         """PyG's sample of ``seeds``, every node and edge type present (empty if unsampled)."""
-        n_id, ei, eid, seed_of = self._pyg.sample(self.seed_type, seeds, seed)
+        n_id, ei, eid, seed_of = self._pyg.sample(self.seed_type, seeds, seed, seed_time)
         empty = torch.zeros(0, dtype=torch.long)
         for t in self.num_nodes_of:
             n_id.setdefault(t, empty)
@@ -297,7 +428,7 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
 
     def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
         seeds = self.chunk_seeds(epoch, chunk)
-        s = self.sample(seeds, epoch, chunk)
+        s = self.sample(seeds, epoch, chunk, seed_time=self.seed_times_of(seeds))
         ns, es = s.sizes()
         over = [f"{t}: {ns[t]} > {int(self.budget.nodes[t]) - RESERVED_NODES} nodes" for t in ns
                 if ns[t] > int(self.budget.nodes[t]) - RESERVED_NODES]
@@ -332,6 +463,10 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
             ei = s.edge_index.get(et, torch.zeros(2, 0, dtype=torch.long))
             eid = s.e_id.get(et, torch.zeros(0, dtype=torch.long))
             h[et].edge_index = ei
+            if et in self._without_edge_ids:  # bidirectional, merged: no ids (as PyG)
+                continue
+            if eid is None:
+                eid = torch.zeros(0, dtype=torch.long)
             for k, v in self.edge_attrs[et].items():
                 h[et][k] = v[eid]
             h[et][E_ID] = eid
@@ -349,6 +484,8 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
                 k = key_of(t, SEED_OF)
                 flat[k] = torch.where(flat[key_of(t, NODE_MASK)], flat[k], -1)
         for et in self.edge_types:
+            if et in self._without_edge_ids:
+                continue
             name = "__".join(et)
             k = key_of(name, E_ID)
             flat[k] = torch.where(flat[key_of(name, EDGE_MASK)], flat[k], self.pad_id)
@@ -380,7 +517,7 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
             st.trimmed_edges += ce
             st.trimmed_batches += tb
             st.node_efficiency = real_n / (st.batches * N)
-            st.edge_efficiency = real_e / (st.batches * E)
+            st.edge_efficiency = real_e / (st.batches * E) if E else 0.0  # no edge type
             yield flat
         if st.trimmed_batches:
             warnings.warn(

@@ -66,7 +66,8 @@ import torch
 from torch import Tensor
 
 from ..batching import RESERVED_NODES, Budget, Ranks, Sharded, fingerprint
-from .csr import CSC, FanoutError, Sample, check_fanouts, sample_neighbors
+from .csr import (CSC, FanoutError, FanoutLengthError, Sample, TemporalSamplingError,
+                  check_fanouts, sample_neighbors, take)
 from ..format import (EDGE_MASK, GRAPH_MASK, NODE_MASK, RESERVED_KEYS, SAMPLED_KEYS, SEED_MASK,
                       stack_micro_batches)
 from .layout import (SAMPLED_LAYOUTS, fit_sampled_hyb, sampled_tables, source_table,
@@ -77,7 +78,8 @@ from .sampled import fit_neighbor_budget, pad_sample, trim_sample
 
 __all__ = ["FixedSizeNeighborLoader", "NeighborLoaderStats", "SubgraphOversizeError",
            "InputNodesError", "OVERSIZE_POLICIES", "check_hetero_fanouts",
-           "seed_tensor", "chunk_seed", "prefetched"]
+           "seed_tensor", "chunk_seed", "prefetched", "is_hetero_graph", "time_and_weight",
+           "input_time_tensor"]
 
 
 
@@ -117,21 +119,26 @@ def check_hetero_fanouts(edge_types: Sequence[Tuple[str, str, str]],
     """Validate a per-edge-type fanout dict against a graph's edge types.
 
     Returns the number of hops; raises :class:`FanoutError` naming an edge type
-    the graph lacks or a list whose length differs from the others.
+    the graph lacks, :class:`FanoutLengthError` for a list whose length differs
+    from the others (both start with PyG's own wording).
     """
     known = {tuple(et) for et in edge_types}
     hops = None
+    lengths = {len(v) for v in num_neighbors.values() if hasattr(v, "__len__")}
     for et, fan in num_neighbors.items():
         key = tuple(et) if not isinstance(et, str) else tuple(et.split("__"))
         if key not in known:
-            raise FanoutError(f"num_neighbors has a fanout for edge type {et!r}, which the graph "
-                              f"lacks; its edge types: {sorted(known)}")
+            raise FanoutError(f"Not all edge types specified in 'num_neighbors' exist in the "
+                              f"graph: num_neighbors has a fanout for edge type {et!r}, which "
+                              f"the graph lacks; its edge types: {sorted(known)}")
         fan = check_fanouts(fan, where=f"num_neighbors[{et!r}]")
         if hops is None:
             hops = len(fan)
         elif len(fan) != hops:
-            raise FanoutError(f"num_neighbors[{et!r}] has {len(fan)} hops, the other edge types "
-                              f"{hops}: give every edge type one fanout per hop")
+            raise FanoutLengthError(
+                f"Number of hops must be the same across all edge types (got {len(lengths)} "
+                f"different number of hops): num_neighbors[{et!r}] has {len(fan)} hops, the "
+                f"other edge types {hops}: give every edge type one fanout per hop")
     if hops is None:
         raise FanoutError("num_neighbors={}: give a fanout list per edge type")
     return hops
@@ -161,6 +168,83 @@ def seed_tensor(input_nodes: Any, num_nodes: int) -> Tensor:
     if torch.unique(t).numel() != t.numel():
         raise InputNodesError("input_nodes repeats a node: every seed is seen exactly once per "
                               "epoch, so give distinct ids (torch.unique(input_nodes))")
+    return t
+
+
+def is_hetero_graph(data: Any) -> bool:
+    """Whether ``data`` is a ``HeteroData`` (node and edge types), not a ``Data``."""
+    return hasattr(data, "node_types") and hasattr(data, "edge_types") and \
+        hasattr(data, "edge_items")
+
+
+def _as_1d(v: Any, name: str, owner: str) -> Tensor:
+    t = torch.as_tensor(v)
+    if t.dim() != 1:
+        raise TemporalSamplingError(f"{owner}: the attribute {name!r} has shape "
+                                    f"{tuple(t.shape)}; a time or weight is one value per node "
+                                    f"or edge ([N] or [E])")
+    return t
+
+
+def time_and_weight(data: Any, time_attr: Optional[str], weight_attr: Optional[str],
+                    owner: str) -> Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+    """``(node_time [N], edge_time [E], edge_weight [E])`` of a homogeneous graph from
+    ``time_attr`` (node-level or edge-level, as PyG decides) and ``weight_attr``
+    (edge-level); ``None`` where not asked for.
+
+    Raises:
+        TemporalSamplingError: an attribute the graph lacks, or one that is not
+            node- or edge-level ``[N]`` / ``[E]`` (PyG's wording first), or a
+            negative weight.
+    """
+    node_time = edge_time = edge_weight = None
+    N = int(data.num_nodes)
+    E = int(data.edge_index.size(1)) if getattr(data, "edge_index", None) is not None else 0
+    if time_attr is not None:
+        v = data[time_attr] if time_attr in data else None
+        t = None if v is None else _as_1d(v, time_attr, owner)
+        if t is not None and t.numel() == N and data.is_node_attr(time_attr):
+            node_time = t
+        elif t is not None and t.numel() == E and data.is_edge_attr(time_attr):
+            edge_time = t
+        else:
+            raise TemporalSamplingError(
+                f"The time attribute '{time_attr}' is neither a node-level or edge-level "
+                f"attribute ({owner}: give time_attr the name of an [N] node or [E] edge "
+                f"attribute of the graph; it has {sorted(k for k, _ in data.items())})")
+    if weight_attr is not None:
+        v = data[weight_attr] if weight_attr in data else None
+        w = None if v is None else _as_1d(v, weight_attr, owner)
+        if w is None or w.numel() != E:
+            raise TemporalSamplingError(
+                f"{owner}(weight_attr={weight_attr!r}): give the name of an edge-level [E] "
+                f"attribute (one weight per edge; the graph has {E} edges and attributes "
+                f"{sorted(k for k, _ in data.items())})")
+        if w.numel() and bool((w < 0).any()):
+            raise TemporalSamplingError(f"{owner}(weight_attr={weight_attr!r}): a weight is "
+                                        f"negative; sampling weights are >= 0")
+        edge_weight = w
+    return node_time, edge_time, edge_weight
+
+
+def input_time_tensor(input_time: Any, num_seeds: int, time_attr: Optional[str],
+                      owner: str) -> Optional[Tensor]:
+    """``input_time`` (one time per seed, in ``input_nodes`` order) as a 1-d tensor.
+
+    Raises:
+        TemporalSamplingError: ``input_time`` without ``time_attr`` (PyG's wording),
+            or not one time per seed.
+    """
+    if input_time is None:
+        return None
+    if time_attr is None:
+        raise TemporalSamplingError(
+            f"Received conflicting 'input_time' and 'time_attr' arguments: 'input_time' is set "
+            f"while 'time_attr' is not set ({owner}: name the graph's time attribute)")
+    t = torch.as_tensor(input_time).reshape(-1)
+    if t.numel() != num_seeds:
+        raise TemporalSamplingError(f"{owner}: input_time has {t.numel()} entries for "
+                                    f"{num_seeds} input nodes: give one time per seed")
     return t
 
 
@@ -273,11 +357,33 @@ class FixedSizeNeighborLoader(Sharded):
     """Yields padded flat dicts of one signature, each the subgraph sampled around a seed batch.
 
     Args:
-        data: a homogeneous ``torch_geometric.data.Data`` (one large graph).
-        num_neighbors: fanout per hop, e.g. ``[10, 5]`` (``-1`` = all).
+        data: a homogeneous ``torch_geometric.data.Data`` (one large graph); a
+            ``HeteroData`` makes a :class:`~graph_adapter.sampling.hetero_neighbor.
+            FixedSizeHeteroNeighborLoader` with these arguments (one entry point,
+            as PyG's ``NeighborLoader``).
+        num_neighbors: fanout per hop, e.g. ``[10, 5]`` (``-1`` = all; ``[]``:
+            zero hops, the seeds alone without edges).
         batch_size: seeds per batch.
         input_nodes: the seeds: ``None`` (every node), an index tensor or a
             bool mask over the nodes.
+        input_time: with ``time_attr``: one time per seed (in ``input_nodes``
+            order); no neighbour later than its seed's time is sampled. Default:
+            the seeds' own times where ``time_attr`` is node-level (an edge-level
+            one needs it).
+        time_attr: the name of a node-level ``[N]`` or edge-level ``[E]`` time
+            attribute: temporal sampling, PyG's rule (a neighbour, or an edge,
+            whose time is ``<=`` the seed's; every hop against the tree's seed).
+            Forces ``disjoint=True`` as PyG does (``seed_of`` is PyG's ``batch``).
+        temporal_strategy: ``"uniform"`` (a uniform draw among the valid
+            neighbours) or ``"last"`` (the ``k`` most recent).
+        weight_attr: the name of an edge-level ``[E]`` attribute of weights
+            ``>= 0``: neighbours drawn with probability proportional to the weight
+            (without replacement unless ``replace``).
+        subgraph_type: ``"directional"`` (default: the sampled edges),
+            ``"bidirectional"`` (the sampled edges and their reverses, coalesced by
+            destination row as PyG's ``to_bidirectional``; a reverse edge's ``e_id``
+            and edge attributes are those of the edge it reverses) or
+            ``"induced"`` (every input edge between the sampled nodes).
         shuffle: shuffle the seed order every epoch (from ``(seed, epoch)``).
         budget: a :class:`Budget` with ``graphs=2`` (its nodes hold at least
             ``batch_size`` real nodes), its dict/JSON, or ``None``: fitted from
@@ -288,7 +394,9 @@ class FixedSizeNeighborLoader(Sharded):
         disjoint: one tree per seed (adds ``seed_of``).
         directed: ``False``: the induced subgraph of the sampled nodes (every
             input edge between them; PyG's ``subgraph_type="induced"``), edges
-            ordered by destination row (hop order); not with ``disjoint``.
+            ordered by destination row (hop order); not with ``disjoint``. With
+            ``subgraph_type`` "directional" or "bidirectional" it is a
+            :class:`~graph_adapter.sampling.csr.SubgraphTypeError`.
         oversize: ``"trim"`` (default; counted, warned) or ``"error"``.
         success_ratio / fit_batches / round_to: budget fitting (quantile,
             sampled batches, rounding of both counts).
@@ -332,6 +440,11 @@ class FixedSizeNeighborLoader(Sharded):
     Raises:
         FanoutError: a ``num_neighbors`` that is not a list of ints ``>= -1``.
         InputNodesError: ``input_nodes`` naming a node ``data`` lacks (or twice).
+        TemporalSamplingError: a ``time_attr`` / ``weight_attr`` the graph lacks or
+            of the wrong level, ``input_time`` without ``time_attr`` or not one
+            per seed, an edge-level time without ``input_time``, an unknown
+            ``temporal_strategy``, temporal sampling with ``"induced"``.
+        SubgraphTypeError: an unknown ``subgraph_type`` or one against ``directed``.
         ValueError: another bad argument (``oversize``, ``layout``, a budget
             without ``graphs=2`` or too small for ``batch_size`` seeds).
         SubgraphOversizeError: (while iterating) a sample over the budget with
@@ -350,10 +463,20 @@ class FixedSizeNeighborLoader(Sharded):
         ```
     """
 
+    def __new__(cls, data: Any = None, *args: Any, **kwargs: Any) -> "FixedSizeNeighborLoader":
+        # one entry point, as PyG's NeighborLoader: a HeteroData goes to the hetero loader
+        # (a subclass, so its __init__ runs with these arguments)
+        if cls is FixedSizeNeighborLoader and is_hetero_graph(data):
+            from .hetero_neighbor import FixedSizeHeteroNeighborLoader
+            return super().__new__(FixedSizeHeteroNeighborLoader)
+        return super().__new__(cls)
+
     def __init__(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *,
-                 input_nodes: Any = None, shuffle: bool = False,
+                 input_nodes: Any = None, input_time: Any = None, shuffle: bool = False,
                  budget: Union[Budget, dict, str, None] = None, seed: int = 0,
                  replace: bool = False, disjoint: bool = False, directed: bool = True,
+                 subgraph_type: Optional[str] = None, temporal_strategy: str = "uniform",
+                 time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
                  oversize: str = "trim",
                  success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
                  micro_batches: int = 1, rank: Optional[int] = None,
@@ -364,6 +487,7 @@ class FixedSizeNeighborLoader(Sharded):
                  layout_spills: Optional[Tuple[int, int]] = None):
         self._setup(data, num_neighbors, batch_size, SamplingSettings.of(locals()))
         self.seeds = seed_tensor(input_nodes, self.num_nodes)
+        self._keep_input_time(input_time)
         self.stats = self._new_stats(0)
         self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
                                            batch_size, f"batch_size={batch_size} seeds")
@@ -389,7 +513,7 @@ class FixedSizeNeighborLoader(Sharded):
         if layout is None:
             return
         if layout == "sources":
-            self.source_shape = source_table_shape(self.num_neighbors, self.directed,
+            self.source_shape = source_table_shape(self.num_neighbors, self._fanout_bounded,
                                                    self.batch_size, int(self.budget.nodes))
             return
         samples = []
@@ -399,19 +523,26 @@ class FixedSizeNeighborLoader(Sharded):
                 samples = [self._fit_sample(c) for c in range(n)]
         self.layout_widths, self.layout_spills = fit_sampled_hyb(
             [s.edge_index for s in samples], [s.num_nodes for s in samples],
-            self.num_neighbors, self.directed, self.batch_size, int(self.budget.edges),
+            self.num_neighbors, self._fanout_bounded, self.batch_size, int(self.budget.edges),
             widths, spills)
+
+    @property
+    def _fanout_bounded(self) -> bool:
+        """Whether a row's in-edges are at most its hop's fanout (the sampled edges only:
+        ``subgraph_type="directional"``), what the layout tables' widths assume."""
+        return self.subgraph_type == "directional"
 
     def _setup(self, data: Any, num_neighbors: Sequence[int], batch_size: int,
                settings: SamplingSettings) -> None:
         """Check and keep the settings every neighbour loader shares; build the CSC."""
         name = type(self).__name__
-        if hasattr(data, "node_types") and hasattr(data, "edge_types") and data.edge_types:
+        if is_hetero_graph(data):
             if isinstance(num_neighbors, dict):
                 check_hetero_fanouts(data.edge_types, num_neighbors)
             raise NotImplementedError(f"{name} samples homogeneous graphs; for HeteroData use "
-                                      "graph_adapter.sampling.hetero_neighbor."
-                                      "FixedSizeHeteroNeighborLoader (or data.to_homogeneous())")
+                                      "FixedSizeNeighborLoader or graph_adapter.sampling."
+                                      "hetero_neighbor.FixedSizeHeteroNeighborLoader (or "
+                                      "data.to_homogeneous())")
         if isinstance(num_neighbors, dict):
             raise FanoutError("num_neighbors is a dict (a fanout per edge type) but the graph is "
                               "homogeneous: give one list, e.g. [10, 5]")
@@ -420,14 +551,47 @@ class FixedSizeNeighborLoader(Sharded):
         self.data = data
         self.num_nodes = int(data.num_nodes)
         self.node_attrs, self.edge_attrs, self.excluded_keys = _attributes(data)
+        self.node_time, self.edge_time, self.edge_weight = time_and_weight(
+            data, self.time_attr, self.weight_attr, name)
+        #: times of the seeds (``input_time``), by seed id: ``(sorted ids, their times)``
+        self._input_time: Optional[Tuple[Tensor, Tensor]] = None
         self._pyg = (PygNeighborSampler(data, self.num_neighbors, replace=self.replace,
-                                        disjoint=self.disjoint, directed=self.directed)
+                                        disjoint=self.disjoint, directed=self.directed,
+                                        subgraph_type=self.subgraph_type,
+                                        time_attr=self.time_attr, weight_attr=self.weight_attr,
+                                        temporal_strategy=self.temporal_strategy)
                      if self.sampler == "pyg" else None)
         self.csc: Optional[CSC] = None  # PyG's sampler keeps its own
         if self._pyg is None:
+            edge_index = getattr(data, "edge_index", None)
+            if edge_index is None:  # a graph without edges: every sample is its seeds
+                edge_index = torch.zeros(2, 0, dtype=torch.long)
             with self._sampling_threads():  # its sorts are small chunks too (1M nodes: 3.5x
                 # slower at 2 threads than at 1 on the loaded 2-core box, large_graphs.md)
-                self.csc = CSC.from_edge_index(data.edge_index, self.num_nodes)
+                self.csc = CSC.from_edge_index(edge_index, self.num_nodes)
+
+    def _keep_input_time(self, input_time: Any) -> None:
+        """Check ``input_time`` against the seeds and keep it by seed id (the epoch's
+        shuffled order looks each batch's seed times up)."""
+        name = type(self).__name__
+        t = input_time_tensor(input_time, int(self.seeds.numel()), self.time_attr, name)
+        if t is None:
+            if self.edge_time is not None:
+                raise TemporalSamplingError(
+                    f"{name}(time_attr={self.time_attr!r}): an edge-level time needs the seeds' "
+                    f"times: give input_time (one per input node; a node has no time here)")
+            return
+        ids, order = torch.sort(self.seeds)
+        self._input_time = (ids, take(t, order))
+
+    def seed_times_of(self, seeds: Tensor) -> Optional[Tensor]:
+        """The ``input_time`` of each of ``seeds`` (ids among the input nodes), or ``None``
+        without ``input_time`` (the sampler then reads the seeds' node times)."""
+        if getattr(self, "_input_time", None) is None:
+            return None
+        ids, times = self._input_time
+        at = torch.searchsorted(ids, seeds.long()).clamp(max=max(ids.numel() - 1, 0))
+        return take(times, at)
 
     def _keep_settings(self, batch_size: int, settings: SamplingSettings) -> None:
         """Check ``batch_size`` and the shared settings; keep them as attributes (``rank``
@@ -510,13 +674,20 @@ class FixedSizeNeighborLoader(Sharded):
                 "budget fingerprint": fingerprint(self.budget.to_json())}
 
     # -- sampling ----------------------------------------------------------
-    def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0) -> Sample:
-        """The unpadded sample of ``seeds`` (deterministic for ``(seed, stream, epoch, chunk)``)."""
+    def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0,
+               seed_time: Optional[Tensor] = None) -> Sample:
+        """The unpadded sample of ``seeds`` (deterministic for ``(seed, stream, epoch, chunk)``);
+        ``seed_time``: their times (temporal sampling; default their node times)."""
         if self._pyg is not None:
-            return self._pyg.sample(seeds, chunk_seed(self.seed, epoch, chunk, stream))
+            return self._pyg.sample(seeds, chunk_seed(self.seed, epoch, chunk, stream),
+                                    seed_time=seed_time)
         g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
         return sample_neighbors(self.csc, seeds, self.num_neighbors, replace=self.replace,
-                                disjoint=self.disjoint, directed=self.directed, generator=g)
+                                disjoint=self.disjoint, subgraph_type=self.subgraph_type,
+                                seed_time=seed_time, node_time=self.node_time,
+                                edge_time=self.edge_time,
+                                temporal_strategy=self.temporal_strategy,
+                                edge_weight=self.edge_weight, generator=g)
 
     def _fit_budget(self, success_ratio: float, fit_batches: int, round_to: int, *,
                     per_batch: Optional[int] = None, avoid: Sequence[int] = ()) -> Budget:
@@ -533,7 +704,9 @@ class FixedSizeNeighborLoader(Sharded):
     def _fit_sample(self, chunk: int) -> Sample:
         """The sample of ``chunk`` that the budget fit sees: stream 2, not the training
         samples, same distribution."""
-        return self.sample(self.chunk_seeds(0, chunk), 0, chunk, stream=2)
+        seeds = self.chunk_seeds(0, chunk)
+        st = self.seed_times_of(seeds)  # a loader without input_time: sample() as it was
+        return self.sample(seeds, 0, chunk, stream=2, **({} if st is None else {"seed_time": st}))
 
     @contextlib.contextmanager
     def _sampling_threads(self) -> Iterator[None]:
@@ -559,7 +732,7 @@ class FixedSizeNeighborLoader(Sharded):
 
     def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
         seeds = self.chunk_seeds(epoch, chunk)
-        s = self.sample(seeds, epoch, chunk)
+        s = self.sample(seeds, epoch, chunk, seed_time=self.seed_times_of(seeds))
         return self._fit_and_pad(s, int(seeds.numel()),
                                  f"epoch {epoch}, chunk {chunk} (seeds {seeds[:4].tolist()}...)")
 
