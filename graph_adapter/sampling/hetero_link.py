@@ -54,7 +54,7 @@ from ..contract import (DST_NEG_INDEX, DST_POS_INDEX, EDGE_LABEL, EDGE_LABEL_IND
 from .csr import (CSC, ArrayRows, induced_edges, sample_hop, sample_hop_keyed, take,
                   unique_in_order)
 from .hetero_neighbor import FixedSizeHeteroNeighborLoader
-from .hetero_sample import EdgeType, HeteroSample, key_of
+from .hetero_sample import EdgeType, HeteroSample, bidirectional_hetero, key_of
 from . import link as _link
 from .link import (LinkLabelError, LinkLoaderStats, LinkRows, LinkSupervision,
                    check_time_args, check_times, check_weight, link_labels, link_rows, neg_spec)
@@ -107,6 +107,8 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
                              node_time: Optional[Dict[str, Tensor]] = None,
                              edge_time: Optional[Dict[EdgeType, Tensor]] = None,
                              temporal_strategy: str = "uniform",
+                             edge_weight: Optional[Dict[EdgeType, Tensor]] = None,
+                             subgraph_type: Optional[str] = None,
                              generator: Optional[torch.Generator] = None) -> HeteroSample:
     """Hetero neighbour sampling from seeds of several node types at once (PyG's
     ``seed_dict``), the rows and hops of
@@ -122,6 +124,11 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
         cscs / scratch / fanouts / replace / generator: as ``sample_hetero_neighbors``.
         seeds: per node type, its seed ids (distinct unless ``disjoint``).
         directed: ``False``: the induced edges between the sampled rows.
+        subgraph_type: ``"directional"`` / ``"induced"`` / ``"bidirectional"`` (the
+            drawn edges merged with their reverse type's:
+            :func:`~graph_adapter.sampling.hetero_sample.bidirectional_hetero`);
+            ``None``: from ``directed``.
+        edge_weight: per edge type, draws proportional to the weights.
         disjoint: one tree per seed (the sample's ``seed_of``).
         seed_time: temporal sampling (``disjoint``): the time of each tree (tree
             ``i`` of every seed type shares ``seed_time[i]``); no neighbour
@@ -145,7 +152,8 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
     trees: Dict[str, List[Tensor]] = {t: [] for t in scratch}
     parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]] = {et: [] for et in cscs}
     hops = len(next(iter(fanouts.values()))) if fanouts else 0
-    timing = (seed_time, node_time or {}, edge_time or {}, temporal_strategy)
+    timing = (seed_time, node_time or {}, edge_time or {}, temporal_strategy, edge_weight or {})
+    sub = subgraph_type or ("directional" if directed else "induced")
     try:
         frontier = {}
         for t, sd in seeds.items():
@@ -168,17 +176,21 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
         for r in rows.values():
             r.reset()
     n_id = {t: torch.cat(v) if v else empty for t, v in n_ids.items()}
-    if not directed:  # the induced edges between the sampled rows, by destination row
+    if sub == "induced":  # the induced edges between the sampled rows, by destination row
         ei, eid = {}, {}
         for et, csc in cscs.items():
             ei[et], eid[et], _ = induced_edges(csc, n_id[et[2]], scratch[et[0]], n_id[et[0]])
         return HeteroSample(n_id, ei, eid)
-    return HeteroSample(
+    out = HeteroSample(
         n_id=n_id,
         edge_index={et: torch.stack([torch.cat([p[0] for p in ps]), torch.cat([p[1] for p in ps])])
                     if ps else torch.zeros(2, 0, dtype=torch.long) for et, ps in parts.items()},
         e_id={et: torch.cat([p[2] for p in ps]) if ps else empty for et, ps in parts.items()},
         seed_of={t: torch.cat(v) if v else empty for t, v in trees.items()} if disjoint else None)
+    if sub == "bidirectional":
+        out.edge_index, out.e_id = bidirectional_hetero(
+            out.edge_index, out.e_id, {t: int(v.numel()) for t, v in n_id.items()})
+    return out
 
 
 def _hop(cscs: Dict[EdgeType, CSC], fanouts: Dict[EdgeType, List[int]], h: int,
@@ -186,18 +198,21 @@ def _hop(cscs: Dict[EdgeType, CSC], fanouts: Dict[EdgeType, List[int]], h: int,
          disjoint: bool, replace: bool, gen: torch.Generator, timing: tuple) -> list:
     """Hop ``h``'s draws into the frontier, edge type by edge type: ``(edge type, source
     keys, destination rows, edge ids)`` each (times: ``sample_hop_keyed``)."""
-    seed_time, node_time, edge_time, strategy = timing
+    seed_time, node_time, edge_time, strategy, weight = timing
     drawn = []
     for et, csc in cscs.items():
         k = fanouts[et][h]
         if et[2] not in frontier or k == 0:
             continue
         nodes, node_rows, node_tree = frontier[et[2]]
-        if seed_time is not None and (et[0] in node_time or et in edge_time):
+        timed = seed_time is not None and (et[0] in node_time or et in edge_time)
+        if timed or et in weight:
             seg, pos = sample_hop_keyed(csc, nodes, k, replace, gen,
-                                        frontier_time=take(seed_time, node_tree),
-                                        node_time=node_time.get(et[0]),
-                                        edge_time=edge_time.get(et), temporal_strategy=strategy)
+                                        frontier_time=take(seed_time, node_tree) if timed
+                                        else None,
+                                        node_time=node_time.get(et[0]) if timed else None,
+                                        edge_time=edge_time.get(et) if timed else None,
+                                        temporal_strategy=strategy, edge_weight=weight.get(et))
         else:
             seg, pos = sample_hop(csc, nodes, k, replace, gen)
         src = csc.sources(pos)
@@ -317,6 +332,7 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
                  seed: int = 0, replace: bool = False, disjoint: bool = False,
                  directed: bool = True, time_attr: Optional[str] = None,
                  edge_label_time: Optional[Tensor] = None, temporal_strategy: str = "uniform",
+                 subgraph_type: Optional[str] = None, weight_attr: Optional[str] = None,
                  oversize: str = "trim", success_ratio: float = 0.99, fit_batches: int = 32,
                  round_to: int = 1, micro_batches: int = 1, rank: Optional[int] = None,
                  world_size: Optional[int] = None, pad_id: int = -1, num_workers: int = 0,
@@ -361,16 +377,15 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
             self.fanouts.setdefault(e, [0] * hops)
         self._setup_supervision(neg, edge_label, edge_label_time, time_attr, temporal_strategy)
         L = int(self.edge_label_index.size(1))
-        self.node_time: Optional[Dict[str, Tensor]] = None
-        self.edge_time: Optional[Dict[EdgeType, Tensor]] = None
-        if self.temporal:
-            self.node_time, self.edge_time = self._graph_times(time_attr)
+        self._without_edge_ids = self._bidirectional_merges()
+        self.node_time, self.edge_time, self.edge_weight = self._time_and_weight()
         self.two_types = self.src_type != self.dst_type
         with self._sampling_threads():
             self.cscs = {e: CSC.from_edge_index(data[e].edge_index, self.num_nodes_of[e[2]],
                                                 num_src_nodes=self.num_nodes_of[e[0]])
                          for e in self.edge_types
-                         if not self.directed or any(k != 0 for k in self.fanouts[e])}
+                         if self.subgraph_type != "directional"
+                         or any(k != 0 for k in self.fanouts[e])}
         self.scratch = {t: torch.full((n,), -1, dtype=torch.long)
                         for t, n in self.num_nodes_of.items()}
         self.seeds = torch.arange(L)
@@ -417,25 +432,6 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
                                      f"{eli[:, c].tolist()} is out of range: node type {t!r} "
                                      f"has {n} nodes (ids 0..{n - 1})")
         return et, eli
-
-    def _graph_times(self, time_attr: str
-                     ) -> Tuple[Optional[Dict[str, Tensor]], Optional[Dict[EdgeType, Tensor]]]:
-        """Per node type (or per edge type) ``data[type][time_attr]``, as PyG's ``collect``."""
-        nt = {t: self.data[t][time_attr] for t in self.data.node_types
-              if time_attr in self.data[t]}
-        et = {e: self.data[e][time_attr] for e in self.edge_types if time_attr in self.data[e]}
-        if not nt and not et:
-            raise LinkLabelError(f"time_attr={time_attr!r}: no node or edge type of the graph "
-                                 f"has that attribute")
-        if nt and et:
-            raise LinkLabelError(f"time_attr={time_attr!r} is on node types {sorted(nt)} and "
-                                 f"edge types {sorted(et)}: give node times or edge times")
-        if nt:
-            return {t: check_times(v, self.num_nodes_of[t], f"data[{t!r}].{time_attr}",
-                                   f"node type {t!r}") for t, v in nt.items()}, None
-        return None, {e: check_times(v, int(self.data[e].num_edges),
-                                     f"data[{e!r}].{time_attr}", f"edge type {e!r}")
-                      for e, v in et.items()}
 
     def _min_seeds(self) -> Dict[str, int]:
         """The most endpoint rows of each endpoint type a batch can have."""
@@ -511,7 +507,9 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
                                      directed=self.directed, disjoint=self.disjoint,
                                      seed_time=times if self.temporal else None,
                                      node_time=self.node_time, edge_time=self.edge_time,
-                                     temporal_strategy=self.temporal_strategy, generator=g)
+                                     temporal_strategy=self.temporal_strategy,
+                                     edge_weight=self.edge_weight,
+                                     subgraph_type=self.subgraph_type, generator=g)
         for e in self.edge_types:  # an edge type not sampled: no edge, same signature
             if e not in s.edge_index:
                 s.edge_index[e] = torch.zeros(2, 0, dtype=torch.long)

@@ -59,7 +59,7 @@ from torch import Tensor
 from ..batching import Budget
 from ..format import (DST_NEG_INDEX, DST_POS_INDEX, EDGE_LABEL, EDGE_LABEL_INDEX, INPUT_ID,
                       LINK_KEYS, LINK_MASK, SRC_INDEX)
-from .csr import TEMPORAL_STRATEGIES, CSC, Sample, sample_neighbors, take
+from .csr import TEMPORAL_STRATEGIES, Sample, take
 from ..contract import EDGE_LABEL_TIME, SEED_TIME, padding_node
 from .settings import SamplingSettings
 from .neighbor import FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed
@@ -68,7 +68,7 @@ __all__ = ["FixedSizeLinkNeighborLoader", "LinkLoaderStats", "LinkLabelError",
            "NEG_SAMPLING", "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID", "LINK_MASK",
            "SRC_INDEX", "DST_POS_INDEX", "DST_NEG_INDEX", "EDGE_LABEL_TIME", "SEED_TIME",
            "sample_negatives", "link_seeds", "NegSpec", "neg_spec", "check_weight", "draw_nodes",
-           "link_rows", "LinkRows", "LinkSupervision", "link_labels", "TEMPORAL_STRATEGIES", "temporal_sample"]
+           "link_rows", "LinkRows", "LinkSupervision", "link_labels", "TEMPORAL_STRATEGIES"]
 
 NEG_SAMPLING = ("binary", "triplet", None)
 #: The loader a ``HeteroData`` goes to (:mod:`graph_adapter.sampling.hetero_link` puts
@@ -90,19 +90,6 @@ class LinkLoaderStats(NeighborLoaderStats):
     links: int = 0
     negatives: int = 0
     total_links: int = 0
-
-
-def temporal_sample(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *, replace: bool,
-                    seed_time: Tensor, node_time: Optional[Tensor], edge_time: Optional[Tensor],
-                    temporal_strategy: str, generator: torch.Generator) -> Sample:
-    """The disjoint temporal sample of ``seeds`` (one tree each, no neighbour later than
-    its tree's ``seed_time``): :func:`~graph_adapter.sampling.csr.sample_neighbors`'s
-    temporal mode.
-
-    """
-    return sample_neighbors(csc, seeds, num_neighbors, replace=replace, disjoint=True,
-                            seed_time=seed_time, node_time=node_time, edge_time=edge_time,
-                            temporal_strategy=temporal_strategy, generator=generator)
 
 
 @dataclass(frozen=True)
@@ -664,6 +651,8 @@ class FixedSizeLinkNeighborLoader(LinkSupervision, FixedSizeNeighborLoader):
         edge_label_time: see ``time_attr`` (both or neither).
         temporal_strategy: ``"uniform"`` (any neighbour in time) or ``"last"``
             (the most recent ones), as PyG.
+        subgraph_type / weight_attr: as :class:`FixedSizeNeighborLoader`
+            (``"bidirectional"`` / ``"induced"``; weighted neighbour draws).
     Yields:
         One flat dict a batch, all of ``loader.budget``'s shapes: the sampled
         subgraph (as :class:`FixedSizeNeighborLoader`'s) plus the batch's supervision
@@ -705,8 +694,8 @@ class FixedSizeLinkNeighborLoader(LinkSupervision, FixedSizeNeighborLoader):
                  budget: Union[Budget, dict, str, None] = None, seed: int = 0,
                  replace: bool = False, disjoint: bool = False, directed: bool = True,
                  time_attr: Optional[str] = None, edge_label_time: Optional[Tensor] = None,
-                 temporal_strategy: str = "uniform",
-                 oversize: str = "trim",
+                 temporal_strategy: str = "uniform", subgraph_type: Optional[str] = None,
+                 weight_attr: Optional[str] = None, oversize: str = "trim",
                  success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
                  micro_batches: int = 1, rank: Optional[int] = None,
                  world_size: Optional[int] = None,
@@ -727,9 +716,6 @@ class FixedSizeLinkNeighborLoader(LinkSupervision, FixedSizeNeighborLoader):
         self.edge_label_index = _label_index(data, edge_label_index, self.num_nodes)
         self._setup_supervision(neg, edge_label, edge_label_time, time_attr, temporal_strategy)
         L = self.edge_label_index.size(1)
-        self.node_time = self.edge_time = None
-        if self.temporal:
-            self.node_time, self.edge_time = _graph_times(data, time_attr, self.num_nodes)
         # the loader's "seeds" are the columns of edge_label_index: chunks, shuffling and
         # rank sharding come from FixedSizeNeighborLoader unchanged
         self.seeds = torch.arange(L)
@@ -756,14 +742,7 @@ class FixedSizeLinkNeighborLoader(LinkSupervision, FixedSizeNeighborLoader):
     def _sample_links(self, rows: LinkRows, epoch: int, chunk: int, stream: int = 0) -> Sample:
         """The subgraph around the seed rows (temporal: no neighbour later than its row's
         seed time)."""
-        seeds, stime = rows.groups[0], rows.times[0]
-        if stime is None:
-            return self.sample(seeds, epoch, chunk, stream)
-        g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
-        return temporal_sample(self.csc, seeds, self.num_neighbors, replace=self.replace,
-                               seed_time=stime, node_time=self.node_time,
-                               edge_time=self.edge_time,
-                               temporal_strategy=self.temporal_strategy, generator=g)
+        return self.sample(rows.groups[0], epoch, chunk, stream, seed_time=rows.times[0])
 
     def _sample_chunk(self, epoch: int, chunk: int, stream: int = 0):
         """``(sample, supervision)`` of a chunk: the subgraph around the endpoints."""
@@ -786,25 +765,3 @@ class FixedSizeLinkNeighborLoader(LinkSupervision, FixedSizeNeighborLoader):
 
 def _is_hetero(data: Any) -> bool:
     return hasattr(data, "node_types") and hasattr(data, "edge_types")
-
-
-def _graph_times(data: Any, time_attr: str, num_nodes: int
-                 ) -> Tuple[Optional[Tensor], Optional[Tensor]]:
-    """``(node_time, edge_time)`` of a homogeneous graph: ``data[time_attr]`` is one of them.
-
-    Raises:
-        LinkLabelError: an attribute the graph lacks, or neither node- nor edge-level.
-    """
-    if time_attr not in data:
-        raise LinkLabelError(f"time_attr={time_attr!r}: the graph has no such attribute "
-                             f"(its keys: {sorted(data.keys())})")
-    v = data[time_attr]
-    if isinstance(v, Tensor) and v.dim() == 1 and v.numel() == num_nodes \
-            and data.is_node_attr(time_attr):
-        return check_times(v, num_nodes, f"data.{time_attr}", "the graph's nodes"), None
-    if isinstance(v, Tensor) and v.dim() == 1 and v.numel() == data.num_edges \
-            and data.is_edge_attr(time_attr):
-        return None, check_times(v, data.num_edges, f"data.{time_attr}", "the graph's edges")
-    raise LinkLabelError(f"time_attr={time_attr!r} is {type(v).__name__} "
-                         f"{tuple(getattr(v, 'shape', ()))}: give a 1-d node-level "
-                         f"([{num_nodes}]) or edge-level ([{data.num_edges}]) time tensor")

@@ -143,7 +143,7 @@ def test_temporal_bad_inputs_are_named():
         L(d, [1], edge_label_time=torch.zeros(2))
     with pytest.raises(LinkLabelError, match="temporal_strategy='newest'"):
         L(d, [1], time_attr="time", edge_label_time=torch.zeros(2), temporal_strategy="newest")
-    with pytest.raises(LinkLabelError, match="no such attribute"):
+    with pytest.raises(ValueError, match="The time attribute 'when' is neither"):
         L(d, [1], time_attr="when", edge_label_time=torch.zeros(2))
     with pytest.raises(LinkLabelError, match=r"edge_label_time has shape \(3,\)"):
         L(d, [1], time_attr="time", edge_label_time=torch.zeros(3))
