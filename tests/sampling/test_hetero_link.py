@@ -156,3 +156,47 @@ def test_hetero_bad_inputs_are_named():
                                                          for j, e in enumerate(ETS)}, graphs=2))
     with pytest.raises(NotImplementedError, match="sampler='pyg'"):
         L(d, [2], edge_label_index=ETS[0], sampler="pyg")
+
+
+@pytest.mark.needs_scatter
+@pytest.mark.parametrize("neg", [None, "binary", "triplet"])
+def test_unpadded_batch_matches_pyg_hetero_link_neighbor_loader(neg):
+    """PyG's own hetero LinkNeighborLoader (torch-sparse), full fanouts: the same
+    supervision keys in the same stores and shapes, the same seeds in the same order
+    (the distinct endpoints of each type, sorted), and without negatives the same node
+    and edge sets of every type (the sampler is deterministic at fanout -1)."""
+    from torch_geometric.loader import LinkNeighborLoader
+
+    d = _hetero(20, 25, 100, 0)
+    et = ETS[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = next(iter(LinkNeighborLoader(d, [-1, -1], edge_label_index=(et, None),
+                                              batch_size=8, neg_sampling=neg)))
+    L = FixedSizeLinkNeighborLoader(d, [-1, -1], edge_label_index=et, batch_size=8,
+                                    neg_sampling=neg)
+    flat = L.batch(0, 0)
+    ours = L.unpad_links(flat)
+    name = "__".join(et)
+    want = {f"{name}/input_id": theirs[et].input_id}
+    for store in (et, et[0], et[2]):
+        for k in ("edge_label_index", "edge_label", "src_index", "dst_pos_index",
+                  "dst_neg_index", "seed_time", "edge_label_time"):
+            v = theirs[store].get(k) if k in theirs[store] else None
+            if v is not None:
+                want[f"{store if isinstance(store, str) else name}/{k}"] = v
+    assert sorted(ours) == sorted(want)
+    for k, v in want.items():
+        assert ours[k].shape == v.shape and ours[k].dtype == v.dtype, k
+    assert torch.equal(ours[f"{name}/input_id"], want[f"{name}/input_id"])
+    if neg is None:  # no random draw at all: the same supervision and subgraph
+        assert torch.equal(ours[f"{name}/edge_label_index"], want[f"{name}/edge_label_index"])
+        for t in ("u", "i"):
+            got = flat[f"{t}/n_id"][flat[f"{t}/node_mask"]]
+            seeds = int(flat[f"{t}/seed_mask"].sum())
+            assert torch.equal(got[:seeds], theirs[t].n_id[:seeds])  # endpoints first, sorted
+            assert sorted(got.tolist()) == sorted(theirs[t].n_id.tolist())
+        for e in ETS:
+            k = "__".join(e)
+            got = flat[f"{k}/e_id"][flat[f"{k}/edge_mask"]]
+            assert sorted(got.tolist()) == sorted(theirs[e].e_id.tolist())
