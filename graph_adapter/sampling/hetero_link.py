@@ -155,18 +155,7 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
     timing = (seed_time, node_time or {}, edge_time or {}, temporal_strategy, edge_weight or {})
     sub = subgraph_type or ("directional" if directed else "induced")
     try:
-        frontier = {}
-        for t, sd in seeds.items():
-            sd = sd.long().reshape(-1)
-            if not disjoint and unique_in_order(sd).numel() != sd.numel():
-                raise ValueError(f"sample_hetero_from_seeds: the {t!r} seeds repeat a node; "
-                                 f"give distinct seeds (or disjoint=True)")
-            tree = torch.arange(sd.numel()) if disjoint else None
-            rows[t].add(tree * size[t] + sd if disjoint else sd)
-            n_ids[t].append(sd)
-            if disjoint:
-                trees[t].append(tree)
-            frontier[t] = (sd, torch.arange(sd.numel()), tree)
+        frontier = _plant(seeds, rows, size, disjoint, n_ids, trees)
         for h in range(hops):
             drawn = _hop(cscs, fanouts, h, frontier, size, disjoint, replace, gen, timing)
             frontier = _grow(drawn, rows, size, disjoint, n_ids, trees)
@@ -175,6 +164,36 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
     finally:
         for r in rows.values():
             r.reset()
+    return _assemble_sample(cscs, scratch, n_ids, trees if disjoint else None, parts, sub)
+
+
+def _plant(seeds: Dict[str, Tensor], rows: Dict[str, Any], size: Dict[str, int],
+           disjoint: bool, n_ids: Dict[str, List[Tensor]], trees: Dict[str, List[Tensor]]
+           ) -> Dict[str, Tuple[Tensor, Tensor, Optional[Tensor]]]:
+    """Each seed type's seeds as its first rows (tree ``i``: seed ``i`` of its type); the
+    first frontier."""
+    frontier = {}
+    for t, sd in seeds.items():
+        sd = sd.long().reshape(-1)
+        if not disjoint and unique_in_order(sd).numel() != sd.numel():
+            raise ValueError(f"sample_hetero_from_seeds: the {t!r} seeds repeat a node; "
+                             f"give distinct seeds (or disjoint=True)")
+        tree = torch.arange(sd.numel()) if disjoint else None
+        rows[t].add(tree * size[t] + sd if disjoint else sd)
+        n_ids[t].append(sd)
+        if disjoint:
+            trees[t].append(tree)
+        frontier[t] = (sd, torch.arange(sd.numel()), tree)
+    return frontier
+
+
+def _assemble_sample(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor],
+                     n_ids: Dict[str, List[Tensor]], trees: Optional[Dict[str, List[Tensor]]],
+                     parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]],
+                     sub: str) -> HeteroSample:
+    """The sample from the hops' rows and edges (``"induced"``: the edges between the
+    sampled rows instead; ``"bidirectional"``: merged with their reverses)."""
+    empty = torch.zeros(0, dtype=torch.long)
     n_id = {t: torch.cat(v) if v else empty for t, v in n_ids.items()}
     if sub == "induced":  # the induced edges between the sampled rows, by destination row
         ei, eid = {}, {}
@@ -186,7 +205,8 @@ def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tenso
         edge_index={et: torch.stack([torch.cat([p[0] for p in ps]), torch.cat([p[1] for p in ps])])
                     if ps else torch.zeros(2, 0, dtype=torch.long) for et, ps in parts.items()},
         e_id={et: torch.cat([p[2] for p in ps]) if ps else empty for et, ps in parts.items()},
-        seed_of={t: torch.cat(v) if v else empty for t, v in trees.items()} if disjoint else None)
+        seed_of=None if trees is None else {t: torch.cat(v) if v else empty
+                                            for t, v in trees.items()})
     if sub == "bidirectional":
         out.edge_index, out.e_id = bidirectional_hetero(
             out.edge_index, out.e_id, {t: int(v.numel()) for t, v in n_id.items()})
