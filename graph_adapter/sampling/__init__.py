@@ -13,8 +13,8 @@ One module a job:
   one checked object (:class:`SamplingSettings`);
 * :mod:`~graph_adapter.sampling.neighbor` (the loaders' base), :mod:`~graph_adapter.sampling.link`,
   :mod:`~graph_adapter.sampling.cluster`,
-  :mod:`~graph_adapter.sampling.hetero_neighbor`, :mod:`~graph_adapter.sampling.hetero_link`:
-  the loaders.
+  :mod:`~graph_adapter.sampling.hetero_neighbor`: the loaders (the link loaders, homogeneous
+  and hetero, in the :mod:`~graph_adapter.sampling.link` subpackage).
 
 It may import :mod:`graph_adapter.format`, :mod:`graph_adapter.batching`, torch,
 numpy and PyG; never a later stage.
@@ -28,10 +28,10 @@ from .sampled import fit_neighbor_budget, pad_sample, trim_sample
 from .settings import SamplingSettings
 from .neighbor import (OVERSIZE_POLICIES, FixedSizeNeighborLoader, InputNodesError,
                        NeighborLoaderStats, SubgraphOversizeError)
-from .link import NEG_SAMPLING, FixedSizeLinkNeighborLoader, LinkLabelError, LinkLoaderStats
+from .link import (NEG_SAMPLING, FixedSizeHeteroLinkNeighborLoader, FixedSizeLinkNeighborLoader,
+                   LinkLabelError, LinkLoaderStats)
 from .hetero_sample import HeteroSample, fit_hetero_budget, sample_hetero_neighbors, trim_hetero
 from .hetero_neighbor import FixedSizeHeteroNeighborLoader
-from .hetero_link import FixedSizeHeteroLinkNeighborLoader
 from .cluster import (METIS_BACKENDS, ClusterLoaderStats, FixedSizeClusterLoader,
                       MetisUnavailableError, PartitionError, edge_cut, metis_available,
                       metis_partition)
@@ -44,7 +44,8 @@ __all__ = ["CSC", "ArrayRows", "FanoutError", "Sample", "check_fanouts", "sample
            "pad_sample", "trim_sample", "OVERSIZE_POLICIES", "FixedSizeNeighborLoader",
            "InputNodesError", "NeighborLoaderStats", "SubgraphOversizeError", "NEG_SAMPLING",
            "FixedSizeLinkNeighborLoader", "LinkLabelError", "LinkLoaderStats",
-           "FixedSizeHeteroNeighborLoader", "FixedSizeHeteroLinkNeighborLoader", "HeteroSample", "fit_hetero_budget",
+           "FixedSizeHeteroNeighborLoader", "FixedSizeHeteroLinkNeighborLoader", "HeteroSample",
+           "fit_hetero_budget",
            "sample_hetero_neighbors", "trim_hetero", "METIS_BACKENDS", "ClusterLoaderStats",
            "FixedSizeClusterLoader", "MetisUnavailableError", "PartitionError", "edge_cut",
            "metis_available", "metis_partition", "SamplingSettings"]

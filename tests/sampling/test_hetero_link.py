@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.data import HeteroData
 
-from graph_adapter.sampling.hetero_link import FixedSizeHeteroLinkNeighborLoader
+from graph_adapter.sampling.link import FixedSizeHeteroLinkNeighborLoader
 from graph_adapter.sampling.link import FixedSizeLinkNeighborLoader, LinkLabelError
 
 ETS = [("u", "buys", "i"), ("i", "rev_buys", "u"), ("u", "knows", "u")]

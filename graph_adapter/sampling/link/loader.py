@@ -1,5 +1,8 @@
 """``FixedSizeLinkNeighborLoader``: link-level training on one large graph, at one shape.
 
+(Module ``graph_adapter.sampling.link.loader``; ``graph_adapter.sampling.link``
+exports its names.)
+
 PyG ``LinkNeighborLoader`` semantics (homogeneous; ``disjoint`` below): every
 batch takes ``batch_size`` supervision edges (columns of ``edge_label_index``,
 default the graph's ``edge_index``), samples negatives on the host, and grows
@@ -56,23 +59,25 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from ..batching import Budget
-from ..format import (DST_NEG_INDEX, DST_POS_INDEX, EDGE_LABEL, EDGE_LABEL_INDEX, INPUT_ID,
+from ...batching import Budget
+from ...format import (DST_NEG_INDEX, DST_POS_INDEX, EDGE_LABEL, EDGE_LABEL_INDEX, INPUT_ID,
                       LINK_KEYS, LINK_MASK, SRC_INDEX)
-from .csr import TEMPORAL_STRATEGIES, Sample, take
-from ..contract import EDGE_LABEL_TIME, SEED_TIME, padding_node
-from .settings import SamplingSettings
-from .neighbor import FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed
+from ..csr import TEMPORAL_STRATEGIES, Sample, take
+from ...contract import EDGE_LABEL_TIME, SEED_TIME, padding_node
+from ..settings import SamplingSettings
+from ..neighbor import FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed
 
 __all__ = ["FixedSizeLinkNeighborLoader", "LinkLoaderStats", "LinkLabelError",
            "NEG_SAMPLING", "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID", "LINK_MASK",
            "SRC_INDEX", "DST_POS_INDEX", "DST_NEG_INDEX", "EDGE_LABEL_TIME", "SEED_TIME",
            "sample_negatives", "link_seeds", "NegSpec", "neg_spec", "check_weight", "draw_nodes",
-           "link_rows", "LinkRows", "LinkSupervision", "link_labels", "TEMPORAL_STRATEGIES"]
+           "link_rows", "LinkRows", "LinkSupervision", "link_labels", "TEMPORAL_STRATEGIES",
+           "HETERO_LINK_LOADER", "negatives_by_positive", "temporal_negatives",
+           "check_time_args", "check_times"]
 
 NEG_SAMPLING = ("binary", "triplet", None)
-#: The loader a ``HeteroData`` goes to (:mod:`graph_adapter.sampling.hetero_link` puts
-#: its class here when imported; the sampling package imports it).
+#: The loader a ``HeteroData`` goes to (:mod:`graph_adapter.sampling.link.hetero` puts
+#: its class here when imported; this package's ``__init__`` imports it).
 HETERO_LINK_LOADER: List[type] = []
 _NEG_STREAM = 3  # negatives' random stream (0: neighbours, 1: order, 2: budget fit)
 
