@@ -200,3 +200,20 @@ def test_unpadded_batch_matches_pyg_hetero_link_neighbor_loader(neg):
             k = "__".join(e)
             got = flat[f"{k}/e_id"][flat[f"{k}/edge_mask"]]
             assert sorted(got.tolist()) == sorted(theirs[e].e_id.tolist())
+
+
+def test_hetero_micro_batches_and_workers_give_the_same_batches():
+    d = _hetero(15, 18, 60, 4)
+    kw = dict(edge_label_index=ETS[0], batch_size=4, neg_sampling="triplet", shuffle=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = list(FixedSizeLinkNeighborLoader(d, [2, 2], **kw))
+        L2 = FixedSizeLinkNeighborLoader(d, [2, 2], micro_batches=2, **kw)
+        two = list(L2)
+        work = list(FixedSizeLinkNeighborLoader(d, [2, 2], num_workers=1, **kw))
+    assert L2.stats.links == d[ETS[0]].edge_index.size(1)
+    flat = [{k: v[i] for k, v in f.items()} for f in two for i in range(2)]
+    for a, b in zip(one, flat):  # F = 2 stacks the same chunks
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    for a, b in zip(one, work):  # worker processes: the same batches
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
