@@ -18,7 +18,15 @@ training with ``directed=True`` (the default):
   ``e_id`` their ids in the input ``edge_index`` (``directed=False``: every
   input edge between the sampled nodes instead, :func:`induced_edges`);
 * ``disjoint=True``: every seed grows its own tree (a node reached from two
-  seeds is two rows); ``seed_of`` gives each row's seed position.
+  seeds is two rows); ``seed_of`` gives each row's seed position;
+* PyG 2.8's other sampling arguments (:func:`sample_neighbors`): temporal
+  sampling (``node_time`` / ``edge_time`` with ``seed_time``; ``"uniform"`` or
+  ``"last"``; no edge later than its tree's seed, always disjoint), weighted
+  draws (``edge_weight``), ``subgraph_type="bidirectional"`` (the sampled edges
+  and their reverses, :func:`bidirectional_edges`) and zero hops
+  (``num_neighbors=[]``). Times and weights take :func:`sample_hop_keyed`, a
+  slower path whose cost is the frontier's in-degree
+  (``benchmarks/bench_sampling_modes.py``).
 
 Randomness comes only from the ``torch.Generator`` passed in, so a sample is
 a function of (graph, seeds, fanouts, generator state): the loaders seed one
@@ -51,7 +59,7 @@ from torch import Tensor
 
 __all__ = ["CSC", "Sample", "FanoutError", "FanoutLengthError", "SubgraphTypeError",
            "TemporalSamplingError", "check_fanouts", "sample_neighbors", "sample_hop",
-           "sample_hop_keyed", "induced_edges", "bidirectional_edges", "resolve_subgraph_type",
+           "sample_hop_keyed", "induced_edges", "bidirectional_edges", "resolve_subgraph_type", "check_temporal_inputs",
            "unique_in_order", "take", "ArrayRows", "SUBGRAPH_TYPES", "TEMPORAL_STRATEGIES"]
 
 #: PyG 2.8's ``subgraph_type`` values: the sampled edges, the sampled edges and their
@@ -435,7 +443,7 @@ def sample_hop_keyed(csc: CSC, frontier: Tensor, k: int, replace: bool, gen: tor
     if frontier_time is not None and (node_time is not None or edge_time is not None):
         t = (take(edge_time, eid) if edge_time is not None
              else take(node_time, take(csc.src, eid).long()))
-        ok = (t <= take(frontier_time, seg).to(t.dtype)).nonzero().view(-1)
+        ok = (t <= take(frontier_time, seg)).nonzero().view(-1)  # promoted: int vs float times
         seg, pos, eid, t = take(seg, ok), take(pos, ok), take(eid, ok), take(t, ok)
     if k < 0 or seg.numel() == 0:
         return seg, pos
@@ -448,15 +456,31 @@ def sample_hop_keyed(csc: CSC, frontier: Tensor, k: int, replace: bool, gen: tor
         return _draws_with_replacement(seg, pos, cnt, k, w, gen)
     if not bool((cnt > k).any()):
         return seg, pos
+    if w is None:  # a uniform k-subset: one sort of (segment, random 31-bit key)
+        keep = _random_k_mask(seg, k, F, gen).nonzero().view(-1)
+        return take(seg, keep), take(pos, keep)
     u = torch.rand(seg.numel(), generator=gen, dtype=torch.float64)
-    if w is None:
-        keys = [u]
-    else:  # log(u) / w: the k largest are a weighted draw without replacement
-        key = torch.where(w > 0, torch.log(u.clamp(min=1e-300)) / w.clamp(min=1e-300),
-                          torch.full_like(u, float("-inf")))
-        keys = [key, torch.rand(seg.numel(), generator=gen, dtype=torch.float64)]
+    # log(u) / w: the k largest are a weighted draw without replacement
+    key = torch.where(w > 0, torch.log(u.clamp(min=1e-300)) / w.clamp(min=1e-300),
+                      torch.full_like(u, float("-inf")))
+    keys = [key]
+    if not bool((w > 0).all()):  # zero weights tie at -inf: a random order among them
+        keys.append(torch.rand(seg.numel(), generator=gen, dtype=torch.float64))
     keep = _top_k_mask(seg, keys, k, F).nonzero().view(-1)
     return take(seg, keep), take(pos, keep)
+
+
+def _random_k_mask(seg: Tensor, k: int, num_segments: int, gen: torch.Generator) -> Tensor:
+    """A bool mask over candidates (``seg`` non-decreasing): a uniformly random
+    ``k``-subset of each segment (all of a segment of at most ``k``), as
+    :func:`sample_hop`'s sort path: one stable sort of ``(segment, random key)``."""
+    n = seg.numel()
+    cnt = torch.bincount(seg, minlength=num_segments)
+    first = torch.cumsum(cnt, 0) - cnt
+    key = torch.randint(0, 2 ** 31, (n,), generator=gen)
+    order = torch.sort((seg << 31) | key, stable=True).indices
+    rank = torch.arange(n) - take(first, take(seg, order))
+    return torch.empty(n, dtype=torch.bool).scatter_(0, order, rank < k)
 
 
 def _draws_with_replacement(seg: Tensor, pos: Tensor, cnt: Tensor, k: int,
@@ -677,7 +701,7 @@ def sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *,
             temporal sampling with ``"induced"``.
     """
     sub = resolve_subgraph_type(subgraph_type, directed)
-    temporal = _check_temporal(csc, seeds, seed_time, node_time, edge_time, temporal_strategy,
+    temporal = check_temporal_inputs(csc, seeds, seed_time, node_time, edge_time, temporal_strategy,
                                edge_weight, sub)
     if temporal:
         disjoint = True
@@ -691,11 +715,16 @@ def sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *,
                                  generator=generator)
 
 
-def _check_temporal(csc: CSC, seeds: Tensor, seed_time: Optional[Tensor],
+def check_temporal_inputs(csc: CSC, seeds: Tensor, seed_time: Optional[Tensor],
                     node_time: Optional[Tensor], edge_time: Optional[Tensor], strategy: str,
                     edge_weight: Optional[Tensor], subgraph_type: str,
                     what: str = "sample_neighbors", num_src_nodes: Optional[int] = None) -> bool:
-    """Check the time and weight inputs of one CSC; True where the sample is temporal."""
+    """Check the time and weight inputs of one CSC (``what`` names the caller in the
+    errors); True where the sample is temporal.
+
+    Raises:
+        TemporalSamplingError: see :func:`sample_neighbors`.
+    """
     if strategy not in TEMPORAL_STRATEGIES:
         raise TemporalSamplingError(f"{what}: temporal_strategy={strategy!r}; choose one of "
                                     f"{TEMPORAL_STRATEGIES}")
@@ -796,17 +825,25 @@ def _sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *, 
     finally:  # leave the scratch all -1 for the next call, even after an error
         if not disjoint:
             rows.reset()
-    n_id = torch.cat(n_ids)
-    seed_of = torch.cat(trees) if disjoint else None
+    return _finish(csc, subgraph_type, torch.cat(n_ids), torch.cat(trees) if disjoint else None,
+                   src_rows, dst_rows, e_ids, nodes_per_hop, edges_per_hop)
+
+
+def _finish(csc: CSC, subgraph_type: str, n_id: Tensor, seed_of: Optional[Tensor],
+            src_rows: List[Tensor], dst_rows: List[Tensor], e_ids: List[Tensor],
+            nodes_per_hop: List[int], edges_per_hop: List[int]) -> Sample:
+    """The :class:`Sample` of the hops' rows and drawn edges, as ``subgraph_type`` asks:
+    the drawn edges, them and their reverses, or the induced edges."""
     empty = torch.zeros(0, dtype=torch.long)
     if subgraph_type == "induced":
         edge_index, e_id, dst_counts = induced_edges(csc, n_id, csc.scratch())
         return Sample(n_id=n_id, edge_index=edge_index,
                       e_id=e_id if csc.keep_edge_ids else None,
-                      nodes_per_hop=nodes_per_hop, edges_per_hop=_per_hop(dst_counts, nodes_per_hop))
-    edge_index = (torch.stack([torch.cat(src_rows), torch.cat(dst_rows)]) if fan
+                      nodes_per_hop=nodes_per_hop,
+                      edges_per_hop=_per_hop(dst_counts, nodes_per_hop))
+    edge_index = (torch.stack([torch.cat(src_rows), torch.cat(dst_rows)]) if src_rows
                   else torch.zeros(2, 0, dtype=torch.long))
-    e_id = (torch.cat(e_ids) if fan else empty) if csc.keep_edge_ids else None
+    e_id = (torch.cat(e_ids) if e_ids else empty) if csc.keep_edge_ids else None
     if subgraph_type == "bidirectional":
         edge_index, e_id, dst_counts = bidirectional_edges(edge_index, e_id, int(n_id.numel()))
         edges_per_hop = _per_hop(dst_counts, nodes_per_hop)

@@ -181,7 +181,8 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         # the homogeneous loader's arguments without a hetero counterpart: refused, not
         # ignored (FixedSizeNeighborLoader(HeteroData, ...) hands them all on)
         for arg, value, default in (("prefetch", prefetch, 0), ("round_to", round_to, 1),
-                                    ("layout", layout, None), ("layout_widths", layout_widths, None),
+                                    ("layout", layout, None),
+                                    ("layout_widths", layout_widths, None),
                                     ("layout_spills", layout_spills, None)):
             if value != default:
                 raise ValueError(f"{name}({arg}={value!r}): not offered for HeteroData (the "
@@ -534,3 +535,7 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
     def seeds_in(self, flat: Dict[str, Tensor]) -> int:
         """The number of seed rows of a batch (the seed type's first rows)."""
         return int(flat[key_of(self.seed_type, SEED_MASK)].sum())
+
+
+# FixedSizeNeighborLoader(HeteroData, ...) makes this loader (one entry point, as PyG's)
+FixedSizeNeighborLoader.hetero_loader_class = FixedSizeHeteroNeighborLoader

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ..batching import RESERVED_NODES, Budget
-from .csr import (CSC, ArrayRows, TemporalSamplingError, _check_temporal, bidirectional_edges,
+from .csr import (CSC, ArrayRows, TemporalSamplingError, check_temporal_inputs, bidirectional_edges,
                   induced_edges, resolve_subgraph_type, sample_hop, sample_hop_keyed, take,
                   unique_in_order)
 from ..format import SEP
@@ -144,34 +144,9 @@ def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor
     sub = resolve_subgraph_type(subgraph_type, directed, "sample_hetero_neighbors")
     node_time, edge_time, edge_weight = node_time or {}, edge_time or {}, edge_weight or {}
     seeds = seeds.long().reshape(-1)
-    temporal = bool(node_time) or bool(edge_time)
-    for et, csc in cscs.items():
-        own = et[0] in node_time or et in edge_time  # this edge type is filtered by time
-        _check_temporal(csc, seeds, seed_time if own else None, node_time.get(et[0]),
-                        edge_time.get(et), temporal_strategy, edge_weight.get(et),
-                        sub, f"sample_hetero_neighbors[{et}]",
-                        num_src_nodes=int(scratch[et[0]].numel()))
-    if temporal:
-        if node_time and edge_time:
-            raise TemporalSamplingError("sample_hetero_neighbors: both node_time and edge_time "
-                                        "given; a time attribute is node-level or edge-level")
-        if sub == "induced":
-            raise TemporalSamplingError("sample_hetero_neighbors: temporal sampling with "
-                                        "subgraph_type='induced': temporal samples are disjoint "
-                                        "trees; use 'directional' or 'bidirectional'")
-        if seed_time is None:
-            if seed_type not in node_time:
-                raise TemporalSamplingError(
-                    f"sample_hetero_neighbors: the seed type {seed_type!r} has no node time "
-                    f"and no seed_time (input_time) was given: give the seeds' times")
-            seed_time = take(node_time[seed_type], seeds)
-        elif seed_time.numel() != seeds.numel():
-            raise TemporalSamplingError(f"sample_hetero_neighbors: seed_time has "
-                                        f"{seed_time.numel()} entries for {seeds.numel()} "
-                                        f"seeds: give one time per seed")
-        disjoint = True
-    else:
-        seed_time = None
+    seed_time = _seed_times(cscs, scratch, seed_type, seeds, sub, seed_time, node_time,
+                            edge_time, temporal_strategy, edge_weight)
+    disjoint = disjoint or seed_time is not None  # temporal: one tree per seed, as PyG
     if disjoint and sub == "induced":
         raise NotImplementedError("sample_hetero_neighbors(directed=False, disjoint=True): an "
                                   "induced subgraph per seed tree is not built; use one of them")
@@ -180,6 +155,18 @@ def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor
         # a repeated seed would be written twice into the scratch array (its row undefined)
         raise ValueError(f"sample_hetero_neighbors: the {seed_type!r} seeds repeat a node; give "
                          f"distinct seeds (or disjoint=True, one tree per seed)")
+    timing = _Timing(seed_time, node_time, edge_time, temporal_strategy, edge_weight)
+    n_ids, trees, parts = _grow(cscs, scratch, seed_type, seeds, fanouts, disjoint, replace,
+                                gen, timing)
+    return _assemble(cscs, scratch, n_ids, trees if disjoint else None, parts, sub)
+
+
+def _grow(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor], seed_type: str, seeds: Tensor,
+          fanouts: Dict[EdgeType, List[int]], disjoint: bool, replace: bool,
+          gen: torch.Generator, timing: "_Timing") -> tuple:
+    """The hops of :func:`sample_hetero_neighbors`: ``(n_ids, trees, parts)``, per type the
+    rows each hop added (and their trees), per edge type each hop's drawn edges
+    ``(source rows, destination rows, edge ids)``."""
     size = {t: int(s.numel()) for t, s in scratch.items()}
     # non-disjoint: csr's scratch-array rows (O(1) lookups, new rows without a sort)
     rows = {t: _PairRows() if disjoint else ArrayRows(s, torch.zeros(0, dtype=torch.long))
@@ -189,7 +176,6 @@ def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor
     parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]] = {et: [] for et in cscs}
     hops = len(next(iter(fanouts.values()))) if fanouts else 0
     tree = torch.arange(seeds.numel()) if disjoint else None
-    timing = _Timing(seed_time, node_time, edge_time, temporal_strategy, edge_weight)
     try:
         rows[seed_type].add(tree * size[seed_type] + seeds if disjoint else seeds)
         n_ids[seed_type].append(seeds)
@@ -205,7 +191,49 @@ def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor
     finally:
         for r in rows.values():
             r.reset()
-    return _assemble(cscs, scratch, n_ids, trees if disjoint else None, parts, sub)
+    return n_ids, trees, parts
+
+
+def _seed_times(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor], seed_type: str,
+                seeds: Tensor, sub: str, seed_time: Optional[Tensor],
+                node_time: Dict[str, Tensor], edge_time: Dict[EdgeType, Tensor],
+                temporal_strategy: str, edge_weight: Dict[EdgeType, Tensor]) -> Optional[Tensor]:
+    """Check the time and weight inputs of every edge type; the seeds' times where the
+    sample is temporal (``seed_time``, else the seed type's node times), else ``None``.
+
+    Raises:
+        TemporalSamplingError: see :func:`sample_hetero_neighbors`.
+    """
+    temporal = bool(node_time) or bool(edge_time)
+    for et, csc in cscs.items():
+        own = et[0] in node_time or et in edge_time  # this edge type is filtered by time
+        check_temporal_inputs(csc, seeds, seed_time if own else None, node_time.get(et[0]),
+                              edge_time.get(et), temporal_strategy, edge_weight.get(et),
+                              sub, f"sample_hetero_neighbors[{et}]",
+                              num_src_nodes=int(scratch[et[0]].numel()))
+    if not temporal:
+        if seed_time is not None:
+            raise TemporalSamplingError("sample_hetero_neighbors: seed_time without node_time or "
+                                        "edge_time: give the times the seeds' are compared to")
+        return None
+    if node_time and edge_time:
+        raise TemporalSamplingError("sample_hetero_neighbors: both node_time and edge_time "
+                                    "given; a time attribute is node-level or edge-level")
+    if sub == "induced":
+        raise TemporalSamplingError("sample_hetero_neighbors: temporal sampling with "
+                                    "subgraph_type='induced': temporal samples are disjoint "
+                                    "trees; use 'directional' or 'bidirectional'")
+    if seed_time is None:
+        if seed_type not in node_time:
+            raise TemporalSamplingError(
+                f"sample_hetero_neighbors: the seed type {seed_type!r} has no node time "
+                f"and no seed_time (input_time) was given: give the seeds' times")
+        return take(node_time[seed_type], seeds)
+    if seed_time.numel() != seeds.numel():
+        raise TemporalSamplingError(f"sample_hetero_neighbors: seed_time has "
+                                    f"{seed_time.numel()} entries for {seeds.numel()} "
+                                    f"seeds: give one time per seed")
+    return seed_time
 
 
 class _Timing:

@@ -463,12 +463,16 @@ class FixedSizeNeighborLoader(Sharded):
         ```
     """
 
+    #: the loader a ``HeteroData`` makes (set by :mod:`~graph_adapter.sampling.hetero_neighbor`,
+    #: a later module: this one does not import it)
+    hetero_loader_class: Optional[type] = None
+
     def __new__(cls, data: Any = None, *args: Any, **kwargs: Any) -> "FixedSizeNeighborLoader":
         # one entry point, as PyG's NeighborLoader: a HeteroData goes to the hetero loader
         # (a subclass, so its __init__ runs with these arguments)
-        if cls is FixedSizeNeighborLoader and is_hetero_graph(data):
-            from .hetero_neighbor import FixedSizeHeteroNeighborLoader
-            return super().__new__(FixedSizeHeteroNeighborLoader)
+        hetero = FixedSizeNeighborLoader.hetero_loader_class
+        if cls is FixedSizeNeighborLoader and hetero is not None and is_hetero_graph(data):
+            return super().__new__(hetero)
         return super().__new__(cls)
 
     def __init__(self, data: Any, num_neighbors: Sequence[int], batch_size: int, *,

@@ -6,7 +6,7 @@ loaders, what PyG's own ``test_neighbor_loader.py`` checks of temporal sampling.
 from __future__ import annotations
 
 import warnings
-from typing import Dict, List, Optional
+from typing import Dict
 
 import pytest
 import torch
@@ -22,7 +22,8 @@ from graph_adapter.sampling.hetero_sample import sample_hetero_neighbors
 
 def _temporal_graph(n: int, m: int, seed: int, span: int = 6) -> Data:
     g = torch.Generator().manual_seed(seed)
-    return Data(x=torch.randn(n, 2, generator=g), edge_index=torch.randint(0, n, (2, m), generator=g),
+    return Data(x=torch.randn(n, 2, generator=g),
+                edge_index=torch.randint(0, n, (2, m), generator=g),
                 time=torch.randint(0, span, (n,), generator=g),
                 edge_time=torch.randint(0, span, (m,), generator=g))
 
@@ -206,7 +207,8 @@ def test_loader_seed_first_and_no_row_later_than_it_karate_style():
     times decreasing with the node id."""
     g = torch.Generator().manual_seed(3)
     n = 34
-    d = Data(x=torch.randn(n, 2, generator=g), edge_index=torch.randint(0, n, (2, 156), generator=g),
+    d = Data(x=torch.randn(n, 2, generator=g),
+             edge_index=torch.randint(0, n, (2, 156), generator=g),
              time=torch.arange(n, 0, -1))
     for data, kw in ((d, {}), (_as_hetero(d), dict(input_nodes="v"))):
         L = FixedSizeNeighborLoader(data, [-1, -1], 1, time_attr="time", **kw)
