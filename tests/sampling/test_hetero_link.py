@@ -156,6 +156,9 @@ def test_hetero_bad_inputs_are_named():
                                                          for j, e in enumerate(ETS)}, graphs=2))
     with pytest.raises(NotImplementedError, match="sampler='pyg'"):
         L(d, [2], edge_label_index=ETS[0], sampler="pyg")
+    for arg in ({"round_to": 8}, {"prefetch": 2}):  # the homogeneous loader's: refused
+        with pytest.raises(ValueError, match="not offered for HeteroData"):
+            L(d, [2], edge_label_index=ETS[0], **arg)
 
 
 @pytest.mark.needs_scatter

@@ -364,9 +364,10 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
         if sampler == "pyg":
             raise NotImplementedError(f"{name}(sampler='pyg'): PyG's hetero sampler is driven "
                                       f"from one seed type here; use sampler='ours'")
-        if prefetch:
-            raise ValueError(f"{name}(prefetch={prefetch}): the hetero loaders take "
-                             f"num_workers= for sampling ahead")
+        for arg, value, default in (("prefetch", prefetch, 0), ("round_to", round_to, 1)):
+            if value != default:  # the homogeneous loader's: refused, not ignored
+                raise ValueError(f"{name}({arg}={value!r}): not offered for HeteroData (the "
+                                 f"homogeneous loader's); leave it at {default!r}")
         neg = neg_spec(neg_sampling, neg_sampling_ratio)
         self.temporal = check_time_args(name, time_attr, edge_label_time, temporal_strategy,
                                         sampler)
