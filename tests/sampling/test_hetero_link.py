@@ -220,3 +220,67 @@ def test_hetero_micro_batches_and_workers_give_the_same_batches():
         assert all(torch.equal(a[k], b[k]) for k in a)
     for a, b in zip(one, work):  # worker processes: the same batches
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_edge_type_forms_and_graphs_without_edges_as_pyg():
+    """PyG's edge-type forms ((src, dst), a relation) and link batches of a graph without
+    edges (zero hops: the endpoints alone, each distinct endpoint one row)."""
+    d = _hetero(6, 7, 20, 5)
+    for spec in (("u", "i"), "buys", ("u", "buys", "i")):
+        L = FixedSizeLinkNeighborLoader(d, [2], edge_label_index=spec, batch_size=4)
+        assert L.edge_type == ("u", "buys", "i")
+    with pytest.raises(LinkLabelError, match="relation 'nope'"):
+        FixedSizeLinkNeighborLoader(d, [2], edge_label_index="nope")
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 100, (2, 100), generator=g)
+    from torch_geometric.data import Data
+    for data, spec, key in ((HeteroData(paper=dict(num_nodes=100)), (("paper", "paper"), idx),
+                             "paper__to__paper/"), (Data(num_nodes=100), idx, "")):
+        L = FixedSizeLinkNeighborLoader(data, [], edge_label_index=spec, batch_size=20,
+                                        neg_sampling=None)
+        n = 0
+        for flat in L:
+            sup = L.unpad_links(flat)
+            assert sup[key + "input_id"].numel() == 20
+            eli = sup[key + "edge_label_index"]
+            assert eli.size(1) == 20
+            mask = flat["paper/node_mask" if key else "node_mask"]
+            assert int(mask.sum()) == eli.unique().numel()
+            n += 1
+        assert n == 5
+
+
+def test_hetero_temporal_pyg_style_batches():
+    """PyG's temporal hetero link test, restated: supervision on ``(paper, paper)`` with
+    ``edge_label_time``, node times on both types, binary negatives 1:2."""
+    g = torch.Generator().manual_seed(0)
+    h = HeteroData()
+    h["paper"].x = torch.arange(100)
+    h["paper"].time = torch.arange(100) - 200
+    h["author"].x = torch.arange(100, 300)
+    h["author"].time = torch.arange(200)
+    h["paper", "paper"].edge_index = torch.randint(0, 100, (2, 500), generator=g)
+    h["paper", "author"].edge_index = torch.stack([torch.randint(0, 100, (1000,), generator=g),
+                                                   torch.randint(0, 200, (1000,), generator=g)])
+    h["author", "paper"].edge_index = torch.stack([torch.randint(0, 200, (1000,), generator=g),
+                                                   torch.randint(0, 100, (1000,), generator=g)])
+    with pytest.raises(LinkLabelError, match="edge_label_time is not"):
+        FixedSizeLinkNeighborLoader(h, [-1] * 2, edge_label_index=("paper", "paper"),
+                                    batch_size=32, time_attr="time")
+    elt = torch.arange(500)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        L = FixedSizeLinkNeighborLoader(h, [-1] * 2, edge_label_index=("paper", "paper"),
+                                        edge_label_time=elt, batch_size=32, time_attr="time",
+                                        neg_sampling_ratio=0.5)
+        for flat in L:
+            sup = L.unpad_links(flat)
+            key = "paper__to__paper/"
+            if sup[key + "input_id"].numel() < 32:
+                continue  # PyG's test drops the last batch
+            so = flat["paper/seed_of"][flat["paper/node_mask"]]
+            assert int(so.max()) + 1 == 32  # a tree number per positive
+            am = flat["author/node_mask"]
+            if bool(am.any()):
+                t_auth = h["author"].time[flat["author/n_id"][am]]
+                assert int(sup[key + "edge_label_time"].max()) >= int(t_auth.max())

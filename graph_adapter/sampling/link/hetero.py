@@ -393,7 +393,7 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
         for store in list(self.node_attrs.values()) + list(self.edge_attrs.values()):
             for k in LINK_KEYS:  # RandomLinkSplit leaves them on the graph: never gathered
                 store.pop(k, None)
-        hops = len(next(iter(self.fanouts.values())))
+        hops = len(next(iter(self.fanouts.values()))) if self.fanouts else 0
         for e in self.edge_types:
             self.fanouts.setdefault(e, [0] * hops)
         self._setup_supervision(neg, edge_label, edge_label_time, time_attr, temporal_strategy)
@@ -418,21 +418,25 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
 
     # -- settings ----------------------------------------------------------------
     def _label_index(self, arg: Any) -> Tuple[EdgeType, Tensor]:
-        """``(edge_type, [2, L] index)`` of ``edge_label_index`` (PyG's hetero forms)."""
+        """``(edge_type, [2, L] index)`` of ``edge_label_index`` (PyG's hetero forms: an
+        edge type, ``(src, dst)`` or a relation naming one, alone or with an index)."""
         types = [tuple(e) for e in self.edge_types]
-        if isinstance(arg, (tuple, list)) and len(arg) == 3 and all(isinstance(a, str)
-                                                                    for a in arg):
-            et, idx = tuple(arg), None
-        elif isinstance(arg, (tuple, list)) and len(arg) == 2 and isinstance(arg[0], (tuple,
-                                                                                      list)):
-            et, idx = tuple(arg[0]), arg[1]
+        if isinstance(arg, str) or (isinstance(arg, (tuple, list)) and len(arg) in (2, 3)
+                                    and all(isinstance(a, str) for a in arg)):
+            spec, idx = arg, None
+        elif isinstance(arg, (tuple, list)) and len(arg) == 2 and not isinstance(arg[1], str):
+            spec, idx = arg
         else:
             raise LinkLabelError(f"edge_label_index={arg!r:.60}: on HeteroData give "
                                  f"(edge_type, [2, L] index | None) or the edge type, a "
                                  f"(src, rel, dst) tuple of {types}")
-        if et not in types:
+        et = self._canonical(spec, types)
+        if et not in types and (idx is None or et[0] not in self.num_nodes_of
+                                or et[2] not in self.num_nodes_of):
+            # PyG supervises an edge type the graph lacks when its index is given
             raise LinkLabelError(f"edge_label_index names edge type {et!r}, which the graph "
-                                 f"lacks; its edge types: {types}")
+                                 f"lacks; its edge types: {types} (an edge type of its own "
+                                 f"needs its index and node types of the graph)")
         eli = self.data[et].edge_index if idx is None else torch.as_tensor(idx)
         if eli.dim() != 2 or eli.size(0) != 2:
             raise LinkLabelError(f"edge_label_index of {et!r} has shape {tuple(eli.shape)}; "
@@ -453,6 +457,23 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
                                      f"{eli[:, c].tolist()} is out of range: node type {t!r} "
                                      f"has {n} nodes (ids 0..{n - 1})")
         return et, eli
+
+    @staticmethod
+    def _canonical(spec: Any, types: List[EdgeType]) -> EdgeType:
+        """PyG's ``HeteroData._to_canonical``: a relation names the one edge type that has
+        it; ``(src, dst)`` the one edge type between them, else ``(src, "to", dst)``."""
+        if isinstance(spec, str):
+            hits = [e for e in types if e[1] == spec]
+            if len(hits) != 1:
+                raise LinkLabelError(f"edge_label_index names relation {spec!r}, which "
+                                     f"{len(hits)} edge types have; give the edge type, one of "
+                                     f"{types}")
+            return hits[0]
+        spec = tuple(spec)
+        if len(spec) == 2:
+            hits = [e for e in types if e[0] == spec[0] and e[2] == spec[1]]
+            return hits[0] if len(hits) == 1 else (spec[0], "to", spec[1])
+        return spec
 
     def _min_seeds(self) -> Dict[str, int]:
         """The most endpoint rows of each endpoint type a batch can have."""
