@@ -216,3 +216,49 @@ def test_negative_sampling_bad_forms_are_named():
         L(d, [1], neg_sampling={"mode": "binary", "ratio": 2})
     with pytest.raises(LinkLabelError, match="src_weight with mode 'triplet'"):
         L(d, [1], neg_sampling={"mode": "triplet", "src_weight": torch.ones(5)})
+
+
+@pytest.mark.parametrize("disjoint,temporal", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("amount", [1, 2])
+def test_triplet_batches_as_pygs_triplet_test(disjoint, temporal, amount):
+    """PyG's homogeneous triplet loader test, restated on the unpadded batch: endpoints
+    through the batch's rows, PyG's disjoint row blocks and ``batch``, and with node
+    times every row of tree ``i`` no later than ``seed_time[i]``."""
+    g = torch.Generator().manual_seed(amount)
+    data = Data(x=torch.arange(100), edge_index=torch.randint(0, 100, (2, 400), generator=g))
+    data.edge_label_index = torch.randint(0, 100, (2, 500), generator=g)  # left on the graph
+    kw = {}
+    if temporal:
+        data.time = torch.arange(100)
+        kw = dict(time_attr="time", edge_label_time=torch.max(
+            data.time[data.edge_label_index[0]], data.time[data.edge_label_index[1]]) + 50)
+    bs = 20
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        L = FixedSizeLinkNeighborLoader(data, [-1] * 2, data.edge_label_index, batch_size=bs,
+                                        disjoint=disjoint, shuffle=True,
+                                        neg_sampling=dict(mode="triplet", amount=amount), **kw)
+        assert len(L) == 500 / bs
+        assert "edge_label_index" in L.excluded_keys  # a supervision key, never gathered
+        for flat in L:
+            sup = L.unpad_links(flat)
+            x = flat["x"]
+            assert torch.equal(x[sup["src_index"]], data.edge_label_index[0, sup["input_id"]])
+            assert torch.equal(x[sup["dst_pos_index"]],
+                               data.edge_label_index[1, sup["input_id"]])
+            dn = sup["dst_neg_index"]
+            assert dn.shape == ((bs,) if amount == 1 else (bs, amount))
+            assert int(dn.min()) >= 0 and int(dn.max()) < int(flat["node_mask"].sum())
+            if not disjoint:
+                continue
+            assert int(sup["src_index"].min()) == 0 and int(sup["src_index"].max()) == bs - 1
+            assert int(sup["dst_pos_index"].min()) == bs
+            assert int(dn.min()) == 2 * bs and int(dn.max()) == (2 + amount) * bs - 1
+            so = flat["seed_of"]
+            for i in range(0, (2 + amount) * bs, bs):  # PyG's batch: increasing in blocks
+                assert torch.equal(so[i:i + bs], torch.arange(bs))
+            if temporal:
+                nm = flat["node_mask"]
+                for i in range(bs):
+                    rows = nm & (so == i)
+                    assert int(flat["time"][rows].max()) <= int(sup["seed_time"][i])
