@@ -284,3 +284,55 @@ def test_hetero_temporal_pyg_style_batches():
             if bool(am.any()):
                 t_auth = h["author"].time[flat["author/n_id"][am]]
                 assert int(sup[key + "edge_label_time"].max()) >= int(t_auth.max())
+
+
+@pytest.mark.parametrize("disjoint,temporal", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("amount", [1, 2])
+def test_hetero_triplet_batches_as_pygs_triplet_test(disjoint, temporal, amount):
+    """PyG's hetero triplet loader test, restated on the unpadded batch (``(paper, paper)``
+    supervision, weighted negatives without time, node times on both types with)."""
+    g = torch.Generator().manual_seed(amount)
+    h = HeteroData()
+    h["paper"].x = torch.arange(100)
+    h["author"].x = torch.arange(100, 300)
+    h["paper", "paper"].edge_index = torch.randint(0, 100, (2, 400), generator=g)
+    eli = torch.randint(0, 100, (2, 500), generator=g)
+    h["paper", "paper"].edge_label_index = eli
+    h["paper", "author"].edge_index = torch.stack([torch.randint(0, 100, (1000,), generator=g),
+                                                   torch.randint(0, 200, (1000,), generator=g)])
+    h["author", "paper"].edge_index = h["paper", "author"].edge_index.flip(0)
+    kw = {}
+    if temporal:
+        h["paper"].time, h["author"].time = torch.arange(100), torch.arange(200)
+        kw = dict(time_attr="time",
+                  edge_label_time=torch.max(h["paper"].time[eli[0]], h["paper"].time[eli[1]]) + 50)
+    w = None if temporal else torch.rand(100, generator=g)
+    bs = 20
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        L = FixedSizeLinkNeighborLoader(
+            h, [-1] * 2, edge_label_index=(("paper", "paper"), eli), batch_size=bs,
+            disjoint=disjoint, shuffle=True, neg_sampling=dict(
+                mode="triplet", amount=amount, src_weight=w, dst_weight=w), **kw)
+        assert len(L) == 500 / bs
+        for flat in L:
+            sup = L.unpad_links(flat)
+            x, iid = flat["paper/x"], sup["paper__to__paper/input_id"]
+            src, dp, dn = (sup["paper/src_index"], sup["paper/dst_pos_index"],
+                           sup["paper/dst_neg_index"])
+            assert torch.equal(x[src], eli[0, iid]) and torch.equal(x[dp], eli[1, iid])
+            assert dn.shape == ((bs,) if amount == 1 else (bs, amount))
+            assert int(dn.min()) >= 0 and int(dn.max()) < int(flat["paper/node_mask"].sum())
+            if not disjoint:
+                continue
+            assert (int(src.min()), int(src.max())) == (0, bs - 1)
+            assert (int(dp.min()), int(dp.max())) == (bs, 2 * bs - 1)
+            assert (int(dn.min()), int(dn.max())) == (2 * bs, (2 + amount) * bs - 1)
+            so = flat["paper/seed_of"]
+            for i in range(0, (2 + amount) * bs, bs):
+                assert torch.equal(so[i:i + bs], torch.arange(bs))
+            if temporal:
+                nm = flat["paper/node_mask"]
+                for i in range(bs):
+                    rows = nm & (so == i)
+                    assert int(flat["paper/time"][rows].max()) <= int(sup["paper/seed_time"][i])

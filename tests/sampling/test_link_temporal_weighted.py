@@ -214,7 +214,7 @@ def test_negative_sampling_bad_forms_are_named():
         L(d, [1], neg_sampling={"mode": "binary", "dst_weight": -torch.ones(5)})
     with pytest.raises(LinkLabelError, match="PyG's NegativeSampling fields"):
         L(d, [1], neg_sampling={"mode": "binary", "ratio": 2})
-    with pytest.raises(LinkLabelError, match="src_weight with mode 'triplet'"):
+    with pytest.warns(UserWarning, match=r"src_weight=\.\.\.\) with mode 'triplet' is not used"):
         L(d, [1], neg_sampling={"mode": "triplet", "src_weight": torch.ones(5)})
 
 

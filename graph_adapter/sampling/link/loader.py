@@ -53,6 +53,7 @@ node loader's are, holding at least every endpoint a batch can have
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -162,8 +163,11 @@ def neg_spec(neg_sampling: Any, neg_sampling_ratio: Optional[float]) -> Optional
     if mode == "triplet":
         amount = int(amount)
     if mode == "triplet" and sw is not None:
-        raise LinkLabelError("src_weight with mode 'triplet': triplet negatives are "
-                             "destinations only (dst_weight); drop src_weight")
+        # PyG takes it and draws no source: said, not dropped silently
+        warnings.warn("NegativeSampling(src_weight=...) with mode 'triplet' is not used: "
+                      "triplet negatives are destinations only (dst_weight), as in PyG",
+                      stacklevel=3)
+        sw = None
     return NegSpec(mode, amount, sw, dw)
 
 
