@@ -336,3 +336,41 @@ def test_hetero_triplet_batches_as_pygs_triplet_test(disjoint, temporal, amount)
                 for i in range(bs):
                     rows = nm & (so == i)
                     assert int(flat["paper/time"][rows].max()) <= int(sup["paper/seed_time"][i])
+
+
+@pytest.mark.parametrize("subgraph_type", ["directional", "bidirectional"])
+@pytest.mark.parametrize("neg", [None, "binary"])
+def test_hetero_basic_as_pygs_basic_test(subgraph_type, neg):
+    """PyG's hetero basic / loop tests, restated: at full fanouts every positive is an edge
+    of the batch's subgraph (of its edge type), binary labels 1 then 0."""
+    g = torch.Generator().manual_seed(7)
+    h = HeteroData()
+    h["paper"].x, h["author"].x = torch.arange(100), torch.arange(100, 300)
+    h["paper", "paper"].edge_index = torch.randint(0, 100, (2, 500), generator=g)
+    h["paper", "author"].edge_index = torch.stack([torch.randint(0, 100, (1000,), generator=g),
+                                                   torch.randint(0, 200, (1000,), generator=g)])
+    h["author", "paper"].edge_index = torch.stack([torch.randint(0, 200, (1000,), generator=g),
+                                                   torch.randint(0, 100, (1000,), generator=g)])
+    from graph_adapter import Budget
+    big = Budget(nodes={"paper": 103, "author": 203}, graphs=2,  # the whole graph fits
+                 edges={"paper__to__paper": 1001, "paper__to__author": 2002,
+                        "author__to__paper": 2003})
+    for spec, n in ((("paper", "author"), 1000), (("paper", "paper"), 500)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            L = FixedSizeLinkNeighborLoader(h, [-1] * 2, edge_label_index=spec, batch_size=20,
+                                            subgraph_type=subgraph_type, neg_sampling=neg,
+                                            shuffle=True, oversize="error", budget=big)
+        assert len(L) == n / 20
+        key = "__".join(L.edge_type)
+        for flat in L:
+            sup = L.unpad_links(flat)
+            eli = sup[key + "/edge_label_index"]
+            em = flat[key + "/edge_mask"]
+            have = set(map(tuple, flat[key + "/edge_index"][:, em].t().tolist()))
+            assert set(map(tuple, eli[:, :20].t().tolist())) <= have
+            assert bool((flat["paper/x"][flat["paper/node_mask"]] < 100).all())
+            if neg == "binary":
+                lab = sup[key + "/edge_label"]
+                assert lab.shape == (40,) and lab.dtype == torch.float
+                assert bool((lab[:20] == 1).all()) and bool((lab[20:] == 0).all())
