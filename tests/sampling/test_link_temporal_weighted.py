@@ -2,7 +2,6 @@
 (PyG's NegativeSampling) in FixedSizeLinkNeighborLoader, homogeneous and hetero."""
 from __future__ import annotations
 
-import math
 import warnings
 
 import pytest

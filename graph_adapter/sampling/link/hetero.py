@@ -48,19 +48,17 @@ import torch
 from torch import Tensor
 
 from ...batching import RESERVED_NODES, Budget
-from ...contract import (DST_NEG_INDEX, DST_POS_INDEX, EDGE_LABEL, EDGE_LABEL_INDEX,
-                        EDGE_LABEL_TIME, INPUT_ID, LINK_KEYS, LINK_MASK, SEED_MASK, SEED_OF,
-                        SEED_TIME, SEP, SRC_INDEX, padding_node)
+from ...contract import (DST_NEG_INDEX, DST_POS_INDEX, INPUT_ID, LINK_KEYS, SEED_MASK,
+                         SEED_TIME, SEP, SRC_INDEX, padding_node)
 from ..csr import (CSC, ArrayRows, induced_edges, sample_hop, sample_hop_keyed, take,
-                  unique_in_order)
+                   unique_in_order)
 from ..hetero_neighbor import FixedSizeHeteroNeighborLoader
-from ..hetero_sample import EdgeType, HeteroSample, bidirectional_hetero, key_of
+from ..hetero_sample import EdgeType, HeteroSample, bidirectional_hetero, key_of, trim_hetero
 from . import loader as _link
-from .loader import (LinkLabelError, LinkLoaderStats, LinkRows, LinkSupervision,
-                   check_time_args, check_times, check_weight, link_labels, link_rows, neg_spec)
-from ..neighbor import NeighborLoaderStats, SubgraphOversizeError, chunk_seed
+from .loader import (LinkLabelError, LinkRows, LinkSupervision, check_time_args, link_rows,
+                     neg_spec)
+from ..neighbor import SubgraphOversizeError, chunk_seed
 from ..settings import SamplingSettings
-from ..hetero_sample import trim_hetero
 
 __all__ = ["FixedSizeHeteroLinkNeighborLoader", "sample_hetero_from_seeds", "PairRows",
            "fit_link_budget"]
