@@ -22,7 +22,8 @@ One module a job:
   loader yields (``loader.to_pyg(batch)``);
 * :mod:`~graph_adapter.sampling.neighbor` (the loaders' base), :mod:`~graph_adapter.sampling.link`,
   :mod:`~graph_adapter.sampling.cluster`,
-  :mod:`~graph_adapter.sampling.hetero_neighbor`: the loaders.
+  :mod:`~graph_adapter.sampling.hetero_neighbor`: the loaders (the link loaders, homogeneous
+  and hetero, in the :mod:`~graph_adapter.sampling.link` subpackage).
 
 It may import :mod:`graph_adapter.format`, :mod:`graph_adapter.batching`, torch,
 numpy and PyG; never a later stage.
@@ -40,7 +41,8 @@ from .settings import SamplingSettings
 from .hops import HopBudget, HopBudgetError, fit_hop_budget, fit_to_hops, pad_per_hop
 from .neighbor import (OVERSIZE_POLICIES, FixedSizeNeighborLoader, InputNodesError,
                        NeighborLoaderStats, SubgraphOversizeError)
-from .link import NEG_SAMPLING, FixedSizeLinkNeighborLoader, LinkLabelError, LinkLoaderStats
+from .link import (NEG_SAMPLING, FixedSizeHeteroLinkNeighborLoader, FixedSizeLinkNeighborLoader,
+                   LinkLabelError, LinkLoaderStats)
 from .hetero_sample import HeteroSample, fit_hetero_budget, sample_hetero_neighbors, trim_hetero
 from .hetero_neighbor import FixedSizeHeteroNeighborLoader
 from .to_pyg import ForeignBatchError, sampled_per_hop, to_pyg
@@ -56,7 +58,8 @@ __all__ = ["CSC", "ArrayRows", "FanoutError", "Sample", "check_fanouts", "sample
            "pad_sample", "trim_sample", "OVERSIZE_POLICIES", "FixedSizeNeighborLoader",
            "InputNodesError", "NeighborLoaderStats", "SubgraphOversizeError", "NEG_SAMPLING",
            "FixedSizeLinkNeighborLoader", "LinkLabelError", "LinkLoaderStats",
-           "FixedSizeHeteroNeighborLoader", "HeteroSample", "fit_hetero_budget",
+           "FixedSizeHeteroNeighborLoader", "FixedSizeHeteroLinkNeighborLoader", "HeteroSample",
+           "fit_hetero_budget",
            "sample_hetero_neighbors", "trim_hetero", "METIS_BACKENDS", "ClusterLoaderStats",
            "FixedSizeClusterLoader", "MetisUnavailableError", "PartitionError", "edge_cut",
            "metis_available", "metis_partition", "SPARSE_FORMATS", "ForeignBatchError",

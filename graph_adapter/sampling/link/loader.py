@@ -1,5 +1,8 @@
 """``FixedSizeLinkNeighborLoader``: link-level training on one large graph, at one shape.
 
+(Module ``graph_adapter.sampling.link.loader``; ``graph_adapter.sampling.link``
+exports its names.)
+
 PyG ``LinkNeighborLoader`` semantics (homogeneous; ``disjoint`` below): every
 batch takes ``batch_size`` supervision edges (columns of ``edge_label_index``,
 default the graph's ``edge_index``), samples negatives on the host, and grows
@@ -49,32 +52,34 @@ node loader's are, holding at least every endpoint a batch can have
 """
 from __future__ import annotations
 
-import inspect
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from ..batching import Budget
-from ..format import (DST_NEG_INDEX, DST_POS_INDEX, EDGE_LABEL, EDGE_LABEL_INDEX, INPUT_ID,
+from ...batching import Budget
+from ...format import (DST_NEG_INDEX, DST_POS_INDEX, EDGE_LABEL, EDGE_LABEL_INDEX, INPUT_ID,
                       LINK_KEYS, LINK_MASK, SRC_INDEX)
-from .csr import CSC, Sample, sample_neighbors, take
-from ..contract import EDGE_LABEL_TIME, SEED_TIME, padding_node
-from .settings import SamplingSettings
-from .neighbor import FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed
+from ..csr import TEMPORAL_STRATEGIES, Sample, take
+from ...contract import EDGE_LABEL_TIME, SEED_TIME, padding_node
+from ..settings import SamplingSettings
+from ..neighbor import FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed
 
 __all__ = ["FixedSizeLinkNeighborLoader", "LinkLoaderStats", "LinkLabelError",
            "NEG_SAMPLING", "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID", "LINK_MASK",
            "SRC_INDEX", "DST_POS_INDEX", "DST_NEG_INDEX", "EDGE_LABEL_TIME", "SEED_TIME",
            "sample_negatives", "link_seeds", "NegSpec", "neg_spec", "check_weight", "draw_nodes",
-           "link_rows", "LinkRows", "TEMPORAL_STRATEGIES", "temporal_sample",
-           "temporal_sampler_available"]
+           "link_rows", "LinkRows", "LinkSupervision", "link_labels", "TEMPORAL_STRATEGIES",
+           "HETERO_LINK_LOADER", "negatives_by_positive", "temporal_negatives",
+           "check_time_args", "check_times"]
 
 NEG_SAMPLING = ("binary", "triplet", None)
-#: PyG's ``temporal_strategy`` values: any neighbour in time, or the most recent ones.
-TEMPORAL_STRATEGIES = ("uniform", "last")
+#: The loader a ``HeteroData`` goes to (:mod:`graph_adapter.sampling.link.hetero` puts
+#: its class here when imported; this package's ``__init__`` imports it).
+HETERO_LINK_LOADER: List[type] = []
 _NEG_STREAM = 3  # negatives' random stream (0: neighbours, 1: order, 2: budget fit)
 
 
@@ -91,31 +96,6 @@ class LinkLoaderStats(NeighborLoaderStats):
     links: int = 0
     negatives: int = 0
     total_links: int = 0
-
-
-def temporal_sampler_available() -> bool:
-    """Whether :func:`~graph_adapter.sampling.csr.sample_neighbors` samples in time
-    (takes ``seed_time``)."""
-    return "seed_time" in inspect.signature(sample_neighbors).parameters
-
-
-def temporal_sample(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *, replace: bool,
-                    seed_time: Tensor, node_time: Optional[Tensor], edge_time: Optional[Tensor],
-                    temporal_strategy: str, generator: torch.Generator) -> Sample:
-    """The disjoint temporal sample of ``seeds`` (one tree each, no neighbour later than
-    its tree's ``seed_time``): :func:`~graph_adapter.sampling.csr.sample_neighbors`'s
-    temporal mode.
-
-    Raises:
-        NotImplementedError: a sampler without temporal sampling.
-    """
-    if not temporal_sampler_available():
-        raise NotImplementedError("temporal link sampling (time_attr=) needs the temporal "
-                                  "neighbour sampler (sample_neighbors(seed_time=...)), which "
-                                  "this build lacks")
-    return sample_neighbors(csc, seeds, num_neighbors, replace=replace, disjoint=True,
-                            seed_time=seed_time, node_time=node_time, edge_time=edge_time,
-                            temporal_strategy=temporal_strategy, generator=generator)
 
 
 @dataclass(frozen=True)
@@ -183,8 +163,11 @@ def neg_spec(neg_sampling: Any, neg_sampling_ratio: Optional[float]) -> Optional
     if mode == "triplet":
         amount = int(amount)
     if mode == "triplet" and sw is not None:
-        raise LinkLabelError("src_weight with mode 'triplet': triplet negatives are "
-                             "destinations only (dst_weight); drop src_weight")
+        # PyG takes it and draws no source: said, not dropped silently
+        warnings.warn("NegativeSampling(src_weight=...) with mode 'triplet' is not used: "
+                      "triplet negatives are destinations only (dst_weight), as in PyG",
+                      stacklevel=3)
+        sw = None
     return NegSpec(mode, amount, sw, dw)
 
 
@@ -358,7 +341,7 @@ def check_time_args(owner: str, time_attr: Optional[str], edge_label_time: Any,
         LinkLabelError: ``time_attr`` without ``edge_label_time`` or the reverse
             (PyG: both or neither), an unknown ``temporal_strategy``.
         NotImplementedError: ``sampler="pyg"`` (PyG's temporal sampling needs
-            pyg-lib) or a sampler without temporal support.
+            pyg-lib).
     """
     if temporal_strategy not in TEMPORAL_STRATEGIES:
         raise LinkLabelError(f"temporal_strategy={temporal_strategy!r}; choose one of "
@@ -415,7 +398,13 @@ def _label_index(data: Any, edge_label_index: Optional[Tensor], num_nodes: int) 
     return eli
 
 
-def _labels(edge_label: Any, num_links: int, neg: Optional[str]) -> Optional[Tensor]:
+def link_labels(edge_label: Any, num_links: int, neg: Optional[str]) -> Optional[Tensor]:
+    """``edge_label`` checked against ``num_links`` columns, PyG's binary shift applied
+    (labels whose minimum is 0 get 1 added: 0 means "negative").
+
+    Raises:
+        LinkLabelError: labels with a triplet loader, or of another length.
+    """
     if edge_label is None:
         return None
     if neg == "triplet":
@@ -431,130 +420,36 @@ def _labels(edge_label: Any, num_links: int, neg: Optional[str]) -> Optional[Ten
     return lab
 
 
-class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
-    """Yields padded flat dicts of one signature for link prediction (see the module doc).
+class LinkSupervision:
+    """The supervision slots of the link loaders (homogeneous and hetero): the chunk's
+    positives and negatives (:meth:`supervision`), their padded keys
+    (:meth:`_pad_links`) and PyG's unpadded form (:meth:`unpad_links`). A loader
+    sets ``neg_sampling``, ``neg_sampling_ratio``, ``_src_cdf`` / ``_dst_cdf``,
+    ``edge_label_index``, ``edge_label``, ``edge_label_time`` and overrides the
+    hooks ``_link_key``, ``_num_src_dst`` and ``_node_times`` where its graph is
+    heterogeneous."""
 
-    Args:
-        data: a homogeneous ``torch_geometric.data.Data`` (one large graph).
-        num_neighbors: fanout per hop from the endpoints (``-1`` = all).
-        edge_label_index: ``[2, L]`` supervision edges (global ids); default
-            ``data.edge_index``.
-        edge_label: ``[L, ...]`` labels of those edges (binary / ``None`` only).
-        neg_sampling: ``"binary"`` (default), ``"triplet"``, ``None`` (no
-            negatives), PyG's ``NegativeSampling(mode, amount, src_weight=,
-            dst_weight=)`` or its dict: negatives drawn proportional to the
-            weights (uniform without them).
-        neg_sampling_ratio: negatives per positive with a mode string (default
-            1; an int for triplet); a ``NegativeSampling`` carries its own amount.
-        batch_size: supervision edges (positives) per batch.
-        budget: a ``graphs=2`` :class:`Budget` holding every endpoint of a
-            batch (``min(2 L, num_nodes)`` real nodes), its dict/JSON, or
-            ``None`` (fitted from the sampler's output).
-        The rest: as :class:`FixedSizeNeighborLoader` (``shuffle``, ``seed``,
-            ``replace``, ``oversize``, ``success_ratio``, ``fit_batches``,
-            ``round_to``, ``micro_batches``, ``rank``, ``world_size``, ``pad_id``,
-            ``num_workers``, ``prefetch``, ``sampler_threads``, ``directed``, ``sampler``).
-        disjoint: PyG's ``disjoint=True``: every endpoint is a seed row of its own
-            (repeats included) growing its own tree; ``seed_of`` gives each row's
-            supervision slot (a link's two endpoints, and a triplet's negatives,
-            share one); ``edge_label_index`` / ``src_index`` ... point at those
-            rows. Not with ``directed=False``. ``seed_of`` is PyG's ``batch``: the
-            row's tree modulo the batch's positives.
-        time_attr: temporal sampling (PyG's): the graph's node- or edge-level
-            time attribute; with ``edge_label_time`` (one time per column of
-            ``edge_label_index``) no sampled neighbour (or edge) is later than
-            its link's time, and with node times no negative is either.
-            Turns ``disjoint`` on, as PyG.
-        edge_label_time: see ``time_attr`` (both or neither).
-        temporal_strategy: ``"uniform"`` (any neighbour in time) or ``"last"``
-            (the most recent ones), as PyG.
-    Yields:
-        One flat dict a batch, all of ``loader.budget``'s shapes: the sampled
-        subgraph (as :class:`FixedSizeNeighborLoader`'s) plus the batch's supervision
-        edges in its own node ids, ``edge_label_index`` ``[2, L]`` and
-        ``edge_label`` (binary; triplet: ``src_index`` / ``dst_pos_index`` /
-        ``dst_neg_index``), ``link_mask`` (the real ones) and ``input_id``.
-
-    Raises:
-        LinkLabelError: a bad ``edge_label_index`` / ``edge_label`` (shape, dtype, an
-            id out of range), ``neg_sampling`` / ``neg_sampling_ratio`` / weights,
-            or ``time_attr`` / ``edge_label_time`` / ``temporal_strategy``.
-        FanoutError, ValueError: as :class:`FixedSizeNeighborLoader`.
-
-    Example:
-        ```python
-        from torch_geometric.datasets import FakeDataset
-
-        from graph_adapter import FixedSizeLinkNeighborLoader
-
-        data = FakeDataset(avg_num_nodes=200, avg_degree=4)[0]
-        loader = FixedSizeLinkNeighborLoader(data, num_neighbors=[4, 4], batch_size=16)
-        batch = next(iter(loader))  # 16 edges of data.edge_index, 16 negatives
-        assert batch["edge_label"].shape == (32,)
-        ```
-    """
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        data = args[0] if args else kwargs.get("data")
-        if cls is FixedSizeLinkNeighborLoader and _is_hetero(data):
-            # one entry point, as PyG's LinkNeighborLoader: HeteroData goes to the hetero loader
-            from .hetero_link import FixedSizeHeteroLinkNeighborLoader
-            return FixedSizeHeteroLinkNeighborLoader(*args, **kwargs)
-        return super().__new__(cls)
-
-    def __init__(self, data: Any, num_neighbors: Sequence[int],
-                 edge_label_index: Optional[Tensor] = None, edge_label: Optional[Tensor] = None,
-                 *, neg_sampling: Any = "binary", neg_sampling_ratio: Optional[float] = None,
-                 batch_size: int = 1, shuffle: bool = False,
-                 budget: Union[Budget, dict, str, None] = None, seed: int = 0,
-                 replace: bool = False, disjoint: bool = False, directed: bool = True,
-                 time_attr: Optional[str] = None, edge_label_time: Optional[Tensor] = None,
-                 temporal_strategy: str = "uniform",
-                 oversize: str = "trim",
-                 success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
-                 micro_batches: int = 1, rank: Optional[int] = None,
-                 world_size: Optional[int] = None,
-                 pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
-                 sampler: str = "ours", prefetch: int = 0):
-        neg = neg_spec(neg_sampling, neg_sampling_ratio)
-        self.temporal = check_time_args(type(self).__name__, time_attr, edge_label_time,
-                                        temporal_strategy, sampler)
-        if self.temporal:
-            disjoint = True  # PyG: temporal sampling is disjoint (one tree per endpoint)
-        self._setup(data, num_neighbors, batch_size, SamplingSettings.of(locals()))
-        for k in LINK_KEYS:  # RandomLinkSplit leaves them on the graph: never gathered
-            if k in self.node_attrs or k in self.edge_attrs or k in self.excluded_keys:
-                self.node_attrs.pop(k, None)
-                self.edge_attrs.pop(k, None)
-                self.excluded_keys[k] = ("a supervision key of the link batches: pass it as "
-                                         "edge_label_index= / edge_label= / edge_label_time=")
+    def _setup_supervision(self, neg: Optional[NegSpec], edge_label: Any, edge_label_time: Any,
+                           time_attr: Optional[str], temporal_strategy: str) -> None:
+        """Keep the negative sampling (weights checked against the endpoint types'
+        nodes), the labels and the link times (``self.edge_label_index`` set)."""
         self.neg = neg
         self.neg_sampling = None if neg is None else neg.mode
         self.neg_sampling_ratio = 0 if neg is None else neg.amount
+        ns, nd = self._num_src_dst()
         self._src_cdf = self._dst_cdf = None
         if neg is not None:
-            for name in ("src_weight", "dst_weight"):
-                w = check_weight(getattr(neg, name), self.num_nodes, name)
-                setattr(self, "_" + name[:3] + "_cdf", None if w is None else w.cumsum(0))
-        self.edge_label_index = _label_index(data, edge_label_index, self.num_nodes)
-        self.edge_label = _labels(edge_label, self.edge_label_index.size(1), self.neg_sampling)
-        L = self.edge_label_index.size(1)
+            w = check_weight(neg.src_weight, ns, "src_weight")
+            self._src_cdf = None if w is None else w.cumsum(0)
+            w = check_weight(neg.dst_weight, nd, "dst_weight")
+            self._dst_cdf = None if w is None else w.cumsum(0)
+        L = int(self.edge_label_index.size(1))
+        self.edge_label = link_labels(edge_label, L, self.neg_sampling)
         self.time_attr, self.temporal_strategy = time_attr, temporal_strategy
-        self.node_time = self.edge_time = self.edge_label_time = None
+        self.edge_label_time = None
         if self.temporal:
-            self.node_time, self.edge_time = _graph_times(data, time_attr, self.num_nodes)
             self.edge_label_time = check_times(edge_label_time, L, "edge_label_time",
                                                "edge_label_index's columns")
-        # the loader's "seeds" are the columns of edge_label_index: chunks, shuffling and
-        # rank sharding come from FixedSizeNeighborLoader unchanged
-        self.seeds = torch.arange(L)
-        self.stats = self._new_stats(0)
-        self._init_slots(batch_size)
-        self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
-                                           self.max_seeds,
-                                           f"the {self.max_seeds} endpoints a batch can have")
-        #: the fixed supervision slot count (L binary, B triplet), apart from N, E, G
-        self.slots = self._slot_count(self.budget)
 
     def _init_slots(self, B: int) -> None:
         """``slots_needed`` (supervision slots a full batch has) and ``endpoints`` (its
@@ -571,7 +466,6 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
         self.max_seeds = (self.endpoints if self.disjoint
                           else min(self.endpoints, self.num_nodes))
 
-    # -- slots and budget ----------------------------------------------------
     def _slot_count(self, budget: Budget) -> int:
         taken = (set(int(v) for v in budget.nodes.values()) if budget.is_hetero
                  else {int(budget.nodes)})
@@ -602,15 +496,6 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
         """The flat key of a supervision key (the hetero loader prefixes its store)."""
         return key
 
-    def _fit_budget(self, success_ratio: float, fit_batches: int, round_to: int) -> Budget:
-        return super()._fit_budget(success_ratio, fit_batches, round_to,
-                                   per_batch=self.max_seeds, avoid=(self.slots_needed,))
-
-    def _fit_sample(self, chunk: int) -> Sample:
-        # stream 2 (+ its own negatives): not the training samples
-        return self._sample_chunk(0, chunk, stream=2)[0]
-
-    # -- supervision -------------------------------------------------------------
     def _num_src_dst(self) -> Tuple[int, int]:
         return self.num_nodes, self.num_nodes
 
@@ -670,40 +555,6 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
         limit = take(t, torch.arange(drawn.numel()) % b)  # draw f is held to positive f mod b
         return temporal_negatives(drawn, limit, node_time,
                                   lambda c: draw_nodes(c, n, cdf, g))
-
-    def _rows(self, sup: Dict[str, Tensor]) -> LinkRows:
-        return link_rows(sup, self.neg_sampling, int(self.neg_sampling_ratio or 0),
-                         self.disjoint, two_types=False)
-
-    def _sample_links(self, rows: LinkRows, epoch: int, chunk: int, stream: int = 0) -> Sample:
-        """The subgraph around the seed rows (temporal: no neighbour later than its row's
-        seed time)."""
-        seeds, stime = rows.groups[0], rows.times[0]
-        if stime is None:
-            return self.sample(seeds, epoch, chunk, stream)
-        g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
-        return temporal_sample(self.csc, seeds, self.num_neighbors, replace=self.replace,
-                               seed_time=stime, node_time=self.node_time,
-                               edge_time=self.edge_time,
-                               temporal_strategy=self.temporal_strategy, generator=g)
-
-    def _sample_chunk(self, epoch: int, chunk: int, stream: int = 0):
-        """``(sample, supervision)`` of a chunk: the subgraph around the endpoints."""
-        sup = self.supervision(epoch, chunk, stream)
-        return self._sample_links(self._rows(sup), epoch, chunk, stream), sup
-
-    def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
-        sup = self.supervision(epoch, chunk)
-        rows = self._rows(sup)
-        s = self._sample_links(rows, epoch, chunk)
-        b = int(sup[INPUT_ID].numel())
-        if self.disjoint and b:  # PyG's batch: the row's tree modulo the positives
-            s.seed_of = s.seed_of % b
-        flat, cut_n, cut_e = self._fit_and_pad(  # seeds (first rows) are never cut
-            s, int(rows.groups[0].numel()),
-            f"epoch {epoch}, chunk {chunk} (supervision columns {sup[INPUT_ID][:4].tolist()}...)")
-        flat.update(self._pad_links(sup, rows))
-        return {k: flat[k] for k in sorted(flat)}, cut_n, cut_e
 
     def _pad_links(self, sup: Dict[str, Tensor], rows: LinkRows,
                    pad: Optional[Dict[str, int]] = None) -> Dict[str, Tensor]:
@@ -772,27 +623,154 @@ class FixedSizeLinkNeighborLoader(FixedSizeNeighborLoader):
         return out
 
 
-def _is_hetero(data: Any) -> bool:
-    return hasattr(data, "node_types") and hasattr(data, "edge_types")
+class FixedSizeLinkNeighborLoader(LinkSupervision, FixedSizeNeighborLoader):
+    """Yields padded flat dicts of one signature for link prediction (see the module doc).
 
-
-def _graph_times(data: Any, time_attr: str, num_nodes: int
-                 ) -> Tuple[Optional[Tensor], Optional[Tensor]]:
-    """``(node_time, edge_time)`` of a homogeneous graph: ``data[time_attr]`` is one of them.
+    Args:
+        data: a homogeneous ``torch_geometric.data.Data`` (one large graph).
+        num_neighbors: fanout per hop from the endpoints (``-1`` = all).
+        edge_label_index: ``[2, L]`` supervision edges (global ids); default
+            ``data.edge_index``.
+        edge_label: ``[L, ...]`` labels of those edges (binary / ``None`` only).
+        neg_sampling: ``"binary"`` (default), ``"triplet"``, ``None`` (no
+            negatives), PyG's ``NegativeSampling(mode, amount, src_weight=,
+            dst_weight=)`` or its dict: negatives drawn proportional to the
+            weights (uniform without them).
+        neg_sampling_ratio: negatives per positive with a mode string (default
+            1; an int for triplet); a ``NegativeSampling`` carries its own amount.
+        batch_size: supervision edges (positives) per batch.
+        budget: a ``graphs=2`` :class:`Budget` holding every endpoint of a
+            batch (``min(2 L, num_nodes)`` real nodes), its dict/JSON, or
+            ``None`` (fitted from the sampler's output).
+        The rest: as :class:`FixedSizeNeighborLoader` (``shuffle``, ``seed``,
+            ``replace``, ``oversize``, ``success_ratio``, ``fit_batches``,
+            ``round_to``, ``micro_batches``, ``rank``, ``world_size``, ``pad_id``,
+            ``num_workers``, ``prefetch``, ``sampler_threads``, ``directed``, ``sampler``).
+        disjoint: PyG's ``disjoint=True``: every endpoint is a seed row of its own
+            (repeats included) growing its own tree; ``seed_of`` gives each row's
+            supervision slot (a link's two endpoints, and a triplet's negatives,
+            share one); ``edge_label_index`` / ``src_index`` ... point at those
+            rows. Not with ``directed=False``. ``seed_of`` is PyG's ``batch``: the
+            row's tree modulo the batch's positives.
+        time_attr: temporal sampling (PyG's): the graph's node- or edge-level
+            time attribute; with ``edge_label_time`` (one time per column of
+            ``edge_label_index``) no sampled neighbour (or edge) is later than
+            its link's time, and with node times no negative is either.
+            Turns ``disjoint`` on, as PyG.
+        edge_label_time: see ``time_attr`` (both or neither).
+        temporal_strategy: ``"uniform"`` (any neighbour in time) or ``"last"``
+            (the most recent ones), as PyG.
+        subgraph_type / weight_attr: as :class:`FixedSizeNeighborLoader`
+            (``"bidirectional"`` / ``"induced"``; weighted neighbour draws).
+    Yields:
+        One flat dict a batch, all of ``loader.budget``'s shapes: the sampled
+        subgraph (as :class:`FixedSizeNeighborLoader`'s) plus the batch's supervision
+        edges in its own node ids, ``edge_label_index`` ``[2, L]`` and
+        ``edge_label`` (binary; triplet: ``src_index`` / ``dst_pos_index`` /
+        ``dst_neg_index``), ``link_mask`` (the real ones) and ``input_id``.
 
     Raises:
-        LinkLabelError: an attribute the graph lacks, or neither node- nor edge-level.
+        LinkLabelError: a bad ``edge_label_index`` / ``edge_label`` (shape, dtype, an
+            id out of range), ``neg_sampling`` / ``neg_sampling_ratio`` / weights,
+            or ``time_attr`` / ``edge_label_time`` / ``temporal_strategy``.
+        FanoutError, ValueError: as :class:`FixedSizeNeighborLoader`.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeDataset
+
+        from graph_adapter import FixedSizeLinkNeighborLoader
+
+        data = FakeDataset(avg_num_nodes=200, avg_degree=4)[0]
+        loader = FixedSizeLinkNeighborLoader(data, num_neighbors=[4, 4], batch_size=16)
+        batch = next(iter(loader))  # 16 edges of data.edge_index, 16 negatives
+        assert batch["edge_label"].shape == (32,)
+        ```
     """
-    if time_attr not in data:
-        raise LinkLabelError(f"time_attr={time_attr!r}: the graph has no such attribute "
-                             f"(its keys: {sorted(data.keys())})")
-    v = data[time_attr]
-    if isinstance(v, Tensor) and v.dim() == 1 and v.numel() == num_nodes \
-            and data.is_node_attr(time_attr):
-        return check_times(v, num_nodes, f"data.{time_attr}", "the graph's nodes"), None
-    if isinstance(v, Tensor) and v.dim() == 1 and v.numel() == data.num_edges \
-            and data.is_edge_attr(time_attr):
-        return None, check_times(v, data.num_edges, f"data.{time_attr}", "the graph's edges")
-    raise LinkLabelError(f"time_attr={time_attr!r} is {type(v).__name__} "
-                         f"{tuple(getattr(v, 'shape', ()))}: give a 1-d node-level "
-                         f"([{num_nodes}]) or edge-level ([{data.num_edges}]) time tensor")
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        data = args[0] if args else kwargs.get("data")
+        if cls is FixedSizeLinkNeighborLoader and _is_hetero(data) and HETERO_LINK_LOADER:
+            # one entry point, as PyG's LinkNeighborLoader: HeteroData goes to the hetero
+            # loader (registered by its module, which imports this one)
+            return HETERO_LINK_LOADER[0](*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, data: Any, num_neighbors: Sequence[int],
+                 edge_label_index: Optional[Tensor] = None, edge_label: Optional[Tensor] = None,
+                 *, neg_sampling: Any = "binary", neg_sampling_ratio: Optional[float] = None,
+                 batch_size: int = 1, shuffle: bool = False,
+                 budget: Union[Budget, dict, str, None] = None, seed: int = 0,
+                 replace: bool = False, disjoint: bool = False, directed: bool = True,
+                 time_attr: Optional[str] = None, edge_label_time: Optional[Tensor] = None,
+                 temporal_strategy: str = "uniform", subgraph_type: Optional[str] = None,
+                 weight_attr: Optional[str] = None, oversize: str = "trim",
+                 success_ratio: float = 0.99, fit_batches: int = 32, round_to: int = 1,
+                 micro_batches: int = 1, rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
+                 pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
+                 sampler: str = "ours", prefetch: int = 0):
+        neg = neg_spec(neg_sampling, neg_sampling_ratio)
+        self.temporal = check_time_args(type(self).__name__, time_attr, edge_label_time,
+                                        temporal_strategy, sampler)
+        if self.temporal:
+            disjoint = True  # PyG: temporal sampling is disjoint (one tree per endpoint)
+        self._setup(data, num_neighbors, batch_size, SamplingSettings.of(locals()))
+        for k in LINK_KEYS:  # RandomLinkSplit leaves them on the graph: never gathered
+            if k in self.node_attrs or k in self.edge_attrs or k in self.excluded_keys:
+                self.node_attrs.pop(k, None)
+                self.edge_attrs.pop(k, None)
+                self.excluded_keys[k] = ("a supervision key of the link batches: pass it as "
+                                         "edge_label_index= / edge_label= / edge_label_time=")
+        self.edge_label_index = _label_index(data, edge_label_index, self.num_nodes)
+        self._setup_supervision(neg, edge_label, edge_label_time, time_attr, temporal_strategy)
+        L = self.edge_label_index.size(1)
+        # the loader's "seeds" are the columns of edge_label_index: chunks, shuffling and
+        # rank sharding come from FixedSizeNeighborLoader unchanged
+        self.seeds = torch.arange(L)
+        self.stats = self._new_stats(0)
+        self._init_slots(batch_size)
+        self.budget = self._resolve_budget(budget, success_ratio, fit_batches, round_to,
+                                           self.max_seeds,
+                                           f"the {self.max_seeds} endpoints a batch can have")
+        #: the fixed supervision slot count (L binary, B triplet), apart from N, E, G
+        self.slots = self._slot_count(self.budget)
+
+    def _fit_budget(self, success_ratio: float, fit_batches: int, round_to: int) -> Budget:
+        return super()._fit_budget(success_ratio, fit_batches, round_to,
+                                   per_batch=self.max_seeds, avoid=(self.slots_needed,))
+
+    def _fit_sample(self, chunk: int) -> Sample:
+        # stream 2 (+ its own negatives): not the training samples
+        return self._sample_chunk(0, chunk, stream=2)[0]
+
+    def _rows(self, sup: Dict[str, Tensor]) -> LinkRows:
+        return link_rows(sup, self.neg_sampling, int(self.neg_sampling_ratio or 0),
+                         self.disjoint, two_types=False)
+
+    def _sample_links(self, rows: LinkRows, epoch: int, chunk: int, stream: int = 0) -> Sample:
+        """The subgraph around the seed rows (temporal: no neighbour later than its row's
+        seed time)."""
+        return self.sample(rows.groups[0], epoch, chunk, stream, seed_time=rows.times[0])
+
+    def _sample_chunk(self, epoch: int, chunk: int, stream: int = 0):
+        """``(sample, supervision)`` of a chunk: the subgraph around the endpoints."""
+        sup = self.supervision(epoch, chunk, stream)
+        return self._sample_links(self._rows(sup), epoch, chunk, stream), sup
+
+    def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+        sup = self.supervision(epoch, chunk)
+        rows = self._rows(sup)
+        s = self._sample_links(rows, epoch, chunk)
+        b = int(sup[INPUT_ID].numel())
+        if self.disjoint and b:  # PyG's batch: the row's tree modulo the positives
+            s.seed_of = s.seed_of % b
+        flat, cut_n, cut_e = self._fit_and_pad(  # seeds (first rows) are never cut
+            s, int(rows.groups[0].numel()),
+            f"epoch {epoch}, chunk {chunk} (supervision columns {sup[INPUT_ID][:4].tolist()}...)")
+        flat.update(self._pad_links(sup, rows))
+        return {k: flat[k] for k in sorted(flat)}, cut_n, cut_e
+
+
+def _is_hetero(data: Any) -> bool:
+    return hasattr(data, "node_types") and hasattr(data, "edge_types")

@@ -1,0 +1,638 @@
+"""``FixedSizeHeteroLinkNeighborLoader``: link prediction on one ``HeteroData`` graph, at one shape.
+
+PyG ``LinkNeighborLoader`` semantics on heterogeneous graphs (also reached
+through :class:`~graph_adapter.sampling.link.FixedSizeLinkNeighborLoader`,
+which hands a ``HeteroData`` here): the supervision edges are of one edge type
+``(src, rel, dst)``, ``edge_label_index=(edge_type, index)`` (or the edge type
+alone: its own ``edge_index``); a batch takes ``batch_size`` of them, draws
+negatives (binary: sources of type ``src``, destinations of type ``dst``;
+triplet: destinations of type ``dst``; ``NegativeSampling(src_weight=,
+dst_weight=)`` over those types' nodes), and grows the hetero subgraph of
+:mod:`graph_adapter.sampling.hetero_neighbor` around the endpoints, seeds of
+both types at once (PyG's ``edge_sample``):
+
+* ``disjoint=False``: the distinct endpoints of each type, sorted by id, are
+  the first rows of that type (one type when ``src == dst``: sources and
+  destinations together);
+* ``disjoint=True``: one row (and tree) per endpoint: sources then
+  destinations (triplet: positive destinations, then the negatives in blocks of
+  the batch's positives); ``"<type>/seed_of"`` is PyG's ``batch``, the row's
+  tree modulo the positives.
+
+The batch is the hetero neighbour loader's (``collate_padded`` with a hetero
+:class:`~graph_adapter.batching.budget.Budget`: ``"<type>/x"``,
+``"<type>/n_id"``, ``"<type>/seed_mask"`` on the endpoint rows of both
+types, ...) plus the supervision keys of
+:mod:`graph_adapter.sampling.link`, all under the supervised edge type's
+store (``"<src>__<rel>__<dst>/edge_label_index"``, ``.../edge_label``,
+``.../input_id``, ``.../link_mask``; triplet ``.../src_index``,
+``.../dst_pos_index``, ``.../dst_neg_index``; temporal
+``.../edge_label_time`` or ``.../seed_time``), a slot count of their own.
+Local rows point into the source type's rows (row 0, ``src_index``) and the
+destination type's (row 1, ``dst_*``); padding slots point at each type's last
+padding node. :meth:`~FixedSizeHeteroLinkNeighborLoader.unpad_links` gives
+them back as PyG places them (``src_index`` on the source type, ...).
+
+Budget (``budget=None``): per node type the ``success_ratio`` quantile of
+``fit_batches`` samples (the endpoint types at least the endpoints a batch
+can have) plus the reserved padding nodes, per edge type the quantile; the
+supervision slot count kept apart from every count.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ...batching import RESERVED_NODES, Budget
+from ...contract import (DST_NEG_INDEX, DST_POS_INDEX, INPUT_ID, LINK_KEYS, SEED_MASK,
+                         SEED_TIME, SEP, SRC_INDEX, padding_node)
+from ..csr import (CSC, ArrayRows, induced_edges, sample_hop, sample_hop_keyed, take,
+                   unique_in_order)
+from ..hetero_neighbor import FixedSizeHeteroNeighborLoader
+from ..hetero_sample import EdgeType, HeteroSample, bidirectional_hetero, key_of, trim_hetero
+from . import loader as _link
+from .loader import (LinkLabelError, LinkRows, LinkSupervision, check_time_args, link_rows,
+                     neg_spec)
+from ..neighbor import SubgraphOversizeError, chunk_seed
+from ..settings import SamplingSettings
+
+__all__ = ["FixedSizeHeteroLinkNeighborLoader", "sample_hetero_from_seeds", "PairRows",
+           "fit_link_budget"]
+
+
+class PairRows:
+    """Rows of one node type's keys (``disjoint``: ``tree * N_t + node``): sorted keys and
+    their rows, searchsorted lookups (a key space too large for a scratch array)."""
+
+    def __init__(self):
+        self.n = 0
+        self.sorted = torch.zeros(0, dtype=torch.long)
+        self.rows = torch.zeros(0, dtype=torch.long)
+
+    def lookup(self, keys: Tensor) -> Tensor:
+        """Row of each key, ``-1`` where unseen."""
+        if self.sorted.numel() == 0:
+            return torch.full_like(keys, -1)
+        at = torch.searchsorted(self.sorted, keys).clamp(max=self.sorted.numel() - 1)
+        return torch.where(take(self.sorted, at) == keys, take(self.rows, at),
+                           torch.full_like(keys, -1))
+
+    def add(self, new: Tensor) -> None:
+        """Give ``new`` (distinct, unseen keys) the next rows, in order."""
+        rows = torch.arange(self.n, self.n + new.numel())
+        self.n += new.numel()
+        self.sorted, o = torch.sort(torch.cat([self.sorted, new]))
+        self.rows = take(torch.cat([self.rows, rows]), o)
+
+    def add_unseen(self, keys: Tensor) -> Tensor:
+        """Give the distinct unseen keys the next rows, in order of first appearance."""
+        new = unique_in_order(take(keys, (self.lookup(keys) < 0).nonzero().view(-1)))
+        self.add(new)
+        return new
+
+    def reset(self) -> None:
+        pass
+
+
+def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor],
+                             seeds: Dict[str, Tensor], fanouts: Dict[EdgeType, List[int]], *,
+                             replace: bool = False, directed: bool = True,
+                             disjoint: bool = False, seed_time: Optional[Tensor] = None,
+                             node_time: Optional[Dict[str, Tensor]] = None,
+                             edge_time: Optional[Dict[EdgeType, Tensor]] = None,
+                             temporal_strategy: str = "uniform",
+                             edge_weight: Optional[Dict[EdgeType, Tensor]] = None,
+                             subgraph_type: Optional[str] = None,
+                             generator: Optional[torch.Generator] = None) -> HeteroSample:
+    """Hetero neighbour sampling from seeds of several node types at once (PyG's
+    ``seed_dict``), the rows and hops of
+    :func:`~graph_adapter.sampling.hetero_sample.sample_hetero_neighbors`.
+
+    Each type's seeds are its first rows (in the order given); hop ``h`` draws,
+    edge type by edge type, into every type's frontier; a source not seen
+    before becomes a new row of its type (first appearance). ``disjoint=True``:
+    seed ``i`` of each type is tree ``i`` (PyG's per-type ``batch``); a row is
+    a ``(tree, node)`` pair of its type.
+
+    Args:
+        cscs / scratch / fanouts / replace / generator: as ``sample_hetero_neighbors``.
+        seeds: per node type, its seed ids (distinct unless ``disjoint``).
+        directed: ``False``: the induced edges between the sampled rows.
+        subgraph_type: ``"directional"`` / ``"induced"`` / ``"bidirectional"`` (the
+            drawn edges merged with their reverse type's:
+            :func:`~graph_adapter.sampling.hetero_sample.bidirectional_hetero`);
+            ``None``: from ``directed``.
+        edge_weight: per edge type, draws proportional to the weights.
+        disjoint: one tree per seed (the sample's ``seed_of``).
+        seed_time: temporal sampling (``disjoint``): the time of each tree (tree
+            ``i`` of every seed type shares ``seed_time[i]``); no neighbour
+            (``node_time``) or edge (``edge_time``) later than its tree's time.
+        node_time / edge_time / temporal_strategy: as ``sample_hetero_neighbors``.
+
+    Returns:
+        The sample; ``seed_of`` per node type with ``disjoint=True``.
+
+    Raises:
+        ValueError: repeated seeds without ``disjoint``; ``seed_time`` without it.
+    """
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    if seed_time is not None and not disjoint:
+        raise ValueError("sample_hetero_from_seeds: seed_time needs disjoint=True (one tree "
+                         "per seed, each held to its own time)")
+    size = {t: int(s.numel()) for t, s in scratch.items()}
+    empty = torch.zeros(0, dtype=torch.long)
+    rows = {t: PairRows() if disjoint else ArrayRows(s, empty) for t, s in scratch.items()}
+    n_ids: Dict[str, List[Tensor]] = {t: [] for t in scratch}
+    trees: Dict[str, List[Tensor]] = {t: [] for t in scratch}
+    parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]] = {et: [] for et in cscs}
+    hops = len(next(iter(fanouts.values()))) if fanouts else 0
+    timing = (seed_time, node_time or {}, edge_time or {}, temporal_strategy, edge_weight or {})
+    sub = subgraph_type or ("directional" if directed else "induced")
+    try:
+        frontier = _plant(seeds, rows, size, disjoint, n_ids, trees)
+        for h in range(hops):
+            drawn = _hop(cscs, fanouts, h, frontier, size, disjoint, replace, gen, timing)
+            frontier = _grow(drawn, rows, size, disjoint, n_ids, trees)
+            for et, key, dst_rows, eid in drawn:
+                parts[et].append((rows[et[0]].lookup(key), dst_rows, eid))
+    finally:
+        for r in rows.values():
+            r.reset()
+    return _assemble_sample(cscs, scratch, n_ids, trees if disjoint else None, parts, sub)
+
+
+def _plant(seeds: Dict[str, Tensor], rows: Dict[str, Any], size: Dict[str, int],
+           disjoint: bool, n_ids: Dict[str, List[Tensor]], trees: Dict[str, List[Tensor]]
+           ) -> Dict[str, Tuple[Tensor, Tensor, Optional[Tensor]]]:
+    """Each seed type's seeds as its first rows (tree ``i``: seed ``i`` of its type); the
+    first frontier."""
+    frontier = {}
+    for t, sd in seeds.items():
+        sd = sd.long().reshape(-1)
+        if not disjoint and unique_in_order(sd).numel() != sd.numel():
+            raise ValueError(f"sample_hetero_from_seeds: the {t!r} seeds repeat a node; "
+                             f"give distinct seeds (or disjoint=True)")
+        tree = torch.arange(sd.numel()) if disjoint else None
+        rows[t].add(tree * size[t] + sd if disjoint else sd)
+        n_ids[t].append(sd)
+        if disjoint:
+            trees[t].append(tree)
+        frontier[t] = (sd, torch.arange(sd.numel()), tree)
+    return frontier
+
+
+def _assemble_sample(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor],
+                     n_ids: Dict[str, List[Tensor]], trees: Optional[Dict[str, List[Tensor]]],
+                     parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]],
+                     sub: str) -> HeteroSample:
+    """The sample from the hops' rows and edges (``"induced"``: the edges between the
+    sampled rows instead; ``"bidirectional"``: merged with their reverses)."""
+    empty = torch.zeros(0, dtype=torch.long)
+    n_id = {t: torch.cat(v) if v else empty for t, v in n_ids.items()}
+    if sub == "induced":  # the induced edges between the sampled rows, by destination row
+        ei, eid = {}, {}
+        for et, csc in cscs.items():
+            ei[et], eid[et], _ = induced_edges(csc, n_id[et[2]], scratch[et[0]], n_id[et[0]])
+        return HeteroSample(n_id, ei, eid)
+    out = HeteroSample(
+        n_id=n_id,
+        edge_index={et: torch.stack([torch.cat([p[0] for p in ps]), torch.cat([p[1] for p in ps])])
+                    if ps else torch.zeros(2, 0, dtype=torch.long) for et, ps in parts.items()},
+        e_id={et: torch.cat([p[2] for p in ps]) if ps else empty for et, ps in parts.items()},
+        seed_of=None if trees is None else {t: torch.cat(v) if v else empty
+                                            for t, v in trees.items()})
+    if sub == "bidirectional":
+        out.edge_index, out.e_id = bidirectional_hetero(
+            out.edge_index, out.e_id, {t: int(v.numel()) for t, v in n_id.items()})
+    return out
+
+
+def _hop(cscs: Dict[EdgeType, CSC], fanouts: Dict[EdgeType, List[int]], h: int,
+         frontier: Dict[str, Tuple[Tensor, Tensor, Optional[Tensor]]], size: Dict[str, int],
+         disjoint: bool, replace: bool, gen: torch.Generator, timing: tuple) -> list:
+    """Hop ``h``'s draws into the frontier, edge type by edge type: ``(edge type, source
+    keys, destination rows, edge ids)`` each (times: ``sample_hop_keyed``)."""
+    seed_time, node_time, edge_time, strategy, weight = timing
+    drawn = []
+    for et, csc in cscs.items():
+        k = fanouts[et][h]
+        if et[2] not in frontier or k == 0:
+            continue
+        nodes, node_rows, node_tree = frontier[et[2]]
+        timed = seed_time is not None and (et[0] in node_time or et in edge_time)
+        if timed or et in weight:
+            seg, pos = sample_hop_keyed(csc, nodes, k, replace, gen,
+                                        frontier_time=take(seed_time, node_tree) if timed
+                                        else None,
+                                        node_time=node_time.get(et[0]) if timed else None,
+                                        edge_time=edge_time.get(et) if timed else None,
+                                        temporal_strategy=strategy, edge_weight=weight.get(et))
+        else:
+            seg, pos = sample_hop(csc, nodes, k, replace, gen)
+        src = csc.sources(pos)
+        key = take(node_tree, seg) * size[et[0]] + src if disjoint else src
+        drawn.append((et, key, take(node_rows, seg), csc.edge_ids(pos)))
+    return drawn
+
+
+def _grow(drawn: list, rows: Dict[str, Any], size: Dict[str, int], disjoint: bool,
+          n_ids: Dict[str, List[Tensor]], trees: Dict[str, List[Tensor]]
+          ) -> Dict[str, Tuple[Tensor, Tensor, Optional[Tensor]]]:
+    """New rows for the hop's unseen source keys (per type, first appearance); the next
+    frontier: per type, ``(nodes, their rows, their trees)``."""
+    nxt = {}
+    for t in rows:
+        cand = [key for et, key, _, _ in drawn if et[0] == t]
+        if not cand:
+            continue
+        first = rows[t].n
+        new = rows[t].add_unseen(torch.cat(cand))
+        nodes = new % size[t] if disjoint else new
+        tree = new // size[t] if disjoint else None
+        n_ids[t].append(nodes)
+        if disjoint:
+            trees[t].append(tree)
+        if new.numel():
+            nxt[t] = (nodes, torch.arange(first, first + new.numel()), tree)
+    return nxt
+
+
+def fit_link_budget(sizes: Sequence[Tuple[Dict[str, int], Dict[EdgeType, int]]],
+                    minima: Dict[str, int], success_ratio: float = 0.99,
+                    avoid: Sequence[int] = ()) -> Budget:
+    """A hetero ``graphs=2`` budget holding ``success_ratio`` of the sampled sizes.
+
+    Per node type the quantile (at least ``minima[type]``: the endpoints a batch
+    can have) plus the reserved padding nodes, per edge type the quantile (at
+    least 1); counts nudged up to stay apart from each other, ``graphs`` and
+    ``avoid`` (the supervision slot count).
+
+    Raises:
+        ValueError: ``success_ratio`` outside ``(0, 1]``.
+    """
+    if not 0 < success_ratio <= 1:
+        raise ValueError(f"success_ratio={success_ratio}; choose a quantile in (0, 1]")
+    taken = {2} | set(int(a) for a in avoid)
+    nodes, edges = {}, {}
+    for t in sizes[0][0]:
+        q = int(np.quantile([s[0][t] for s in sizes], success_ratio, method="higher"))
+        v = max(q, minima.get(t, 0)) + RESERVED_NODES
+        while v in taken:
+            v += 1
+        taken.add(v)
+        nodes[t] = v
+    for et in sizes[0][1]:
+        v = max(int(np.quantile([s[1][et] for s in sizes], success_ratio, method="higher")), 1)
+        while v in taken:
+            v += 1
+        taken.add(v)
+        edges["__".join(et)] = v
+    return Budget(nodes=nodes, edges=edges, graphs=2)
+
+
+class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighborLoader):
+    """Yields padded hetero flat dicts of one signature for link prediction (module doc).
+
+    Args:
+        data: a ``torch_geometric.data.HeteroData`` (one large graph).
+        num_neighbors: ``{edge_type: [k_1, ..., k_H]}`` or one list for every edge type.
+        edge_label_index: ``(edge_type, index)``: the supervision edges, of one edge
+            type, ``index`` ``[2, L]`` (source ids of type ``src``, destination ids
+            of type ``dst``) or ``None`` (that type's ``edge_index``); or the
+            edge type alone.
+        edge_label: ``[L, ...]`` labels (binary / ``None`` only).
+        neg_sampling / neg_sampling_ratio: as
+            :class:`~graph_adapter.sampling.link.FixedSizeLinkNeighborLoader`
+            (weights over the source / destination type's nodes).
+        batch_size: supervision edges per batch.
+        budget: a hetero :class:`Budget` (``graphs=2``, every node and edge type),
+            its dict/JSON, or ``None`` (fitted).
+        disjoint: one tree per endpoint (``"<type>/seed_of"``, PyG's ``batch``).
+        time_attr / edge_label_time / temporal_strategy: PyG's temporal sampling
+            (both or neither; turns ``disjoint`` on).
+        The rest: as :class:`FixedSizeHeteroNeighborLoader`.
+
+    Yields:
+        One hetero flat dict a batch, all of ``loader.budget``'s shapes plus the
+        supervision keys (``loader.slots`` slots) under the edge type's store.
+
+    Raises:
+        LinkLabelError: a bad ``edge_label_index`` (edge type the graph lacks, shape,
+            dtype, an id out of range), ``edge_label``, negative sampling or times.
+        TypeError: ``data`` that is not a ``HeteroData``.
+        FanoutError / ValueError: as :class:`FixedSizeHeteroNeighborLoader`.
+        NotImplementedError: ``sampler="pyg"``; temporal sampling without the
+            temporal hetero sampler.
+
+    Example:
+        ```python
+        from torch_geometric.datasets import FakeHeteroDataset
+
+        from graph_adapter import FixedSizeLinkNeighborLoader
+
+        data = FakeHeteroDataset(avg_num_nodes=100)[0]
+        et = data.edge_types[0]
+        loader = FixedSizeLinkNeighborLoader(data, [4, 4], edge_label_index=et,
+                                             batch_size=8)
+        batch = next(iter(loader))
+        assert batch["__".join(et) + "/edge_label"].shape == (loader.slots,)
+        ```
+    """
+
+    def __init__(self, data: Any, num_neighbors: Any, edge_label_index: Any = None,
+                 edge_label: Optional[Tensor] = None, *, neg_sampling: Any = "binary",
+                 neg_sampling_ratio: Optional[float] = None, batch_size: int = 1,
+                 shuffle: bool = False, budget: Union[Budget, dict, str, None] = None,
+                 seed: int = 0, replace: bool = False, disjoint: bool = False,
+                 directed: bool = True, time_attr: Optional[str] = None,
+                 edge_label_time: Optional[Tensor] = None, temporal_strategy: str = "uniform",
+                 subgraph_type: Optional[str] = None, weight_attr: Optional[str] = None,
+                 oversize: str = "trim", success_ratio: float = 0.99, fit_batches: int = 32,
+                 round_to: int = 1, micro_batches: int = 1, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, pad_id: int = -1, num_workers: int = 0,
+                 sampler_threads: Optional[int] = 1, sampler: str = "ours", prefetch: int = 0):
+        name = type(self).__name__
+        if not (hasattr(data, "node_types") and hasattr(data, "edge_types")):
+            raise TypeError(f"{name} samples HeteroData; for a homogeneous graph use "
+                            f"FixedSizeLinkNeighborLoader")
+        if sampler == "pyg":
+            raise NotImplementedError(f"{name}(sampler='pyg'): PyG's hetero sampler is driven "
+                                      f"from one seed type here; use sampler='ours'")
+        for arg, value, default in (("prefetch", prefetch, 0), ("round_to", round_to, 1)):
+            if value != default:  # the homogeneous loader's: refused, not ignored
+                raise ValueError(f"{name}({arg}={value!r}): not offered for HeteroData (the "
+                                 f"homogeneous loader's); leave it at {default!r}")
+        neg = neg_spec(neg_sampling, neg_sampling_ratio)
+        self.temporal = check_time_args(name, time_attr, edge_label_time, temporal_strategy,
+                                        sampler)
+        if self.temporal:
+            disjoint = True  # PyG: temporal sampling is disjoint
+        self._keep_settings(batch_size, SamplingSettings.of(locals()))
+        self.data, self._pyg, self.csc = data, None, None
+        self.edge_types: List[EdgeType] = [tuple(et) for et in data.edge_types]
+        self.fanouts = self._fanouts(num_neighbors)
+        self.num_neighbors = num_neighbors
+        self.num_nodes_of = {t: int(data[t].num_nodes) for t in data.node_types}
+        self.edge_type, self.edge_label_index = self._label_index(edge_label_index)
+        et = self.edge_type
+        self.src_type, self.dst_type = et[0], et[2]
+        self.seed_type = self.src_type  # stats.seeds and the base's seed checks
+        self.num_nodes = self.num_nodes_of[self.src_type]
+        self.excluded_keys: Dict[str, str] = {}
+        self.node_attrs = {t: self._store_attrs(data[t], self.num_nodes_of[t], t + SEP)
+                           for t in data.node_types}
+        self.edge_attrs = {e: self._store_attrs(data[e], int(data[e].num_edges),
+                                                "__".join(e) + SEP)
+                           for e in self.edge_types}
+        for store in list(self.node_attrs.values()) + list(self.edge_attrs.values()):
+            for k in LINK_KEYS:  # RandomLinkSplit leaves them on the graph: never gathered
+                store.pop(k, None)
+        hops = len(next(iter(self.fanouts.values()))) if self.fanouts else 0
+        for e in self.edge_types:
+            self.fanouts.setdefault(e, [0] * hops)
+        self._setup_supervision(neg, edge_label, edge_label_time, time_attr, temporal_strategy)
+        L = int(self.edge_label_index.size(1))
+        self._without_edge_ids = self._bidirectional_merges()
+        self.node_time, self.edge_time, self.edge_weight = self._time_and_weight()
+        self.two_types = self.src_type != self.dst_type
+        with self._sampling_threads():
+            self.cscs = {e: CSC.from_edge_index(data[e].edge_index, self.num_nodes_of[e[2]],
+                                                num_src_nodes=self.num_nodes_of[e[0]])
+                         for e in self.edge_types
+                         if self.subgraph_type != "directional"
+                         or any(k != 0 for k in self.fanouts[e])}
+        self.scratch = {t: torch.full((n,), -1, dtype=torch.long)
+                        for t, n in self.num_nodes_of.items()}
+        self.seeds = torch.arange(L)
+        self.stats = self._new_stats(0)
+        self._init_slots(batch_size)
+        self.min_seeds = self._min_seeds()
+        self.budget = self._link_budget(budget, success_ratio, fit_batches)
+        self.slots = self._slot_count(self.budget)
+
+    # -- settings ----------------------------------------------------------------
+    def _label_index(self, arg: Any) -> Tuple[EdgeType, Tensor]:
+        """``(edge_type, [2, L] index)`` of ``edge_label_index`` (PyG's hetero forms: an
+        edge type, ``(src, dst)`` or a relation naming one, alone or with an index)."""
+        types = [tuple(e) for e in self.edge_types]
+        if isinstance(arg, str) or (isinstance(arg, (tuple, list)) and len(arg) in (2, 3)
+                                    and all(isinstance(a, str) for a in arg)):
+            spec, idx = arg, None
+        elif isinstance(arg, (tuple, list)) and len(arg) == 2 and not isinstance(arg[1], str):
+            spec, idx = arg
+        else:
+            raise LinkLabelError(f"edge_label_index={arg!r:.60}: on HeteroData give "
+                                 f"(edge_type, [2, L] index | None) or the edge type, a "
+                                 f"(src, rel, dst) tuple of {types}")
+        et = self._canonical(spec, types)
+        if et not in types and (idx is None or et[0] not in self.num_nodes_of
+                                or et[2] not in self.num_nodes_of):
+            # PyG supervises an edge type the graph lacks when its index is given
+            raise LinkLabelError(f"edge_label_index names edge type {et!r}, which the graph "
+                                 f"lacks; its edge types: {types} (an edge type of its own "
+                                 f"needs its index and node types of the graph)")
+        eli = self.data[et].edge_index if idx is None else torch.as_tensor(idx)
+        if eli.dim() != 2 or eli.size(0) != 2:
+            raise LinkLabelError(f"edge_label_index of {et!r} has shape {tuple(eli.shape)}; "
+                                 f"give [2, L] (row 0 {et[0]!r} ids, row 1 {et[2]!r} ids)")
+        if eli.is_floating_point() or eli.dtype == torch.bool:
+            raise LinkLabelError(f"edge_label_index of {et!r} has dtype {eli.dtype}; give "
+                                 f"integer node ids")
+        eli = eli.long()
+        if eli.size(1) == 0:
+            raise LinkLabelError(f"edge_label_index of {et!r} has no column: give at least "
+                                 f"one supervision edge")
+        for row, t in ((0, et[0]), (1, et[2])):
+            n = self.num_nodes_of[t]
+            bad = (eli[row] < 0) | (eli[row] >= n)
+            if bool(bad.any()):
+                c = int(bad.nonzero()[0])
+                raise LinkLabelError(f"edge_label_index of {et!r} column {c} = "
+                                     f"{eli[:, c].tolist()} is out of range: node type {t!r} "
+                                     f"has {n} nodes (ids 0..{n - 1})")
+        return et, eli
+
+    @staticmethod
+    def _canonical(spec: Any, types: List[EdgeType]) -> EdgeType:
+        """PyG's ``HeteroData._to_canonical``: a relation names the one edge type that has
+        it; ``(src, dst)`` the one edge type between them, else ``(src, "to", dst)``."""
+        if isinstance(spec, str):
+            hits = [e for e in types if e[1] == spec]
+            if len(hits) != 1:
+                raise LinkLabelError(f"edge_label_index names relation {spec!r}, which "
+                                     f"{len(hits)} edge types have; give the edge type, one of "
+                                     f"{types}")
+            return hits[0]
+        spec = tuple(spec)
+        if len(spec) == 2:
+            hits = [e for e in types if e[0] == spec[0] and e[2] == spec[1]]
+            return hits[0] if len(hits) == 1 else (spec[0], "to", spec[1])
+        return spec
+
+    def _min_seeds(self) -> Dict[str, int]:
+        """The most endpoint rows of each endpoint type a batch can have."""
+        B, m = self.batch_size, self.slots_needed
+        if self.neg_sampling == "triplet":
+            ns, nd = B, B * (1 + int(self.neg_sampling_ratio))
+        else:
+            ns = nd = m
+        if not self.two_types:
+            n = ns + nd
+            return {self.src_type: n if self.disjoint else min(n, self.num_nodes_of[self.src_type])}
+        if not self.disjoint:
+            ns, nd = min(ns, self.num_nodes_of[self.src_type]), min(nd,
+                                                                    self.num_nodes_of[self.dst_type])
+        return {self.src_type: ns, self.dst_type: nd}
+
+    def _link_budget(self, budget: Union[Budget, dict, str, None], success_ratio: float,
+                     fit_batches: int) -> Budget:
+        if budget is None:
+            n = max(1, min(int(fit_batches), math.ceil(self.seeds.numel() / self.batch_size)))
+            with self._sampling_threads():
+                self.fit_sizes = [self._fit_sample(c).sizes() for c in range(n)]
+            return fit_link_budget(self.fit_sizes, self.min_seeds, success_ratio,
+                                   avoid=(self.slots_needed,))
+        if isinstance(budget, str):
+            budget = Budget.from_json(budget)
+        elif isinstance(budget, dict):
+            budget = Budget.from_dict(budget)
+        want_n, want_e = set(self.num_nodes_of), {"__".join(e) for e in self.edge_types}
+        if (not budget.is_hetero or budget.graphs != 2 or set(budget.nodes) != want_n
+                or set(budget.edges) != want_e):
+            raise ValueError(f"budget {budget}: a hetero link batch needs graphs=2 and a "
+                             f"count for every node type {sorted(want_n)} and edge type "
+                             f"{sorted(want_e)}")
+        for t, need in self.min_seeds.items():
+            real = int(budget.nodes[t]) - RESERVED_NODES
+            if real < need:
+                raise ValueError(f"budget nodes[{t!r}]={budget.nodes[t]} holds {real} real "
+                                 f"nodes, fewer than the {need} endpoints of type {t!r} a "
+                                 f"batch can have: give >= {need + RESERVED_NODES}")
+        return budget
+
+    # -- hooks of the link loader's supervision ---------------------------------------
+    def _num_src_dst(self) -> Tuple[int, int]:
+        return self.num_nodes_of[self.src_type], self.num_nodes_of[self.dst_type]
+
+    def _node_times(self) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        if self.node_time is None:
+            return None, None
+        return self.node_time.get(self.src_type), self.node_time.get(self.dst_type)
+
+    def _link_key(self, key: str) -> str:
+        return key_of("__".join(self.edge_type), key)
+
+    # -- sampling ----------------------------------------------------------------
+    def _rows(self, sup: Dict[str, Tensor]) -> LinkRows:
+        return link_rows(sup, self.neg_sampling, int(self.neg_sampling_ratio or 0),
+                         self.disjoint, two_types=self.two_types)
+
+    def _seed_dict(self, rows: LinkRows) -> Dict[str, Tensor]:
+        types = [self.src_type, self.dst_type] if self.two_types else [self.src_type]
+        return dict(zip(types, rows.groups))
+
+    def _sample_links(self, rows: LinkRows, epoch: int, chunk: int,
+                      stream: int = 0) -> HeteroSample:
+        g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
+        seeds = self._seed_dict(rows)
+        fan = {e: self.fanouts[e] for e in self.cscs}
+        # tree i of each endpoint type is endpoint i of that type: the longest group's
+        # times are every tree's (the shorter group's agree with its first entries)
+        times = max((t for t in rows.times if t is not None), key=len, default=None)
+        s = sample_hetero_from_seeds(self.cscs, self.scratch, seeds, fan, replace=self.replace,
+                                     directed=self.directed, disjoint=self.disjoint,
+                                     seed_time=times if self.temporal else None,
+                                     node_time=self.node_time, edge_time=self.edge_time,
+                                     temporal_strategy=self.temporal_strategy,
+                                     edge_weight=self.edge_weight,
+                                     subgraph_type=self.subgraph_type, generator=g)
+        for e in self.edge_types:  # an edge type not sampled: no edge, same signature
+            if e not in s.edge_index:
+                s.edge_index[e] = torch.zeros(2, 0, dtype=torch.long)
+                s.e_id[e] = torch.zeros(0, dtype=torch.long)
+        return s
+
+    def _sample_chunk(self, epoch: int, chunk: int, stream: int = 0):
+        sup = self.supervision(epoch, chunk, stream)
+        return self._sample_links(self._rows(sup), epoch, chunk, stream), sup
+
+    def _fit_sample(self, chunk: int) -> HeteroSample:
+        return self._sample_chunk(0, chunk, stream=2)[0]
+
+    def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+        sup = self.supervision(epoch, chunk)
+        rows = self._rows(sup)
+        s = self._sample_links(rows, epoch, chunk)
+        b = int(sup[INPUT_ID].numel())
+        if s.seed_of is not None and b:  # PyG's batch: the row's tree modulo the positives
+            s.seed_of = {t: v % b for t, v in s.seed_of.items()}
+        ns, es = s.sizes()
+        over = [f"{t}: {ns[t]} > {int(self.budget.nodes[t]) - RESERVED_NODES} nodes" for t in ns
+                if ns[t] > int(self.budget.nodes[t]) - RESERVED_NODES]
+        over += [f"{'__'.join(e)}: {es[e]} > {int(self.budget.edges['__'.join(e)])} edges"
+                 for e in es if es[e] > int(self.budget.edges["__".join(e)])]
+        cut_n = cut_e = 0
+        if over:
+            if self.oversize == "error":
+                raise SubgraphOversizeError(
+                    f"epoch {epoch}, chunk {chunk} (supervision columns "
+                    f"{sup[INPUT_ID][:4].tolist()}...): the sampled subgraph exceeds the "
+                    f"budget ({'; '.join(over)}; {self.budget}). Give a larger budget, a "
+                    f"higher success_ratio, or oversize='trim'")
+            s, cut_n, cut_e = trim_hetero(s, self.budget)  # endpoint rows come first: kept
+        seeds = {t: int(v.numel()) for t, v in self._seed_dict(rows).items()}
+        flat = self.pad(s, seeds)
+        pad = {SRC_INDEX: padding_node(int(self.budget.nodes[self.src_type])),
+               DST_POS_INDEX: padding_node(int(self.budget.nodes[self.dst_type])),
+               DST_NEG_INDEX: padding_node(int(self.budget.nodes[self.dst_type]))}
+        flat.update({self._link_key(k): v for k, v in self._pad_links(sup, rows, pad).items()})
+        return {k: flat[k] for k in sorted(flat)}, cut_n, cut_e
+
+    def subgraph(self, s: HeteroSample, num_seeds: Any) -> Any:
+        """The sample's ``HeteroData`` with ``seed_mask`` on the endpoint rows of each
+        endpoint type (``num_seeds``: ``{type: rows}``)."""
+        h = super().subgraph(s, 0)
+        for t, n in num_seeds.items():
+            h[t][SEED_MASK] = torch.arange(s.n_id[t].numel()) < n
+        return h
+
+    def __iter__(self):
+        for flat in super().__iter__():
+            st = self.stats
+            self._count(st, flat)
+            if self.two_types:  # the base counts the source type's endpoint rows
+                st.seeds += int(flat[key_of(self.dst_type, SEED_MASK)].sum())
+            yield flat
+
+    def seeds_in(self, flat: Dict[str, Tensor]) -> int:
+        """The endpoint rows of a batch (both endpoint types)."""
+        n = int(flat[key_of(self.src_type, SEED_MASK)].sum())
+        if self.two_types:
+            n += int(flat[key_of(self.dst_type, SEED_MASK)].sum())
+        return n
+
+    def unpad_links(self, flat: Dict[str, Tensor]) -> Dict[str, Tensor]:
+        """A batch's supervision keys as PyG's hetero ``LinkNeighborLoader`` places them:
+        ``"<edge_type>/input_id"`` ``[b]``, binary ``"<edge_type>/edge_label_index"``
+        ``[2, m]``, ``.../edge_label``, ``.../edge_label_time``; triplet
+        ``"<src>/src_index"``, ``"<dst>/dst_pos_index"``, ``"<dst>/dst_neg_index"``,
+        ``"<src>/seed_time"`` and ``"<dst>/seed_time"`` (real slots only)."""
+        out = super().unpad_links(flat)
+        if self.neg_sampling != "triplet":
+            return out
+        place = {SRC_INDEX: [self.src_type], DST_POS_INDEX: [self.dst_type],
+                 DST_NEG_INDEX: [self.dst_type], SEED_TIME: [self.src_type, self.dst_type]}
+        for key, types in place.items():
+            v = out.pop(self._link_key(key), None)
+            if v is not None:
+                for t in types:
+                    out[key_of(t, key)] = v
+        return out
+
+
+# FixedSizeLinkNeighborLoader(HeteroData, ...) builds this loader (PyG's one entry point)
+_link.HETERO_LINK_LOADER[:] = [FixedSizeHeteroLinkNeighborLoader]
