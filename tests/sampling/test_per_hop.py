@@ -105,7 +105,7 @@ def test_the_per_hop_layout_and_its_trimming(setup):
             assert bool((ei < kept_n).all())  # no edge left pointing at a cut row
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setup=setups())
 def test_unpadded_batches_are_the_samples_in_pygs_layout(setup):
     loader = FixedSizeNeighborLoader(**setup, per_hop_budget=True)
@@ -187,3 +187,27 @@ def test_what_the_per_hop_layout_cannot_be_is_refused(kw, match):
 def test_a_hop_budget_that_cannot_be_is_named(nodes, edges, match):
     with pytest.raises(HopBudgetError, match=match):
         HopBudget(nodes=nodes, edges=edges)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=setups())
+def test_plain_batches_unpad_with_pygs_per_hop_counts(setup):
+    """The plain layout carries no hop boundaries: ``unpad_batch(flat, hops=H)`` finds
+    them from the sampled edges (a row's hop is its distance from the seeds)."""
+    setup = dict(setup, success_ratio=1.0)
+    loader = FixedSizeNeighborLoader(**setup)
+    H = len(setup["num_neighbors"])
+    for chunk in range(len(loader)):
+        seeds = loader.chunk_seeds(0, chunk)
+        raw = loader.sample(seeds, 0, chunk)
+        graphs = unpad_batch(loader.batch(0, chunk), hops=H)
+        if seeds.numel() == 0:
+            assert graphs == []
+            continue
+        (d,) = graphs
+        if d.num_nodes == raw.num_nodes and d.edge_index.size(1) == raw.num_edges:  # not cut
+            assert d.num_sampled_nodes == raw.nodes_per_hop
+            assert d.num_sampled_edges == raw.edges_per_hop
+        assert sum(d.num_sampled_nodes) == d.num_nodes  # cut or not, every row counted once
+        assert sum(d.num_sampled_edges) == d.edge_index.size(1)
+        assert len(d.num_sampled_nodes) == H + 1 and len(d.num_sampled_edges) == H
