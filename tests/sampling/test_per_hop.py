@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from torch_geometric.data import Data
 from torch_geometric.utils import trim_to_layer
 
-from graph_adapter.format import (EDGE_MASK, GRAPH_MASK, HOP_EDGES, HOP_NODES, NODE_MASK,
+from graph_adapter.format import (ALL_RESERVED_KEYS, EDGE_MASK, GRAPH_MASK, HOP_EDGES, HOP_NODES, NODE_MASK,
                                   SEED_MASK, hop_budgets, hop_shape, unpad_batch,
                                   value_problems)
 from graph_adapter.sampling import (FixedSizeNeighborLoader, HopBudget, HopBudgetError,
@@ -93,6 +93,7 @@ def test_the_per_hop_layout_and_its_trimming(setup):
         sig = sig or _signature(flat)
         assert _signature(flat) == sig  # one signature every batch
         _check_layout(flat, hb)
+        assert {k for k in flat if k not in setup["data"].keys()} <= set(ALL_RESERVED_KEYS)
         assert value_problems(flat) == []  # every value rule but a sorted batch vector
         x = torch.arange(flat[NODE_MASK].numel())
         ei, ea = flat["edge_index"], torch.arange(flat[EDGE_MASK].numel())
