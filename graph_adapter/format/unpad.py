@@ -469,7 +469,8 @@ def real_hop_counts(flat: Mapping[str, Tensor]) -> Tuple[List[int], List[int]]:
     return _block_sums(flat[NODE_MASK], nodes), _block_sums(flat[EDGE_MASK], edges)
 
 
-def compact_hops(flat: Mapping[str, Tensor]) -> Tuple[Dict[str, Tensor], Tuple[List[int], List[int]]]:
+def compact_hops(flat: Mapping[str, Tensor]
+                 ) -> Tuple[Dict[str, Tensor], Tuple[List[int], List[int]]]:
     """The plain layout of a per-hop batch (no micro-batch dim), and its real per-hop
     counts (:func:`real_hop_counts`).
 

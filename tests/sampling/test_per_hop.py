@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from torch_geometric.data import Data
 from torch_geometric.utils import trim_to_layer
 
-from graph_adapter.format import (ALL_RESERVED_KEYS, EDGE_MASK, GRAPH_MASK, HOP_EDGES, HOP_NODES, NODE_MASK,
-                                  SEED_MASK, hop_budgets, hop_shape, unpad_batch,
+from graph_adapter.format import (ALL_RESERVED_KEYS, EDGE_MASK, GRAPH_MASK, HOP_EDGES, HOP_NODES,
+                                  NODE_MASK, SEED_MASK, hop_budgets, hop_shape, unpad_batch,
                                   value_problems)
 from graph_adapter.sampling import (FixedSizeNeighborLoader, HopBudget, HopBudgetError,
                                     SubgraphOversizeError, fit_to_hops)
@@ -142,8 +142,8 @@ def test_a_sample_within_its_blocks_is_kept_whole_and_an_oversize_one_cut_per_ho
     assert cut.nodes_per_hop == [4] + [min(c, m) for c, m in zip(raw.nodes_per_hop[1:], (3, 2))]
     assert all(a <= c for a, c in zip(cut.edges_per_hop, (5, 4)))
     assert cn == raw.num_nodes - cut.num_nodes and ce == raw.num_edges - cut.num_edges > 0
-    assert torch.equal(cut.n_id, torch.cat([raw.n_id[:4], raw.n_id[4:4 + 3],
-                                            raw.n_id[raw.nodes_per_hop[0] + raw.nodes_per_hop[1]:][:2]]))
+    hop2 = raw.nodes_per_hop[0] + raw.nodes_per_hop[1]
+    assert torch.equal(cut.n_id, torch.cat([raw.n_id[:4], raw.n_id[4:4 + 3], raw.n_id[hop2:][:2]]))
     strict = FixedSizeNeighborLoader(data, [4, 4], batch_size=4, per_hop_budget=small,
                                      oversize="error")
     with pytest.raises(SubgraphOversizeError, match="per hop"):
