@@ -18,7 +18,8 @@ per-batch time printed with its ratio to eager PyG untrimmed, and each method's
 trimmed / untrimmed ratio. Also printed: the per-hop budget against the plain
 budget fitted to the same samples (the per-hop layout pads every hop).
 
-Run: ``TORCHINDUCTOR_CACHE_DIR=.cache/inductor python benchmarks/bench_trim_to_layer.py``
+Run: ``TORCHINDUCTOR_CACHE_DIR=.cache/inductor python benchmarks/bench_trim_to_layer.py
+--threads 1``
 (``--nodes 5000 --batches 8 --rounds 2`` for a quick look).
 """
 from __future__ import annotations

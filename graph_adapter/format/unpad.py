@@ -28,10 +28,10 @@ from .micro import has_micro_batch_dim, micro_batch, num_micro_batches, split_mi
 from .spec import Field
 from ._node_sets import PAIR_SEP, set_key, set_masks
 from ..contract import padding_node
-from .keys import HOP_EDGES, HOP_KEYS, HOP_NODES, cat_dim_of, hop_budgets
+from .keys import HOP_EDGES, HOP_KEYS, HOP_NODES, SEED_MASK, cat_dim_of, hop_budgets
 
 __all__ = ["unpad_batch", "unpad_hetero", "inc_dims", "dim_of", "unpad", "AmbiguousLevelError",
-           "is_per_hop", "real_hop_counts", "compact_hops"]
+           "is_per_hop", "real_hop_counts", "compact_hops", "sampled_hop_counts"]
 
 
 def dim_of(f: Field) -> Dim:
@@ -58,7 +58,8 @@ def inc_dims(f: Field) -> Tuple[Dim, Dim]:
 
 
 def unpad_batch(flat: Mapping[str, Tensor], schema: Optional[Sequence[Field]] = None,
-                levels: Optional[Mapping[str, str]] = None) -> List[Any]:
+                levels: Optional[Mapping[str, str]] = None, hops: Optional[int] = None
+                ) -> List[Any]:
     """Give back the real graphs of a padded flat dict as ``Data`` (``HeteroData``) objects.
 
     ``schema`` (``Collator.schema`` / ``FixedSizeLoader.schema``) restores
@@ -67,8 +68,60 @@ def unpad_batch(flat: Mapping[str, Tensor], schema: Optional[Sequence[Field]] = 
     counts is used, and keys named like indices (``*index*``, ``face``) are
     shifted back by the node offsets.  A micro-batched dict
     (``graph_mask.dim() == 2``) gives the graphs of all micro-batches in order.
+    A batch in per-hop blocks (``per_hop_budget=``) gives PyG's layout with PyG's
+    ``num_sampled_nodes`` / ``num_sampled_edges``; ``hops`` (the sampler's number
+    of hops, ``len(num_neighbors)``) gives a plain neighbour-sampled batch (one
+    with ``seed_mask``, ``directed=True``) the same lists, from the sampled edges
+    (:func:`sampled_hop_counts`).
     """
-    return _unpad(flat, schema, (), (), levels)
+    graphs = _unpad(flat, schema, (), (), levels)
+    if hops is not None and not is_per_hop(flat):
+        for d in graphs:
+            if SEED_MASK in d and "edge_index" in d:
+                d[HOP_NODES], d[HOP_EDGES] = sampled_hop_counts(
+                    d["edge_index"], int(d[SEED_MASK].numel()), int(d[SEED_MASK].sum()), hops)
+    return graphs
+
+
+def sampled_hop_counts(edge_index: Tensor, num_nodes: int, num_seeds: int, hops: int
+                       ) -> Tuple[List[int], List[int]]:
+    """PyG's ``num_sampled_nodes`` / ``num_sampled_edges`` of a directed neighbour
+    sample in hop order (rows: the seeds, hop 1's new nodes, ...; edges hop by hop,
+    each into the hop before).
+
+    A row first sampled at hop ``h`` is exactly ``h`` sampled edges from the seeds
+    (an edge into a nearer row would have been sampled, and the row found, at an
+    earlier hop), so the hops are the distances, and an edge's hop is its
+    destination's plus one. Rows are in hop order: a row no edge reaches (a
+    loader's ``oversize="trim"`` cut its edges) counts with the hop of the rows
+    before it.
+
+    Args:
+        edge_index: ``[2, m]`` rows of the sample (source, destination).
+        num_nodes: the sample's rows.
+        num_seeds: its seeds (the first rows).
+        hops: the sampler's number of hops (the lists have ``hops + 1`` / ``hops``
+            entries, trailing empty hops included).
+
+    Returns:
+        ``(nodes per hop, edges per hop)``.
+    """
+    far = hops + 1
+    dist = torch.full((num_nodes,), far, dtype=torch.long)
+    dist[:num_seeds] = 0
+    src, dst = edge_index[0].long(), edge_index[1].long()
+    for h in range(1, hops + 1):
+        new = src[dist[dst] == h - 1]
+        new = new[dist[new] == far]
+        if new.numel() == 0:
+            break
+        dist[new] = h
+    reached = torch.where(dist == far, torch.zeros_like(dist), dist)
+    hop = torch.cummax(reached, 0).values if num_nodes else reached
+    nodes = torch.bincount(hop, minlength=hops + 1)[:hops + 1].tolist()
+    edges = torch.bincount(hop[dst] + 1, minlength=hops + 1)[1:hops + 1].tolist() \
+        if dst.numel() else [0] * hops
+    return [int(c) for c in nodes], [int(c) for c in edges]
 
 
 def unpad_hetero(flat: Mapping[str, Tensor], schema: Sequence[Field],
@@ -416,7 +469,8 @@ def real_hop_counts(flat: Mapping[str, Tensor]) -> Tuple[List[int], List[int]]:
     return _block_sums(flat[NODE_MASK], nodes), _block_sums(flat[EDGE_MASK], edges)
 
 
-def compact_hops(flat: Mapping[str, Tensor]) -> Tuple[Dict[str, Tensor], Tuple[List[int], List[int]]]:
+def compact_hops(flat: Mapping[str, Tensor]
+                 ) -> Tuple[Dict[str, Tensor], Tuple[List[int], List[int]]]:
     """The plain layout of a per-hop batch (no micro-batch dim), and its real per-hop
     counts (:func:`real_hop_counts`).
 

@@ -133,3 +133,15 @@ def test_a_training_step_compiles_once_with_eager_pygs_loss_and_gradients():
         for (name, p), q in zip(net.named_parameters(), ref.parameters()):
             assert torch.allclose(p.grad, q.grad, atol=ATOL), name
     assert counter.count == 1
+
+
+def test_eager_trim_of_the_wrapper_takes_the_padded_path_on_per_hop_batches():
+    """``ipu_wrap(trim=True)`` slices real-row prefixes; per-hop batches have none (their
+    masks are not prefixes, their per-hop keys have no level): every call runs padded,
+    with the results of the plain wrapper."""
+    net = SeedNet(trim=True).eval()
+    plain, trimmed = ga.ipu_wrap(net, inputs="data"), ga.ipu_wrap(net, inputs="data", trim=True)
+    with torch.no_grad():
+        for flat in _batches(_loader()):
+            assert torch.equal(trimmed(flat)["output"], plain(flat)["output"])
+    assert trimmed.trim_stats["trimmed"] == 0 and trimmed.trim_stats["padded"] > 4

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from torch_geometric.data import Data
 from torch_geometric.utils import trim_to_layer
 
-from graph_adapter.format import (EDGE_MASK, GRAPH_MASK, HOP_EDGES, HOP_NODES, NODE_MASK,
-                                  SEED_MASK, hop_budgets, hop_shape, unpad_batch,
+from graph_adapter.format import (ALL_RESERVED_KEYS, EDGE_MASK, GRAPH_MASK, HOP_EDGES, HOP_NODES,
+                                  NODE_MASK, SEED_MASK, hop_budgets, hop_shape, unpad_batch,
                                   value_problems)
 from graph_adapter.sampling import (FixedSizeNeighborLoader, HopBudget, HopBudgetError,
                                     SubgraphOversizeError, fit_to_hops)
@@ -93,6 +93,7 @@ def test_the_per_hop_layout_and_its_trimming(setup):
         sig = sig or _signature(flat)
         assert _signature(flat) == sig  # one signature every batch
         _check_layout(flat, hb)
+        assert {k for k in flat if k not in setup["data"].keys()} <= set(ALL_RESERVED_KEYS)
         assert value_problems(flat) == []  # every value rule but a sorted batch vector
         x = torch.arange(flat[NODE_MASK].numel())
         ei, ea = flat["edge_index"], torch.arange(flat[EDGE_MASK].numel())
@@ -105,7 +106,7 @@ def test_the_per_hop_layout_and_its_trimming(setup):
             assert bool((ei < kept_n).all())  # no edge left pointing at a cut row
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setup=setups())
 def test_unpadded_batches_are_the_samples_in_pygs_layout(setup):
     loader = FixedSizeNeighborLoader(**setup, per_hop_budget=True)
@@ -141,8 +142,8 @@ def test_a_sample_within_its_blocks_is_kept_whole_and_an_oversize_one_cut_per_ho
     assert cut.nodes_per_hop == [4] + [min(c, m) for c, m in zip(raw.nodes_per_hop[1:], (3, 2))]
     assert all(a <= c for a, c in zip(cut.edges_per_hop, (5, 4)))
     assert cn == raw.num_nodes - cut.num_nodes and ce == raw.num_edges - cut.num_edges > 0
-    assert torch.equal(cut.n_id, torch.cat([raw.n_id[:4], raw.n_id[4:4 + 3],
-                                            raw.n_id[raw.nodes_per_hop[0] + raw.nodes_per_hop[1]:][:2]]))
+    hop2 = raw.nodes_per_hop[0] + raw.nodes_per_hop[1]
+    assert torch.equal(cut.n_id, torch.cat([raw.n_id[:4], raw.n_id[4:4 + 3], raw.n_id[hop2:][:2]]))
     strict = FixedSizeNeighborLoader(data, [4, 4], batch_size=4, per_hop_budget=small,
                                      oversize="error")
     with pytest.raises(SubgraphOversizeError, match="per hop"):
@@ -188,3 +189,27 @@ def test_what_the_per_hop_layout_cannot_be_is_refused(kw, match):
 def test_a_hop_budget_that_cannot_be_is_named(nodes, edges, match):
     with pytest.raises(HopBudgetError, match=match):
         HopBudget(nodes=nodes, edges=edges)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=setups())
+def test_plain_batches_unpad_with_pygs_per_hop_counts(setup):
+    """The plain layout carries no hop boundaries: ``unpad_batch(flat, hops=H)`` finds
+    them from the sampled edges (a row's hop is its distance from the seeds)."""
+    setup = dict(setup, success_ratio=1.0)
+    loader = FixedSizeNeighborLoader(**setup)
+    H = len(setup["num_neighbors"])
+    for chunk in range(len(loader)):
+        seeds = loader.chunk_seeds(0, chunk)
+        raw = loader.sample(seeds, 0, chunk)
+        graphs = unpad_batch(loader.batch(0, chunk), hops=H)
+        if seeds.numel() == 0:
+            assert graphs == []
+            continue
+        (d,) = graphs
+        if d.num_nodes == raw.num_nodes and d.edge_index.size(1) == raw.num_edges:  # not cut
+            assert d.num_sampled_nodes == raw.nodes_per_hop
+            assert d.num_sampled_edges == raw.edges_per_hop
+        assert sum(d.num_sampled_nodes) == d.num_nodes  # cut or not, every row counted once
+        assert sum(d.num_sampled_edges) == d.edge_index.size(1)
+        assert len(d.num_sampled_nodes) == H + 1 and len(d.num_sampled_edges) == H
