@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import warnings
 from collections import defaultdict
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -92,7 +92,8 @@ class _PairRows:
 
 
 def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor],
-                            seed_type: str, seeds: Tensor, fanouts: Dict[EdgeType, List[int]],
+                            seed_type: Optional[str], seeds: Union[Tensor, Dict[str, Tensor]],
+                            fanouts: Dict[EdgeType, List[int]],
                             *, replace: bool = False, directed: bool = True,
                             disjoint: bool = False, subgraph_type: Optional[str] = None,
                             seed_time: Optional[Tensor] = None,
@@ -108,7 +109,10 @@ def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor
         cscs: per edge type, its CSC over the destination type's nodes.
         scratch: per node type, a ``[N_t]`` int64 array of ``-1`` (left so).
         seed_type / seeds: the seeds' node type and distinct ids [B] (a repeated
-            id is a ``ValueError`` unless ``disjoint``).
+            id is a ``ValueError`` unless ``disjoint``); or ``seeds`` a dict, per
+            node type its seeds (PyG's ``seed_dict``: a link batch's endpoints),
+            ``seed_type`` then unused: each type's seeds are its first rows, and
+            with ``disjoint`` seed ``i`` of every type is tree ``i``.
         fanouts: per edge type, one fanout per hop (``-1`` = all; every list H
             long; ``H = 0``: the seeds alone).
         replace: draws with replacement.
@@ -125,7 +129,8 @@ def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor
         disjoint: one tree per seed: rows are ``(tree, node)`` pairs (the
             sample's ``seed_of`` gives each row's tree); seeds may then repeat.
         seed_time: [B] the seeds' times (PyG's ``input_time``); default the seed
-            type's ``node_time``.
+            type's ``node_time`` (one seed type only). With a dict of seeds: one
+            time per tree (as many as the longest type's seeds).
         node_time: per node type, a time per node [N_t]: an edge type whose
             source type has one samples only sources no later than the seed
             (``time <= seed_time``); a type without times is not filtered.
@@ -143,30 +148,31 @@ def sample_hetero_neighbors(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor
     """
     sub = resolve_subgraph_type(subgraph_type, directed, "sample_hetero_neighbors")
     node_time, edge_time, edge_weight = node_time or {}, edge_time or {}, edge_weight or {}
-    seeds = seeds.long().reshape(-1)
-    seed_time = _seed_times(cscs, scratch, seed_type, seeds, sub, seed_time, node_time,
+    groups = {t: s.long().reshape(-1) for t, s in
+              (seeds.items() if isinstance(seeds, dict) else [(seed_type, seeds)])}
+    seed_time = _seed_times(cscs, scratch, groups, sub, seed_time, node_time,
                             edge_time, temporal_strategy, edge_weight)
     disjoint = disjoint or seed_time is not None  # temporal: one tree per seed, as PyG
     if disjoint and sub == "induced":
         raise NotImplementedError("sample_hetero_neighbors(directed=False, disjoint=True): an "
                                   "induced subgraph per seed tree is not built; use one of them")
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    if not disjoint and unique_in_order(seeds).numel() != seeds.numel():
-        # a repeated seed would be written twice into the scratch array (its row undefined)
-        raise ValueError(f"sample_hetero_neighbors: the {seed_type!r} seeds repeat a node; give "
-                         f"distinct seeds (or disjoint=True, one tree per seed)")
+    for t, sd in groups.items():
+        if not disjoint and unique_in_order(sd).numel() != sd.numel():
+            # a repeated seed would be written twice into the scratch array (row undefined)
+            raise ValueError(f"sample_hetero_neighbors: the {t!r} seeds repeat a node; give "
+                             f"distinct seeds (or disjoint=True, one tree per seed)")
     timing = _Timing(seed_time, node_time, edge_time, temporal_strategy, edge_weight)
-    n_ids, trees, parts = _grow(cscs, scratch, seed_type, seeds, fanouts, disjoint, replace,
-                                gen, timing)
+    n_ids, trees, parts = _grow(cscs, scratch, groups, fanouts, disjoint, replace, gen, timing)
     return _assemble(cscs, scratch, n_ids, trees if disjoint else None, parts, sub)
 
 
-def _grow(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor], seed_type: str, seeds: Tensor,
+def _grow(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor], seeds: Dict[str, Tensor],
           fanouts: Dict[EdgeType, List[int]], disjoint: bool, replace: bool,
           gen: torch.Generator, timing: "_Timing") -> tuple:
-    """The hops of :func:`sample_hetero_neighbors`: ``(n_ids, trees, parts)``, per type the
-    rows each hop added (and their trees), per edge type each hop's drawn edges
-    ``(source rows, destination rows, edge ids)``."""
+    """The hops of :func:`sample_hetero_neighbors` from the seeds of each type:
+    ``(n_ids, trees, parts)``, per type the rows each hop added (and their trees),
+    per edge type each hop's drawn edges ``(source rows, destination rows, edge ids)``."""
     size = {t: int(s.numel()) for t, s in scratch.items()}
     # non-disjoint: csr's scratch-array rows (O(1) lookups, new rows without a sort)
     rows = {t: _PairRows() if disjoint else ArrayRows(s, torch.zeros(0, dtype=torch.long))
@@ -175,14 +181,16 @@ def _grow(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor], seed_type: str,
     trees: Dict[str, List[Tensor]] = {t: [] for t in scratch}
     parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]] = {et: [] for et in cscs}
     hops = len(next(iter(fanouts.values()))) if fanouts else 0
-    tree = torch.arange(seeds.numel()) if disjoint else None
     try:
-        rows[seed_type].add(tree * size[seed_type] + seeds if disjoint else seeds)
-        n_ids[seed_type].append(seeds)
-        if disjoint:
-            trees[seed_type].append(tree)
-        # per type: (nodes, their rows, their trees) added by the last hop
-        frontier = {seed_type: (seeds, torch.arange(seeds.numel()), tree)}
+        # per type: (nodes, their rows, their trees) added by the last hop; the seeds first
+        frontier = {}
+        for t, sd in seeds.items():  # seed i of each type: tree i
+            tree = torch.arange(sd.numel()) if disjoint else None
+            rows[t].add(tree * size[t] + sd if disjoint else sd)
+            n_ids[t].append(sd)
+            if disjoint:
+                trees[t].append(tree)
+            frontier[t] = (sd, torch.arange(sd.numel()), tree)
         for h in range(hops):
             drawn = _draw_hop(cscs, fanouts, h, frontier, size, disjoint, replace, gen, timing)
             frontier = _new_rows(drawn, rows, size, disjoint, n_ids, trees)
@@ -194,8 +202,8 @@ def _grow(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor], seed_type: str,
     return n_ids, trees, parts
 
 
-def _seed_times(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor], seed_type: str,
-                seeds: Tensor, sub: str, seed_time: Optional[Tensor],
+def _seed_times(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor],
+                groups: Dict[str, Tensor], sub: str, seed_time: Optional[Tensor],
                 node_time: Dict[str, Tensor], edge_time: Dict[EdgeType, Tensor],
                 temporal_strategy: str, edge_weight: Dict[EdgeType, Tensor]) -> Optional[Tensor]:
     """Check the time and weight inputs of every edge type; the seeds' times where the
@@ -205,6 +213,9 @@ def _seed_times(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor], seed_type
         TemporalSamplingError: see :func:`sample_hetero_neighbors`.
     """
     temporal = bool(node_time) or bool(edge_time)
+    # one time per tree: the longest type's seeds (seed i of every type is tree i)
+    seeds = max(groups.values(), key=lambda t: t.numel())
+    seed_type = next(t for t, g in groups.items() if g is seeds)
     for et, csc in cscs.items():
         own = et[0] in node_time or et in edge_time  # this edge type is filtered by time
         check_temporal_inputs(csc, seeds, seed_time if own else None, node_time.get(et[0]),
@@ -224,6 +235,10 @@ def _seed_times(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor], seed_type
                                     "subgraph_type='induced': temporal samples are disjoint "
                                     "trees; use 'directional' or 'bidirectional'")
     if seed_time is None:
+        if len(groups) > 1:
+            raise TemporalSamplingError(
+                f"sample_hetero_neighbors: seeds of the types {sorted(groups)} and no "
+                f"seed_time: give one time per tree (a link's time)")
         if seed_type not in node_time:
             raise TemporalSamplingError(
                 f"sample_hetero_neighbors: the seed type {seed_type!r} has no node time "

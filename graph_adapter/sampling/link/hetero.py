@@ -50,215 +50,18 @@ from torch import Tensor
 from ...batching import RESERVED_NODES, Budget
 from ...contract import (DST_NEG_INDEX, DST_POS_INDEX, INPUT_ID, LINK_KEYS, SEED_MASK,
                          SEED_TIME, SEP, SRC_INDEX, padding_node)
-from ..csr import (CSC, ArrayRows, induced_edges, sample_hop, sample_hop_keyed, take,
-                   unique_in_order)
+from ..csr import CSC
 from ..hetero_neighbor import FixedSizeHeteroNeighborLoader
-from ..hetero_sample import EdgeType, HeteroSample, bidirectional_hetero, key_of, trim_hetero
+from ..hetero_sample import (EdgeType, HeteroSample, key_of, sample_hetero_neighbors,
+                             trim_hetero)
 from . import loader as _link
 from .loader import (LinkLabelError, LinkRows, LinkSupervision, check_time_args, link_rows,
                      neg_spec)
 from ..neighbor import SubgraphOversizeError, chunk_seed
 from ..settings import SamplingSettings
+from ..source import hetero_store_view, is_store_pair, warn_excluded
 
-__all__ = ["FixedSizeHeteroLinkNeighborLoader", "sample_hetero_from_seeds", "PairRows",
-           "fit_link_budget"]
-
-
-class PairRows:
-    """Rows of one node type's keys (``disjoint``: ``tree * N_t + node``): sorted keys and
-    their rows, searchsorted lookups (a key space too large for a scratch array)."""
-
-    def __init__(self):
-        self.n = 0
-        self.sorted = torch.zeros(0, dtype=torch.long)
-        self.rows = torch.zeros(0, dtype=torch.long)
-
-    def lookup(self, keys: Tensor) -> Tensor:
-        """Row of each key, ``-1`` where unseen."""
-        if self.sorted.numel() == 0:
-            return torch.full_like(keys, -1)
-        at = torch.searchsorted(self.sorted, keys).clamp(max=self.sorted.numel() - 1)
-        return torch.where(take(self.sorted, at) == keys, take(self.rows, at),
-                           torch.full_like(keys, -1))
-
-    def add(self, new: Tensor) -> None:
-        """Give ``new`` (distinct, unseen keys) the next rows, in order."""
-        rows = torch.arange(self.n, self.n + new.numel())
-        self.n += new.numel()
-        self.sorted, o = torch.sort(torch.cat([self.sorted, new]))
-        self.rows = take(torch.cat([self.rows, rows]), o)
-
-    def add_unseen(self, keys: Tensor) -> Tensor:
-        """Give the distinct unseen keys the next rows, in order of first appearance."""
-        new = unique_in_order(take(keys, (self.lookup(keys) < 0).nonzero().view(-1)))
-        self.add(new)
-        return new
-
-    def reset(self) -> None:
-        pass
-
-
-def sample_hetero_from_seeds(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor],
-                             seeds: Dict[str, Tensor], fanouts: Dict[EdgeType, List[int]], *,
-                             replace: bool = False, directed: bool = True,
-                             disjoint: bool = False, seed_time: Optional[Tensor] = None,
-                             node_time: Optional[Dict[str, Tensor]] = None,
-                             edge_time: Optional[Dict[EdgeType, Tensor]] = None,
-                             temporal_strategy: str = "uniform",
-                             edge_weight: Optional[Dict[EdgeType, Tensor]] = None,
-                             subgraph_type: Optional[str] = None,
-                             generator: Optional[torch.Generator] = None) -> HeteroSample:
-    """Hetero neighbour sampling from seeds of several node types at once (PyG's
-    ``seed_dict``), the rows and hops of
-    :func:`~graph_adapter.sampling.hetero_sample.sample_hetero_neighbors`.
-
-    Each type's seeds are its first rows (in the order given); hop ``h`` draws,
-    edge type by edge type, into every type's frontier; a source not seen
-    before becomes a new row of its type (first appearance). ``disjoint=True``:
-    seed ``i`` of each type is tree ``i`` (PyG's per-type ``batch``); a row is
-    a ``(tree, node)`` pair of its type.
-
-    Args:
-        cscs / scratch / fanouts / replace / generator: as ``sample_hetero_neighbors``.
-        seeds: per node type, its seed ids (distinct unless ``disjoint``).
-        directed: ``False``: the induced edges between the sampled rows.
-        subgraph_type: ``"directional"`` / ``"induced"`` / ``"bidirectional"`` (the
-            drawn edges merged with their reverse type's:
-            :func:`~graph_adapter.sampling.hetero_sample.bidirectional_hetero`);
-            ``None``: from ``directed``.
-        edge_weight: per edge type, draws proportional to the weights.
-        disjoint: one tree per seed (the sample's ``seed_of``).
-        seed_time: temporal sampling (``disjoint``): the time of each tree (tree
-            ``i`` of every seed type shares ``seed_time[i]``); no neighbour
-            (``node_time``) or edge (``edge_time``) later than its tree's time.
-        node_time / edge_time / temporal_strategy: as ``sample_hetero_neighbors``.
-
-    Returns:
-        The sample; ``seed_of`` per node type with ``disjoint=True``.
-
-    Raises:
-        ValueError: repeated seeds without ``disjoint``; ``seed_time`` without it.
-    """
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    if seed_time is not None and not disjoint:
-        raise ValueError("sample_hetero_from_seeds: seed_time needs disjoint=True (one tree "
-                         "per seed, each held to its own time)")
-    size = {t: int(s.numel()) for t, s in scratch.items()}
-    empty = torch.zeros(0, dtype=torch.long)
-    rows = {t: PairRows() if disjoint else ArrayRows(s, empty) for t, s in scratch.items()}
-    n_ids: Dict[str, List[Tensor]] = {t: [] for t in scratch}
-    trees: Dict[str, List[Tensor]] = {t: [] for t in scratch}
-    parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]] = {et: [] for et in cscs}
-    hops = len(next(iter(fanouts.values()))) if fanouts else 0
-    timing = (seed_time, node_time or {}, edge_time or {}, temporal_strategy, edge_weight or {})
-    sub = subgraph_type or ("directional" if directed else "induced")
-    try:
-        frontier = _plant(seeds, rows, size, disjoint, n_ids, trees)
-        for h in range(hops):
-            drawn = _hop(cscs, fanouts, h, frontier, size, disjoint, replace, gen, timing)
-            frontier = _grow(drawn, rows, size, disjoint, n_ids, trees)
-            for et, key, dst_rows, eid in drawn:
-                parts[et].append((rows[et[0]].lookup(key), dst_rows, eid))
-    finally:
-        for r in rows.values():
-            r.reset()
-    return _assemble_sample(cscs, scratch, n_ids, trees if disjoint else None, parts, sub)
-
-
-def _plant(seeds: Dict[str, Tensor], rows: Dict[str, Any], size: Dict[str, int],
-           disjoint: bool, n_ids: Dict[str, List[Tensor]], trees: Dict[str, List[Tensor]]
-           ) -> Dict[str, Tuple[Tensor, Tensor, Optional[Tensor]]]:
-    """Each seed type's seeds as its first rows (tree ``i``: seed ``i`` of its type); the
-    first frontier."""
-    frontier = {}
-    for t, sd in seeds.items():
-        sd = sd.long().reshape(-1)
-        if not disjoint and unique_in_order(sd).numel() != sd.numel():
-            raise ValueError(f"sample_hetero_from_seeds: the {t!r} seeds repeat a node; "
-                             f"give distinct seeds (or disjoint=True)")
-        tree = torch.arange(sd.numel()) if disjoint else None
-        rows[t].add(tree * size[t] + sd if disjoint else sd)
-        n_ids[t].append(sd)
-        if disjoint:
-            trees[t].append(tree)
-        frontier[t] = (sd, torch.arange(sd.numel()), tree)
-    return frontier
-
-
-def _assemble_sample(cscs: Dict[EdgeType, CSC], scratch: Dict[str, Tensor],
-                     n_ids: Dict[str, List[Tensor]], trees: Optional[Dict[str, List[Tensor]]],
-                     parts: Dict[EdgeType, List[Tuple[Tensor, Tensor, Tensor]]],
-                     sub: str) -> HeteroSample:
-    """The sample from the hops' rows and edges (``"induced"``: the edges between the
-    sampled rows instead; ``"bidirectional"``: merged with their reverses)."""
-    empty = torch.zeros(0, dtype=torch.long)
-    n_id = {t: torch.cat(v) if v else empty for t, v in n_ids.items()}
-    if sub == "induced":  # the induced edges between the sampled rows, by destination row
-        ei, eid = {}, {}
-        for et, csc in cscs.items():
-            ei[et], eid[et], _ = induced_edges(csc, n_id[et[2]], scratch[et[0]], n_id[et[0]])
-        return HeteroSample(n_id, ei, eid)
-    out = HeteroSample(
-        n_id=n_id,
-        edge_index={et: torch.stack([torch.cat([p[0] for p in ps]), torch.cat([p[1] for p in ps])])
-                    if ps else torch.zeros(2, 0, dtype=torch.long) for et, ps in parts.items()},
-        e_id={et: torch.cat([p[2] for p in ps]) if ps else empty for et, ps in parts.items()},
-        seed_of=None if trees is None else {t: torch.cat(v) if v else empty
-                                            for t, v in trees.items()})
-    if sub == "bidirectional":
-        out.edge_index, out.e_id = bidirectional_hetero(
-            out.edge_index, out.e_id, {t: int(v.numel()) for t, v in n_id.items()})
-    return out
-
-
-def _hop(cscs: Dict[EdgeType, CSC], fanouts: Dict[EdgeType, List[int]], h: int,
-         frontier: Dict[str, Tuple[Tensor, Tensor, Optional[Tensor]]], size: Dict[str, int],
-         disjoint: bool, replace: bool, gen: torch.Generator, timing: tuple) -> list:
-    """Hop ``h``'s draws into the frontier, edge type by edge type: ``(edge type, source
-    keys, destination rows, edge ids)`` each (times: ``sample_hop_keyed``)."""
-    seed_time, node_time, edge_time, strategy, weight = timing
-    drawn = []
-    for et, csc in cscs.items():
-        k = fanouts[et][h]
-        if et[2] not in frontier or k == 0:
-            continue
-        nodes, node_rows, node_tree = frontier[et[2]]
-        timed = seed_time is not None and (et[0] in node_time or et in edge_time)
-        if timed or et in weight:
-            seg, pos = sample_hop_keyed(csc, nodes, k, replace, gen,
-                                        frontier_time=take(seed_time, node_tree) if timed
-                                        else None,
-                                        node_time=node_time.get(et[0]) if timed else None,
-                                        edge_time=edge_time.get(et) if timed else None,
-                                        temporal_strategy=strategy, edge_weight=weight.get(et))
-        else:
-            seg, pos = sample_hop(csc, nodes, k, replace, gen)
-        src = csc.sources(pos)
-        key = take(node_tree, seg) * size[et[0]] + src if disjoint else src
-        drawn.append((et, key, take(node_rows, seg), csc.edge_ids(pos)))
-    return drawn
-
-
-def _grow(drawn: list, rows: Dict[str, Any], size: Dict[str, int], disjoint: bool,
-          n_ids: Dict[str, List[Tensor]], trees: Dict[str, List[Tensor]]
-          ) -> Dict[str, Tuple[Tensor, Tensor, Optional[Tensor]]]:
-    """New rows for the hop's unseen source keys (per type, first appearance); the next
-    frontier: per type, ``(nodes, their rows, their trees)``."""
-    nxt = {}
-    for t in rows:
-        cand = [key for et, key, _, _ in drawn if et[0] == t]
-        if not cand:
-            continue
-        first = rows[t].n
-        new = rows[t].add_unseen(torch.cat(cand))
-        nodes = new % size[t] if disjoint else new
-        tree = new // size[t] if disjoint else None
-        n_ids[t].append(nodes)
-        if disjoint:
-            trees[t].append(tree)
-        if new.numel():
-            nxt[t] = (nodes, torch.arange(first, first + new.numel()), tree)
-    return nxt
+__all__ = ["FixedSizeHeteroLinkNeighborLoader", "fit_link_budget"]
 
 
 def fit_link_budget(sizes: Sequence[Tuple[Dict[str, int], Dict[EdgeType, int]]],
@@ -298,7 +101,8 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
     """Yields padded hetero flat dicts of one signature for link prediction (module doc).
 
     Args:
-        data: a ``torch_geometric.data.HeteroData`` (one large graph).
+        data: a ``torch_geometric.data.HeteroData`` (one large graph) or PyG's
+            ``(FeatureStore, GraphStore)`` pair with typed edges.
         num_neighbors: ``{edge_type: [k_1, ..., k_H]}`` or one list for every edge type.
         edge_label_index: ``(edge_type, index)``: the supervision edges, of one edge
             type, ``index`` ``[2, L]`` (source ids of type ``src``, destination ids
@@ -356,6 +160,8 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
                  world_size: Optional[int] = None, pad_id: int = -1, num_workers: int = 0,
                  sampler_threads: Optional[int] = 1, sampler: str = "ours", prefetch: int = 0):
         name = type(self).__name__
+        if is_store_pair(data):  # PyG's remote backend: edges read, features left in the store
+            data = hetero_store_view(data[0], data[1], name)
         if not (hasattr(data, "node_types") and hasattr(data, "edge_types")):
             raise TypeError(f"{name} samples HeteroData; for a homogeneous graph use "
                             f"FixedSizeLinkNeighborLoader")
@@ -391,6 +197,8 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
         for store in list(self.node_attrs.values()) + list(self.edge_attrs.values()):
             for k in LINK_KEYS:  # RandomLinkSplit leaves them on the graph: never gathered
                 store.pop(k, None)
+        warn_excluded(name, {k: why for k, why in self.excluded_keys.items()
+                             if k.rsplit(SEP, 1)[-1] not in LINK_KEYS})
         hops = len(next(iter(self.fanouts.values()))) if self.fanouts else 0
         for e in self.edge_types:
             self.fanouts.setdefault(e, [0] * hops)
@@ -543,13 +351,14 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
         # tree i of each endpoint type is endpoint i of that type: the longest group's
         # times are every tree's (the shorter group's agree with its first entries)
         times = max((t for t in rows.times if t is not None), key=len, default=None)
-        s = sample_hetero_from_seeds(self.cscs, self.scratch, seeds, fan, replace=self.replace,
-                                     directed=self.directed, disjoint=self.disjoint,
-                                     seed_time=times if self.temporal else None,
-                                     node_time=self.node_time, edge_time=self.edge_time,
-                                     temporal_strategy=self.temporal_strategy,
-                                     edge_weight=self.edge_weight,
-                                     subgraph_type=self.subgraph_type, generator=g)
+        s = sample_hetero_neighbors(self.cscs, self.scratch, None, seeds, fan,
+                                    replace=self.replace, directed=self.directed,
+                                    disjoint=self.disjoint,
+                                    seed_time=times if self.temporal else None,
+                                    node_time=self.node_time, edge_time=self.edge_time,
+                                    temporal_strategy=self.temporal_strategy,
+                                    edge_weight=self.edge_weight,
+                                    subgraph_type=self.subgraph_type, generator=g)
         for e in self.edge_types:  # an edge type not sampled: no edge, same signature
             if e not in s.edge_index:
                 s.edge_index[e] = torch.zeros(2, 0, dtype=torch.long)

@@ -67,6 +67,7 @@ from ..csr import TEMPORAL_STRATEGIES, Sample, take
 from ...contract import EDGE_LABEL_TIME, SEED_TIME, padding_node
 from ..settings import SamplingSettings
 from ..neighbor import FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed
+from ..source import input_edge_index
 
 __all__ = ["FixedSizeLinkNeighborLoader", "LinkLoaderStats", "LinkLabelError",
            "NEG_SAMPLING", "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID", "LINK_MASK",
@@ -381,7 +382,10 @@ def _label_index(data: Any, edge_label_index: Optional[Tensor], num_nodes: int) 
     if isinstance(edge_label_index, tuple):
         raise LinkLabelError("edge_label_index is a tuple ((edge_type, index)): that is for "
                              "HeteroData; this graph is homogeneous: pass the [2, L] index")
-    eli = data.edge_index if edge_label_index is None else torch.as_tensor(edge_label_index)
+    # default supervision: the graph's own edges, wherever they are (edge_index, adj /
+    # adj_t, a graph store's stored edges)
+    eli = input_edge_index(data, "FixedSizeLinkNeighborLoader") if edge_label_index is None \
+        else torch.as_tensor(edge_label_index)
     if eli.dim() != 2 or eli.size(0) != 2:
         raise LinkLabelError(f"edge_label_index has shape {tuple(eli.shape)}; give [2, L] "
                              f"(row 0 source, row 1 destination node ids)")
@@ -627,7 +631,10 @@ class FixedSizeLinkNeighborLoader(LinkSupervision, FixedSizeNeighborLoader):
     """Yields padded flat dicts of one signature for link prediction (see the module doc).
 
     Args:
-        data: a homogeneous ``torch_geometric.data.Data`` (one large graph).
+        data: a homogeneous ``torch_geometric.data.Data`` (one large graph; its
+            edges ``edge_index``, ``adj`` or ``adj_t``) or PyG's ``(FeatureStore,
+            GraphStore)`` pair; a ``HeteroData`` makes a
+            :class:`~graph_adapter.sampling.link.FixedSizeHeteroLinkNeighborLoader`.
         num_neighbors: fanout per hop from the endpoints (``-1`` = all).
         edge_label_index: ``[2, L]`` supervision edges (global ids); default
             ``data.edge_index``.
@@ -695,6 +702,10 @@ class FixedSizeLinkNeighborLoader(LinkSupervision, FixedSizeNeighborLoader):
             # loader (registered by its module, which imports this one)
             return HETERO_LINK_LOADER[0](*args, **kwargs)
         return super().__new__(cls)
+
+    #: RandomLinkSplit leaves edge_label_index / edge_label on the graph: this loader's
+    #: own inputs, left out of the batches without the excluded-key warning
+    quiet_keys = LINK_KEYS
 
     def __init__(self, data: Any, num_neighbors: Sequence[int],
                  edge_label_index: Optional[Tensor] = None, edge_label: Optional[Tensor] = None,
