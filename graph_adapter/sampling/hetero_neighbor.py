@@ -78,6 +78,7 @@ from torch import Tensor
 from ..batching import RESERVED_NODES, Budget
 from ..batching import collate_padded
 from .csr import CSC, FanoutError, TemporalSamplingError, check_fanouts
+from ..contract import SEED_TIME
 from ..format import (E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, SEED_MASK,
                       SEED_OF, SEP, stack_micro_batches)
 from .pyg_sampler import PygHeteroNeighborSampler
@@ -465,7 +466,9 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
                     f"subgraph exceeds the budget ({'; '.join(over)}; {self.budget}). Give a "
                     f"larger budget, a higher success_ratio, or oversize='trim'")
             s, cut_n, cut_e = trim_hetero(s, self.budget)
-        return self.pad(s, int(seeds.numel())), cut_n, cut_e
+        return self._with_seed_time(self.pad(s, int(seeds.numel())), seeds,
+                                    key_of(self.seed_type, SEED_TIME),
+                                    self.node_time.get(self.seed_type)), cut_n, cut_e
 
     def subgraph(self, s: HeteroSample, num_seeds: int) -> Any:
         """The ``HeteroData`` of a sample (attributes gathered, ``n_id`` / ``e_id`` /

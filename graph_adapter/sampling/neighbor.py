@@ -69,13 +69,14 @@ from torch import Tensor
 from ..batching import RESERVED_NODES, Budget, Ranks, Sharded, fingerprint
 from .csr import (CSC, FanoutError, FanoutLengthError, Sample, TemporalSamplingError,
                   check_fanouts, sample_neighbors, take)
+from ..contract import SEED_TIME
 from ..format import (EDGE_MASK, GRAPH_MASK, LINK_KEYS, NODE_MASK, SEED_MASK,
                       stack_micro_batches)
 from .layout import (SAMPLED_LAYOUTS, fit_sampled_hyb, sampled_tables, source_table,
                      source_table_shape)
 from .pyg_sampler import PygNeighborSampler
-from .source import (AttrValue, GraphInput, check_reserved, graph_input, warn_excluded,
-                     whole_rows)
+from .source import (AttrValue, GraphInput, check_reserved, graph_input,
+                     is_hetero_store_pair, warn_excluded, whole_rows)
 from .settings import OVERSIZE_POLICIES, SamplingSettings
 from .sampled import fit_neighbor_budget, pad_sample, trim_sample
 from .hops import HopBudget, HopBudgetError, fit_hop_budget, fit_to_hops, pad_per_hop
@@ -498,7 +499,8 @@ class FixedSizeNeighborLoader(Sharded):
         # one entry point, as PyG's NeighborLoader: a HeteroData goes to the hetero loader
         # (a subclass, so its __init__ runs with these arguments)
         hetero = FixedSizeNeighborLoader.hetero_loader_class
-        if cls is FixedSizeNeighborLoader and hetero is not None and is_hetero_graph(data):
+        if cls is FixedSizeNeighborLoader and hetero is not None and (
+                is_hetero_graph(data) or is_hetero_store_pair(data)):
             return super().__new__(hetero)
         return super().__new__(cls)
 
@@ -809,8 +811,26 @@ class FixedSizeNeighborLoader(Sharded):
     def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
         seeds = self.chunk_seeds(epoch, chunk)
         s = self.sample(seeds, epoch, chunk, seed_time=self.seed_times_of(seeds))
-        return self._fit_and_pad(s, int(seeds.numel()),
-                                 f"epoch {epoch}, chunk {chunk} (seeds {seeds[:4].tolist()}...)")
+        flat, cut_n, cut_e = self._fit_and_pad(
+            s, int(seeds.numel()), f"epoch {epoch}, chunk {chunk} (seeds {seeds[:4].tolist()}...)")
+        return self._with_seed_time(flat, seeds, SEED_TIME, self.node_time), cut_n, cut_e
+
+    def _with_seed_time(self, flat: Dict[str, Tensor], seeds: Tensor, key: str,
+                        node_time: Optional[Tensor]) -> Dict[str, Tensor]:
+        """``flat`` with PyG's ``seed_time`` of a temporal batch under ``key``: each seed's
+        ``input_time``, else its node time, ``[batch_size]`` (``0`` on padding slots);
+        ``flat`` as it is without ``time_attr``."""
+        if getattr(self, "time_attr", None) is None:
+            return flat
+        t = self.seed_times_of(seeds)
+        if t is None:
+            if node_time is None:
+                return flat
+            t = take(node_time, seeds)
+        row = torch.zeros(self.batch_size, dtype=t.dtype)
+        row[:t.numel()] = t
+        flat[key] = row
+        return {k: flat[k] for k in sorted(flat)}  # pad_sample's order: keys sorted
 
     def _fit_and_pad(self, s, num_seeds: int, where: str) -> Tuple[Dict[str, Tensor], int, int]:
         """Sample ``s`` into the budget (``oversize``: raise naming ``where``, or trim the

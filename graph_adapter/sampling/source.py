@@ -39,6 +39,7 @@ from .csr import CSC
 __all__ = ["RowSource", "NumpyRows", "StoreRows", "rows_of", "whole_rows", "gather_rows",
            "GraphInput",
            "graph_input", "input_edge_index", "hetero_store_view", "is_store_pair",
+           "is_hetero_store_pair",
            "warn_excluded", "check_reserved", "describe", "sparse_edge_index",
            "store_input", "ExcludedAttributeWarning", "GraphStructureError",
            "FeatureStoreError", "ReservedAttributeError"]
@@ -335,6 +336,13 @@ def is_store_pair(data: Any) -> bool:
     return isinstance(data[0], FeatureStore) and isinstance(data[1], GraphStore)
 
 
+def is_hetero_store_pair(data: Any) -> bool:
+    """Whether ``data`` is a store pair whose graph store holds typed edges (what PyG's
+    loaders sample as ``HeteroData``)."""
+    return is_store_pair(data) and any(
+        a.edge_type is not None for a in data[1].get_all_edge_attrs())
+
+
 def _ptr2index(ptr: Tensor) -> Tensor:
     ptr = ptr.long()
     return torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr[1:] - ptr[:-1])
@@ -551,6 +559,8 @@ def hetero_store_view(feature_store: Any, graph_store: Any, owner: str) -> Any:
             size = feature_store.get_tensor_size(TensorAttr(c.group_name, c.attr_name, None))
             sizes[c.group_name] = int(size[0])
     h = HeteroData()
+    for t, n in sizes.items():  # node stores first: a relation named like a node type
+        h.get_node_store(t).num_nodes = n  # (("user", "user", "user")) then reads as it
     for a in edge_attrs:
         for t in (a.edge_type[0], a.edge_type[-1]):
             if t not in sizes:
@@ -560,8 +570,6 @@ def hetero_store_view(feature_store: Any, graph_store: Any, owner: str) -> Any:
         et = tuple(a.edge_type)
         if "edge_index" not in h[et]:  # the first stored layout of a type, as PyG's
             h[et].edge_index = _stored_edges(graph_store, a)[0]
-    for t, n in sizes.items():
-        h[t].num_nodes = n
     for c in columns:
         group = tuple(c.group_name) if isinstance(c.group_name, (tuple, list)) else c.group_name
         need = int(h[group].num_edges) if isinstance(group, tuple) else sizes.get(group)

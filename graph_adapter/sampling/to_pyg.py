@@ -329,7 +329,10 @@ def _hetero(loader: Any, flat: Mapping[str, Tensor]) -> Any:
               [e for e in ets if e not in [tuple(x) for x in data.edge_types]]
     out = HeteroData()
     n = {t: int(flat[key_of((t,), NODE_MASK)].sum()) for t in nts}
-    m = {e: int(flat[key_of(e, EDGE_MASK)].sum()) for e in ets}
+    # an edge type of supervision keys only (a link loader's type the graph has no edges
+    # of): no edges, as PyG's batch holds none there
+    m = {e: int(flat[key_of(e, EDGE_MASK)].sum()) if key_of(e, EDGE_MASK) in flat else 0
+         for e in ets}
     node_attrs = getattr(loader, "node_attrs", {})
     edge_attrs = getattr(loader, "edge_attrs", {})
     for t in nts:
@@ -344,8 +347,9 @@ def _hetero(loader: Any, flat: Mapping[str, Tensor]) -> Any:
         if key_of((t,), SEED_OF) in flat:
             out[t][BATCH] = flat[key_of((t,), SEED_OF)][:n[t]]
     for e in ets:
-        ei = flat[key_of(e, _EDGE_INDEX)][:, :m[e]]
-        out[e][_EDGE_INDEX] = ei
+        if key_of(e, _EDGE_INDEX) not in flat:
+            continue
+        out[e][_EDGE_INDEX] = flat[key_of(e, _EDGE_INDEX)][:, :m[e]]
         # (a bidirectional type merged with its reverse has no ids, as PyG's: not in the batch)
         for a in edge_attrs.get(e, {}):
             k = key_of(e, a)
@@ -397,6 +401,7 @@ def _per_hop_hetero(loader: Any, flat: Mapping[str, Tensor], out: Any, nts: Sequ
     for t in nts:
         hop[t][:seeds.get(t, 0)] = 0
     nodes = {t: [seeds.get(t, 0)] for t in nts}
+    ets = [e for e in ets if _EDGE_INDEX in out[e]]  # not a supervision-only edge type
     edges: Dict[Tuple[str, ...], List[int]] = {e: [] for e in ets}
     eis = {e: out[e][_EDGE_INDEX].long() for e in ets}
     for h in range(1, hops + 1):

@@ -67,7 +67,7 @@ from ..csr import TEMPORAL_STRATEGIES, Sample, take
 from ...contract import EDGE_LABEL_TIME, SEED_TIME, padding_node
 from ..settings import SamplingSettings
 from ..neighbor import FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed
-from ..source import input_edge_index
+from ..source import input_edge_index, is_hetero_store_pair
 
 __all__ = ["FixedSizeLinkNeighborLoader", "LinkLoaderStats", "LinkLabelError",
            "NEG_SAMPLING", "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID", "LINK_MASK",
@@ -784,4 +784,5 @@ class FixedSizeLinkNeighborLoader(LinkSupervision, FixedSizeNeighborLoader):
 
 
 def _is_hetero(data: Any) -> bool:
-    return hasattr(data, "node_types") and hasattr(data, "edge_types")
+    return (hasattr(data, "node_types") and hasattr(data, "edge_types")) or \
+        is_hetero_store_pair(data)

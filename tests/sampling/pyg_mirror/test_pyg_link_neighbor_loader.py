@@ -228,8 +228,6 @@ def test_edge_type_shorthand():
     assert batch.input_type == PA and batch[PA].edge_label_index.size(1) == 20
 
 
-@pytest.mark.xfail(strict=True, reason="needs a hetero (FeatureStore, GraphStore) pair in the "
-                                       "link loader")
 def test_hetero_store_pair():
     from torch_geometric.testing import MyFeatureStore, MyGraphStore
 
@@ -264,8 +262,6 @@ def test_homo_no_edges():
         assert batch.num_nodes == batch.edge_label_index.unique().numel()
 
 
-@pytest.mark.xfail(strict=True, reason="needs supervision edges of an edge type the graph has "
-                                       "no edges of (HeteroData with nodes only)")
 def test_hetero_no_edges():
     labels = random_edges(100, 100, 100, torch.Generator().manual_seed(8))
     loader = FixedSizeLinkNeighborLoader(HeteroData(paper=dict(num_nodes=100)), [],

@@ -332,9 +332,6 @@ def test_hetero_feature_and_graph_store():
             assert b1[et].num_edges == b2[et].num_edges
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needs a hetero (FeatureStore, GraphStore) pair whose only edge type is "
-    "('user', 'user', 'user'): the store view finds no node type there"))
 def test_hetero_store_one_type():
     fs, gs = _stores()
     fs.put_tensor(torch.arange(10), group_name="user", attr_name="x", index=None)
@@ -349,9 +346,6 @@ def test_hetero_store_one_type():
     assert batch["user", "user", "user"].num_edges == ei.size(1)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needs time_attr read from a FeatureStore column in the hetero loader (the time "
-    "lookup takes len() of the store's column view)"))
 def test_temporal_hetero_store_karate():
     data = KarateClub()[0]
     data.time = torch.arange(data.num_nodes, 0, -1)
