@@ -624,6 +624,8 @@ class FixedSizeNeighborLoader(Sharded):
         why = (f"subgraph_type={self.subgraph_type!r} (its edges are not one block of "
                f"sampled edges per hop: only 'directional' is)"
                if self.subgraph_type != "directional" else
+               "num_neighbors=[] (zero hops: no hop blocks, the plain layout holds the seeds)"
+               if not self.num_neighbors else
                f"layout={layout!r} (its tables index the plain layout)" if layout is not None
                else f"budget={budget!r} (a per-hop budget sets every shape: pass the "
                     f"HopBudget as per_hop_budget=)" if budget is not None else None)

@@ -182,6 +182,11 @@ def test_what_the_per_hop_layout_cannot_be_is_refused(kw, match):
         FixedSizeNeighborLoader(_graph(20, 60, 0), [2, 2], batch_size=4, **kw)
 
 
+def test_per_hop_layout_of_zero_hops_is_refused():
+    with pytest.raises(HopBudgetError, match=r"num_neighbors=\[\]"):
+        FixedSizeNeighborLoader(_graph(20, 60, 0), [], batch_size=4, per_hop_budget=True)
+
+
 @pytest.mark.parametrize("nodes, edges, match", [
     ((6, 10), (3, 3), "one edge"), ((2, 10), (3,), "seeds' block"),
     ((6, -1), (3,), "negative"), ((6, 4), (10,), "must differ"),
