@@ -11,11 +11,11 @@ One module a job:
 * :mod:`~graph_adapter.sampling.hops`: per-hop budgets, one block of rows and
   edges per hop (``per_hop_budget=``: PyG's ``trim_to_layer`` at static shapes);
 * :mod:`~graph_adapter.sampling.hetero_sample`: the same for heterogeneous graphs;
-* :mod:`~graph_adapter.sampling.source`: where a batch's rows come from (tensors,
-  numpy arrays and memmaps, PyG ``FeatureStore`` columns) and what a loader samples
-  from (``edge_index``, ``adj`` / ``adj_t``, a ``(FeatureStore, GraphStore)`` pair);
-* :mod:`~graph_adapter.sampling.stores`: :class:`MemmapFeatureStore`, features on
-  disk behind PyG's ``FeatureStore`` protocol;
+* :mod:`~graph_adapter.sampling.inputs` (a subpackage): where a batch's rows come
+  from (``inputs.source``: tensors, numpy arrays and memmaps, PyG ``FeatureStore``
+  columns) and what a loader samples from (``edge_index``, ``adj`` / ``adj_t``, a
+  ``(FeatureStore, GraphStore)`` pair); ``inputs.stores``: :class:`MemmapFeatureStore`,
+  features on disk behind PyG's ``FeatureStore`` protocol;
 * :mod:`~graph_adapter.sampling.settings`: the settings the loaders share,
   one checked object (:class:`SamplingSettings`);
 * :mod:`~graph_adapter.sampling.to_pyg`: a padded batch back to the object PyG's
@@ -33,9 +33,9 @@ from .csr import (CSC, SUBGRAPH_TYPES, TEMPORAL_STRATEGIES, ArrayRows, FanoutErr
                   check_fanouts, sample_neighbors)
 from .pyg_sampler import (SAMPLERS, PygHeteroNeighborSampler, PygNeighborSampler,
                           PygSamplerUnavailableError, pyg_sampler_backend)
-from .source import (ExcludedAttributeWarning, FeatureStoreError, GraphStructureError,
+from .inputs.source import (ExcludedAttributeWarning, FeatureStoreError, GraphStructureError,
                      ReservedAttributeError, RowSource, gather_rows)
-from .stores import MemmapFeatureStore, MemmapStoreError
+from .inputs.stores import MemmapFeatureStore, MemmapStoreError
 from .sampled import fit_neighbor_budget, pad_sample, trim_sample
 from .settings import SamplingSettings
 from .hops import HopBudget, HopBudgetError, fit_hop_budget, fit_to_hops, pad_per_hop

@@ -65,7 +65,7 @@ from torch import Tensor
 from ..batching import Budget, fingerprint
 from .csr import Sample
 from .settings import SamplingSettings
-from .source import input_edge_index
+from .inputs.source import input_edge_index
 from .neighbor import FixedSizeNeighborLoader, NeighborLoaderStats
 
 __all__ = ["FixedSizeClusterLoader", "ClusterLoaderStats", "MetisUnavailableError",

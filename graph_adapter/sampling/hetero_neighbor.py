@@ -86,7 +86,7 @@ from .settings import SamplingSettings
 from .neighbor import (FixedSizeNeighborLoader, InputNodesError,
                        NeighborLoaderStats, SubgraphOversizeError, seed_tensor,
                        check_hetero_fanouts, chunk_seed, input_time_tensor)
-from .source import (AttrValue, StoreRows, check_reserved, describe, gather_rows,
+from .inputs.source import (AttrValue, StoreRows, check_reserved, describe, gather_rows,
                      hetero_store_view, is_store_pair, rows_of, warn_excluded, whole_rows)
 # the sampling itself, before padding
 from .hetero_sample import (EdgeType, HeteroSample, bidirectional_pairs, fit_hetero_budget,
@@ -120,7 +120,7 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
     Args:
         data: a ``torch_geometric.data.HeteroData`` (one large graph), or PyG's
             ``(FeatureStore, GraphStore)`` pair with typed edges (features read
-            by row per batch, :func:`~graph_adapter.sampling.source.hetero_store_view`).
+            by row per batch, :func:`~graph_adapter.sampling.inputs.source.hetero_store_view`).
         num_neighbors: ``{edge_type: [k_1, ..., k_H]}`` or one list for all edge types.
         batch_size: seeds per batch.
         input_nodes: ``(node_type, index | bool mask | None)``: the seeds, of one type.
@@ -364,7 +364,7 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
 
     def _store_attrs(self, store: Any, rows: int, where: str) -> Dict[str, AttrValue]:
         """The row-level attributes of one store: tensors, numpy arrays and memmaps
-        (gathered by row, :mod:`~graph_adapter.sampling.source`); the rest in
+        (gathered by row, :mod:`~graph_adapter.sampling.inputs.source`); the rest in
         ``excluded_keys``. A store's own ``n_id`` / ``e_id`` (one int a row) is kept
         as PyG keeps it: the batch's key holds its values."""
         from torch_geometric.data.storage import EdgeStorage

@@ -23,7 +23,7 @@ out one graph (bit for bit: ``tests/sampling/test_neighbor.py`` checks it):
 * every node-level attribute of the graph (``x``, ``y``, ``train_mask``, ...;
   a tensor, a numpy array or memmap, or a ``FeatureStore`` column) gathered by
   ``n_id``, every edge-level one (``edge_attr``, ...) by ``e_id``, the batch's
-  rows only (:mod:`graph_adapter.sampling.source`); graph-level attributes are
+  rows only (:mod:`graph_adapter.sampling.inputs.source`); graph-level attributes are
   left out (listed in ``excluded_keys``, warned about once).
 
 Loss and outputs on the seed rows only: the masked helpers of
@@ -75,7 +75,7 @@ from ..format import (EDGE_MASK, GRAPH_MASK, LINK_KEYS, NODE_MASK, SEED_MASK,
 from .layout import (SAMPLED_LAYOUTS, fit_sampled_hyb, sampled_tables, source_table,
                      source_table_shape)
 from .pyg_sampler import PygNeighborSampler
-from .source import (AttrValue, GraphInput, check_reserved, graph_input,
+from .inputs.source import (AttrValue, GraphInput, check_reserved, graph_input,
                      is_hetero_store_pair, warn_excluded, whole_rows)
 from .settings import OVERSIZE_POLICIES, SamplingSettings
 from .sampled import fit_neighbor_budget, pad_sample, trim_sample
@@ -179,9 +179,9 @@ def seed_tensor(input_nodes: Any, num_nodes: int) -> Tensor:
 def _attributes(graph: GraphInput, owner: str = "FixedSizeNeighborLoader",
                 quiet: Sequence[str] = ()
                 ) -> Tuple[Dict[str, AttrValue], Dict[str, AttrValue], Dict[str, str]]:
-    """Node-level and edge-level attributes of ``graph`` (:func:`~.source.graph_input`):
+    """Node-level and edge-level attributes of ``graph`` (:func:`~.inputs.source.graph_input`):
     tensors, numpy arrays and memmaps, feature-store columns, all gathered by row; the
-    rest, excluded with why, warned about once (:func:`~.source.warn_excluded`).
+    rest, excluded with why, warned about once (:func:`~.inputs.source.warn_excluded`).
 
     A graph's own ``n_id`` (``e_id``) is kept as PyG's loaders keep it: the batch's
     ``n_id`` holds its values on the sampled rows instead of the row's node id.
@@ -221,7 +221,7 @@ def _as_1d(v: Any, name: str, owner: str) -> Tensor:
 def time_and_weight(graph: GraphInput, time_attr: Optional[str], weight_attr: Optional[str],
                     owner: str) -> Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
     """``(node_time [N], edge_time [E], edge_weight [E])`` of a homogeneous graph
-    (:func:`~.source.graph_input`: a ``Data`` or a store pair) from ``time_attr``
+    (:func:`~.inputs.source.graph_input`: a ``Data`` or a store pair) from ``time_attr``
     (node-level or edge-level, as PyG decides) and ``weight_attr`` (edge-level);
     ``None`` where not asked for.
 

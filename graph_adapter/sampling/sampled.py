@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..batching import RESERVED_NODES, Budget
 from .csr import Sample
-from .source import AttrValue, gather_rows
+from .inputs.source import AttrValue, gather_rows
 from ..contract import padding_node, slot_counts
 from ..format import (BATCH, E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, PTR, SEED_MASK,
                       SEED_OF)
@@ -33,7 +33,7 @@ def pad_sample(sample: Sample, budget: Budget, node_attrs: Mapping[str, AttrValu
 
     Same layout as ``collate_padded([subgraph], budget)`` (keys sorted), plus
     ``n_id`` / ``e_id`` padded with ``pad_id`` and ``seed_mask``. The attributes
-    are tensors, :class:`~graph_adapter.sampling.source.RowSource` (numpy, memmap,
+    are tensors, :class:`~graph_adapter.sampling.inputs.source.RowSource` (numpy, memmap,
     feature-store columns), gathered by the sample's ``n_id`` / ``e_id``; a graph's
     own ``n_id`` / ``e_id`` attribute fills those keys' real rows (PyG's loaders).
     """

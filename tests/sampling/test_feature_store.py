@@ -254,7 +254,7 @@ def test_memmap_store_in_worker_processes(tmp_path):
 
 
 def test_input_edge_index_reads_every_input_kind():
-    from graph_adapter.sampling.source import input_edge_index
+    from graph_adapter.sampling.inputs.source import input_edge_index
 
     ei = torch.randint(0, 10, (2, 30))
     data = Data(x=torch.randn(10, 2), edge_index=ei)

@@ -1,4 +1,4 @@
-"""Where a sampled batch's rows come from (graph_adapter.sampling.source): numpy arrays and
+"""Where a sampled batch's rows come from (graph_adapter.sampling.inputs.source): numpy arrays and
 memmaps gathered like tensors by every loader, nothing left out without one warning, a
 graph's own ``n_id`` / ``e_id`` kept as PyG keeps it, and graphs whose edges are ``adj_t``
 or absent (PyG's ``to_csc``)."""
@@ -18,7 +18,7 @@ from graph_adapter.sampling import (ExcludedAttributeWarning, FixedSizeClusterLo
                                     FixedSizeHeteroNeighborLoader, FixedSizeLinkNeighborLoader,
                                     FixedSizeNeighborLoader, GraphStructureError,
                                     ReservedAttributeError, pad_sample)
-from graph_adapter.sampling.source import NumpyRows, gather_rows, rows_of
+from graph_adapter.sampling.inputs.source import NumpyRows, gather_rows, rows_of
 
 
 def _graph(n: int, m: int, seed: int) -> Data:

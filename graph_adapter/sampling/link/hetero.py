@@ -59,7 +59,7 @@ from .loader import (LinkLabelError, LinkRows, LinkSupervision, check_time_args,
                      neg_spec)
 from ..neighbor import SubgraphOversizeError, chunk_seed
 from ..settings import SamplingSettings
-from ..source import hetero_store_view, is_store_pair, warn_excluded
+from ..inputs.source import hetero_store_view, is_store_pair, warn_excluded
 
 __all__ = ["FixedSizeHeteroLinkNeighborLoader", "fit_link_budget"]
 

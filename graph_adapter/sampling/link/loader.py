@@ -67,7 +67,7 @@ from ..csr import TEMPORAL_STRATEGIES, Sample, take
 from ...contract import EDGE_LABEL_TIME, SEED_TIME, padding_node
 from ..settings import SamplingSettings
 from ..neighbor import FixedSizeNeighborLoader, NeighborLoaderStats, chunk_seed
-from ..source import input_edge_index, is_hetero_store_pair
+from ..inputs.source import input_edge_index, is_hetero_store_pair
 
 __all__ = ["FixedSizeLinkNeighborLoader", "LinkLoaderStats", "LinkLabelError",
            "NEG_SAMPLING", "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID", "LINK_MASK",

@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..contract import E_ID, N_ID, RESERVED_KEYS, SAMPLED_KEYS, key_of
-from .csr import CSC
+from ...contract import E_ID, N_ID, RESERVED_KEYS, SAMPLED_KEYS, key_of
+from ..csr import CSC
 
 __all__ = ["RowSource", "NumpyRows", "StoreRows", "rows_of", "whole_rows", "gather_rows",
            "GraphInput",

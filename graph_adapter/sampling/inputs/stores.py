@@ -67,7 +67,7 @@ class MemmapFeatureStore(FeatureStore):
         import torch
         from torch_geometric.data import TensorAttr
 
-        from graph_adapter.sampling.stores import MemmapFeatureStore
+        from graph_adapter.sampling.inputs.stores import MemmapFeatureStore
 
         store = MemmapFeatureStore(tempfile.mkdtemp())
         store.put_tensor(torch.randn(1000, 16), group_name=None, attr_name="x", index=None)
