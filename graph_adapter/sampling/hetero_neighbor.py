@@ -389,14 +389,29 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         return out
 
     # -- budget ----------------------------------------------------------------
+    #: what a batch of this loader is, for the budget's messages
+    batch_kind = "neighbour"
+
+    def _budget_minima(self) -> Dict[str, Tuple[int, str]]:
+        """Per node type the real rows a batch needs at least, and what they are (a
+        subclass's hook: the link loader's endpoints of both types)."""
+        return {self.seed_type: (self.batch_size, f"batch_size={self.batch_size} seeds")}
+
+    def _budget_avoid(self) -> Tuple[int, ...]:
+        """Counts no node or edge count of a fitted budget may equal (a subclass's hook:
+        the link loader's supervision slots)."""
+        return ()
+
     def _hetero_budget(self, budget: Union[Budget, dict, str, None], success_ratio: float,
                        fit_batches: int) -> Budget:
+        minima = self._budget_minima()
         if budget is None:
             n = max(1, min(int(fit_batches), math.ceil(self.seeds.numel() / self.batch_size)))
             with self._sampling_threads():
                 self.fit_sizes = [self._fit_sample(c).sizes() for c in range(n)]
             return fit_hetero_budget(self.fit_sizes, self.seed_type, self.batch_size,
-                                     success_ratio)
+                                     success_ratio, minima={t: m for t, (m, _) in minima.items()},
+                                     avoid=self._budget_avoid())
         if isinstance(budget, str):
             budget = Budget.from_json(budget)
         elif isinstance(budget, dict):
@@ -404,14 +419,14 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         want_n, want_e = set(self.num_nodes_of), {"__".join(et) for et in self.edge_types}
         if (not budget.is_hetero or budget.graphs != 2 or set(budget.nodes) != want_n
                 or set(budget.edges) != want_e):
-            raise ValueError(f"budget {budget}: a hetero neighbour batch needs graphs=2 and a "
-                             f"count for every node type {sorted(want_n)} and edge type "
+            raise ValueError(f"budget {budget}: a hetero {self.batch_kind} batch needs graphs=2 "
+                             f"and a count for every node type {sorted(want_n)} and edge type "
                              f"{sorted(want_e)}")
-        real = int(budget.nodes[self.seed_type]) - RESERVED_NODES
-        if real < self.batch_size:
-            raise ValueError(f"budget nodes[{self.seed_type!r}]={budget.nodes[self.seed_type]} "
-                             f"holds {real} real nodes, fewer than batch_size={self.batch_size} "
-                             f"seeds: give >= {self.batch_size + RESERVED_NODES}")
+        for t, (need, what) in minima.items():
+            real = int(budget.nodes[t]) - RESERVED_NODES
+            if real < need:
+                raise ValueError(f"budget nodes[{t!r}]={budget.nodes[t]} holds {real} real "
+                                 f"nodes, fewer than {what}: give >= {need + RESERVED_NODES}")
         return budget
 
     # -- sampling ----------------------------------------------------------------
@@ -450,22 +465,29 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
             eid.setdefault(et, empty)
         return HeteroSample(n_id, ei, eid, seed_of)
 
-    def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
-        seeds = self.chunk_seeds(epoch, chunk)
-        s = self.sample(seeds, epoch, chunk, seed_time=self.seed_times_of(seeds))
+    def _fit_hetero(self, s: HeteroSample, where: str) -> Tuple[HeteroSample, int, int]:
+        """``s`` within the budget: as it is, trimmed (``oversize="trim"``: the first rows
+        of each type, the seeds', kept) or refused naming ``where``; ``(s, nodes cut,
+        edges cut)``."""
         ns, es = s.sizes()
         over = [f"{t}: {ns[t]} > {int(self.budget.nodes[t]) - RESERVED_NODES} nodes" for t in ns
                 if ns[t] > int(self.budget.nodes[t]) - RESERVED_NODES]
         over += [f"{'__'.join(et)}: {es[et]} > {int(self.budget.edges['__'.join(et)])} edges"
                  for et in es if es[et] > int(self.budget.edges["__".join(et)])]
-        cut_n = cut_e = 0
-        if over:
-            if self.oversize == "error":
-                raise SubgraphOversizeError(
-                    f"epoch {epoch}, chunk {chunk} (seeds {seeds[:4].tolist()}...): the sampled "
-                    f"subgraph exceeds the budget ({'; '.join(over)}; {self.budget}). Give a "
-                    f"larger budget, a higher success_ratio, or oversize='trim'")
-            s, cut_n, cut_e = trim_hetero(s, self.budget)
+        if not over:
+            return s, 0, 0
+        if self.oversize == "error":
+            raise SubgraphOversizeError(
+                f"{where}: the sampled subgraph exceeds the budget ({'; '.join(over)}; "
+                f"{self.budget}). Give a larger budget, a higher success_ratio, or "
+                f"oversize='trim'")
+        return trim_hetero(s, self.budget)
+
+    def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
+        seeds = self.chunk_seeds(epoch, chunk)
+        s = self.sample(seeds, epoch, chunk, seed_time=self.seed_times_of(seeds))
+        s, cut_n, cut_e = self._fit_hetero(
+            s, f"epoch {epoch}, chunk {chunk} (seeds {seeds[:4].tolist()}...)")
         return self._with_seed_time(self.pad(s, int(seeds.numel())), seeds,
                                     key_of(self.seed_type, SEED_TIME),
                                     self.node_time.get(self.seed_type)), cut_n, cut_e

@@ -410,20 +410,29 @@ def bidirectional_hetero(edge_index: Dict[EdgeType, Tensor], e_id: Dict[EdgeType
 
 
 def fit_hetero_budget(sizes: Sequence[Tuple[Dict[str, int], Dict[EdgeType, int]]],
-                      seed_type: str, batch_size: int, success_ratio: float = 0.99) -> Budget:
+                      seed_type: Optional[str], batch_size: int, success_ratio: float = 0.99,
+                      *, minima: Optional[Dict[str, int]] = None,
+                      avoid: Sequence[int] = ()) -> Budget:
     """A hetero ``graphs=2`` budget holding ``success_ratio`` of the sampled per-type sizes.
 
-    Per node type the quantile (the seed type at least ``batch_size``) plus the
+    Per node type the quantile (at least ``minima[type]``, by default the seed type
+    at least ``batch_size``: the link loader's endpoints of both types) plus the
     reserved padding nodes; per edge type the quantile, at least 1; counts that
-    would tie (with each other or with ``graphs=2``) nudged up by one.
+    would tie (with each other, with ``graphs=2`` or with ``avoid``: the link
+    loader's supervision slot count) nudged up by one.
+
+    Raises:
+        ValueError: ``success_ratio`` outside ``(0, 1]``.
     """
     if not 0 < success_ratio <= 1:
         raise ValueError(f"success_ratio={success_ratio}; choose a quantile in (0, 1]")
-    taken = {2}
+    if minima is None:
+        minima = {seed_type: batch_size} if seed_type is not None else {}
+    taken = {2} | set(int(a) for a in avoid)
     nodes, edges = {}, {}
     for t in sizes[0][0]:
         q = int(np.quantile([s[0][t] for s in sizes], success_ratio, method="higher"))
-        v = max(q, batch_size if t == seed_type else 0) + RESERVED_NODES
+        v = max(q, minima.get(t, 0)) + RESERVED_NODES
         while v in taken:
             v += 1
         taken.add(v)

@@ -14,7 +14,7 @@ from .loader import (DST_NEG_INDEX, DST_POS_INDEX, EDGE_LABEL, EDGE_LABEL_INDEX,
                      check_time_args, check_times, check_weight, draw_nodes, link_labels,
                      link_rows, link_seeds, neg_spec, negatives_by_positive,
                      sample_negatives, temporal_negatives)
-from .hetero import FixedSizeHeteroLinkNeighborLoader, fit_link_budget
+from .hetero import FixedSizeHeteroLinkNeighborLoader
 
 __all__ = ["FixedSizeLinkNeighborLoader", "FixedSizeHeteroLinkNeighborLoader", "LinkLoaderStats",
            "LinkLabelError", "NEG_SAMPLING", "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID",
@@ -22,5 +22,4 @@ __all__ = ["FixedSizeLinkNeighborLoader", "FixedSizeHeteroLinkNeighborLoader", "
            "SEED_TIME", "TEMPORAL_STRATEGIES", "HETERO_LINK_LOADER", "sample_negatives",
            "link_seeds", "NegSpec", "neg_spec", "check_weight", "draw_nodes", "link_rows",
            "LinkRows", "LinkSupervision", "link_labels", "negatives_by_positive",
-           "temporal_negatives", "check_time_args", "check_times",
-           "fit_link_budget"]
+           "temporal_negatives", "check_time_args", "check_times"]

@@ -40,61 +40,25 @@ supervision slot count kept apart from every count.
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from ...batching import RESERVED_NODES, Budget
+from ...batching import Budget
 from ...contract import (DST_NEG_INDEX, DST_POS_INDEX, INPUT_ID, LINK_KEYS, SEED_MASK,
                          SEED_TIME, SEP, SRC_INDEX, padding_node)
 from ..csr import CSC
 from ..hetero_neighbor import FixedSizeHeteroNeighborLoader
-from ..hetero_sample import (EdgeType, HeteroSample, key_of, sample_hetero_neighbors,
-                             trim_hetero)
+from ..hetero_sample import EdgeType, HeteroSample, key_of, sample_hetero_neighbors
 from . import loader as _link
 from .loader import (LinkLabelError, LinkRows, LinkSupervision, check_time_args, link_rows,
                      neg_spec)
-from ..neighbor import SubgraphOversizeError, chunk_seed
+from ..neighbor import chunk_seed
 from ..settings import SamplingSettings
 from ..inputs.source import hetero_store_view, is_store_pair, warn_excluded
 
-__all__ = ["FixedSizeHeteroLinkNeighborLoader", "fit_link_budget"]
-
-
-def fit_link_budget(sizes: Sequence[Tuple[Dict[str, int], Dict[EdgeType, int]]],
-                    minima: Dict[str, int], success_ratio: float = 0.99,
-                    avoid: Sequence[int] = ()) -> Budget:
-    """A hetero ``graphs=2`` budget holding ``success_ratio`` of the sampled sizes.
-
-    Per node type the quantile (at least ``minima[type]``: the endpoints a batch
-    can have) plus the reserved padding nodes, per edge type the quantile (at
-    least 1); counts nudged up to stay apart from each other, ``graphs`` and
-    ``avoid`` (the supervision slot count).
-
-    Raises:
-        ValueError: ``success_ratio`` outside ``(0, 1]``.
-    """
-    if not 0 < success_ratio <= 1:
-        raise ValueError(f"success_ratio={success_ratio}; choose a quantile in (0, 1]")
-    taken = {2} | set(int(a) for a in avoid)
-    nodes, edges = {}, {}
-    for t in sizes[0][0]:
-        q = int(np.quantile([s[0][t] for s in sizes], success_ratio, method="higher"))
-        v = max(q, minima.get(t, 0)) + RESERVED_NODES
-        while v in taken:
-            v += 1
-        taken.add(v)
-        nodes[t] = v
-    for et in sizes[0][1]:
-        v = max(int(np.quantile([s[1][et] for s in sizes], success_ratio, method="higher")), 1)
-        while v in taken:
-            v += 1
-        taken.add(v)
-        edges["__".join(et)] = v
-    return Budget(nodes=nodes, edges=edges, graphs=2)
+__all__ = ["FixedSizeHeteroLinkNeighborLoader"]
 
 
 class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighborLoader):
@@ -219,7 +183,7 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
         self.stats = self._new_stats(0)
         self._init_slots(batch_size)
         self.min_seeds = self._min_seeds()
-        self.budget = self._link_budget(budget, success_ratio, fit_batches)
+        self.budget = self._hetero_budget(budget, success_ratio, fit_batches)
         self.slots = self._slot_count(self.budget)
 
     # -- settings ----------------------------------------------------------------
@@ -296,31 +260,14 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
                                                                     self.num_nodes_of[self.dst_type])
         return {self.src_type: ns, self.dst_type: nd}
 
-    def _link_budget(self, budget: Union[Budget, dict, str, None], success_ratio: float,
-                     fit_batches: int) -> Budget:
-        if budget is None:
-            n = max(1, min(int(fit_batches), math.ceil(self.seeds.numel() / self.batch_size)))
-            with self._sampling_threads():
-                self.fit_sizes = [self._fit_sample(c).sizes() for c in range(n)]
-            return fit_link_budget(self.fit_sizes, self.min_seeds, success_ratio,
-                                   avoid=(self.slots_needed,))
-        if isinstance(budget, str):
-            budget = Budget.from_json(budget)
-        elif isinstance(budget, dict):
-            budget = Budget.from_dict(budget)
-        want_n, want_e = set(self.num_nodes_of), {"__".join(e) for e in self.edge_types}
-        if (not budget.is_hetero or budget.graphs != 2 or set(budget.nodes) != want_n
-                or set(budget.edges) != want_e):
-            raise ValueError(f"budget {budget}: a hetero link batch needs graphs=2 and a "
-                             f"count for every node type {sorted(want_n)} and edge type "
-                             f"{sorted(want_e)}")
-        for t, need in self.min_seeds.items():
-            real = int(budget.nodes[t]) - RESERVED_NODES
-            if real < need:
-                raise ValueError(f"budget nodes[{t!r}]={budget.nodes[t]} holds {real} real "
-                                 f"nodes, fewer than the {need} endpoints of type {t!r} a "
-                                 f"batch can have: give >= {need + RESERVED_NODES}")
-        return budget
+    batch_kind = "link"
+
+    def _budget_minima(self) -> Dict[str, Tuple[int, str]]:
+        return {t: (need, f"the {need} endpoints of type {t!r} a batch can have")
+                for t, need in self.min_seeds.items()}
+
+    def _budget_avoid(self) -> Tuple[int, ...]:
+        return (self.slots_needed,)
 
     # -- hooks of the link loader's supervision ---------------------------------------
     def _num_src_dst(self) -> Tuple[int, int]:
@@ -379,20 +326,9 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
         b = int(sup[INPUT_ID].numel())
         if s.seed_of is not None and b:  # PyG's batch: the row's tree modulo the positives
             s.seed_of = {t: v % b for t, v in s.seed_of.items()}
-        ns, es = s.sizes()
-        over = [f"{t}: {ns[t]} > {int(self.budget.nodes[t]) - RESERVED_NODES} nodes" for t in ns
-                if ns[t] > int(self.budget.nodes[t]) - RESERVED_NODES]
-        over += [f"{'__'.join(e)}: {es[e]} > {int(self.budget.edges['__'.join(e)])} edges"
-                 for e in es if es[e] > int(self.budget.edges["__".join(e)])]
-        cut_n = cut_e = 0
-        if over:
-            if self.oversize == "error":
-                raise SubgraphOversizeError(
-                    f"epoch {epoch}, chunk {chunk} (supervision columns "
-                    f"{sup[INPUT_ID][:4].tolist()}...): the sampled subgraph exceeds the "
-                    f"budget ({'; '.join(over)}; {self.budget}). Give a larger budget, a "
-                    f"higher success_ratio, or oversize='trim'")
-            s, cut_n, cut_e = trim_hetero(s, self.budget)  # endpoint rows come first: kept
+        s, cut_n, cut_e = self._fit_hetero(  # endpoint rows come first: kept by a trim
+            s, f"epoch {epoch}, chunk {chunk} (supervision columns "
+               f"{sup[INPUT_ID][:4].tolist()}...)")
         seeds = {t: int(v.numel()) for t, v in self._seed_dict(rows).items()}
         flat = self.pad(s, seeds)
         pad = {SRC_INDEX: padding_node(int(self.budget.nodes[self.src_type])),
