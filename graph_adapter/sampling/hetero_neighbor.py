@@ -205,13 +205,7 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
         self.seed_type, self.seeds = self._input_nodes(input_nodes)
         self.num_nodes_of = {t: int(data[t].num_nodes) for t in data.node_types}
         self.num_nodes = self.num_nodes_of[self.seed_type]
-        self.excluded_keys: Dict[str, str] = {}
-        self.node_attrs = {t: self._store_attrs(data[t], self.num_nodes_of[t], t + SEP)
-                           for t in data.node_types}
-        self.edge_attrs = {et: self._store_attrs(data[et], int(data[et].num_edges),
-                                                 "__".join(et) + SEP)
-                           for et in self.edge_types}
-        warn_excluded(name, self.excluded_keys)
+        self._read_attrs(name)
         self._without_edge_ids = self._bidirectional_merges()  # warns of its own cuts
         self.node_time, self.edge_time, self.edge_weight = self._time_and_weight()
         self._keep_input_time(input_time)
@@ -227,19 +221,40 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
             self.cscs: Dict[EdgeType, CSC] = {}
             self.scratch: Dict[str, Tensor] = {}
         else:
-            with self._sampling_threads():  # a CSC where something is sampled ("induced":
-                # every edge type, its edges between the sampled nodes are in the subgraph;
-                # "bidirectional": every edge type, its edges merge with the reverse type's)
-                self.cscs = {et: CSC.from_edge_index(data[et].edge_index,
-                                                     self.num_nodes_of[et[2]],
-                                                     num_src_nodes=self.num_nodes_of[et[0]])
-                             for et in self.edge_types
-                             if self.subgraph_type != "directional"
-                             or any(k != 0 for k in self.fanouts[et])}
-            self.scratch = {t: torch.full((n,), -1, dtype=torch.long)
-                            for t, n in self.num_nodes_of.items()}
+            self._build_cscs()
         self.stats = self._new_stats(0)
         self.budget = self._hetero_budget(budget, success_ratio, fit_batches)
+
+    def _read_attrs(self, name: str, quiet: Tuple[str, ...] = ()) -> None:
+        """Sort every store's attributes into ``node_attrs`` / ``edge_attrs`` (gathered by
+        row) and ``excluded_keys`` (warned about once); ``quiet``: keys left out of the
+        batches without the warning (a subclass's own inputs)."""
+        data = self.data
+        self.excluded_keys: Dict[str, str] = {}
+        self.node_attrs = {t: self._store_attrs(data[t], self.num_nodes_of[t], t + SEP)
+                           for t in data.node_types}
+        self.edge_attrs = {et: self._store_attrs(data[et], int(data[et].num_edges),
+                                                 "__".join(et) + SEP)
+                           for et in self.edge_types}
+        for store in list(self.node_attrs.values()) + list(self.edge_attrs.values()):
+            for k in quiet:
+                store.pop(k, None)
+        warn_excluded(name, {k: why for k, why in self.excluded_keys.items()
+                             if k.rsplit(SEP, 1)[-1] not in quiet})
+
+    def _build_cscs(self) -> None:
+        """A CSC per edge type where something is sampled ("induced": every edge type, its
+        edges between the sampled nodes are in the subgraph; "bidirectional": every edge
+        type, its edges merge with the reverse type's), and the scratch rows."""
+        data = self.data
+        with self._sampling_threads():
+            self.cscs = {et: CSC.from_edge_index(data[et].edge_index, self.num_nodes_of[et[2]],
+                                                 num_src_nodes=self.num_nodes_of[et[0]])
+                         for et in self.edge_types
+                         if self.subgraph_type != "directional"
+                         or any(k != 0 for k in self.fanouts[et])}
+        self.scratch = {t: torch.full((n,), -1, dtype=torch.long)
+                        for t, n in self.num_nodes_of.items()}
 
     def _bidirectional_merges(self) -> set:
         """The edge types whose ``subgraph_type="bidirectional"`` edges merge two edge

@@ -47,8 +47,7 @@ from torch import Tensor
 
 from ...batching import Budget
 from ...contract import (DST_NEG_INDEX, DST_POS_INDEX, INPUT_ID, LINK_KEYS, SEED_MASK,
-                         SEED_TIME, SEP, SRC_INDEX, padding_node)
-from ..csr import CSC
+                         SEED_TIME, SRC_INDEX, padding_node)
 from ..hetero_neighbor import FixedSizeHeteroNeighborLoader
 from ..hetero_sample import EdgeType, HeteroSample, key_of, sample_hetero_neighbors
 from . import loader as _link
@@ -56,7 +55,7 @@ from .loader import (LinkLabelError, LinkRows, LinkSupervision, check_time_args,
                      neg_spec)
 from ..neighbor import chunk_seed
 from ..settings import SamplingSettings
-from ..inputs.source import hetero_store_view, is_store_pair, warn_excluded
+from ..inputs.source import hetero_store_view, is_store_pair
 
 __all__ = ["FixedSizeHeteroLinkNeighborLoader"]
 
@@ -152,17 +151,7 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
         self.src_type, self.dst_type = et[0], et[2]
         self.seed_type = self.src_type  # stats.seeds and the base's seed checks
         self.num_nodes = self.num_nodes_of[self.src_type]
-        self.excluded_keys: Dict[str, str] = {}
-        self.node_attrs = {t: self._store_attrs(data[t], self.num_nodes_of[t], t + SEP)
-                           for t in data.node_types}
-        self.edge_attrs = {e: self._store_attrs(data[e], int(data[e].num_edges),
-                                                "__".join(e) + SEP)
-                           for e in self.edge_types}
-        for store in list(self.node_attrs.values()) + list(self.edge_attrs.values()):
-            for k in LINK_KEYS:  # RandomLinkSplit leaves them on the graph: never gathered
-                store.pop(k, None)
-        warn_excluded(name, {k: why for k, why in self.excluded_keys.items()
-                             if k.rsplit(SEP, 1)[-1] not in LINK_KEYS})
+        self._read_attrs(name, quiet=LINK_KEYS)  # RandomLinkSplit leaves them on the graph
         hops = len(next(iter(self.fanouts.values()))) if self.fanouts else 0
         for e in self.edge_types:
             self.fanouts.setdefault(e, [0] * hops)
@@ -171,14 +160,7 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
         self._without_edge_ids = self._bidirectional_merges()
         self.node_time, self.edge_time, self.edge_weight = self._time_and_weight()
         self.two_types = self.src_type != self.dst_type
-        with self._sampling_threads():
-            self.cscs = {e: CSC.from_edge_index(data[e].edge_index, self.num_nodes_of[e[2]],
-                                                num_src_nodes=self.num_nodes_of[e[0]])
-                         for e in self.edge_types
-                         if self.subgraph_type != "directional"
-                         or any(k != 0 for k in self.fanouts[e])}
-        self.scratch = {t: torch.full((n,), -1, dtype=torch.long)
-                        for t, n in self.num_nodes_of.items()}
+        self._build_cscs()
         self.seeds = torch.arange(L)
         self.stats = self._new_stats(0)
         self._init_slots(batch_size)
