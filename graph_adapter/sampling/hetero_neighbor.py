@@ -453,7 +453,13 @@ class FixedSizeHeteroNeighborLoader(FixedSizeNeighborLoader):
             return self._pyg_sample(seeds, chunk_seed(self.seed, epoch, chunk, stream),
                                     seed_time)
         g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
-        s = sample_hetero_neighbors(self.cscs, self.scratch, self.seed_type, seeds,
+        return self._sample_ours(self.seed_type, seeds, seed_time, g)
+
+    def _sample_ours(self, seed_type: Optional[str], seeds: Union[Tensor, Dict[str, Tensor]],
+                     seed_time: Optional[Tensor], g: torch.Generator) -> HeteroSample:
+        """Our sampler's sample of ``seeds`` (of ``seed_type``, or a dict of several types:
+        the link loader's endpoints), every edge type in it (one signature)."""
+        s = sample_hetero_neighbors(self.cscs, self.scratch, seed_type, seeds,
                                     {et: self.fanouts[et] for et in self.cscs},
                                     replace=self.replace, disjoint=self.disjoint,
                                     subgraph_type=self.subgraph_type, seed_time=seed_time,

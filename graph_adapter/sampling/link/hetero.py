@@ -49,7 +49,7 @@ from ...batching import Budget
 from ...contract import (DST_NEG_INDEX, DST_POS_INDEX, INPUT_ID, LINK_KEYS, SEED_MASK,
                          SEED_TIME, SRC_INDEX, padding_node)
 from ..hetero_neighbor import FixedSizeHeteroNeighborLoader
-from ..hetero_sample import EdgeType, HeteroSample, key_of, sample_hetero_neighbors
+from ..hetero_sample import EdgeType, HeteroSample, key_of
 from . import loader as _link
 from .loader import (LinkLabelError, LinkRows, LinkSupervision, check_time_args, link_rows,
                      neg_spec)
@@ -276,23 +276,10 @@ class FixedSizeHeteroLinkNeighborLoader(LinkSupervision, FixedSizeHeteroNeighbor
                       stream: int = 0) -> HeteroSample:
         g = torch.Generator().manual_seed(chunk_seed(self.seed, epoch, chunk, stream))
         seeds = self._seed_dict(rows)
-        fan = {e: self.fanouts[e] for e in self.cscs}
         # tree i of each endpoint type is endpoint i of that type: the longest group's
         # times are every tree's (the shorter group's agree with its first entries)
         times = max((t for t in rows.times if t is not None), key=len, default=None)
-        s = sample_hetero_neighbors(self.cscs, self.scratch, None, seeds, fan,
-                                    replace=self.replace, directed=self.directed,
-                                    disjoint=self.disjoint,
-                                    seed_time=times if self.temporal else None,
-                                    node_time=self.node_time, edge_time=self.edge_time,
-                                    temporal_strategy=self.temporal_strategy,
-                                    edge_weight=self.edge_weight,
-                                    subgraph_type=self.subgraph_type, generator=g)
-        for e in self.edge_types:  # an edge type not sampled: no edge, same signature
-            if e not in s.edge_index:
-                s.edge_index[e] = torch.zeros(2, 0, dtype=torch.long)
-                s.e_id[e] = torch.zeros(0, dtype=torch.long)
-        return s
+        return self._sample_ours(None, seeds, times if self.temporal else None, g)
 
     def _sample_chunk(self, epoch: int, chunk: int, stream: int = 0):
         sup = self.supervision(epoch, chunk, stream)
