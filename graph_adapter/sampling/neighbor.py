@@ -454,8 +454,12 @@ class FixedSizeNeighborLoader(Sharded):
         if per_hop is False:
             return None
         name = type(self).__name__
+        # the per-hop blocks need the sampled edges in hop order, each into the hop before
+        sub = getattr(self, "subgraph_type", None)
         why = ("directed=False (an induced subgraph's edges are not in hop order)"
                if not self.directed else
+               f"subgraph_type={sub!r} (only the sampled edges are in hop order)"
+               if sub not in (None, "directional") else
                f"layout={layout!r} (its tables index the plain layout)" if layout is not None
                else f"budget={budget!r} (a per-hop budget sets every shape: pass the "
                     f"HopBudget as per_hop_budget=)" if budget is not None else None)
