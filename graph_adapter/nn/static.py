@@ -156,7 +156,7 @@ def _per_hop_frame(frame: Dict[str, Any], flat: Dict[str, Tensor]) -> None:
     to two padding rows of the seeds' block, which every layer keeps
     (``loop_rows``), and each trimmed row count (blocks ``0..h``) is a node set of
     its own whose mask is the node mask's prefix (a layer given ``num_nodes`` of a
-    trimmed ``x`` runs over it)."""
+    trimmed ``x`` runs over it; a masked norm on a trimmed ``x`` reads it)."""
     blocks = hop_budgets(flat[HOP_NODES].shape)
     mask = flat[NODE_MASK]
     frame["loop_rows"] = (blocks[0] - 2, blocks[0] - 1)  # RESERVED_NODES padding rows there
@@ -165,6 +165,10 @@ def _per_hop_frame(frame: Dict[str, Any], flat: Dict[str, Tensor]) -> None:
         acc += b
         ends[acc] = mask[:acc]
     frame["node_sets"] = ends
+    # ... and a masked norm on a trimmed x normalises its real rows by the prefix's mask
+    masks = {lv: list(ms) for lv, ms in frame["masks"].items()}
+    masks["node"] += list(ends.values())
+    frame["masks"] = masks
 
 
 # --------------------------------------------------------------------------

@@ -145,3 +145,26 @@ def test_eager_trim_of_the_wrapper_takes_the_padded_path_on_per_hop_batches():
         for flat in _batches(_loader()):
             assert torch.equal(trimmed(flat)["output"], plain(flat)["output"])
     assert trimmed.trim_stats["trimmed"] == 0 and trimmed.trim_stats["padded"] > 4
+
+
+def test_batch_norm_on_trimmed_rows_pools_the_real_rows_only():
+    """A masked BatchNorm on a trimmed ``x`` reads the node mask's prefix of the kept
+    blocks: outputs and running statistics as eager PyG's on the unpadded batch."""
+    torch.manual_seed(0)
+    sage = GraphSAGE(FEAT, 16, num_layers=3, out_channels=CLASSES, norm="batch_norm").train()
+    ref = copy.deepcopy(sage)
+    bind = {"num_sampled_nodes_per_hop": HOP_NODES, "num_sampled_edges_per_hop": HOP_EDGES}
+    compiled, counter = compile_counted(ga.ipu_wrap(sage, inputs="tensors", bind=bind))
+    with torch.no_grad():
+        for i, flat in enumerate(_batches(_loader())):
+            if i == 3:
+                break
+            out = compiled(flat)["output"]
+            (d,) = unpad_batch(flat)
+            want = ref(d.x, d.edge_index, num_sampled_nodes_per_hop=d.num_sampled_nodes,
+                       num_sampled_edges_per_hop=d.num_sampled_edges)
+            seeds = int(flat[SEED_MASK].sum())
+            assert torch.allclose(out[:seeds], want[:seeds], atol=ATOL)
+    for (name, a), b in zip(sage.named_buffers(), ref.buffers()):
+        assert torch.allclose(a.float(), b.float(), atol=ATOL), name
+    assert counter.count == 1
