@@ -19,7 +19,6 @@ one only the order of one node's in-edges (and the new nodes they bring) may dif
 from __future__ import annotations
 
 import contextlib
-import inspect
 import warnings
 from typing import Dict, List, Tuple
 from unittest import mock
@@ -373,11 +372,6 @@ def test_hetero_batches_hold_pygs_nodes_and_edges(data, hops, batch_size, induce
         assert torch.equal(a["a", "to", "p"].edge_attr, data["a", "to", "p"].edge_attr[a["a", "to", "p"].e_id])
 
 
-HAS_TIME = "time_attr" in inspect.signature(FixedSizeNeighborLoader.__init__).parameters
-
-
-@pytest.mark.xfail(not HAS_TIME, strict=True, reason="needs time_attr / input_time in the "
-                                                     "node loader")
 @SETTINGS
 @given(graphs(), st.integers(1, 6), st.booleans(), st.booleans())
 def test_temporal_batches_carry_pygs_seed_time(data, batch_size, shuffle, given_times):

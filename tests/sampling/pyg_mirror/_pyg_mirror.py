@@ -5,18 +5,11 @@ import warnings
 from typing import Any, Dict, List
 
 import numpy as np
-import pytest
 import torch
 from torch import Tensor
 
 #: PyG's SubgraphType values, and the loader arguments that ask for each here.
 SUBGRAPH_TYPES = ["directional", "induced", "bidirectional"]
-
-
-def needs(feature: str, present: bool) -> Any:
-    """A strict xfail for a scenario whose feature is not in this branch yet: it turns into a
-    failure (an XPASS) the moment the feature lands, so the mark cannot outlive it."""
-    return pytest.mark.xfail(not present, strict=True, reason=f"needs {feature}")
 
 
 def subgraph_kw(subgraph_type: str) -> Dict[str, Any]:

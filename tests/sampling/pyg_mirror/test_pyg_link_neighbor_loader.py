@@ -4,21 +4,18 @@
 
 | PyG test | here | status |
 |---|---|---|
-| test_homo_link_neighbor_loader_basic[subgraph_type, neg_sampling_ratio, filter_per_worker] | test_homo_basic[subgraph_type, ratio] | passing (directional); bidirectional: xfail until the loader takes `subgraph_type`. `filter_per_worker` (where PyG's filter runs) and `loader([0])` (a batch of chosen edges): not applicable |
-| test_hetero_link_neighbor_loader_basic[subgraph_type, neg_sampling_ratio] | test_hetero_basic[...], test_edge_type_shorthand | passing where the link loader takes HeteroData (a strict xfail until then); edge types by their full triple: PyG's `(src, dst)` shorthand is test_edge_type_shorthand, xfail |
-| test_hetero_link_neighbor_loader_loop[subgraph_type] | test_hetero_loop[...] | as above |
+| test_homo_link_neighbor_loader_basic[subgraph_type, neg_sampling_ratio, filter_per_worker] | test_homo_basic[subgraph_type, ratio] | passing (directional, bidirectional). `filter_per_worker` (where PyG's filter runs) and `loader([0])` (a batch of chosen edges): not applicable |
+| test_hetero_link_neighbor_loader_basic[subgraph_type, neg_sampling_ratio] | test_hetero_basic[...], test_edge_type_shorthand | passing (PyG's `(src, dst)` shorthand too) |
+| test_hetero_link_neighbor_loader_loop[subgraph_type] | test_hetero_loop[...] | passing |
 | test_link_neighbor_loader_edge_label | test_edge_label_dtype | passing |
 | test_temporal_homo_link_neighbor_loader | test_temporal_homo | passing |
-| test_temporal_hetero_link_neighbor_loader | test_temporal_hetero | xfail: needs HeteroData in the link loader |
-| test_custom_hetero_link_neighbor_loader | test_hetero_store_pair | xfail (strict, unconditional): needs a hetero `(FeatureStore, GraphStore)` pair in the link loader |
+| test_temporal_hetero_link_neighbor_loader | test_temporal_hetero | passing |
+| test_custom_hetero_link_neighbor_loader | test_hetero_store_pair | passing (a hetero `(FeatureStore, GraphStore)` pair) |
 | test_homo_link_neighbor_loader_no_edges | test_homo_no_edges | passing (`num_neighbors=[]`, a `Data` without `edge_index`) |
-| test_hetero_link_neighbor_loader_no_edges | test_hetero_no_edges | xfail (strict, unconditional): needs supervision edges of an edge type without graph edges |
+| test_hetero_link_neighbor_loader_no_edges | test_hetero_no_edges | passing (supervision edges of an edge type without graph edges) |
 | test_homo_link_neighbor_loader_triplet[disjoint, temporal, amount] | test_homo_triplet[...] | passing (PyG returns early for temporal without disjoint: that case is left out here) |
-| test_hetero_link_neighbor_loader_triplet[disjoint, temporal, amount] | test_hetero_triplet[...], test_homo_triplet_weighted_negatives, test_triplet_negatives_take_src_weight_as_pyg | hetero: xfail, needs HeteroData in the link loader; weighted negatives (`dst_weight`): passing; `src_weight` with triplets: xfail, refused here where PyG takes it (and leaves it unused) |
+| test_hetero_link_neighbor_loader_triplet[disjoint, temporal, amount] | test_hetero_triplet[...], test_homo_triplet_weighted_negatives, test_triplet_negatives_take_src_weight_as_pyg | passing (weighted negatives; `src_weight` with triplets unused, as PyG's, with a warning) |
 | test_link_neighbor_loader_mapping | test_mapping_n_id_e_id | passing |
-
-An "xfail" status is conditional: a probe of the loader (its signature, or a tiny graph it
-must accept) decides, so the test runs, and must pass, as soon as the feature is there.
 
 Differences kept as choices: ``neg_sampling`` defaults to ``"binary"`` (one negative a
 positive) where PyG's default is none, so the tests that rely on PyG's default pass
@@ -33,54 +30,11 @@ from torch_geometric.data import Data, HeteroData
 
 from graph_adapter.sampling import FixedSizeLinkNeighborLoader
 
-from _pyg_mirror import edge_pairs, needs, pyg_batches, random_edges, subgraph_kw
+from _pyg_mirror import edge_pairs, pyg_batches, random_edges, subgraph_kw
 
-import inspect
-
-_LINK = inspect.signature(FixedSizeLinkNeighborLoader.__init__).parameters
-HAS_SUBGRAPH_TYPE = "subgraph_type" in _LINK
-
-
-def _link_loader_takes_hetero() -> bool:
-    """Whether the link loader takes ``HeteroData`` (a 2-node probe)."""
-    h = HeteroData()
-    h["p"].num_nodes = 2
-    h["p", "to", "p"].edge_index = torch.tensor([[0], [1]])
-    try:
-        FixedSizeLinkNeighborLoader(h, [1], edge_label_index=("p", "to", "p"), batch_size=1)
-    except (TypeError, NotImplementedError, ImportError, ValueError):
-        return False
-    return True
-
-
-def _takes(make) -> bool:
-    """Whether the loader ``make()`` builds is accepted (a probe on a tiny graph)."""
-    try:
-        make()
-    except (TypeError, NotImplementedError, ImportError, ValueError):
-        return False
-    return True
-
-
-def _tiny_hetero() -> HeteroData:
-    h = HeteroData()
-    h["p"].num_nodes = 2
-    h["p", "to", "p"].edge_index = torch.tensor([[0], [1]])
-    return h
-
-
-HAS_HETERO = _link_loader_takes_hetero()
-HAS_SHORTHAND = _takes(lambda: FixedSizeLinkNeighborLoader(
-    _tiny_hetero(), [1], edge_label_index=("p", "p"), batch_size=1))
-TRIPLET_SRC_WEIGHT = _takes(lambda: FixedSizeLinkNeighborLoader(
-    Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2), [1], batch_size=1,
-    neg_sampling=dict(mode="triplet", amount=1, src_weight=torch.ones(2),
-                      dst_weight=torch.ones(2))))
-HETERO = needs("HeteroData in the link loader", HAS_HETERO)
 FULL = dict(success_ratio=1.0)
 SUBGRAPHS = [pytest.param("directional", id="directional"),
-             pytest.param("bidirectional", id="bidirectional", marks=needs(
-                 "subgraph_type='bidirectional' in the link loader", HAS_SUBGRAPH_TYPE))]
+             pytest.param("bidirectional", id="bidirectional")]
 
 
 @pytest.mark.parametrize("ratio", [None, 1.0], ids=["labels", "binary"])
@@ -137,7 +91,6 @@ def _hetero_graph(gen: torch.Generator) -> HeteroData:
     return data
 
 
-@HETERO
 @pytest.mark.parametrize("ratio", [None, 1.0], ids=["none", "binary"])
 @pytest.mark.parametrize("subgraph_type", SUBGRAPHS)
 def test_hetero_basic(subgraph_type, ratio):
@@ -157,7 +110,6 @@ def test_hetero_basic(subgraph_type, ratio):
             assert bool((store.edge_label[:20] == 1).all()) and bool((store.edge_label[20:] == 0).all())
 
 
-@HETERO
 @pytest.mark.parametrize("subgraph_type", SUBGRAPHS)
 def test_hetero_loop(subgraph_type):
     data = _hetero_graph(torch.Generator().manual_seed(2))
@@ -201,7 +153,6 @@ def test_temporal_homo():
         assert bool((batch.time <= batch.edge_label_time).all())
 
 
-@HETERO
 def test_temporal_hetero():
     data = _hetero_graph(torch.Generator().manual_seed(5))
     data["paper"].time = torch.arange(100) - 200
@@ -219,7 +170,6 @@ def test_temporal_hetero():
         assert int(t.min()) >= int(batch["author"].time.min())
 
 
-@needs("PyG's (src, dst) shorthand for an edge type in edge_label_index", HAS_SHORTHAND)
 def test_edge_type_shorthand():
     data = _hetero_graph(torch.Generator().manual_seed(12))
     loader = FixedSizeLinkNeighborLoader(data, [-1] * 2, edge_label_index=("paper", "author"),
@@ -340,14 +290,10 @@ def test_homo_triplet_weighted_negatives():
     _weighted_triplets(both=False)
 
 
-@needs("triplet negatives that take src_weight as PyG's do (PyG's own test passes both "
-       "weights; the triplet draws destinations only, so PyG leaves src_weight unused)",
-       TRIPLET_SRC_WEIGHT)
 def test_triplet_negatives_take_src_weight_as_pyg():
     _weighted_triplets(both=True)
 
 
-@HETERO
 @pytest.mark.parametrize("amount", [1, 2])
 @pytest.mark.parametrize("disjoint, temporal", TRIPLET_MODES)
 def test_hetero_triplet(disjoint, temporal, amount):

@@ -3,28 +3,25 @@ node loaders through ``loader.to_pyg(batch)`` (PyG's expectations, our own words
 
 | PyG test | here | status |
 |---|---|---|
-| test_homo_neighbor_loader_basic[dtype, subgraph_type, filter_per_worker] | test_homo_basic[dtype, subgraph_type] | passing (directional, induced); bidirectional: xfail until the loader takes `subgraph_type`; int32 ids: passing. `filter_per_worker` is a PyG DataLoader detail (where its filter runs): not applicable; `loader([0])` (a batch of chosen seeds): not applicable, build a loader with `input_nodes` |
-| test_hetero_neighbor_loader_basic[dtype, subgraph_type] | test_hetero_basic[...], test_hetero_fanout_hop_mismatch | as above; the hop-count mismatch is refused with a `FanoutError` (a `ValueError`) naming the edge type; PyG's wording ("hops must be the same across all") xfails until the message carries it |
+| test_homo_neighbor_loader_basic[dtype, subgraph_type, filter_per_worker] | test_homo_basic[dtype, subgraph_type] | passing (directional, bidirectional, induced; int32 ids). `filter_per_worker` is a PyG DataLoader detail (where its filter runs): not applicable; `loader([0])` (a batch of chosen seeds): not applicable, build a loader with `input_nodes` |
+| test_hetero_neighbor_loader_basic[dtype, subgraph_type] | test_hetero_basic[...], test_hetero_fanout_hop_mismatch | as above; the hop-count mismatch is refused with a `FanoutLengthError` (a `ValueError`) in PyG's wording, naming the edge type |
 | test_homo_neighbor_loader_on_karate[subgraph_type] | test_homo_karate_full_fanouts_match_the_full_graph | passing (KarateClub is built into PyG: no download) |
 | test_hetero_neighbor_loader_on_karate[subgraph_type] | test_hetero_karate_full_fanouts_match_the_full_graph | passing |
-| test_temporal_hetero_neighbor_loader_on_karate | test_temporal_hetero_karate | xfail: needs `time_attr` in the hetero loader |
+| test_temporal_hetero_neighbor_loader_on_karate | test_temporal_hetero_karate | passing |
 | test_custom_neighbor_loader | test_feature_and_graph_store_batches_equal_the_data_batches | passing: the same batches from `(FeatureStore, GraphStore)` as from `Data` |
-| test_custom_hetero_neighbor_loader | test_hetero_feature_and_graph_store | xfail until the hetero loader takes a store pair |
-| test_custom_hetero_neighbor_loader_duplicate | test_hetero_store_one_type | xfail (strict, unconditional): the store view finds no node type for the edge type `('user', 'user', 'user')` |
-| test_temporal_custom_neighbor_loader_on_karate | test_temporal_hetero_store_karate | xfail (strict, unconditional): `time_attr` read from a feature-store column in the hetero loader |
+| test_custom_hetero_neighbor_loader | test_hetero_feature_and_graph_store | passing |
+| test_custom_hetero_neighbor_loader_duplicate | test_hetero_store_one_type | passing |
+| test_temporal_custom_neighbor_loader_on_karate | test_temporal_hetero_store_karate | passing (`time_attr` read from a feature-store column) |
 | test_pyg_lib_and_torch_sparse_homo_equality / _hetero_equality | - | not applicable: compares two compiled sampler ops with each other (pyg-lib vs torch-sparse) |
 | test_memmap_neighbor_loader | test_memmap_features_are_gathered | passing (`num_workers=0`: worker processes are covered by tests/sampling/test_neighbor.py) |
 | test_homo_neighbor_loader_sampled_info | test_homo_sampled_info | passing |
 | test_hetero_neighbor_loader_sampled_info | test_hetero_sampled_info | passing |
 | test_neighbor_loader_mapping | test_mapping_n_id_e_id | passing |
-| test_weighted_homo_neighbor_loader / _hetero_ | test_weighted_homo / test_weighted_hetero | xfail: needs `weight_attr` in the loaders |
-| test_edge_level_temporal_homo_neighbor_loader / _hetero_ | test_edge_time_homo / test_edge_time_hetero | xfail: needs `time_attr` / `input_time` in the loaders |
+| test_weighted_homo_neighbor_loader / _hetero_ | test_weighted_homo / test_weighted_hetero | passing |
+| test_edge_level_temporal_homo_neighbor_loader / _hetero_ | test_edge_time_homo / test_edge_time_hetero | passing |
 | test_neighbor_loader_with_tensor_frame | - | not applicable: torch_frame's TensorFrame (not installed; not a tensor the budget can pad) |
 | test_neighbor_loader_input_id | test_hetero_input_id_of_a_mask | passing |
-| test_temporal_neighbor_loader_single_link | test_temporal_single_link | xfail: needs `time_attr` in the hetero loader |
-
-An "xfail" status is conditional: a probe of the loader (its signature, or a tiny graph it
-must accept) decides, so the test runs, and must pass, as soon as the feature is there.
+| test_temporal_neighbor_loader_single_link | test_temporal_single_link | passing |
 
 Differences kept as choices (docs/large_graphs.md, "Moving from PyG's loaders"): a budget
 may trim the farthest hop (`loader.stats`; here budgets are fitted with
@@ -32,8 +29,6 @@ may trim the farthest hop (`loader.stats`; here budgets are fitted with
 of a rank, as PyG's.
 """
 from __future__ import annotations
-
-import inspect
 
 import numpy as np
 import pytest
@@ -46,25 +41,9 @@ from torch_geometric.utils import is_undirected, sort_edge_index, to_undirected
 from graph_adapter.batching import Budget
 from graph_adapter.sampling import FanoutError, FixedSizeHeteroNeighborLoader, FixedSizeNeighborLoader
 
-from _pyg_mirror import SUBGRAPH_TYPES, edges_are_input_edges, needs, pyg_batches, random_edges, \
-    subgraph_kw
+from _pyg_mirror import SUBGRAPH_TYPES, edges_are_input_edges, pyg_batches, random_edges, subgraph_kw
 
-_HOMO = inspect.signature(FixedSizeNeighborLoader.__init__).parameters
-_HETERO = inspect.signature(FixedSizeHeteroNeighborLoader.__init__).parameters
-HAS_SUBGRAPH_TYPE = "subgraph_type" in _HOMO and "subgraph_type" in _HETERO
-HAS_TIME = "time_attr" in _HOMO
-HAS_HETERO_TIME = "time_attr" in _HETERO
-HAS_WEIGHT = "weight_attr" in _HOMO
-HAS_HETERO_WEIGHT = "weight_attr" in _HETERO
-
-
-def _subgraph_param(st: str):
-    marks = [needs("subgraph_type='bidirectional' in the loaders", HAS_SUBGRAPH_TYPE)] \
-        if st == "bidirectional" else []
-    return pytest.param(st, id=st, marks=marks)
-
-
-SUBGRAPHS = [_subgraph_param(st) for st in SUBGRAPH_TYPES]
+SUBGRAPHS = [pytest.param(st, id=st) for st in SUBGRAPH_TYPES]
 FULL = dict(success_ratio=1.0)  # a budget that holds every fitted sample
 
 
@@ -113,22 +92,6 @@ def test_hetero_fanout_hop_mismatch():
     assert isinstance(e.value, ValueError)
 
 
-def _pyg_hop_wording() -> bool:
-    """Whether a hop-count mismatch is refused in PyG's words (a 3-node probe)."""
-    data = HeteroData()
-    data["a"].num_nodes = 3
-    data["a", "to", "a"].edge_index = torch.tensor([[0, 1], [1, 2]])
-    data["a", "back", "a"].edge_index = torch.tensor([[1, 2], [0, 1]])
-    try:
-        FixedSizeHeteroNeighborLoader(data, {("a", "to", "a"): [1], ("a", "back", "a"): [1, 1]},
-                                      1, input_nodes=("a", None))
-    except ValueError as e:
-        return "hops must be the same across all" in str(e)
-    return False
-
-
-@needs("PyG's wording of the hop-count mismatch ('hops must be the same across all')",
-       _pyg_hop_wording())
 def test_hetero_fanout_hop_mismatch_in_pyg_words():
     data = _hetero_graph(torch.Generator().manual_seed(0))
     fan = {("paper", "to", "paper"): [-1], ("paper", "to", "author"): [-1, -1],
@@ -235,7 +198,6 @@ def test_hetero_karate_full_fanouts_match_the_full_graph(subgraph_type):
     assert torch.allclose(full, part, atol=1e-6)
 
 
-@needs("time_attr in the hetero loader", HAS_HETERO_TIME)
 def test_temporal_hetero_karate():
     data = KarateClub()[0]
     hetero = HeteroData()
@@ -300,24 +262,6 @@ def _hetero_store_pair(gen):
     return data, fs, gs
 
 
-def _hetero_loader_takes_stores() -> bool:
-    """Whether the hetero loader takes a ``(FeatureStore, GraphStore)`` pair (a 2-node probe;
-    the one refusal it has now is a TypeError naming HeteroData)."""
-    fs, gs = _stores()
-    fs.put_tensor(torch.zeros(2), group_name="u", attr_name="x", index=None)
-    gs.put_edge_index(edge_index=(torch.tensor([0]), torch.tensor([1])),
-                      edge_type=("u", "to", "u"), layout="coo", size=(2, 2))
-    try:
-        FixedSizeHeteroNeighborLoader((fs, gs), [1], 1, input_nodes=("u", None))
-    except TypeError:
-        return False
-    return True
-
-
-HAS_HETERO_STORES = _hetero_loader_takes_stores()
-
-
-@needs("(FeatureStore, GraphStore) input in the hetero loader", HAS_HETERO_STORES)
 def test_hetero_feature_and_graph_store():
     data, fs, gs = _hetero_store_pair(torch.Generator().manual_seed(2))
     kw = dict(input_nodes=("paper", torch.arange(100)), **FULL)
@@ -419,7 +363,6 @@ _W_EDGES = torch.tensor([[1, 3, 0, 4], [2, 2, 1, 3]])
 _W = torch.tensor([0.0, 1.0, 0.0, 1.0])
 
 
-@needs("weight_attr in the node loader", HAS_WEIGHT)
 def test_weighted_homo():
     data = Data(num_nodes=5, edge_index=_W_EDGES, edge_weight=_W)
     loader = FixedSizeNeighborLoader(data, [1] * 2, 1, input_nodes=torch.tensor([2]),
@@ -431,7 +374,6 @@ def test_weighted_homo():
     assert batch.n_id[batch.edge_index].tolist() == [[3, 4], [2, 3]]
 
 
-@needs("weight_attr in the hetero loader", HAS_HETERO_WEIGHT)
 def test_weighted_hetero():
     data = HeteroData()
     data["paper"].num_nodes = 5
@@ -450,7 +392,6 @@ def test_weighted_hetero():
 _T_EDGES = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4], [1, 0, 2, 1, 3, 2, 4, 3]])
 
 
-@needs("time_attr / input_time in the node loader", HAS_TIME)
 def test_edge_time_homo():
     data = Data(edge_index=_T_EDGES, edge_time=torch.arange(8), num_nodes=5)
     loader = FixedSizeNeighborLoader(data, [-1, -1], 1, input_time=torch.full((5,), 4),
@@ -460,7 +401,6 @@ def test_edge_time_homo():
         assert batch.edge_time.numel() == 0 or int(batch.edge_time.max()) <= 4
 
 
-@needs("time_attr / input_time in the hetero loader", HAS_HETERO_TIME)
 def test_edge_time_hetero():
     data = HeteroData()
     data["A"].num_nodes = 5
@@ -490,7 +430,6 @@ def test_hetero_input_id_of_a_mask():
         assert batch["a"].input_id.tolist() == want
 
 
-@needs("time_attr / input_time in the hetero loader", HAS_HETERO_TIME)
 def test_temporal_single_link():
     data = HeteroData()
     for t in "abc":
