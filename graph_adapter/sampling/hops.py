@@ -40,8 +40,10 @@ from torch import Tensor
 
 from ..batching import RESERVED_NODES, Budget
 from .csr import Sample
-from ..format import (BATCH, E_ID, EDGE_MASK, GRAPH_MASK, HOP_EDGES, HOP_NODES, N_ID, NODE_MASK,
-                      PTR, SEED_MASK, SEED_OF, hop_shape)
+from .inputs.source import AttrValue, gather_rows
+from .sampled import sample_keys
+from ..format import (BATCH, E_ID, GRAPH_MASK, HOP_EDGES, HOP_NODES, N_ID, NODE_MASK, PTR,
+                      hop_shape)
 
 __all__ = ["HopBudget", "HopBudgetError", "fit_hop_budget", "fit_to_hops", "pad_per_hop"]
 
@@ -239,15 +241,15 @@ def _positions(counts: Sequence[int], blocks: Sequence[int]) -> Tensor:
     return torch.arange(int(c.sum())) + shift[hop]
 
 
-def _scatter_rows(v: Tensor, idx: Tensor, pos: Tensor, rows: int) -> Tensor:
-    """``v[idx]`` at rows ``pos`` of a new zero ``[rows, ...]`` tensor."""
+def _scatter_rows(v: Tensor, pos: Tensor, rows: int) -> Tensor:
+    """``v``'s rows at rows ``pos`` of a new zero ``[rows, ...]`` tensor."""
     t = v.new_zeros((rows,) + tuple(v.shape[1:]))
-    t.index_copy_(0, pos, v.index_select(0, idx))
+    t.index_copy_(0, pos, v)
     return t
 
 
-def pad_per_hop(sample: Sample, hb: HopBudget, node_attrs: Dict[str, Tensor],
-                edge_attrs: Dict[str, Tensor], num_seeds: int, pad_id: int = -1
+def pad_per_hop(sample: Sample, hb: HopBudget, node_attrs: Mapping[str, AttrValue],
+                edge_attrs: Mapping[str, AttrValue], num_seeds: int, pad_id: int = -1
                 ) -> Dict[str, Tensor]:
     """The per-hop padded flat dict of ``sample`` (fitting ``hb``: :func:`fit_to_hops`).
 
@@ -282,36 +284,18 @@ def pad_per_hop(sample: Sample, hb: HopBudget, node_attrs: Dict[str, Tensor],
     n, m = sample.num_nodes, sample.num_edges
     pos_n = _positions(npr, hb.nodes)
     pos_e = _positions(epr, hb.edges)
-    out: Dict[str, Tensor] = {}
-    for k, v in node_attrs.items():
-        out[k] = _scatter_rows(v, sample.n_id, pos_n, N)
+    # tensors, numpy / memmap arrays, feature-store columns: the sampled rows, placed
+    out = {k: _scatter_rows(v, pos_n, N) for k, v in gather_rows(node_attrs, sample.n_id).items()}
     if edge_attrs:
-        for k, v in edge_attrs.items():
-            out[k] = _scatter_rows(v, sample.e_id, pos_e, E)
+        out.update({k: _scatter_rows(v, pos_e, E)
+                    for k, v in gather_rows(edge_attrs, sample.e_id).items()})
+    own_ids = {k: out.pop(k)[pos_n if k == N_ID else pos_e] for k in (N_ID, E_ID) if k in out}
     pad_row = hb.nodes[0] - 1  # a padding row of the seeds' block: no layer cuts it
     ei = torch.full((2, E), pad_row, dtype=torch.long)
     ei[:, pos_e] = pos_n[sample.edge_index]
     out["edge_index"] = ei
-    nid = torch.full((N,), pad_id, dtype=torch.long)
-    nid[pos_n] = sample.n_id
-    out[N_ID] = nid
-    if sample.e_id is not None:
-        eid = torch.full((E,), pad_id, dtype=torch.long)
-        eid[pos_e] = sample.e_id
-        out[E_ID] = eid
-    sm = torch.zeros(N, dtype=torch.bool)
-    sm[:num_seeds] = True
-    out[SEED_MASK] = sm
-    if sample.seed_of is not None:
-        so = torch.full((N,), -1, dtype=torch.long)
-        so[pos_n] = sample.seed_of
-        out[SEED_OF] = so
-    nm = torch.zeros(N, dtype=torch.bool)
-    nm[pos_n] = True
-    out[NODE_MASK] = nm
-    em = torch.zeros(E, dtype=torch.bool)
-    em[pos_e] = True
-    out[EDGE_MASK] = em
+    out.update(sample_keys(sample, N, E, pos_n, pos_e, num_seeds, pad_id, own_ids))
+    nm = out[NODE_MASK]
     # real rows in slot 0, padding rows in slot 1 (not sorted: the blocks interleave
     # them); a fill batch (no real row) keeps one padding row in slot 0, as the plain
     # layout does (no graph slot is empty)

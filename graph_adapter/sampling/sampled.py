@@ -10,7 +10,7 @@ hop order), :func:`fit_neighbor_budget` the quantile budget of sampled sizes.
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Sequence, Tuple
+from typing import Any, Dict, Mapping, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -23,7 +23,7 @@ from ..contract import padding_node, slot_counts
 from ..format import (BATCH, E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, PTR, SEED_MASK,
                       SEED_OF)
 
-__all__ = ["pad_sample", "trim_sample", "fit_neighbor_budget"]
+__all__ = ["pad_sample", "trim_sample", "fit_neighbor_budget", "sample_keys"]
 
 
 def pad_sample(sample: Sample, budget: Budget, node_attrs: Mapping[str, AttrValue],
@@ -47,39 +47,49 @@ def pad_sample(sample: Sample, budget: Budget, node_attrs: Mapping[str, AttrValu
     out: Dict[str, Tensor] = gather_rows(node_attrs, sample.n_id, N)
     if edge_attrs:
         out.update(gather_rows(edge_attrs, sample.e_id, E))
-    own_ids = {k: out.pop(k) for k in (N_ID, E_ID) if k in out}  # the graph's own: below
+    # the graph's own n_id / e_id: their real rows, into those keys (sample_keys)
+    own_ids = {k: out.pop(k)[:n if k == N_ID else m] for k in (N_ID, E_ID) if k in out}
     ei = torch.full((2, E), padding_node(N), dtype=torch.long)
     ei[:, :m] = sample.edge_index
     out["edge_index"] = ei
+    out.update(sample_keys(sample, N, E, slice(0, n), slice(0, m), num_seeds, pad_id, own_ids))
+    # the real graph in slot 0 (a fill batch, n == 0, has none), the padding after it
+    counts = slot_counts([n] if n > 0 else [], 2, N - n)
+    out[BATCH] = torch.repeat_interleave(torch.arange(2), torch.tensor(counts), output_size=N)
+    out[PTR] = torch.tensor([0, counts[0], N])
+    out[GRAPH_MASK] = torch.tensor([n > 0, False])
+    return {k: out[k] for k in sorted(out)}
+
+
+def sample_keys(sample: Sample, N: int, E: int, rows_n: Any, rows_e: Any, num_seeds: int,
+                pad_id: int, own_ids: Mapping[str, Tensor]) -> Dict[str, Tensor]:
+    """A padded sample's ``n_id`` / ``e_id`` (``pad_id`` on padding), ``seed_mask``,
+    ``seed_of`` (disjoint), ``node_mask`` and ``edge_mask``, its real rows at ``rows_n`` /
+    ``rows_e`` (a slice: the plain layout; positions: the per-hop blocks). ``own_ids``:
+    a graph's own ``n_id`` / ``e_id`` gathered by row, which fill those keys' real rows
+    instead (PyG's loaders keep them so)."""
+    out: Dict[str, Tensor] = {}
     nid = torch.full((N,), pad_id, dtype=torch.long)
-    nid[:n] = sample.n_id
+    nid[rows_n] = sample.n_id if N_ID not in own_ids else own_ids[N_ID].long()
     out[N_ID] = nid
     if sample.e_id is not None:
         eid = torch.full((E,), pad_id, dtype=torch.long)
-        eid[:m] = sample.e_id
+        eid[rows_e] = sample.e_id if E_ID not in own_ids else own_ids[E_ID].long()
         out[E_ID] = eid
     sm = torch.zeros(N, dtype=torch.bool)
     sm[:num_seeds] = True
     out[SEED_MASK] = sm
     if sample.seed_of is not None:
         so = torch.full((N,), -1, dtype=torch.long)
-        so[:n] = sample.seed_of
+        so[rows_n] = sample.seed_of
         out[SEED_OF] = so
-    # the real graph in slot 0 (a fill batch, n == 0, has none), the padding after it
-    counts = slot_counts([n] if n > 0 else [], 2, N - n)
-    out[BATCH] = torch.repeat_interleave(torch.arange(2), torch.tensor(counts), output_size=N)
-    out[PTR] = torch.tensor([0, counts[0], N])
     nm = torch.zeros(N, dtype=torch.bool)
-    nm[:n] = True
+    nm[rows_n] = True
     out[NODE_MASK] = nm
     em = torch.zeros(E, dtype=torch.bool)
-    em[:m] = True
+    em[rows_e] = True
     out[EDGE_MASK] = em
-    out[GRAPH_MASK] = torch.tensor([n > 0, False])
-    for k, v in own_ids.items():  # PyG keeps a graph's own n_id / e_id: its values by row
-        real = n if k == N_ID else m
-        out[k][:real] = v[:real]
-    return {k: out[k] for k in sorted(out)}
+    return out
 
 
 def trim_sample(sample: Sample, max_nodes: int, max_edges: int) -> Tuple[Sample, int, int]:

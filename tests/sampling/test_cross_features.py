@@ -169,3 +169,37 @@ def test_per_hop_budget_with_hetero_data_is_refused_by_name():
     h["paper", "cites", "paper"].edge_index = torch.randint(0, 10, (2, 30))
     with pytest.raises(ValueError, match="per_hop_budget=True"):
         FixedSizeNeighborLoader(h, [2], 4, input_nodes="paper", per_hop_budget=True)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10 ** 6), store=st.booleans())
+def test_per_hop_batches_gather_numpy_and_store_rows_and_a_graphs_own_n_id(seed, store):
+    """The per-hop layout reads rows wherever they live (a numpy array, a feature-store
+    column) and keeps a graph's own ``n_id`` as PyG does: the same real rows, keys and
+    ids as the batches of the tensor graph."""
+    g = torch.Generator().manual_seed(seed)
+    n = 60
+    data = _graph(n, 300, seed)
+    data.n_id = torch.randperm(n, generator=g) + 1000
+    kw = dict(per_hop_budget=True, seed=seed)
+    plain = FixedSizeNeighborLoader(data, [3, 2], 8, **kw)
+    if store:
+        fs, gs = MyFeatureStore(), MyGraphStore()
+        fs.put_tensor(data.x, group_name=None, attr_name="x", index=None)
+        fs.put_tensor(data.n_id, group_name=None, attr_name="n_id", index=None)
+        gs.put_edge_index((data.edge_index[0], data.edge_index[1]), edge_type=None,
+                          layout="coo", size=(n, n))
+        other = FixedSizeNeighborLoader((fs, gs), [3, 2], 8, **kw)
+    else:
+        np_data = data.clone()
+        np_data.x = data.x.numpy()
+        other = FixedSizeNeighborLoader(np_data, [3, 2], 8, **kw)
+    for a, b in zip(plain, other, strict=True):
+        assert sorted(a) == sorted(b)
+        for k in a:
+            assert torch.equal(a[k], b[k]), k
+        m = a["node_mask"]
+        assert (a["n_id"][m] >= 1000).all()  # the graph's own ids, not row ids
+        batch = plain.to_pyg(a)
+        row = torch.argsort(data.n_id)[batch.n_id - 1000]  # the node each own id names
+        assert torch.equal(batch.x, data.x[row])
