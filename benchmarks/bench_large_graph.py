@@ -25,7 +25,8 @@ Adam 1e-2, on 50% of the nodes as seeds; test accuracy on 25%. Reported:
    ``prefetch=2`` (a sampling thread) and with ``--workers`` processes.
 
 Run: ``TORCHINDUCTOR_CACHE_DIR=.cache/inductor python benchmarks/bench_large_graph.py``
-(``--nodes 20000 --epochs 1`` for a quick look).
+(``--nodes 20000 --epochs 1`` for a quick look). ``--link`` / ``--temporal-link`` add the
+link rows (2b, 2c), ``--hetero-link`` runs the hetero link row alone (6b).
 """
 from __future__ import annotations
 
@@ -431,6 +432,95 @@ def hetero_section(fan, bs) -> None:
           f"ours / PyG = {dt_pyg / dt:.2f}x (per seed: {n_pyg / dt_pyg:.0f} vs {n / dt:.0f})")
 
 
+def pyg_temporal_available() -> bool:
+    """PyG's temporal sampling runs in pyg-lib only (torch-sparse has none)."""
+    import importlib.util
+    return importlib.util.find_spec("pyg_lib") is not None
+
+
+def temporal_link_section(data, fan, bs, num_links) -> None:
+    """2c. Temporal links: our loader with an edge-level time and ``edge_label_time``
+    (``temporal_strategy`` uniform and last) against the same loader without time
+    (disjoint, so the trees are alike), and PyG's LinkNeighborLoader where pyg-lib runs
+    it (its temporal sampling has no torch-sparse path)."""
+    from graph_adapter.sampling import FixedSizeLinkNeighborLoader
+
+    g = torch.Generator().manual_seed(3)
+    cols = torch.randperm(data.num_edges, generator=g)[:num_links]
+    eli = data.edge_index[:, cols]
+    data = copy.copy(data)
+    data.time = torch.randint(0, 1000, (data.num_edges,), generator=g)
+    elt = data.time[cols]
+    print(f"\n2c. temporal links: {eli.size(1)} supervision edges, batch_size={bs}, binary "
+          f"negatives 1:1, num_neighbors={fan}, an edge-level time in 0..999, each link at "
+          f"its own edge's time")
+    rates = {}
+    for name, kw in (("disjoint, no time", {"disjoint": True}),
+                     ("temporal uniform", {"time_attr": "time", "edge_label_time": elt}),
+                     ("temporal last", {"time_attr": "time", "edge_label_time": elt,
+                                        "temporal_strategy": "last"})):
+        t = time.perf_counter()
+        LL = FixedSizeLinkNeighborLoader(data, fan, eli, batch_size=bs, shuffle=True, **kw)
+        built = time.perf_counter() - t
+        n, dt, _ = _timed_epoch(LL, lambda f: int((f["input_id"] >= 0).sum()))
+        rates[name] = n / dt
+        print(f"   ours, {name}: built in {built:.2f} s, budget {LL.budget}; "
+              f"{n / dt:9.0f} supervision edges/s ({dt:.2f} s)")
+        _print_fill(LL.stats)
+    base = rates["disjoint, no time"]
+    print(f"   time's cost: uniform {base / rates['temporal uniform']:.2f}x, last "
+          f"{base / rates['temporal last']:.2f}x the untimed disjoint loader's time")
+    if not pyg_temporal_available():
+        print("   PyG LinkNeighborLoader (temporal): could not run (its temporal sampling "
+              "needs pyg-lib, not installable here): not measured")
+        return
+    from torch_geometric.loader import LinkNeighborLoader
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pyg = LinkNeighborLoader(data, num_neighbors=fan, edge_label_index=eli, batch_size=bs,
+                                 shuffle=True, neg_sampling="binary", time_attr="time",
+                                 edge_label_time=elt)
+    n_pyg, dt_pyg, _ = _timed_epoch(pyg, lambda b: int(b.input_id.numel()))
+    print(f"   PyG LinkNeighborLoader (pyg-lib, temporal uniform): {n_pyg / dt_pyg:9.0f} "
+          f"supervision edges/s; ours / PyG = {rates['temporal uniform'] / (n_pyg / dt_pyg):.2f}x")
+
+
+def hetero_link_section(fan, bs, num_links) -> None:
+    """6b. Hetero links: FixedSizeLinkNeighborLoader on a HeteroData (``author writes
+    paper`` supervision edges, binary negatives 1:1): build time, fill, supervision
+    edges/s against PyG's LinkNeighborLoader on the same graph, side by side."""
+    from graph_adapter.sampling import FixedSizeLinkNeighborLoader
+
+    h = hetero_graph(100_000, 50_000, 400_000, 1_000_000)
+    et = ("author", "writes", "paper")
+    cols = torch.randperm(400_000, generator=torch.Generator().manual_seed(2))[:num_links]
+    eli = h[et].edge_index[:, cols]
+    print(f"\n6b. hetero links: paper 100000 / author 50000 nodes, writes + rev_writes 400000 "
+          f"each, cites 1000000; {num_links} {et} supervision edges, batch_size={bs}, binary "
+          f"negatives 1:1, num_neighbors={fan} for every edge type")
+    t = time.perf_counter()
+    L = FixedSizeLinkNeighborLoader(h, fan, edge_label_index=(et, eli), batch_size=bs,
+                                    shuffle=True)
+    print(f"   FixedSizeHeteroLinkNeighborLoader built in {time.perf_counter() - t:.2f} s: "
+          f"{L.budget}, {L.slots} supervision slots")
+    n, dt, _ = _timed_epoch(L, lambda f: int((f["__".join(et) + "/input_id"] >= 0).sum()))
+    _print_fill(L.stats)
+    print(f"   ours (padded dicts): {n / dt:9.0f} supervision edges/s ({dt:.2f} s)")
+    if not pyg_loader_available():
+        print("   PyG LinkNeighborLoader: unavailable (no torch-sparse / pyg-lib): not measured")
+        return
+    from torch_geometric.loader import LinkNeighborLoader
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pyg = LinkNeighborLoader(h, num_neighbors=fan, edge_label_index=(et, eli),
+                                 batch_size=bs, shuffle=True, neg_sampling="binary")
+    n_pyg, dt_pyg, _ = _timed_epoch(pyg, lambda b: int(b[et].input_id.numel()))
+    print(f"   PyG LinkNeighborLoader (torch-sparse): {n_pyg / dt_pyg:9.0f} supervision "
+          f"edges/s ({dt_pyg:.2f} s); ours / PyG = {dt_pyg / dt:.2f}x")
+
+
 def _pyg_method(args, base, data, L, train, test, fan, bs, loader_ok, workers):
     """Eager PyG: its ``NeighborLoader`` (``workers`` processes) + the model, Adam."""
     model = copy.deepcopy(base)
@@ -609,6 +699,11 @@ def main() -> None:
                          "PyG's LinkNeighborLoader)")
     ap.add_argument("--link-edges", type=int, default=50_000,
                     help="supervision edges of section 2b (a random subset of the edges)")
+    ap.add_argument("--temporal-link", action="store_true",
+                    help="also section 2c: temporal links (edge-level time) vs the untimed "
+                         "disjoint loader, and PyG's where pyg-lib runs it")
+    ap.add_argument("--hetero-link", action="store_true",
+                    help="only section 6b: hetero links vs PyG's LinkNeighborLoader")
     ap.add_argument("--no-train", action="store_true", help="stop before section 3")
     ap.add_argument("--overlap", action="store_true",
                     help="section 3b instead of 3: one compiled model, our loader in the "
@@ -633,6 +728,10 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__} ({args.threads} threads), load average at start "
           f"{os.getloadavg()[0]:.1f}")
+    if args.hetero_link:
+        hetero_link_section(fan, bs, args.link_edges)
+        print(f"\nload average at end {os.getloadavg()[0]:.1f}")
+        return
     if args.hetero:
         hetero_section(fan, bs)
         print(f"\nload average at end {os.getloadavg()[0]:.1f}")
@@ -708,6 +807,8 @@ def main() -> None:
 
     if args.link:
         link_section(data, fan, bs, args.link_edges, loader_ok)
+    if args.temporal_link:
+        temporal_link_section(data, fan, bs, args.link_edges)
     if args.overlap:
         overlap_section(args, data, L, train, fan, bs)
     if args.no_train or args.overlap:

@@ -62,7 +62,8 @@ __all__ = [
     "ELL_IN", "ELL_OUT", "SPILL_IN", "SPILL_OUT", "IN_SOURCES", "LAYOUT_KEYS",
     "N_ID", "E_ID", "SEED_MASK", "SEED_OF", "SAMPLED_KEYS",
     "EDGE_LABEL_INDEX", "EDGE_LABEL", "INPUT_ID", "LINK_MASK", "SRC_INDEX", "DST_POS_INDEX",
-    "DST_NEG_INDEX", "LINK_KEYS", "ALL_RESERVED_KEYS", "OUTPUT_KEY", "LOSS_KEY",
+    "DST_NEG_INDEX", "EDGE_LABEL_TIME", "SEED_TIME", "LINK_KEYS", "HOP_NODES", "HOP_EDGES",
+    "HOP_KEYS", "hop_shape", "hop_budgets", "ALL_RESERVED_KEYS", "OUTPUT_KEY", "LOSS_KEY",
     "key_of", "parse_key", "store_name", "attr_of", "cat_dim_of", "is_index_attr", "is_hetero",
     "mask_key", "is_layout_key",
     # levels
@@ -142,10 +143,23 @@ LINK_MASK = "link_mask"
 SRC_INDEX = "src_index"
 DST_POS_INDEX = "dst_pos_index"
 DST_NEG_INDEX = "dst_neg_index"
+#: Temporal link batches: each supervision slot's time (binary: ``[L]``, PyG's
+#: ``edge_label_time``) and each triplet's time (``[S]``, PyG's ``seed_time``).
+EDGE_LABEL_TIME = "edge_label_time"
+SEED_TIME = "seed_time"
 LINK_KEYS = (EDGE_LABEL_INDEX, EDGE_LABEL, INPUT_ID, LINK_MASK, SRC_INDEX, DST_POS_INDEX,
-             DST_NEG_INDEX)
+             DST_NEG_INDEX, EDGE_LABEL_TIME, SEED_TIME)
+#: Keys of a neighbour batch with per-hop budgets (``per_hop_budget=``): rows and
+#: edges lie in one block per hop, each padded to its hop's own budget, and these
+#: two keys say how large the blocks are by their SHAPE (``(0, b_0, ..., b_H)`` nodes,
+#: ``(0, e_1, ..., e_H)`` edges; no element, so no value a compiler would have to
+#: read): :func:`hop_budgets` reads the lists back, static ints under a trace. The
+#: names are PyG's batch attributes, which a wrapped model sees as these lists.
+HOP_NODES = "num_sampled_nodes"
+HOP_EDGES = "num_sampled_edges"
+HOP_KEYS = (HOP_NODES, HOP_EDGES)
 #: Every key the format or its loaders own; a graph attribute may not use any of them.
-ALL_RESERVED_KEYS = RESERVED_KEYS + LAYOUT_KEYS + SAMPLED_KEYS + LINK_KEYS
+ALL_RESERVED_KEYS = RESERVED_KEYS + LAYOUT_KEYS + SAMPLED_KEYS + LINK_KEYS + HOP_KEYS
 
 #: Where a wrapped model's output and loss live in its output dict.
 OUTPUT_KEY = "output"
@@ -223,6 +237,25 @@ def is_hetero(keys: Collection[str]) -> bool:
 def is_layout_key(key: str) -> bool:
     """Whether ``key`` is one of the optional aggregation layout tables."""
     return attr_of(key) in LAYOUT_KEYS
+
+
+def hop_shape(counts: Sequence[int]) -> Tuple[int, ...]:
+    """The shape of a :data:`HOP_NODES` / :data:`HOP_EDGES` key holding the per-hop
+    block sizes ``counts``: ``(0, *counts)`` (the leading 0: no element, and no row
+    count any level could have but an empty one)."""
+    return (0,) + tuple(int(c) for c in counts)
+
+
+def hop_budgets(shape: Sequence[int]) -> List[int]:
+    """The per-hop block sizes a :data:`HOP_NODES` / :data:`HOP_EDGES` key's shape
+    holds (the inverse of :func:`hop_shape`; a leading micro-batch dim ``F`` is
+    skipped: the sizes follow the 0)."""
+    dims = [int(d) for d in shape]
+    if 0 not in dims[:2]:
+        raise SpecFormatError(f"a per-hop key has shape {tuple(dims)}; it is (0, b_0, ..., b_H) "
+                              f"(or (F, 0, ...) with a micro-batch dim): the block sizes follow "
+                              f"the leading 0 (contract.hop_shape)")
+    return dims[dims.index(0) + 1:]
 
 
 def mask_key(store: StoreKey, level: str) -> str:

@@ -40,7 +40,8 @@ from .values import (DIAGNOSED, BoundsPlan, Problem, bounds_plan, check_before_c
                      inside_poptorch, micro_batches_of, named_error, raise_for_bounds, raise_for_values,
                      value_problems)
 from .pytree import register_pytree
-from .unpad import AmbiguousLevelError, dim_of, inc_dims, unpad, unpad_batch, unpad_hetero
+from .unpad import (AmbiguousLevelError, compact_hops, dim_of, inc_dims, is_per_hop,
+                    real_hop_counts, sampled_hop_counts, unpad, unpad_batch, unpad_hetero)
 
 __all__ = (list(keys.__all__) + list(micro.__all__) + list(errors.__all__) + [
     "encode", "decode", "dumps", "base_class", "class_path", "resolve_class",
@@ -48,5 +49,5 @@ __all__ = (list(keys.__all__) + list(micro.__all__) + list(errors.__all__) + [
     "DIAGNOSED", "BoundsPlan", "Problem", "bounds_plan", "check_before_call",
     "inside_poptorch", "micro_batches_of", "named_error", "raise_for_bounds", "raise_for_values", "value_problems",
     "register_pytree", "dim_of", "inc_dims", "unpad_batch", "unpad_hetero", "unpad",
-    "AmbiguousLevelError",
+    "AmbiguousLevelError", "compact_hops", "is_per_hop", "real_hop_counts", "sampled_hop_counts",
 ])

@@ -20,7 +20,8 @@ from ..contract import (ALL_RESERVED_KEYS, BATCH, DST_NEG_INDEX, DST_POS_INDEX, 
                         PTR, RESERVED_KEYS, RESERVED_NODES, SAMPLED_KEYS, SEED_MASK, SEED_OF, SEP,
                         SPILL_IN, SPILL_OUT, SRC_INDEX, Dim, StoreKey, attr_of, cat_dim_of,
                         is_hetero, is_index_attr, is_layout_key, key_of, level_of_rows,
-                        levels_of_rows, mask_key, parse_key, pick_level, store_name)
+                        levels_of_rows, mask_key, parse_key, pick_level, store_name,
+                        HOP_EDGES, HOP_KEYS, HOP_NODES, hop_budgets, hop_shape)
 
 __all__ = [n for n in _contract.__all__ if n in globals()] + [
     "masks_by_level", "mask_of_rows", "to_device", "loss_of",

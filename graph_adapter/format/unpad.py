@@ -7,7 +7,11 @@ the masks' real counts) and padding graphs are dropped, index attributes
 shifted back by their node offsets (PyG's ``__inc__``), and a micro-batched
 dict gives the graphs of every micro-batch in order. With the collator's
 ``schema`` every key comes back exactly; without it, levels are guessed
-from the row counts (``docs/batching.md``).
+from the row counts (``docs/batching.md``). A sampled batch laid out in per-hop
+blocks (``per_hop_budget=``: the ``num_sampled_nodes`` / ``num_sampled_edges``
+keys) is first brought back to the plain layout (:func:`compact_hops`) and its
+graph gets PyG's ``num_sampled_nodes`` / ``num_sampled_edges``: the real count of
+every block.
 """
 from __future__ import annotations
 
@@ -23,8 +27,11 @@ from .keys import (Dim, BATCH, EDGE_MASK, GRAPH_MASK, LAYOUT_KEYS, MASK_OF_LEVEL
 from .micro import has_micro_batch_dim, micro_batch, num_micro_batches, split_micro_batches
 from .spec import Field
 from ._node_sets import PAIR_SEP, set_key, set_masks
+from ..contract import padding_node
+from .keys import HOP_EDGES, HOP_KEYS, HOP_NODES, SEED_MASK, cat_dim_of, hop_budgets
 
-__all__ = ["unpad_batch", "unpad_hetero", "inc_dims", "dim_of", "unpad", "AmbiguousLevelError"]
+__all__ = ["unpad_batch", "unpad_hetero", "inc_dims", "dim_of", "unpad", "AmbiguousLevelError",
+           "is_per_hop", "real_hop_counts", "compact_hops", "sampled_hop_counts"]
 
 
 def dim_of(f: Field) -> Dim:
@@ -51,7 +58,8 @@ def inc_dims(f: Field) -> Tuple[Dim, Dim]:
 
 
 def unpad_batch(flat: Mapping[str, Tensor], schema: Optional[Sequence[Field]] = None,
-                levels: Optional[Mapping[str, str]] = None) -> List[Any]:
+                levels: Optional[Mapping[str, str]] = None, hops: Optional[int] = None
+                ) -> List[Any]:
     """Give back the real graphs of a padded flat dict as ``Data`` (``HeteroData``) objects.
 
     ``schema`` (``Collator.schema`` / ``FixedSizeLoader.schema``) restores
@@ -60,8 +68,60 @@ def unpad_batch(flat: Mapping[str, Tensor], schema: Optional[Sequence[Field]] = 
     counts is used, and keys named like indices (``*index*``, ``face``) are
     shifted back by the node offsets.  A micro-batched dict
     (``graph_mask.dim() == 2``) gives the graphs of all micro-batches in order.
+    A batch in per-hop blocks (``per_hop_budget=``) gives PyG's layout with PyG's
+    ``num_sampled_nodes`` / ``num_sampled_edges``; ``hops`` (the sampler's number
+    of hops, ``len(num_neighbors)``) gives a plain neighbour-sampled batch (one
+    with ``seed_mask``, ``directed=True``) the same lists, from the sampled edges
+    (:func:`sampled_hop_counts`).
     """
-    return _unpad(flat, schema, (), (), levels)
+    graphs = _unpad(flat, schema, (), (), levels)
+    if hops is not None and not is_per_hop(flat):
+        for d in graphs:
+            if SEED_MASK in d and "edge_index" in d:
+                d[HOP_NODES], d[HOP_EDGES] = sampled_hop_counts(
+                    d["edge_index"], int(d[SEED_MASK].numel()), int(d[SEED_MASK].sum()), hops)
+    return graphs
+
+
+def sampled_hop_counts(edge_index: Tensor, num_nodes: int, num_seeds: int, hops: int
+                       ) -> Tuple[List[int], List[int]]:
+    """PyG's ``num_sampled_nodes`` / ``num_sampled_edges`` of a directed neighbour
+    sample in hop order (rows: the seeds, hop 1's new nodes, ...; edges hop by hop,
+    each into the hop before).
+
+    A row first sampled at hop ``h`` is exactly ``h`` sampled edges from the seeds
+    (an edge into a nearer row would have been sampled, and the row found, at an
+    earlier hop), so the hops are the distances, and an edge's hop is its
+    destination's plus one. Rows are in hop order: a row no edge reaches (a
+    loader's ``oversize="trim"`` cut its edges) counts with the hop of the rows
+    before it.
+
+    Args:
+        edge_index: ``[2, m]`` rows of the sample (source, destination).
+        num_nodes: the sample's rows.
+        num_seeds: its seeds (the first rows).
+        hops: the sampler's number of hops (the lists have ``hops + 1`` / ``hops``
+            entries, trailing empty hops included).
+
+    Returns:
+        ``(nodes per hop, edges per hop)``.
+    """
+    far = hops + 1
+    dist = torch.full((num_nodes,), far, dtype=torch.long)
+    dist[:num_seeds] = 0
+    src, dst = edge_index[0].long(), edge_index[1].long()
+    for h in range(1, hops + 1):
+        new = src[dist[dst] == h - 1]
+        new = new[dist[new] == far]
+        if new.numel() == 0:
+            break
+        dist[new] = h
+    reached = torch.where(dist == far, torch.zeros_like(dist), dist)
+    hop = torch.cummax(reached, 0).values if num_nodes else reached
+    nodes = torch.bincount(hop, minlength=hops + 1)[:hops + 1].tolist()
+    edges = torch.bincount(hop[dst] + 1, minlength=hops + 1)[1:hops + 1].tolist() \
+        if dst.numel() else [0] * hops
+    return [int(c) for c in nodes], [int(c) for c in edges]
 
 
 def unpad_hetero(flat: Mapping[str, Tensor], schema: Sequence[Field],
@@ -78,6 +138,9 @@ def _unpad(flat: Mapping[str, Tensor], schema: Optional[Sequence[Field]],
     if has_micro_batch_dim(flat):
         return [d for one in split_micro_batches(flat)
                 for d in _unpad(one, schema, node_types, edge_types, levels)]
+    hops = None
+    if is_per_hop(flat):  # per-hop blocks: the plain layout first, PyG's per-hop counts after
+        flat, hops = compact_hops(flat)
     hetero = is_hetero(flat)
     if hetero and not node_types:  # the stores, from the format's own keys
         node_types = [parse_key(k)[0][0] for k in flat if parse_key(k)[1] == PTR]
@@ -107,7 +170,11 @@ def _unpad(flat: Mapping[str, Tensor], schema: Optional[Sequence[Field]],
             continue  # (hetero with a schema: the schema's keys only)
         f = specs.get(k) or _guess_field(k, v, flat, levels or {}, G)
         parts[f] = _split(f, v, g, G, n_i, n_off, e_i)
-    return [_build(parts, j, hetero, node_dims, n_i, specs) for j in range(g)]
+    graphs = [_build(parts, j, hetero, node_dims, n_i, specs) for j in range(g)]
+    if hops is not None:
+        for d in graphs:
+            d[HOP_NODES], d[HOP_EDGES] = list(hops[0]), list(hops[1])
+    return graphs
 
 
 def _set_dims(specs: Mapping[str, Field], level: str) -> List[Dim]:
@@ -375,3 +442,74 @@ def _micro(v: Tensor, i: int, f: int, masks: Mapping[str, List[Tensor]]) -> Tens
     if v.size(0) == f:
         return v[i]
     return v
+
+
+# --------------------------------------------------------------------------
+# Per-hop blocks (FixedSizeNeighborLoader(per_hop_budget=...)) back to the plain layout
+# --------------------------------------------------------------------------
+
+
+def is_per_hop(flat: Mapping[str, Tensor]) -> bool:
+    """Whether ``flat`` (homogeneous) is laid out in per-hop blocks."""
+    return HOP_NODES in flat and HOP_EDGES in flat
+
+
+def _block_sums(mask: Tensor, sizes: List[int]) -> List[int]:
+    """The True entries of ``mask`` in each consecutive block of ``sizes``."""
+    if not sizes:
+        return []
+    return [int(c) for c in torch.stack([b.sum() for b in mask.split(sizes)]).tolist()]
+
+
+def real_hop_counts(flat: Mapping[str, Tensor]) -> Tuple[List[int], List[int]]:
+    """``(real nodes per hop, real edges per hop)`` of a per-hop batch (no micro-batch
+    dim): what PyG's loader reports as ``num_sampled_nodes`` / ``num_sampled_edges``."""
+    nodes = hop_budgets(flat[HOP_NODES].shape)
+    edges = hop_budgets(flat[HOP_EDGES].shape)
+    return _block_sums(flat[NODE_MASK], nodes), _block_sums(flat[EDGE_MASK], edges)
+
+
+def compact_hops(flat: Mapping[str, Tensor]
+                 ) -> Tuple[Dict[str, Tensor], Tuple[List[int], List[int]]]:
+    """The plain layout of a per-hop batch (no micro-batch dim), and its real per-hop
+    counts (:func:`real_hop_counts`).
+
+    Real rows (edges) keep their order, every block's before the next one's; the
+    padding rows follow; ``edge_index`` is renumbered, padding edges become
+    self-loops on the last row; ``batch`` / ``ptr`` are the plain layout's (real
+    slot, padding slot); the per-hop keys are left out.
+    """
+    counts = real_hop_counts(flat)
+    nm, em = flat[NODE_MASK], flat[EDGE_MASK]
+    N, E, G = nm.numel(), em.numel(), flat[GRAPH_MASK].numel()
+    # stable: real rows stay in block order (each block holds its real rows first)
+    perm_n = torch.sort((~nm).to(torch.uint8), stable=True).indices
+    perm_e = torch.sort((~em).to(torch.uint8), stable=True).indices
+    new_row = torch.empty_like(perm_n)
+    new_row[perm_n] = torch.arange(N)
+    n, m = int(nm.sum()), int(em.sum())
+    out: Dict[str, Tensor] = {}
+    for k, v in flat.items():
+        if k in HOP_KEYS:
+            continue
+        dim = cat_dim_of(k)
+        rows = v.size(dim) if v.dim() else -1
+        lv = levels_of_rows(rows, {"node": N, "edge": E, "graph": G})
+        if k == "edge_index":
+            ei = new_row[v[:, perm_e]]
+            ei[:, m:] = padding_node(N)
+            out[k] = ei
+        elif k in (BATCH, PTR) or k == GRAPH_MASK:
+            out[k] = v
+        elif "edge" in lv and ("node" not in lv or "edge" in k):
+            out[k] = v.index_select(dim, perm_e)
+        elif "node" in lv:
+            out[k] = v.index_select(dim, perm_n)
+        else:
+            out[k] = v
+    # the plain layout's slots: real rows in slot 0, padding in slot 1 (a fill batch
+    # keeps one padding row in slot 0: contract.slot_counts)
+    n0 = max(n, 1)
+    out[BATCH] = (torch.arange(N) >= n0).to(flat[BATCH].dtype)
+    out[PTR] = torch.tensor([0, n0, N], dtype=flat[PTR].dtype)
+    return {k: out[k] for k in flat if k in out}, counts

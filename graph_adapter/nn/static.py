@@ -60,7 +60,8 @@ from torch_geometric.index import index2ptr as index2ptr_orig
 from torch_geometric.nn.aggr.base import Aggregation
 from torch_geometric.utils import num_nodes as _num_nodes_mod
 
-from ..format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, IN_SOURCES, NODE_MASK, PTR,
+from ..format import (BATCH, EDGE_MASK, ELL_IN, ELL_OUT, GRAPH_MASK, HOP_NODES, IN_SOURCES,
+                      NODE_MASK, PTR, hop_budgets,
                       SPILL_IN, SPILL_OUT, is_hetero, levels_of_rows, masks_by_level,
                       parse_key)
 
@@ -139,11 +140,35 @@ def make_frame(flat: Dict[str, Tensor]) -> Dict[str, Any]:
             if ELL_IN in flat and ELL_OUT in flat else None
         # layout="sources" (sampled batches): each row's in-edge sources, same routing
         frame["sources"] = flat.get(IN_SOURCES)
+        if HOP_NODES in flat and NODE_MASK in flat:
+            _per_hop_frame(frame, flat)
     else:
         frame["N"] = frame["E"] = None
         frame[BATCH] = None
         frame["batches"] = [v for k, v in flat.items() if parse_key(k)[1] == BATCH]
     return frame
+
+
+def _per_hop_frame(frame: Dict[str, Any], flat: Dict[str, Tensor]) -> None:
+    """What the static self-loop ops need of a batch in per-hop blocks
+    (:mod:`graph_adapter.sampling.hops`): its padding rows are not the last ones,
+    and ``trim_to_layer`` hands a layer the first blocks only. So loops are moved
+    to two padding rows of the seeds' block, which every layer keeps
+    (``loop_rows``), and each trimmed row count (blocks ``0..h``) is a node set of
+    its own whose mask is the node mask's prefix (a layer given ``num_nodes`` of a
+    trimmed ``x`` runs over it; a masked norm on a trimmed ``x`` reads it)."""
+    blocks = hop_budgets(flat[HOP_NODES].shape)
+    mask = flat[NODE_MASK]
+    frame["loop_rows"] = (blocks[0] - 2, blocks[0] - 1)  # RESERVED_NODES padding rows there
+    ends, acc = {}, 0
+    for b in blocks[:-1]:
+        acc += b
+        ends[acc] = mask[:acc]
+    frame["node_sets"] = ends
+    # ... and a masked norm on a trimmed x normalises its real rows by the prefix's mask
+    masks = {lv: list(ms) for lv, ms in frame["masks"].items()}
+    masks["node"] += list(ends.values())
+    frame["masks"] = masks
 
 
 # --------------------------------------------------------------------------
@@ -344,6 +369,12 @@ def _unloop(edge_index: Tensor, frame: Dict[str, Any],
     n, mask = nodes if nodes is not None else (frame["N"], frame.get(NODE_MASK))
     trash = n - 1
     row, col = edge_index[0], edge_index[1]
+    loop_rows = frame.get("loop_rows")
+    if loop_rows is not None:  # per-hop blocks: two padding rows no trimming cuts
+        is_loop = row == col
+        row = torch.where(is_loop, torch.full_like(row, loop_rows[0]), row)
+        col = torch.where(is_loop, torch.full_like(col, loop_rows[1]), col)
+        return torch.stack([row, col], dim=0)
     if mask is None:
         first_pad = torch.full_like(row, trash)
     else:

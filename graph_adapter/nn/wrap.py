@@ -29,7 +29,8 @@ from torch_geometric.data import Data, HeteroData
 
 from . import stand_ins, static
 from .norm import eager_ok, mask_norms, unmask_norms
-from ..format import (BATCH, GRAPH_MASK, LOSS_KEY, NODE_MASK, OUTPUT_KEY, SEP,
+from ..format import (BATCH, GRAPH_MASK, HOP_KEYS, LOSS_KEY, NODE_MASK, OUTPUT_KEY, SEP,
+                      hop_budgets,
                       has_micro_batch_dim, is_hetero, key_of, set_key, set_masks,
                       strip_micro_batch)
 # (the outputs' unpadding lives with the batches' in the format stage; named here too)
@@ -177,6 +178,23 @@ def _with_node_sets(frame: Dict[str, Any], flat: Mapping[str, Tensor]) -> Dict[s
     return frame
 
 
+def _hop_list(flat: Mapping[str, Tensor], key: str) -> List[int]:
+    """The per-hop block sizes a per-hop key's shape holds (``contract.hop_budgets``):
+    static ints under a trace, as PyG's ``trim_to_layer`` needs them."""
+    return hop_budgets(flat[key].shape)
+
+
+def _with_hop_lists(batch: Any, flat: Mapping[str, Tensor]) -> Any:
+    """``batch`` with ``num_sampled_nodes`` / ``num_sampled_edges`` as PyG has them (lists
+    of ints: the per-hop budgets) where ``flat`` is laid out in per-hop blocks
+    (:mod:`graph_adapter.sampling.hops`); item assignment, which traces."""
+    if batch is not None and not is_hetero(flat):
+        for key in HOP_KEYS:
+            if key in flat:
+                batch[key] = _hop_list(flat, key)
+    return batch
+
+
 def _tag(name: str) -> str:
     return name.rsplit("_", 1)[1] if "_" in name else ""
 
@@ -309,7 +327,7 @@ class IPUWrapped(nn.Module):
             if p.name in self.extra_kwargs:
                 kw[p.name] = self.extra_kwargs[p.name]
             elif key in flat:
-                kw[p.name] = flat[key]
+                kw[p.name] = _hop_list(flat, key) if key in HOP_KEYS else flat[key]
             elif p.default is inspect.Parameter.empty:
                 raise missing_required(self.model, p, key, flat)
         return kw
@@ -357,14 +375,14 @@ class IPUWrapped(nn.Module):
         """
         if not padded:
             # the batch object only where something reads it (eager: nothing traced)
-            batch = (unflatten(flat, spec, validate=False)
+            batch = (_with_hop_lists(unflatten(flat, spec, validate=False), flat)
                      if mode == "data" or self.loss_fn is not None else None)
             if mode == "data":
                 out = self.model(batch, **self.extra_kwargs)
             else:
                 out = self.model(**self._kwargs(flat))
             return out, None if self.loss_fn is None else self.loss_fn(out, batch)
-        batch = unflatten(flat, spec, validate=False)
+        batch = _with_hop_lists(unflatten(flat, spec, validate=False), flat)
         frame = _with_node_sets(static.make_frame(flat), flat)
         static.push_frame(frame)
         try:

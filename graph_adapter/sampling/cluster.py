@@ -11,14 +11,26 @@ one signature:
 
 * rows: the chosen clusters' nodes, cluster by cluster in the epoch's
   (shuffled) cluster order, each cluster's nodes by node id; ``seed_mask`` is
-  True on every real row (the loss is over the whole batch, as Cluster-GCN's;
-  mask it further with e.g. ``train_mask``);
-* edges: ordered by destination row, input order within one
-  (:func:`graph_adapter.sampling.csr.induced_edges`).
+  True on every row of the clusters (the loss is over the whole batch, as
+  Cluster-GCN's; mask it further with e.g. ``train_mask``);
+* edges: PyG's order (``ClusterData``'s ``sparse_format``): ``"csr"``
+  (default) by source row, then by the destination's place in the
+  partition's node order (``ClusterData``'s permuted ids: cluster, then node
+  id), input order among duplicates; ``"csc"`` the same with source and
+  destination swapped;
+* ``keep_inter_cluster_edges=True`` (``ClusterData``'s): every edge out of the
+  clusters' nodes (``"csc"``: into them) is kept, its outer end a row of its
+  own after the clusters' rows (``seed_mask`` False there, features
+  gathered), outer rows in partition order. ``loader.to_pyg(batch)`` gives
+  ``ClusterData[i]``'s layout: the clusters' node attributes, the outer end of
+  each edge in the permuted numbering. PyG's ``ClusterLoader`` ignores the
+  flag (its batches keep the edges between the chosen clusters); here it holds
+  for any ``batch_size``.
 
 Budget: the node count holds the ``batch_size`` largest clusters together
-(exact: no node is ever cut, every node is a real row once an epoch); the edge
-count is the ``success_ratio`` quantile of ``fit_batches`` sampled batches: a
+(exact: no node of a cluster is ever cut, every node is a real row once an
+epoch; with ``keep_inter_cluster_edges`` the outer rows are fitted as the edges
+are, and trimmed first); the edge count is the ``success_ratio`` quantile of ``fit_batches`` sampled batches: a
 batch with more edges loses its last ones under ``oversize="trim"`` (counted in
 ``loader.stats``, warned) or raises under ``"error"``.
 
@@ -51,12 +63,13 @@ import torch
 from torch import Tensor
 
 from ..batching import Budget, fingerprint
-from .csr import Sample, induced_edges
+from .csr import Sample
 from .settings import SamplingSettings
+from .inputs.source import input_edge_index
 from .neighbor import FixedSizeNeighborLoader, NeighborLoaderStats
 
 __all__ = ["FixedSizeClusterLoader", "ClusterLoaderStats", "MetisUnavailableError",
-           "PartitionError", "METIS_BACKENDS", "metis_partition", "metis_available",
+           "PartitionError", "METIS_BACKENDS", "SPARSE_FORMATS", "metis_partition", "metis_available",
            "metis_csr", "edge_cut"]
 
 #: METIS backends in the order :func:`metis_partition` tries them.
@@ -70,6 +83,10 @@ class MetisUnavailableError(ImportError):
 
 class PartitionError(ValueError):
     """A ``partition`` that is not one part id in ``[0, P)`` per node, or an empty part."""
+
+
+#: ``ClusterData``'s ``sparse_format`` values: edges by source (``"csr"``) or by destination.
+SPARSE_FORMATS = ("csr", "csc")
 
 
 @dataclass
@@ -344,6 +361,10 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
             ``batch_size`` largest clusters, its dict/JSON, or ``None`` (fitted).
         seed: as :class:`FixedSizeNeighborLoader`'s, and METIS's seed with
             pymetis (:func:`metis_partition`).
+        keep_inter_cluster_edges: keep every edge out of (``"csc"``: into) the
+            clusters' nodes, their outer ends as extra rows (module doc).
+        sparse_format: ``"csr"`` (default: edges by source, as ``ClusterData``)
+            or ``"csc"`` (by destination).
         The rest: as :class:`FixedSizeNeighborLoader` (``shuffle``,
             ``oversize``, ``success_ratio``, ``fit_batches``, ``round_to``,
             ``micro_batches``, ``rank``, ``world_size``, ``pad_id``, ``num_workers``,
@@ -368,7 +389,8 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
         PartitionError: a ``partition`` that is not one id in ``[0, P)`` a node, an
             empty part, or a ``num_parts`` that is not in ``[1, num_nodes]``.
         MetisUnavailableError: ``num_parts`` without ``partition`` and no METIS.
-        ValueError: an unknown ``metis_backend`` or another bad argument.
+        ValueError: an unknown ``metis_backend`` or ``sparse_format``, or another
+            bad argument.
 
     Example:
         ```python
@@ -392,17 +414,25 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
                  round_to: int = 1, micro_batches: int = 1, rank: Optional[int] = None,
                  world_size: Optional[int] = None,
                  pad_id: int = -1, num_workers: int = 0, sampler_threads: Optional[int] = 1,
-                 prefetch: int = 0):
+                 prefetch: int = 0, keep_inter_cluster_edges: bool = False,
+                 sparse_format: str = "csr"):
+        if sparse_format not in SPARSE_FORMATS:
+            raise ValueError(f"sparse_format={sparse_format!r}; choose one of {SPARSE_FORMATS} "
+                             f"(ClusterData's: edges ordered by source, or by destination)")
+        self.keep_inter_cluster_edges = bool(keep_inter_cluster_edges)
+        self.sparse_format = sparse_format
         # batches are built per chunk by the neighbour loader's iteration (_batch_now
-        # below), so its prefetching thread serves them as it serves sampled ones; the
-        # induced edges hold the CSC's lock, so the caller's own batch() can run beside it
+        # below), so its prefetching thread serves them as it serves sampled ones; a batch
+        # only reads the partition's arrays, so the caller's own batch() can run beside it
         self._setup(data, [-1], batch_size, SamplingSettings.of(
             dict(locals(), replace=False, disjoint=False, directed=False)))
         self.num_neighbors = None  # no hops: a batch is whole clusters
         self.partitioner, self.partition_seconds, self.edge_cut = "given", 0.0, None
+        # the graph's edges whatever holds them (edge_index, adj / adj_t, a graph store)
+        edges = input_edge_index(data, type(self).__name__)
         if partition is None:
             t = time.perf_counter()
-            part, self.partitioner, indptr, col = _metis(data.edge_index, self.num_nodes,
+            part, self.partitioner, indptr, col = _metis(edges, self.num_nodes,
                                                          num_parts, recursive, seed,
                                                          metis_backend)
             self.partition_seconds = time.perf_counter() - t
@@ -410,6 +440,7 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
             partition = _compact(part, num_parts, self.partitioner)
         self.partptr, self.node_perm = _parts(partition, self.num_nodes)
         self.num_parts = int(self.partptr.numel()) - 1
+        self._adj = _partition_adjacency(edges, self.node_perm, sparse_format)
         self.seeds = torch.arange(self.num_parts)  # the loader's "seeds" are the clusters
         sizes = (self.partptr[1:] - self.partptr[:-1]).sort(descending=True).values
         #: real nodes of the largest batch (its batch_size largest clusters): never cut
@@ -438,11 +469,37 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
         return self.node_perm[start[seg] + off]
 
     def sample(self, seeds: Tensor, epoch: int, chunk: int, stream: int = 0) -> Sample:
-        """The induced subgraph of clusters ``seeds`` (deterministic: no randomness)."""
-        n_id = self.cluster_nodes(seeds.long())
-        edge_index, e_id, _ = induced_edges(self.csc, n_id, self.csc.scratch())
-        return Sample(n_id=n_id, edge_index=edge_index, e_id=e_id,
-                      nodes_per_hop=[int(n_id.numel())], edges_per_hop=[int(e_id.numel())])
+        """The subgraph of clusters ``seeds`` (deterministic: no randomness): their
+        nodes, the edges between them (``keep_inter_cluster_edges``: every edge out of
+        them, and its outer ends as rows after theirs), in PyG's order (module doc)."""
+        clusters = seeds.long()
+        start, end = self.partptr[clusters], self.partptr[clusters + 1]
+        perm_ids = _ranges(start, end - start)  # the rows' places in the partition order
+        n = int(perm_ids.numel())
+        ptr, other, eid = self._adj
+        pos = _ranges(ptr[perm_ids], ptr[perm_ids + 1] - ptr[perm_ids])
+        row = torch.repeat_interleave(torch.arange(n), ptr[perm_ids + 1] - ptr[perm_ids],
+                                      output_size=int(pos.numel()))
+        far = other[pos]  # the other end's place in the partition order
+        # its cluster, and that cluster's place in this batch (-1: not in it)
+        part = torch.searchsorted(self.partptr, far, right=True) - 1
+        slot = torch.full((self.num_parts,), -1, dtype=torch.long)
+        slot[clusters] = torch.arange(clusters.numel())
+        offset = torch.cumsum(end - start, 0) - (end - start)
+        where = slot[part]
+        inside = where >= 0
+        col = torch.empty_like(far)
+        col[inside] = offset[where[inside]] + far[inside] - self.partptr[part[inside]]
+        halo = far.new_empty(0)
+        if self.keep_inter_cluster_edges:
+            halo, inv = torch.unique(far[~inside], return_inverse=True)  # partition order
+            col[~inside] = n + inv
+        else:
+            row, col, pos = row[inside], col[inside], pos[inside]
+        n_id = self.node_perm[torch.cat([perm_ids, halo])]
+        edge_index = torch.stack([row, col] if self.sparse_format == "csr" else [col, row])
+        return Sample(n_id=n_id, edge_index=edge_index, e_id=eid[pos],
+                      nodes_per_hop=[n, int(halo.numel())], edges_per_hop=[int(pos.numel())])
 
     def _rank_facts(self) -> Dict[str, int]:
         """The neighbour loader's facts and the partition: ranks that partitioned the
@@ -459,7 +516,34 @@ class FixedSizeClusterLoader(FixedSizeNeighborLoader):
     def _batch_now(self, epoch: int, chunk: int) -> Tuple[Dict[str, Tensor], int, int]:
         clusters = self.chunk_seeds(epoch, chunk)
         s = self.sample(clusters, epoch, chunk)
-        return self._fit_and_pad(s, s.num_nodes,  # every real row is a "seed" row
+        return self._fit_and_pad(s, s.nodes_per_hop[0],  # every cluster row is a "seed" row
                                  f"epoch {epoch}, chunk {chunk} (clusters "
                                  f"{clusters[:4].tolist()}...)")
 
+
+
+def _ranges(start: Tensor, length: Tensor) -> Tensor:
+    """``cat([arange(s, s + l) for s, l in zip(start, length)])``, without a Python loop."""
+    total = int(length.sum())
+    seg = torch.repeat_interleave(torch.arange(length.numel()), length, output_size=total)
+    first = torch.cumsum(length, 0) - length
+    return start[seg] + torch.arange(total) - first[seg]
+
+
+def _partition_adjacency(edge_index: Tensor, node_perm: Tensor, sparse_format: str
+                         ) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(ptr [N + 1], other [E], e_id [E])``: each node's edges (out-edges for ``"csr"``,
+    in-edges for ``"csc"``) by the node's place in the partition order, then the other
+    end's place, then input order: ``ClusterData``'s permuted sparse matrix, whose
+    rows a batch slices in PyG's edge order."""
+    num_nodes = int(node_perm.numel())
+    rank = torch.empty_like(node_perm)
+    rank[node_perm] = torch.arange(num_nodes)
+    ei = edge_index.long()
+    mine, other = (rank[ei[0]], rank[ei[1]]) if sparse_format == "csr" else \
+        (rank[ei[1]], rank[ei[0]])
+    order = torch.sort(other, stable=True).indices  # two stable passes: (mine, other, input)
+    order = order[torch.sort(mine[order], stable=True).indices]
+    ptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+    torch.cumsum(torch.bincount(mine, minlength=num_nodes), 0, out=ptr[1:])
+    return ptr, other[order], order

@@ -18,7 +18,15 @@ training with ``directed=True`` (the default):
   ``e_id`` their ids in the input ``edge_index`` (``directed=False``: every
   input edge between the sampled nodes instead, :func:`induced_edges`);
 * ``disjoint=True``: every seed grows its own tree (a node reached from two
-  seeds is two rows); ``seed_of`` gives each row's seed position.
+  seeds is two rows); ``seed_of`` gives each row's seed position;
+* PyG 2.8's other sampling arguments (:func:`sample_neighbors`): temporal
+  sampling (``node_time`` / ``edge_time`` with ``seed_time``; ``"uniform"`` or
+  ``"last"``; no edge later than its tree's seed, always disjoint), weighted
+  draws (``edge_weight``), ``subgraph_type="bidirectional"`` (the sampled edges
+  and their reverses, :func:`bidirectional_edges`) and zero hops
+  (``num_neighbors=[]``). Times and weights take :func:`sample_hop_keyed`, a
+  slower path whose cost is the frontier's in-degree
+  (``benchmarks/bench_sampling_modes.py``).
 
 Randomness comes only from the ``torch.Generator`` passed in, so a sample is
 a function of (graph, seeds, fanouts, generator state): the loaders seed one
@@ -49,23 +57,73 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["CSC", "Sample", "FanoutError", "check_fanouts", "sample_neighbors", "sample_hop",
-           "induced_edges", "unique_in_order", "take", "ArrayRows"]
+__all__ = ["CSC", "Sample", "FanoutError", "FanoutLengthError", "SubgraphTypeError",
+           "TemporalSamplingError", "check_fanouts", "sample_neighbors", "sample_hop",
+           "sample_hop_keyed", "induced_edges", "bidirectional_edges", "resolve_subgraph_type", "check_temporal_inputs",
+           "unique_in_order", "take", "ArrayRows", "SUBGRAPH_TYPES", "TEMPORAL_STRATEGIES"]
+
+#: PyG 2.8's ``subgraph_type`` values: the sampled edges, the sampled edges and their
+#: reverses, or every input edge between the sampled nodes.
+SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
+#: PyG 2.8's ``temporal_strategy`` values.
+TEMPORAL_STRATEGIES = ("uniform", "last")
 
 
 class FanoutError(ValueError):
-    """A ``num_neighbors`` that is not a non-empty list of ints ``>= -1`` (or, per
-    edge type, lists of one length for edge types the graph has)."""
+    """A ``num_neighbors`` that is not a list of ints ``>= -1`` (or, per edge type,
+    lists of one length for edge types the graph has)."""
+
+
+class FanoutLengthError(FanoutError):
+    """Per-edge-type fanout lists of different lengths (PyG's wording: "Number of
+    hops must be the same across all edge types")."""
+
+
+class SubgraphTypeError(ValueError):
+    """A ``subgraph_type`` that is not one of :data:`SUBGRAPH_TYPES`, or one that
+    contradicts ``directed=False`` (which means ``"induced"``)."""
+
+
+class TemporalSamplingError(ValueError):
+    """Temporal or weighted sampling asked for with inputs it cannot use: a time or
+    weight attribute the graph lacks or of the wrong length, an edge-level time
+    without seed times, a strategy that is not one of :data:`TEMPORAL_STRATEGIES`,
+    or an induced subgraph (temporal sampling grows one tree per seed)."""
+
+
+def resolve_subgraph_type(subgraph_type: Optional[str], directed: bool = True,
+                          owner: str = "sample_neighbors") -> str:
+    """The one subgraph type meant by ``subgraph_type`` and the older ``directed``.
+
+    ``directed=False`` is ``"induced"`` (PyG's deprecated spelling); ``directed=True``
+    (the default) leaves ``subgraph_type`` to choose (``None``: ``"directional"``).
+
+    Raises:
+        SubgraphTypeError: an unknown ``subgraph_type``, or ``directed=False``
+            with ``"directional"`` / ``"bidirectional"``.
+    """
+    if subgraph_type is not None and not isinstance(subgraph_type, str):
+        subgraph_type = getattr(subgraph_type, "value", subgraph_type)  # PyG's SubgraphType enum
+    if subgraph_type is not None and subgraph_type not in SUBGRAPH_TYPES:
+        raise SubgraphTypeError(f"{owner}(subgraph_type={subgraph_type!r}): choose one of "
+                                f"{SUBGRAPH_TYPES}")
+    if not directed:
+        if subgraph_type not in (None, "induced"):
+            raise SubgraphTypeError(
+                f"{owner}(directed=False, subgraph_type={subgraph_type!r}): directed=False "
+                f"means subgraph_type='induced'; give subgraph_type alone")
+        return "induced"
+    return subgraph_type or "directional"
 
 
 def check_fanouts(num_neighbors: Sequence[int], where: str = "num_neighbors") -> List[int]:
-    """``num_neighbors`` as a list of ints, or a :class:`FanoutError` naming the bad entry."""
+    """``num_neighbors`` as a list of ints, or a :class:`FanoutError` naming the bad entry.
+
+    ``[]`` is zero hops (the seeds alone, no edges), as in PyG."""
     if isinstance(num_neighbors, (int, str)) or not hasattr(num_neighbors, "__len__"):
         raise FanoutError(f"{where}={num_neighbors!r}: give one fanout per hop as a list, "
                           f"e.g. [10, 5] (-1 = all neighbours)")
     fan = list(num_neighbors)
-    if not fan:
-        raise FanoutError(f"{where}=[]: give at least one hop, e.g. [10, 5]")
     for i, k in enumerate(fan):
         if isinstance(k, bool) or not isinstance(k, int) or k < -1:
             raise FanoutError(f"{where}[{i}]={k!r}: a fanout is an int >= 0, or -1 for all "
@@ -336,6 +394,148 @@ def _floyd_hop(start: Tensor, deg: Tensor, k: int, gen: torch.Generator) -> tupl
     return seg, take(start, seg) + off
 
 
+def _top_k_mask(seg: Tensor, keys: Sequence[Tensor], k: int, num_segments: int) -> Tensor:
+    """A bool mask over candidates: the ``k`` largest of each segment, by ``keys``
+    (most significant first; later keys break ties), candidates of one segment
+    anywhere in the array. Stable sorts from the least significant key up, then by
+    segment; a candidate's rank in its segment is its place in that order."""
+    n = seg.numel()
+    order = torch.arange(n)
+    for key in reversed(list(keys)):
+        order = take(order, torch.sort(take(key, order), descending=True, stable=True).indices)
+    order = take(order, torch.sort(take(seg, order), stable=True).indices)
+    cnt = torch.bincount(seg, minlength=num_segments)
+    first = torch.cumsum(cnt, 0) - cnt
+    rank = torch.arange(n) - take(first, take(seg, order))
+    return torch.empty(n, dtype=torch.bool).scatter_(0, order, rank < k)
+
+
+def sample_hop_keyed(csc: CSC, frontier: Tensor, k: int, replace: bool, gen: torch.Generator,
+                     *, frontier_time: Optional[Tensor] = None,
+                     node_time: Optional[Tensor] = None, edge_time: Optional[Tensor] = None,
+                     temporal_strategy: str = "uniform",
+                     edge_weight: Optional[Tensor] = None) -> tuple:
+    """:func:`sample_hop` with times and weights: ``(seg, pos)`` of ``k`` in-edges of
+    each of ``frontier`` [F], grouped by frontier position, CSC order within one.
+
+    A candidate is every in-edge of a frontier node; with ``frontier_time`` [F]
+    (the time of each frontier node's seed) only those whose time is at most it
+    (PyG's rule, ``time <= seed time``): the edge's own ``edge_time`` [E], or the
+    source node's ``node_time`` [N_src] (both in input order). Of a node's valid
+    candidates, ``k == -1`` or at most ``k`` of them (without replacement): all;
+    else ``temporal_strategy="last"`` keeps the ``k`` most recent (a tie: the later
+    input edge, as PyG's time-sorted CSC), ``"uniform"`` a random ``k``-subset,
+    each candidate's chance proportional to its ``edge_weight`` [E] where given
+    (Efraimidis-Spirakis keys ``log(u) / w``: a zero weight is drawn only when a
+    node has fewer than ``k`` positive-weight candidates). ``replace=True``:
+    ``k`` independent draws (proportional to the weights; ``"last"``: among the
+    ``k`` most recent). Cost: one gather per candidate and a few sorts of them,
+    against :func:`sample_hop`'s ``k`` draws per node.
+    """
+    F = frontier.numel()
+    start, deg = csc.slot_range(frontier)
+    seg = _segments(deg)
+    pos = take(start, seg) + torch.arange(seg.numel()) - take(torch.cumsum(deg, 0) - deg, seg)
+    if k == 0 or seg.numel() == 0:
+        return seg[:0], pos[:0]
+    eid = csc.edge_ids(pos)
+    t: Optional[Tensor] = None
+    if frontier_time is not None and (node_time is not None or edge_time is not None):
+        t = (take(edge_time, eid) if edge_time is not None
+             else take(node_time, take(csc.src, eid).long()))
+        ok = (t <= take(frontier_time, seg)).nonzero().view(-1)  # promoted: int vs float times
+        seg, pos, eid, t = take(seg, ok), take(pos, ok), take(eid, ok), take(t, ok)
+    if k < 0 or seg.numel() == 0:
+        return seg, pos
+    if t is not None and temporal_strategy == "last":  # the window: the k most recent
+        keep = _top_k_mask(seg, [t, eid], k, F).nonzero().view(-1)
+        seg, pos, eid = take(seg, keep), take(pos, keep), take(eid, keep)
+    w = None if edge_weight is None else take(edge_weight, eid).to(torch.float64)
+    cnt = torch.bincount(seg, minlength=F)
+    if replace:
+        return _draws_with_replacement(seg, pos, cnt, k, w, gen)
+    if not bool((cnt > k).any()):
+        return seg, pos
+    if w is None:  # a uniform k-subset: one sort of (segment, random 31-bit key)
+        keep = _random_k_mask(seg, k, F, gen).nonzero().view(-1)
+        return take(seg, keep), take(pos, keep)
+    u = torch.rand(seg.numel(), generator=gen, dtype=torch.float64)
+    # log(u) / w: the k largest are a weighted draw without replacement
+    key = torch.where(w > 0, torch.log(u.clamp(min=1e-300)) / w.clamp(min=1e-300),
+                      torch.full_like(u, float("-inf")))
+    keys = [key]
+    if not bool((w > 0).all()):  # zero weights tie at -inf: a random order among them
+        keys.append(torch.rand(seg.numel(), generator=gen, dtype=torch.float64))
+    keep = _top_k_mask(seg, keys, k, F).nonzero().view(-1)
+    return take(seg, keep), take(pos, keep)
+
+
+def _random_k_mask(seg: Tensor, k: int, num_segments: int, gen: torch.Generator) -> Tensor:
+    """A bool mask over candidates (``seg`` non-decreasing): a uniformly random
+    ``k``-subset of each segment (all of a segment of at most ``k``), as
+    :func:`sample_hop`'s sort path: one stable sort of ``(segment, random key)``."""
+    n = seg.numel()
+    cnt = torch.bincount(seg, minlength=num_segments)
+    first = torch.cumsum(cnt, 0) - cnt
+    key = torch.randint(0, 2 ** 31, (n,), generator=gen)
+    order = torch.sort((seg << 31) | key, stable=True).indices
+    rank = torch.arange(n) - take(first, take(seg, order))
+    return torch.empty(n, dtype=torch.bool).scatter_(0, order, rank < k)
+
+
+def _draws_with_replacement(seg: Tensor, pos: Tensor, cnt: Tensor, k: int,
+                            w: Optional[Tensor], gen: torch.Generator) -> tuple:
+    """``k`` draws with replacement among each segment's candidates (``seg`` sorted,
+    ``cnt`` per segment): uniform, or proportional to ``w`` (a segment whose weights
+    are all zero: uniform)."""
+    has = (cnt > 0).nonzero().view(-1)
+    s = torch.repeat_interleave(has, k)
+    first = torch.cumsum(cnt, 0) - cnt
+    lo, n = take(first, s), take(cnt, s)
+    r = torch.rand(s.numel(), generator=gen, dtype=torch.float64)
+    j = lo + (r * n).long().clamp(max=(n - 1).clamp(min=0))
+    if w is not None:
+        cw = torch.cumsum(w, 0)
+        total = torch.zeros(cnt.numel(), dtype=torch.float64).index_add_(0, seg, w)
+        base = take(cw - w, take(first, s).clamp(max=max(cw.numel() - 1, 0)))
+        tot = take(total, s)
+        jw = torch.searchsorted(cw, base + r * tot, right=True)
+        jw = torch.minimum(torch.maximum(jw, lo), lo + n - 1)
+        j = torch.where(tot > 0, jw, j)
+    return s, take(pos, j)
+
+
+def bidirectional_edges(edge_index: Tensor, e_id: Optional[Tensor], num_dst: int,
+                        rev_edge_index: Optional[Tensor] = None,
+                        rev_e_id: Optional[Tensor] = None) -> tuple:
+    """The sampled edges and their reverses, coalesced (PyG's ``to_bidirectional``).
+
+    ``edge_index`` [2, m] rows ``[source row, destination row]``; the reverses are
+    those of ``rev_edge_index`` (default: ``edge_index`` itself; a hetero edge type
+    gives its reverse type's edges). Every distinct ``(source, destination)`` pair
+    once, ordered by destination row, then source row (PyG's ``coalesce`` with
+    ``sort_by_row=False``). Returns ``(edge_index, e_id, dst_counts)``: ``e_id`` the
+    input edge id behind each edge (a reverse: the id of the edge it reverses; a
+    pair present both ways: the id of the edge sampled in that direction), ``None``
+    without ids; ``dst_counts`` [num_dst] edges per destination row.
+    """
+    rev = edge_index if rev_edge_index is None else rev_edge_index
+    ei = torch.cat([edge_index, rev.flip(0)], 1)
+    eid = None
+    if e_id is not None:
+        eid = torch.cat([e_id, e_id if rev_edge_index is None else rev_e_id])
+    n_src = int(ei[0].max()) + 1 if ei.size(1) else 1
+    key = ei[1] * n_src + ei[0]
+    order = torch.sort(key, stable=True).indices  # stable: the forward edge first
+    sk = take(key, order)
+    first = torch.ones(sk.numel(), dtype=torch.bool)
+    first[1:] = sk[1:] != sk[:-1]
+    keep = take(order, first.nonzero().view(-1))
+    out = ei.index_select(1, keep)
+    return (out, None if eid is None else take(eid, keep),
+            torch.bincount(out[1], minlength=num_dst))
+
+
 def unique_in_order(keys: Tensor) -> Tensor:
     """Distinct values of ``keys`` in order of first occurrence."""
     if keys.numel() == 0:
@@ -449,38 +649,122 @@ def _induced_edges(csc: CSC, n_id: Tensor, scratch: Tensor, src_ids: Tensor) -> 
 
 def sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *,
                      replace: bool = False, disjoint: bool = False, directed: bool = True,
+                     subgraph_type: Optional[str] = None, seed_time: Optional[Tensor] = None,
+                     node_time: Optional[Tensor] = None, edge_time: Optional[Tensor] = None,
+                     temporal_strategy: str = "uniform", edge_weight: Optional[Tensor] = None,
                      generator: Optional[torch.Generator] = None) -> Sample:
-    """Sample the ``len(num_neighbors)``-hop directed subgraph around ``seeds``.
+    """Sample the ``len(num_neighbors)``-hop subgraph around ``seeds`` (PyG 2.8's
+    ``NeighborSampler`` semantics).
 
     Args:
         csc: the graph (:meth:`CSC.from_edge_index`).
         seeds: [B] global node ids, distinct (a repeated seed would be two rows
             only with ``disjoint=True``).
-        num_neighbors: fanout per hop (``-1`` = all in-neighbours).
+        num_neighbors: fanout per hop (``-1`` = all in-neighbours; ``[]``: zero
+            hops, the seeds alone and no edge).
         replace: sample with replacement (``k`` draws per node with any in-edge).
         disjoint: one tree per seed (rows are (seed, node) pairs).
-        directed: ``False``: the nodes are sampled the same way, the edges are
-            the induced subgraph's (every input edge between sampled nodes,
-            PyG's ``subgraph_type="induced"``), ordered by destination row
-            (:func:`induced_edges`); ``edges_per_hop`` then has one entry per
-            entry of ``nodes_per_hop``: the edges whose destination row came in
-            that hop (the seeds' first).
+        directed: ``False`` is ``subgraph_type="induced"`` (the older spelling).
+        subgraph_type: ``"directional"`` (default): the sampled edges;
+            ``"bidirectional"``: the sampled edges and their reverses, coalesced
+            (:func:`bidirectional_edges`); ``"induced"``: the nodes sampled the
+            same way, the edges every input edge between them, ordered by
+            destination row (:func:`induced_edges`). For both of the latter
+            ``edges_per_hop`` has one entry per entry of ``nodes_per_hop``: the
+            edges whose destination row came in that hop (the seeds' first).
+        seed_time: [B] the time of each seed (PyG's ``input_time``); default
+            ``node_time[seeds]`` where ``node_time`` is given.
+        node_time: [N] a time per node: a neighbour is sampled only if its time is
+            at most its seed's (``time <= seed_time``, PyG's rule, every hop
+            against the seed of the tree).
+        edge_time: [E] a time per input edge (input order): an edge is sampled
+            only if its time is at most its seed's; needs ``seed_time``.
+        temporal_strategy: ``"uniform"``: a uniform draw among the valid edges;
+            ``"last"``: the ``k`` most recent valid ones.
+        edge_weight: [E] (input order): draws proportional to the weights
+            (without replacement unless ``replace``).
         generator: the only source of randomness.
+
+    Temporal sampling (``node_time`` or ``edge_time``) is always disjoint, as
+    PyG's: the sample has ``seed_of``. Times and weights take the slower path of
+    :func:`sample_hop_keyed` (every in-edge of the frontier is a candidate); the
+    rest keeps :func:`sample_hop`'s (Floyd subsets).
 
     Returns a :class:`Sample` (see the module docstring for the order). Holds
     ``csc.lock`` throughout (the scratch array is the CSC's, one per process).
+
+    Raises:
+        FanoutError: a bad ``num_neighbors``.
+        SubgraphTypeError: an unknown ``subgraph_type`` or one against ``directed``.
+        TemporalSamplingError: times or weights of the wrong length, both node and
+            edge times, edge times without ``seed_time``, an unknown strategy, or
+            temporal sampling with ``"induced"``.
     """
+    sub = resolve_subgraph_type(subgraph_type, directed)
+    temporal = check_temporal_inputs(csc, seeds, seed_time, node_time, edge_time, temporal_strategy,
+                               edge_weight, sub)
+    if temporal:
+        disjoint = True
+        if seed_time is None:
+            seed_time = take(node_time, seeds.long().reshape(-1))
     with csc.lock:
         return _sample_neighbors(csc, seeds, num_neighbors, replace=replace, disjoint=disjoint,
-                                 directed=directed, generator=generator)
+                                 subgraph_type=sub, seed_time=seed_time if temporal else None,
+                                 node_time=node_time, edge_time=edge_time,
+                                 temporal_strategy=temporal_strategy, edge_weight=edge_weight,
+                                 generator=generator)
+
+
+def check_temporal_inputs(csc: CSC, seeds: Tensor, seed_time: Optional[Tensor],
+                    node_time: Optional[Tensor], edge_time: Optional[Tensor], strategy: str,
+                    edge_weight: Optional[Tensor], subgraph_type: str,
+                    what: str = "sample_neighbors", num_src_nodes: Optional[int] = None) -> bool:
+    """Check the time and weight inputs of one CSC (``what`` names the caller in the
+    errors); True where the sample is temporal.
+
+    Raises:
+        TemporalSamplingError: see :func:`sample_neighbors`.
+    """
+    if strategy not in TEMPORAL_STRATEGIES:
+        raise TemporalSamplingError(f"{what}: temporal_strategy={strategy!r}; choose one of "
+                                    f"{TEMPORAL_STRATEGIES}")
+    E = int(csc.perm.numel())
+    n_src = csc.num_nodes if num_src_nodes is None else num_src_nodes
+    for name, v, n, per in (("node_time", node_time, n_src, "source node"),
+                            ("edge_time", edge_time, E, "edge"),
+                            ("edge_weight", edge_weight, E, "edge")):
+        if v is not None and (v.dim() != 1 or v.numel() != n):
+            raise TemporalSamplingError(f"{what}: {name} has shape {tuple(v.shape)}; expected "
+                                        f"[{n}] (one per {per})")
+    if node_time is not None and edge_time is not None:
+        raise TemporalSamplingError(f"{what}: both node_time and edge_time given; a time "
+                                    f"attribute is node-level or edge-level: give one")
+    temporal = node_time is not None or edge_time is not None
+    if seed_time is not None and not temporal:
+        raise TemporalSamplingError(f"{what}: seed_time without node_time or edge_time: give "
+                                    f"the times the seeds' times are compared to")
+    if edge_time is not None and seed_time is None:
+        raise TemporalSamplingError(f"{what}: edge-level times need the seeds' times "
+                                    f"(seed_time / input_time): a node has no time of its own")
+    if seed_time is not None and seed_time.numel() != seeds.numel():
+        raise TemporalSamplingError(f"{what}: seed_time has {seed_time.numel()} entries for "
+                                    f"{seeds.numel()} seeds: give one time per seed")
+    if temporal and subgraph_type == "induced":
+        raise TemporalSamplingError(f"{what}: temporal sampling with subgraph_type='induced': "
+                                    f"temporal samples are disjoint trees (as PyG's), and an "
+                                    f"induced subgraph per tree is not built; use "
+                                    f"'directional' or 'bidirectional'")
+    return temporal
 
 
 def _sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *, replace: bool,
-                      disjoint: bool, directed: bool,
+                      disjoint: bool, subgraph_type: str, seed_time: Optional[Tensor],
+                      node_time: Optional[Tensor], edge_time: Optional[Tensor],
+                      temporal_strategy: str, edge_weight: Optional[Tensor],
                       generator: Optional[torch.Generator]) -> Sample:
-    """:func:`sample_neighbors` with ``csc.lock`` held."""
+    """:func:`sample_neighbors` with ``csc.lock`` held (inputs checked)."""
     fan = check_fanouts(num_neighbors)
-    if not directed and disjoint:
+    if subgraph_type == "induced" and disjoint:
         raise NotImplementedError("sample_neighbors(directed=False, disjoint=True): an induced "
                                   "subgraph per seed tree is not built (PyG's "
                                   "subgraph_type='induced' with disjoint); use one of them")
@@ -493,6 +777,7 @@ def _sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *, 
     if not disjoint and unique_in_order(seeds).numel() != B:
         raise ValueError("sample_neighbors: the seeds repeat a node; give distinct seeds "
                          "(or disjoint=True, one tree per seed)")
+    keyed = seed_time is not None or edge_weight is not None
     # Non-disjoint: a scratch array of the graph's size (O(1) lookups), one per
     # CSC and process (workers fork their own copy); disjoint keys are
     # (tree, node) pairs: sorted keys + searchsorted.
@@ -506,7 +791,14 @@ def _sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *, 
     nodes_per_hop, edges_per_hop = [B], []
     try:
         for k in fan:
-            seg, pos = sample_hop(csc, frontier, k, replace, gen)
+            if keyed:
+                seg, pos = sample_hop_keyed(
+                    csc, frontier, k, replace, gen,
+                    frontier_time=None if seed_time is None else take(seed_time, frontier_tree),
+                    node_time=node_time, edge_time=edge_time,
+                    temporal_strategy=temporal_strategy, edge_weight=edge_weight)
+            else:
+                seg, pos = sample_hop(csc, frontier, k, replace, gen)
             src, eid = csc.sources_and_edge_ids(pos)
             if disjoint:
                 src_key = take(frontier_tree, seg) * N + src
@@ -533,21 +825,35 @@ def _sample_neighbors(csc: CSC, seeds: Tensor, num_neighbors: Sequence[int], *, 
     finally:  # leave the scratch all -1 for the next call, even after an error
         if not disjoint:
             rows.reset()
-    n_id = torch.cat(n_ids)
-    if not directed:
+    return _finish(csc, subgraph_type, torch.cat(n_ids), torch.cat(trees) if disjoint else None,
+                   src_rows, dst_rows, e_ids, nodes_per_hop, edges_per_hop)
+
+
+def _finish(csc: CSC, subgraph_type: str, n_id: Tensor, seed_of: Optional[Tensor],
+            src_rows: List[Tensor], dst_rows: List[Tensor], e_ids: List[Tensor],
+            nodes_per_hop: List[int], edges_per_hop: List[int]) -> Sample:
+    """The :class:`Sample` of the hops' rows and drawn edges, as ``subgraph_type`` asks:
+    the drawn edges, them and their reverses, or the induced edges."""
+    empty = torch.zeros(0, dtype=torch.long)
+    if subgraph_type == "induced":
         edge_index, e_id, dst_counts = induced_edges(csc, n_id, csc.scratch())
-        hop_end = torch.tensor(nodes_per_hop).cumsum(0)
-        per_hop = torch.stack([dst_counts[a:b].sum() for a, b in
-                               zip([0] + hop_end[:-1].tolist(), hop_end.tolist())])
         return Sample(n_id=n_id, edge_index=edge_index,
                       e_id=e_id if csc.keep_edge_ids else None,
-                      nodes_per_hop=nodes_per_hop, edges_per_hop=per_hop.tolist())
-    edge_index = torch.stack([torch.cat(src_rows), torch.cat(dst_rows)])
-    return Sample(
-        n_id=n_id,
-        edge_index=edge_index,
-        e_id=torch.cat(e_ids) if csc.keep_edge_ids else None,
-        nodes_per_hop=nodes_per_hop,
-        edges_per_hop=edges_per_hop,
-        seed_of=torch.cat(trees) if disjoint else None,
-    )
+                      nodes_per_hop=nodes_per_hop,
+                      edges_per_hop=_per_hop(dst_counts, nodes_per_hop))
+    edge_index = (torch.stack([torch.cat(src_rows), torch.cat(dst_rows)]) if src_rows
+                  else torch.zeros(2, 0, dtype=torch.long))
+    e_id = (torch.cat(e_ids) if e_ids else empty) if csc.keep_edge_ids else None
+    if subgraph_type == "bidirectional":
+        edge_index, e_id, dst_counts = bidirectional_edges(edge_index, e_id, int(n_id.numel()))
+        edges_per_hop = _per_hop(dst_counts, nodes_per_hop)
+    return Sample(n_id=n_id, edge_index=edge_index, e_id=e_id, nodes_per_hop=nodes_per_hop,
+                  edges_per_hop=edges_per_hop, seed_of=seed_of)
+
+
+def _per_hop(dst_counts: Tensor, nodes_per_hop: List[int]) -> List[int]:
+    """Edges per hop of their destination row (``dst_counts`` [n] per row)."""
+    hop_end = torch.tensor(nodes_per_hop).cumsum(0)
+    csum = torch.cat([torch.zeros(1, dtype=torch.long), dst_counts.cumsum(0)])
+    ends = take(csum, hop_end)
+    return torch.diff(ends, prepend=torch.zeros(1, dtype=torch.long)).tolist()

@@ -55,6 +55,8 @@ def fanout_in_width(num_neighbors: Sequence[int], directed: bool) -> Optional[in
     fan = [int(f) for f in num_neighbors]
     if not directed or any(f < 0 for f in fan):
         return None
+    if not fan:  # zero hops: no edge, the narrowest table
+        return 1
     return max(max(fan[1:]) if len(fan) > 1 else fan[0], 1)
 
 
@@ -87,7 +89,7 @@ def fit_sampled_hyb(edge_indices: Sequence[Tensor], num_nodes: Sequence[int],
         raise ValueError(f"layout_widths={widths!r}: give two widths >= 1 (in, out)")
     if spills is None:
         if bound is not None and din >= bound:  # only seeds can pass the width
-            kin = seeds * max(int(num_neighbors[0]) - din, 0)
+            kin = seeds * max(int(num_neighbors[0]) - din, 0) if len(num_neighbors) else 0
         else:
             kin = edges
         spills = (max(kin, 1), max(int(edges), 1))

@@ -71,10 +71,15 @@ class PygNeighborSampler:
         num_neighbors: fanout per hop.
         replace / disjoint / directed: as the loaders' (``directed=False`` is
             PyG's ``subgraph_type="induced"``).
+        subgraph_type / time_attr / weight_attr / temporal_strategy: handed to
+            PyG's sampler as they are (temporal and weighted sampling there need
+            pyg-lib; PyG raises its own error otherwise).
     """
 
     def __init__(self, data: Any, num_neighbors: Sequence[int], *, replace: bool = False,
-                 disjoint: bool = False, directed: bool = True):
+                 disjoint: bool = False, directed: bool = True,
+                 subgraph_type: Optional[str] = None, time_attr: Optional[str] = None,
+                 weight_attr: Optional[str] = None, temporal_strategy: str = "uniform"):
         backend = pyg_sampler_backend()
         if backend is None:
             raise PygSamplerUnavailableError(
@@ -83,26 +88,29 @@ class PygNeighborSampler:
         from torch_geometric.sampler import NeighborSampler
 
         self.backend = backend
-        self.disjoint = disjoint
+        self.disjoint = disjoint or time_attr is not None
         self._sampler = NeighborSampler(
             data, list(num_neighbors), replace=replace, disjoint=disjoint,
-            subgraph_type="directional" if directed else "induced")
+            subgraph_type=subgraph_type or ("directional" if directed else "induced"),
+            time_attr=time_attr, weight_attr=weight_attr, temporal_strategy=temporal_strategy)
 
-    def sample(self, seeds: Tensor, seed: int) -> Sample:
-        """The sample of ``seeds`` [B] (global ids), PyG's draws seeded with ``seed``."""
+    def sample(self, seeds: Tensor, seed: int, seed_time: Optional[Tensor] = None) -> Sample:
+        """The sample of ``seeds`` [B] (global ids), PyG's draws seeded with ``seed``
+        (``seed_time``: their times, temporal sampling)."""
         from torch_geometric.sampler import NodeSamplerInput
 
         seeds = seeds.long().reshape(-1)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            out = self._sampler.sample_from_nodes(NodeSamplerInput(input_id=None, node=seeds))
+            out = self._sampler.sample_from_nodes(
+                NodeSamplerInput(input_id=None, node=seeds, time=seed_time))
         perm = self._sampler.edge_permutation
         edge = out.edge
         e_id = (perm[edge] if perm is not None else edge).long()
         n_id = out.node.long()
         edge_index = torch.stack([out.row.long(), out.col.long()])
         B, n, m = int(seeds.numel()), int(n_id.numel()), int(e_id.numel())
-        if out.num_sampled_nodes is not None:
+        if out.num_sampled_nodes is not None and out.num_sampled_edges is not None:
             nodes_per_hop = [int(c) for c in out.num_sampled_nodes]
             edges_per_hop = [int(c) for c in out.num_sampled_edges]
         else:  # torch-sparse reports no per-hop counts: seeds, then the rest
@@ -126,7 +134,9 @@ class PygHeteroNeighborSampler:
     """
 
     def __init__(self, data: Any, num_neighbors: Dict[EdgeType, List[int]], *,
-                 replace: bool = False, disjoint: bool = False, directed: bool = True):
+                 replace: bool = False, disjoint: bool = False, directed: bool = True,
+                 subgraph_type: Optional[str] = None, time_attr: Optional[str] = None,
+                 weight_attr: Optional[str] = None, temporal_strategy: str = "uniform"):
         backend = pyg_sampler_backend()
         if backend is None:
             raise PygSamplerUnavailableError(
@@ -139,12 +149,15 @@ class PygHeteroNeighborSampler:
                 f"disjoint=True)")
         from torch_geometric.sampler import NeighborSampler
 
-        self.backend, self.disjoint = backend, disjoint
+        self.backend, self.disjoint = backend, disjoint or time_attr is not None
         self._sampler = NeighborSampler(
             data, {tuple(k): list(v) for k, v in num_neighbors.items()}, replace=replace,
-            disjoint=disjoint, subgraph_type="directional" if directed else "induced")
+            disjoint=disjoint,
+            subgraph_type=subgraph_type or ("directional" if directed else "induced"),
+            time_attr=time_attr, weight_attr=weight_attr, temporal_strategy=temporal_strategy)
 
-    def sample(self, seed_type: str, seeds: Tensor, seed: int
+    def sample(self, seed_type: str, seeds: Tensor, seed: int,
+               seed_time: Optional[Tensor] = None
                ) -> Tuple[Dict[str, Tensor], Dict[EdgeType, Tensor], Dict[EdgeType, Tensor],
                           Optional[Dict[str, Tensor]]]:
         """``(n_id, edge_index, e_id, seed_of)`` of ``seeds`` [B] of ``seed_type``:
@@ -158,13 +171,16 @@ class PygHeteroNeighborSampler:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             out = self._sampler.sample_from_nodes(
-                NodeSamplerInput(input_id=None, node=seeds, input_type=seed_type))
+                NodeSamplerInput(input_id=None, node=seeds, input_type=seed_type,
+                                 time=seed_time))
         perm = self._sampler.edge_permutation or {}
         n_id = {t: v.long() for t, v in out.node.items()}
         edge_index, e_id = {}, {}
-        for et, edge in out.edge.items():
+        for et in out.row:
+            edge = (out.edge or {}).get(et)
             p = perm.get(et)
-            e_id[et] = (p[edge] if p is not None else edge).long()
+            # bidirectional: PyG drops a merged edge type's ids (None), as ours does
+            e_id[et] = None if edge is None else (p[edge] if p is not None else edge).long()
             edge_index[et] = torch.stack([out.row[et].long(), out.col[et].long()])
         seed_of = ({t: v.long() for t, v in out.batch.items()}
                    if self.disjoint and out.batch is not None else None)

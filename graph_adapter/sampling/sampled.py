@@ -10,7 +10,7 @@ hop order), :func:`fit_neighbor_budget` the quantile budget of sampled sizes.
 """
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+from typing import Any, Dict, Mapping, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -18,20 +18,24 @@ from torch import Tensor
 
 from ..batching import RESERVED_NODES, Budget
 from .csr import Sample
+from .inputs.source import AttrValue, gather_rows
 from ..contract import padding_node, slot_counts
 from ..format import (BATCH, E_ID, EDGE_MASK, GRAPH_MASK, N_ID, NODE_MASK, PTR, SEED_MASK,
                       SEED_OF)
 
-__all__ = ["pad_sample", "trim_sample", "fit_neighbor_budget"]
+__all__ = ["pad_sample", "trim_sample", "fit_neighbor_budget", "sample_keys"]
 
 
-def pad_sample(sample: Sample, budget: Budget, node_attrs: Dict[str, Tensor],
-               edge_attrs: Dict[str, Tensor], num_seeds: int, pad_id: int = -1,
+def pad_sample(sample: Sample, budget: Budget, node_attrs: Mapping[str, AttrValue],
+               edge_attrs: Mapping[str, AttrValue], num_seeds: int, pad_id: int = -1,
                ) -> Dict[str, Tensor]:
     """The padded flat dict of one sample that fits ``budget`` (``graphs=2``).
 
     Same layout as ``collate_padded([subgraph], budget)`` (keys sorted), plus
-    ``n_id`` / ``e_id`` padded with ``pad_id`` and ``seed_mask``.
+    ``n_id`` / ``e_id`` padded with ``pad_id`` and ``seed_mask``. The attributes
+    are tensors, :class:`~graph_adapter.sampling.inputs.source.RowSource` (numpy, memmap,
+    feature-store columns), gathered by the sample's ``n_id`` / ``e_id``; a graph's
+    own ``n_id`` / ``e_id`` attribute fills those keys' real rows (PyG's loaders).
     """
     N, E = int(budget.nodes), int(budget.edges)
     n, m = sample.num_nodes, sample.num_edges
@@ -39,51 +43,53 @@ def pad_sample(sample: Sample, budget: Budget, node_attrs: Dict[str, Tensor],
         raise ValueError(f"pad_sample: the sample has no e_id (a CSC built with "
                          f"keep_edge_ids=False) but the graph has edge attributes "
                          f"{sorted(edge_attrs)}: build the CSC with keep_edge_ids=True")
-    out: Dict[str, Tensor] = {}
-    for k, v in node_attrs.items():
-        out[k] = _gather_padded(v, sample.n_id, N)
-    for k, v in edge_attrs.items():
-        out[k] = _gather_padded(v, sample.e_id, E)
+    # tensors, numpy / memmap arrays, feature-store columns: the sampled rows only
+    out: Dict[str, Tensor] = gather_rows(node_attrs, sample.n_id, N)
+    if edge_attrs:
+        out.update(gather_rows(edge_attrs, sample.e_id, E))
+    # the graph's own n_id / e_id: their real rows, into those keys (sample_keys)
+    own_ids = {k: out.pop(k)[:n if k == N_ID else m] for k in (N_ID, E_ID) if k in out}
     ei = torch.full((2, E), padding_node(N), dtype=torch.long)
     ei[:, :m] = sample.edge_index
     out["edge_index"] = ei
+    out.update(sample_keys(sample, N, E, slice(0, n), slice(0, m), num_seeds, pad_id, own_ids))
+    # the real graph in slot 0 (a fill batch, n == 0, has none), the padding after it
+    counts = slot_counts([n] if n > 0 else [], 2, N - n)
+    out[BATCH] = torch.repeat_interleave(torch.arange(2), torch.tensor(counts), output_size=N)
+    out[PTR] = torch.tensor([0, counts[0], N])
+    out[GRAPH_MASK] = torch.tensor([n > 0, False])
+    return {k: out[k] for k in sorted(out)}
+
+
+def sample_keys(sample: Sample, N: int, E: int, rows_n: Any, rows_e: Any, num_seeds: int,
+                pad_id: int, own_ids: Mapping[str, Tensor]) -> Dict[str, Tensor]:
+    """A padded sample's ``n_id`` / ``e_id`` (``pad_id`` on padding), ``seed_mask``,
+    ``seed_of`` (disjoint), ``node_mask`` and ``edge_mask``, its real rows at ``rows_n`` /
+    ``rows_e`` (a slice: the plain layout; positions: the per-hop blocks). ``own_ids``:
+    a graph's own ``n_id`` / ``e_id`` gathered by row, which fill those keys' real rows
+    instead (PyG's loaders keep them so)."""
+    out: Dict[str, Tensor] = {}
     nid = torch.full((N,), pad_id, dtype=torch.long)
-    nid[:n] = sample.n_id
+    nid[rows_n] = sample.n_id if N_ID not in own_ids else own_ids[N_ID].long()
     out[N_ID] = nid
     if sample.e_id is not None:
         eid = torch.full((E,), pad_id, dtype=torch.long)
-        eid[:m] = sample.e_id
+        eid[rows_e] = sample.e_id if E_ID not in own_ids else own_ids[E_ID].long()
         out[E_ID] = eid
     sm = torch.zeros(N, dtype=torch.bool)
     sm[:num_seeds] = True
     out[SEED_MASK] = sm
     if sample.seed_of is not None:
         so = torch.full((N,), -1, dtype=torch.long)
-        so[:n] = sample.seed_of
+        so[rows_n] = sample.seed_of
         out[SEED_OF] = so
-    # the real graph in slot 0 (a fill batch, n == 0, has none), the padding after it
-    counts = slot_counts([n] if n > 0 else [], 2, N - n)
-    out[BATCH] = torch.repeat_interleave(torch.arange(2), torch.tensor(counts), output_size=N)
-    out[PTR] = torch.tensor([0, counts[0], N])
     nm = torch.zeros(N, dtype=torch.bool)
-    nm[:n] = True
+    nm[rows_n] = True
     out[NODE_MASK] = nm
     em = torch.zeros(E, dtype=torch.bool)
-    em[:m] = True
+    em[rows_e] = True
     out[EDGE_MASK] = em
-    out[GRAPH_MASK] = torch.tensor([n > 0, False])
-    return {k: out[k] for k in sorted(out)}
-
-
-def _gather_padded(v: Tensor, idx: Tensor, rows: int) -> Tensor:
-    """``v[idx]`` in the first rows of a new ``[rows, ...]`` tensor, zeros after:
-    gathered by ``index_select`` straight into place (``v[idx]`` then a copy was
-    19x slower for ``x`` [25k rows of 32], csr.take) and only the padding rows
-    zeroed."""
-    t = v.new_empty((rows,) + tuple(v.shape[1:]))
-    torch.index_select(v, 0, idx, out=t[:idx.numel()])
-    t[idx.numel():].zero_()
-    return t
+    return out
 
 
 def trim_sample(sample: Sample, max_nodes: int, max_edges: int) -> Tuple[Sample, int, int]:

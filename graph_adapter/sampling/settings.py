@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Optional
 
+from .csr import TEMPORAL_STRATEGIES, TemporalSamplingError, resolve_subgraph_type
 from .pyg_sampler import SAMPLERS
 
 __all__ = ["SamplingSettings", "OVERSIZE_POLICIES"]
@@ -23,13 +24,27 @@ OVERSIZE_POLICIES = ("trim", "error")
 @dataclass(frozen=True)
 class SamplingSettings:
     """Shared loader settings (see :class:`~graph_adapter.sampling.FixedSizeNeighborLoader`'s
-    arguments of the same names)."""
+    arguments of the same names).
+
+    Made consistent on construction: ``subgraph_type`` resolved with the older
+    ``directed`` (``directed=False`` is ``"induced"``; ``directed`` then says whether
+    it is not induced), and ``disjoint`` forced True with a ``time_attr`` (temporal
+    sampling grows one tree per seed, as PyG's ``NeighborSampler`` forces).
+
+    Raises:
+        SubgraphTypeError: an unknown ``subgraph_type`` or ``directed=False`` with
+            ``"directional"`` / ``"bidirectional"``.
+    """
 
     shuffle: bool = False
     seed: int = 0
     replace: bool = False
     disjoint: bool = False
     directed: bool = True
+    subgraph_type: Optional[str] = None
+    temporal_strategy: str = "uniform"
+    time_attr: Optional[str] = None
+    weight_attr: Optional[str] = None
     oversize: str = "trim"
     micro_batches: int = 1
     rank: Optional[int] = None
@@ -40,6 +55,13 @@ class SamplingSettings:
     sampler: str = "ours"
     prefetch: int = 0
 
+    def __post_init__(self) -> None:
+        sub = resolve_subgraph_type(self.subgraph_type, bool(self.directed), "the loader")
+        object.__setattr__(self, "subgraph_type", sub)
+        object.__setattr__(self, "directed", sub != "induced")
+        if self.time_attr is not None:
+            object.__setattr__(self, "disjoint", True)
+
     @classmethod
     def of(cls, args: Mapping[str, Any]) -> "SamplingSettings":
         """The settings among a loader's ``__init__`` arguments (its ``locals()``), by name;
@@ -48,6 +70,19 @@ class SamplingSettings:
 
     def check(self, owner: str) -> None:
         """Raise a named error for a setting no loader accepts (``owner``: the loader's name)."""
+        if self.temporal_strategy not in TEMPORAL_STRATEGIES:
+            raise TemporalSamplingError(f"{owner}(temporal_strategy={self.temporal_strategy!r}): "
+                                        f"choose one of {TEMPORAL_STRATEGIES}")
+        if self.time_attr is not None and not self.directed:
+            raise TemporalSamplingError(
+                f"{owner}(time_attr={self.time_attr!r}, subgraph_type='induced'): temporal "
+                f"sampling grows one tree per seed (disjoint, as PyG's) and an induced subgraph "
+                f"per tree is not built; use subgraph_type='directional' or 'bidirectional'")
+        for name in ("time_attr", "weight_attr"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str):
+                raise TemporalSamplingError(f"{owner}({name}={v!r}): give the attribute's name "
+                                            f"(a str)")
         if not self.directed and self.disjoint:
             raise NotImplementedError(f"{owner}(directed=False, disjoint=True): an induced "
                                       "subgraph per seed tree is not built; use one of them")

@@ -29,7 +29,7 @@ def test_format_md_lists_every_reserved_key():
 
 
 def test_the_groups_make_up_the_whole_and_do_not_overlap():
-    groups = [F.RESERVED_KEYS, F.LAYOUT_KEYS, F.SAMPLED_KEYS, F.LINK_KEYS]
+    groups = [F.RESERVED_KEYS, F.LAYOUT_KEYS, F.SAMPLED_KEYS, F.LINK_KEYS, F.HOP_KEYS]
     assert sum(map(len, groups)) == len(set(F.ALL_RESERVED_KEYS)) == len(F.ALL_RESERVED_KEYS)
     assert not {F.OUTPUT_KEY, F.LOSS_KEY} & set(F.ALL_RESERVED_KEYS)
 
@@ -61,6 +61,12 @@ def test_a_link_batch_adds_only_reserved_keys(neg):
 
 def test_a_dataset_attribute_may_not_use_a_samplers_key():
     d = _graph(10, 20, 0)
-    d.n_id = torch.arange(10)
+    d.seed_mask = torch.ones(10, dtype=torch.bool)
+    with pytest.raises(ValueError, match="seed_mask"):
+        next(iter(ga.FixedSizeNeighborLoader(d, [2], batch_size=2)))
+    # n_id / e_id: PyG's loaders keep a graph's own (one integer a row; any other form is
+    # refused by name): tests/sampling/test_numpy_features.py
+    d = _graph(10, 20, 0)
+    d.n_id = torch.randn(10)
     with pytest.raises(ValueError, match="n_id"):
         next(iter(ga.FixedSizeNeighborLoader(d, [2], batch_size=2)))

@@ -25,6 +25,10 @@ def setups(draw):
                 world_size=draw(st.integers(1, 2)))
 
 
+def seeds_of(r: int, k: int) -> int:
+    return r * (2 + k)
+
+
 @given(setups())
 @settings(max_examples=30, deadline=None)
 def test_every_endpoint_its_own_tree_and_trees_never_mix(cfg):
@@ -56,19 +60,26 @@ def test_every_endpoint_its_own_tree_and_trees_never_mix(cfg):
                     dn = flat["dst_neg_index"].view(flat["dst_neg_index"].size(0), -1)[:r]
                     assert torch.equal(src, torch.arange(r))  # endpoint order: PyG's
                     assert torch.equal(dp, r + torch.arange(r))
-                    assert torch.equal(dn.reshape(-1), 2 * r + torch.arange(r * k))
+                    # PyG's layout: the negatives in blocks of the batch's positives
+                    # (negative j of positive i at row 2r + j r + i), not per positive
+                    blk = 2 * r + torch.arange(k)[None, :] * r + torch.arange(r)[:, None]
+                    assert torch.equal(dn, blk)
                     glob = torch.stack([flat["n_id"][src], flat["n_id"][dp]])
                     assert torch.equal(glob, L.edge_label_index[:, flat["input_id"][:r]])
                     assert torch.equal(so[src], torch.arange(r)) and torch.equal(so[dp], so[src])
                     assert bool((so[dn] == torch.arange(r)[:, None]).all())
+                    # PyG's batch: the row's tree modulo the positives
+                    assert torch.equal(so[:seeds_of(r, k)], torch.arange(seeds_of(r, k)) % r)
                     seeds = r * (2 + k)
                 else:
                     eli = flat["edge_label_index"][:, :r]
                     assert torch.equal(eli, torch.stack([torch.arange(r), r + torch.arange(r)]))
                     glob = flat["n_id"][eli[:, :b]]
                     assert torch.equal(glob, L.edge_label_index[:, flat["input_id"][:b]])
-                    assert torch.equal(so[eli[0]], torch.arange(r))
-                    assert torch.equal(so[eli[1]], torch.arange(r))
+                    # PyG's batch (row's tree modulo the b positives): a negative link
+                    # shares its number with a positive; its rows are trees of their own
+                    assert torch.equal(so[eli[0]], torch.arange(r) % b)
+                    assert torch.equal(so[eli[1]], (r + torch.arange(r)) % b)
                     seeds = 2 * r
                 sm = flat["seed_mask"]
                 assert int(sm.sum()) == seeds and bool(sm[:seeds].all())  # never trimmed

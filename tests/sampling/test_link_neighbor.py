@@ -121,7 +121,8 @@ def test_endpoints_map_back_to_the_supervision_edges_through_n_id(cfg):
             assert torch.equal(n_id[flat["dst_pos_index"][:b]], d.edge_index[1, cols])
             neg = flat["dst_neg_index"]
             assert neg.shape == ((L.slots,) if k == 1 else (L.slots, k))  # PyG squeezes k == 1
-            assert torch.equal(n_id[neg[:b]].view(b, -1), sup["dst_neg"])
+            # PyG's reading of its flat draw without disjoint: row-major [b, k]
+            assert torch.equal(n_id[neg[:b]].view(b, -1), sup["dst_neg"].view(b, -1))
             pads = [flat["src_index"][b:], flat["dst_pos_index"][b:], neg[b:]]
         else:
             nb = math.ceil(b * cfg["neg_sampling_ratio"]) if cfg["neg_sampling"] else 0
@@ -452,3 +453,35 @@ def test_link_batches_check_clean_and_emulator_training_equals_plain_loop(neg):
     for (name, p), q in zip(w_emu.named_parameters(), w_ref.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
     assert emu.steps == 2
+
+
+@pytest.mark.needs_scatter
+@pytest.mark.parametrize("neg", [None, "binary", "triplet"])
+def test_unpad_links_matches_pyg_link_neighbor_loader(neg):
+    """``unpad_links`` holds PyG's supervision keys with PyG's shapes and dtypes; without
+    negatives and at full fanouts (no random draw) the same supervision, seeds and
+    node / edge sets as PyG's LinkNeighborLoader (torch-sparse)."""
+    from torch_geometric.loader import LinkNeighborLoader
+
+    d = _graph(60, 300, 8)
+    d.edge_attr = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = next(iter(LinkNeighborLoader(d, [-1, -1], batch_size=8, neg_sampling=neg)))
+    L = FixedSizeLinkNeighborLoader(d, [-1, -1], batch_size=8, neg_sampling=neg)
+    flat = L.batch(0, 0)
+    ours = L.unpad_links(flat)
+    keys = ("input_id", "edge_label_index", "edge_label", "src_index", "dst_pos_index",
+            "dst_neg_index")
+    want = {k: t[k] for k in keys if k in t and t[k] is not None}
+    assert sorted(ours) == sorted(want)
+    for k, v in want.items():
+        assert ours[k].shape == v.shape and ours[k].dtype == v.dtype, k
+    assert torch.equal(ours["input_id"], t.input_id)
+    if neg is None:
+        assert torch.equal(ours["edge_label_index"], t.edge_label_index)
+        got = flat["n_id"][flat["node_mask"]]
+        k = int(flat["seed_mask"].sum())
+        assert torch.equal(got[:k], t.n_id[:k])
+        assert sorted(got.tolist()) == sorted(t.n_id.tolist())
+        assert sorted(flat["e_id"][flat["edge_mask"]].tolist()) == sorted(t.e_id.tolist())

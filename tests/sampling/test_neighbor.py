@@ -12,8 +12,8 @@ from torch_geometric.data import Data, HeteroData
 from graph_adapter import Budget, collate_padded
 from graph_adapter.checker import value_problems
 from graph_adapter.sampling import CSC, FanoutError, sample_neighbors
-from graph_adapter.sampling import (FixedSizeNeighborLoader, InputNodesError,
-                                    SubgraphOversizeError, fit_neighbor_budget, trim_sample)
+from graph_adapter.sampling import (FixedSizeHeteroNeighborLoader, FixedSizeNeighborLoader,
+                                    InputNodesError, SubgraphOversizeError, fit_neighbor_budget, trim_sample)
 
 
 def _graph(n: int, m: int, seed: int, feat: int = 3, edge_attr: bool = True) -> Data:
@@ -280,8 +280,6 @@ def test_bad_inputs_are_named():
         FixedSizeNeighborLoader(d, [2], 4, input_nodes=torch.ones(5, dtype=torch.bool))
     with pytest.raises(InputNodesError, match="HeteroData"):
         FixedSizeNeighborLoader(d, [2], 4, input_nodes=("paper", torch.arange(3)))
-    with pytest.raises(FanoutError, match=r"num_neighbors=\[\]"):
-        FixedSizeNeighborLoader(d, [], 4)
     with pytest.raises(FanoutError, match=r"num_neighbors\[1\]=-2"):
         FixedSizeNeighborLoader(d, [2, -2], 4)
     with pytest.raises(FanoutError, match="as a list"):
@@ -307,9 +305,13 @@ def test_hetero_fanouts_are_checked_against_the_edge_types():
     with pytest.raises(FanoutError, match="has 1 hops, the other edge types 2"):
         FixedSizeNeighborLoader(h, {("author", "writes", "paper"): [2, 2],
                                     ("paper", "cites", "paper"): [3]}, 2)
-    with pytest.raises(NotImplementedError, match="FixedSizeHeteroNeighborLoader"):
-        FixedSizeNeighborLoader(h, {("author", "writes", "paper"): [2],
-                                    ("paper", "cites", "paper"): [3]}, 2)
+    # one entry point: a HeteroData makes the hetero loader (its seeds' type named)
+    loader = FixedSizeNeighborLoader(h, {("author", "writes", "paper"): [2],
+                                         ("paper", "cites", "paper"): [3]}, 2,
+                                     input_nodes="paper")
+    assert isinstance(loader, FixedSizeHeteroNeighborLoader) and loader.seed_type == "paper"
+    with pytest.raises(InputNodesError, match="node type"):
+        FixedSizeNeighborLoader(h, [2], 2)
 
 
 # --------------------------------------------------------------------------
