@@ -34,6 +34,7 @@ import os
 import random
 import re
 import sys
+import tempfile
 import types
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -193,9 +194,31 @@ def _missing_requirement(chain: List[Block]) -> Optional[str]:
     return None
 
 
+def _seed_dynamo_funcnames(path: str, source: str) -> None:
+    """Dynamo names a traced function by tokenizing its whole source file
+    (``torch._dynamo.funcname_cache``): here the markdown page, whose prose the
+    tokenizer may reject with an ``IndentationError`` Dynamo does not catch (an
+    unbalanced parenthesis or apostrophe earlier on the page), failing a block that
+    compiles a model it defines. Seed that cache with the block's own code instead
+    (merged with the page's earlier blocks: their lines differ)."""
+    from torch._dynamo import funcname_cache
+
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False, encoding="utf-8") as f:
+        f.write(source)
+    try:
+        funcname_cache._add_file(f.name)
+        names = funcname_cache.cache.pop(f.name)
+    finally:
+        os.remove(f.name)
+    funcname_cache.cache[path] = {**funcname_cache.cache.get(path, {}), **names}
+
+
 def _run(block: Block, module: types.ModuleType) -> None:
     """Execute one block in ``module``; line numbers in tracebacks are the markdown's."""
-    code = compile("\n" * (block.line - 1) + block.code, os.path.join(ROOT, block.page), "exec")
+    source = "\n" * (block.line - 1) + block.code
+    path = os.path.join(ROOT, block.page)
+    _seed_dynamo_funcnames(path, source)
+    code = compile(source, path, "exec")
     exec(code, module.__dict__)
 
 
