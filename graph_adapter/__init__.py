@@ -61,8 +61,12 @@ _HOMES = {
     "batching": ("Budget", "Collator", "FixedSizeLoader", "GraphSizes", "LoaderStats",
                  "collate_padded", "graph_sizes", "plan_efficiency", "plan_epoch"),
     "sampling": ("FixedSizeClusterLoader", "FixedSizeHeteroNeighborLoader",
-                 "FixedSizeLinkNeighborLoader", "FixedSizeNeighborLoader", "LinkLoaderStats",
-                 "NeighborLoaderStats"),
+                 "FixedSizeLinkNeighborLoader", "FixedSizeHeteroLinkNeighborLoader",
+                 "FixedSizeNeighborLoader", "LinkLoaderStats", "NeighborLoaderStats",
+                 "HopBudget", "MemmapFeatureStore", "ExcludedAttributeWarning",
+                 "FanoutLengthError", "SubgraphTypeError", "TemporalSamplingError",
+                 "HopBudgetError", "FeatureStoreError", "GraphStructureError",
+                 "ReservedAttributeError", "MemmapStoreError", "ForeignBatchError"),
     "nn": ("AmbiguousLevelError", "InputValueError", "IPUWrapped", "MissingInputError",
            "StaticSizeError", "UnboundInputError", "global_mean_scale", "ipu_wrap", "link_loss",
            "losses", "masked_link_bce", "masked_loss", "masked_triplet_bce", "unpad", "unwrap"),
@@ -164,7 +168,7 @@ def _load_pyg_names() -> None:
     _LOADED = True
 
 
-__version__ = "0.2.0"  # setup.cfg's version too (tests/test_version.py)
+__version__ = "0.3.0"  # setup.cfg's version too (tests/test_version.py)
 
 __all__ = [
     "BatchMismatchError",
@@ -196,6 +200,19 @@ __all__ = [
     "LoaderStats",
     "FixedSizeNeighborLoader",
     "NeighborLoaderStats",
+    "FixedSizeHeteroLinkNeighborLoader",
+    "HopBudget",
+    "MemmapFeatureStore",
+    "ExcludedAttributeWarning",
+    "FanoutLengthError",
+    "SubgraphTypeError",
+    "TemporalSamplingError",
+    "HopBudgetError",
+    "FeatureStoreError",
+    "GraphStructureError",
+    "ReservedAttributeError",
+    "MemmapStoreError",
+    "ForeignBatchError",
     "ipu_wrap",
     "unwrap",
     "unpad",
