@@ -60,7 +60,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import graph_adapter as ga  # noqa: E402
 from graph_adapter import FixedSizeLinkNeighborLoader  # noqa: E402
 from graph_adapter.nn.link_losses import masked_link_bce  # noqa: E402
-from graph_adapter.sampling.link.hetero import fit_link_budget  # noqa: E402
+from graph_adapter.sampling import fit_hetero_budget  # noqa: E402
 
 BUYS = ("user", "buys", "item")
 REV = ("item", "rev_buys", "user")
@@ -138,8 +138,8 @@ def link_loaders(data: HeteroData, split: float = 0.8, fanouts: Tuple[int, ...] 
             sizes = [({k: math.ceil(v * headroom) for k, v in nodes.items()},
                       {k: math.ceil(v * headroom) for k, v in edges.items()})
                      for nodes, edges in loader.fit_sizes]
-            loader = make(part, shuffle, fit_link_budget(sizes, loader.min_seeds,
-                                                         avoid=(loader.slots,)))
+            loader = make(part, shuffle, fit_hetero_budget(
+                sizes, None, batch_size, minima=loader.min_seeds, avoid=(loader.slots,)))
         out.append(loader)
     return out[0], out[1]
 
