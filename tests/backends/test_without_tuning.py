@@ -98,6 +98,7 @@ def _run(code, **env):
 
 
 @pytest.mark.slow  # one inductor compile of a training step in a fresh process (~30 s)
+@pytest.mark.extended  # (CI's second step: the main suite stays under 10 minutes)
 def test_the_main_job_trains_with_the_tuning_wing_missing_and_switched_off():
     r = _run(_MAIN_JOB, GRAPH_ADAPTER_TUNING="0")
     assert not r["tuning_imported"] and not r["tuner"]

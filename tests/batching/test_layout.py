@@ -361,8 +361,8 @@ def test_double_backward_through_the_transposes(layout):
     assert torch.autograd.gradgradcheck(f, (x,))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("layout", ["ell", "hyb"])
+@pytest.mark.slow  # ell runs in CI's second step (extended): the main suite stays under 10 min
+@pytest.mark.parametrize("layout", [pytest.param("ell", marks=pytest.mark.extended), "hyb"])
 def test_inductor_matches_eager_on_ell_batches(layout):
     loader = _narrow_loader(8, layout)
     torch.manual_seed(0)

@@ -34,6 +34,7 @@ CODE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.extended  # a fresh process exporting a program (~7 s): CI's second step
 def test_export_runs_without_the_tuning_stage(tmp_path):
     path = str(tmp_path / "m.onnx")
     out = subprocess.run([sys.executable, "-c", CODE, path], capture_output=True, text=True,

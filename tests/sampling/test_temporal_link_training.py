@@ -96,6 +96,7 @@ def test_compiled_training_one_compile_per_mode_and_equal_to_eager_pyg():
 @given(seed=st.integers(0, 10 ** 6), batch_size=st.integers(1, 24),
        fanouts=st.lists(st.integers(1, 4), min_size=1, max_size=2))
 @settings(max_examples=6, deadline=None)
+@pytest.mark.extended  # (the one-compile test above holds the main suite's case)
 def test_padded_loss_and_gradients_equal_the_unpadded_batch(seed, batch_size, fanouts):
     """Wrapped (padded, eager) vs plain on ``to_pyg``: any graph, batch size, fanouts,
     every batch of an epoch, the partial last one and its padding slots included."""

@@ -243,7 +243,10 @@ class _ConvNet(torch.nn.Module):
 
 
 @pytest.mark.slow  # one real inductor compile each
-@pytest.mark.parametrize("layer", ["gat", "sage_max", "edgeconv_maxpool"])
+# gat and edgeconv_maxpool (the slowest compiles) run in CI's second step (extended)
+@pytest.mark.parametrize("layer", [pytest.param("gat", marks=pytest.mark.extended), "sage_max",
+                                   pytest.param("edgeconv_maxpool",
+                                                marks=pytest.mark.extended)])
 def test_compiled_gradients_equal_eager_where_masks_come_from_max_and_softmax(layer):
     """Booleans from max aggregations, softmax's scatter max and max pooling are
     recomputed too (from a reduction's output): gradients still equal eager's, and
