@@ -40,9 +40,11 @@ The HTTP server as users run it (``--only clients memory slow wrk``; the model o
 ``docs/deploy.md``, GINE 32 x 2, exported as an ``.onnx`` ladder, ``python -m
 graph_adapter.serve`` with 1 thread and its defaults, on 127.0.0.1):
 ``clients``: requests of 1, 16 and 256 molecules (``--http-sizes``) posted by 1, 8 and 64
-clients (``--http-clients``; threads here, a keep-alive connection each), each pass between
-two passes of in-process ``predict`` over the same requests: molecules/s, p50 and p99 of
-both, their ratio, and answers not equal (float32) to in-process ``predict``'s;
+clients (``--http-clients``; threads here, a keep-alive connection each) for
+``--http-seconds``, each pass between two passes of in-process ``predict`` over the same
+requests, ``--http-repeats`` times (the pass of median ratio is printed, with the range):
+molecules/s, p50 and p99 of both, their ratio, and answers not equal (float32) to
+in-process ``predict``'s;
 ``memory``: the server's peak RSS (its processes summed) under 4 concurrent per-graph JSON
 bodies of ``--big-mb`` MB, and the p99 of 8 clients of 16-molecule requests beside them vs
 without; ``slow``: those 8 clients alone, beside ``--slow-clients`` connections trickling a
@@ -586,8 +588,8 @@ def _post_all(port, bodies, clients, until=None):
                 lat.append(dt)
                 if r.status != 200:
                     bad.append(r.status)
-                elif until is None:
-                    answers[i] = json.loads(raw)["predictions"]
+                elif i % len(bodies) not in answers:
+                    answers[i % len(bodies)] = json.loads(raw)["predictions"]
             i += clients
         conn.close()
     threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
@@ -663,24 +665,42 @@ def _part_clients(data, path, local, rng, args):
             _post_all(port, bodies[:8], 4)  # warm-up
             _local_pass(local, local_reqs[:8])  # (its answers: compared below)
             for clients in args.http_clients:
-                # side by side: in-process, HTTP, in-process again (the ratio to their mean)
-                w0, llat, lans, c0 = _local_pass(local, local_reqs)
-                cpu = _proc_cpu(proc.pid)
-                wall, lat, answers, bad = _post_all(port, bodies, clients)
-                cpu = _proc_cpu(proc.pid) - cpu
-                w1, llat1, _, c1 = _local_pass(local, local_reqs)
-                mols = size * len(bodies)
-                local_rate = mols / ((w0 + w1) / 2)
-                wrong, _ = _mismatches(answers, lans)
-                print(f"{size:>7} {clients:>7} {len(bodies):>8} {mols / wall:>10.0f} "
-                      f"{_pct(lat, .5) * 1e3:>8.2f} {_pct(lat, .99) * 1e3:>8.2f} "
-                      f"{local_rate:>13.0f} {_pct(llat + llat1, .5) * 1e3:>8.2f} "
-                      f"{_pct(llat + llat1, .99) * 1e3:>8.2f} "
-                      f"{(mols / wall) / local_rate:>11.2f}x {cpu / mols * 1e6:>8.0f} "
-                      f"{(c0 + c1) / 2 / mols * 1e6:>7.0f} {wrong:>5} {len(bad):>7}"
-                      f"  (load {os.getloadavg()[0]:.1f})", flush=True)
+                # side by side: in-process, HTTP, in-process again (the ratio to their
+                # mean), each pass --http-seconds long, --http-repeats times (median)
+                rows = []
+                for _ in range(args.http_repeats):
+                    rows.append(_clients_pass(proc, port, local, bodies, local_reqs, size,
+                                              clients, args.http_seconds))
+                ratios = sorted(r["ratio"] for r in rows)
+                r = sorted(rows, key=lambda r: r["ratio"])[len(rows) // 2]
+                spread = f" [{ratios[0]:.2f}-{ratios[-1]:.2f}]" if len(rows) > 1 else ""
+                print(f"{size:>7} {clients:>7} {r['requests']:>8} {r['http']:>10.0f} "
+                      f"{r['p50'] * 1e3:>8.2f} {r['p99'] * 1e3:>8.2f} "
+                      f"{r['local']:>13.0f} {r['lp50'] * 1e3:>8.2f} {r['lp99'] * 1e3:>8.2f} "
+                      f"{r['ratio']:>11.2f}x {r['cpu']:>8.0f} {r['lcpu']:>7.0f} "
+                      f"{sum(x['wrong'] for x in rows):>5} {sum(x['bad'] for x in rows):>7}"
+                      f"  (median of {len(rows)}{spread}; load {os.getloadavg()[0]:.1f})",
+                      flush=True)
     finally:
         _stop(proc)
+
+
+def _clients_pass(proc, port, local, bodies, local_reqs, size, clients, seconds):
+    """In-process ``predict`` over ``local_reqs``, ``clients`` posting ``bodies`` over HTTP
+    for ``seconds``, in-process again: the figures of one row (see ``_part_clients``)."""
+    w0, llat, lans, c0 = _local_pass(local, local_reqs)
+    cpu = _proc_cpu(proc.pid)
+    wall, lat, answers, bad = _post_all(port, bodies, clients,
+                                        until=time.perf_counter() + seconds)
+    cpu = _proc_cpu(proc.pid) - cpu
+    w1, llat1, _, c1 = _local_pass(local, local_reqs)
+    mols, local_mols = size * len(lat), size * len(local_reqs)
+    local_rate = local_mols / ((w0 + w1) / 2)
+    return {"requests": len(lat), "http": mols / wall, "p50": _pct(lat, .5),
+            "p99": _pct(lat, .99), "local": local_rate, "lp50": _pct(llat + llat1, .5),
+            "lp99": _pct(llat + llat1, .99), "ratio": mols / wall / local_rate,
+            "cpu": cpu / mols * 1e6, "lcpu": (c0 + c1) / 2 / local_mols * 1e6,
+            "wrong": _mismatches(answers, lans)[0], "bad": len(bad)}
 
 
 def _big_body(data, mb):
@@ -926,6 +946,10 @@ def main(argv=None):
                     help="clients: molecules a request")
     ap.add_argument("--http-clients", nargs="+", type=int, default=[1, 8, 64],
                     help="clients: concurrent clients (a keep-alive connection each)")
+    ap.add_argument("--http-seconds", type=float, default=3.0,
+                    help="clients: seconds of each HTTP pass")
+    ap.add_argument("--http-repeats", type=int, default=3,
+                    help="clients: passes a row (its median ratio is printed)")
     ap.add_argument("--big-mb", type=float, default=50.0,
                     help="memory: the size of each of the 4 concurrent bodies")
     ap.add_argument("--slow-clients", type=int, default=100)

@@ -75,22 +75,25 @@ def _send(f: BinaryIO, header: Dict[str, Any], arrays: Sequence[Any] = ()) -> No
     f.flush()
 
 
-def _read_exact(f: BinaryIO, n: int) -> bytes:
-    data = f.read(n)
-    if data is None or len(data) != n:
-        raise EOFError("the pipe closed mid-message")
-    return data
+def _read_exact(f: BinaryIO, n: int, first: bool = False) -> bytearray:
+    """``n`` bytes of ``f`` (buffered or not: an unbuffered pipe returns what has come),
+    ``EOFError`` where it closes before (``first``: before a message began, said so)."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = f.readinto(view[got:])
+        if not k:
+            raise EOFError("the pipe closed" if first and not got else
+                           "the pipe closed mid-message")
+        got += k
+    return buf
 
 
 def _recv(f: BinaryIO) -> Tuple[Dict[str, Any], List[Any]]:
     """The next message (``EOFError``: the other side is gone)."""
     import numpy as np
 
-    first = f.read(_HEAD.size)
-    if not first:
-        raise EOFError("the pipe closed")
-    if len(first) != _HEAD.size:
-        raise EOFError("the pipe closed mid-message")
+    first = _read_exact(f, _HEAD.size, first=True)
     header = json.loads(_read_exact(f, _HEAD.unpack(first)[0]))
     arrays = []
     for dtype, shape in header.pop("arrays"):
@@ -98,7 +101,7 @@ def _recv(f: BinaryIO) -> Tuple[Dict[str, Any], List[Any]]:
         if dt.hasobject:  # never: what a pickle would need (both sides are ours)
             raise ValueError(f"an array of dtype {dtype} on the pipe")
         n = dt.itemsize * int(np.prod(shape, dtype=np.int64))
-        buf = bytearray(_read_exact(f, n)) if n else bytearray()
+        buf = _read_exact(f, n) if n else bytearray()
         arrays.append(np.frombuffer(buf, dtype=dt).reshape(shape))
     return header, arrays
 
@@ -324,7 +327,9 @@ class ProcessPredictor:
         finally:  # the child's ends are the child's alone: its EOF is our exit
             os.close(down_r)
             os.close(up_w)
-        return proc, os.fdopen(down_w, "wb"), os.fdopen(up_r, "rb")
+        # replies unbuffered: no reply is ever held in this process's buffer unread, so
+        # the pipe's readiness (reply_fd) says whether one has come
+        return proc, os.fdopen(down_w, "wb"), os.fdopen(up_r, "rb", buffering=0)
 
     def _exit_code(self) -> Optional[int]:
         """The child's exit code once its pipe closed (waited for: it may still be ending)."""
@@ -424,6 +429,17 @@ class ProcessPredictor:
         with self._lock:
             waiting = list(self._in_flight.values())
         return not waiting or (len(waiting) == 1 and waiting[0] <= self.reply_pipe_bytes // 2)
+
+    def reply_fd(self, ticket: Any) -> Optional[int]:
+        """The reply pipe's file descriptor while the reply to ``ticket`` (of :meth:`send`)
+        has not been read: readable once a reply begins to come (the batcher waits on it
+        beside new requests); ``None`` where :meth:`receive` would not wait for the pipe."""
+        generation, n, _ = ticket
+        with self._lock:
+            if n < 0 or generation != self._generation or n in self._replies or \
+                    not self._in_flight or self._from.closed:
+                return None
+            return self._from.fileno()
 
     def _reply_bytes(self, cols: Columns) -> int:
         """An upper bound of the reply's size to ``cols`` (8 bytes a value, the header)."""
