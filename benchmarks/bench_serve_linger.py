@@ -3,6 +3,7 @@ peak RSS, for this checkout's server and (``--before DIR``) another's, side by s
 
     python benchmarks/bench_serve_linger.py [--before DIR] [--big-mb 50] [--clients 4]
                                             [--max-inflight-mb 128] [--repeats 2]
+                                            [--max-body-mb MB]
 
 ``python -m graph_adapter.serve``'s ``serve_main`` in a process of its own, with a stand-in
 predictor (the sum of ``x`` a graph; no artifact, no torch: what is measured is the HTTP
@@ -12,7 +13,8 @@ whole body before it reads the answer, as ``requests`` and most proxies do): the
 bodies past ``--max-inflight-mb`` are refused 503 before they are read. Printed per
 server: what each client got (a status, or the error its socket raised), seconds to its
 answer, the server's peak RSS (sampled every 10 ms, and its ``VmHWM``) and its idle RSS.
-``--before DIR``: a checkout (e.g. ``git archive`` of an older commit) whose server runs
+``--max-body-mb``: the server's (e.g. 10: every body refused 413, its bytes dropped
+unread, and the peak RSS is the HTTP layer's alone). ``--before DIR``: a checkout (e.g. ``git archive`` of an older commit) whose server runs
 first, in the same run. The machine's load average is printed.
 """
 import argparse
@@ -81,10 +83,10 @@ def _rss_kb(pid, field="VmRSS"):
     return 0
 
 
-def _run(root, body, clients, inflight_mb):
+def _run(root, body, clients, flags):
     """One server of checkout ``root``: what each client got, and its RSS (kB)."""
     proc = subprocess.Popen([sys.executable, "-c", _SERVER, "--port", "0", "--max-delay-ms",
-                             "0", "--max-inflight-mb", str(inflight_mb)], cwd=root,
+                             "0", *flags], cwd=root,
                             stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=root))
     try:
@@ -139,17 +141,22 @@ def main(argv=None):
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--max-inflight-mb", type=float, default=128.0)
     ap.add_argument("--repeats", type=int, default=2, help="runs of each server")
+    ap.add_argument("--max-body-mb", type=float, default=None,
+                    help="the server's (default: its own)")
     args = ap.parse_args(argv)
+    flags = ["--max-inflight-mb", str(args.max_inflight_mb)]
+    if args.max_body_mb is not None:
+        flags += ["--max-body-mb", str(args.max_body_mb)]
     body, n = _body(args.big_mb)
     print(f"load average at start: {os.getloadavg()}; cpus: {os.cpu_count()}")
     print(f"{args.clients} concurrent bodies of {len(body) / 1e6:.1f} MB ({n} graphs each, "
-          f"per-graph JSON, http.client), --max-inflight-mb {args.max_inflight_mb:g}")
+          f"per-graph JSON, http.client), server flags {' '.join(flags)}")
     servers = ([("before", os.path.abspath(args.before))] if args.before else []) + \
         [("this checkout", ROOT)]
     rows = {}
     for r in range(args.repeats):
         for name, root in servers:
-            got, idle, peak, hwm = _run(root, body, args.clients, args.max_inflight_mb)
+            got, idle, peak, hwm = _run(root, body, args.clients, flags)
             rows.setdefault(name, []).append((got, idle, peak, hwm))
             answers = ", ".join(f"{w} ({t:.1f} s)" for w, t in sorted(got))
             print(f"  {name:>13} run {r + 1}: {answers}; RSS idle {idle / 1024:.0f} MB, "
