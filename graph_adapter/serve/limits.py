@@ -6,7 +6,11 @@ few GiB: a client can hold at most ``max_connections`` sockets, must send its he
 block within ``header_timeout_s`` and its body within ``body_timeout_s``, may send at most
 ``max_body_bytes`` that unpack to at most ``max_decoded_bytes`` in at most ``max_graphs``
 graphs, waits at most ``request_timeout_s`` for its answer, and is refused at once (503,
-before its body is read) while ``max_queue`` requests are in the server already.
+before its body is read) while ``max_queue`` requests are in the server already. A
+connection refused before its body was read is not closed under the client's unread
+bytes (its kernel would answer them with a reset, and the client might never read the
+refusal): its answer is written, its sending half closed, and what it still sends is
+read and dropped for at most ``linger_s`` and ``linger_bytes`` (a lingering close).
 """
 from __future__ import annotations
 
@@ -30,6 +34,10 @@ _ID_PREFIX = os.urandom(4).hex()
 def new_request_id() -> str:
     """A new request id: 16 hex digits (8 random a process, then a count)."""
     return f"{_ID_PREFIX}{next(_ids) & 0xFFFFFFFF:08x}"
+
+
+#: the limits where 0 means "none of it" (no drain, no lingering) rather than nothing admitted
+_ZERO_ALLOWED = ("drain_s", "linger_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +72,15 @@ class Limits:
             in flight are answered.
         shutdown_timeout_s: the longest wait for requests in flight at a stop; then the
             ones left are cancelled.
+        linger_s: seconds a connection answered before its request's body was read
+            whole (a 413, a 503) keeps reading and dropping what the client still sends
+            after its answer (its sending half closed), so that the client reads its
+            answer instead of a connection reset; closed when the client closes, or at
+            this deadline. ``0``: closed at once (a client still sending may see a
+            reset). A client that sent ``Expect: 100-continue`` and was never told to
+            go on is closed at once.
+        linger_bytes: the bytes such a connection may send meanwhile (read and dropped,
+            never kept); past them it is closed.
     """
 
     max_connections: Optional[int] = 1024
@@ -78,15 +95,18 @@ class Limits:
     request_timeout_s: float = 60.0
     drain_s: float = 1.0
     shutdown_timeout_s: float = 30.0
+    linger_s: float = 5.0
+    linger_bytes: Optional[int] = 256 << 20
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if v is None:
                 continue
-            if v < 0 or (v == 0 and f.name != "drain_s"):
+            zero = f.name in _ZERO_ALLOWED
+            if v < 0 or (v == 0 and not zero):
                 raise ValueError(f"Limits.{f.name}={v!r}: give a positive number"
-                                 f"{' (or 0)' if f.name == 'drain_s' else ''}")
+                                 f"{' (or 0)' if zero else ''}")
 
 
 class TooLargeError(ServeError, ValueError):

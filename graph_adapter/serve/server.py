@@ -18,6 +18,9 @@ block within ``--header-timeout-s`` (uvicorn's keep-alive timeout covers only a 
 connection; one that trickles its headers a byte at a time would be kept forever), in at
 most 64 KiB; and past ``--max-connections`` a connection's request is answered 503. Every
 answer the connection layer writes itself (a malformed request's 400 included) is JSON.
+A connection answered before its request's body was read whole (a 413, a 503) is closed
+lingering (``--linger-s``, ``--linger-mb``: see :class:`_LingeringClose`), so that a
+client still sending its body reads its answer, not a connection reset.
 
 SIGTERM / SIGINT (or :meth:`PredictServer.close`) drains: requests in flight are answered
 (with ``Connection: close``), new ones get a 503 JSON body with ``Connection: close`` and
@@ -84,25 +87,161 @@ async def _too_many_connections(scope: Dict[str, Any], receive: Any, send: Any) 
     await send({"type": "http.response.body", "body": body})
 
 
-def _protocol_class(limits: Limits, http: str = "auto") -> type:
-    """uvicorn's HTTP protocol (httptools' where installed and ``http`` allows, else h11's)
-    with the header deadline and size, the connection limit, and JSON for its own 400s."""
-    base: Any = None
+class _Transport:
+    """A connection's transport as uvicorn's code sees it: every call goes to the real
+    one, but ``close()`` asks the protocol (which may linger instead, see
+    :class:`_LingeringClose`), ``is_closing()`` is true while it lingers, a write while it
+    lingers is dropped (its sending half is closed), and the status line of each answer
+    written is noted (a 100 Continue told the client to send its body; a 408's client
+    is too slow to wait for)."""
+
+    __slots__ = ("real", "protocol")
+
+    def __init__(self, transport: Any, protocol: Any):
+        self.real = transport
+        self.protocol = protocol
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def write(self, data: Any) -> None:
+        if self.protocol.lingering:
+            return
+        self.protocol.note_answer(data)
+        self.real.write(data)
+
+    def close(self) -> None:
+        self.protocol.close_or_linger()
+
+    def is_closing(self) -> bool:
+        return self.protocol.lingering or self.real.is_closing()
+
+
+class _LingeringClose:
+    """The lingering close of :func:`_protocol_class`'s protocol (a mixin before
+    uvicorn's protocol; ``serve_limits``: the server's :class:`Limits`).
+
+    uvicorn closes a connection as soon as an answer with ``Connection: close`` is
+    written. Where that answer came before the request's body was read whole (a 413 from
+    ``Content-Length``, a 503 of ``--max-queue`` or ``--max-inflight-mb``, a 503 while
+    draining), the client is most likely still sending it (``http.client``,
+    ``requests``, a proxy without ``Expect: 100-continue`` send the whole body before
+    they read), and a socket closed with unread bytes makes the kernel answer with a
+    reset, which can discard the answer before the client read it. Instead the answer
+    is written, the sending half closed (``write_eof``: the client reads the answer and
+    then the end), and what the client still sends is read and dropped, never kept,
+    until it closes, ``linger_s`` pass, or it sent ``linger_bytes``; then the connection
+    is closed. Not lingered: an answer after the whole body was read, a 408 (a client
+    too slow to send its body; the header deadline's 408 too), and a client that sent
+    ``Expect: 100-continue`` and was never told to go on (it sends no body). A lingering
+    connection holds no request: a drain does not wait for it, uvicorn's stop waits at
+    most its deadline, and it counts as open for ``max_connections``.
+    """
+
+    serve_limits: Limits
+    lingering = False  # the answer is written: reading and dropping until closed
+    _linger_timer: Any = None
+    _dropped = 0  # bytes read and dropped while lingering
+    _unread = False  # the connection layer answered mid-request (400, 431)
+    _status = 0  # the status line of the last answer written
+    _continued = False  # a 100 Continue was written for this request
+
+    def note_answer(self, data: Any) -> None:
+        """Note the status of an answer's head as it is written."""
+        if data[:9] == b"HTTP/1.1 " and bytes(data[9:12]).isdigit():
+            self._status = int(data[9:12])
+            if self._status == 100:
+                self._continued = True
+
+    def _drop(self, data: bytes) -> None:
+        """What a lingering connection reads: dropped as it comes (the memory stays
+        flat), closed past ``linger_bytes``."""
+        self._dropped += len(data)
+        cap = self.serve_limits.linger_bytes
+        if cap is not None and self._dropped > cap:
+            self._end_linger()
+
+    def _client_may_be_sending(self) -> bool:
+        """Whether the client may still be sending the request just answered (its body
+        not read whole), and would wait for its answer meanwhile."""
+        if self._unread:
+            return self._status != 408
+        cycle = self.cycle  # type: ignore[attr-defined]
+        if cycle is None or not cycle.more_body or cycle.disconnected or \
+                self._status == 408:
+            return False
+        if not self._continued and not cycle.body and any(
+                k == b"expect" and v.lower() == b"100-continue"
+                for k, v in cycle.scope["headers"]):
+            return False  # told no 100 Continue, it sends no body
+        return True
+
+    def close_or_linger(self) -> None:
+        """``transport.close()`` as uvicorn calls it: at once, or lingering."""
+        t = self.transport.real  # type: ignore[attr-defined]
+        if self.lingering or t.is_closing():
+            return  # (lingering: its own deadline closes it)
+        if self.serve_limits.linger_s > 0 and self._client_may_be_sending():
+            self._linger(t)
+        else:
+            t.close()
+
+    def _linger(self, t: Any) -> None:
+        self.lingering = True
+        self._stop_timers()
+        cycle = self.cycle  # type: ignore[attr-defined]
+        if cycle is not None:
+            cycle.body = bytearray()  # (what came of the body, never to be read)
+            if not cycle.response_complete:  # (a 400 mid-body: the app hears it left)
+                cycle.disconnected = True
+                cycle.message_event.set()
+        self._linger_timer = self.loop.call_later(  # type: ignore[attr-defined]
+            self.serve_limits.linger_s, self._end_linger)
+        if t.can_write_eof():  # the answer, then the end: the client reads both
+            t.write_eof()
+        self.flow.resume_reading()  # type: ignore[attr-defined]  # (paused past 64 KiB)
+
+    def _stop_timers(self) -> None:
+        """Cancel the connection's timers (the protocol's own, and the linger's)."""
+        for name in ("_head_timer", "timeout_keep_alive_task", "_linger_timer"):
+            timer = getattr(self, name, None)
+            if timer is not None:
+                timer.cancel()
+                setattr(self, name, None)
+
+    def _end_linger(self) -> None:
+        self._linger_timer = None
+        self.transport.real.close()  # type: ignore[attr-defined]
+
+
+def _uvicorn_protocol(http: str) -> Any:
+    """uvicorn's HTTP protocol class: httptools' where installed and ``http`` allows."""
     if http in ("auto", "httptools"):
         try:
-            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
+            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+            return HttpToolsProtocol
         except ImportError:
             if http == "httptools":
                 raise
-    if base is None:
-        from uvicorn.protocols.http.h11_impl import H11Protocol as base
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    return H11Protocol
 
-    class Protocol(base):  # type: ignore[misc, valid-type]
+
+def _protocol_class(limits: Limits, http: str = "auto") -> type:
+    """uvicorn's HTTP protocol (httptools' where installed and ``http`` allows, else h11's)
+    with the header deadline and size, the connection limit, JSON for its own 400s, and
+    the lingering close of :class:`_LingeringClose`."""
+    base = _uvicorn_protocol(http)
+
+    class Protocol(_LingeringClose, base):  # type: ignore[misc, valid-type]
+        serve_limits = limits
         _head_timer: Any = None
         _head_bytes = 0
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
+            # (uvicorn's FlowControl keeps the real one: pausing reads is not proxied)
+            self.transport = _Transport(transport, self)
             if limits.max_connections is not None and \
                     len(self.connections) > limits.max_connections:
                 self.app = _too_many_connections  # (this connection's requests only)
@@ -113,6 +252,7 @@ def _protocol_class(limits: Limits, http: str = "auto") -> type:
             if self._head_timer is not None:
                 self._head_timer.cancel()
             self._head_bytes = 0
+            self._continued = False
             self._head_timer = self.loop.call_later(limits.header_timeout_s, self._late)
 
         def _waiting_for_head(self) -> bool:
@@ -125,9 +265,11 @@ def _protocol_class(limits: Limits, http: str = "auto") -> type:
                     self.transport.write(_raw_answer(
                         408, "HeaderTimeoutError", f"the request's headers did not come "
                         f"within {limits.header_timeout_s} s (--header-timeout-s)"))
-                self.transport.close()
+                self.transport.close()  # (a 408: never lingered)
 
         def data_received(self, data: bytes) -> None:
+            if self.lingering:
+                return self._drop(data)
             waiting = self._waiting_for_head()
             super().data_received(data)
             if self.transport.is_closing():
@@ -135,6 +277,7 @@ def _protocol_class(limits: Limits, http: str = "auto") -> type:
             if waiting and self._waiting_for_head():  # still no whole header block
                 self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEADER_BYTES:
+                    self._unread = True
                     self.transport.write(_raw_answer(
                         431, "HeaderTooLargeError", f"a header block of more than "
                         f"{MAX_HEADER_BYTES} bytes: send fewer or shorter headers"))
@@ -145,13 +288,16 @@ def _protocol_class(limits: Limits, http: str = "auto") -> type:
             if not self.transport.is_closing():
                 self._arm()
 
+        def shutdown(self) -> None:
+            if not self.lingering:  # (a lingering one ends at its own deadline)
+                super().shutdown()
+
         def connection_lost(self, exc: Optional[Exception]) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
+            self._stop_timers()
             super().connection_lost(exc)
 
         def send_400_response(self, msg: str) -> None:
+            self._unread = True
             self.transport.write(_raw_answer(400, "BadRequest", f"not an HTTP/1.1 request "
                                              f"this server reads: {msg}"))
             self.transport.close()
@@ -379,6 +525,14 @@ def build_serve_parser(prog: str = "graph-adapter serve") -> argparse.ArgumentPa
     g.add_argument("--shutdown-timeout-s", type=float, default=d.shutdown_timeout_s,
                    help="on SIGTERM, the longest wait for the requests in flight (default "
                         f"{d.shutdown_timeout_s:g})")
+    g.add_argument("--linger-s", type=float, default=d.linger_s,
+                   help="a connection answered before its request's body was read (413, "
+                        "503) reads and drops what the client still sends for at most "
+                        "this long, so that the client reads its answer instead of a "
+                        f"connection reset; 0: closed at once (default {d.linger_s:g})")
+    g.add_argument("--linger-mb", type=float, default=d.linger_bytes / (1 << 20),
+                   help="the most such a connection may send meanwhile (read and dropped, "
+                        f"never kept); then it is closed (default {d.linger_bytes >> 20})")
     p.add_argument("--http", choices=["auto", "httptools", "h11"], default="auto",
                    help="uvicorn's HTTP parser (default: httptools where installed)")
     p.add_argument("--verbose", action="store_true", help="log every request")
@@ -393,7 +547,8 @@ def _limits(args: argparse.Namespace) -> Limits:
                   max_decoded_bytes=int(args.max_decoded_mb * mb), max_graphs=args.max_graphs,
                   max_inflight_bytes=int(args.max_inflight_mb * mb),
                   max_queue=args.max_queue, request_timeout_s=args.request_timeout_s,
-                  drain_s=args.drain_s, shutdown_timeout_s=args.shutdown_timeout_s)
+                  drain_s=args.drain_s, shutdown_timeout_s=args.shutdown_timeout_s,
+                  linger_s=args.linger_s, linger_bytes=int(args.linger_mb * mb))
 
 
 def serve_main(argv: Optional[Sequence[str]] = None, prog: str = "graph-adapter serve", *,
