@@ -135,6 +135,7 @@ class ServingState:
         self.counters: Dict[str, int] = {"disconnected": 0, "overloaded": 0,
                                          "timed_out": 0, "internal_errors": 0}
         self.in_flight = 0  # requests admitted, not yet answered (the event loop's count)
+        self.coming = 0  # of which not yet queued in the batcher (read or decoded now)
         self.inflight_bytes = 0  # their bodies' bytes (max_inflight_bytes)
         self.draining = False
         self.restarting = False  # the program's child is being started again
@@ -353,15 +354,19 @@ class _Routes:
             state.count("overloaded")
             return self.refusal(refused, request, close=True, retry_after=1)
         reserved = [length_n]  # (its body's bytes, held until it is answered)
+        coming = [True]  # (until queued: the batcher's merges wait for such requests)
         state.in_flight += 1
+        state.coming += 1
         state.inflight_bytes += length_n
         try:
-            return await self._predict(request, reserved)
+            return await self._predict(request, reserved, coming)
         finally:
             state.in_flight -= 1
+            state.coming -= coming[0]
             state.inflight_bytes -= reserved[0]
 
-    async def _predict(self, request: Request, reserved: List[int]) -> Response:
+    async def _predict(self, request: Request, reserved: List[int], coming: List[bool]
+                       ) -> Response:
         state, limits, batcher = self.state, self.limits, self.batcher
         try:
             body = await _read_body(request, limits, state, reserved)
@@ -387,6 +392,8 @@ class _Routes:
             else:
                 graphs = await run_in_threadpool(self.decode, body, ctype)
             del body
+            state.coming -= coming[0]
+            coming[0] = False
             ticket = batcher.enqueue(graphs, wake)
             try:
                 async with asyncio.timeout_at(deadline):
@@ -454,7 +461,8 @@ def create_app(predictor: Any, limits: Optional[Limits] = None, *,
             :class:`~graph_adapter.serve.worker.ProcessPredictor` (its program in a child
             process); anything with ``predict(graphs)`` and ``contract``.
         limits: what one request may hold and take (default :class:`Limits`'s).
-        max_delay_ms: how long the oldest queued request waits for others to merge with.
+        max_delay_ms: how long the oldest queued request waits, at most, for others
+            already in the server (bodies being read or decoded) to merge with.
         max_batch: graphs a merged call holds at most (default: the largest budget's).
 
     Returns:
@@ -468,7 +476,8 @@ def create_app(predictor: Any, limits: Optional[Limits] = None, *,
     from contextlib import asynccontextmanager
 
     limits = limits if limits is not None else Limits()
-    batcher = DynamicBatcher(predictor, max_delay_ms / 1e3, max_batch, limits.max_queue)
+    batcher = DynamicBatcher(predictor, max_delay_ms / 1e3, max_batch, limits.max_queue,
+                             coming=lambda: state.coming)
     state = ServingState(predictor, limits, batcher)
     routes = _Routes(state)
 

@@ -65,12 +65,20 @@ class DynamicBatcher:
 
     ``max_batch``: graphs a merge holds; default one call of the bulk budget (its graph
     slots less the padding one). ``max_queue``: requests waiting, beyond which
-    :meth:`submit` raises :class:`QueueFullError`.
+    :meth:`submit` raises :class:`QueueFullError`. ``coming``: a count of the requests
+    on their way to :meth:`enqueue` (the HTTP app's: bodies being read or decoded);
+    where given, a merge waits (at most ``max_delay_s``) only while that count is not
+    0, so that a request alone in the server is run at once.
     """
 
     def __init__(self, predictor: Any, max_delay_s: float = 0.002,
-                 max_batch: Optional[int] = None, max_queue: int = 1024):
+                 max_batch: Optional[int] = None, max_queue: int = 1024,
+                 coming: Optional[Callable[[], int]] = None):
         self.predictor = predictor
+        #: requests on their way to :meth:`enqueue` (an HTTP server's, read or decoded
+        #: now): where given, a merge waits for them only, never for requests not yet
+        #: sent (one client alone waited max_delay for nobody on every request)
+        self.coming = coming
         c = predictor.contract
         self.max_batch = int(max_batch) if max_batch else max(
             [r.graphs for r in c.rungs] or [c.graphs]) - 1
@@ -121,7 +129,8 @@ class DynamicBatcher:
             # the worker waits on the condition only for a first request, or for a merge
             # to fill up (see _take): waking it for every request that arrives while it
             # waits out max_delay made it take the GIL once more a request, to wait again
-            if len(self.queue) == 1 or self.queued_graphs >= self.max_batch:
+            if len(self.queue) == 1 or self.queued_graphs >= self.max_batch or (
+                    self.coming is not None and self.coming() == 0):
                 self.cond.notify()
         self._wake()
         return p
@@ -156,7 +165,8 @@ class DynamicBatcher:
                     return None
                 self.cond.wait()
             deadline = self.queue[0].arrived + self.max_delay_s
-            while wait and self.queued_graphs < self.max_batch and not self.closed:
+            while wait and self.queued_graphs < self.max_batch and not self.closed and (
+                    self.coming is None or self.coming() > 0):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break

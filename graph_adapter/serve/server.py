@@ -481,7 +481,8 @@ def build_serve_parser(prog: str = "graph-adapter serve") -> argparse.ArgumentPa
                         "decoded beside it); server, this process; auto (default): child, "
                         "unless an input's dtype cannot cross the pipe (bfloat16)")
     p.add_argument("--max-delay-ms", type=float, default=2.0,
-                   help="how long the oldest queued request waits for others to merge "
+                   help="how long the oldest queued request waits, at most, for others "
+                        "already in the server (bodies being read or decoded) to merge "
                         "with (default 2; 0: merge only what is queued already)")
     p.add_argument("--max-batch", type=int, default=None,
                    help="graphs a merged call holds at most (default: one call of the "

@@ -142,3 +142,45 @@ def test_every_request_gets_its_own_predictions_whatever_the_interleaving(ops):
         p.release(64)
         b.close(5)
         p.close()
+
+
+class _Recorder:
+    """A predict-only stand-in recording each merged call."""
+
+    contract = None
+    takes_checked = False
+
+    def __init__(self) -> None:
+        self.calls = []
+
+    def predict(self, graphs):
+        self.calls.append(list(graphs))
+        return [g * 10 for g in graphs]
+
+
+def test_a_request_alone_in_the_server_runs_at_once():
+    p, coming = _Recorder(), [0]
+    b = DynamicBatcher(p, max_delay_s=5.0, max_batch=8, coming=lambda: coming[0])
+    try:
+        t0 = time.monotonic()
+        assert b.submit([1], timeout=10) == [10]
+        # nobody else on the way: the merge did not wait out max_delay for nobody
+        assert time.monotonic() - t0 < 2.5
+    finally:
+        b.close(5)
+
+
+def test_a_merge_waits_for_the_requests_on_their_way():
+    p, coming = _Recorder(), [1]  # one request's body is being read
+    b = DynamicBatcher(p, max_delay_s=5.0, max_batch=8, coming=lambda: coming[0])
+    try:
+        first = b.enqueue([1])
+        time.sleep(0.1)
+        assert not first.answered and p.calls == []  # waiting for the one on its way
+        coming[0] = 0
+        second = b.enqueue([2, 3])
+        assert first.wait(5) and second.wait(5)
+        assert p.calls == [[1, 2, 3]]  # one merge
+        assert DynamicBatcher.result(second) == [20, 30]
+    finally:
+        b.close(5)
