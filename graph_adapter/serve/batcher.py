@@ -332,7 +332,7 @@ class DynamicBatcher:
             self.stats["batches"] += 1
             self.stats["graphs"] += len(p.graphs)
         except Exception as e:  # noqa: BLE001 - the request's own error, sent back
-            self.stats["refused"] += not p.answered  # (a long request's: once)
+            self.stats["refused"] += int(not p.answered)  # (a long request's: once)
             p.answer(error=e)
 
     def _settle(self, batch: List[_Pending], merged: bool = True) -> None:
@@ -371,10 +371,20 @@ def _owner(live: Sequence[_Pending], graph: int) -> _Pending:
 
 
 def slice_request(contract: Any, graphs: Any, a: int, b: int) -> Any:
-    """Graphs ``a .. b - 1`` of a request (a list, or :class:`Columns`: slices of its
-    arrays, no copy), their positions counted from 0 within the slice: the predictor's
-    errors name a graph of the slice, which :class:`_Slice` offsets by ``a``. (Checked
-    :class:`Graph` objects are copied with their new position; their arrays are not.)"""
+    """Graphs ``a .. b - 1`` of a request, their positions counted from 0 within the
+    slice (a predictor's errors then name a graph of the slice, which the batcher
+    offsets by ``a``).
+
+    Args:
+        contract: the predictor's contract (its features: where :class:`Columns` are cut).
+        graphs: the request's graphs: a list (dicts, graph objects, checked
+            :class:`~graph_adapter.serve.pack.Graph` objects) or :class:`Columns`.
+        a, b: the first graph and the one past the last (``0 <= a <= b <= len``).
+
+    Returns:
+        A list of the same items (a ``Graph`` copied with its new position, its arrays
+        shared), or :class:`Columns` whose arrays are slices of the request's (no copy).
+    """
     if isinstance(graphs, Columns):
         t = graphs.take(contract, a, b)
         return Columns(t.features, t.nodes, t.edges, range(b - a), t.ignored)
