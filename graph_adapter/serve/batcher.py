@@ -13,13 +13,14 @@ from .errors import GraphInputError, ServeError
 from .ops import NumpyOps
 from .pack import Graph, column_graphs
 
-__all__ = ["DynamicBatcher", "QueueFullError"]
+__all__ = ["DynamicBatcher", "QueueFullError", "slice_request"]
 
 
 class _Pending:
     """One queued request: its graphs, and its answer once the worker has one."""
 
-    __slots__ = ("graphs", "arrived", "answered", "preds", "error", "_ready", "_notify")
+    __slots__ = ("graphs", "arrived", "answered", "preds", "error", "_ready", "_notify",
+                 "taken", "pieces")
 
     def __init__(self, graphs: Sequence[Any], notify: Optional[Callable[[], Any]] = None):
         self.graphs = graphs
@@ -28,6 +29,8 @@ class _Pending:
         self.answered = False
         self.preds: Optional[List[Any]] = None
         self.error: Optional[BaseException] = None
+        self.taken = 0  # graphs sliced off so far (a request longer than max_batch)
+        self.pieces: List[List[Any]] = []  # its slices' predictions, in order
         # a bare lock, held until the answer: the request's thread waits on it, the worker
         # releases it (one futex wake; a threading.Event's condition takes a lock of its
         # own, a new waiter lock and the GIL back and forth several times a request)
@@ -48,6 +51,39 @@ class _Pending:
         return self._ready.acquire(timeout=-1 if timeout is None else max(timeout, 0))
 
 
+class _Slice:
+    """Graphs ``start .. start + len(graphs) - 1`` of a request longer than ``max_batch``:
+    a part of a merge, answered as a request is. Its predictions are kept for the
+    request, which is answered with all of them, in order, once its last slice is; its
+    error is the request's at once (a graph's position offset by ``start``), and the
+    request's slices not yet run are dropped (:meth:`DynamicBatcher._pick`)."""
+
+    __slots__ = ("request", "start", "graphs")
+
+    def __init__(self, request: _Pending, start: int, graphs: Any):
+        self.request, self.start, self.graphs = request, start, graphs
+
+    @property
+    def answered(self) -> bool:
+        """Whether the request is answered (its error, or its client gave up)."""
+        return self.request.answered
+
+    def answer(self, preds: Optional[List[Any]] = None,
+               error: Optional[BaseException] = None) -> None:
+        """Keep this slice's predictions (the request answered after its last), or
+        answer the request with ``error`` (a graph's position counted in the request)."""
+        r = self.request
+        if r.answered:
+            return
+        if error is not None:
+            if isinstance(error, GraphInputError):
+                _offset(error, self.start)
+            return r.answer(error=error)
+        r.pieces.append(preds)  # (slices are answered in the order they were taken)
+        if self.start + len(self.graphs) == len(r.graphs):  # the last
+            r.answer([y for piece in r.pieces for y in piece])
+
+
 class QueueFullError(ServeError):
     """The batcher holds ``max_queue`` requests already, or is closed (HTTP 503)."""
 
@@ -58,17 +94,32 @@ class DynamicBatcher:
     One worker thread runs every call (so the predictor is never used by two threads).
     It takes the oldest queued request, waits until ``max_batch`` graphs are queued or
     ``max_delay_s`` has passed since that request arrived, and predicts the queued
-    requests (in arrival order, at most ``max_batch`` graphs; one larger request alone)
-    as one list: ``predict`` packs it over the budget or the ladder's rungs. A request
-    whose graphs the contract refuses gets its own error (graph positions counted within
-    it); the others of its merge are predicted without it.
+    requests (in arrival order, at most ``max_batch`` graphs) as one list: ``predict``
+    packs it over the budget or the ladder's rungs. A request whose graphs the contract
+    refuses gets its own error (graph positions counted within it); the others of its
+    merge are predicted without it.
 
-    ``max_batch``: graphs a merge holds; default one call of the bulk budget (its graph
-    slots less the padding one). ``max_queue``: requests waiting, beyond which
+    A request holding more than ``max_batch`` graphs is run in slices of ``max_batch``
+    graphs (the last one: the rest), one call each, so that the requests queued behind
+    it are not kept waiting for all of it: while such a request is queued, a merge of
+    the other queued requests (in arrival order, passing over it) and its next slice take
+    turns, a slice's room left over given to the others; several such requests are
+    sliced oldest first. A request queued meanwhile thus waits about one slice's call,
+    not the long request's calls. The long request is answered once its last slice is,
+    with every slice's predictions in order; a slice's error (a graph's position counted
+    in the request) answers it at once, and its slices not yet run are dropped unrun, as
+    are those of a ticket its client gave up on.
+
+    ``max_batch``: graphs a merge (or a slice) holds; default one call of the bulk budget
+    (its graph slots less the padding one). ``max_queue``: requests waiting, beyond which
     :meth:`submit` raises :class:`QueueFullError`. ``coming``: a count of the requests
     on their way to :meth:`enqueue` (the HTTP app's: bodies being read or decoded);
     where given, a merge waits (at most ``max_delay_s``) only while that count is not
     0, so that a request alone in the server is run at once.
+
+    ``stats``: ``requests`` taken to be run (a sliced request once), ``graphs``
+    predicted, ``batches`` calls answered (a merge, a request run alone, each slice of a
+    long request: one each), ``refused`` requests answered with an error of their own.
     """
 
     def __init__(self, predictor: Any, max_delay_s: float = 0.002,
@@ -89,9 +140,13 @@ class DynamicBatcher:
         self.max_queue = int(max_queue)
         self.queue: Deque[_Pending] = collections.deque()
         self.queued_graphs = 0
+        # the queued requests longer than max_batch (in the queue too), oldest first, and
+        # whether the next merge is the oldest one's next slice (see the class docstring)
+        self._long: Deque[_Pending] = collections.deque()
+        self._long_turn = True
         self.closed = False
         self.cond = threading.Condition()
-        #: requests answered, graphs predicted, merged calls made, requests refused
+        #: requests taken, graphs predicted, calls answered, requests refused (see above)
         self.stats = {"requests": 0, "graphs": 0, "batches": 0, "refused": 0}
         # a request queued while the worker waits for a reply wakes it through this pipe
         self._wake_r, self._wake_w = os.pipe()
@@ -126,6 +181,8 @@ class DynamicBatcher:
                                      f"(max_queue): retry later")
             self.queue.append(p)
             self.queued_graphs += len(graphs)
+            if len(graphs) > self.max_batch:  # run in slices (_pick)
+                self._long.append(p)
             # the worker waits on the condition only for a first request, or for a merge
             # to fill up (see _take): waking it for every request that arrives while it
             # waits out max_delay made it take the GIL once more a request, to wait again
@@ -171,14 +228,46 @@ class DynamicBatcher:
                 if left <= 0:
                     break
                 self.cond.wait(left)
-            batch = [self.queue.popleft()]
-            n = len(batch[0].graphs)
-            while self.queue and n + len(self.queue[0].graphs) <= self.max_batch:
-                n += len(self.queue[0].graphs)
-                batch.append(self.queue.popleft())
-            self.queued_graphs -= n
-            live = [p for p in batch if not p.answered]  # (given up by their clients)
-            return live
+            return self._pick()
+
+    def _pick(self) -> List[Any]:
+        """The next merge's parts, taken off the queue (the condition held, the queue not
+        empty): the oldest requests that fit ``max_batch`` graphs, in arrival order; a
+        request longer than that in slices, each slice a :class:`_Slice` (see the class
+        docstring). Tickets answered by their callers meanwhile are dropped."""
+        q, cap, longs = self.queue, self.max_batch, self._long
+        while longs and longs[0].answered:  # given up, or a slice failed: the rest unrun
+            p = longs.popleft()
+            q.remove(p)
+            self.queued_graphs -= len(p.graphs) - p.taken
+        parts: List[Any] = []
+        n = 0
+        if longs and (self._long_turn or len(q) == len(longs)):
+            p = longs[0]
+            a, b = p.taken, min(p.taken + cap, len(p.graphs))
+            parts.append(_Slice(p, a, slice_request(self.predictor.contract, p.graphs, a, b)))
+            p.taken, n = b, b - a
+            if b == len(p.graphs):
+                longs.popleft()
+                q.remove(p)
+            self.stats["requests"] += int(a == 0)
+        self._long_turn = not parts
+        skipped: List[_Pending] = []  # long requests passed over (their turn comes)
+        while q:
+            p = q[0]
+            if p.taken or len(p.graphs) > cap:
+                skipped.append(q.popleft())
+                continue
+            if n + len(p.graphs) > cap:
+                break
+            q.popleft()
+            n += len(p.graphs)
+            if not p.answered:  # (else given up by its client)
+                parts.append(p)
+                self.stats["requests"] += 1
+        q.extendleft(reversed(skipped))
+        self.queued_graphs -= n
+        return parts
 
     def _loop(self) -> None:
         """Take merges and run them. With a predictor that can have a second request in
@@ -203,9 +292,8 @@ class DynamicBatcher:
             if not batch:
                 continue
             if send is None:
-                self._guarded(batch, self._run, batch)
+                self._guarded(batch, self._settle, batch)
                 continue
-            self.stats["requests"] += len(batch)
             try:
                 inflight.append((batch, send(self._merge([p.graphs for p in batch]))))
             except Exception:  # noqa: BLE001 - each request on its own, answered
@@ -307,12 +395,8 @@ class DynamicBatcher:
             self.stats["batches"] += 1
             self.stats["graphs"] += len(p.graphs)
         except Exception as e:  # noqa: BLE001 - the request's own error, sent back
-            self.stats["refused"] += 1
+            self.stats["refused"] += int(not p.answered)  # (a long request's: once)
             p.answer(error=e)
-
-    def _run(self, batch: List[_Pending]) -> None:
-        self.stats["requests"] += len(batch)
-        self._settle(batch)
 
     def _settle(self, batch: List[_Pending], merged: bool = True) -> None:
         """Predict ``batch`` as one merge and answer each request; a request whose graph
@@ -347,3 +431,39 @@ def _owner(live: Sequence[_Pending], graph: int) -> _Pending:
         if graph < run:
             return p
     return live[-1]
+
+
+def slice_request(contract: Any, graphs: Any, a: int, b: int) -> Any:
+    """Graphs ``a .. b - 1`` of a request, their positions counted from 0 within the
+    slice (a predictor's errors then name a graph of the slice, which the batcher
+    offsets by ``a``).
+
+    Args:
+        contract: the predictor's contract (its features: where :class:`Columns` are cut).
+        graphs: the request's graphs: a list (dicts, graph objects, checked
+            :class:`~graph_adapter.serve.pack.Graph` objects) or :class:`Columns`.
+        a, b: the first graph and the one past the last (``0 <= a <= b <= len``).
+
+    Returns:
+        A list of the same items (a ``Graph`` copied with its new position, its arrays
+        shared), or :class:`Columns` whose arrays are slices of the request's (no copy).
+    """
+    if isinstance(graphs, Columns):
+        t = graphs.take(contract, a, b)
+        return Columns(t.features, t.nodes, t.edges, range(b - a), t.ignored)
+    return [Graph(g.features, g.nodes, g.edges, g.ignored, k) if type(g) is Graph else g
+            for k, g in enumerate(graphs[i] for i in range(a, b))]
+
+
+def _offset(e: GraphInputError, start: int) -> None:
+    """``e`` (raised for graph ``e.graph`` of a slice starting at ``start``) naming the
+    request's graph instead: its ``graph`` and its message's leading "graph <k>"."""
+    k, e.graph = e.graph, e.graph + start
+    if not start or not e.args or not isinstance(e.args[0], str):
+        return
+    msg, head = e.args[0], f"graph {k}"
+    if msg.startswith(head) and not msg[len(head):len(head) + 1].isdigit():
+        msg = f"graph {e.graph}{msg[len(head):]}"
+    else:  # (a message that names no position first: the request's said after it)
+        msg = f"{msg} (graph {e.graph} of the request)"
+    e.args = (msg, *e.args[1:])
