@@ -43,6 +43,7 @@ from starlette.routing import Route
 from .batcher import DynamicBatcher, QueueFullError
 from .columns import Columns
 from .decode import PayloadError, decode_request, encode_prediction, json_dumps
+from .processes.decoder import DecodeProcess
 from .errors import GraphInputError, ServeError
 from .limits import (BodyTimeoutError, DeadlineExceededError, Limits, OverloadedError,
                      ServerStoppingError, TooLargeError, new_request_id)
@@ -63,6 +64,10 @@ _ENCODE_IN_THREAD = 64
 #: back, with the threads' contention for the GIL, cost more server CPU than it saved (8
 #: clients of 16-molecule requests, 18 KB bodies: 11% less CPU a molecule in the loop)
 _DECODE_IN_LOOP = 64 << 10
+#: a body larger than this (bytes; some 900 molecules as JSON lists, 25 ms to read) is
+#: read in a process of its own where the program runs in one (:mod:`.decoder`): the JSON
+#: parser holds the interpreter's lock for a whole body, stalling every other request
+_DECODE_IN_PROCESS = 1 << 20
 
 
 class InternalError(ServeError):
@@ -131,6 +136,9 @@ class ServingState:
         #: graphs are checked in a worker thread, the program's runs overlapping
         self.check_here = bool(getattr(predictor, "takes_checked", False))
         self.contract_json = predictor.contract.to_json().encode()
+        #: large bodies read in a child process (started on the first one), where the
+        #: program runs in one too (its contract then crosses pipes)
+        self.decoder = DecodeProcess(predictor.contract) if self.check_here else None
         self.started = time.time()
         self.counters: Dict[str, int] = {"disconnected": 0, "overloaded": 0,
                                          "timed_out": 0, "internal_errors": 0}
@@ -198,6 +206,8 @@ class ServingState:
         caller's to close)."""
         self._stop.set()
         self.batcher.close(timeout)
+        if self.decoder is not None:
+            self.decoder.close()
         if self._watcher is not None:
             self._watcher.join(timeout)
 
@@ -325,7 +335,12 @@ class _Routes:
 
     def decode(self, body: bytes, content_type: str) -> Any:
         """A body's graphs, checked where the program runs elsewhere (a worker thread)."""
-        p, limits = self.predictor, self.limits
+        p, limits, decoder = self.predictor, self.limits, self.state.decoder
+        if decoder is not None and len(body) > _DECODE_IN_PROCESS:  # (checked there)
+            graphs = decoder.decode(body, content_type, max_graphs=limits.max_graphs,
+                                    max_decoded_bytes=limits.max_decoded_bytes)
+            p.ignored_keys.update(graphs.ignored)
+            return graphs
         graphs = decode_request(body, content_type, p.contract, max_graphs=limits.max_graphs,
                                 max_decoded_bytes=limits.max_decoded_bytes)
         if isinstance(graphs, Columns):  # checked as it was read
@@ -458,8 +473,10 @@ def create_app(predictor: Any, limits: Optional[Limits] = None, *,
 
     Args:
         predictor: a :class:`~graph_adapter.serve.Predictor` (``serve.load(path)``) or a
-            :class:`~graph_adapter.serve.worker.ProcessPredictor` (its program in a child
-            process); anything with ``predict(graphs)`` and ``contract``.
+            :class:`~graph_adapter.serve.processes.program.ProcessPredictor` (its program
+            in a child process; large bodies are then read in a child process too:
+            :mod:`~graph_adapter.serve.processes.decoder`); anything with
+            ``predict(graphs)`` and ``contract``.
         limits: what one request may hold and take (default :class:`Limits`'s).
         max_delay_ms: how long the oldest queued request waits, at most, for others
             already in the server (bodies being read or decoded) to merge with.

@@ -8,7 +8,7 @@ into one ``Predictor.predict`` call by a :class:`~graph_adapter.serve.batcher.Dy
 
 uvicorn reads the requests (httptools' parser where installed, else h11): one event loop
 thread takes every connection, a worker thread decodes each body, the batcher's thread
-runs the merged calls, and the program runs in a child process of its own (:mod:`.worker`;
+runs the merged calls, and the program runs in a child process of its own (:mod:`.processes.program`;
 ``--program-in``): AOTInductor's call holds the GIL while it runs, so in one process no
 request could be read meanwhile.
 
@@ -628,7 +628,7 @@ def serve_main(argv: Optional[Sequence[str]] = None, prog: str = "graph-adapter 
 def _load_predictor(path: str, threads: Optional[int], where: str = "auto") -> Any:
     """The server's predictor (``where``: ``--program-in``): ``auto`` and ``child`` run
     the program in a child process (a ``.pt2`` one holds the GIL while it runs, and
-    packing an ``.onnx`` one's calls would hold it against decoding: :mod:`.worker`); a
+    packing an ``.onnx`` one's calls would hold it against decoding: :mod:`.processes.program`); a
     contract with an input dtype numpy lacks stays here."""
     from .runtime import load, read_contract
 
@@ -636,7 +636,7 @@ def _load_predictor(path: str, threads: Optional[int], where: str = "auto") -> A
         raise FileNotFoundError(f"no artifact at {path}")
     if where == "server":
         return load(path, threads=threads)
-    from .worker import ProcessPredictor, crosses_pipes
+    from .processes.program import ProcessPredictor, crosses_pipes
 
     contract = read_contract(path)
     if not crosses_pipes(contract):  # (bfloat16 inputs: checked by torch)

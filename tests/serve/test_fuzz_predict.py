@@ -344,7 +344,7 @@ def test_a_program_process_names_value_errors_as_in_process(onnx_path):
     same names: a decoder's columns are checked in the child, a list of graphs here."""
     from graph_adapter.serve.columns import join
     from graph_adapter.serve.pack import read_graphs
-    from graph_adapter.serve.worker import ProcessPredictor
+    from graph_adapter.serve.processes.program import ProcessPredictor
 
     pp = ProcessPredictor(onnx_path, threads=1)
     try:

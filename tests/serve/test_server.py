@@ -6,7 +6,7 @@ malformed JSON, a missing feature, a wrong dtype, a graph over the budget (4xx w
 named error's text); clients that disconnect or stall mid-request; a clean shutdown; a
 program's child killed (``/ready`` 503 until it is up again, ``/health`` live meanwhile).
 Each runs with the program in the server's process and in a child process of its own
-(``graph_adapter.serve.worker``: the same answers and errors, and the child ends with
+(``graph_adapter.serve.processes.program``: the same answers and errors, and the child ends with
 the server, killed or stopped).
 The batcher's merging is also checked on a stand-in predictor (hypothesis: any requests,
 each answered with its own graphs' predictions, in order). A ``.pt2`` ladder (two
@@ -33,7 +33,7 @@ from graph_adapter import serve
 from graph_adapter.serve import (DynamicBatcher, EdgeIndexError, GraphInputError, Limits,
                                  MissingFeatureError, PredictServer, QueueFullError)
 from graph_adapter.serve import server as serve_server
-from graph_adapter.serve.worker import ProcessPredictor, WorkerError
+from graph_adapter.serve.processes.program import ProcessPredictor, WorkerError
 
 KEYS = ("x", "edge_index", "edge_attr")
 TIME_LIMIT = 120.0  # seconds a load test may take before it fails (it stops by itself)
@@ -426,7 +426,7 @@ def test_serve_main_runs_until_stopped(onnx_artifact, capsys):
     assert "no artifact at" in capsys.readouterr().err
 
 
-# -- the program in a child process of its own (graph_adapter.serve.worker) ---------------
+# -- the program in a child process of its own (graph_adapter.serve.processes.program) ---------------
 
 def test_the_child_process_names_each_error_as_in_process_predict(onnx_artifact):
     path, contract, graphs = onnx_artifact
@@ -598,7 +598,7 @@ def test_a_child_that_cannot_load_the_artifact_raises_its_error_and_ends(onnx_ar
 
 
 def _workers():
-    """This process's children running ``graph_adapter.serve.worker`` (Linux)."""
+    """This process's children running ``graph_adapter.serve.processes.program`` (Linux)."""
     out = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -608,7 +608,7 @@ def _workers():
                 cmd = f.read()
         except OSError:
             continue
-        if ppid == os.getpid() and b"graph_adapter.serve.worker" in cmd:
+        if ppid == os.getpid() and b"graph_adapter.serve.processes.program" in cmd:
             out.append(int(pid))
     return out
 

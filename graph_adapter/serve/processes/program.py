@@ -5,7 +5,7 @@ of ``AOTIModelPackageLoader.boxed_run`` releases none), so in one process the se
 request decoding and HTTP wait for every predict (onnxruntime releases it while it runs,
 but packing the calls holds it). :class:`ProcessPredictor` keeps those
 in the server's process and runs ``serve.load(path).predict`` in a child
-(``python -m graph_adapter.serve.worker``): the two overlap, one core each.
+(``python -m graph_adapter.serve.processes.program``): the two overlap, one core each.
 
 What crosses the pipes is numpy arrays the server made and sizes it controls, never a
 pickle: the server decodes and checks each request graph against the contract (the named
@@ -15,8 +15,8 @@ errors of :func:`~graph_adapter.serve.pack.read_graph`, the same text as in-proc
 graphs' node and edge counts. The child packs its calls from those arrays
 (``Predictor.predict_columns``: a call of consecutive graphs is a slice of each) and
 sends each output key's rows back, joined; an error of ``predict`` comes back by its
-class name, message, graph and key, and is raised again here. A message is a little-endian ``uint32`` header
-length, a JSON header (``"arrays"``: dtype and shape of each), then the arrays' bytes.
+class name, message, graph and key, and is raised again here (the messages:
+:mod:`.pipes`).
 
 The child exits when its input pipe closes: at :meth:`ProcessPredictor.close`, or when
 the server's process ends in any way (no orphan); it ignores SIGINT, so that Ctrl-C in a
@@ -25,27 +25,25 @@ terminal lets the server answer what is queued first.
 from __future__ import annotations
 
 import gc
-import json
 import math
 import os
 import signal
-import struct
 import subprocess
 import sys
 import threading
 import time
 from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple, Union
 
-from . import errors
-from .contract import Contract
-from .errors import GraphInputError, ServeError
-from .ops import NumpyOps
-from .columns import Columns, join, split_rows
-from .pack import Graph, read_request
+from .. import errors
+from ..contract import Contract
+from ..errors import ServeError
+from ..ops import NumpyOps
+from ..columns import Columns, join, split_rows
+from ..pack import Graph, read_request
+from .pipes import error_header, raise_named, recv_message, send_message
 
 __all__ = ["ProcessPredictor", "WorkerError", "crosses_pipes", "worker_main"]
 
-_HEAD = struct.Struct("<I")
 #: the errors the child's reply may name (anything else: WorkerError with its text)
 _NAMED = {c.__name__: c for c in (errors.MissingFeatureError, errors.FeatureDtypeError,
                                   errors.FeatureShapeError, errors.EdgeIndexError,
@@ -60,65 +58,10 @@ class WorkerError(ServeError, RuntimeError):
     a request graph's): HTTP 500; the server's log has the child's own message."""
 
 
-# -- messages: a JSON header and raw arrays ------------------------------------------------
-
-def _send(f: BinaryIO, header: Dict[str, Any], arrays: Sequence[Any] = ()) -> None:
-    import numpy as np
-
-    arrays = [np.ascontiguousarray(a) for a in arrays]
-    head = json.dumps({**header, "arrays": [[a.dtype.str, list(a.shape)] for a in arrays]})
-    raw = head.encode()
-    f.write(_HEAD.pack(len(raw)) + raw)
-    for a in arrays:
-        if a.nbytes:
-            f.write(memoryview(a).cast("B"))
-    f.flush()
-
-
-def _read_exact(f: BinaryIO, n: int, first: bool = False) -> bytearray:
-    """``n`` bytes of ``f`` (buffered or not: an unbuffered pipe returns what has come),
-    ``EOFError`` where it closes before (``first``: before a message began, said so)."""
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        k = f.readinto(view[got:])
-        if not k:
-            raise EOFError("the pipe closed" if first and not got else
-                           "the pipe closed mid-message")
-        got += k
-    return buf
-
-
-def _recv(f: BinaryIO) -> Tuple[Dict[str, Any], List[Any]]:
-    """The next message (``EOFError``: the other side is gone)."""
-    import numpy as np
-
-    first = _read_exact(f, _HEAD.size, first=True)
-    header = json.loads(_read_exact(f, _HEAD.unpack(first)[0]))
-    arrays = []
-    for dtype, shape in header.pop("arrays"):
-        dt = np.dtype(dtype)
-        if dt.hasobject:  # never: what a pickle would need (both sides are ours)
-            raise ValueError(f"an array of dtype {dtype} on the pipe")
-        n = dt.itemsize * int(np.prod(shape, dtype=np.int64))
-        buf = _read_exact(f, n) if n else bytearray()
-        arrays.append(np.frombuffer(buf, dtype=dt).reshape(shape))
-    return header, arrays
-
-
-def _error_header(e: BaseException) -> Dict[str, Any]:
-    return {"error": type(e).__name__, "message": str(e), "graph": getattr(e, "graph", None),
-            "key": getattr(e, "key", None)}
-
-
 def _raise_named(header: Dict[str, Any]) -> None:
     """Raise the error a reply names, as its own class where it is one of ``_NAMED``."""
-    cls, msg = _NAMED.get(header["error"]), header["message"]
-    if cls is not None and issubclass(cls, GraphInputError):
-        raise cls(msg, header["graph"], header["key"])
-    if cls is not None:
-        raise cls(msg)
-    raise WorkerError(f"the program's process failed: {header['error']}: {msg}")
+    raise_named(header, _NAMED,
+                lambda text: WorkerError(f"the program's process failed: {text}"))
 
 
 # -- the child ------------------------------------------------------------------------------
@@ -155,7 +98,7 @@ def _serve_pipe(predictor: Any, fin: BinaryIO, fout: BinaryIO) -> int:
     torch = predictor.ops.torch if predictor.ops.name == "torch" else None
     while True:
         try:
-            _, arrays = _recv(fin)
+            _, arrays = recv_message(fin)
         except EOFError:
             return 0
         try:
@@ -163,18 +106,19 @@ def _serve_pipe(predictor: Any, fin: BinaryIO, fout: BinaryIO) -> int:
             outs = _child_outputs(predictor.contract, predictor.predict_columns(cols))
             reply: Dict[str, Any] = {}
         except Exception as e:  # noqa: BLE001 - sent back, named, for the server to answer
-            outs, reply = [], _error_header(e)
+            outs, reply = [], error_header(e)
         counts = {"calls": predictor.calls, "rung_calls": predictor.rung_calls}
         try:
-            _send(fout, {**reply, **counts}, outs)
+            send_message(fout, {**reply, **counts}, outs)
         except OSError:  # the server is gone
             return 0
 
 
 def worker_main(argv: Optional[Sequence[str]] = None) -> int:
-    """The child: ``python -m graph_adapter.serve.worker FD_IN FD_OUT ARTIFACT [THREADS]``
+    """The child: ``python -m graph_adapter.serve.processes.program FD_IN FD_OUT ARTIFACT
+    [THREADS]``
     (started by :class:`ProcessPredictor`, which owns both pipes)."""
-    from .runtime import load
+    from ..runtime import load
 
     args = list(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops us (EOF), after draining
@@ -182,7 +126,7 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         predictor = load(args[2], threads=int(args[3]) if len(args) > 3 else None)
     except Exception as e:  # noqa: BLE001 - the server raises it again, named
-        _send(fout, _error_header(e))
+        send_message(fout, error_header(e))
         return 1
     # as the server does (serve_main): what is alive now is never garbage, and a request's
     # objects are short-lived and acyclic; at the default thresholds the collector runs
@@ -190,7 +134,7 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
     gc.collect()
     gc.freeze()
     gc.set_threshold(max(gc.get_threshold()[0], 50_000), *gc.get_threshold()[1:])
-    _send(fout, {"ready": os.getpid()})
+    send_message(fout, {"ready": os.getpid()})
     return _serve_pipe(predictor, fin, fout)
 
 
@@ -246,7 +190,7 @@ class ProcessPredictor:
 
     def __init__(self, path: str, threads: Optional[int] = None,
                  contract: Optional[Contract] = None):
-        from .runtime import read_contract
+        from ..runtime import read_contract
 
         path = os.fspath(path)
         if not os.path.exists(path):
@@ -316,11 +260,12 @@ class ProcessPredictor:
         _big_pipe(down_w)
         ProcessPredictor.reply_pipe_bytes = min(ProcessPredictor.reply_pipe_bytes,
                                                 _big_pipe(up_w))
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(  # this checkout's package
             p for p in (root, os.environ.get("PYTHONPATH")) if p))
-        cmd = [sys.executable, "-m", "graph_adapter.serve.worker", str(down_r), str(up_w),
-               path] + ([] if threads is None else [str(int(threads))])
+        cmd = [sys.executable, "-m", "graph_adapter.serve.processes.program", str(down_r),
+               str(up_w), path] + ([] if threads is None else [str(int(threads))])
         try:
             proc = subprocess.Popen(cmd, pass_fds=(down_r, up_w), stdin=subprocess.DEVNULL,
                                     env=env)
@@ -349,7 +294,7 @@ class ProcessPredictor:
     def _read_reply(self) -> Tuple[Dict[str, Any], List[Any]]:
         """The next reply as it came (``WorkerError``: the child is gone)."""
         try:
-            header, arrays = _recv(self._from)
+            header, arrays = recv_message(self._from)
         except (EOFError, OSError, ValueError):
             rc = self.process.poll()
             raise WorkerError(f"the program's process (pid {self.process.pid}) exited"
@@ -416,7 +361,7 @@ class ProcessPredictor:
             self._sent += 1
             self._in_flight[ticket[1]] = self._reply_bytes(cols)
             try:
-                _send(self._to, {}, self._message(cols))
+                send_message(self._to, {}, self._message(cols))
             except OSError:  # the child is gone: receive says how
                 pass
         return ticket
