@@ -75,6 +75,7 @@ from graph_adapter.backends import compile as ga_compile
 from graph_adapter.exporter import export  # noqa: E402
 from graph_adapter.batching import Budget
 from graph_adapter.nn import ipu_wrap
+from benchmarks.harness.procs import status_kb, tree_pids  # noqa: E402
 
 KEYS = ("x", "edge_index", "edge_attr")
 BEFORE = [None]  # --server-before DIR: a checkout whose server runs as decoder "before"
@@ -475,35 +476,6 @@ def _deploy_model_artifact(data, tmp, reuse):
     return path
 
 
-def _tree_pids(pid):
-    """``pid`` and its live descendants (the server and its program's child)."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                pass
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += [c for c, pp in parents.items() if pp == p]
-    return out
-
-
-def _status_kb(pid, field):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 class _RssSampler:
     """The server's processes' summed RSS, sampled every 20 ms in a thread: its peak."""
 
@@ -515,10 +487,10 @@ class _RssSampler:
 
     def _run(self):
         while not self.stop.wait(0.02):
-            self.peak = max(self.peak, sum(_status_kb(p, "VmRSS") for p in _tree_pids(self.pid)))
+            self.peak = max(self.peak, sum(status_kb(p, "VmRSS") for p in tree_pids(self.pid)))
 
     def now(self):
-        return sum(_status_kb(p, "VmRSS") for p in _tree_pids(self.pid))
+        return sum(status_kb(p, "VmRSS") for p in tree_pids(self.pid))
 
     def __enter__(self):
         self.thread.start()
@@ -745,7 +717,7 @@ def _part_memory(data, path, rng, args):
                 th.join()
             big_wall = time.perf_counter() - t0
             peak = rss.peak
-        hwm = {p: _status_kb(p, "VmHWM") for p in _tree_pids(proc.pid)}
+        hwm = {p: status_kb(p, "VmHWM") for p in tree_pids(proc.pid)}
     finally:
         _stop(proc)
     statuses = sorted({str(s) for v in out.values() for s in (v[3] or [200])})

@@ -28,6 +28,8 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # this checkout
+from benchmarks.harness.procs import status_kb  # noqa: E402
 
 _SERVER = textwrap.dedent("""
     import sys
@@ -72,17 +74,6 @@ def _body(mb):
     return f'{{"graphs": [{", ".join([graph] * n)}]}}'.encode(), n
 
 
-def _rss_kb(pid, field="VmRSS"):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def _run(root, body, clients, flags):
     """One server of checkout ``root``: what each client got, and its RSS (kB)."""
     proc = subprocess.Popen([sys.executable, "-c", _SERVER, "--port", "0", "--max-delay-ms",
@@ -94,13 +85,13 @@ def _run(root, body, clients, flags):
         assert "http://127.0.0.1:" in line, line
         port = int(line.split("http://127.0.0.1:")[1].split(":")[0])
         time.sleep(0.3)
-        idle = _rss_kb(proc.pid)
+        idle = status_kb(proc.pid)
         peak = [idle]
         done = threading.Event()
 
         def sample():
             while not done.wait(0.01):
-                peak[0] = max(peak[0], _rss_kb(proc.pid))
+                peak[0] = max(peak[0], status_kb(proc.pid))
 
         got = [None] * clients
 
@@ -127,7 +118,7 @@ def _run(root, body, clients, flags):
             t.join()
         done.set()
         sampler.join()
-        return got, idle, peak[0], _rss_kb(proc.pid, "VmHWM")
+        return got, idle, peak[0], status_kb(proc.pid, "VmHWM")
     finally:
         proc.terminate()
         proc.wait(60)

@@ -13,6 +13,8 @@
 * :mod:`.parity`: the training-parity seed sweep;
 * :mod:`.ddp`: 1 process against 2 under torchrun;
 * :mod:`.value_check`: the cost of ``check_inputs="values"``.
+* :mod:`.procs`: a process tree's pids and memory, read from ``/proc`` (the serving
+  benchmarks).
 
 Each but the suite has ``main(argv)``, the full report its thin script in
 ``benchmarks/`` runs (``python benchmarks/bench_collate.py``...). The harness imports

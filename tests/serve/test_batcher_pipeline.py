@@ -9,6 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 from graph_adapter.serve.batcher import DynamicBatcher
 
+from serve._http import until
+
 
 class _PipePredictor:
     """A stand-in program: ``send`` records a merge; its reply is one byte on a real pipe,
@@ -49,25 +51,16 @@ class _PipePredictor:
         os.close(self.w)
 
 
-def _until(cond, timeout=5.0):
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.001)
-    return True
-
-
 def test_a_request_is_sent_ahead_while_the_last_merge_runs():
     p = _PipePredictor()
     b = DynamicBatcher(p, max_delay_s=0.0, max_batch=8)
     try:
         first = b.enqueue([1, 2])
-        assert _until(lambda: len(p.sent) == 1)
+        assert until(lambda: len(p.sent) == 1)
         second = b.enqueue([3])
         # no reply has come: the second merge must go out now, for the program to run it
         # right after the first (waiting in the first's read left the program idle)
-        assert _until(lambda: len(p.sent) == 2, timeout=2.0), p.sent
+        assert until(lambda: len(p.sent) == 2, within=2.0), p.sent
         assert not first.answered and not second.answered
         p.release(2)
         assert first.wait(5) and second.wait(5)
@@ -84,14 +77,14 @@ def test_no_more_than_can_send_allows_is_in_flight():
     b = DynamicBatcher(p, max_delay_s=0.0, max_batch=8)
     try:
         tickets = [b.enqueue([1])]
-        assert _until(lambda: len(p.sent) == 1)
+        assert until(lambda: len(p.sent) == 1)
         tickets.append(b.enqueue([2]))
-        assert _until(lambda: len(p.sent) == 2)
+        assert until(lambda: len(p.sent) == 2)
         tickets += [b.enqueue([3]), b.enqueue([4])]
         time.sleep(0.05)
         assert len(p.sent) == 2  # both slots taken: the rest wait, merged
         p.release(1)
-        assert _until(lambda: len(p.sent) == 3)
+        assert until(lambda: len(p.sent) == 3)
         assert p.sent[2] == [3, 4]
         p.release(2)
         assert all(t.wait(5) for t in tickets)
