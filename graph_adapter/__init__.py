@@ -168,7 +168,7 @@ def _load_pyg_names() -> None:
     _LOADED = True
 
 
-__version__ = "0.3.0"  # setup.cfg's version too (tests/test_version.py)
+__version__ = "0.4.0"  # setup.cfg's version too (tests/test_version.py)
 
 __all__ = [
     "BatchMismatchError",
