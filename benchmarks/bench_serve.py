@@ -51,7 +51,10 @@ without; ``slow``: those 8 clients alone, beside ``--slow-clients`` connections 
 body, and alone again; ``wrk``: Debian's ``wrk`` driven by ``benchmarks/serve_wrk.lua``
 (a fixed 16-molecule request, every response checked: status 200 and the body whose
 predictions equal in-process ``predict``'s), ``--wrk-seconds`` (at most 20) at 8 and 64
-connections.
+connections; ``ray`` (not among ``clients memory slow wrk``, needs the ray extra): the
+same app on Ray Serve (a local Ray of 2 CPUs; 1 and 2 replicas of 1 thread behind Ray's
+proxy) beside ``graph-adapter serve``, 8 clients of 16-molecule requests for
+``--http-seconds`` each, between in-process passes.
 """
 import argparse
 import os
@@ -449,10 +452,10 @@ def run_sizes_and_server(args, data, model, wrapped, tmp):
                 args.server_program)
 
 
-# -- the HTTP server vs in-process predict: clients, memory, slow clients, wrk ----------
-# (``--only clients memory slow wrk``: the model of docs/deploy.md, an .onnx ladder)
+# -- the HTTP server vs in-process predict: clients, memory, slow clients, wrk, ray ------
+# (``--only clients memory slow wrk ray``: the model of docs/deploy.md, an .onnx ladder)
 
-HTTP_PARTS = ("clients", "memory", "slow", "wrk")
+HTTP_PARTS = ("clients", "memory", "slow", "wrk", "ray")
 
 
 def _deploy_model_artifact(data, tmp, reuse):
@@ -886,6 +889,62 @@ def _part_wrk(data, path, local, rng, args):
         _stop(proc)
 
 
+def _part_ray(data, path, local, rng, args):
+    """The same app on Ray Serve (1 and 2 replicas, 1 thread each, behind Ray's HTTP
+    proxy on 127.0.0.1) beside ``python -m graph_adapter.serve``, each pass between two
+    in-process passes: 16-molecule requests at 8 clients."""
+    import socket
+
+    try:
+        import ray
+        from ray import serve as ray_serve
+    except ImportError:
+        print("\nray: ray[serve] is not installed (the ray extra): skipped")
+        return
+    from graph_adapter.serve.engines.ray_serve import deployment
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    graphs = [[data[rng.randrange(len(data))] for _ in range(16)] for _ in range(240)]
+    bodies = [_graphs_body(g) for g in graphs]
+    local_reqs = [_requests(g, "numpy") for g in graphs]
+    print(f"\nRay Serve (the same ASGI app; replicas of 1 thread, Ray's proxy) vs "
+          f"graph-adapter serve, 8 clients of 16-molecule requests, each pass "
+          f"{args.http_seconds:.0f} s between two in-process passes")
+    rows = []
+
+    def measure(name, port):
+        _post_all(port, bodies[:8], 4)  # warm-up
+        w0, _, lans, _ = _local_pass(local, local_reqs)
+        wall, lat, answers, bad = _post_all(port, bodies, 8,
+                                            until=time.perf_counter() + args.http_seconds)
+        w1, _, _, _ = _local_pass(local, local_reqs)
+        rate = 16 * len(lat) / wall
+        local_rate = 16 * len(local_reqs) / ((w0 + w1) / 2)
+        rows.append(f"  {name:<26} {rate:>8.0f} mol/s  p50 {_pct(lat, .5) * 1e3:6.1f} ms  "
+                    f"p99 {_pct(lat, .99) * 1e3:6.1f} ms  {rate / local_rate:5.2f}x "
+                    f"in-process  wrong {_mismatches(answers, lans)[0]}  non-200 {len(bad)}")
+        print(rows[-1], flush=True)
+
+    proc, port = _http_server(path)
+    try:
+        measure("graph-adapter serve", port)
+    finally:
+        _stop(proc)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": root}})
+    try:
+        ray_serve.start(http_options={"host": "127.0.0.1", "port": port})
+        for replicas in (1, 2):
+            ray_serve.run(deployment(path, replicas=replicas, threads=1), route_prefix="/")
+            measure(f"Ray Serve, {replicas} replica{'s' * (replicas > 1)}", port)
+    finally:
+        ray_serve.shutdown()
+        ray.shutdown()
+
+
 def run_http(args, data, tmp):
     """The HTTP parts (see the module's docstring)."""
     import random
@@ -902,6 +961,8 @@ def run_http(args, data, tmp):
         _part_slow(data, path, rng, args)
     if "wrk" in args.only:
         _part_wrk(data, path, local, rng, args)
+    if "ray" in args.only:
+        _part_ray(data, path, local, rng, args)
 
 
 def main(argv=None):
