@@ -43,10 +43,10 @@ from starlette.routing import Route
 from .batcher import DynamicBatcher, QueueFullError
 from .columns import Columns
 from .decode import PayloadError, decode_request, encode_prediction, json_dumps
-from .processes.decoder import DecodeProcess
 from .errors import GraphInputError, ServeError
 from .limits import (BodyTimeoutError, DeadlineExceededError, Limits, OverloadedError,
                      ServerStoppingError, TooLargeError, new_request_id)
+from .processes.decoder import DecodeProcess
 
 __all__ = ["create_app", "ServingState", "error_doc", "status_of"]
 
@@ -65,8 +65,9 @@ _ENCODE_IN_THREAD = 64
 #: clients of 16-molecule requests, 18 KB bodies: 11% less CPU a molecule in the loop)
 _DECODE_IN_LOOP = 64 << 10
 #: a body larger than this (bytes; some 900 molecules as JSON lists, 25 ms to read) is
-#: read in a process of its own where the program runs in one (:mod:`.decoder`): the JSON
-#: parser holds the interpreter's lock for a whole body, stalling every other request
+#: read in a process of its own where the program runs in one
+#: (:mod:`.processes.decoder`): the JSON parser holds the interpreter's lock for a whole
+#: body, stalling every other request
 _DECODE_IN_PROCESS = 1 << 20
 
 
@@ -334,7 +335,8 @@ class _Routes:
         return _json_response(status, error_doc(e, rid, status), headers)
 
     def decode(self, body: bytes, content_type: str) -> Any:
-        """A body's graphs, checked where the program runs elsewhere (a worker thread)."""
+        """A body's graphs (in the event loop, a worker thread, or for a large body the
+        reading process), checked where the program runs elsewhere."""
         p, limits, decoder = self.predictor, self.limits, self.state.decoder
         if decoder is not None and len(body) > _DECODE_IN_PROCESS:  # (checked there)
             graphs = decoder.decode(body, content_type, max_graphs=limits.max_graphs,

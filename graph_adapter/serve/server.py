@@ -7,10 +7,11 @@ graph_adapter.serve``) answers ``POST /predict``, ``GET /health``, ``GET /ready`
 into one ``Predictor.predict`` call by a :class:`~graph_adapter.serve.batcher.DynamicBatcher`.
 
 uvicorn reads the requests (httptools' parser where installed, else h11): one event loop
-thread takes every connection, a worker thread decodes each body, the batcher's thread
-runs the merged calls, and the program runs in a child process of its own (:mod:`.processes.program`;
-``--program-in``): AOTInductor's call holds the GIL while it runs, so in one process no
-request could be read meanwhile.
+thread takes every connection and decodes small bodies, a worker thread a larger one
+(and a child process of its own one over 1 MB), the batcher's thread runs the merged
+calls, and the program runs in a child process of its own
+(:mod:`.processes.program`; ``--program-in``): AOTInductor's call holds the GIL while it
+runs, so in one process no request could be read meanwhile.
 
 Each limit of :class:`~graph_adapter.serve.limits.Limits` is a flag. Two are enforced here,
 below the app, on uvicorn's connection: a connection must send each request's header
@@ -628,8 +629,8 @@ def serve_main(argv: Optional[Sequence[str]] = None, prog: str = "graph-adapter 
 def _load_predictor(path: str, threads: Optional[int], where: str = "auto") -> Any:
     """The server's predictor (``where``: ``--program-in``): ``auto`` and ``child`` run
     the program in a child process (a ``.pt2`` one holds the GIL while it runs, and
-    packing an ``.onnx`` one's calls would hold it against decoding: :mod:`.processes.program`); a
-    contract with an input dtype numpy lacks stays here."""
+    packing an ``.onnx`` one's calls would hold it against decoding:
+    :mod:`.processes.program`); a contract with an input dtype numpy lacks stays here."""
     from .runtime import load, read_contract
 
     if not os.path.exists(path):

@@ -20,9 +20,8 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional
 
-from .. import errors
 from ..columns import Columns, join
 from ..contract import Contract
 from ..decode import PayloadError, decode_request
@@ -30,28 +29,17 @@ from ..errors import ServeError
 from ..limits import TooLargeError
 from ..ops import NumpyOps
 from ..pack import read_request
-from .pipes import error_header, raise_named, recv_message, send_message
+from .pipes import (arrays_columns, columns_arrays, error_header, raise_named,
+                    recv_message, send_message, spawn)
 
 __all__ = ["DecodeProcess", "DecoderError", "decoder_main"]
 
-#: the errors a reply may name: a request's own (anything else: DecoderError, HTTP 500)
-_NAMED = {c.__name__: c for c in (PayloadError, TooLargeError, errors.GraphInputError,
-                                  errors.MissingFeatureError, errors.FeatureDtypeError,
-                                  errors.FeatureShapeError, errors.EdgeIndexError,
-                                  errors.GraphTooLargeError, errors.CodeRangeError,
-                                  errors.NonFiniteError, errors.EmptyGraphError)}
+#: the errors a reply may name besides a request graph's (anything else: DecoderError)
+_NAMED = (PayloadError, TooLargeError)
 
 
 class DecoderError(ServeError, RuntimeError):
     """The decoding process failed on a body (not the request's fault): HTTP 500."""
-
-
-def _columns_message(contract: Contract, cols: Columns) -> Tuple[Dict[str, Any], List[Any]]:
-    import numpy as np
-
-    return ({"ignored": list(cols.ignored)},
-            [np.array(cols.nodes, dtype=np.int64), np.array(cols.edges, dtype=np.int64),
-             *(cols.features[f.key] for f in contract.features)])
 
 
 def _decode_checked(contract: Contract, body: bytes, content_type: str,
@@ -83,7 +71,7 @@ def decoder_main(argv: Optional[List[str]] = None) -> int:
         try:
             cols = _decode_checked(contract, arrays[0].tobytes(), header["content_type"],
                                    header["max_graphs"], header["max_decoded_bytes"])
-            reply, out = _columns_message(contract, cols)
+            reply, out = {"ignored": list(cols.ignored)}, columns_arrays(contract, cols)
         except Exception as e:  # noqa: BLE001 - sent back, named
             reply, out = error_header(e), []
         del arrays
@@ -111,20 +99,7 @@ class DecodeProcess:
         self._closed = False
 
     def _start(self) -> None:
-        down_r, down_w = os.pipe()
-        up_r, up_w = os.pipe()
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__)))))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (root, os.environ.get("PYTHONPATH")) if p))
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "graph_adapter.serve.processes.decoder", str(down_r),
-                 str(up_w)], pass_fds=(down_r, up_w), stdin=subprocess.DEVNULL, env=env)
-        finally:
-            os.close(down_r)
-            os.close(up_w)
-        self._to, self._from = os.fdopen(down_w, "wb"), os.fdopen(up_r, "rb")
+        self._proc, self._to, self._from, _ = spawn("graph_adapter.serve.processes.decoder")
         self.started += 1
         send_message(self._to, {"contract": self.contract.to_json()})
 
@@ -161,19 +136,19 @@ class DecodeProcess:
                 self._stop_child()
                 self._start()
             try:
-                send_message(self._to, {"content_type": content_type, "max_graphs": max_graphs,
-                                 "max_decoded_bytes": max_decoded_bytes},
-                      [np.frombuffer(body, dtype=np.uint8)])
+                send_message(self._to, {"content_type": content_type,
+                                        "max_graphs": max_graphs,
+                                        "max_decoded_bytes": max_decoded_bytes},
+                             [np.frombuffer(body, dtype=np.uint8)])
                 header, arrays = recv_message(self._from)
             except (EOFError, OSError, ValueError) as e:
                 self._stop_child()
                 raise DecoderError(f"the decoding process failed: {e}") from None
         if "error" in header:
-            raise_named(header, _NAMED,
-                        lambda text: DecoderError(f"the decoding process failed: {text}"))
-        feats = {f.key: a for f, a in zip(self.contract.features, arrays[2:])}
-        nodes, edges = arrays[0].tolist(), arrays[1].tolist()
-        return Columns(feats, nodes, edges, range(len(nodes)), tuple(header["ignored"]))
+            raise_named(header,
+                        lambda text: DecoderError(f"the decoding process failed: {text}"),
+                        _NAMED)
+        return arrays_columns(self.contract, arrays, ignored=header["ignored"])
 
     def close(self) -> None:
         """Stop the child (later bodies: ``DecoderError``)."""

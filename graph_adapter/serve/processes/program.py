@@ -40,17 +40,14 @@ from ..errors import ServeError
 from ..ops import NumpyOps
 from ..columns import Columns, join, split_rows
 from ..pack import Graph, read_request
-from .pipes import error_header, raise_named, recv_message, send_message
+from .pipes import (arrays_columns, columns_arrays, error_header, raise_named,
+                    recv_message, send_message, spawn)
 
 __all__ = ["ProcessPredictor", "WorkerError", "crosses_pipes", "worker_main"]
 
-#: the errors the child's reply may name (anything else: WorkerError with its text)
-_NAMED = {c.__name__: c for c in (errors.MissingFeatureError, errors.FeatureDtypeError,
-                                  errors.FeatureShapeError, errors.EdgeIndexError,
-                                  errors.GraphTooLargeError, errors.GraphInputError,
-                                  errors.CodeRangeError, errors.NonFiniteError,
-                                  errors.EmptyGraphError,
-                                  errors.ArtifactError, errors.RuntimeMissingError)}
+#: the errors the child's reply may name besides a request graph's (anything else:
+#: WorkerError with its text)
+_NAMED = (errors.ArtifactError, errors.RuntimeMissingError)
 
 
 class WorkerError(ServeError, RuntimeError):
@@ -60,24 +57,11 @@ class WorkerError(ServeError, RuntimeError):
 
 def _raise_named(header: Dict[str, Any]) -> None:
     """Raise the error a reply names, as its own class where it is one of ``_NAMED``."""
-    raise_named(header, _NAMED,
-                lambda text: WorkerError(f"the program's process failed: {text}"))
+    raise_named(header, lambda text: WorkerError(f"the program's process failed: {text}"),
+                _NAMED)
 
 
 # -- the child ------------------------------------------------------------------------------
-
-def _child_columns(contract: Contract, arrays: List[Any], torch: Any = None) -> Columns:
-    """The request of a message as the checked columns ``predict_columns`` packs from
-    (the server checked its graphs against the same contract: dtypes, per-graph shapes,
-    counts; checking them again, or cutting them into per-graph views to join them
-    again, would cost a sizeable share of a request: see docs/dev/RESULTS.md). ``arrays`` is
-    ``[num_nodes, num_edges, one array a contract feature]``. With ``torch`` (a .pt2
-    program) each array is wrapped as a tensor (no copy)."""
-    nodes, edges = arrays[0].tolist(), arrays[1].tolist()
-    feats = {f.key: torch.from_numpy(a) if torch is not None else a
-             for f, a in zip(contract.features, arrays[2:])}
-    return Columns(feats, nodes, edges, range(len(nodes)))
-
 
 def _child_outputs(contract: Contract, outs: Dict[str, Any]) -> List[Any]:
     """Each output key's rows of every graph (graph-level: one row a graph), as numpy
@@ -102,7 +86,11 @@ def _serve_pipe(predictor: Any, fin: BinaryIO, fout: BinaryIO) -> int:
         except EOFError:
             return 0
         try:
-            cols = _child_columns(predictor.contract, arrays, torch)
+            # (the server checked the graphs against the same contract: checking
+            # them again, or cutting them into per-graph views to join them again,
+            # would cost a sizeable share of a request: see docs/dev/RESULTS.md)
+            cols = arrays_columns(predictor.contract, arrays,
+                                  torch.from_numpy if torch is not None else None)
             outs = _child_outputs(predictor.contract, predictor.predict_columns(cols))
             reply: Dict[str, Any] = {}
         except Exception as e:  # noqa: BLE001 - sent back, named, for the server to answer
@@ -116,8 +104,7 @@ def _serve_pipe(predictor: Any, fin: BinaryIO, fout: BinaryIO) -> int:
 
 def worker_main(argv: Optional[Sequence[str]] = None) -> int:
     """The child: ``python -m graph_adapter.serve.processes.program FD_IN FD_OUT ARTIFACT
-    [THREADS]``
-    (started by :class:`ProcessPredictor`, which owns both pipes)."""
+    [THREADS]`` (started by :class:`ProcessPredictor`, which owns both pipes)."""
     from ..runtime import load
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -151,19 +138,6 @@ def crosses_pipes(contract: Contract) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _big_pipe(fd: int) -> int:
-    """A 1 MiB pipe buffer (Linux; else the default): a request of 256 molecules is some
-    0.5 MB, written in one go instead of 64 KiB at a time, each waiting for the reader.
-    Returns the buffer's size (the 64 KiB it has at least where it cannot be read)."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
-        return int(fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032)))
-    except (ImportError, OSError):
-        return 1 << 16
 
 
 class ProcessPredictor:
@@ -218,7 +192,10 @@ class ProcessPredictor:
         self._sent = self._got = 0
         self._replies: Dict[int, Tuple[Dict[str, Any], List[Any]]] = {}
         self._in_flight: Dict[int, int] = {}
-        self.process, self._to, self._from = self._spawn(self._path, self._threads)
+        self.process, self._to, self._from, reply_bytes = spawn(
+            "graph_adapter.serve.processes.program",
+            [self._path] + ([] if self._threads is None else [str(int(self._threads))]))
+        ProcessPredictor.reply_pipe_bytes = min(ProcessPredictor.reply_pipe_bytes, reply_bytes)
         try:
             header, _ = self._reply()  # "ready", or what load raised there
         except BaseException:
@@ -253,29 +230,6 @@ class ProcessPredictor:
             return False
         return True
 
-    @staticmethod
-    def _spawn(path: str, threads: Optional[int]) -> Tuple[Any, BinaryIO, BinaryIO]:
-        down_r, down_w = os.pipe()  # requests: the server writes, the child reads
-        up_r, up_w = os.pipe()  # replies
-        _big_pipe(down_w)
-        ProcessPredictor.reply_pipe_bytes = min(ProcessPredictor.reply_pipe_bytes,
-                                                _big_pipe(up_w))
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__)))))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(  # this checkout's package
-            p for p in (root, os.environ.get("PYTHONPATH")) if p))
-        cmd = [sys.executable, "-m", "graph_adapter.serve.processes.program", str(down_r),
-               str(up_w), path] + ([] if threads is None else [str(int(threads))])
-        try:
-            proc = subprocess.Popen(cmd, pass_fds=(down_r, up_w), stdin=subprocess.DEVNULL,
-                                    env=env)
-        finally:  # the child's ends are the child's alone: its EOF is our exit
-            os.close(down_r)
-            os.close(up_w)
-        # replies unbuffered: no reply is ever held in this process's buffer unread, so
-        # the pipe's readiness (reply_fd) says whether one has come
-        return proc, os.fdopen(down_w, "wb"), os.fdopen(up_r, "rb", buffering=0)
-
     def _exit_code(self) -> Optional[int]:
         """The child's exit code once its pipe closed (waited for: it may still be ending)."""
         try:
@@ -308,13 +262,6 @@ class ProcessPredictor:
         for k, v in header.get("rung_calls", {}).items():
             self.rung_calls[k] = rungs.get(k, 0) + v
         return header, arrays
-
-    def _message(self, cols: Columns) -> List[Any]:
-        """``[num_nodes, num_edges, each feature's arrays joined]`` (see the module)."""
-        import numpy as np
-
-        return [np.array(cols.nodes, dtype=np.int64), np.array(cols.edges, dtype=np.int64),
-                *(cols.features[f.key] for f in self.contract.features)]
 
     #: the server calls :meth:`check` in the request's own thread, beside the child's
     #: runs, and submits the checked graphs (which :meth:`predict` takes as they are)
@@ -361,7 +308,7 @@ class ProcessPredictor:
             self._sent += 1
             self._in_flight[ticket[1]] = self._reply_bytes(cols)
             try:
-                send_message(self._to, {}, self._message(cols))
+                send_message(self._to, {}, columns_arrays(self.contract, cols))
             except OSError:  # the child is gone: receive says how
                 pass
         return ticket
